@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * skv.h - SnapKV compaction kernels: selection and gather of one or more
+ * layers, all heads, exactly as ../shared/SPEC.md defines them.
+ *
+ * The one public header of libskv (kernels/). Every fallible call returns 0
+ * or a negative errno; where a struct skv_error is passed, a readable reason
+ * is written into it on failure. Nothing here logs, allocates per call on
+ * the hot path beyond what a context holds, or calls exit().
+ */
+#ifndef SKV_H
+#define SKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum skv_dtype {
+	SKV_DTYPE_UNSPECIFIED = 0,
+	SKV_DTYPE_F32 = 1,
+	SKV_DTYPE_F16 = 2,
+	SKV_DTYPE_BF16 = 3,
+};
+
+enum skv_policy {
+	SKV_POLICY_UNSPECIFIED = 0,
+	SKV_POLICY_SNAPKV = 1,       /* S=0, W_obs=W, W_keep=W, pooled votes   */
+	SKV_POLICY_H2O = 2,          /* S=0, W_obs=L (all queries), W_keep=W   */
+	SKV_POLICY_STREAMINGLLM = 3, /* S sinks + last C-S, no scoring         */
+	SKV_POLICY_WINDOW = 4,       /* last C positions, no scoring           */
+};
+
+enum skv_pooling {
+	SKV_POOL_UNSPECIFIED = 0,
+	SKV_POOL_AVG = 1, /* avg_pool1d, count_include_pad=True, divisor k */
+	SKV_POOL_MAX = 2, /* max over in-range neighbours                 */
+};
+
+enum skv_gqa {
+	SKV_GQA_UNSPECIFIED = 0,
+	SKV_GQA_EXPAND = 1, /* store H_q heads, each query head selects      */
+	SKV_GQA_GROUP = 2,  /* store H_kv heads, group votes averaged first  */
+};
+
+/* Bytes per element of a dtype; 0 for an unknown one. */
+size_t skv_dtype_size(enum skv_dtype dt);
+/* "f32", "f16", "bf16"; NULL for an unknown one. */
+const char *skv_dtype_name(enum skv_dtype dt);
+const char *skv_policy_name(enum skv_policy p);
+
+/* Scalar conversions (round-to-nearest-even on the way down). */
+float skv_f16_to_f32(uint16_t h);
+uint16_t skv_f32_to_f16(float f);
+float skv_bf16_to_f32(uint16_t b);
+uint16_t skv_f32_to_bf16(float f);
+
+/* A half-open range of original positions [begin, end). */
+struct skv_range {
+	uint32_t begin;
+	uint32_t end;
+};
+
+#define SKV_MAX_PROTECTED 16
+
+/*
+ * Compaction parameters: SPEC.md's single parameterisation. Fill with
+ * skv_params_init(), then override. For policy snapkv and h2o, `window` is
+ * W (observation rows and recent keep); streamingllm uses `sinks`; window
+ * uses only `capacity`. Protected ranges are kept unconditionally and count
+ * against the capacity.
+ */
+struct skv_params {
+	uint32_t params_size; /* sizeof(struct skv_params), for ABI growth */
+	enum skv_policy policy;
+	uint32_t window;   /* W (default 32)                        */
+	uint32_t capacity; /* C, per stored head, window included (2048) */
+	uint32_t kernel;   /* pooling width k, odd; 1 = none (5)    */
+	enum skv_pooling pooling;
+	enum skv_gqa gqa;
+	uint32_t sinks; /* S, streamingllm only (default 4)        */
+	uint32_t n_protected;
+	struct skv_range protected_ranges[SKV_MAX_PROTECTED];
+};
+
+/* Reference defaults: snapkv, W 32, C 2048, k 5, avg, expand, S 4. */
+void skv_params_init(struct skv_params *p);
+
+/* Problem shape of one layer; identical for every layer of a call. */
+struct skv_shape {
+	uint32_t prompt_len; /* L                                         */
+	uint32_t head_dim;   /* D                                         */
+	uint32_t h_q;        /* query heads                               */
+	uint32_t h_kv;       /* K/V heads; h_q % h_kv == 0                */
+	uint32_t n_q;        /* query rows given: the LAST n_q positions
+	                        L-n_q .. L-1 (W for snapkv, L for h2o, 0 is
+	                        allowed for streamingllm and window)     */
+};
+
+/*
+ * What a compaction will produce, derived from shape and params before any
+ * work (skv_plan()). All stored heads of all layers keep the same count.
+ */
+struct skv_plan {
+	uint32_t h_store; /* h_q (expand) or h_kv (group)                  */
+	uint32_t kept;    /* min(L, C) for scoring policies; see SPEC.md   */
+	uint32_t sinks;   /* effective S                                   */
+	uint32_t w_obs;   /* effective observation rows                    */
+	uint32_t w_keep;  /* effective recent keep                         */
+	int bypass;       /* 1 when L < C: nothing scored, all L kept      */
+};
+
+struct skv_error {
+	char msg[256];
+	int32_t layer; /* -1 when not about one layer */
+	int32_t head;  /* -1 when not about one head  */
+};
+
+/*
+ * Validate params against a shape and compute the plan. -EINVAL with a
+ * reason for every invalid combination of SPEC.md (protected + S + W_keep >
+ * C, W > L, C <= W, even k, unknown policy/pooling/gqa/dtype, H_q not a
+ * multiple of H_kv, D = 0, n_q not what the policy needs, ...).
+ */
+int skv_plan(const struct skv_shape *shape, const struct skv_params *params,
+	     struct skv_plan *ret_plan, struct skv_error *err);
+
+/*
+ * A strided or paged tensor view. Element (head h, token t, dim d) is at
+ *   data + (blk(t) * block_stride + (t % block_size) * token_stride
+ *           + h * head_stride + d) * dtype_size
+ * where blk(t) = block_table[t / block_size] when block_table is set
+ * (paged, vLLM/SGLang style) and blk(t) = 0, block_size = infinity when it
+ * is NULL (strided: HND has head_stride = T*D, token_stride = D; NHD has
+ * token_stride = H*D, head_stride = D). Strides count elements, not bytes.
+ * The dim axis is always contiguous.
+ */
+struct skv_tensor {
+	void *data;
+	enum skv_dtype dtype;
+	int64_t head_stride;
+	int64_t token_stride;
+	const int32_t *block_table; /* NULL: strided                */
+	uint32_t block_size;        /* tokens per block when paged  */
+	uint32_t n_blocks;          /* entries in block_table       */
+	int64_t block_stride;       /* elements between blocks      */
+};
+
+/* Inputs of one layer. q rows are positions L-n_q .. L-1, token index 0..n_q-1. */
+struct skv_layer_in {
+	struct skv_tensor q; /* [H_q, n_q, D]  */
+	struct skv_tensor k; /* [H_kv, L, D]   */
+	struct skv_tensor v; /* [H_kv, L, D]   */
+};
+
+/*
+ * Outputs of one layer. k and v must be strided (no block table), with room
+ * for plan.kept tokens per stored head; any strides, so a caller can write
+ * straight into a cache with decode headroom. positions[h * pos_stride + i]
+ * receives the i-th kept original position of stored head h, ascending.
+ * retained_mass may be NULL; otherwise [h_store] floats (NaN when no rows
+ * vote and none were given).
+ */
+struct skv_layer_out {
+	struct skv_tensor k; /* [H_store, >= kept, D] */
+	struct skv_tensor v; /* [H_store, >= kept, D] */
+	int32_t *positions;  /* [H_store][pos_stride] */
+	uint32_t pos_stride;
+	float *retained_mass; /* [H_store] or NULL     */
+};
+
+/* A compaction context: a thread pool and scratch. Not thread-safe: one
+ * compaction at a time per context. */
+struct skv_ctx;
+
+/* threads = 0: one per online core. 0 or -errno (-ENOMEM, -EAGAIN). */
+int skv_ctx_new(unsigned threads, struct skv_ctx **ret_ctx);
+void skv_ctx_free(struct skv_ctx *ctx);
+unsigned skv_ctx_threads(const struct skv_ctx *ctx);
+/* Name of the SIMD path chosen at run time: "avx512", "avx2", "scalar". */
+const char *skv_ctx_isa(const struct skv_ctx *ctx);
+
+/*
+ * Select and gather n_layers layers, all heads. Work is spread over
+ * (layer, head) items; results are bit-identical whatever the thread count.
+ * Returns 0; -EINVAL (bad params/shape/tensor, nothing written); -EDOM when
+ * a head's logits hold NaN/Inf (err names layer and head; outputs of other
+ * items may have been written); -ENOMEM.
+ */
+int skv_compact(struct skv_ctx *ctx, const struct skv_shape *shape,
+		const struct skv_params *params, uint32_t n_layers, const struct skv_layer_in *in,
+		const struct skv_layer_out *out, struct skv_error *err);
+
+/* Capacity ledger of SPEC.md for one cache. */
+struct skv_ledger_in {
+	uint64_t batch;       /* B                          */
+	uint64_t layers;      /* N                          */
+	uint64_t h_q;
+	uint64_t h_kv;
+	uint64_t head_dim;    /* D                          */
+	uint64_t dtype_bytes; /* s                          */
+	uint64_t prompt_len;  /* L                          */
+	uint64_t capacity;    /* C                          */
+	uint64_t appended;    /* g                          */
+	uint64_t reserve;     /* decode slots allocated per stored head (>= g) */
+	enum skv_gqa gqa;
+};
+
+struct skv_ledger {
+	uint64_t native_full; /* 2*B*N*H_kv*(L+g)*D*s                   */
+	uint64_t compact;     /* 2*B*N*H_store*(min(L,C)+g)*D*s         */
+	uint64_t index;       /* 4*B*N*H_store*(min(L,C)+g)             */
+	uint64_t reserved;    /* allocated-but-unused decode headroom:
+	                         2*B*N*H_store*(reserve-g)*D*s           */
+	uint64_t h_store;
+};
+
+/* -EINVAL on zero sizes or g > reserve; -EOVERFLOW when a product overflows. */
+int skv_ledger_compute(const struct skv_ledger_in *in, struct skv_ledger *ret);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SKV_H */
