@@ -353,7 +353,8 @@ static int parse(struct skv_st_file *f, const uint8_t *buf, size_t len, struct s
 			prev = t;
 		}
 	}
-	qsort(f->tensors, f->n, sizeof(*f->tensors), cmp_name);
+	if (f->n > 1)
+		qsort(f->tensors, f->n, sizeof(*f->tensors), cmp_name);
 	if (f->n_meta > 1)
 		qsort(f->meta, f->n_meta, sizeof(*f->meta), cmp_meta);
 	return 0;
