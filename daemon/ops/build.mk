@@ -8,7 +8,7 @@
 
 LIBSNAPKVD_OPS := $(BUILD)/libsnapkvd-ops.a
 OPS_SRCS := daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c daemon/snapkvd-metrics.c \
-	daemon/snapkvd-quota.c
+	daemon/snapkvd-quota.c daemon/snapkvd-ops-config.c
 OPS_OBJS := $(OPS_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(OPS_OBJS)
 LIBS += $(LIBSNAPKVD_OPS)
@@ -18,7 +18,7 @@ $(LIBSNAPKVD_OPS): $(OPS_OBJS)
 	$(AR) rcs $@ $^
 
 # CUnit suites: tests/unit/test-ops-<module>.c, each linked against the library.
-OPS_TESTS := pressure hooks metrics quota
+OPS_TESTS := pressure hooks metrics quota config
 OPS_TEST_BINS := $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%)
 TESTS += $(OPS_TEST_BINS)
 OBJS += $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%.o)
