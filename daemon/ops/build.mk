@@ -19,6 +19,13 @@ $(LIBSNAPKVD_OPS): $(OPS_OBJS)
 
 # CUnit suites: tests/unit/test-ops-<module>.c, each linked against the library.
 OPS_TESTS := pressure hooks metrics quota config
+
+# snapkvctl's side of `top`/`pressure`: the Prometheus parser and renderer
+# (client/ctl-ops-view.c), tested against the daemon's writer.
+OPS_TESTS += view
+OBJS += $(BUILD)/client/ctl-ops-view.o
+$(BUILD)/tests/unit/test-ops-view: $(BUILD)/client/ctl-ops-view.o
+
 OPS_TEST_BINS := $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%)
 TESTS += $(OPS_TEST_BINS)
 OBJS += $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%.o)
