@@ -29,9 +29,6 @@ INSTALL_HEADERS += client/snapkv.h
 SNAPKV_RPATH := -Wl,-rpath,$(abspath $(BUILD))
 SNAPKV_LINK := -L$(BUILD) -lsnapkv $(SNAPKV_RPATH) $(PBC_LIBS)
 
-# snapkvd links the kernels (libskv); until kernels/build.mk exists in this
-# tree the daemon and its multi-process tests are left out of the build.
-ifneq ($(wildcard kernels/build.mk),)
 SNAPKVD := $(BUILD)/snapkvd
 SNAPKVD_CORE_OBJS := $(addprefix $(BUILD)/daemon/, snapkvd-log.o snapkvd-config.o \
 	snapkvd-pool.o snapkvd-arena.o snapkvd-ledger.o snapkvd-session.o \
@@ -56,4 +53,3 @@ $(BUILD)/tests/test-daemon-e2e: $(BUILD)/tests/integration/test-daemon-e2e.o $(L
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(DAEMON_ITESTS)
-endif
