@@ -53,3 +53,11 @@ $(BUILD)/tests/test-daemon-e2e: $(BUILD)/tests/integration/test-daemon-e2e.o $(L
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(DAEMON_ITESTS)
+DAEMON_ITESTS += $(BUILD)/tests/test-daemon-badinput
+$(BUILD)/tests/integration/test-daemon-badinput.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-daemon-badinput.o
+$(BUILD)/tests/test-daemon-badinput: $(BUILD)/tests/integration/test-daemon-badinput.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
+		-lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-daemon-badinput
