@@ -4,6 +4,10 @@
 # and client/libsnapkv (rules here so the file set of client/build.mk stays the
 # cli helper's): the engine API as a versioned shared library, soname
 # libsnapkv.so.1, plus a static copy for in-tree programs (snapkvctl).
+# proto/build.mk is read after this file: name its generated header here too
+# so that order-only prerequisites below are not empty.
+SKV_PB_H := $(BUILD)/proto/snapkv.pb-c.h
+
 LIBSNAPKV_VER := 1.0.0
 LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
 LIBSNAPKV_A := $(BUILD)/libsnapkv.a
@@ -61,3 +65,11 @@ $(BUILD)/tests/test-daemon-badinput: $(BUILD)/tests/integration/test-daemon-badi
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
 		-lm $(LDFLAGS)
 TESTS += $(BUILD)/tests/test-daemon-badinput
+
+# snapkvctl's online subcommands (client/ctl-daemon.c, compiled by
+# client/build.mk with every client/ctl-*.c) talk to the daemon.
+$(BUILD)/client/ctl-daemon.o: | $(SKV_PB_H)
+ifneq ($(SNAPKVCTL),)
+$(SNAPKVCTL): $(LIBSNAPKV_A) $(LIBSKVPROTO)
+SNAPKVCTL_LIBS += $(LIBSNAPKV_A) $(LIBSKVPROTO) $(PBC_LIBS)
+endif
