@@ -73,3 +73,10 @@ ifneq ($(SNAPKVCTL),)
 $(SNAPKVCTL): $(LIBSNAPKV_A) $(LIBSKVPROTO)
 SNAPKVCTL_LIBS += $(LIBSNAPKV_A) $(LIBSKVPROTO) $(PBC_LIBS)
 endif
+
+# bench/bench-ring: ring vs socket round trip of a no-op (make bench).
+BENCH_RING := $(BUILD)/bench/bench-ring
+OBJS += $(BUILD)/bench/bench-ring.o
+$(BENCH_RING): $(BUILD)/bench/bench-ring.o $(LIBSNAPKV) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LDFLAGS)
+BENCHES += $(BENCH_RING)
