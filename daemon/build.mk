@@ -80,3 +80,9 @@ OBJS += $(BUILD)/bench/bench-ring.o
 $(BENCH_RING): $(BUILD)/bench/bench-ring.o $(LIBSNAPKV) $(SNAPKVD)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LDFLAGS)
 BENCHES += $(BENCH_RING)
+
+# Unit tests of the daemon's pieces (the .c files are #included).
+$(BUILD)/tests/test-daemon-units: $(BUILD)/tests/unit/test-daemon-units.o
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(CUNIT_LIBS) $(LDFLAGS)
+OBJS += $(BUILD)/tests/unit/test-daemon-units.o
+TESTS += $(BUILD)/tests/test-daemon-units
