@@ -29,6 +29,8 @@
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
 
+#define SNAPKVD_HELLO_TIMEOUT_MS 5000
+
 uint64_t snapkvd_now_ns(void)
 {
 	struct timespec ts;
@@ -243,6 +245,13 @@ static void on_timer(struct snapkvd_server *srv)
 
 	if (srv->watchdog)
 		sd_notify(0, "WATCHDOG=1");
+	/* a connection that never says HELLO must not hold a session slot */
+	for (struct snapkvd_session *s = srv->sessions, *n; s; s = n) {
+		n = s->next;
+		if (!s->greeted && !s->closing &&
+		    now - s->created_ns > SNAPKVD_HELLO_TIMEOUT_MS * 1000000ull)
+			snapkvd_session_close(s, -ETIMEDOUT);
+	}
 	if (now - srv->last_status_ns > 1000000000ull) {
 		srv->last_status_ns = now;
 		sd_notifyf(0, "STATUS=%u sessions, pool %llu/%llu bytes, %llu compactions",

@@ -55,6 +55,7 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	s->gid = cred.gid;
 	s->id = ++srv->next_session_id;
 	s->refs = 1;
+	s->created_ns = snapkvd_now_ns();
 	s->ev_recv = (struct snapkvd_ev){SNAPKVD_EV_RECV, s};
 	s->ev_doorbell = (struct snapkvd_ev){SNAPKVD_EV_DOORBELL, s};
 	snprintf(s->name, sizeof(s->name), "pid%d", (int)cred.pid);

@@ -276,6 +276,97 @@ static void test_compact_bypass(void)
 	check_matches_offline(SKV_LAYOUT_HND, SKV_GQA_EXPAND, 20); /* L < C */
 }
 
+/* vLLM-style paged K/V (blocks of 16 tokens, [block][token][head][dim], shuffled
+ * block table) in f16, through the daemon and in-process: every byte equal. */
+static void test_compact_paged_f16(void)
+{
+	struct skv_client *c = connect_engine("paged");
+	struct skv_buffer *b = NULL;
+	struct skv_layer_ref lr[1];
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	struct skv_ctx *ctx = NULL;
+	struct skv_error err;
+	struct skv_plan plan;
+	const uint32_t L = 96, D = 16, HQ = 4, HKV = 2, W = 8, BS = 16, NB = L / BS;
+	int32_t bt[6] = {4, 0, 5, 2, 1, 3};
+	size_t qb = (size_t)HQ * W * D * 2, blk = (size_t)BS * HKV * D, kvb = NB * blk * 2;
+	uint64_t seed = 77;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, qb + 2 * kvb, &b), 0);
+	uint16_t *h = skv_buffer_data(b);
+	for (size_t i = 0; i < (qb + 2 * kvb) / 2; i++)
+		h[i] = skv_f32_to_f16(h_rand(&seed) * 2.0f);
+	memset(&d, 0, sizeof(d));
+	d.desc_size = sizeof(d);
+	d.shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HKV, .n_q = W};
+	d.layers = 1;
+	skv_client_params_init(&d.params);
+	d.params.window = W;
+	d.params.capacity = 40;
+	d.params.kernel = 7;
+	d.params.pooling = SKV_POOL_MAX;
+	lr[0].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F16, (int64_t)W * D, D, 0, 0};
+	lr[0].k =
+	    (struct skv_tensor_ref){b, qb, SKV_DTYPE_F16, D, (int64_t)HKV * D, BS, (int64_t)blk};
+	lr[0].v = (struct skv_tensor_ref){b,  qb + kvb,	   SKV_DTYPE_F16, D, (int64_t)HKV * D,
+					  BS, (int64_t)blk};
+	d.layer = lr;
+	d.block_table = bt;
+	d.n_blocks = NB;
+	d.out_layout = SKV_LAYOUT_NHD;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &k), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_plan(&d.shape, &d.params, &plan, &err), 0);
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	CU_ASSERT_EQUAL(ci->dtype, SKV_DTYPE_F16);
+	CU_ASSERT_EQUAL(ci->layout, SKV_LAYOUT_NHD);
+
+	uint32_t hs = plan.h_store, n = plan.kept;
+	uint16_t *ok = calloc((size_t)hs * n * D, 2), *ov = calloc((size_t)hs * n * D, 2);
+	int32_t *op = calloc((size_t)hs * n, 4);
+	float *om = calloc(hs, 4);
+	const uint8_t *base = skv_buffer_data(b);
+	struct skv_layer_in in = {
+	    .q = {(void *)base, SKV_DTYPE_F16, (int64_t)W * D, D, NULL, 0, 0, 0},
+	    .k = {(void *)(base + qb), SKV_DTYPE_F16, D, (int64_t)HKV * D, bt, BS, NB,
+		  (int64_t)blk},
+	    .v = {(void *)(base + qb + kvb), SKV_DTYPE_F16, D, (int64_t)HKV * D, bt, BS, NB,
+		  (int64_t)blk},
+	};
+	struct skv_layer_out out = {
+	    .k = {ok, SKV_DTYPE_F16, (int64_t)n * D, D, NULL, 0, 0, 0},
+	    .v = {ov, SKV_DTYPE_F16, (int64_t)n * D, D, NULL, 0, 0, 0},
+	    .positions = op,
+	    .pos_stride = n,
+	    .retained_mass = om,
+	};
+	CU_ASSERT_EQUAL_FATAL(skv_ctx_new(1, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_compact(ctx, &d.shape, &d.params, 1, &in, &out, &err), 0);
+	skv_ctx_free(ctx);
+	int diff = 0;
+	for (uint32_t hh = 0; hh < hs; hh++) {
+		const uint16_t *dk = skv_cache_k(k, 0, hh), *dv = skv_cache_v(k, 0, hh);
+		const int32_t *dp = skv_cache_positions(k, 0, hh);
+		for (uint32_t i = 0; i < n; i++) {
+			diff += memcmp(dk + (size_t)i * ci->token_stride,
+				       ok + ((size_t)hh * n + i) * D, D * 2) != 0;
+			diff += memcmp(dv + (size_t)i * ci->token_stride,
+				       ov + ((size_t)hh * n + i) * D, D * 2) != 0;
+			diff += dp[i] != op[(size_t)hh * n + i];
+		}
+	}
+	CU_ASSERT_EQUAL(diff, 0);
+	free(ok);
+	free(ov);
+	free(op);
+	free(om);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	skv_buffer_free(b);
+	skv_client_close(c);
+}
+
 static void test_append_grow_release(void)
 {
 	struct skv_client *c = connect_engine("decode");
@@ -644,6 +735,7 @@ int main(void)
 	CU_add_test(s, "compact HND = offline", test_compact_hnd);
 	CU_add_test(s, "compact NHD group = offline", test_compact_nhd_group);
 	CU_add_test(s, "compact bypass = offline", test_compact_bypass);
+	CU_add_test(s, "compact paged f16 = offline", test_compact_paged_f16);
 	CU_add_test(s, "append, grow, release", test_append_grow_release);
 	CU_add_test(s, "two engines at once", test_two_engines);
 	CU_add_test(s, "isolation", test_isolation);
