@@ -721,6 +721,23 @@ static int wait_slot(struct skv_client *c, uint32_t i, int timeout_ms)
 	}
 }
 
+/* Nothing moved: give the daemon a moment, and notice if it is gone. Locked;
+ * drops the lock while waiting. */
+static int stall(struct skv_client *c)
+{
+	struct pollfd p = {c->fd, POLLIN, 0};
+	int r;
+
+	pthread_mutex_unlock(&c->mu);
+	r = poll(&p, 1, 1);
+	pthread_mutex_lock(&c->mu);
+	if (c->dead)
+		return fail(c, c->dead, "not connected to snapkvd");
+	if (r > 0)
+		return check_socket(c, p.revents);
+	return 0;
+}
+
 /* Take a slot and submit. Locked. For SKV_OP_REQUEST the Request is packed
  * into the slot. */
 static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint32_t *ret_slot)
@@ -740,13 +757,8 @@ static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, ui
 		r = reap(c);
 		if (r < 0)
 			return r;
-		if (r == 0) {
-			pthread_mutex_unlock(&c->mu);
-			sched_yield();
-			pthread_mutex_lock(&c->mu);
-			if (c->dead)
-				return fail(c, c->dead, "not connected to snapkvd");
-		}
+		if (r == 0 && (r = stall(c)) < 0)
+			return r;
 	}
 	sqe.slot = i;
 	sqe.user_data = (uint64_t)i | (++c->seq << 32);
@@ -766,15 +778,8 @@ static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, ui
 	c->slots[i] = (struct slot){.state = SLOT_PENDING, .user_data = sqe.user_data};
 	while ((r = skv_ring_produce(&c->sq, &sqe)) == -EAGAIN) {
 		/* the daemon is behind (or back-pressuring us): make room */
-		if ((r = reap(c)) < 0)
+		if ((r = reap(c)) < 0 || (r = stall(c)) < 0)
 			break;
-		pthread_mutex_unlock(&c->mu);
-		sched_yield();
-		pthread_mutex_lock(&c->mu);
-		if (c->dead) {
-			r = c->dead;
-			break;
-		}
 	}
 	if (r < 0) {
 		c->slots[i] = (struct slot){0};
