@@ -68,6 +68,9 @@ struct skv_isa {
 	void (*votes)(const struct skv_votes_args *a);
 	/* n elements of dtype dt at src to f32 */
 	void (*to_f32)(const void *src, enum skv_dtype dt, float *dst, uint32_t n);
+	/* copy of an output row; may use non-temporal stores (then fence()) */
+	void (*copy)(void *dst, const void *src, size_t bytes);
+	void (*fence)(void);
 };
 
 extern const struct skv_isa skv_isa_scalar;

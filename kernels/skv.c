@@ -466,7 +466,7 @@ struct skv_ws {
 	float *qt, *kt, *z, *f, *m, *s, *tmax, *rowbuf, *colsum, *vote, *pooled;
 	int32_t *trow;
 	uint8_t *bad, *keep;
-	uint32_t *idx;
+	uint64_t *key;
 	int32_t *pos;
 	struct skv_seg *segs;
 	size_t cap; /* bytes in mem */
@@ -538,7 +538,7 @@ static size_t ws_need(const struct skv_job *j)
 	A(rb * 4);			      /* trow   */
 	A(rb);				      /* bad    */
 	A(L);				      /* keep   */
-	A(L * 4);			      /* idx    */
+	A(L * 8);			      /* key    */
 	A(L * 4);			      /* pos    */
 	A((G + rb) * sizeof(struct skv_seg)); /* segs */
 #undef A
@@ -580,7 +580,7 @@ static int ws_reserve(struct skv_ws *w, const struct skv_job *j)
 	T(trow, int32_t, rb);
 	T(bad, uint8_t, rb);
 	T(keep, uint8_t, L);
-	T(idx, uint32_t, L);
+	T(key, uint64_t, L);
 	T(pos, int32_t, L);
 	T(segs, struct skv_seg, G + rb);
 #undef T
@@ -732,6 +732,10 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 	const uint32_t M = G * n_obs;
 	const size_t qes = skv_dtype_size(in->q.dtype), kes = skv_dtype_size(in->k.dtype);
 
+	/* f32 keys with contiguous rows are read in place, not copied */
+	const bool kdirect =
+	    in->k.dtype == SKV_DTYPE_F32 && !in->k.block_table && in->k.token_stride == (int64_t)D;
+
 	memset(w->colsum, 0, (size_t)G * L * sizeof(float));
 	for (uint32_t r0 = 0; r0 < M; r0 += jb->rb) {
 		uint32_t rows = M - r0 < jb->rb ? M - r0 : jb->rb;
@@ -771,12 +775,16 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 		uint32_t nt = 0;
 		for (uint32_t j0 = 0; j0 < ext; j0 += SKV_TILE, nt++) {
 			uint32_t nk = ext - j0 < SKV_TILE ? ext - j0 : SKV_TILE;
-			for (uint32_t j = 0; j < nk; j++)
-				isa->to_f32(elem(&in->k, kvh, j0 + j, kes), in->k.dtype,
-					    w->kt + (size_t)j * D, D);
+			const float *kt = w->kt;
+			if (kdirect)
+				kt = elem(&in->k, kvh, j0, 4);
+			else
+				for (uint32_t j = 0; j < nk; j++)
+					isa->to_f32(elem(&in->k, kvh, j0 + j, kes), in->k.dtype,
+						    w->kt + (size_t)j * D, D);
 			struct skv_tile_args ta = {
 			    .qt = w->qt,
-			    .kt = w->kt,
+			    .kt = kt,
 			    .z = w->z + (size_t)j0 * rbp,
 			    .m = w->m,
 			    .s = w->s,
@@ -817,61 +825,86 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 static void pool(const struct skv_params *p, uint32_t kernel, const float *v, float *out,
 		 uint32_t P)
 {
-	int64_t h = kernel / 2;
+	const uint32_t h = kernel / 2;
 
 	if (kernel == 1) {
 		memcpy(out, v, (size_t)P * sizeof(float));
 		return;
 	}
-	for (int64_t j = 0; j < P; j++) {
-		int64_t a = j - h < 0 ? 0 : j - h, b = j + h >= P ? P - 1 : j + h;
-		if (p->pooling == SKV_POOL_AVG) {
-			/* count_include_pad: out-of-range neighbours are 0, divisor k */
-			float acc = 0.0f;
-			for (int64_t i = a; i <= b; i++)
-				acc += v[i];
-			out[j] = acc / (float)kernel;
-		} else {
-			float mx = v[a];
-			for (int64_t i = a + 1; i <= b; i++)
-				if (v[i] > mx)
-					mx = v[i];
-			out[j] = mx;
+	/* edges: only in-range neighbours (avg counts the padding as 0) */
+	for (uint32_t j = 0; j < P; j++) {
+		if (j == h && P > 2 * h) {
+			j = P - h - 1; /* interior done below */
+			continue;
 		}
+		uint32_t a = j < h ? 0 : j - h, b = j + h >= P ? P - 1 : j + h;
+		float acc = v[a], mx = v[a];
+		for (uint32_t i = a + 1; i <= b; i++) {
+			acc += v[i];
+			mx = v[i] > mx ? v[i] : mx;
+		}
+		out[j] = p->pooling == SKV_POOL_AVG ? acc / (float)kernel : mx;
+	}
+	if (P <= 2 * h)
+		return;
+	/* interior [h, P - h): the same left-to-right order, as vectorisable loops */
+	const uint32_t n = P - 2 * h;
+	float *o = out + h;
+	memcpy(o, v, (size_t)n * sizeof(float));
+	if (p->pooling == SKV_POOL_AVG) {
+		for (uint32_t i = 1; i < kernel; i++)
+			for (uint32_t j = 0; j < n; j++)
+				o[j] += v[j + i];
+		const float k = (float)kernel;
+		for (uint32_t j = 0; j < n; j++)
+			o[j] /= k;
+	} else {
+		for (uint32_t i = 1; i < kernel; i++)
+			for (uint32_t j = 0; j < n; j++)
+				o[j] = v[j + i] > o[j] ? v[j + i] : o[j];
 	}
 }
 
-/* a before b in the ranking: higher score, ties to the smaller position */
-static inline bool better(const float *sc, uint32_t a, uint32_t b)
+/*
+ * Ranking keys: higher is better. The score's bits, made monotonic as an
+ * unsigned integer, above the complement of the position, so that equal
+ * scores rank the smaller position first. One integer compare per step.
+ */
+static inline uint64_t rank_key(float score, uint32_t pos)
 {
-	return sc[a] > sc[b] || (sc[a] == sc[b] && a < b);
+	uint32_t u;
+	memcpy(&u, &score, 4);
+	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return (uint64_t)u << 32 | (uint32_t)~pos;
 }
 
-/* Rearrange idx[0..n) so that its first k entries are the k best (quickselect). */
-static void select_top(const float *sc, uint32_t *idx, uint32_t n, uint32_t k)
+/* Rearrange key[0..n) so that its first k entries are the k largest (quickselect). */
+static void select_top(uint64_t *key, uint32_t n, uint32_t k)
 {
 	uint32_t lo = 0, hi = n; /* [0, lo) best, [hi, n) worst, k in [lo, hi] */
 
 	while (hi - lo > 1) {
 		/* median of three as pivot, moved to the end (deterministic) */
-		uint32_t ia = lo, ib = lo + (hi - lo) / 2, ic = hi - 1, ip, t;
-		uint32_t a = idx[ia], b = idx[ib], c = idx[ic];
-		if (better(sc, a, b))
-			ip = better(sc, b, c) ? ib : (better(sc, a, c) ? ic : ia);
+		uint32_t ia = lo, ib = lo + (hi - lo) / 2, ic = hi - 1, ip;
+		uint64_t a = key[ia], b = key[ib], c = key[ic], t;
+		if (a > b)
+			ip = b > c ? ib : (a > c ? ic : ia);
 		else
-			ip = better(sc, a, c) ? ia : (better(sc, b, c) ? ic : ib);
-		t = idx[ip];
-		idx[ip] = idx[hi - 1];
-		idx[hi - 1] = t;
-		uint32_t pv = t, st = lo;
-		for (uint32_t i = lo; i < hi - 1; i++)
-			if (better(sc, idx[i], pv)) {
-				t = idx[i];
-				idx[i] = idx[st];
-				idx[st++] = t;
-			}
-		idx[hi - 1] = idx[st];
-		idx[st] = pv;
+			ip = a > c ? ia : (b > c ? ic : ib);
+		t = key[ip];
+		key[ip] = key[hi - 1];
+		key[hi - 1] = t;
+		uint64_t pv = t;
+		uint32_t st = lo;
+		/* branchless Lomuto: [lo, st) better, [st, i) not */
+		for (uint32_t i = lo; i < hi - 1; i++) {
+			uint64_t x = key[i];
+			key[i] = key[st];
+			key[st] = x;
+			st += x > pv;
+		}
+		key[hi - 1] = key[st];
+		key[st] = pv;
 		/* [lo, st) better than the pivot at st, (st, hi) worse */
 		if (k == st || k == st + 1)
 			return;
@@ -891,14 +924,20 @@ static uint32_t choose(const struct skv_job *jb, struct skv_ws *w, const float *
 
 	memcpy(w->keep, jb->base_keep, L);
 	pool(jb->p, kernel, votes, w->pooled, P);
-	for (uint32_t j = 0; j < P; j++)
-		if (!w->keep[j])
-			w->idx[n++] = j;
-	uint32_t k = jb->budget < n ? jb->budget : n;
-	if (k < n)
-		select_top(w->pooled, w->idx, n, k);
-	for (uint32_t i = 0; i < k; i++)
-		w->keep[w->idx[i]] = 1;
+	uint32_t k = jb->budget;
+	if (k >= P) { /* everything left fits (L == C) */
+		memset(w->keep, 1, P);
+	} else {
+		for (uint32_t j = 0; j < P; j++)
+			if (!w->keep[j])
+				w->key[n++] = rank_key(w->pooled[j], j);
+		if (k > n)
+			k = n;
+		if (k < n)
+			select_top(w->key, n, k);
+		for (uint32_t i = 0; i < k; i++)
+			w->keep[~(uint32_t)w->key[i]] = 1;
+	}
 	for (uint32_t j = 0; j < L; j++)
 		if (w->keep[j])
 			w->pos[cnt++] = (int32_t)j;
@@ -911,7 +950,7 @@ static void copy_row(const struct skv_isa *isa, float *tmp, const void *src, enu
 		     void *dst, enum skv_dtype ddt, uint32_t D)
 {
 	if (sdt == ddt) {
-		memcpy(dst, src, (size_t)D * skv_dtype_size(sdt));
+		isa->copy(dst, src, (size_t)D * skv_dtype_size(sdt));
 		return;
 	}
 	isa->to_f32(src, sdt, tmp, D);
@@ -1031,6 +1070,7 @@ static void run_items(struct skv_ctx *ctx, unsigned tid)
 			break;
 		int32_t head = -1;
 		int r = run_item(jb, &ctx->ws[tid], i, &head);
+		jb->isa->fence(); /* streamed output stores are visible before we return */
 		jb->errs[i].rc = r;
 		jb->errs[i].head = head;
 	}

@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bench-kernels.c - one Llama-3-8B-shaped layer (H_q 32, H_kv 8, D 128,
+ * W 32, C 2048, k 5, avg, expand) compacted by libskv at several prompt
+ * lengths, f32 and bf16, next to OpenBLAS sgemm computing only the grouped
+ * score products Q_group . K^T (8 sgemms of (4*32) x 128 x L, f32), with
+ * the same thread count. Prints the median of several repetitions.
+ *
+ * bench-kernels [--threads N] [--reps N] [--lens L1,L2,...] [--layers N]
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "skv.h"
+
+void openblas_set_num_threads(int n);
+char *openblas_get_config(void);
+
+#define HQ  32
+#define HKV 8
+#define D   128
+#define W   32
+#define C   2048
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(double), cmpd);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static uint64_t rs = 88172645463325252ull;
+static float frand(void)
+{
+	rs ^= rs << 13;
+	rs ^= rs >> 7;
+	rs ^= rs << 17;
+	return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, n ? n : 1)) {
+		fprintf(stderr, "bench-kernels: out of memory (%zu bytes)\n", n);
+		exit(1);
+	}
+	return p;
+}
+
+static void fill(void *buf, enum skv_dtype dt, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = frand() * 1.7f;
+		if (dt == SKV_DTYPE_F32)
+			((float *)buf)[i] = x;
+		else
+			((uint16_t *)buf)[i] = skv_f32_to_bf16(x);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	unsigned threads = 0;
+	int reps = 5, n_layers = 1;
+	uint32_t lens[8] = {4096, 16384, 32768};
+	int n_lens = 3;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			threads = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--layers") && i + 1 < argc)
+			n_layers = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--lens") && i + 1 < argc) {
+			n_lens = 0;
+			for (char *s = strtok(argv[++i], ","); s && n_lens < 8;
+			     s = strtok(NULL, ","))
+				lens[n_lens++] = (uint32_t)atoi(s);
+		} else {
+			fprintf(stderr,
+				"usage: %s [--threads N] [--reps N] [--lens L1,L2] [--layers N]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	/*
+	 * Debian's DYNAMIC_ARCH OpenBLAS 0.3.21 does not recognise every AVX-512
+	 * CPU (under KVM it may fall back to its Prescott SSE3 kernels), which
+	 * would make the baseline unfairly slow. Unless the caller chose a core
+	 * type, rerun ourselves with the SkylakeX (AVX-512) kernels.
+	 */
+	__builtin_cpu_init();
+	if (!getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f")) {
+		setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+		execv("/proc/self/exe", argv);
+	}
+	if (reps < 1 || reps > 1000 || n_layers < 1 || n_layers > 64) {
+		fprintf(stderr, "bench-kernels: bad --reps or --layers\n");
+		return 2;
+	}
+
+	struct skv_ctx *ctx;
+	int r = skv_ctx_new(threads, &ctx);
+	if (r) {
+		fprintf(stderr, "bench-kernels: skv_ctx_new: %s\n", strerror(-r));
+		return 1;
+	}
+	threads = skv_ctx_threads(ctx);
+	openblas_set_num_threads((int)threads);
+	double la[3] = {0, 0, 0};
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f) {
+		if (fscanf(f, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3)
+			la[0] = -1;
+		fclose(f);
+	}
+	printf("bench-kernels: Llama-3-8B layer (H_q %d, H_kv %d, D %d, W %d, C %d, k 5, avg, "
+	       "expand)\n",
+	       HQ, HKV, D, W, C);
+	printf("  libskv isa %s, threads %u (sgemm: same count), %d layer(s) per call, median "
+	       "of %d\n",
+	       skv_ctx_isa(ctx), threads, n_layers, reps);
+	printf("  OpenBLAS: %s\n", openblas_get_config());
+	printf("  load average before: %.2f %.2f %.2f\n", la[0], la[1], la[2]);
+	printf("\n  %6s %5s %12s %10s %12s %10s %8s\n", "L", "dtype", "ms/layer", "GFLOP/s",
+	       "sgemm ms", "sgemm GF/s", "ratio");
+
+	for (int li = 0; li < n_lens; li++) {
+		uint32_t L = lens[li];
+		double flop = 2.0 * HQ * W * (double)L * D; /* scoring products per layer */
+		/* sgemm baseline, f32: 8 x (128 x 128) . (128 x L) */
+		float *kk = xmalloc((size_t)HKV * L * D * 4);
+		float *qq = xmalloc((size_t)HQ * W * D * 4);
+		float *cc = xmalloc((size_t)4 * W * L * 4);
+		fill(kk, SKV_DTYPE_F32, (size_t)HKV * L * D);
+		fill(qq, SKV_DTYPE_F32, (size_t)HQ * W * D);
+		double ts[1000];
+		for (int rep = -1; rep < reps; rep++) {
+			double t0 = now();
+			for (int h = 0; h < HKV; h++)
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 4 * W, (int)L,
+					    D, 1.0f, qq + (size_t)h * 4 * W * D, D,
+					    kk + (size_t)h * L * D, D, 0.0f, cc, (int)L);
+			if (rep >= 0)
+				ts[rep] = now() - t0;
+		}
+		double sg = median(ts, reps);
+		free(kk);
+		free(qq);
+		free(cc);
+
+		for (int di = 0; di < 2; di++) {
+			enum skv_dtype dt = di ? SKV_DTYPE_BF16 : SKV_DTYPE_F32;
+			size_t es = skv_dtype_size(dt);
+			struct skv_shape sh = {
+			    .prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HKV, .n_q = W};
+			struct skv_params p;
+			skv_params_init(&p);
+			struct skv_layer_in in[64];
+			struct skv_layer_out out[64];
+			for (int l = 0; l < n_layers; l++) {
+				void *q = xmalloc((size_t)HQ * W * D * es);
+				void *k = xmalloc((size_t)HKV * L * D * es);
+				void *v = xmalloc((size_t)HKV * L * D * es);
+				fill(q, dt, (size_t)HQ * W * D);
+				fill(k, dt, (size_t)HKV * L * D);
+				fill(v, dt, (size_t)HKV * L * D);
+				in[l] = (struct skv_layer_in){
+				    .q = {.data = q,
+					  .dtype = dt,
+					  .head_stride = W * D,
+					  .token_stride = D},
+				    .k = {.data = k,
+					  .dtype = dt,
+					  .head_stride = (int64_t)L * D,
+					  .token_stride = D},
+				    .v = {.data = v,
+					  .dtype = dt,
+					  .head_stride = (int64_t)L * D,
+					  .token_stride = D},
+				};
+				out[l] = (struct skv_layer_out){
+				    .k = {.data = xmalloc((size_t)HQ * C * D * es),
+					  .dtype = dt,
+					  .head_stride = C * D,
+					  .token_stride = D},
+				    .v = {.data = xmalloc((size_t)HQ * C * D * es),
+					  .dtype = dt,
+					  .head_stride = C * D,
+					  .token_stride = D},
+				    .positions = xmalloc((size_t)HQ * C * 4),
+				    .pos_stride = C,
+				    .retained_mass = xmalloc(HQ * 4),
+				};
+			}
+			struct skv_error e;
+			for (int rep = -1; rep < reps; rep++) {
+				double t0 = now();
+				r = skv_compact(ctx, &sh, &p, (uint32_t)n_layers, in, out, &e);
+				if (r) {
+					fprintf(stderr, "bench-kernels: skv_compact: %d %s\n", r,
+						e.msg);
+					return 1;
+				}
+				if (rep >= 0)
+					ts[rep] = (now() - t0) / n_layers;
+			}
+			double t = median(ts, reps);
+			printf("  %6u %5s %12.2f %10.1f %12.2f %10.1f %8.2f\n", L,
+			       skv_dtype_name(dt), t * 1e3, flop / t * 1e-9, sg * 1e3,
+			       flop / sg * 1e-9, t / sg);
+			fflush(stdout);
+			for (int l = 0; l < n_layers; l++) {
+				free(in[l].q.data);
+				free(in[l].k.data);
+				free(in[l].v.data);
+				free(out[l].k.data);
+				free(out[l].v.data);
+				free(out[l].positions);
+				free(out[l].retained_mass);
+			}
+		}
+	}
+	f = fopen("/proc/loadavg", "r");
+	if (f) {
+		if (fscanf(f, "%lf %lf %lf", &la[0], &la[1], &la[2]) == 3)
+			printf("\n  load average after: %.2f %.2f %.2f\n", la[0], la[1], la[2]);
+		fclose(f);
+	}
+	skv_ctx_free(ctx);
+	return 0;
+}
