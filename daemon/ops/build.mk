@@ -1,0 +1,34 @@
+# SPDX-License-Identifier: MIT
+# Operations modules of the daemon (pressure policy, hooks, metrics, quota
+# reservations): daemon/snapkvd-{pressure,hooks,metrics,quota}.[ch]. They are
+# standalone (no dependency on the rest of the daemon) and go into a static
+# library the daemon links, so their unit tests build without the daemon.
+# This fragment lives in its own directory so that daemon/build.mk stays the
+# daemon's.
+
+LIBSNAPKVD_OPS := $(BUILD)/libsnapkvd-ops.a
+OPS_SRCS := daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c daemon/snapkvd-metrics.c \
+	daemon/snapkvd-quota.c daemon/snapkvd-ops-config.c
+OPS_OBJS := $(OPS_SRCS:%.c=$(BUILD)/%.o)
+OBJS += $(OPS_OBJS)
+LIBS += $(LIBSNAPKVD_OPS)
+
+$(LIBSNAPKVD_OPS): $(OPS_OBJS)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+# CUnit suites: tests/unit/test-ops-<module>.c, each linked against the library.
+OPS_TESTS := pressure hooks metrics quota config
+
+# snapkvctl's side of `top`/`pressure`: the Prometheus parser and renderer
+# (client/ctl-ops-view.c), tested against the daemon's writer.
+OPS_TESTS += view
+OBJS += $(BUILD)/client/ctl-ops-view.o
+$(BUILD)/tests/unit/test-ops-view: $(BUILD)/client/ctl-ops-view.o
+
+OPS_TEST_BINS := $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%)
+TESTS += $(OPS_TEST_BINS)
+OBJS += $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%.o)
+
+$(OPS_TEST_BINS): $(BUILD)/tests/unit/test-ops-%: $(BUILD)/tests/unit/test-ops-%.o $(LIBSNAPKVD_OPS)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDFLAGS) $(CUNIT_LIBS) -lm

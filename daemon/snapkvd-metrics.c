@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: MIT
+/*
+ * snapkvd-metrics.c - Prometheus text exposition and atomic textfile.
+ * See snapkvd-metrics.h.
+ */
+#include "snapkvd-metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int snapkvd_histogram_init(struct snapkvd_histogram *h, const double *bounds, uint32_t n)
+{
+	if (n > SNAPKVD_HIST_MAX_BUCKETS || (n > 0 && !bounds))
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++) {
+		if (!isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1])))
+			return -EINVAL;
+	}
+	memset(h, 0, sizeof(*h));
+	h->n_bounds = n;
+	if (n)
+		memcpy(h->bounds, bounds, n * sizeof(bounds[0]));
+	return 0;
+}
+
+void snapkvd_histogram_init_seconds(struct snapkvd_histogram *h)
+{
+	static const double b[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+				   0.5,	  1,	  2.5,	 5,    10,    30,   60};
+
+	snapkvd_histogram_init(h, b, sizeof(b) / sizeof(b[0]));
+}
+
+void snapkvd_histogram_init_mass(struct snapkvd_histogram *h)
+{
+	static const double b[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1};
+
+	snapkvd_histogram_init(h, b, sizeof(b) / sizeof(b[0]));
+}
+
+void snapkvd_histogram_observe(struct snapkvd_histogram *h, double v)
+{
+	uint32_t i = 0;
+
+	if (isnan(v))
+		return;
+	while (i < h->n_bounds && v > h->bounds[i])
+		i++;
+	h->counts[i]++;
+	h->count++;
+	h->sum += v;
+}
+
+double snapkvd_histogram_quantile(const struct snapkvd_histogram *h, double q)
+{
+	double rank, cum = 0;
+
+	if (h->count == 0 || isnan(q))
+		return NAN;
+	if (q < 0)
+		q = 0;
+	if (q > 1)
+		q = 1;
+	rank = q * (double)h->count;
+	for (uint32_t i = 0; i <= h->n_bounds; i++) {
+		double c = (double)h->counts[i];
+
+		if (c > 0 && cum + c >= rank) {
+			double lo, hi;
+
+			if (i == h->n_bounds)
+				return h->n_bounds ? h->bounds[h->n_bounds - 1] : NAN;
+			lo = i == 0 ? (h->bounds[0] > 0 ? 0 : h->bounds[0]) : h->bounds[i - 1];
+			hi = h->bounds[i];
+			return lo + (hi - lo) * ((rank - cum) / c);
+		}
+		cum += c;
+	}
+	return h->n_bounds ? h->bounds[h->n_bounds - 1] : NAN;
+}
+
+const char *snapkvd_cache_kind_name(enum snapkvd_cache_kind k)
+{
+	static const char *const names[SNAPKVD_CACHE_KINDS] = {"native_full", "compact", "index",
+							       "reserved"};
+
+	if ((unsigned)k >= SNAPKVD_CACHE_KINDS)
+		return "unknown";
+	return names[k];
+}
+
+int snapkvd_metrics_escape_label(const char *in, char *out, size_t out_len)
+{
+	size_t o = 0;
+
+	if (!in || !out || out_len == 0)
+		return -EINVAL;
+	for (const char *p = in; *p; p++) {
+		const char *rep = NULL;
+		char one[2] = {*p, 0};
+
+		if (*p == '\\')
+			rep = "\\\\";
+		else if (*p == '"')
+			rep = "\\\"";
+		else if (*p == '\n')
+			rep = "\\n";
+		else
+			rep = one;
+		for (const char *r = rep; *r; r++) {
+			if (o + 1 >= out_len)
+				return -ENOBUFS;
+			out[o++] = *r;
+		}
+	}
+	out[o] = '\0';
+	return (int)o;
+}
+
+static void put_label(FILE *f, const char *v)
+{
+	for (const char *p = v; *p; p++) {
+		if (*p == '\\')
+			fputs("\\\\", f);
+		else if (*p == '"')
+			fputs("\\\"", f);
+		else if (*p == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*p, f);
+	}
+}
+
+/* Shortest decimal that reads back as the same double; Prometheus spells
+ * the special values +Inf, -Inf and NaN. */
+static void put_double(FILE *f, double v)
+{
+	char buf[40];
+
+	if (isnan(v)) {
+		fputs("NaN", f);
+		return;
+	}
+	if (isinf(v)) {
+		fputs(v > 0 ? "+Inf" : "-Inf", f);
+		return;
+	}
+	for (int prec = 6; prec <= 17; prec++) {
+		snprintf(buf, sizeof(buf), "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	fputs(buf, f);
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void scalar(FILE *f, const char *name, const char *type, const char *help, uint64_t v)
+{
+	head(f, name, type, help);
+	fprintf(f, "%s %" PRIu64 "\n", name, v);
+}
+
+static void histogram(FILE *f, const char *name, const char *help,
+		      const struct snapkvd_histogram *h)
+{
+	uint64_t cum = 0;
+
+	head(f, name, "histogram", help);
+	for (uint32_t i = 0; i < h->n_bounds; i++) {
+		cum += h->counts[i];
+		fprintf(f, "%s_bucket{le=\"", name);
+		put_double(f, h->bounds[i]);
+		fprintf(f, "\"} %" PRIu64 "\n", cum);
+	}
+	fprintf(f, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, h->count);
+	fprintf(f, "%s_sum ", name);
+	put_double(f, h->sum);
+	fprintf(f, "\n%s_count %" PRIu64 "\n", name, h->count);
+}
+
+static void tenant_series(FILE *f, const struct snapkvd_stats *s, const char *name,
+			  const char *type, const char *help, size_t field_off, int skip_zero)
+{
+	head(f, name, type, help);
+	for (size_t i = 0; i < s->n_tenants; i++) {
+		const struct snapkvd_stats_tenant *t = &s->tenants[i];
+		uint64_t v = *(const uint64_t *)((const char *)t + field_off);
+
+		if (skip_zero && v == 0)
+			continue;
+		fprintf(f, "%s{tenant=\"", name);
+		put_label(f, t->name);
+		fprintf(f, "\",uid=\"%" PRIu32 "\"} %" PRIu64 "\n", t->uid, v);
+	}
+}
+
+int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t *ret_len)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (!s || (s->n_tenants && !s->tenants) || (s->n_errors && !s->errors))
+		return -EINVAL;
+	for (size_t i = 0; i < s->n_tenants; i++)
+		if (!s->tenants[i].name)
+			return -EINVAL;
+	for (size_t i = 0; i < s->n_errors; i++)
+		if (!s->errors[i].code)
+			return -EINVAL;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return -ENOMEM;
+
+	scalar(f, "snapkvd_pool_total_bytes", "gauge", "Size of the daemon's memory pool.",
+	       s->pool_total_bytes);
+	scalar(f, "snapkvd_pool_used_bytes", "gauge", "Pool bytes in use: committed plus reserved.",
+	       s->pool_used_bytes);
+	scalar(f, "snapkvd_pool_reserved_bytes", "gauge",
+	       "Pool bytes reserved by admissions not yet committed.", s->pool_reserved_bytes);
+	scalar(f, "snapkvd_pressure_level", "gauge",
+	       "Memory pressure level: 0 normal, 1 high, 2 critical.", (uint64_t)s->pressure_level);
+	scalar(f, "snapkvd_pressure_transitions_total", "counter", "Changes of the pressure level.",
+	       s->pressure_transitions_total);
+	scalar(f, "snapkvd_sessions", "gauge", "Connected engine sessions.", s->sessions);
+	scalar(f, "snapkvd_caches", "gauge", "Compact caches held.", s->caches);
+
+	head(f, "snapkvd_cache_bytes", "gauge",
+	     "Ledger bytes of all caches by kind: native_full is what the engine would hold "
+	     "without compaction.");
+	for (unsigned k = 0; k < SNAPKVD_CACHE_KINDS; k++)
+		fprintf(f, "snapkvd_cache_bytes{kind=\"%s\"} %" PRIu64 "\n",
+			snapkvd_cache_kind_name((enum snapkvd_cache_kind)k), s->cache_bytes[k]);
+
+	tenant_series(f, s, "snapkvd_tenant_used_bytes", "gauge", "Pool bytes held by a tenant.",
+		      offsetof(struct snapkvd_stats_tenant, used_bytes), 0);
+	tenant_series(f, s, "snapkvd_tenant_quota_bytes", "gauge",
+		      "Configured quota of a tenant (absent: none).",
+		      offsetof(struct snapkvd_stats_tenant, quota_bytes), 1);
+	tenant_series(f, s, "snapkvd_tenant_caches", "gauge", "Compact caches held by a tenant.",
+		      offsetof(struct snapkvd_stats_tenant, caches), 0);
+	tenant_series(f, s, "snapkvd_tenant_compactions_total", "counter",
+		      "Compactions completed for a tenant.",
+		      offsetof(struct snapkvd_stats_tenant, compactions_total), 0);
+	tenant_series(f, s, "snapkvd_tenant_quota_rejections_total", "counter",
+		      "Requests of a tenant refused with EDQUOT.",
+		      offsetof(struct snapkvd_stats_tenant, quota_rejections_total), 0);
+
+	scalar(f, "snapkvd_compactions_total", "counter", "Compactions completed.",
+	       s->compactions_total);
+	scalar(f, "snapkvd_compactions_scaled_total", "counter",
+	       "Compactions whose budget C was scaled down under pressure.",
+	       s->compactions_scaled_total);
+	head(f, "snapkvd_compaction_errors_total", "counter",
+	     "Requests that failed, by errno name.");
+	for (size_t i = 0; i < s->n_errors; i++) {
+		fputs("snapkvd_compaction_errors_total{code=\"", f);
+		put_label(f, s->errors[i].code);
+		fprintf(f, "\"} %" PRIu64 "\n", s->errors[i].count);
+	}
+	scalar(f, "snapkvd_pressure_refusals_total", "counter",
+	       "New compactions refused with ENOSPC at critical pressure.", s->refusals_total);
+	scalar(f, "snapkvd_evictions_total", "counter", "Lingering caches evicted under pressure.",
+	       s->evictions_total);
+	scalar(f, "snapkvd_evicted_bytes_total", "counter",
+	       "Pool bytes freed by evicting lingering caches.", s->evicted_bytes_total);
+	scalar(f, "snapkvd_hooks_started_total", "counter", "Pressure hook processes started.",
+	       s->hooks_started_total);
+	scalar(f, "snapkvd_hooks_failed_total", "counter",
+	       "Pressure hooks that failed to start, exited non-zero or were killed.",
+	       s->hooks_failed_total);
+	scalar(f, "snapkvd_hooks_timed_out_total", "counter",
+	       "Pressure hooks killed after their timeout.", s->hooks_timed_out_total);
+	if (s->compaction_seconds)
+		histogram(f, "snapkvd_compaction_seconds",
+			  "Wall time of a compaction, from admission to completion.",
+			  s->compaction_seconds);
+	if (s->retained_mass)
+		histogram(f, "snapkvd_retained_mass",
+			  "Retained attention mass per stored head and layer (1 = all kept).",
+			  s->retained_mass);
+	if (s->start_time_seconds > 0) {
+		head(f, "snapkvd_start_time_seconds", "gauge",
+		     "Start time of the daemon since the Unix epoch.");
+		fputs("snapkvd_start_time_seconds ", f);
+		put_double(f, s->start_time_seconds);
+		fputc('\n', f);
+	}
+	if (fclose(f) != 0 || !buf) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*ret_buf = buf;
+	*ret_len = len;
+	return 0;
+}
+
+int snapkvd_atomic_write(const char *path, const void *data, size_t len, mode_t mode)
+{
+	const char *slash, *base;
+	char tmp[PATH_MAX];
+	size_t dirlen, off = 0;
+	int fd, r = 0, n;
+
+	if (!path || !*path || (len && !data))
+		return -EINVAL;
+	slash = strrchr(path, '/');
+	base = slash ? slash + 1 : path;
+	dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+	if (!*base)
+		return -EISDIR;
+	n = snprintf(tmp, sizeof(tmp), "%.*s.%s.tmp.XXXXXX", (int)dirlen, path, base);
+	if (n < 0 || (size_t)n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	while (off < len) {
+		ssize_t k = write(fd, (const char *)data + off, len - off);
+
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		off += (size_t)k;
+	}
+	if (r == 0 && fchmod(fd, mode) < 0)
+		r = -errno;
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0)
+		unlink(tmp);
+	return r;
+}
+
+int snapkvd_metrics_write_textfile(const char *path, const struct snapkvd_stats *s)
+{
+	char *buf;
+	size_t len;
+	int r;
+
+	r = snapkvd_metrics_format(s, &buf, &len);
+	if (r < 0)
+		return r;
+	r = snapkvd_atomic_write(path, buf, len, 0644);
+	free(buf);
+	return r;
+}
