@@ -9,6 +9,7 @@
  * key tile is a plain [nk][D] f32 copy, read from L1.
  */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "skv-internal.h"
@@ -109,37 +110,38 @@ static void micro_dispatch(int rv, int nk, const float *qt, uint32_t rbp, const 
 	}
 }
 
-static void tile_avx512(const struct skv_tile_args *a)
+static void mark_bad(const struct skv_tile_args *a, uint32_t v0, int rv, const __mmask16 *badm)
 {
-	const uint32_t rbp = a->rbp, D = a->d, nk = a->nk, nv = rbp / 16;
+	for (int v = 0; v < rv; v++)
+		if (badm[v])
+			for (int l = 0; l < 16; l++)
+				if (badm[v] >> l & 1)
+					a->bad[16 * (v0 + v) + l] = 1;
+}
 
-	/* logits: row groups of up to 4 vectors, key groups of up to 6 */
-	for (uint32_t v0 = 0; v0 < nv; v0 += 4) {
-		int rv = nv - v0 < 4 ? (int)(nv - v0) : 4;
-		__mmask16 badm[4] = {0, 0, 0, 0};
-		for (uint32_t k0 = 0; k0 < nk; k0 += 6) {
-			int kk = nk - k0 < 6 ? (int)(nk - k0) : 6;
-			micro_dispatch(rv, kk, a->qt + 16 * v0, rbp, a->kt + (size_t)k0 * D, D,
-				       a->z + (size_t)k0 * rbp + 16 * v0, a->scale, badm);
-		}
-		for (int v = 0; v < rv; v++)
-			if (badm[v])
-				for (int l = 0; l < 16; l++)
-					if (badm[v] >> l & 1)
-						a->bad[16 * (v0 + v) + l] = 1;
-	}
-	/* mask, one online-softmax step per row, logits -> exp(z - m_tile) */
+/* mask, one online-softmax step per row, logits -> exp(z - m_tile) */
+static void softmax_step(const struct skv_tile_args *a)
+{
+	const uint32_t rbp = a->rbp, nk = a->nk, nv = rbp / 16;
 	const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+	const bool masked = (int64_t)a->j0 + nk - 1 > a->trow_min;
+
 	for (uint32_t v = 0; v < nv; v++) {
-		__m512i tr = _mm512_loadu_si512(a->trow + 16 * v);
 		__m512 tm = ninf;
-		for (uint32_t j = 0; j < nk; j++) {
-			float *zp = a->z + (size_t)j * rbp + 16 * v;
-			__mmask16 vis = _mm512_cmp_epi32_mask(
-			    _mm512_set1_epi32((int32_t)(a->j0 + j)), tr, _MM_CMPINT_LE);
-			__m512 x = _mm512_mask_blend_ps(vis, ninf, _mm512_loadu_ps(zp));
-			_mm512_storeu_ps(zp, x);
-			tm = _mm512_max_ps(tm, x);
+		if (masked) {
+			__m512i tr = _mm512_loadu_si512(a->trow + 16 * v);
+			for (uint32_t j = 0; j < nk; j++) {
+				float *zp = a->z + (size_t)j * rbp + 16 * v;
+				__mmask16 vis = _mm512_cmp_epi32_mask(
+				    _mm512_set1_epi32((int32_t)(a->j0 + j)), tr, _MM_CMPINT_LE);
+				__m512 x = _mm512_mask_blend_ps(vis, ninf, _mm512_loadu_ps(zp));
+				_mm512_storeu_ps(zp, x);
+				tm = _mm512_max_ps(tm, x);
+			}
+		} else {
+			for (uint32_t j = 0; j < nk; j++)
+				tm = _mm512_max_ps(
+				    tm, _mm512_loadu_ps(a->z + (size_t)j * rbp + 16 * v));
 		}
 		__m512 m = _mm512_loadu_ps(a->m + 16 * v);
 		__m512 mn = _mm512_max_ps(m, tm);
@@ -155,6 +157,24 @@ static void tile_avx512(const struct skv_tile_args *a)
 		_mm512_storeu_ps(a->s + 16 * v, s);
 		_mm512_storeu_ps(a->tmax + 16 * v, mn);
 	}
+}
+
+static void tile_avx512(const struct skv_tile_args *a)
+{
+	const uint32_t rbp = a->rbp, D = a->d, nk = a->nk, nv = rbp / 16;
+
+	/* logits: row groups of up to 4 vectors, key groups of up to 6 */
+	for (uint32_t v0 = 0; v0 < nv; v0 += 4) {
+		int rv = nv - v0 < 4 ? (int)(nv - v0) : 4;
+		__mmask16 badm[4] = {0, 0, 0, 0};
+		for (uint32_t k0 = 0; k0 < nk; k0 += 6) {
+			int kk = nk - k0 < 6 ? (int)(nk - k0) : 6;
+			micro_dispatch(rv, kk, a->qt + 16 * v0, rbp, a->kt + (size_t)k0 * D, D,
+				       a->z + (size_t)k0 * rbp + 16 * v0, a->scale, badm);
+		}
+		mark_bad(a, v0, rv, badm);
+	}
+	softmax_step(a);
 }
 
 static void factors_avx512(float *f, const float *m, const float *s, uint32_t ntiles, uint32_t rbp)

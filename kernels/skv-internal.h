@@ -39,7 +39,8 @@ struct skv_tile_args {
 	uint32_t d;	     /* head dim                                    */
 	uint32_t nk;	     /* keys in this tile, 1 .. SKV_TILE            */
 	uint32_t j0;	     /* position of the first key                   */
-	float scale;	     /* 1 / sqrt(D)                                 */
+	float scale;	     /* 1 / sqrt(D) */
+	int32_t trow_min;    /* min of trow: no masking at or below it */
 };
 
 /* A run of consecutive rows that belong to one query head of the item. */

@@ -627,6 +627,8 @@ static const struct skv_isa *pick_isa(void)
 		return &skv_isa_scalar;
 	if (force && !strcmp(force, "avx2"))
 		return has2 ? &skv_isa_avx2 : &skv_isa_scalar;
+	if (force && !strcmp(force, "avx512"))
+		return has512 ? &skv_isa_avx512 : has2 ? &skv_isa_avx2 : &skv_isa_scalar;
 	if (has512)
 		return &skv_isa_avx512;
 	if (has2)
@@ -752,8 +754,8 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 			}
 			uint32_t g = (r0 + r) / n_obs, i = (r0 + r) % n_obs;
 			uint32_t t = L - n_obs + i;
-			isa->to_f32(elem(&in->q, kvh * G + g, sh->n_q - n_obs + i, qes),
-				    in->q.dtype, w->rowbuf, D);
+			const void *qrow = elem(&in->q, kvh * G + g, sh->n_q - n_obs + i, qes);
+			isa->to_f32(qrow, in->q.dtype, w->rowbuf, D);
 			for (uint32_t d = 0; d < D; d++)
 				w->qt[(size_t)d * rbp + r] = w->rowbuf[d];
 			w->trow[r] = (int32_t)t;
@@ -767,9 +769,11 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 		}
 		for (uint32_t r = rows; r < rbp; r++)
 			w->bad[r] = 0;
+		int32_t trow_min = INT32_MAX;
 		for (uint32_t r = 0; r < rbp; r++) {
 			w->m[r] = -INFINITY;
 			w->s[r] = 0.0f;
+			trow_min = w->trow[r] < trow_min ? w->trow[r] : trow_min;
 		}
 
 		uint32_t nt = 0;
@@ -796,6 +800,7 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 			    .nk = nk,
 			    .j0 = j0,
 			    .scale = jb->scale,
+			    .trow_min = trow_min,
 			};
 			isa->tile(&ta);
 		}

@@ -73,7 +73,7 @@ static void random_prob(struct prob *pb, enum skv_policy pol, bool protect)
 	pb->block_size = 1 + pick(8);
 }
 
-static const char *isa_names[3] = {"scalar", "avx2", NULL};
+static const char *isa_names[4] = {"scalar", "avx2", "avx512", NULL};
 
 static void run_random(enum skv_policy pol, bool protect, int cases)
 {
@@ -85,8 +85,8 @@ static void run_random(enum skv_policy pol, bool protect, int cases)
 		prob_random(&pb, 1.2);
 		prob_build(&pb);
 		struct skv_error e;
-		/* rotate over the SIMD paths: scalar, avx2, best */
-		const char *isa = isa_names[c % 3];
+		/* rotate over the SIMD paths: scalar, avx2, avx512 (f32 dots), best */
+		const char *isa = isa_names[c % 4];
 		if (isa)
 			setenv("SKV_ISA", isa, 1);
 		else
