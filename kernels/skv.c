@@ -734,10 +734,6 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 	const uint32_t M = G * n_obs;
 	const size_t qes = skv_dtype_size(in->q.dtype), kes = skv_dtype_size(in->k.dtype);
 
-	/* f32 keys with contiguous rows are read in place, not copied */
-	const bool kdirect =
-	    in->k.dtype == SKV_DTYPE_F32 && !in->k.block_table && in->k.token_stride == (int64_t)D;
-
 	memset(w->colsum, 0, (size_t)G * L * sizeof(float));
 	for (uint32_t r0 = 0; r0 < M; r0 += jb->rb) {
 		uint32_t rows = M - r0 < jb->rb ? M - r0 : jb->rb;
@@ -779,13 +775,13 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 		uint32_t nt = 0;
 		for (uint32_t j0 = 0; j0 < ext; j0 += SKV_TILE, nt++) {
 			uint32_t nk = ext - j0 < SKV_TILE ? ext - j0 : SKV_TILE;
+			/* Copy/convert the tile into L1 even for f32: the micro-kernel
+			 * reads its keys with a broadcast pattern the prefetchers do not
+			 * follow from DRAM, a plain sequential copy they do (measured). */
 			const float *kt = w->kt;
-			if (kdirect)
-				kt = elem(&in->k, kvh, j0, 4);
-			else
-				for (uint32_t j = 0; j < nk; j++)
-					isa->to_f32(elem(&in->k, kvh, j0 + j, kes), in->k.dtype,
-						    w->kt + (size_t)j * D, D);
+			for (uint32_t j = 0; j < nk; j++)
+				isa->to_f32(elem(&in->k, kvh, j0 + j, kes), in->k.dtype,
+					    w->kt + (size_t)j * D, D);
 			struct skv_tile_args ta = {
 			    .qt = w->qt,
 			    .kt = kt,
