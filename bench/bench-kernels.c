@@ -7,6 +7,7 @@
  * the same thread count. Prints the median of several repetitions.
  *
  * bench-kernels [--threads N] [--reps N] [--lens L1,L2,...] [--layers N]
+ *               [--no-sgemm] [--f32 | --bf16]
  */
 #include <cblas.h>
 #include <errno.h>
@@ -82,12 +83,19 @@ int main(int argc, char **argv)
 	int reps = 5, n_layers = 1;
 	uint32_t lens[8] = {4096, 16384, 32768};
 	int n_lens = 3;
+	int do_sgemm = 1, only_dt = -1; /* for profiling the kernels alone */
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			threads = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--no-sgemm"))
+			do_sgemm = 0;
+		else if (!strcmp(argv[i], "--f32"))
+			only_dt = 0;
+		else if (!strcmp(argv[i], "--bf16"))
+			only_dt = 1;
 		else if (!strcmp(argv[i], "--layers") && i + 1 < argc)
 			n_layers = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--lens") && i + 1 < argc) {
@@ -97,7 +105,8 @@ int main(int argc, char **argv)
 				lens[n_lens++] = (uint32_t)atoi(s);
 		} else {
 			fprintf(stderr,
-				"usage: %s [--threads N] [--reps N] [--lens L1,L2] [--layers N]\n",
+				"usage: %s [--threads N] [--reps N] [--lens L1,L2] [--layers N] "
+				"[--no-sgemm] [--f32 | --bf16]\n",
 				argv[0]);
 			return 2;
 		}
@@ -154,7 +163,7 @@ int main(int argc, char **argv)
 		fill(kk, SKV_DTYPE_F32, (size_t)HKV * L * D);
 		fill(qq, SKV_DTYPE_F32, (size_t)HQ * W * D);
 		double ts[1000];
-		for (int rep = -1; rep < reps; rep++) {
+		for (int rep = -1; rep < reps && do_sgemm; rep++) {
 			double t0 = now();
 			for (int h = 0; h < HKV; h++)
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 4 * W, (int)L,
@@ -163,12 +172,18 @@ int main(int argc, char **argv)
 			if (rep >= 0)
 				ts[rep] = now() - t0;
 		}
-		double sg = median(ts, reps);
+		double sg = do_sgemm ? median(ts, reps) : 1e-9;
+		/* OpenBLAS workers spin (sched_yield) for a while after a call; on a
+		 * small machine they would steal the cores libskv is timed on */
+		if (do_sgemm)
+			usleep(500000);
 		free(kk);
 		free(qq);
 		free(cc);
 
 		for (int di = 0; di < 2; di++) {
+			if (only_dt >= 0 && di != only_dt)
+				continue;
 			enum skv_dtype dt = di ? SKV_DTYPE_BF16 : SKV_DTYPE_F32;
 			size_t es = skv_dtype_size(dt);
 			struct skv_shape sh = {
@@ -225,9 +240,13 @@ int main(int argc, char **argv)
 					ts[rep] = (now() - t0) / n_layers;
 			}
 			double t = median(ts, reps);
-			printf("  %6u %5s %12.2f %10.1f %12.2f %10.1f %8.2f\n", L,
-			       skv_dtype_name(dt), t * 1e3, flop / t * 1e-9, sg * 1e3,
-			       flop / sg * 1e-9, t / sg);
+			if (do_sgemm)
+				printf("  %6u %5s %12.2f %10.1f %12.2f %10.1f %8.2f\n", L,
+				       skv_dtype_name(dt), t * 1e3, flop / t * 1e-9, sg * 1e3,
+				       flop / sg * 1e-9, t / sg);
+			else
+				printf("  %6u %5s %12.2f %10.1f %12s %10s %8s\n", L,
+				       skv_dtype_name(dt), t * 1e3, flop / t * 1e-9, "-", "-", "-");
 			fflush(stdout);
 			for (int l = 0; l < n_layers; l++) {
 				free(in[l].q.data);

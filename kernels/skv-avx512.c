@@ -34,6 +34,12 @@ static inline __m512 exp16(__m512 x)
 	return _mm512_maskz_scalef_ps((__mmask16)~tiny, p, n);
 }
 
+/* Micro-kernel shape: row vectors x keys of accumulators (<= 28 registers). */
+#ifndef SKV_RVB
+#define SKV_RVB 4
+#define SKV_NKB 6
+#endif
+
 /* QNaN | +Inf | -Inf | SNaN */
 #define NONFINITE 0x99
 
@@ -41,19 +47,19 @@ static inline __attribute__((always_inline)) void micro(const int RV, const int 
 							uint32_t rbp, const float *kt, uint32_t D,
 							float *z, float scale, __mmask16 *badm)
 {
-	__m512 acc[4][6];
+	__m512 acc[SKV_RVB][SKV_NKB];
 
 #pragma GCC unroll 4
 	for (int v = 0; v < RV; v++)
-#pragma GCC unroll 6
+#pragma GCC unroll 12
 		for (int k = 0; k < NK; k++)
 			acc[v][k] = _mm512_setzero_ps();
 	for (uint32_t d = 0; d < D; d++) {
-		__m512 q[4];
+		__m512 q[SKV_RVB];
 #pragma GCC unroll 4
 		for (int v = 0; v < RV; v++)
 			q[v] = _mm512_loadu_ps(qt + (size_t)d * rbp + 16 * v);
-#pragma GCC unroll 6
+#pragma GCC unroll 12
 		for (int k = 0; k < NK; k++) {
 			__m512 b = _mm512_set1_ps(kt[(size_t)k * D + d]);
 #pragma GCC unroll 4
@@ -62,7 +68,7 @@ static inline __attribute__((always_inline)) void micro(const int RV, const int 
 		}
 	}
 	const __m512 sc = _mm512_set1_ps(scale);
-#pragma GCC unroll 6
+#pragma GCC unroll 12
 	for (int k = 0; k < NK; k++)
 #pragma GCC unroll 4
 		for (int v = 0; v < RV; v++) {
@@ -73,32 +79,58 @@ static inline __attribute__((always_inline)) void micro(const int RV, const int 
 }
 
 #define MK(rv, nk)                                                                                 \
-	case (rv)*8 + (nk):                                                                        \
-		micro(rv, nk, qt, rbp, kt, D, z, scale, badm);                                     \
+	case (rv)*16 + (nk):                                                                       \
+		if ((rv) <= SKV_RVB && (nk) <= SKV_NKB)                                            \
+			micro((rv) <= SKV_RVB ? (rv) : 1, (nk) <= SKV_NKB ? (nk) : 1, qt, rbp, kt, \
+			      D, z, scale, badm);                                                  \
 		break
 
 static void micro_dispatch(int rv, int nk, const float *qt, uint32_t rbp, const float *kt,
 			   uint32_t D, float *z, float scale, __mmask16 *badm)
 {
-	switch (rv * 8 + nk) {
+	switch (rv * 16 + nk) {
+		MK(4, 12);
+		MK(4, 11);
+		MK(4, 10);
+		MK(4, 9);
+		MK(4, 8);
+		MK(4, 7);
 		MK(4, 6);
 		MK(4, 5);
 		MK(4, 4);
 		MK(4, 3);
 		MK(4, 2);
 		MK(4, 1);
+		MK(3, 12);
+		MK(3, 11);
+		MK(3, 10);
+		MK(3, 9);
+		MK(3, 8);
+		MK(3, 7);
 		MK(3, 6);
 		MK(3, 5);
 		MK(3, 4);
 		MK(3, 3);
 		MK(3, 2);
 		MK(3, 1);
+		MK(2, 12);
+		MK(2, 11);
+		MK(2, 10);
+		MK(2, 9);
+		MK(2, 8);
+		MK(2, 7);
 		MK(2, 6);
 		MK(2, 5);
 		MK(2, 4);
 		MK(2, 3);
 		MK(2, 2);
 		MK(2, 1);
+		MK(1, 12);
+		MK(1, 11);
+		MK(1, 10);
+		MK(1, 9);
+		MK(1, 8);
+		MK(1, 7);
 		MK(1, 6);
 		MK(1, 5);
 		MK(1, 4);
@@ -163,12 +195,12 @@ static void tile_avx512(const struct skv_tile_args *a)
 {
 	const uint32_t rbp = a->rbp, D = a->d, nk = a->nk, nv = rbp / 16;
 
-	/* logits: row groups of up to 4 vectors, key groups of up to 6 */
-	for (uint32_t v0 = 0; v0 < nv; v0 += 4) {
-		int rv = nv - v0 < 4 ? (int)(nv - v0) : 4;
+	/* logits: row groups of up to SKV_RVB vectors, key groups of up to SKV_NKB */
+	for (uint32_t v0 = 0; v0 < nv; v0 += SKV_RVB) {
+		int rv = nv - v0 < SKV_RVB ? (int)(nv - v0) : SKV_RVB;
 		__mmask16 badm[4] = {0, 0, 0, 0};
-		for (uint32_t k0 = 0; k0 < nk; k0 += 6) {
-			int kk = nk - k0 < 6 ? (int)(nk - k0) : 6;
+		for (uint32_t k0 = 0; k0 < nk; k0 += SKV_NKB) {
+			int kk = nk - k0 < SKV_NKB ? (int)(nk - k0) : SKV_NKB;
 			micro_dispatch(rv, kk, a->qt + 16 * v0, rbp, a->kt + (size_t)k0 * D, D,
 				       a->z + (size_t)k0 * rbp + 16 * v0, a->scale, badm);
 		}
