@@ -25,6 +25,8 @@
 #define SKV_MAX_KERNEL	255u
 #define SKV_MAX_THREADS 1024u
 #define SKV_MAX_LAYERS	65536u
+/* Column sums kept between the phases of split mode, at most. */
+#define SKV_SPLIT_BUDGET (256u << 20)
 /* Logit buffer per thread: rows per block are chosen so that it fits. */
 #define SKV_ZBUF_BUDGET (16u << 20)
 
@@ -506,6 +508,11 @@ struct skv_job {
 	unsigned nth; /* threads taking part */
 	atomic_uint next;
 	struct skv_item_err *errs;
+	/* the phase run by the pool and its unit count */
+	enum { PH_ITEMS, PH_SCORE_HEADS, PH_FINISH } phase;
+	uint32_t n_units;
+	float *cs;		    /* split mode: [item][G][L] column sums    */
+	struct skv_item_err *uerrs; /* split mode: per (item, g) scoring status */
 	/* derived */
 	uint32_t G, n_obs; /* rows per query head that vote (0: no scoring) */
 	uint32_t P;	   /* prefix: candidates are j < P                  */
@@ -719,24 +726,42 @@ const char *skv_ctx_isa(const struct skv_ctx *ctx)
 
 /*
  * Logits, full causal softmax and per-column sums of the attention weights
- * for the n_obs rows of each of the G query heads of K/V head kvh:
- * colsum[g][j] = sum over rows t of a[t][j]. Row r of the item is query head
- * g = r / n_obs, row i = r % n_obs at position t = L - n_obs + i. Returns 0
- * or -EDOM with *bad_g the first query head with a NaN/Inf logit.
+ * for the n_obs rows of query heads g0 .. g1-1 of K/V head kvh:
+ * colsum[(g - g0) * L + j] = sum over rows t of a[t][j]. Row i of head g is
+ * at position t = L - n_obs + i. Returns 0 or -EDOM with *bad_g the first
+ * query head (within the group) with a NaN/Inf logit.
+ *
+ * Rows go through in blocks of at most jb->rb: whole heads while they fit,
+ * else chunks of one head. Every row's arithmetic is independent of the
+ * other rows of its block, and each head's rows are cut into the same
+ * chunks whatever g0 and g1 are, so scoring heads one at a time (split mode)
+ * gives the same bits as scoring the whole group at once.
  */
 static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
-		      uint32_t *bad_g)
+		      uint32_t g0, uint32_t g1, float *colsum, uint32_t *bad_g)
 {
 	const struct skv_shape *sh = jb->sh;
 	const struct skv_layer_in *in = &jb->in[layer];
 	const struct skv_isa *isa = jb->isa;
 	const uint32_t L = sh->prompt_len, D = sh->head_dim, G = jb->G, n_obs = jb->n_obs;
-	const uint32_t M = G * n_obs;
+	const uint32_t rb = jb->rb;
 	const size_t qes = skv_dtype_size(in->q.dtype), kes = skv_dtype_size(in->k.dtype);
+	uint32_t gb = g0, i0 = 0;
 
-	memset(w->colsum, 0, (size_t)G * L * sizeof(float));
-	for (uint32_t r0 = 0; r0 < M; r0 += jb->rb) {
-		uint32_t rows = M - r0 < jb->rb ? M - r0 : jb->rb;
+	memset(colsum, 0, (size_t)(g1 - g0) * L * sizeof(float));
+	while (gb < g1) {
+		/* this block: heads [gb, ge), rows [ib, ie) of each */
+		uint32_t ge, ib, ie;
+		if (n_obs <= rb) {
+			ge = gb + rb / n_obs < g1 ? gb + rb / n_obs : g1;
+			ib = 0;
+			ie = n_obs;
+		} else {
+			ge = gb + 1;
+			ib = i0;
+			ie = n_obs - i0 < rb ? n_obs : i0 + rb;
+		}
+		const uint32_t per = ie - ib, rows = (ge - gb) * per;
 		uint32_t rbp = (rows + SKV_ROWPAD - 1) / SKV_ROWPAD * SKV_ROWPAD;
 		uint32_t ext = 0, n_segs = 0;
 
@@ -748,7 +773,7 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 				w->trow[r] = INT32_MAX;
 				continue;
 			}
-			uint32_t g = (r0 + r) / n_obs, i = (r0 + r) % n_obs;
+			uint32_t g = gb + r / per, i = ib + r % per;
 			uint32_t t = L - n_obs + i;
 			const void *qrow = elem(&in->q, kvh * G + g, sh->n_q - n_obs + i, qes);
 			isa->to_f32(qrow, in->q.dtype, w->rowbuf, D);
@@ -757,10 +782,10 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 			w->trow[r] = (int32_t)t;
 			if (t + 1 > ext)
 				ext = t + 1;
-			if (n_segs && w->segs[n_segs - 1].g == g)
+			if (n_segs && w->segs[n_segs - 1].g == g - g0)
 				w->segs[n_segs - 1].end = r + 1;
 			else
-				w->segs[n_segs++] = (struct skv_seg){g, r, r + 1};
+				w->segs[n_segs++] = (struct skv_seg){g - g0, r, r + 1};
 			w->bad[r] = 0;
 		}
 		for (uint32_t r = rows; r < rbp; r++)
@@ -802,14 +827,14 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 		}
 		for (uint32_t r = 0; r < rows; r++)
 			if (w->bad[r]) {
-				*bad_g = (r0 + r) / n_obs;
+				*bad_g = gb + r / per;
 				return -EDOM;
 			}
 		isa->factors(w->f, w->m, w->s, nt, rbp);
 		struct skv_votes_args va = {
 		    .e = w->z,
 		    .f = w->f,
-		    .colsum = w->colsum,
+		    .colsum = colsum,
 		    .segs = w->segs,
 		    .n_segs = n_segs,
 		    .rbp = rbp,
@@ -817,6 +842,12 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 		    .colsum_stride = L,
 		};
 		isa->votes(&va);
+		if (n_obs <= rb) {
+			gb = ge;
+		} else if ((i0 = ie) == n_obs) {
+			gb++;
+			i0 = 0;
+		}
 	}
 	return 0;
 }
@@ -998,65 +1029,111 @@ static float mass_of(const float *colsum, const int32_t *pos, uint32_t cnt, uint
 	return (float)(acc / rows);
 }
 
-static int run_item(const struct skv_job *jb, struct skv_ws *w, uint32_t item, int32_t *ret_head)
+/* group votes: the G heads' column sums averaged, in a fixed order */
+static void group_votes(const struct skv_job *jb, struct skv_ws *w, const float *colsum)
 {
-	const uint32_t layer = item / jb->sh->h_kv, kvh = item % jb->sh->h_kv;
+	const uint32_t G = jb->G, L = jb->sh->prompt_len;
+
+	for (uint32_t j = 0; j < L; j++) {
+		float acc = 0.0f;
+		for (uint32_t q = 0; q < G; q++)
+			acc += colsum[(size_t)q * L + j];
+		w->vote[j] = acc / (float)G;
+	}
+}
+
+/*
+ * Selection, gather and retained mass for the stored heads of one item,
+ * given the column sums of its G query heads ([G][L], unused when nothing
+ * was scored). gq: one query head only (expand mode), or -1 for all.
+ */
+static void finish_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+			const float *colsum, int gq)
+{
 	const uint32_t G = jb->G, L = jb->sh->prompt_len;
 	const bool expand = jb->p->gqa == SKV_GQA_EXPAND;
 	const uint32_t kept = jb->pl->kept;
+	const uint32_t ga = gq < 0 ? 0 : (uint32_t)gq;
+	const uint32_t gz = gq < 0 ? (expand ? G : 1) : (uint32_t)gq + 1;
 
-	if (jb->score) {
-		uint32_t bad_g = 0;
-		int r = score_item(jb, w, layer, kvh, &bad_g);
-		if (r < 0) {
-			*ret_head = (int32_t)(kvh * G + bad_g);
-			return r;
-		}
-	}
 	if (!jb->score || !jb->select) {
 		/* the same positions for every head: bypass or no scoring */
-		for (uint32_t g = 0; g < (expand ? G : 1); g++) {
+		for (uint32_t g = ga; g < gz; g++) {
 			uint32_t h = expand ? kvh * G + g : kvh;
 			float mass;
-			if (jb->pl->bypass)
+			if (jb->pl->bypass) {
 				mass = 1.0f;
-			else if (!jb->score)
+			} else if (!jb->score) {
 				mass = NAN;
-			else if (expand)
-				mass = mass_of(w->colsum + (size_t)g * L, jb->base_pos, kept,
-					       jb->n_obs);
-			else {
-				for (uint32_t j = 0; j < L; j++) {
-					float acc = 0.0f;
-					for (uint32_t q = 0; q < G; q++)
-						acc += w->colsum[(size_t)q * L + j];
-					w->vote[j] = acc / (float)G;
-				}
+			} else if (expand) {
+				mass =
+				    mass_of(colsum + (size_t)g * L, jb->base_pos, kept, jb->n_obs);
+			} else {
+				group_votes(jb, w, colsum);
 				mass = mass_of(w->vote, jb->base_pos, kept, jb->n_obs);
 			}
 			emit(jb, w, layer, kvh, h, jb->base_pos, kept, mass);
 		}
-		return 0;
+		return;
 	}
 	if (expand) {
-		for (uint32_t g = 0; g < G; g++) {
-			const float *v = w->colsum + (size_t)g * L;
+		for (uint32_t g = ga; g < gz; g++) {
+			const float *v = colsum + (size_t)g * L;
 			uint32_t cnt = choose(jb, w, v);
 			emit(jb, w, layer, kvh, kvh * G + g, w->pos, cnt,
 			     mass_of(v, w->pos, cnt, jb->n_obs));
 		}
 	} else {
 		/* group: the G heads' votes are averaged before pooling */
-		for (uint32_t j = 0; j < L; j++) {
-			float acc = 0.0f;
-			for (uint32_t q = 0; q < G; q++)
-				acc += w->colsum[(size_t)q * L + j];
-			w->vote[j] = acc / (float)G;
-		}
+		group_votes(jb, w, colsum);
 		uint32_t cnt = choose(jb, w, w->vote);
 		emit(jb, w, layer, kvh, kvh, w->pos, cnt, mass_of(w->vote, w->pos, cnt, jb->n_obs));
 	}
+}
+
+static int run_item(const struct skv_job *jb, struct skv_ws *w, uint32_t item, int32_t *ret_head)
+{
+	const uint32_t layer = item / jb->sh->h_kv, kvh = item % jb->sh->h_kv;
+
+	if (jb->score) {
+		uint32_t bad_g = 0;
+		int r = score_item(jb, w, layer, kvh, 0, jb->G, w->colsum, &bad_g);
+		if (r < 0) {
+			*ret_head = (int32_t)(kvh * jb->G + bad_g);
+			return r;
+		}
+	}
+	finish_item(jb, w, layer, kvh, w->colsum, -1);
 	return 0;
+}
+
+static void run_unit(struct skv_job *jb, struct skv_ws *w, uint32_t u)
+{
+	const uint32_t G = jb->G, L = jb->sh->prompt_len, h_kv = jb->sh->h_kv;
+
+	switch (jb->phase) {
+	case PH_ITEMS: {
+		int32_t head = -1;
+		jb->errs[u].rc = run_item(jb, w, u, &head);
+		jb->errs[u].head = head;
+		break;
+	}
+	case PH_SCORE_HEADS: { /* split mode: unit = (item, g) */
+		uint32_t item = u / G, g = u % G, bad_g = 0;
+		jb->uerrs[u].rc = score_item(jb, w, item / h_kv, item % h_kv, g, g + 1,
+					     jb->cs + (size_t)u * L, &bad_g);
+		break;
+	}
+	case PH_FINISH: { /* split mode: unit = (item, g) in expand, item in group */
+		bool expand = jb->p->gqa == SKV_GQA_EXPAND;
+		uint32_t item = expand ? u / G : u;
+		if (jb->errs[item].rc < 0)
+			break;
+		finish_item(jb, w, item / h_kv, item % h_kv, jb->cs + (size_t)item * G * L,
+			    expand ? (int)(u % G) : -1);
+		break;
+	}
+	}
 }
 
 static void run_items(struct skv_ctx *ctx, unsigned tid)
@@ -1066,15 +1143,37 @@ static void run_items(struct skv_ctx *ctx, unsigned tid)
 	if (tid >= jb->nth) /* its scratch was not sized for this job */
 		return;
 	for (;;) {
-		uint32_t i = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);
-		if (i >= jb->n_items)
+		uint32_t u = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);
+		if (u >= jb->n_units)
 			break;
-		int32_t head = -1;
-		int r = run_item(jb, &ctx->ws[tid], i, &head);
-		jb->isa->fence(); /* streamed output stores are visible before we return */
-		jb->errs[i].rc = r;
-		jb->errs[i].head = head;
+		run_unit(jb, &ctx->ws[tid], u);
 	}
+	jb->isa->fence(); /* streamed output stores are visible before we return */
+}
+
+/* Run one phase of the job on the pool, the calling thread included. */
+static void run_phase(struct skv_ctx *ctx, struct skv_job *jb, int phase, uint32_t n_units)
+{
+	jb->phase = phase;
+	jb->n_units = n_units;
+	atomic_store(&jb->next, 0);
+	ctx->job = jb;
+	if (jb->nth > 1) {
+		pthread_mutex_lock(&ctx->mu);
+		ctx->gen++;
+		/* every worker wakes; those at or past nth return at once */
+		ctx->busy = ctx->started;
+		pthread_cond_broadcast(&ctx->go);
+		pthread_mutex_unlock(&ctx->mu);
+	}
+	run_items(ctx, 0);
+	if (jb->nth > 1) {
+		pthread_mutex_lock(&ctx->mu);
+		while (ctx->busy)
+			pthread_cond_wait(&ctx->done, &ctx->mu);
+		pthread_mutex_unlock(&ctx->mu);
+	}
+	ctx->job = NULL;
 }
 
 /* --------------------------------------------------------------- compact */
@@ -1186,7 +1285,15 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 	} else {
 		jb.rb = SKV_ROWPAD;
 	}
-	unsigned nth = ctx->threads < jb.n_items ? ctx->threads : jb.n_items;
+	/*
+	 * Fewer items than threads (one layer on a big machine): score the query
+	 * heads of each item as separate units, then select. Same bits as the
+	 * item-at-a-time path (score_item), G times the key traffic.
+	 */
+	bool split = jb.score && G > 1 && jb.n_items < ctx->threads &&
+		     (uint64_t)jb.n_items * G * L * 4 <= SKV_SPLIT_BUDGET;
+	uint32_t max_units = split ? jb.n_items * G : jb.n_items;
+	unsigned nth = ctx->threads < max_units ? ctx->threads : max_units;
 	for (unsigned t = 0; t < nth; t++)
 		if (ws_reserve(&ctx->ws[t], &jb) < 0) {
 			fail(err, -1, -1, "out of memory for scratch");
@@ -1195,24 +1302,31 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 		}
 	jb.errs = errs;
 	jb.nth = nth;
-	atomic_init(&jb.next, 0);
-	ctx->job = &jb;
-	if (nth > 1) {
-		pthread_mutex_lock(&ctx->mu);
-		ctx->gen++;
-		/* every worker wakes; those at or past nth return at once */
-		ctx->busy = ctx->started;
-		pthread_cond_broadcast(&ctx->go);
-		pthread_mutex_unlock(&ctx->mu);
+	if (!split) {
+		run_phase(ctx, &jb, PH_ITEMS, jb.n_items);
+	} else {
+		jb.cs = malloc((size_t)jb.n_items * G * L * sizeof(float));
+		jb.uerrs = calloc((size_t)jb.n_items * G, sizeof(*jb.uerrs));
+		if (!jb.cs || !jb.uerrs) {
+			free(jb.cs);
+			free(jb.uerrs);
+			fail(err, -1, -1, "out of memory for scratch");
+			r = -ENOMEM;
+			goto out;
+		}
+		run_phase(ctx, &jb, PH_SCORE_HEADS, jb.n_items * G);
+		for (uint32_t i = 0; i < jb.n_items; i++)
+			for (uint32_t g = 0; g < G; g++)
+				if (jb.uerrs[(size_t)i * G + g].rc < 0) {
+					errs[i].rc = jb.uerrs[(size_t)i * G + g].rc;
+					errs[i].head = (int32_t)((i % sh->h_kv) * G + g);
+					break;
+				}
+		run_phase(ctx, &jb, PH_FINISH,
+			  p->gqa == SKV_GQA_EXPAND ? jb.n_items * G : jb.n_items);
+		free(jb.cs);
+		free(jb.uerrs);
 	}
-	run_items(ctx, 0);
-	if (nth > 1) {
-		pthread_mutex_lock(&ctx->mu);
-		while (ctx->busy)
-			pthread_cond_wait(&ctx->done, &ctx->mu);
-		pthread_mutex_unlock(&ctx->mu);
-	}
-	ctx->job = NULL;
 	r = 0;
 	for (uint32_t i = 0; i < jb.n_items; i++)
 		if (errs[i].rc < 0) {
