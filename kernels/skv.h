@@ -27,10 +27,10 @@ enum skv_dtype {
 
 enum skv_policy {
 	SKV_POLICY_UNSPECIFIED = 0,
-	SKV_POLICY_SNAPKV = 1,	     /* S=0, W_obs=W, W_keep=W, pooled votes   */
-	SKV_POLICY_H2O = 2,	     /* S=0, W_obs=L (all queries), W_keep=W   */
+	SKV_POLICY_SNAPKV = 1,       /* S=0, W_obs=W, W_keep=W, pooled votes   */
+	SKV_POLICY_H2O = 2,          /* S=0, W_obs=L (all queries), W_keep=W   */
 	SKV_POLICY_STREAMINGLLM = 3, /* S sinks + last C-S, no scoring         */
-	SKV_POLICY_WINDOW = 4,	     /* last C positions, no scoring           */
+	SKV_POLICY_WINDOW = 4,       /* last C positions, no scoring           */
 };
 
 enum skv_pooling {
@@ -92,11 +92,11 @@ void skv_params_init(struct skv_params *p);
 struct skv_shape {
 	uint32_t prompt_len; /* L                                         */
 	uint32_t head_dim;   /* D                                         */
-	uint32_t h_q;	     /* query heads                               */
-	uint32_t h_kv;	     /* K/V heads; h_q % h_kv == 0                */
-	uint32_t n_q;	     /* query rows given: the LAST n_q positions
-				L-n_q .. L-1 (W for snapkv, L for h2o, 0 is
-				allowed for streamingllm and window)     */
+	uint32_t h_q;        /* query heads                               */
+	uint32_t h_kv;       /* K/V heads; h_q % h_kv == 0                */
+	uint32_t n_q;        /* query rows given: the LAST n_q positions
+	                        L-n_q .. L-1 (W for snapkv, L for h2o, 0 is
+	                        allowed for streamingllm and window)     */
 };
 
 /*
@@ -105,11 +105,11 @@ struct skv_shape {
  */
 struct skv_plan {
 	uint32_t h_store; /* h_q (expand) or h_kv (group)                  */
-	uint32_t kept;	  /* min(L, C) for scoring policies; see SPEC.md   */
-	uint32_t sinks;	  /* effective S                                   */
-	uint32_t w_obs;	  /* effective observation rows                    */
+	uint32_t kept;    /* min(L, C) for scoring policies; see SPEC.md   */
+	uint32_t sinks;   /* effective S                                   */
+	uint32_t w_obs;   /* effective observation rows                    */
 	uint32_t w_keep;  /* effective recent keep                         */
-	int bypass;	  /* 1 when L < C: nothing scored, all L kept      */
+	int bypass;       /* 1 when L < C: nothing scored, all L kept      */
 };
 
 struct skv_error {
@@ -123,6 +123,34 @@ struct skv_error {
  * reason for every invalid combination of SPEC.md (protected + S + W_keep >
  * C, W > L, C <= W, even k, unknown policy/pooling/gqa/dtype, H_q not a
  * multiple of H_kv, D = 0, n_q not what the policy needs, ...).
+ */
+/*
+ * Decisions of the host implementation where SPEC.md leaves room (the CUDA
+ * backend should match them):
+ * - snapkv needs n_q == W and h2o n_q == L; W > L is rejected even when
+ *   L < C would bypass (SPEC's list), so a caller with a prompt shorter than
+ *   W must lower W. streamingllm/window accept any n_q <= L.
+ * - h2o: W_obs = L, W_keep = window, no pooling whatever kernel/pooling say
+ *   (they are still validated). sinks only apply to streamingllm.
+ * - Protected ranges: non-empty, end <= L, may overlap (their union counts).
+ *   Scoring policies: |window U protected| <= C. streamingllm/window: sinks
+ *   and protected ranges are kept, the rest of C goes to the most recent
+ *   other positions (plan.w_keep = C - |sinks U protected|); S > C or
+ *   |sinks U protected| > C is rejected.
+ * - Bypass (L < C), any policy: all L kept, nothing read from q, retained
+ *   mass 1; plan.sinks = plan.w_obs = 0, plan.w_keep = L.
+ * - Retained mass: (1/W_obs) * sum over rows of the weights of kept keys;
+ *   group mode averages the G heads. streamingllm/window with n_q > 0 score
+ *   those rows for the mass only (and can return -EDOM); n_q == 0 gives NaN.
+ * - Weights below exp(-87.3) of a row's maximum count as 0.
+ * - -EDOM: err->head is the QUERY head (kv_head * G + g) of the lowest
+ *   failing (layer, head); that item writes nothing, others may have.
+ * - params_size must equal sizeof(struct skv_params).
+ * - Output dtype may differ from the input's (converted, round to nearest
+ *   even); rows are otherwise copied bit for bit.
+ * - Limits: L <= 2^22, D <= 4096, h_q <= 4096, kernel <= 255.
+ * - The environment variable SKV_ISA=scalar|avx2|avx512 lowers the SIMD
+ *   path a new context picks (for tests).
  */
 int skv_plan(const struct skv_shape *shape, const struct skv_params *params,
 	     struct skv_plan *ret_plan, struct skv_error *err);
@@ -143,9 +171,9 @@ struct skv_tensor {
 	int64_t head_stride;
 	int64_t token_stride;
 	const int32_t *block_table; /* NULL: strided                */
-	uint32_t block_size;	    /* tokens per block when paged  */
-	uint32_t n_blocks;	    /* entries in block_table       */
-	int64_t block_stride;	    /* elements between blocks      */
+	uint32_t block_size;        /* tokens per block when paged  */
+	uint32_t n_blocks;          /* entries in block_table       */
+	int64_t block_stride;       /* elements between blocks      */
 };
 
 /* Inputs of one layer. q rows are positions L-n_q .. L-1, token index 0..n_q-1. */
@@ -189,14 +217,14 @@ const char *skv_ctx_isa(const struct skv_ctx *ctx);
  * a head's logits hold NaN/Inf (err names layer and head; outputs of other
  * items may have been written); -ENOMEM.
  */
-int skv_compact(struct skv_ctx *ctx, const struct skv_shape *shape, const struct skv_params *params,
-		uint32_t n_layers, const struct skv_layer_in *in, const struct skv_layer_out *out,
-		struct skv_error *err);
+int skv_compact(struct skv_ctx *ctx, const struct skv_shape *shape,
+		const struct skv_params *params, uint32_t n_layers, const struct skv_layer_in *in,
+		const struct skv_layer_out *out, struct skv_error *err);
 
 /* Capacity ledger of SPEC.md for one cache. */
 struct skv_ledger_in {
-	uint64_t batch;	 /* B                          */
-	uint64_t layers; /* N                          */
+	uint64_t batch;       /* B                          */
+	uint64_t layers;      /* N                          */
 	uint64_t h_q;
 	uint64_t h_kv;
 	uint64_t head_dim;    /* D                          */
@@ -211,9 +239,9 @@ struct skv_ledger_in {
 struct skv_ledger {
 	uint64_t native_full; /* 2*B*N*H_kv*(L+g)*D*s                   */
 	uint64_t compact;     /* 2*B*N*H_store*(min(L,C)+g)*D*s         */
-	uint64_t index;	      /* 4*B*N*H_store*(min(L,C)+g)             */
+	uint64_t index;       /* 4*B*N*H_store*(min(L,C)+g)             */
 	uint64_t reserved;    /* allocated-but-unused decode headroom:
-				 2*B*N*H_store*(reserve-g)*D*s           */
+	                         2*B*N*H_store*(reserve-g)*D*s           */
 	uint64_t h_store;
 };
 
