@@ -119,12 +119,6 @@ struct skv_error {
 };
 
 /*
- * Validate params against a shape and compute the plan. -EINVAL with a
- * reason for every invalid combination of SPEC.md (protected + S + W_keep >
- * C, W > L, C <= W, even k, unknown policy/pooling/gqa/dtype, H_q not a
- * multiple of H_kv, D = 0, n_q not what the policy needs, ...).
- */
-/*
  * Decisions of the host implementation where SPEC.md leaves room (the CUDA
  * backend should match them):
  * - snapkv needs n_q == W and h2o n_q == L; W > L is rejected even when
@@ -151,6 +145,13 @@ struct skv_error {
  * - Limits: L <= 2^22, D <= 4096, h_q <= 4096, kernel <= 255.
  * - The environment variable SKV_ISA=scalar|avx2|avx512 lowers the SIMD
  *   path a new context picks (for tests).
+ */
+
+/*
+ * Validate params against a shape and compute the plan. -EINVAL with a
+ * reason for every invalid combination of SPEC.md (protected + S + W_keep >
+ * C, W > L, C <= W, even k, unknown policy/pooling/gqa/dtype, H_q not a
+ * multiple of H_kv, D = 0, n_q not what the policy needs, ...).
  */
 int skv_plan(const struct skv_shape *shape, const struct skv_params *params,
 	     struct skv_plan *ret_plan, struct skv_error *err);
