@@ -77,6 +77,57 @@ static void fill(void *buf, enum skv_dtype dt, size_t n)
 	}
 }
 
+/* inputs and outputs of n layers in one dtype, HND, output dtype = input */
+struct layer_set {
+	struct skv_layer_in in[64];
+	struct skv_layer_out out[64];
+};
+
+static void set_alloc(struct layer_set *s, enum skv_dtype dt, uint32_t L, int n_layers)
+{
+	size_t es = skv_dtype_size(dt);
+
+	for (int l = 0; l < n_layers; l++) {
+		void *q = xmalloc((size_t)HQ * W * D * es);
+		void *k = xmalloc((size_t)HKV * L * D * es);
+		void *v = xmalloc((size_t)HKV * L * D * es);
+		fill(q, dt, (size_t)HQ * W * D);
+		fill(k, dt, (size_t)HKV * L * D);
+		fill(v, dt, (size_t)HKV * L * D);
+		s->in[l] = (struct skv_layer_in){
+		    .q = {.data = q, .dtype = dt, .head_stride = W * D, .token_stride = D},
+		    .k = {.data = k, .dtype = dt, .head_stride = (int64_t)L * D, .token_stride = D},
+		    .v = {.data = v, .dtype = dt, .head_stride = (int64_t)L * D, .token_stride = D},
+		};
+		s->out[l] = (struct skv_layer_out){
+		    .k = {.data = xmalloc((size_t)HQ * C * D * es),
+			  .dtype = dt,
+			  .head_stride = C * D,
+			  .token_stride = D},
+		    .v = {.data = xmalloc((size_t)HQ * C * D * es),
+			  .dtype = dt,
+			  .head_stride = C * D,
+			  .token_stride = D},
+		    .positions = xmalloc((size_t)HQ * C * 4),
+		    .pos_stride = C,
+		    .retained_mass = xmalloc(HQ * 4),
+		};
+	}
+}
+
+static void set_free(struct layer_set *s, int n_layers)
+{
+	for (int l = 0; l < n_layers; l++) {
+		free(s->in[l].q.data);
+		free(s->in[l].k.data);
+		free(s->in[l].v.data);
+		free(s->out[l].k.data);
+		free(s->out[l].v.data);
+		free(s->out[l].positions);
+		free(s->out[l].retained_mass);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	unsigned threads = 0;
@@ -85,6 +136,18 @@ int main(int argc, char **argv)
 	int n_lens = 3;
 	int do_sgemm = 1, only_dt = -1; /* for profiling the kernels alone */
 
+	/*
+	 * Debian's DYNAMIC_ARCH OpenBLAS 0.3.21 does not recognise every AVX-512
+	 * CPU (under KVM it may fall back to its Prescott SSE3 kernels), which
+	 * would make the baseline unfairly slow. Unless the caller chose a core
+	 * type, rerun ourselves (before parsing: strtok edits argv) with the
+	 * SkylakeX (AVX-512) kernels.
+	 */
+	__builtin_cpu_init();
+	if (!getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f")) {
+		setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+		execv("/proc/self/exe", argv);
+	}
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			threads = (unsigned)atoi(argv[++i]);
@@ -110,17 +173,6 @@ int main(int argc, char **argv)
 				argv[0]);
 			return 2;
 		}
-	}
-	/*
-	 * Debian's DYNAMIC_ARCH OpenBLAS 0.3.21 does not recognise every AVX-512
-	 * CPU (under KVM it may fall back to its Prescott SSE3 kernels), which
-	 * would make the baseline unfairly slow. Unless the caller chose a core
-	 * type, rerun ourselves with the SkylakeX (AVX-512) kernels.
-	 */
-	__builtin_cpu_init();
-	if (!getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f")) {
-		setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-		execv("/proc/self/exe", argv);
 	}
 	if (reps < 1 || reps > 1000 || n_layers < 1 || n_layers > 64) {
 		fprintf(stderr, "bench-kernels: bad --reps or --layers\n");
@@ -157,107 +209,76 @@ int main(int argc, char **argv)
 		uint32_t L = lens[li];
 		double flop = 2.0 * HQ * W * (double)L * D; /* scoring products per layer */
 		/* sgemm baseline, f32: 8 x (128 x 128) . (128 x L) */
-		float *kk = xmalloc((size_t)HKV * L * D * 4);
-		float *qq = xmalloc((size_t)HQ * W * D * 4);
-		float *cc = xmalloc((size_t)4 * W * L * 4);
-		fill(kk, SKV_DTYPE_F32, (size_t)HKV * L * D);
-		fill(qq, SKV_DTYPE_F32, (size_t)HQ * W * D);
-		double ts[1000];
-		for (int rep = -1; rep < reps && do_sgemm; rep++) {
-			double t0 = now();
-			for (int h = 0; h < HKV; h++)
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 4 * W, (int)L,
-					    D, 1.0f, qq + (size_t)h * 4 * W * D, D,
-					    kk + (size_t)h * L * D, D, 0.0f, cc, (int)L);
-			if (rep >= 0)
-				ts[rep] = now() - t0;
+		float *kk = NULL, *qq = NULL, *cc = NULL;
+		if (do_sgemm) {
+			kk = xmalloc((size_t)HKV * L * D * 4);
+			qq = xmalloc((size_t)HQ * W * D * 4);
+			cc = xmalloc((size_t)4 * W * L * 4);
+			fill(kk, SKV_DTYPE_F32, (size_t)HKV * L * D);
+			fill(qq, SKV_DTYPE_F32, (size_t)HQ * W * D);
 		}
-		double sg = do_sgemm ? median(ts, reps) : 1e-9;
-		/* OpenBLAS workers spin (sched_yield) for a while after a call; on a
-		 * small machine they would steal the cores libskv is timed on */
-		if (do_sgemm)
-			usleep(500000);
-		free(kk);
-		free(qq);
-		free(cc);
-
-		for (int di = 0; di < 2; di++) {
-			if (only_dt >= 0 && di != only_dt)
-				continue;
-			enum skv_dtype dt = di ? SKV_DTYPE_BF16 : SKV_DTYPE_F32;
-			size_t es = skv_dtype_size(dt);
-			struct skv_shape sh = {
-			    .prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HKV, .n_q = W};
-			struct skv_params p;
-			skv_params_init(&p);
-			struct skv_layer_in in[64];
-			struct skv_layer_out out[64];
-			for (int l = 0; l < n_layers; l++) {
-				void *q = xmalloc((size_t)HQ * W * D * es);
-				void *k = xmalloc((size_t)HKV * L * D * es);
-				void *v = xmalloc((size_t)HKV * L * D * es);
-				fill(q, dt, (size_t)HQ * W * D);
-				fill(k, dt, (size_t)HKV * L * D);
-				fill(v, dt, (size_t)HKV * L * D);
-				in[l] = (struct skv_layer_in){
-				    .q = {.data = q,
-					  .dtype = dt,
-					  .head_stride = W * D,
-					  .token_stride = D},
-				    .k = {.data = k,
-					  .dtype = dt,
-					  .head_stride = (int64_t)L * D,
-					  .token_stride = D},
-				    .v = {.data = v,
-					  .dtype = dt,
-					  .head_stride = (int64_t)L * D,
-					  .token_stride = D},
-				};
-				out[l] = (struct skv_layer_out){
-				    .k = {.data = xmalloc((size_t)HQ * C * D * es),
-					  .dtype = dt,
-					  .head_stride = C * D,
-					  .token_stride = D},
-				    .v = {.data = xmalloc((size_t)HQ * C * D * es),
-					  .dtype = dt,
-					  .head_stride = C * D,
-					  .token_stride = D},
-				    .positions = xmalloc((size_t)HQ * C * 4),
-				    .pos_stride = C,
-				    .retained_mass = xmalloc(HQ * 4),
-				};
-			}
-			struct skv_error e;
-			for (int rep = -1; rep < reps; rep++) {
+		struct layer_set sets[2];
+		for (int di = 0; di < 2; di++)
+			if (only_dt < 0 || di == only_dt)
+				set_alloc(&sets[di], di ? SKV_DTYPE_BF16 : SKV_DTYPE_F32, L,
+					  n_layers);
+		struct skv_shape sh = {
+		    .prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HKV, .n_q = W};
+		struct skv_params p;
+		skv_params_init(&p);
+		double ts[3][1000];
+		/*
+		 * Repetitions interleave sgemm, f32 and bf16 so that all three see the
+		 * same load on a shared machine; rep -1 warms up. OpenBLAS workers spin
+		 * (sched_yield) for ~0.1 s after a call: wait that out before timing
+		 * libskv on the same cores.
+		 */
+		for (int rep = -1; rep < reps; rep++) {
+			if (do_sgemm) {
 				double t0 = now();
-				r = skv_compact(ctx, &sh, &p, (uint32_t)n_layers, in, out, &e);
+				for (int h = 0; h < HKV; h++)
+					cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 4 * W,
+						    (int)L, D, 1.0f, qq + (size_t)h * 4 * W * D, D,
+						    kk + (size_t)h * L * D, D, 0.0f, cc, (int)L);
+				if (rep >= 0)
+					ts[2][rep] = now() - t0;
+				usleep(200000);
+			}
+			for (int di = 0; di < 2; di++) {
+				if (only_dt >= 0 && di != only_dt)
+					continue;
+				struct skv_error e;
+				double t0 = now();
+				r = skv_compact(ctx, &sh, &p, (uint32_t)n_layers, sets[di].in,
+						sets[di].out, &e);
 				if (r) {
 					fprintf(stderr, "bench-kernels: skv_compact: %d %s\n", r,
 						e.msg);
 					return 1;
 				}
 				if (rep >= 0)
-					ts[rep] = (now() - t0) / n_layers;
-			}
-			double t = median(ts, reps);
-			if (do_sgemm)
-				printf("  %6u %5s %12.2f %10.1f %12.2f %10.1f %8.2f\n", L,
-				       skv_dtype_name(dt), t * 1e3, flop / t * 1e-9, sg * 1e3,
-				       flop / sg * 1e-9, t / sg);
-			else
-				printf("  %6u %5s %12.2f %10.1f %12s %10s %8s\n", L,
-				       skv_dtype_name(dt), t * 1e3, flop / t * 1e-9, "-", "-", "-");
-			fflush(stdout);
-			for (int l = 0; l < n_layers; l++) {
-				free(in[l].q.data);
-				free(in[l].k.data);
-				free(in[l].v.data);
-				free(out[l].k.data);
-				free(out[l].v.data);
-				free(out[l].positions);
-				free(out[l].retained_mass);
+					ts[di][rep] = (now() - t0) / n_layers;
 			}
 		}
+		double sg = do_sgemm ? median(ts[2], reps) : 0;
+		for (int di = 0; di < 2; di++) {
+			if (only_dt >= 0 && di != only_dt)
+				continue;
+			double t = median(ts[di], reps);
+			const char *name = skv_dtype_name(di ? SKV_DTYPE_BF16 : SKV_DTYPE_F32);
+			if (do_sgemm)
+				printf("  %6u %5s %12.2f %10.1f %12.2f %10.1f %8.2f\n", L, name,
+				       t * 1e3, flop / t * 1e-9, sg * 1e3, flop / sg * 1e-9,
+				       t / sg);
+			else
+				printf("  %6u %5s %12.2f %10.1f %12s %10s %8s\n", L, name, t * 1e3,
+				       flop / t * 1e-9, "-", "-", "-");
+			fflush(stdout);
+			set_free(&sets[di], n_layers);
+		}
+		free(kk);
+		free(qq);
+		free(cc);
 	}
 	f = fopen("/proc/loadavg", "r");
 	if (f) {
