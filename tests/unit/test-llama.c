@@ -775,6 +775,108 @@ static void test_compacted_positions_reference(void)
 	free_prompt(&p);
 }
 
+/*
+ * The daemon writes compact caches HND or NHD into its arena; the engine
+ * reads any strides. Compact straight into an NHD view with libskv and
+ * decode: bit-identical to the HND cache of tl_compact().
+ */
+static void test_nhd_view_identical(void)
+{
+	NEED_MODEL();
+	const struct tl_config *c = &model->cfg;
+	struct prompt_run p;
+	prefill_prompt(&p);
+	const enum skv_gqa modes[] = {SKV_GQA_EXPAND, SKV_GQA_GROUP};
+	float *a = malloc(GEN * 512 * sizeof(float)), *b = malloc(GEN * 512 * sizeof(float));
+	uint32_t ta[GEN], tb[GEN];
+	for (int mi = 0; mi < 2; mi++) {
+		struct skv_plan plan;
+		struct tl_kv *hnd = compact(&p, SKV_POLICY_SNAPKV, modes[mi], 16, 8, GEN, &plan);
+		decode_greedy(p.logits0, hnd, ta, a);
+
+		const uint32_t H = plan.h_store, D = c->head_dim, cap = plan.kept + GEN;
+		const size_t per_layer = (size_t)cap * H * D;
+		float *kmem = calloc(c->n_layers * per_layer, sizeof(float));
+		float *vmem = calloc(c->n_layers * per_layer, sizeof(float));
+		int32_t *pmem = calloc((size_t)c->n_layers * H * cap, sizeof(int32_t));
+		struct tl_kv *nhd;
+		CU_ASSERT_FATAL(kmem && vmem && pmem);
+		CU_ASSERT_FATAL(tl_kv_new_view(c, H, cap, &nhd) == 0);
+		struct skv_layer_in in[8];
+		struct skv_layer_out out[8];
+		for (uint32_t l = 0; l < c->n_layers; l++) {
+			struct tl_kv_layer *L = &nhd->layers[l];
+			L->k = kmem + l * per_layer;
+			L->v = vmem + l * per_layer;
+			L->head_stride = D;
+			L->token_stride = (int64_t)H * D;
+			L->pos = pmem + (size_t)l * H * cap;
+			L->pos_stride = cap;
+			in[l].q = (struct skv_tensor){
+			    .data = p.q + ((size_t)l * c->n_heads * p.L + (p.L - 8)) * D,
+			    .dtype = SKV_DTYPE_F32,
+			    .head_stride = (int64_t)p.L * D,
+			    .token_stride = D};
+			in[l].k = tl_kv_tensor(p.full, l, 0);
+			in[l].v = tl_kv_tensor(p.full, l, 1);
+			out[l] = (struct skv_layer_out){.k = tl_kv_tensor(nhd, l, 0),
+							.v = tl_kv_tensor(nhd, l, 1),
+							.positions = L->pos,
+							.pos_stride = cap};
+		}
+		struct skv_shape shape = {.prompt_len = p.L,
+					  .head_dim = D,
+					  .h_q = c->n_heads,
+					  .h_kv = c->n_kv_heads,
+					  .n_q = 8};
+		struct skv_params prm;
+		struct skv_error err;
+		skv_params_init(&prm);
+		prm.gqa = modes[mi];
+		prm.capacity = 16;
+		prm.window = 8;
+		CU_ASSERT_FATAL(skv_compact(ctx, &shape, &prm, c->n_layers, in, out, &err) == 0);
+		nhd->len = plan.kept;
+		nhd->next_pos = p.L;
+		decode_greedy(p.logits0, nhd, tb, b);
+		CU_ASSERT(memcmp(ta, tb, sizeof(ta)) == 0);
+		CU_ASSERT(memcmp(a, b, GEN * 512 * sizeof(float)) == 0);
+		CU_ASSERT(pmem[3 * cap + plan.kept + 5] == (int32_t)(p.L + 5));
+		tl_kv_free(nhd);
+		tl_kv_free(hnd);
+		free(kmem);
+		free(vmem);
+		free(pmem);
+	}
+	free(a);
+	free(b);
+	free_prompt(&p);
+}
+
+/* Seeded sampling is reproducible and follows softmax(logits / temp). */
+static void test_sampling(void)
+{
+	float logits[4] = {0.0f, 1.0f, 2.0f, -50.0f}, probs[4];
+	struct tl_rng r1, r2;
+	unsigned cnt[4] = {0};
+	tl_rng_seed(&r1, 99);
+	tl_rng_seed(&r2, 99);
+	for (int i = 0; i < 20000; i++) {
+		uint32_t a = tl_sample(logits, 4, 0.5f, &r1, probs);
+		uint32_t b = tl_sample(logits, 4, 0.5f, &r2, probs);
+		CU_ASSERT_FATAL(a == b && a < 4);
+		cnt[a]++;
+	}
+	/* softmax([0, 2, 4, -100]) = [0.0159, 0.1173, 0.8668, ~0] */
+	CU_ASSERT(fabs(cnt[0] / 20000.0 - 0.0159) < 0.005);
+	CU_ASSERT(fabs(cnt[1] / 20000.0 - 0.1173) < 0.01);
+	CU_ASSERT(fabs(cnt[2] / 20000.0 - 0.8668) < 0.01);
+	CU_ASSERT(cnt[3] == 0);
+	CU_ASSERT(tl_sample(logits, 4, 0.0f, &r1, probs) == 2);
+	float tie[3] = {1, 3, 3};
+	CU_ASSERT(tl_argmax(tie, 3) == 1);
+}
+
 static int load_model(void)
 {
 	const char *shared = getenv("SHARED");
@@ -821,7 +923,9 @@ int main(void)
 	    !CU_add_test(s, "tokenizer", test_tokenizer) ||
 	    !CU_add_test(s, "cache_full_and_grow", test_cache_full_and_grow) ||
 	    !CU_add_test(s, "bypass_identical", test_bypass_identical) ||
-	    !CU_add_test(s, "compacted_positions_reference", test_compacted_positions_reference)) {
+	    !CU_add_test(s, "compacted_positions_reference", test_compacted_positions_reference) ||
+	    !CU_add_test(s, "nhd_view_identical", test_nhd_view_identical) ||
+	    !CU_add_test(s, "sampling", test_sampling)) {
 		CU_cleanup_registry();
 		return 1;
 	}
