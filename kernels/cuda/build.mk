@@ -61,5 +61,6 @@ INSTALL_HEADERS += kernels/cuda/skv-cuda.h kernels/cuda/skv-backend.h
 $(LIBSKVCUDA): $(SKVCUDA_CUO) $(SKVCUDA_COBJ) $(LIBSKV) kernels/cuda/skv-cuda.map
 	$(NVCC) -shared -cudart static $(NVCC_GENCODE) -o $@ $(SKVCUDA_CUO) $(SKVCUDA_COBJ) \
 		$(LIBSKV) -Xlinker --version-script=kernels/cuda/skv-cuda.map -Xlinker -z,defs \
+		-Xlinker -soname,libskv-cuda.so \
 		-Xlinker -Bsymbolic -ldl -lrt -lpthread
 endif

@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(GATHER_THREADS)
 	for (uint32_t idx = threadIdx.x; idx < n * row_units; idx += GATHER_THREADS) {
 		const uint32_t i = idx / row_units, u = idx % row_units;
 		const uint32_t pos = (uint32_t)spos[i];
+		if (pos >= c.L) /* never after a good selection; keeps a bad one in bounds */
+			continue;
 		const U *sk = (const U *)(ly.k.data + dten_off(ly.k, kvh, pos) * es) + u;
 		const U *sv = (const U *)(ly.v.data + dten_off(ly.v, kvh, pos) * es) + u;
 		U *dk = (U *)(ly.ok.data + dten_off(ly.ok, h, i0 + i) * es) + u;
@@ -66,6 +68,8 @@ __global__ void __launch_bounds__(GATHER_THREADS)
 	for (uint32_t idx = threadIdx.x; idx < n * c.D; idx += GATHER_THREADS) {
 		const uint32_t i = idx / c.D, d = idx % c.D;
 		const uint32_t pos = (uint32_t)spos[i];
+		if (pos >= c.L)
+			continue;
 		float k = to_f32<TI>(((const TI *)ly.k.data)[dten_off(ly.k, kvh, pos) + d]);
 		float v = to_f32<TI>(((const TI *)ly.v.data)[dten_off(ly.v, kvh, pos) + d]);
 		((TO *)ly.ok.data)[dten_off(ly.ok, h, i0 + i) + d] = from_f32<TO>(k);

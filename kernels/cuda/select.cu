@@ -178,10 +178,18 @@ __global__ void __launch_bounds__(SEL_THREADS)
 			for (uint32_t i = tid; i < 256; i += SEL_THREADS)
 				hist[i] = 0;
 			__syncthreads();
-			for (uint32_t j = tid; j < L; j += SEL_THREADS) {
-				uint32_t key = keys[j];
-				if (key && (key & mask) == prefix)
-					atomicAdd(&hist[(key >> shift) & 255], 1u);
+			for (uint32_t base = 0; base < L; base += SEL_THREADS) {
+				const uint32_t j = base + tid;
+				const uint32_t key = j < L ? keys[j] : 0;
+				const bool in = key && (key & mask) == prefix;
+				/*
+				 * Scores crowd into few bins in the first passes: one
+				 * atomic per distinct bin of the warp, not per lane.
+				 */
+				const uint32_t bin = in ? (key >> shift) & 255 : 256;
+				const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+				if (in && (tid & 31) == (uint32_t)(__ffs(peers) - 1))
+					atomicAdd(&hist[bin], (uint32_t)__popc(peers));
 			}
 			__syncthreads();
 			if (tid < 32) {
