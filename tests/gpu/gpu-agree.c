@@ -329,8 +329,8 @@ static int run_cfg(const struct cfg *c, struct skv_ctx *hctx, struct skv_cuda_ct
 	const double min_overlap = c->dt == F32 ? 1.0 : 0.99;
 	double overlap = total ? (double)inter / (double)total : 1.0;
 	double mass_tol = c->dt == F32 ? 1e-4 : 2e-2;
-	int ok = bad_rows == 0 && bad_order == 0 && overlap >= min_overlap &&
-		 max_dm <= mass_tol && (min_overlap < 1.0 || heads_differ == 0);
+	int ok = bad_rows == 0 && bad_order == 0 && overlap >= min_overlap && max_dm <= mass_tol &&
+		 (min_overlap < 1.0 || heads_differ == 0);
 	printf("%-26s %s  kept %u x %u heads x %u layers  overlap %.5f  heads differing %llu  "
 	       "row errors %llu  order errors %llu  max |mass diff| %.2e  host %.1f ms  cuda %.1f "
 	       "ms\n",

@@ -350,6 +350,8 @@ static int run_engine(int s)
 	CK(cudaMallocHost((void **)&hkv, 2 * KV_ELEMS * 4));
 	CK(cudaMallocHost((void **)&hq, q_bytes));
 
+	cudaStream_t st = NULL;
+	cudaEvent_t ev = NULL;
 	for (int round = 1; round <= 2; round++) {
 		struct rng r = {77 + round};
 		for (size_t i = 0; i < 2 * KV_ELEMS; i++)
@@ -366,8 +368,6 @@ static int run_engine(int s)
 			uint32_t one = 1;
 			CK(cudaMemcpy(dkv, &one, 4, cudaMemcpyHostToDevice));
 		} else {
-			cudaStream_t st;
-			cudaEvent_t ev;
 			cudaIpcEventHandle_t eh;
 			CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 			CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming |
@@ -383,8 +383,6 @@ static int run_engine(int s)
 			if (send_msg(s, &m, -1) < 0)
 				return 1;
 			CK(cudaStreamSynchronize(st));
-			cudaEventDestroy(ev);
-			cudaStreamDestroy(st);
 		}
 		if (recv_msg(s, &m, NULL) < 0 || m.type != MSG_DONE)
 			return 1;
@@ -397,6 +395,11 @@ static int run_engine(int s)
 		CK(cudaMemcpy(garena, skv_cuda_import_ptr(ai), o.bytes, cudaMemcpyDeviceToHost));
 		fails += check_round(round, hkv, hq, garena);
 	}
+	/* the daemon is done with the event once it reported round 2 */
+	if (ev)
+		cudaEventDestroy(ev);
+	if (st)
+		cudaStreamDestroy(st);
 	memset(&m, 0, sizeof(m));
 	m.type = MSG_BYE;
 	send_msg(s, &m, -1);
