@@ -65,6 +65,26 @@ template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32
 }
 
 /*
+ * A warp's 16 query rows as tensor-core A fragments, loaded once per block
+ * and kept in registers for every key tile of the chunk (Q does not change).
+ */
+template <typename T, int D_, bool TC> struct q_frags {
+	__device__ void load(const T *, int, int)
+	{
+	}
+};
+template <typename T, int D_> struct q_frags<T, D_, true> {
+	nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major>
+	    a[D_ / 16];
+	__device__ void load(const T *qs, int dp, int warp)
+	{
+#pragma unroll
+		for (int i = 0; i < D_ / 16; i++)
+			nvcuda::wmma::load_matrix_sync(a[i], qs + warp * 16 * dp + i * 16, dp);
+	}
+};
+
+/*
  * grid:  x = key chunk (CHUNK keys), y = row tile, z = layer-in-launch * H_kv + K/V head
  * block: 256 threads
  * p.layers[].q: [H_q, n_q, D], rows n_q - W_obs .. n_q - 1 are used
@@ -165,6 +185,13 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		}
 	}
 
+	q_frags<E, D_, TC> qf;
+	if constexpr (TC) {
+		__syncthreads(); /* Q tile complete */
+		if ((int)(tid / 32) * 16 < (int)nr)
+			qf.load(qs, dp, tid / 32);
+	}
+
 	const T *kd = (const T *)ly.k.data;
 	auto load_k = [&](uint32_t j0, int buf) {
 		E *dst = ks + (size_t)buf * TK * dp;
@@ -238,20 +265,16 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 #pragma unroll
 				for (int n = 0; n < TK / 16; n++)
 					wmma::fill_fragment(acc[n], 0.f);
-#pragma unroll 4
-				for (int d0 = 0; d0 < D_; d0 += 16) {
-					wmma::fragment<wmma::matrix_a, 16, 16, 16, T,
-						       wmma::row_major>
-					    a;
-					wmma::load_matrix_sync(a, qs + warp * 16 * dp + d0, dp);
+#pragma unroll
+				for (int i = 0; i < D_ / 16; i++) {
 #pragma unroll
 					for (int n = 0; n < TK / 16; n++) {
 						wmma::fragment<wmma::matrix_b, 16, 16, 16, T,
 							       wmma::col_major>
 						    b;
-						wmma::load_matrix_sync(b, kb + n * 16 * dp + d0,
+						wmma::load_matrix_sync(b, kb + n * 16 * dp + i * 16,
 								       dp);
-						wmma::mma_sync(acc[n], a, b, acc[n]);
+						wmma::mma_sync(acc[n], qf.a[i], b, acc[n]);
 					}
 				}
 #pragma unroll

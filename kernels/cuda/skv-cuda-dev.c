@@ -380,6 +380,8 @@ void skv_cuda_import_release(struct skv_cuda_import *imp)
 				break;
 			}
 		cudaSetDevice(dev->device);
+		/* no kernel may still read the pages when they go */
+		cudaDeviceSynchronize();
 		unmap_import(imp);
 	}
 	pthread_mutex_unlock(&dev->mu);
@@ -393,6 +395,7 @@ unsigned skv_cuda_release_tenant(struct skv_cuda_dev *dev, uint64_t tenant)
 		return 0;
 	pthread_mutex_lock(&dev->mu);
 	cudaSetDevice(dev->device);
+	cudaDeviceSynchronize();
 	for (struct skv_cuda_import **pp = &dev->imports; *pp;) {
 		struct skv_cuda_import *i = *pp;
 		if (i->tenant != tenant) {

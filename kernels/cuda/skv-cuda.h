@@ -113,9 +113,16 @@ void *skv_cuda_import_ptr(const struct skv_cuda_import *imp);
 uint64_t skv_cuda_import_size(const struct skv_cuda_import *imp);
 /* "cuda-vmm-fd" or "cuda-ipc": the transport actually used, for ledgers and status. */
 const char *skv_cuda_import_transport(const struct skv_cuda_import *imp);
-/* Drop one reference; the mapping goes with the last. NULL is fine. */
+/*
+ * Drop one reference; the mapping goes with the last (after a device-wide
+ * synchronisation, so that no queued kernel still reads it). NULL is fine.
+ */
 void skv_cuda_import_release(struct skv_cuda_import *imp);
-/* Drop every import of a tenant whatever its refcount (its session ended). Returns the count. */
+/*
+ * Drop every import of a tenant whatever its refcount (its session ended),
+ * after a device-wide synchronisation. The tenant's import pointers are dead
+ * afterwards: do not release them again. Returns the count.
+ */
 unsigned skv_cuda_release_tenant(struct skv_cuda_dev *dev, uint64_t tenant);
 
 /*
