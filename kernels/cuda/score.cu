@@ -12,6 +12,8 @@
  *   pass 2: recompute the logits, turn them into normalised probabilities
  *           a[t][j] = exp(z - max) / sum and sum them over the rows of each
  *           query head: votes[layer][q head][j], L floats per head.
+ * The softmax runs in base 2 (logits pre-scaled by log2(e) / sqrt(D), exp2f:
+ * one ex2 instruction per element); the probabilities are the same.
  * Logits accumulate in fp32: tensor-core MMA (bf16/f16 inputs, fp32
  * accumulate) for head_dim 64/128/256, plain fp32 FMAs otherwise and for f32
  * storage (so f32 results follow the host's arithmetic as closely as possible).
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 					if (ms.x == -INFINITY)
 						continue;
 					float nm = fmaxf(m, ms.x);
-					s = s * expf(m - nm) + ms.y * expf(ms.x - nm);
+					s = s * exp2f(m - nm) + ms.y * exp2f(ms.x - nm);
 					m = nm;
 				}
 			}
@@ -308,7 +310,7 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 				for (uint32_t kk = sub; kk < TK; kk += TPR) {
 					uint32_t j = j0 + kk;
 					if (j < k1 && j <= my_pos) {
-						float z = ss[my_r * SP + kk] * c.scale;
+						float z = ss[my_r * SP + kk] * c.scale_log2;
 						if (!isfinite(z))
 							bad = 1;
 						else
@@ -317,13 +319,13 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 				}
 				if (tmax > -INFINITY) {
 					float nm = fmaxf(run_m, tmax);
-					float s = run_s * expf(run_m - nm);
+					float s = run_s * exp2f(run_m - nm);
 					for (uint32_t kk = sub; kk < TK; kk += TPR) {
 						uint32_t j = j0 + kk;
 						if (j < k1 && j <= my_pos) {
-							float z = ss[my_r * SP + kk] * c.scale;
+							float z = ss[my_r * SP + kk] * c.scale_log2;
 							if (isfinite(z))
-								s += expf(z - nm);
+								s += exp2f(z - nm);
 						}
 					}
 					run_m = nm;
@@ -335,7 +337,8 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 				uint32_t r = idx / TK, kk = idx % TK, j = j0 + kk;
 				float pr = 0.f;
 				if (r < nr && j < k1 && j <= qbase + (r0 + r) % W)
-					pr = expf(ss[r * SP + kk] * c.scale - rowm[r]) * rowis[r];
+					pr = exp2f(ss[r * SP + kk] * c.scale_log2 - rowm[r]) *
+					     rowis[r];
 				ss[r * SP + kk] = pr;
 			}
 			__syncthreads();
@@ -366,8 +369,8 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 			float os = __shfl_xor_sync(0xffffffffu, run_s, off);
 			bad |= __shfl_xor_sync(0xffffffffu, bad, off);
 			float nm = fmaxf(run_m, om);
-			float a = run_m == -INFINITY ? 0.f : run_s * expf(run_m - nm);
-			float b = om == -INFINITY ? 0.f : os * expf(om - nm);
+			float a = run_m == -INFINITY ? 0.f : run_s * exp2f(run_m - nm);
+			float b = om == -INFINITY ? 0.f : os * exp2f(om - nm);
 			run_m = nm;
 			run_s = a + b;
 		}

@@ -6,9 +6,7 @@
  * compile-time constants (FlashInfer style). Not installed.
  *
  * Layer descriptors travel as kernel parameters (no host staging buffer, so
- * nothing must be synchronised before a compaction can be enqueued); a launch
- * covers at most SKV_CUDA_LPL layers so the parameter block stays under the
- * classic 4 KiB limit.
+ * nothing must be synchronised before a compaction can be enqueued).
  */
 #ifndef SKV_CUDA_COMMON_CUH
 #define SKV_CUDA_COMMON_CUH
@@ -24,8 +22,12 @@
 namespace skvcuda
 {
 
-/* Layers per kernel launch: keeps sizeof(launch params) < 4 KiB. */
-constexpr int LPL = 12;
+/*
+ * Layers per kernel launch. The descriptors travel as kernel parameters
+ * (CUDA >= 12.1 takes up to 32764 bytes on sm_70+), so one launch of each
+ * kernel covers every layer of models up to 96 layers, with no host staging.
+ */
+constexpr int LPL = 96;
 /* Largest head_dim the CUDA backend handles (shared-memory tiles). */
 constexpr uint32_t MAX_HEAD_DIM = 256;
 /* Keys one scoring block streams (a multiple of the key tile). */
@@ -99,7 +101,7 @@ struct sel_consts {
 	uint32_t n_protected;
 	uint32_t prot_begin[SKV_MAX_PROTECTED];
 	uint32_t prot_end[SKV_MAX_PROTECTED];
-	float scale;	   /* 1 / sqrt(D)                                          */
+	float scale_log2;  /* log2(e) / sqrt(D): logits in base 2 for exp2f     */
 	float bypass_mass; /* retained mass reported when nothing is scored (L < C) */
 };
 
@@ -118,7 +120,7 @@ struct launch_params {
 	dev_status *status;
 	dlayer layers[LPL];
 };
-static_assert(sizeof(launch_params) < 4000, "launch parameters must stay under 4 KiB");
+static_assert(sizeof(launch_params) <= 32764, "kernel parameters are limited to 32764 bytes");
 
 /* Scratch layout sizes, shared by host and device code. */
 struct scratch_sizes {

@@ -361,7 +361,8 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 		k.prot_begin[i] = p->protected_ranges[i].begin;
 		k.prot_end[i] = p->protected_ranges[i].end;
 	}
-	k.scale = (float)(1.0 / sqrt((double)D));
+	/* softmax in base 2: exp(z - m) = exp2(z * log2(e) - m * log2(e)), one ex2 per element */
+	k.scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
 	k.bypass_mass = 1.0f;
 	base.vec16 = kvec;
 
