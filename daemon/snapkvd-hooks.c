@@ -399,7 +399,15 @@ static void kill_hook(struct snapkvd_hook *h)
 
 int snapkvd_hook_check_timeout(struct snapkvd_hook *h, uint64_t now_ns)
 {
+	siginfo_t si;
+
 	if (h->reaped || h->timed_out || now_ns < h->deadline_ns)
+		return 0;
+	/* Exited but not collected yet (its pidfd event is still on the way):
+	 * not a timeout. WNOWAIT leaves it for snapkvd_hook_reap(). */
+	memset(&si, 0, sizeof(si));
+	if (waitid((idtype_t)P_PIDFD, (id_t)h->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+	    si.si_pid != 0)
 		return 0;
 	kill_hook(h);
 	h->timed_out = 1;
