@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: MIT
+# libskv: host selection + gather kernels (kernels/skv.h). The SIMD files are
+# compiled for their ISA only; skv.c picks one at run time. No libm needed.
+SKV_SRCS := kernels/skv.c kernels/skv-scalar.c kernels/skv-avx2.c kernels/skv-avx512.c
+SKV_OBJS := $(SKV_SRCS:%.c=$(BUILD)/%.o)
+OBJS += $(SKV_OBJS)
+LIBS += $(LIBSKV)
+INSTALL_LIBS += $(LIBSKV)
+INSTALL_HEADERS += kernels/skv.h
+
+$(SKV_OBJS): CFLAGS_BASE += -fno-math-errno
+$(BUILD)/kernels/skv-avx2.o: CFLAGS_BASE += -mavx2 -mfma -mf16c
+$(BUILD)/kernels/skv-avx512.o: CFLAGS_BASE += -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mf16c
+
+$(LIBSKV): $(SKV_OBJS)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+# Kernel tests (tests/unit/test-kernels*.c) against the scalar reference.
+SKV_TEST_REF := $(BUILD)/tests/unit/ref-snapkv.o
+SKV_TESTS := $(BUILD)/tests/unit/test-kernels $(BUILD)/tests/unit/test-kernels-random
+TESTS += $(SKV_TESTS)
+OBJS += $(SKV_TEST_REF) $(SKV_TESTS:%=%.o)
+
+$(SKV_TESTS): %: %.o $(SKV_TEST_REF) $(LIBSKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(CUNIT_LIBS) -lm $(LDFLAGS)

@@ -1,0 +1,1195 @@
+// SPDX-License-Identifier: MIT
+/*
+ * skv.c - libskv: parameters, plan, validation, the thread pool, and the
+ * per-item driver (scoring through the ISA kernels, pooling, top-k,
+ * gather). Semantics are ../shared/SPEC.md's; decisions SPEC leaves open
+ * are written where they are made.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "skv-internal.h"
+
+/* Limits on what one call may describe; far above any real model. */
+#define SKV_MAX_L	(1u << 22)
+#define SKV_MAX_D	4096u
+#define SKV_MAX_HEADS	4096u
+#define SKV_MAX_KERNEL	255u
+#define SKV_MAX_THREADS 1024u
+#define SKV_MAX_LAYERS	65536u
+/* Logit buffer per thread: rows per block are chosen so that it fits. */
+#define SKV_ZBUF_BUDGET (16u << 20)
+
+/* ---------------------------------------------------------------- names */
+
+size_t skv_dtype_size(enum skv_dtype dt)
+{
+	switch (dt) {
+	case SKV_DTYPE_F32:
+		return 4;
+	case SKV_DTYPE_F16:
+	case SKV_DTYPE_BF16:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+const char *skv_dtype_name(enum skv_dtype dt)
+{
+	switch (dt) {
+	case SKV_DTYPE_F32:
+		return "f32";
+	case SKV_DTYPE_F16:
+		return "f16";
+	case SKV_DTYPE_BF16:
+		return "bf16";
+	default:
+		return NULL;
+	}
+}
+
+const char *skv_policy_name(enum skv_policy p)
+{
+	switch (p) {
+	case SKV_POLICY_SNAPKV:
+		return "snapkv";
+	case SKV_POLICY_H2O:
+		return "h2o";
+	case SKV_POLICY_STREAMINGLLM:
+		return "streamingllm";
+	case SKV_POLICY_WINDOW:
+		return "window";
+	default:
+		return NULL;
+	}
+}
+
+/* ---------------------------------------------------------- conversions */
+
+static inline uint32_t f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+float skv_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff;
+
+	if (exp == 0x1f)
+		return u2f(sign | 0x7f800000u | (man << 13));
+	if (exp == 0) {
+		if (man == 0)
+			return u2f(sign);
+		/* subnormal: value = man * 2^-24, exact in f32 */
+		float v = (float)man * (1.0f / 16777216.0f);
+		return sign ? -v : v;
+	}
+	return u2f(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t skv_f32_to_f16(float f)
+{
+	uint32_t u = f2u(f);
+	uint32_t sign = (u >> 16) & 0x8000;
+	uint32_t a = u & 0x7fffffffu;
+
+	if (a >= 0x7f800000u) /* inf or nan (keep nan quiet and non-zero) */
+		return (uint16_t)(sign | 0x7c00 |
+				  (a > 0x7f800000u ? 0x200 | ((a >> 13) & 0x3ff) : 0));
+	if (a >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+		return (uint16_t)(sign | 0x7c00);
+	if (a < 0x38800000u) {	     /* below 2^-14: subnormal half or zero */
+		if (a < 0x33000000u) /* below 2^-25: rounds to zero */
+			return (uint16_t)sign;
+		uint32_t e = a >> 23;
+		uint32_t m = (a & 0x7fffff) | 0x800000;
+		uint32_t shift = 126 - e; /* 14 .. 24 */
+		uint32_t v = m >> shift;
+		uint32_t rem = m & ((1u << shift) - 1);
+		uint32_t half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (v & 1)))
+			v++;
+		return (uint16_t)(sign | v);
+	}
+	uint32_t v = ((a >> 13) - (112u << 10));
+	uint32_t rem = a & 0x1fff;
+	if (rem > 0x1000 || (rem == 0x1000 && (v & 1)))
+		v++;
+	return (uint16_t)(sign | v);
+}
+
+float skv_bf16_to_f32(uint16_t b)
+{
+	return u2f((uint32_t)b << 16);
+}
+
+uint16_t skv_f32_to_bf16(float f)
+{
+	uint32_t u = f2u(f);
+
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fff + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+/* --------------------------------------------------------------- errors */
+
+__attribute__((format(printf, 4, 5))) static int fail(struct skv_error *err, int32_t layer,
+						      int32_t head, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		va_end(ap);
+		err->layer = layer;
+		err->head = head;
+	}
+	return -EINVAL;
+}
+
+/* ----------------------------------------------------------- parameters */
+
+void skv_params_init(struct skv_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->params_size = sizeof(*p);
+	p->policy = SKV_POLICY_SNAPKV;
+	p->window = 32;
+	p->capacity = 2048;
+	p->kernel = 5;
+	p->pooling = SKV_POOL_AVG;
+	p->gqa = SKV_GQA_EXPAND;
+	p->sinks = 4;
+}
+
+static bool policy_scores(enum skv_policy p)
+{
+	return p == SKV_POLICY_SNAPKV || p == SKV_POLICY_H2O;
+}
+
+/*
+ * Mark the positions every stored head keeps whatever the scores say:
+ * sinks, protected ranges and (scoring policies) the recent W_keep. For the
+ * non-scoring policies the rest of the budget then goes to the most recent
+ * positions not already kept, so that a protected range shortens the recent
+ * window instead of making the combination invalid. Returns the count.
+ */
+static uint32_t mark_forced(const struct skv_shape *sh, const struct skv_params *p, uint32_t sinks,
+			    uint32_t w_keep, uint8_t *keep)
+{
+	uint32_t L = sh->prompt_len, n = 0;
+
+	memset(keep, 0, L);
+	for (uint32_t j = 0; j < sinks && j < L; j++)
+		keep[j] = 1;
+	for (uint32_t j = L - w_keep; j < L; j++)
+		keep[j] = 1;
+	for (uint32_t i = 0; i < p->n_protected; i++)
+		for (uint32_t j = p->protected_ranges[i].begin; j < p->protected_ranges[i].end; j++)
+			keep[j] = 1;
+	for (uint32_t j = 0; j < L; j++)
+		n += keep[j];
+	return n;
+}
+
+/* Count of positions in the union of sinks and protected ranges, without a buffer. */
+static uint64_t union_count(const struct skv_params *p, uint32_t sinks, uint32_t tail_begin,
+			    uint32_t L)
+{
+	/* ranges: sinks [0,S), tail [tail_begin, L), protected; sort and merge */
+	struct skv_range r[SKV_MAX_PROTECTED + 2];
+	uint32_t n = 0;
+
+	if (sinks)
+		r[n++] = (struct skv_range){0, sinks};
+	if (tail_begin < L)
+		r[n++] = (struct skv_range){tail_begin, L};
+	for (uint32_t i = 0; i < p->n_protected; i++)
+		r[n++] = p->protected_ranges[i];
+	for (uint32_t i = 1; i < n; i++) /* insertion sort by begin */
+		for (uint32_t j = i; j > 0 && r[j].begin < r[j - 1].begin; j--) {
+			struct skv_range t = r[j];
+			r[j] = r[j - 1];
+			r[j - 1] = t;
+		}
+	uint64_t count = 0;
+	uint32_t cb = 0, ce = 0;
+	bool open = false;
+	for (uint32_t i = 0; i < n; i++) {
+		if (open && r[i].begin <= ce) {
+			if (r[i].end > ce)
+				ce = r[i].end;
+			continue;
+		}
+		if (open)
+			count += ce - cb;
+		cb = r[i].begin;
+		ce = r[i].end;
+		open = true;
+	}
+	if (open)
+		count += ce - cb;
+	return count;
+}
+
+int skv_plan(const struct skv_shape *sh, const struct skv_params *p, struct skv_plan *ret_plan,
+	     struct skv_error *err)
+{
+	struct skv_plan pl = {0};
+
+	if (!sh || !p)
+		return fail(err, -1, -1, "shape and params are required");
+	if (p->params_size != sizeof(*p))
+		return fail(err, -1, -1, "params_size is %u, expected %zu (use skv_params_init)",
+			    p->params_size, sizeof(*p));
+	if (!skv_policy_name(p->policy))
+		return fail(err, -1, -1, "unknown policy %d", (int)p->policy);
+	if (p->pooling != SKV_POOL_AVG && p->pooling != SKV_POOL_MAX)
+		return fail(err, -1, -1, "unknown pooling %d", (int)p->pooling);
+	if (p->gqa != SKV_GQA_EXPAND && p->gqa != SKV_GQA_GROUP)
+		return fail(err, -1, -1, "unknown gqa mode %d", (int)p->gqa);
+	if (p->kernel == 0 || p->kernel % 2 == 0)
+		return fail(err, -1, -1, "pooling kernel %u must be odd (1 = no pooling)",
+			    p->kernel);
+	if (p->kernel > SKV_MAX_KERNEL)
+		return fail(err, -1, -1, "pooling kernel %u exceeds %u", p->kernel, SKV_MAX_KERNEL);
+	if (p->capacity == 0)
+		return fail(err, -1, -1, "capacity must be at least 1");
+	if (sh->prompt_len == 0)
+		return fail(err, -1, -1, "prompt length L must be at least 1");
+	if (sh->prompt_len > SKV_MAX_L)
+		return fail(err, -1, -1, "prompt length %u exceeds %u", sh->prompt_len, SKV_MAX_L);
+	if (sh->head_dim == 0)
+		return fail(err, -1, -1, "head_dim D must be at least 1");
+	if (sh->head_dim > SKV_MAX_D)
+		return fail(err, -1, -1, "head_dim %u exceeds %u", sh->head_dim, SKV_MAX_D);
+	if (sh->h_q == 0 || sh->h_kv == 0)
+		return fail(err, -1, -1, "h_q and h_kv must be at least 1");
+	if (sh->h_q > SKV_MAX_HEADS)
+		return fail(err, -1, -1, "h_q %u exceeds %u", sh->h_q, SKV_MAX_HEADS);
+	if (sh->h_q % sh->h_kv != 0)
+		return fail(err, -1, -1, "h_q %u is not a multiple of h_kv %u", sh->h_q, sh->h_kv);
+	if (p->n_protected > SKV_MAX_PROTECTED)
+		return fail(err, -1, -1, "%u protected ranges, at most %u", p->n_protected,
+			    SKV_MAX_PROTECTED);
+
+	uint32_t L = sh->prompt_len, C = p->capacity, W = p->window;
+	for (uint32_t i = 0; i < p->n_protected; i++) {
+		const struct skv_range *r = &p->protected_ranges[i];
+		if (r->begin >= r->end)
+			return fail(err, -1, -1, "protected range %u [%u, %u) is empty", i,
+				    r->begin, r->end);
+		if (r->end > L)
+			return fail(err, -1, -1,
+				    "protected range %u [%u, %u) ends past the prompt (L = %u)", i,
+				    r->begin, r->end, L);
+	}
+
+	pl.h_store = p->gqa == SKV_GQA_EXPAND ? sh->h_q : sh->h_kv;
+	pl.bypass = L < C;
+	pl.kept = L < C ? L : C;
+
+	switch (p->policy) {
+	case SKV_POLICY_SNAPKV:
+	case SKV_POLICY_H2O:
+		if (p->policy == SKV_POLICY_SNAPKV && W == 0)
+			return fail(err, -1, -1, "snapkv needs an observation window W >= 1");
+		if (C <= W)
+			return fail(err, -1, -1, "capacity C = %u must exceed the window W = %u", C,
+				    W);
+		if (W > L)
+			return fail(err, -1, -1, "window W = %u exceeds the prompt length L = %u",
+				    W, L);
+		if (p->policy == SKV_POLICY_SNAPKV && sh->n_q != W)
+			return fail(err, -1, -1,
+				    "snapkv needs the last W = %u query rows, n_q is %u", W,
+				    sh->n_q);
+		if (p->policy == SKV_POLICY_H2O && sh->n_q != L)
+			return fail(err, -1, -1, "h2o needs all L = %u query rows, n_q is %u", L,
+				    sh->n_q);
+		if (union_count(p, 0, L - W, L) > C)
+			return fail(err, -1, -1,
+				    "protected ranges plus the window W = %u exceed the capacity "
+				    "C = %u",
+				    W, C);
+		pl.sinks = 0;
+		pl.w_obs = p->policy == SKV_POLICY_SNAPKV ? W : L;
+		pl.w_keep = W;
+		break;
+	case SKV_POLICY_STREAMINGLLM:
+	case SKV_POLICY_WINDOW: {
+		uint32_t S = p->policy == SKV_POLICY_STREAMINGLLM ? p->sinks : 0;
+		if (S > C)
+			return fail(err, -1, -1, "sinks S = %u exceed the capacity C = %u", S, C);
+		if (sh->n_q > L)
+			return fail(err, -1, -1, "n_q = %u query rows exceed L = %u", sh->n_q, L);
+		uint64_t forced = union_count(p, S < L ? S : L, L, L);
+		if (forced > C)
+			return fail(err, -1, -1,
+				    "protected ranges plus S = %u sinks exceed the capacity C = %u",
+				    S, C);
+		pl.sinks = S;
+		pl.w_obs = 0;
+		pl.w_keep = (uint32_t)(C - forced);
+		break;
+	}
+	default:
+		return fail(err, -1, -1, "unknown policy %d", (int)p->policy);
+	}
+	if (pl.bypass) {
+		/* Nothing is scored: every position is kept as it is. */
+		pl.sinks = 0;
+		pl.w_obs = 0;
+		pl.w_keep = L;
+	}
+	*ret_plan = pl;
+	return 0;
+}
+
+/* --------------------------------------------------------------- ledger */
+
+int skv_ledger_compute(const struct skv_ledger_in *in, struct skv_ledger *ret)
+{
+	struct skv_ledger l = {0};
+
+	if (!in || !ret)
+		return -EINVAL;
+	if (!in->batch || !in->layers || !in->h_q || !in->h_kv || !in->head_dim ||
+	    !in->dtype_bytes || !in->prompt_len || !in->capacity)
+		return -EINVAL;
+	if (in->h_q % in->h_kv || in->appended > in->reserve)
+		return -EINVAL;
+	if (in->gqa != SKV_GQA_EXPAND && in->gqa != SKV_GQA_GROUP)
+		return -EINVAL;
+	l.h_store = in->gqa == SKV_GQA_EXPAND ? in->h_q : in->h_kv;
+	uint64_t kept = in->prompt_len < in->capacity ? in->prompt_len : in->capacity;
+	uint64_t bnh_kv, bnh_st, t, full_tok, comp_tok;
+	if (__builtin_add_overflow(in->prompt_len, in->appended, &full_tok) ||
+	    __builtin_add_overflow(kept, in->appended, &comp_tok) ||
+	    __builtin_mul_overflow(in->batch, in->layers, &t) ||
+	    __builtin_mul_overflow(t, in->h_kv, &bnh_kv) ||
+	    __builtin_mul_overflow(t, l.h_store, &bnh_st))
+		return -EOVERFLOW;
+	uint64_t ds;
+	if (__builtin_mul_overflow(in->head_dim, in->dtype_bytes, &ds))
+		return -EOVERFLOW;
+	/* 2 * bnh * tok * ds, each product checked */
+	if (__builtin_mul_overflow(bnh_kv, full_tok, &t) || __builtin_mul_overflow(t, ds, &t) ||
+	    __builtin_mul_overflow(t, 2, &l.native_full))
+		return -EOVERFLOW;
+	if (__builtin_mul_overflow(bnh_st, comp_tok, &t) || __builtin_mul_overflow(t, ds, &t) ||
+	    __builtin_mul_overflow(t, 2, &l.compact))
+		return -EOVERFLOW;
+	if (__builtin_mul_overflow(bnh_st, comp_tok, &t) || __builtin_mul_overflow(t, 4, &l.index))
+		return -EOVERFLOW;
+	if (__builtin_mul_overflow(bnh_st, in->reserve - in->appended, &t) ||
+	    __builtin_mul_overflow(t, ds, &t) || __builtin_mul_overflow(t, 2, &l.reserved))
+		return -EOVERFLOW;
+	*ret = l;
+	return 0;
+}
+
+/* ------------------------------------------------------------- tensors */
+
+static inline const void *elem(const struct skv_tensor *t, uint32_t h, uint32_t tok, size_t esz)
+{
+	int64_t off;
+
+	if (t->block_table)
+		off = (int64_t)t->block_table[tok / t->block_size] * t->block_stride +
+		      (int64_t)(tok % t->block_size) * t->token_stride +
+		      (int64_t)h * t->head_stride;
+	else
+		off = (int64_t)tok * t->token_stride + (int64_t)h * t->head_stride;
+	return (const char *)t->data + off * (int64_t)esz;
+}
+
+static int check_tensor(const struct skv_tensor *t, const char *what, uint32_t layer,
+			uint32_t heads, uint32_t tokens, bool out, struct skv_error *err)
+{
+	if (!t->data)
+		return fail(err, (int32_t)layer, -1, "layer %u: %s has no data", layer, what);
+	if (!skv_dtype_size(t->dtype))
+		return fail(err, (int32_t)layer, -1, "layer %u: %s has unknown dtype %d", layer,
+			    what, (int)t->dtype);
+	if (heads > 1 && t->head_stride == 0)
+		return fail(err, (int32_t)layer, -1, "layer %u: %s has head_stride 0", layer, what);
+	if (tokens > 1 && t->token_stride == 0 && (!t->block_table || t->block_size > 1))
+		return fail(err, (int32_t)layer, -1, "layer %u: %s has token_stride 0", layer,
+			    what);
+	if (!t->block_table)
+		return 0;
+	if (out)
+		return fail(err, (int32_t)layer, -1,
+			    "layer %u: %s must be strided (no block table)", layer, what);
+	if (t->block_size == 0)
+		return fail(err, (int32_t)layer, -1, "layer %u: %s has block_size 0", layer, what);
+	uint64_t need = ((uint64_t)tokens + t->block_size - 1) / t->block_size;
+	if (need > t->n_blocks)
+		return fail(err, (int32_t)layer, -1,
+			    "layer %u: %s needs %llu blocks for %u tokens, table has %u", layer,
+			    what, (unsigned long long)need, tokens, t->n_blocks);
+	for (uint64_t b = 0; b < need; b++)
+		if (t->block_table[b] < 0)
+			return fail(err, (int32_t)layer, -1,
+				    "layer %u: %s block_table[%llu] = %d is negative", layer, what,
+				    (unsigned long long)b, t->block_table[b]);
+	return 0;
+}
+
+/* ----------------------------------------------------------- the pool */
+
+struct skv_ws {
+	/* scoring */
+	float *qt, *kt, *z, *f, *m, *s, *tmax, *rowbuf, *colsum, *vote, *pooled;
+	int32_t *trow;
+	uint8_t *bad, *keep;
+	uint32_t *idx;
+	int32_t *pos;
+	struct skv_seg *segs;
+	size_t cap; /* bytes in mem */
+	void *mem;
+};
+
+struct skv_job;
+
+struct skv_ctx {
+	unsigned threads;
+	const struct skv_isa *isa;
+	pthread_t *tids;
+	unsigned started;
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
+	uint64_t gen;
+	unsigned busy;
+	bool stop;
+	struct skv_job *job;
+	struct skv_ws *ws;
+};
+
+struct skv_item_err {
+	int rc;
+	int32_t head;
+	int32_t kvh;
+};
+
+struct skv_job {
+	const struct skv_shape *sh;
+	const struct skv_params *p;
+	const struct skv_plan *pl;
+	const struct skv_layer_in *in;
+	const struct skv_layer_out *out;
+	const struct skv_isa *isa;
+	uint32_t n_items;
+	unsigned nth; /* threads taking part */
+	atomic_uint next;
+	struct skv_item_err *errs;
+	/* derived */
+	uint32_t G, n_obs; /* rows per query head that vote (0: no scoring) */
+	uint32_t P;	   /* prefix: candidates are j < P                  */
+	uint32_t rb;	   /* rows per block, multiple of SKV_ROWPAD        */
+	uint32_t budget;   /* positions filled by top-k                     */
+	bool score, select;
+	const uint8_t *base_keep; /* forced positions                      */
+	const int32_t *base_pos;  /* kept positions when nothing is chosen */
+	float scale;
+};
+
+static size_t ws_need(const struct skv_job *j)
+{
+	const struct skv_shape *sh = j->sh;
+	size_t L = sh->prompt_len, D = sh->head_dim, rb = j->rb, G = j->G;
+	size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
+	size_t n = 0;
+#define A(bytes) n += ((size_t)(bytes) + 63) & ~(size_t)63
+	A(D * rb * 4);			      /* qt     */
+	A(SKV_TILE * D * 4);		      /* kt     */
+	A(L * rb * 4);			      /* z      */
+	A(nt * rb * 4);			      /* f      */
+	A(rb * 4);			      /* m      */
+	A(rb * 4);			      /* s      */
+	A(rb * 4);			      /* tmax   */
+	A(D * 4);			      /* rowbuf */
+	A(G * L * 4);			      /* colsum */
+	A(L * 4);			      /* vote   */
+	A(L * 4);			      /* pooled */
+	A(rb * 4);			      /* trow   */
+	A(rb);				      /* bad    */
+	A(L);				      /* keep   */
+	A(L * 4);			      /* idx    */
+	A(L * 4);			      /* pos    */
+	A((G + rb) * sizeof(struct skv_seg)); /* segs */
+#undef A
+	return n;
+}
+
+static int ws_reserve(struct skv_ws *w, const struct skv_job *j)
+{
+	size_t need = ws_need(j);
+	const struct skv_shape *sh = j->sh;
+	size_t L = sh->prompt_len, D = sh->head_dim, rb = j->rb, G = j->G;
+	size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
+
+	if (need > w->cap) {
+		void *m = NULL;
+		if (posix_memalign(&m, 64, need))
+			return -ENOMEM;
+		free(w->mem);
+		w->mem = m;
+		w->cap = need;
+	}
+	char *c = w->mem;
+#define T(field, type, count)                                                                      \
+	do {                                                                                       \
+		w->field = (type *)c;                                                              \
+		c += ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63;                          \
+	} while (0)
+	T(qt, float, D *rb);
+	T(kt, float, SKV_TILE *D);
+	T(z, float, L *rb);
+	T(f, float, nt *rb);
+	T(m, float, rb);
+	T(s, float, rb);
+	T(tmax, float, rb);
+	T(rowbuf, float, D);
+	T(colsum, float, G *L);
+	T(vote, float, L);
+	T(pooled, float, L);
+	T(trow, int32_t, rb);
+	T(bad, uint8_t, rb);
+	T(keep, uint8_t, L);
+	T(idx, uint32_t, L);
+	T(pos, int32_t, L);
+	T(segs, struct skv_seg, G + rb);
+#undef T
+	return 0;
+}
+
+static void run_items(struct skv_ctx *ctx, unsigned tid);
+
+static void *worker(void *arg)
+{
+	struct skv_ctx *ctx = ((void **)arg)[0];
+	unsigned tid = (unsigned)(uintptr_t)((void **)arg)[1];
+	uint64_t seen = 0;
+
+	free(arg);
+	pthread_mutex_lock(&ctx->mu);
+	for (;;) {
+		while (!ctx->stop && ctx->gen == seen)
+			pthread_cond_wait(&ctx->go, &ctx->mu);
+		if (ctx->stop)
+			break;
+		seen = ctx->gen;
+		pthread_mutex_unlock(&ctx->mu);
+		run_items(ctx, tid);
+		pthread_mutex_lock(&ctx->mu);
+		if (--ctx->busy == 0)
+			pthread_cond_signal(&ctx->done);
+	}
+	pthread_mutex_unlock(&ctx->mu);
+	return NULL;
+}
+
+static const struct skv_isa *pick_isa(void)
+{
+	const char *force = getenv("SKV_ISA");
+
+	__builtin_cpu_init();
+	bool has512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+		      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+	bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		    __builtin_cpu_supports("f16c");
+	/* SKV_ISA may only lower the choice (tests compare the paths). */
+	if (force && !strcmp(force, "scalar"))
+		return &skv_isa_scalar;
+	if (force && !strcmp(force, "avx2"))
+		return has2 ? &skv_isa_avx2 : &skv_isa_scalar;
+	if (has512)
+		return &skv_isa_avx512;
+	if (has2)
+		return &skv_isa_avx2;
+	return &skv_isa_scalar;
+}
+
+void skv_ctx_free(struct skv_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	if (ctx->started) {
+		pthread_mutex_lock(&ctx->mu);
+		ctx->stop = true;
+		pthread_cond_broadcast(&ctx->go);
+		pthread_mutex_unlock(&ctx->mu);
+		for (unsigned i = 0; i < ctx->started; i++)
+			pthread_join(ctx->tids[i], NULL);
+	}
+	pthread_mutex_destroy(&ctx->mu);
+	pthread_cond_destroy(&ctx->go);
+	pthread_cond_destroy(&ctx->done);
+	if (ctx->ws)
+		for (unsigned i = 0; i < ctx->threads; i++)
+			free(ctx->ws[i].mem);
+	free(ctx->ws);
+	free(ctx->tids);
+	free(ctx);
+}
+
+int skv_ctx_new(unsigned threads, struct skv_ctx **ret_ctx)
+{
+	struct skv_ctx *ctx;
+
+	if (!ret_ctx)
+		return -EINVAL;
+	if (threads == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = n > 0 ? (unsigned)n : 1;
+	}
+	if (threads > SKV_MAX_THREADS)
+		threads = SKV_MAX_THREADS;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	pthread_mutex_init(&ctx->mu, NULL);
+	pthread_cond_init(&ctx->go, NULL);
+	pthread_cond_init(&ctx->done, NULL);
+	ctx->threads = threads;
+	ctx->isa = pick_isa();
+	ctx->ws = calloc(threads, sizeof(*ctx->ws));
+	ctx->tids = calloc(threads, sizeof(*ctx->tids));
+	if (!ctx->ws || !ctx->tids) {
+		skv_ctx_free(ctx);
+		return -ENOMEM;
+	}
+	for (unsigned i = 1; i < threads; i++) {
+		void **arg = malloc(2 * sizeof(void *));
+		if (!arg) {
+			skv_ctx_free(ctx);
+			return -ENOMEM;
+		}
+		arg[0] = ctx;
+		arg[1] = (void *)(uintptr_t)i;
+		int r = pthread_create(&ctx->tids[ctx->started], NULL, worker, arg);
+		if (r) {
+			free(arg);
+			skv_ctx_free(ctx);
+			return -r;
+		}
+		ctx->started++;
+	}
+	*ret_ctx = ctx;
+	return 0;
+}
+
+unsigned skv_ctx_threads(const struct skv_ctx *ctx)
+{
+	return ctx ? ctx->threads : 0;
+}
+
+const char *skv_ctx_isa(const struct skv_ctx *ctx)
+{
+	return ctx ? ctx->isa->name : NULL;
+}
+
+/* ------------------------------------------------------------- scoring */
+
+/*
+ * Logits, full causal softmax and per-column sums of the attention weights
+ * for the n_obs rows of each of the G query heads of K/V head kvh:
+ * colsum[g][j] = sum over rows t of a[t][j]. Row r of the item is query head
+ * g = r / n_obs, row i = r % n_obs at position t = L - n_obs + i. Returns 0
+ * or -EDOM with *bad_g the first query head with a NaN/Inf logit.
+ */
+static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+		      uint32_t *bad_g)
+{
+	const struct skv_shape *sh = jb->sh;
+	const struct skv_layer_in *in = &jb->in[layer];
+	const struct skv_isa *isa = jb->isa;
+	const uint32_t L = sh->prompt_len, D = sh->head_dim, G = jb->G, n_obs = jb->n_obs;
+	const uint32_t M = G * n_obs;
+	const size_t qes = skv_dtype_size(in->q.dtype), kes = skv_dtype_size(in->k.dtype);
+
+	memset(w->colsum, 0, (size_t)G * L * sizeof(float));
+	for (uint32_t r0 = 0; r0 < M; r0 += jb->rb) {
+		uint32_t rows = M - r0 < jb->rb ? M - r0 : jb->rb;
+		uint32_t rbp = (rows + SKV_ROWPAD - 1) / SKV_ROWPAD * SKV_ROWPAD;
+		uint32_t ext = 0, n_segs = 0;
+
+		/* pack the block's query rows, transposed, zero padding rows */
+		for (uint32_t r = 0; r < rbp; r++) {
+			if (r >= rows) {
+				for (uint32_t d = 0; d < D; d++)
+					w->qt[(size_t)d * rbp + r] = 0.0f;
+				w->trow[r] = INT32_MAX;
+				continue;
+			}
+			uint32_t g = (r0 + r) / n_obs, i = (r0 + r) % n_obs;
+			uint32_t t = L - n_obs + i;
+			isa->to_f32(elem(&in->q, kvh * G + g, sh->n_q - n_obs + i, qes),
+				    in->q.dtype, w->rowbuf, D);
+			for (uint32_t d = 0; d < D; d++)
+				w->qt[(size_t)d * rbp + r] = w->rowbuf[d];
+			w->trow[r] = (int32_t)t;
+			if (t + 1 > ext)
+				ext = t + 1;
+			if (n_segs && w->segs[n_segs - 1].g == g)
+				w->segs[n_segs - 1].end = r + 1;
+			else
+				w->segs[n_segs++] = (struct skv_seg){g, r, r + 1};
+			w->bad[r] = 0;
+		}
+		for (uint32_t r = rows; r < rbp; r++)
+			w->bad[r] = 0;
+		for (uint32_t r = 0; r < rbp; r++) {
+			w->m[r] = -INFINITY;
+			w->s[r] = 0.0f;
+		}
+
+		uint32_t nt = 0;
+		for (uint32_t j0 = 0; j0 < ext; j0 += SKV_TILE, nt++) {
+			uint32_t nk = ext - j0 < SKV_TILE ? ext - j0 : SKV_TILE;
+			for (uint32_t j = 0; j < nk; j++)
+				isa->to_f32(elem(&in->k, kvh, j0 + j, kes), in->k.dtype,
+					    w->kt + (size_t)j * D, D);
+			struct skv_tile_args ta = {
+			    .qt = w->qt,
+			    .kt = w->kt,
+			    .z = w->z + (size_t)j0 * rbp,
+			    .m = w->m,
+			    .s = w->s,
+			    .tmax = w->f + (size_t)nt * rbp,
+			    .bad = w->bad,
+			    .trow = w->trow,
+			    .rbp = rbp,
+			    .d = D,
+			    .nk = nk,
+			    .j0 = j0,
+			    .scale = jb->scale,
+			};
+			isa->tile(&ta);
+		}
+		for (uint32_t r = 0; r < rows; r++)
+			if (w->bad[r]) {
+				*bad_g = (r0 + r) / n_obs;
+				return -EDOM;
+			}
+		isa->factors(w->f, w->m, w->s, nt, rbp);
+		struct skv_votes_args va = {
+		    .e = w->z,
+		    .f = w->f,
+		    .colsum = w->colsum,
+		    .segs = w->segs,
+		    .n_segs = n_segs,
+		    .rbp = rbp,
+		    .ext = ext,
+		    .colsum_stride = L,
+		};
+		isa->votes(&va);
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------------- selection */
+
+static void pool(const struct skv_params *p, uint32_t kernel, const float *v, float *out,
+		 uint32_t P)
+{
+	int64_t h = kernel / 2;
+
+	if (kernel == 1) {
+		memcpy(out, v, (size_t)P * sizeof(float));
+		return;
+	}
+	for (int64_t j = 0; j < P; j++) {
+		int64_t a = j - h < 0 ? 0 : j - h, b = j + h >= P ? P - 1 : j + h;
+		if (p->pooling == SKV_POOL_AVG) {
+			/* count_include_pad: out-of-range neighbours are 0, divisor k */
+			float acc = 0.0f;
+			for (int64_t i = a; i <= b; i++)
+				acc += v[i];
+			out[j] = acc / (float)kernel;
+		} else {
+			float mx = v[a];
+			for (int64_t i = a + 1; i <= b; i++)
+				if (v[i] > mx)
+					mx = v[i];
+			out[j] = mx;
+		}
+	}
+}
+
+/* a before b in the ranking: higher score, ties to the smaller position */
+static inline bool better(const float *sc, uint32_t a, uint32_t b)
+{
+	return sc[a] > sc[b] || (sc[a] == sc[b] && a < b);
+}
+
+/* Rearrange idx[0..n) so that its first k entries are the k best (quickselect). */
+static void select_top(const float *sc, uint32_t *idx, uint32_t n, uint32_t k)
+{
+	uint32_t lo = 0, hi = n; /* [0, lo) best, [hi, n) worst, k in [lo, hi] */
+
+	while (hi - lo > 1) {
+		/* median of three as pivot, moved to the end (deterministic) */
+		uint32_t ia = lo, ib = lo + (hi - lo) / 2, ic = hi - 1, ip, t;
+		uint32_t a = idx[ia], b = idx[ib], c = idx[ic];
+		if (better(sc, a, b))
+			ip = better(sc, b, c) ? ib : (better(sc, a, c) ? ic : ia);
+		else
+			ip = better(sc, a, c) ? ia : (better(sc, b, c) ? ic : ib);
+		t = idx[ip];
+		idx[ip] = idx[hi - 1];
+		idx[hi - 1] = t;
+		uint32_t pv = t, st = lo;
+		for (uint32_t i = lo; i < hi - 1; i++)
+			if (better(sc, idx[i], pv)) {
+				t = idx[i];
+				idx[i] = idx[st];
+				idx[st++] = t;
+			}
+		idx[hi - 1] = idx[st];
+		idx[st] = pv;
+		/* [lo, st) better than the pivot at st, (st, hi) worse */
+		if (k == st || k == st + 1)
+			return;
+		if (k < st)
+			hi = st;
+		else
+			lo = st + 1;
+	}
+}
+
+/* Positions kept for one stored head into w->pos (ascending); returns count. */
+static uint32_t choose(const struct skv_job *jb, struct skv_ws *w, const float *votes)
+{
+	const uint32_t L = jb->sh->prompt_len, P = jb->P;
+	uint32_t kernel = jb->p->policy == SKV_POLICY_H2O ? 1 : jb->p->kernel;
+	uint32_t n = 0, cnt = 0;
+
+	memcpy(w->keep, jb->base_keep, L);
+	pool(jb->p, kernel, votes, w->pooled, P);
+	for (uint32_t j = 0; j < P; j++)
+		if (!w->keep[j])
+			w->idx[n++] = j;
+	uint32_t k = jb->budget < n ? jb->budget : n;
+	if (k < n)
+		select_top(w->pooled, w->idx, n, k);
+	for (uint32_t i = 0; i < k; i++)
+		w->keep[w->idx[i]] = 1;
+	for (uint32_t j = 0; j < L; j++)
+		if (w->keep[j])
+			w->pos[cnt++] = (int32_t)j;
+	return cnt;
+}
+
+/* ---------------------------------------------------------------- gather */
+
+static void copy_row(const struct skv_isa *isa, float *tmp, const void *src, enum skv_dtype sdt,
+		     void *dst, enum skv_dtype ddt, uint32_t D)
+{
+	if (sdt == ddt) {
+		memcpy(dst, src, (size_t)D * skv_dtype_size(sdt));
+		return;
+	}
+	isa->to_f32(src, sdt, tmp, D);
+	if (ddt == SKV_DTYPE_F32) {
+		memcpy(dst, tmp, (size_t)D * 4);
+	} else if (ddt == SKV_DTYPE_F16) {
+		uint16_t *o = dst;
+		for (uint32_t d = 0; d < D; d++)
+			o[d] = skv_f32_to_f16(tmp[d]);
+	} else {
+		uint16_t *o = dst;
+		for (uint32_t d = 0; d < D; d++)
+			o[d] = skv_f32_to_bf16(tmp[d]);
+	}
+}
+
+static void emit(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+		 uint32_t h, const int32_t *pos, uint32_t cnt, float mass)
+{
+	const struct skv_layer_in *in = &jb->in[layer];
+	const struct skv_layer_out *out = &jb->out[layer];
+	const uint32_t D = jb->sh->head_dim;
+	size_t kes = skv_dtype_size(in->k.dtype), ves = skv_dtype_size(in->v.dtype);
+	size_t oks = skv_dtype_size(out->k.dtype), ovs = skv_dtype_size(out->v.dtype);
+
+	for (uint32_t i = 0; i < cnt; i++) {
+		uint32_t t = (uint32_t)pos[i];
+		out->positions[(size_t)h * out->pos_stride + i] = pos[i];
+		copy_row(jb->isa, w->rowbuf, elem(&in->k, kvh, t, kes), in->k.dtype,
+			 (void *)elem(&out->k, h, i, oks), out->k.dtype, D);
+		copy_row(jb->isa, w->rowbuf, elem(&in->v, kvh, t, ves), in->v.dtype,
+			 (void *)elem(&out->v, h, i, ovs), out->v.dtype, D);
+	}
+	if (out->retained_mass)
+		out->retained_mass[h] = mass;
+}
+
+static float mass_of(const float *colsum, const int32_t *pos, uint32_t cnt, uint32_t rows)
+{
+	double acc = 0.0;
+
+	for (uint32_t i = 0; i < cnt; i++)
+		acc += colsum[pos[i]];
+	return (float)(acc / rows);
+}
+
+static int run_item(const struct skv_job *jb, struct skv_ws *w, uint32_t item, int32_t *ret_head)
+{
+	const uint32_t layer = item / jb->sh->h_kv, kvh = item % jb->sh->h_kv;
+	const uint32_t G = jb->G, L = jb->sh->prompt_len;
+	const bool expand = jb->p->gqa == SKV_GQA_EXPAND;
+	const uint32_t kept = jb->pl->kept;
+
+	if (jb->score) {
+		uint32_t bad_g = 0;
+		int r = score_item(jb, w, layer, kvh, &bad_g);
+		if (r < 0) {
+			*ret_head = (int32_t)(kvh * G + bad_g);
+			return r;
+		}
+	}
+	if (!jb->score || !jb->select) {
+		/* the same positions for every head: bypass or no scoring */
+		for (uint32_t g = 0; g < (expand ? G : 1); g++) {
+			uint32_t h = expand ? kvh * G + g : kvh;
+			float mass;
+			if (jb->pl->bypass)
+				mass = 1.0f;
+			else if (!jb->score)
+				mass = NAN;
+			else if (expand)
+				mass = mass_of(w->colsum + (size_t)g * L, jb->base_pos, kept,
+					       jb->n_obs);
+			else {
+				for (uint32_t j = 0; j < L; j++) {
+					float acc = 0.0f;
+					for (uint32_t q = 0; q < G; q++)
+						acc += w->colsum[(size_t)q * L + j];
+					w->vote[j] = acc / (float)G;
+				}
+				mass = mass_of(w->vote, jb->base_pos, kept, jb->n_obs);
+			}
+			emit(jb, w, layer, kvh, h, jb->base_pos, kept, mass);
+		}
+		return 0;
+	}
+	if (expand) {
+		for (uint32_t g = 0; g < G; g++) {
+			const float *v = w->colsum + (size_t)g * L;
+			uint32_t cnt = choose(jb, w, v);
+			emit(jb, w, layer, kvh, kvh * G + g, w->pos, cnt,
+			     mass_of(v, w->pos, cnt, jb->n_obs));
+		}
+	} else {
+		/* group: the G heads' votes are averaged before pooling */
+		for (uint32_t j = 0; j < L; j++) {
+			float acc = 0.0f;
+			for (uint32_t q = 0; q < G; q++)
+				acc += w->colsum[(size_t)q * L + j];
+			w->vote[j] = acc / (float)G;
+		}
+		uint32_t cnt = choose(jb, w, w->vote);
+		emit(jb, w, layer, kvh, kvh, w->pos, cnt, mass_of(w->vote, w->pos, cnt, jb->n_obs));
+	}
+	return 0;
+}
+
+static void run_items(struct skv_ctx *ctx, unsigned tid)
+{
+	struct skv_job *jb = ctx->job;
+
+	if (tid >= jb->nth) /* its scratch was not sized for this job */
+		return;
+	for (;;) {
+		uint32_t i = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);
+		if (i >= jb->n_items)
+			break;
+		int32_t head = -1;
+		int r = run_item(jb, &ctx->ws[tid], i, &head);
+		jb->errs[i].rc = r;
+		jb->errs[i].head = head;
+	}
+}
+
+/* --------------------------------------------------------------- compact */
+
+int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct skv_params *p,
+		uint32_t n_layers, const struct skv_layer_in *in, const struct skv_layer_out *out,
+		struct skv_error *err)
+{
+	struct skv_plan pl;
+	int r;
+
+	if (err) {
+		err->msg[0] = 0;
+		err->layer = -1;
+		err->head = -1;
+	}
+	if (!ctx)
+		return fail(err, -1, -1, "no context");
+	r = skv_plan(sh, p, &pl, err);
+	if (r < 0)
+		return r;
+	if (n_layers == 0)
+		return 0;
+	if (n_layers > SKV_MAX_LAYERS)
+		return fail(err, -1, -1, "%u layers exceed %u", n_layers, SKV_MAX_LAYERS);
+	if (!in || !out)
+		return fail(err, -1, -1, "layer inputs and outputs are required");
+
+	const uint32_t L = sh->prompt_len, G = sh->h_q / sh->h_kv;
+	struct skv_job jb = {
+	    .sh = sh,
+	    .p = p,
+	    .pl = &pl,
+	    .in = in,
+	    .out = out,
+	    .isa = ctx->isa,
+	    .n_items = n_layers * sh->h_kv,
+	    .G = G,
+	    .scale = (float)(1.0 / __builtin_sqrt((double)sh->head_dim)),
+	};
+	jb.score = !pl.bypass && (policy_scores(p->policy) || sh->n_q > 0);
+	jb.select = !pl.bypass && policy_scores(p->policy);
+	jb.n_obs = !jb.score			    ? 0
+		   : p->policy == SKV_POLICY_SNAPKV ? p->window
+		   : p->policy == SKV_POLICY_H2O    ? L
+						    : sh->n_q;
+
+	for (uint32_t l = 0; l < n_layers; l++) {
+		const struct skv_layer_out *o = &out[l];
+		if (jb.score) {
+			r = check_tensor(&in[l].q, "q", l, sh->h_q, sh->n_q, false, err);
+			if (r < 0)
+				return r;
+		}
+		r = check_tensor(&in[l].k, "k", l, sh->h_kv, L, false, err);
+		if (!r)
+			r = check_tensor(&in[l].v, "v", l, sh->h_kv, L, false, err);
+		if (!r)
+			r = check_tensor(&o->k, "output k", l, pl.h_store, pl.kept, true, err);
+		if (!r)
+			r = check_tensor(&o->v, "output v", l, pl.h_store, pl.kept, true, err);
+		if (r < 0)
+			return r;
+		if (!o->positions)
+			return fail(err, (int32_t)l, -1, "layer %u: no positions output", l);
+		if (o->pos_stride < pl.kept && pl.h_store > 1)
+			return fail(err, (int32_t)l, -1,
+				    "layer %u: pos_stride %u is below the kept count %u", l,
+				    o->pos_stride, pl.kept);
+	}
+
+	/* positions forced for every head, and the full list when nothing is chosen */
+	uint8_t *base_keep = malloc(L);
+	int32_t *base_pos = malloc((size_t)L * sizeof(int32_t));
+	struct skv_item_err *errs = calloc(jb.n_items, sizeof(*errs));
+	r = -ENOMEM;
+	if (!base_keep || !base_pos || !errs)
+		goto out;
+	if (pl.bypass) {
+		memset(base_keep, 1, L);
+	} else if (jb.select) {
+		jb.P = L - pl.w_keep;
+		uint32_t forced = mark_forced(sh, p, 0, pl.w_keep, base_keep);
+		jb.budget = pl.kept - forced;
+	} else {
+		uint32_t forced = mark_forced(sh, p, pl.sinks, 0, base_keep);
+		uint32_t fill = pl.kept - forced;
+		for (uint32_t j = L; j-- > 0 && fill;)
+			if (!base_keep[j]) {
+				base_keep[j] = 1;
+				fill--;
+			}
+	}
+	for (uint32_t j = 0, n = 0; j < L; j++)
+		if (base_keep[j])
+			base_pos[n++] = (int32_t)j;
+	jb.base_keep = base_keep;
+	jb.base_pos = base_pos;
+
+	/* rows per block: as many as keep the logit buffer in budget */
+	if (jb.score) {
+		uint64_t M = (uint64_t)G * jb.n_obs;
+		uint64_t rb = SKV_ZBUF_BUDGET / ((uint64_t)L * 4);
+		rb = rb / SKV_ROWPAD * SKV_ROWPAD;
+		if (rb < SKV_ROWPAD)
+			rb = SKV_ROWPAD;
+		uint64_t mp = (M + SKV_ROWPAD - 1) / SKV_ROWPAD * SKV_ROWPAD;
+		jb.rb = (uint32_t)(rb < mp ? rb : mp);
+	} else {
+		jb.rb = SKV_ROWPAD;
+	}
+	unsigned nth = ctx->threads < jb.n_items ? ctx->threads : jb.n_items;
+	for (unsigned t = 0; t < nth; t++)
+		if (ws_reserve(&ctx->ws[t], &jb) < 0) {
+			fail(err, -1, -1, "out of memory for scratch");
+			r = -ENOMEM;
+			goto out;
+		}
+	jb.errs = errs;
+	jb.nth = nth;
+	atomic_init(&jb.next, 0);
+	ctx->job = &jb;
+	if (nth > 1) {
+		pthread_mutex_lock(&ctx->mu);
+		ctx->gen++;
+		/* every worker wakes; those at or past nth return at once */
+		ctx->busy = ctx->started;
+		pthread_cond_broadcast(&ctx->go);
+		pthread_mutex_unlock(&ctx->mu);
+	}
+	run_items(ctx, 0);
+	if (nth > 1) {
+		pthread_mutex_lock(&ctx->mu);
+		while (ctx->busy)
+			pthread_cond_wait(&ctx->done, &ctx->mu);
+		pthread_mutex_unlock(&ctx->mu);
+	}
+	ctx->job = NULL;
+	r = 0;
+	for (uint32_t i = 0; i < jb.n_items; i++)
+		if (errs[i].rc < 0) {
+			uint32_t layer = i / sh->h_kv;
+			r = errs[i].rc;
+			if (err) {
+				snprintf(err->msg, sizeof(err->msg),
+					 "layer %u query head %d (kv head %u): NaN or Inf in the "
+					 "attention logits",
+					 layer, errs[i].head, i % sh->h_kv);
+				err->layer = (int32_t)layer;
+				err->head = errs[i].head;
+			}
+			break;
+		}
+out:
+	free(base_keep);
+	free(base_pos);
+	free(errs);
+	return r;
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ref-snapkv.h - a plain scalar reference of ../shared/SPEC.md, written
+ * from the spec alone (double precision, full sorts, no streaming), for the
+ * kernel tests to compare libskv against.
+ */
+#ifndef REF_SNAPKV_H
+#define REF_SNAPKV_H
+
+#include <stdint.h>
+
+#include "skv.h"
+
+struct ref_result {
+	uint32_t h_store;
+	uint32_t kept;
+	int32_t *pos;	/* [h_store][kept] ascending                          */
+	double *mass;	/* [h_store]; NaN when no rows vote                   */
+	double *score;	/* [h_store][L] pooled score, prefix only (else -1)   */
+	double *thresh; /* [h_store] score of the worst position chosen by top-k
+			   (+inf when top-k chose nothing, e.g. all kept)     */
+};
+
+/*
+ * q [h_q][n_q][D] (row i at position L - n_q + i), k [h_kv][L][D], all f32
+ * values (already rounded to the storage dtype). Params are assumed valid.
+ * Returns 0 or -1 (out of memory).
+ */
+int ref_compact(const struct skv_shape *sh, const struct skv_params *p, const float *q,
+		const float *k, struct ref_result *res);
+void ref_result_free(struct ref_result *res);
+
+#endif

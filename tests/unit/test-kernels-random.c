@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test-kernels-random.c - libskv against the scalar reference on random
+ * tensors: shapes, windows, budgets, kernels, poolings, GQA modes, dtypes,
+ * layouts (HND, NHD, paged), every policy, protected ranges, bypass and
+ * L == C; every SIMD path the CPU has; thread-count invariance.
+ */
+#include "test-kernels-util.h"
+
+static const enum skv_dtype dtypes[3] = {SKV_DTYPE_F32, SKV_DTYPE_F16, SKV_DTYPE_BF16};
+
+static uint32_t pick(uint32_t n)
+{
+	return (uint32_t)(rng_next() % n);
+}
+
+/* one random snapkv-family problem; policy chosen by the caller */
+static void random_prob(struct prob *pb, enum skv_policy pol, bool protect)
+{
+	static const uint32_t Ls[] = {9, 37, 64, 100, 257};
+	static const uint32_t Ds[] = {1, 4, 16, 24, 64, 128};
+	static const uint32_t heads[][2] = {{1, 1}, {2, 2}, {4, 2}, {6, 2}, {8, 1}};
+	uint32_t L = Ls[pick(5)], D = Ds[pick(6)];
+	const uint32_t *hh = heads[pick(5)];
+	uint32_t n_layers = 1 + pick(3);
+
+	prob_init(pb, L, D, hh[0], hh[1], n_layers);
+	pb->p.policy = pol;
+	uint32_t W = 1 + pick(L < 16 ? L : 16);
+	if (W >= L)
+		W = L - 1 ? L - 1 : 1;
+	pb->p.window = W;
+	/* C: just above W, mid, == L, or above L (bypass) */
+	uint32_t cs[4] = {W + 1 + pick(3), W + 1 + (L - W) / 2, L, L + 1 + pick(5)};
+	pb->p.capacity = cs[pick(4)];
+	if (pb->p.capacity <= W)
+		pb->p.capacity = W + 1;
+	pb->p.kernel = 1 + 2 * pick(4);
+	pb->p.pooling = pick(2) ? SKV_POOL_AVG : SKV_POOL_MAX;
+	pb->p.gqa = pick(2) ? SKV_GQA_EXPAND : SKV_GQA_GROUP;
+	pb->p.sinks = pick(6);
+	if (pb->p.sinks > pb->p.capacity)
+		pb->p.sinks = pb->p.capacity;
+	switch (pol) {
+	case SKV_POLICY_SNAPKV:
+		pb->sh.n_q = W;
+		break;
+	case SKV_POLICY_H2O:
+		pb->sh.n_q = L;
+		break;
+	default:
+		pb->sh.n_q = pick(2) ? 0 : 1 + pick(L);
+		break;
+	}
+	if (protect && L > 8) {
+		/* up to 3 ranges in the prefix, kept within the budget */
+		uint32_t n = 1 + pick(3);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t b = pick(L - 4), len = 1 + pick(4);
+			pb->p.protected_ranges[pb->p.n_protected++] =
+			    (struct skv_range){b, b + len};
+		}
+		struct skv_plan pl;
+		while (pb->p.n_protected && skv_plan(&pb->sh, &pb->p, &pl, NULL) < 0)
+			pb->p.n_protected--;
+	}
+	pb->dq = dtypes[pick(3)];
+	pb->dk = dtypes[pick(3)];
+	pb->dv = dtypes[pick(3)];
+	pb->dout = pick(2) ? pb->dk : dtypes[pick(3)];
+	pb->lin = (enum layout)pick(3);
+	pb->lout = (enum layout)pick(2);
+	pb->block_size = 1 + pick(8);
+}
+
+static const char *isa_names[3] = {"scalar", "avx2", NULL};
+
+static void run_random(enum skv_policy pol, bool protect, int cases)
+{
+	int tolerated_total = 0, bad = 0;
+
+	for (int c = 0; c < cases; c++) {
+		struct prob pb;
+		random_prob(&pb, pol, protect);
+		prob_random(&pb, 1.2);
+		prob_build(&pb);
+		struct skv_error e;
+		/* rotate over the SIMD paths: scalar, avx2, best */
+		const char *isa = isa_names[c % 3];
+		if (isa)
+			setenv("SKV_ISA", isa, 1);
+		else
+			unsetenv("SKV_ISA");
+		int r = prob_run(&pb, 1 + c % 3, &e);
+		unsetenv("SKV_ISA");
+		if (r != 0) {
+			fprintf(stderr, "\n  case %d: rc %d %s\n", c, r, e.msg);
+			CU_FAIL("compact failed");
+			prob_free(&pb);
+			continue;
+		}
+		int tol = 0;
+		/* f32 inputs: sets equal up to near-ties at 1e-5; half inputs alike */
+		if (prob_check(&pb, 1e-5, &tol) < 0) {
+			fprintf(stderr,
+				"\n  case %d: policy %s L %u D %u hq %u hkv %u W %u C %u k %u "
+				"pool %d gqa %d isa %s dt %d/%d/%d->%d lay %d/%d np %u\n",
+				c, skv_policy_name(pol), pb.sh.prompt_len, pb.sh.head_dim,
+				pb.sh.h_q, pb.sh.h_kv, pb.p.window, pb.p.capacity, pb.p.kernel,
+				pb.p.pooling, pb.p.gqa, isa ? isa : "best", pb.dq, pb.dk, pb.dv,
+				pb.dout, pb.lin, pb.lout, pb.p.n_protected);
+			bad++;
+		}
+		tolerated_total += tol;
+		prob_free(&pb);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	/* near-ties must stay rare, or the comparison proves nothing */
+	CU_ASSERT(tolerated_total <= cases / 10);
+}
+
+static void test_random_snapkv(void)
+{
+	run_random(SKV_POLICY_SNAPKV, false, 150);
+}
+
+static void test_random_snapkv_protected(void)
+{
+	run_random(SKV_POLICY_SNAPKV, true, 60);
+}
+
+static void test_random_h2o(void)
+{
+	run_random(SKV_POLICY_H2O, false, 40);
+	run_random(SKV_POLICY_H2O, true, 20);
+}
+
+static void test_random_streaming(void)
+{
+	run_random(SKV_POLICY_STREAMINGLLM, false, 30);
+	run_random(SKV_POLICY_STREAMINGLLM, true, 30);
+}
+
+static void test_random_window(void)
+{
+	run_random(SKV_POLICY_WINDOW, false, 20);
+	run_random(SKV_POLICY_WINDOW, true, 20);
+}
+
+/* bigger, structured cases: long prompt, several row blocks and key tiles */
+static void test_llama_like(void)
+{
+	for (int c = 0; c < 4; c++) {
+		struct prob pb;
+		prob_init(&pb, 1000 + 333 * c, 64, 8, 2, 2);
+		pb.p.window = 32;
+		pb.p.capacity = 256;
+		pb.p.gqa = c & 1 ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+		pb.p.pooling = c & 2 ? SKV_POOL_MAX : SKV_POOL_AVG;
+		pb.p.kernel = c & 2 ? 7 : 5;
+		pb.sh.n_q = 32;
+		pb.dq = pb.dk = pb.dv = pb.dout = c == 3 ? SKV_DTYPE_BF16 : SKV_DTYPE_F32;
+		pb.lin = (enum layout)(c % 3);
+		prob_random(&pb, 1.0);
+		prob_build(&pb);
+		CU_ASSERT_EQUAL_FATAL(prob_run(&pb, 2, NULL), 0);
+		int tol = 0;
+		CU_ASSERT(prob_check(&pb, 1e-5, &tol) == 0);
+		CU_ASSERT(tol <= 2);
+		prob_free(&pb);
+	}
+}
+
+/* L == C scores, keeps everything, retained mass ~1; L = C - 1 is bypass */
+static void test_l_equals_c(void)
+{
+	struct prob pb;
+
+	prob_init(&pb, 50, 16, 4, 2, 1);
+	pb.p.window = 8;
+	pb.p.capacity = 50;
+	pb.sh.n_q = 8;
+	prob_random(&pb, 1.0);
+	prob_build(&pb);
+	CU_ASSERT_EQUAL_FATAL(prob_run(&pb, 1, NULL), 0);
+	for (uint32_t h = 0; h < 4; h++) {
+		for (int i = 0; i < 50; i++)
+			CU_ASSERT_EQUAL(pb.out[0].positions[h * pb.out[0].pos_stride + i], i);
+		CU_ASSERT_DOUBLE_EQUAL(pb.out[0].retained_mass[h], 1.0, 1e-5);
+	}
+	CU_ASSERT(prob_check(&pb, 0, NULL) == 0);
+	/* scored: a NaN is found (bypass would not look) */
+	pb.q[0][3] = NAN;
+	prob_free(&pb);
+
+	prob_init(&pb, 50, 16, 4, 2, 1);
+	pb.p.window = 8;
+	pb.p.capacity = 50;
+	pb.sh.n_q = 8;
+	prob_random(&pb, 1.0);
+	pb.q[0][3] = NAN;
+	prob_build(&pb);
+	CU_ASSERT_EQUAL(prob_run(&pb, 1, NULL), -EDOM);
+	prob_free(&pb);
+}
+
+/* 1, 2, 3 and 7 threads give byte-identical outputs */
+static void test_thread_invariance(void)
+{
+	for (int c = 0; c < 6; c++) {
+		struct prob pb[4];
+		static const unsigned th[4] = {1, 2, 3, 7};
+		uint64_t seed = rng_state;
+		for (int i = 0; i < 4; i++) {
+			rng_state = seed; /* the same problem each time */
+			random_prob(&pb[i], c < 4 ? SKV_POLICY_SNAPKV : SKV_POLICY_H2O, c & 1);
+			pb[i].n_layers = 3;
+			pb[i].q = track(&pb[i], calloc(3, sizeof(float *)));
+			pb[i].k = track(&pb[i], calloc(3, sizeof(float *)));
+			pb[i].v = track(&pb[i], calloc(3, sizeof(float *)));
+			prob_random(&pb[i], 1.0);
+			prob_build(&pb[i]);
+			CU_ASSERT_EQUAL_FATAL(prob_run(&pb[i], th[i], NULL), 0);
+		}
+		for (int i = 1; i < 4; i++)
+			for (uint32_t l = 0; l < 3; l++) {
+				const struct skv_layer_out *a = &pb[0].out[l], *b = &pb[i].out[l];
+				uint32_t hs =
+				    pb[0].p.gqa == SKV_GQA_GROUP ? pb[0].sh.h_kv : pb[0].sh.h_q;
+				CU_ASSERT(!memcmp(a->k.data, b->k.data, pb[0].out_k_bytes));
+				CU_ASSERT(!memcmp(a->v.data, b->v.data, pb[0].out_v_bytes));
+				CU_ASSERT(!memcmp(a->positions, b->positions,
+						  pb[0].pos_count * sizeof(int32_t)));
+				CU_ASSERT(!memcmp(a->retained_mass, b->retained_mass,
+						  hs * sizeof(float)));
+			}
+		for (int i = 0; i < 4; i++)
+			prob_free(&pb[i]);
+	}
+}
+
+int main(void)
+{
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 2;
+	CU_pSuite s = CU_add_suite("kernels_random", NULL, NULL);
+	CU_add_test(s, "snapkv vs reference", test_random_snapkv);
+	CU_add_test(s, "snapkv with protected ranges", test_random_snapkv_protected);
+	CU_add_test(s, "h2o vs reference", test_random_h2o);
+	CU_add_test(s, "streamingllm vs reference", test_random_streaming);
+	CU_add_test(s, "window vs reference", test_random_window);
+	CU_add_test(s, "llama-like shapes", test_llama_like);
+	CU_add_test(s, "L == C scores and keeps all", test_l_equals_c);
+	CU_add_test(s, "thread-count invariance", test_thread_invariance);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	unsigned f = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return f ? 1 : 0;
+}
