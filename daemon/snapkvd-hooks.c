@@ -39,6 +39,7 @@ struct snapkvd_hook {
 	size_t out_len;
 	size_t out_cap; /* max_output; out has out_cap + 1 bytes */
 	uint64_t dropped;
+	void *user;
 };
 
 static uint64_t mono_ns(void)
@@ -352,6 +353,16 @@ int snapkvd_hook_pidfd(const struct snapkvd_hook *h)
 int snapkvd_hook_output_fd(const struct snapkvd_hook *h)
 {
 	return h->out_fd;
+}
+
+void snapkvd_hook_set_user(struct snapkvd_hook *h, void *user)
+{
+	h->user = user;
+}
+
+void *snapkvd_hook_user(const struct snapkvd_hook *h)
+{
+	return h->user;
 }
 
 uint64_t snapkvd_hook_deadline_ns(const struct snapkvd_hook *h)

@@ -404,10 +404,19 @@ void snapkvd_ops_observe_compaction(struct snapkvd_ops *ops, double seconds, con
 	pthread_mutex_unlock(&ops->mu);
 }
 
-void snapkvd_ops_fill_stats(struct snapkvd_ops *ops, struct snapkvd_stats *st,
-			    struct snapkvd_histogram *hist_seconds,
-			    struct snapkvd_histogram *hist_mass)
+void snapkvd_ops_count_error(struct snapkvd_ops *ops, int err)
 {
+	if (err < 0)
+		err = -err;
+	if (err > 0 && err < SNAPKVD_OPS_MAX_ERRNO)
+		ops->errors_by_errno[err]++;
+}
+
+void snapkvd_ops_fill_stats(struct snapkvd_ops *ops, struct snapkvd_stats *st,
+			    struct snapkvd_ops_snapshot *snap)
+{
+	size_t ne = 0;
+
 	st->pressure_level = (int)snapkvd_pressure_level(ops->pressure);
 	st->pressure_transitions_total = snapkvd_pressure_transitions_total(ops->pressure);
 	st->compactions_scaled_total = ops->scaled;
@@ -417,10 +426,21 @@ void snapkvd_ops_fill_stats(struct snapkvd_ops *ops, struct snapkvd_stats *st,
 	st->hooks_started_total = ops->hooks_started;
 	st->hooks_failed_total = ops->hooks_failed;
 	st->hooks_timed_out_total = ops->hooks_timed_out;
+	for (int e = 1; e < SNAPKVD_OPS_MAX_ERRNO; e++) {
+		const char *name;
+
+		if (!ops->errors_by_errno[e] || !(name = strerrorname_np(e)))
+			continue;
+		snap->errors[ne].code = name;
+		snap->errors[ne].count = ops->errors_by_errno[e];
+		ne++;
+	}
+	st->n_errors = ne;
+	st->errors = snap->errors;
 	pthread_mutex_lock(&ops->mu);
-	*hist_seconds = ops->compaction_seconds;
-	*hist_mass = ops->retained_mass;
+	snap->seconds = ops->compaction_seconds;
+	snap->mass = ops->retained_mass;
 	pthread_mutex_unlock(&ops->mu);
-	st->compaction_seconds = hist_seconds;
-	st->retained_mass = hist_mass;
+	st->compaction_seconds = &snap->seconds;
+	st->retained_mass = &snap->mass;
 }

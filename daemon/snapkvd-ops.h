@@ -56,6 +56,14 @@ struct snapkvd_ops_cb {
 	void (*log)(void *opaque, int level, const char *msg);
 };
 
+#define SNAPKVD_OPS_MAX_ERRNO 160
+
+/* Storage the stats of snapkvd_ops_fill_stats() point into. */
+struct snapkvd_ops_snapshot {
+	struct snapkvd_histogram seconds, mass;
+	struct snapkvd_stats_error errors[SNAPKVD_OPS_MAX_ERRNO];
+};
+
 struct snapkvd_ops {
 	struct snapkvd_ops_config cfg;
 	struct snapkvd_ops_cb cb;
@@ -70,6 +78,7 @@ struct snapkvd_ops {
 	/* counters (loop thread) */
 	uint64_t hooks_started, hooks_failed, hooks_timed_out;
 	uint64_t evictions, evicted_bytes, refusals, scaled;
+	uint64_t errors_by_errno[SNAPKVD_OPS_MAX_ERRNO];
 	/* histograms (any thread, under mu) */
 	pthread_mutex_t mu;
 	struct snapkvd_histogram compaction_seconds, retained_mass;
@@ -115,10 +124,11 @@ void snapkvd_ops_tick(struct snapkvd_ops *ops, uint64_t now_ns);
  * mass of every stored head of every layer (NaN entries ignored). */
 void snapkvd_ops_observe_compaction(struct snapkvd_ops *ops, double seconds, const float *mass,
 				    size_t n_mass);
+/* A request was answered with -err (loop thread): errors by code. */
+void snapkvd_ops_count_error(struct snapkvd_ops *ops, int err);
 /* Fill the fields of st that the ops runtime owns (pressure, hooks,
- * evictions, refusals, histograms); hist_* receive copies the stats point at. */
+ * evictions, refusals, errors by code, histograms); they point into snap. */
 void snapkvd_ops_fill_stats(struct snapkvd_ops *ops, struct snapkvd_stats *st,
-			    struct snapkvd_histogram *hist_seconds,
-			    struct snapkvd_histogram *hist_mass);
+			    struct snapkvd_ops_snapshot *snap);
 
 #endif /* SNAPKVD_OPS_H */

@@ -208,7 +208,7 @@ static void test_hook_failures_and_timeout(void)
 	struct snapkvd_ops ops;
 	struct snapkvd_ops_config c;
 	struct snapkvd_stats st = {0};
-	struct snapkvd_histogram h1, h2;
+	struct snapkvd_ops_snapshot snap;
 	siginfo_t si;
 
 	setup(&ops, &c, "hooks");
@@ -253,7 +253,7 @@ static void test_hook_failures_and_timeout(void)
 	CU_ASSERT_EQUAL(ops.n_hooks, 0);
 	CU_ASSERT_EQUAL(ops.hooks_failed, 4);
 
-	snapkvd_ops_fill_stats(&ops, &st, &h1, &h2);
+	snapkvd_ops_fill_stats(&ops, &st, &snap);
 	CU_ASSERT_EQUAL(st.pressure_level, 0);
 	CU_ASSERT_EQUAL(st.pressure_transitions_total, 2);
 	CU_ASSERT_EQUAL(st.hooks_started_total, 2);
@@ -267,7 +267,7 @@ static void test_admission_scaling_stats(void)
 	struct snapkvd_ops ops;
 	struct snapkvd_ops_config c;
 	struct snapkvd_stats st = {0};
-	struct snapkvd_histogram h1, h2;
+	struct snapkvd_ops_snapshot snap;
 	const float mass[] = {0.5f, 0.97f, 0.97f, NAN};
 	char err[128], msg[256];
 	int scaled;
@@ -292,13 +292,22 @@ static void test_admission_scaling_stats(void)
 	CU_ASSERT_EQUAL(snapkvd_ops_admit(&ops, 1001, 250, 50, msg, sizeof(msg)), 0);
 	CU_ASSERT_EQUAL(snapkvd_ops_admit(&ops, 1001, 250, 51, msg, sizeof(msg)), -ENOSPC);
 	snapkvd_ops_observe_compaction(&ops, 0.004, mass, 4);
-	snapkvd_ops_fill_stats(&ops, &st, &h1, &h2);
+	snapkvd_ops_count_error(&ops, -EINVAL);
+	snapkvd_ops_count_error(&ops, -EINVAL);
+	snapkvd_ops_count_error(&ops, EDQUOT);
+	snapkvd_ops_count_error(&ops, -100000); /* out of range: ignored */
+	snapkvd_ops_fill_stats(&ops, &st, &snap);
+	CU_ASSERT_EQUAL_FATAL(st.n_errors, 2);
+	CU_ASSERT_STRING_EQUAL(st.errors[0].code, "EINVAL");
+	CU_ASSERT_EQUAL(st.errors[0].count, 2);
+	CU_ASSERT_STRING_EQUAL(st.errors[1].code, "EDQUOT");
+	CU_ASSERT_EQUAL(st.errors[1].count, 1);
 	CU_ASSERT_EQUAL(st.refusals_total, 2);
 	CU_ASSERT_EQUAL(st.compactions_scaled_total, 1);
 	CU_ASSERT_EQUAL(st.pressure_level, 2);
-	CU_ASSERT_EQUAL(h1.count, 1);
-	CU_ASSERT_EQUAL(h2.count, 3); /* NaN ignored */
-	CU_ASSERT_PTR_EQUAL(st.retained_mass, &h2);
+	CU_ASSERT_EQUAL(snap.seconds.count, 1);
+	CU_ASSERT_EQUAL(snap.mass.count, 3); /* NaN ignored */
+	CU_ASSERT_PTR_EQUAL(st.retained_mass, &snap.mass);
 	snapkvd_ops_fini(&ops);
 }
 
