@@ -631,6 +631,11 @@ static int reap(struct skv_client *c)
 		mark_dead(c, -EPROTO);
 		return fail(c, -EPROTO, "completion ring corrupt");
 	}
+	/* CQ room again: a daemon that slept on our full CQ needs the doorbell
+	 * if entries still wait in the SQ (W2, paired with the loop's W1). */
+	if (n && skv_ring_needs_wakeup(&c->sq) &&
+	    atomic_load_explicit(&c->sq.ctl->head, memory_order_acquire) != c->sq.local)
+		(void)!eventfd_write(c->sq_efd, 1);
 	return n;
 }
 

@@ -489,6 +489,30 @@ static void test_ring(void)
 	bystander_ok();
 }
 
+/* utime + stime of a process, in clock ticks. */
+static long cpu_ticks(pid_t pid)
+{
+	char p[64], buf[1024], *q;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	f = fopen(p, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f)) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	q = strrchr(buf, ')');
+	/* after the comm: state, then utime and stime are the 12th and 13th */
+	if (!q ||
+	    sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
 /* A client that stops reading completions is back-pressured, never dropped. */
 static void test_cq_full(void)
 {
@@ -516,6 +540,13 @@ static void test_cq_full(void)
 	CU_ASSERT_EQUAL(skv_ring_ready(&x.cq), (int)cqn); /* full, nothing overwritten */
 	CU_ASSERT_EQUAL(skv_ring_space(&x.sq), 0);	  /* the rest waits in the SQ */
 	bystander_ok();					  /* the loop is not blocked */
+	/* ...and not spinning on the SQEs it may not take: it sleeps */
+	long t0 = cpu_ticks(H.pid);
+	h_sleep_ms(400);
+	long used = cpu_ticks(H.pid) - t0;
+	CU_ASSERT(used < 20); /* a spinning loop burns ~40 ticks of 10 ms here */
+	if (used >= 20)
+		fprintf(stderr, "daemon used %ld ticks while the CQ was full\n", used);
 	/* read everything: the daemon resumes and loses nothing */
 	int bad = 0;
 	while (got < pushed && rring_pop(&x, &c, 1000) == 0) {
