@@ -114,16 +114,26 @@ static int listen_on(const char *path)
 	if (fd < 0)
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EADDRINUSE) {
-		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		struct stat st;
+		int live = 0;
 
-		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(probe);
+		/* A daemon killed a moment ago can still be listening: its io_uring
+		 * is torn down asynchronously after exit. Give that a second. */
+		for (int i = 0; i < 20; i++) {
+			int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+			live =
+			    probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+			if (probe >= 0)
+				close(probe);
+			if (!live)
+				break;
+			usleep(50000);
+		}
+		if (live) {
 			close(fd);
 			return -EADDRINUSE;
 		}
-		if (probe >= 0)
-			close(probe);
 		if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
 			unlink(path);
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
