@@ -91,3 +91,11 @@ TESTS += $(BUILD)/tests/test-daemon-units
 ifneq ($(wildcard client/snapkvctl.c),)
 TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
 endif
+
+$(BUILD)/tests/integration/test-daemon-fuzz.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-daemon-fuzz.o
+$(BUILD)/tests/test-daemon-fuzz: $(BUILD)/tests/integration/test-daemon-fuzz.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
+		-lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-daemon-fuzz
