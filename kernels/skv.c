@@ -470,7 +470,7 @@ static int check_tensor(const struct skv_tensor *t, const char *what, uint32_t l
 
 struct skv_ws {
 	/* scoring */
-	float *qt, *kt, *z, *f, *m, *s, *tmax, *rowbuf, *colsum, *vote, *pooled;
+	float *qt, *kt, *z, *f, *m, *s, *rowbuf, *colsum, *vote, *pooled;
 	int32_t *trow;
 	uint8_t *bad, *keep;
 	uint64_t *key;
@@ -531,40 +531,47 @@ struct skv_job {
 	float scale;
 };
 
-static size_t ws_need(const struct skv_job *j)
+/*
+ * Lay out a thread's scratch for a job: with base = NULL only count the
+ * bytes; else point w's fields into base. One list, so the two agree.
+ * Buffers of the scoring and selection stages exist only when they run.
+ */
+static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 {
-	const struct skv_shape *sh = j->sh;
-	size_t L = sh->prompt_len, D = sh->head_dim, rb = j->rb, G = j->G;
-	size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
+	const size_t L = j->sh->prompt_len, D = j->sh->head_dim, rb = j->rb, G = j->G;
+	const size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
+	const size_t sc = j->score ? 1 : 0, se = j->select ? 1 : 0;
 	size_t n = 0;
-#define A(bytes) n += ((size_t)(bytes) + 63) & ~(size_t)63
-	A(D * rb * 4);			      /* qt     */
-	A(SKV_TILE * D * 4);		      /* kt     */
-	A(L * rb * 4);			      /* z      */
-	A(nt * rb * 4);			      /* f      */
-	A(rb * 4);			      /* m      */
-	A(rb * 4);			      /* s      */
-	A(rb * 4);			      /* tmax   */
-	A(D * 4);			      /* rowbuf */
-	A(G * L * 4);			      /* colsum */
-	A(L * 4);			      /* vote   */
-	A(L * 4);			      /* pooled */
-	A(rb * 4);			      /* trow   */
-	A(rb);				      /* bad    */
-	A(L);				      /* keep   */
-	A(L * 8);			      /* key    */
-	A(L * 4);			      /* pos    */
-	A((G + rb) * sizeof(struct skv_seg)); /* segs */
-#undef A
+
+#define T(field, type, count)                                                                      \
+	do {                                                                                       \
+		if (base)                                                                          \
+			w->field = (type *)(base + n);                                             \
+		n += ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63;                          \
+	} while (0)
+	T(qt, float, sc *D *rb);		/* packed query rows, [D][rb]    */
+	T(kt, float, sc *SKV_TILE *D);		/* key tile, f32                 */
+	T(z, float, sc *L *rb);			/* exp(z - m_tile), [L][rb]      */
+	T(f, float, sc *nt *rb);		/* tile maxima, then factors     */
+	T(m, float, sc *rb);			/* running max per row           */
+	T(s, float, sc *rb);			/* running sum per row           */
+	T(rowbuf, float, D);			/* one converted row             */
+	T(colsum, float, sc *G *L);		/* column sums per query head    */
+	T(vote, float, sc *L);			/* group votes                   */
+	T(pooled, float, se *L);		/* pooled votes                  */
+	T(trow, int32_t, sc * rb);		/* last visible key per row      */
+	T(bad, uint8_t, sc * rb);		/* NaN/Inf seen per row          */
+	T(keep, uint8_t, se * L);		/* kept flags                    */
+	T(key, uint64_t, se * L);		/* ranking keys                  */
+	T(pos, int32_t, se * L);		/* kept positions                */
+	T(segs, struct skv_seg, sc * (G + rb)); /* rows of each head         */
+#undef T
 	return n;
 }
 
 static int ws_reserve(struct skv_ws *w, const struct skv_job *j)
 {
-	size_t need = ws_need(j);
-	const struct skv_shape *sh = j->sh;
-	size_t L = sh->prompt_len, D = sh->head_dim, rb = j->rb, G = j->G;
-	size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
+	size_t need = ws_layout(w, j, NULL);
 
 	if (need > w->cap) {
 		void *m = NULL;
@@ -574,30 +581,7 @@ static int ws_reserve(struct skv_ws *w, const struct skv_job *j)
 		w->mem = m;
 		w->cap = need;
 	}
-	char *c = w->mem;
-#define T(field, type, count)                                                                      \
-	do {                                                                                       \
-		w->field = (type *)c;                                                              \
-		c += ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63;                          \
-	} while (0)
-	T(qt, float, D *rb);
-	T(kt, float, SKV_TILE *D);
-	T(z, float, L *rb);
-	T(f, float, nt *rb);
-	T(m, float, rb);
-	T(s, float, rb);
-	T(tmax, float, rb);
-	T(rowbuf, float, D);
-	T(colsum, float, G *L);
-	T(vote, float, L);
-	T(pooled, float, L);
-	T(trow, int32_t, rb);
-	T(bad, uint8_t, rb);
-	T(keep, uint8_t, L);
-	T(key, uint64_t, L);
-	T(pos, int32_t, L);
-	T(segs, struct skv_seg, G + rb);
-#undef T
+	ws_layout(w, j, w->mem);
 	return 0;
 }
 
