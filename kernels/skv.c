@@ -549,22 +549,22 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 			w->field = (type *)(base + n);                                             \
 		n += ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63;                          \
 	} while (0)
-	T(qt, float, sc *D *rb);		/* packed query rows, [D][rb]    */
-	T(kt, float, sc *SKV_TILE *D);		/* key tile, f32                 */
-	T(z, float, sc *L *rb);			/* exp(z - m_tile), [L][rb]      */
-	T(f, float, sc *nt *rb);		/* tile maxima, then factors     */
-	T(m, float, sc *rb);			/* running max per row           */
-	T(s, float, sc *rb);			/* running sum per row           */
-	T(rowbuf, float, D);			/* one converted row             */
-	T(colsum, float, sc *G *L);		/* column sums per query head    */
-	T(vote, float, sc *L);			/* group votes                   */
-	T(pooled, float, se *L);		/* pooled votes                  */
-	T(trow, int32_t, sc * rb);		/* last visible key per row      */
-	T(bad, uint8_t, sc * rb);		/* NaN/Inf seen per row          */
-	T(keep, uint8_t, se * L);		/* kept flags                    */
-	T(key, uint64_t, se * L);		/* ranking keys                  */
-	T(pos, int32_t, se * L);		/* kept positions                */
-	T(segs, struct skv_seg, sc * (G + rb)); /* rows of each head         */
+	T(qt, float, (sc * D * rb));		  /* packed query rows, [D][rb]    */
+	T(kt, float, (sc * SKV_TILE * D));	  /* key tile, f32                 */
+	T(z, float, (sc * L * rb));		  /* exp(z - m_tile), [L][rb]      */
+	T(f, float, (sc * nt * rb));		  /* tile maxima, then factors     */
+	T(m, float, (sc * rb));			  /* running max per row           */
+	T(s, float, (sc * rb));			  /* running sum per row           */
+	T(rowbuf, float, (D));			  /* one converted row             */
+	T(colsum, float, (sc * G * L));		  /* column sums per query head    */
+	T(vote, float, (sc * L));		  /* group votes                   */
+	T(pooled, float, (se * L));		  /* pooled votes                  */
+	T(trow, int32_t, (sc * rb));		  /* last visible key per row      */
+	T(bad, uint8_t, (sc * rb));		  /* NaN/Inf seen per row          */
+	T(keep, uint8_t, (se * L));		  /* kept flags                    */
+	T(key, uint64_t, (se * L));		  /* ranking keys                  */
+	T(pos, int32_t, (se * L));		  /* kept positions                */
+	T(segs, struct skv_seg, (sc * (G + rb))); /* rows of each head         */
 #undef T
 	return n;
 }
