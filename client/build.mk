@@ -11,6 +11,20 @@ $(LIBSKVST): $(SKVST_OBJS)
 	rm -f $@
 	$(AR) rcs $@ $^
 
+# snapkvctl: main + one client/ctl-<name>.c per subcommand (see client/snapkvctl.h).
+SNAPKVCTL := $(BUILD)/snapkvctl
+SNAPKVCTL_OBJS := $(patsubst %.c,$(BUILD)/%.o,client/snapkvctl.c $(sort $(wildcard client/ctl-*.c)))
+# Libraries subcommands need; fragments that add subcommands may append.
+SNAPKVCTL_DEPS := $(LIBSKVST) $(LIBSKV)
+SNAPKVCTL_LIBS := $(LIBSKVST) $(LIBSKV) $(JSON_LIBS) -lm
+OBJS += $(SNAPKVCTL_OBJS)
+BINS += $(SNAPKVCTL)
+INSTALL_BINS += $(SNAPKVCTL)
+
+$(SNAPKVCTL): $(SNAPKVCTL_OBJS) $(SNAPKVCTL_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $(SNAPKVCTL_OBJS) $(SNAPKVCTL_LIBS) $(LDFLAGS)
+
 # Unit test of libskvst (CUnit).
 TEST_SAFETENSORS := $(BUILD)/tests/unit/test-safetensors
 OBJS += $(BUILD)/tests/unit/test-safetensors.o
@@ -19,4 +33,3 @@ TESTS += $(TEST_SAFETENSORS)
 $(TEST_SAFETENSORS): $(BUILD)/tests/unit/test-safetensors.o $(LIBSKVST)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKVST) $(JSON_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
-
