@@ -33,3 +33,18 @@ TESTS += $(TEST_SAFETENSORS)
 $(TEST_SAFETENSORS): $(BUILD)/tests/unit/test-safetensors.o $(LIBSKVST)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKVST) $(JSON_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+
+# Example generator of Llama-shaped K/V files (demo and tests use it).
+GEN_LAYER := $(BUILD)/examples/gen-layer
+OBJS += $(BUILD)/examples/gen-layer.o
+BINS += $(GEN_LAYER)
+
+$(GEN_LAYER): $(BUILD)/examples/gen-layer.o $(LIBSKVST) $(LIBSKV)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKVST) $(LIBSKV) $(JSON_LIBS) -lm $(LDFLAGS)
+
+TEST_SCRIPTS += tests/integration/test-cli-offline.sh
+
+# `make demo` (for now): offline compaction of a generated Llama-shaped file.
+_demo: $(SNAPKVCTL) $(GEN_LAYER)
+	@BUILD=$(BUILD) SHARED=$(SHARED) examples/demo-offline.sh
