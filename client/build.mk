@@ -2,7 +2,9 @@
 # client/: libskvst (safetensors read/write), snapkvctl (CLI), their tests,
 # and the offline demo (examples/).
 
-SKVST_OBJS := $(BUILD)/client/skv-safetensors.o
+# skv-st-compact.o (the compact-cache file) calls libskv: link $(LIBSKV)
+# after $(LIBSKVST) when using it; plain safetensors users need only jansson.
+SKVST_OBJS := $(BUILD)/client/skv-safetensors.o $(BUILD)/client/skv-st-compact.o
 OBJS += $(SKVST_OBJS)
 LIBS += $(LIBSKVST)
 
@@ -30,9 +32,9 @@ TEST_SAFETENSORS := $(BUILD)/tests/unit/test-safetensors
 OBJS += $(BUILD)/tests/unit/test-safetensors.o
 TESTS += $(TEST_SAFETENSORS)
 
-$(TEST_SAFETENSORS): $(BUILD)/tests/unit/test-safetensors.o $(LIBSKVST)
+$(TEST_SAFETENSORS): $(BUILD)/tests/unit/test-safetensors.o $(LIBSKVST) $(LIBSKV)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKVST) $(JSON_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKVST) $(LIBSKV) $(JSON_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 
 # Example generator of Llama-shaped K/V files (demo and tests use it).
 GEN_LAYER := $(BUILD)/examples/gen-layer

@@ -719,7 +719,7 @@ int ctl_compact(int argc, char **argv)
 	struct skv_st_error sterr = {{0}};
 	struct skv_error kerr = {.layer = -1, .head = -1};
 	struct skv_ctx *ctx = NULL;
-	struct skv_ledger lg;
+	struct skv_st_compact_desc desc;
 	struct timespec t0, t1;
 	int r, rc;
 
@@ -735,33 +735,15 @@ int ctl_compact(int argc, char **argv)
 	}
 	if ((rc = discover(&j)) || (rc = choose_rows(&j)))
 		goto out;
+	/* The same plan and ledger the daemon records for the same request. */
 	kerr.msg[0] = '\0';
-	r = skv_plan(&j.shape, &j.o.params, &j.plan, &kerr);
+	r = skv_st_compact_desc_init(&desc, &j.o.params, &j.shape, j.kv_dtype, j.n_layers, &kerr);
 	if (r < 0) {
 		ctl_err(CMD, "invalid parameters: %s", kerr.msg[0] ? kerr.msg : strerror(-r));
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	struct skv_ledger_in li = {
-	    .batch = 1,
-	    .layers = j.n_layers,
-	    .h_q = j.shape.h_q,
-	    .h_kv = j.shape.h_kv,
-	    .head_dim = j.shape.head_dim,
-	    .dtype_bytes = skv_dtype_size(j.kv_dtype),
-	    .prompt_len = j.shape.prompt_len,
-	    .capacity = j.o.params.capacity,
-	    .appended = 0,
-	    .reserve = 0,
-	    .gqa = j.o.params.gqa,
-	};
-	r = skv_ledger_compute(&li, &lg);
-	if (r < 0) {
-		ctl_err(CMD, "ledger: %s",
-			r == -EOVERFLOW ? "byte counts overflow 64 bits" : "invalid sizes");
-		rc = CTL_EXIT_USAGE;
-		goto out;
-	}
+	j.plan = desc.plan;
 	if ((rc = setup_buffers(&j)))
 		goto out;
 
@@ -786,14 +768,6 @@ int ctl_compact(int argc, char **argv)
 		goto out;
 	}
 
-	struct skv_st_compact_desc desc = {
-	    .params = j.o.params,
-	    .shape = j.shape,
-	    .plan = j.plan,
-	    .dtype = j.kv_dtype,
-	    .n_layers = j.n_layers,
-	    .ledger = lg,
-	};
 	r = skv_st_write_compact(j.o.out, &desc, j.res, &sterr);
 	if (r < 0) {
 		ctl_err(CMD, "%s: %s", j.o.out, sterr.msg);
@@ -803,7 +777,7 @@ int ctl_compact(int argc, char **argv)
 	if (!j.o.quiet) {
 		double ms =
 		    (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-		summary(&j, &lg, ms, skv_ctx_threads(ctx), skv_ctx_isa(ctx));
+		summary(&j, &desc.ledger, ms, skv_ctx_threads(ctx), skv_ctx_isa(ctx));
 	}
 	rc = CTL_EXIT_OK;
 out:
