@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * skv-cuda-common.cuh - what the CUDA kernels of libskv-cuda share: the
+ * device view of a tensor, the per-launch layer descriptors, dtype helpers
+ * and the dispatch switches that turn a runtime dtype / head_dim into
+ * compile-time constants (FlashInfer style). Not installed.
+ *
+ * Layer descriptors travel as kernel parameters (no host staging buffer, so
+ * nothing must be synchronised before a compaction can be enqueued).
+ */
+#ifndef SKV_CUDA_COMMON_CUH
+#define SKV_CUDA_COMMON_CUH
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#include "skv.h"
+
+namespace skvcuda
+{
+
+/*
+ * Layers per kernel launch. The descriptors travel as kernel parameters
+ * (CUDA >= 12.1 takes up to 32764 bytes on sm_70+), so one launch of each
+ * kernel covers every layer of models up to 96 layers, with no host staging.
+ */
+constexpr int LPL = 96;
+/* Largest head_dim the CUDA backend handles (shared-memory tiles). */
+constexpr uint32_t MAX_HEAD_DIM = 256;
+/* Keys one scoring block streams (a multiple of the key tile). */
+constexpr int CHUNK = 1024;
+/* Status words written by the kernels, read back by the host after the stream. */
+enum status_code {
+	STATUS_OK = 0,
+	STATUS_NONFINITE = 1, /* a logit was NaN/Inf: -EDOM                 */
+	STATUS_INTERNAL = 2,  /* a selection did not produce `kept` slots   */
+};
+struct dev_status {
+	int32_t code;
+	int32_t layer;
+	int32_t head;
+	int32_t pad;
+};
+
+/* Element (h, t, d) of a strided or paged tensor, see struct skv_tensor. */
+struct dten {
+	char *data;
+	int64_t head_stride;  /* elements */
+	int64_t token_stride; /* elements */
+	int64_t block_stride; /* elements, paged only */
+	const int32_t *block_table;
+	uint32_t block_size;
+	uint32_t pad;
+};
+
+/* Element offset of (h, t, 0). */
+__device__ __forceinline__ int64_t dten_off(const dten &t, uint32_t h, uint32_t tok)
+{
+	if (t.block_table) {
+		int64_t blk = t.block_table[tok / t.block_size];
+		return blk * t.block_stride + (int64_t)(tok % t.block_size) * t.token_stride +
+		       (int64_t)h * t.head_stride;
+	}
+	return (int64_t)tok * t.token_stride + (int64_t)h * t.head_stride;
+}
+
+struct dlayer {
+	dten q;	 /* [H_q, n_q, D]        */
+	dten k;	 /* [H_kv, L, D]         */
+	dten v;	 /* [H_kv, L, D]         */
+	dten ok; /* [H_store, >=kept, D] */
+	dten ov; /* [H_store, >=kept, D] */
+	int32_t *positions;
+	float *retained_mass;
+	uint32_t pos_stride;
+	uint32_t pad;
+};
+
+/* Selection constants of one compaction (skv_plan() output + params). */
+struct sel_consts {
+	uint32_t L;
+	uint32_t D;
+	uint32_t h_q;
+	uint32_t h_kv;
+	uint32_t G;
+	uint32_t n_q;
+	uint32_t h_store;
+	uint32_t kept;
+	uint32_t w_obs;	     /* rows scored (the last w_obs of q); 0: no scoring     */
+	uint32_t sinks;	     /* first positions always kept                          */
+	uint32_t tail;	     /* last positions always kept (W_keep, scoring policies) */
+	uint32_t P;	     /* candidates and pooling live in [0, P)                */
+	uint32_t rank_votes; /* 1: rank by pooled votes; 0: by position (recent)    */
+	uint32_t group;	     /* 1: GQA group mode                                    */
+	uint32_t pooling;
+	uint32_t kernel; /* effective pooling width (1 = none)                     */
+	uint32_t bypass;
+	uint32_t n_protected;
+	uint32_t prot_begin[SKV_MAX_PROTECTED];
+	uint32_t prot_end[SKV_MAX_PROTECTED];
+	float scale_log2;  /* log2(e) / sqrt(D): logits in base 2 for exp2f     */
+	float bypass_mass; /* retained mass reported when nothing is scored (L < C) */
+};
+
+/* Parameters of every launch: constants, scratch and up to LPL layers. */
+struct launch_params {
+	sel_consts c;
+	uint32_t layer0;   /* global index of layers[0] (for status and scratch) */
+	uint32_t n_layers; /* valid entries of layers[]                          */
+	uint32_t row_tiles;
+	uint32_t chunks;
+	uint32_t vec16; /* 1: K, V and outputs allow 16-byte vector access */
+	uint32_t pad;
+	float *votes;	  /* [N][H_q][L] column sums of probabilities         */
+	float2 *partials; /* [N][H_kv][row_tiles][chunks][RT] (max, sum)       */
+	uint32_t *keys;	  /* [N][H_store][L] ordered selection keys            */
+	dev_status *status;
+	dlayer layers[LPL];
+};
+static_assert(sizeof(launch_params) <= 32764, "kernel parameters are limited to 32764 bytes");
+
+/* Scratch layout sizes, shared by host and device code. */
+struct scratch_sizes {
+	uint64_t votes;
+	uint64_t partials;
+	uint64_t keys;
+};
+
+template <typename T> __device__ __forceinline__ float to_f32(T x);
+template <> __device__ __forceinline__ float to_f32<float>(float x)
+{
+	return x;
+}
+template <> __device__ __forceinline__ float to_f32<__half>(__half x)
+{
+	return __half2float(x);
+}
+template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x)
+{
+	return __bfloat162float(x);
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x)
+{
+	return x;
+}
+template <> __device__ __forceinline__ __half from_f32<__half>(float x)
+{
+	return __float2half_rn(x);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x)
+{
+	return __float2bfloat16_rn(x);
+}
+
+/* Order-preserving map of a float to uint32 (larger float, larger key). */
+__device__ __forceinline__ uint32_t ordered_key(float f)
+{
+	uint32_t u = __float_as_uint(f);
+	return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ void set_status(dev_status *st, int32_t code, int32_t layer,
+					   int32_t head)
+{
+	if (atomicCAS(&st->code, 0, code) == 0) {
+		st->layer = layer;
+		st->head = head;
+	}
+}
+
+/* Host launchers (one per topic file). All return the launch's cudaError_t. */
+cudaError_t score_launch(const launch_params &p, enum skv_dtype dt, int pass, cudaStream_t s);
+cudaError_t select_launch(const launch_params &p, cudaStream_t s);
+cudaError_t gather_launch(const launch_params &p, enum skv_dtype in_dt, enum skv_dtype out_dt,
+			  int vec16, cudaStream_t s);
+/* Rows per scoring block for a dtype/head_dim (decides row_tiles). */
+uint32_t score_rows_per_tile(enum skv_dtype dt, uint32_t head_dim);
+
+} /* namespace skvcuda */
+
+/* Dispatch a runtime dtype to a type T. */
+#define SKV_DISPATCH_DTYPE(dt, T, ...)                                                             \
+	[&]() -> cudaError_t {                                                                     \
+		switch (dt) {                                                                      \
+		case SKV_DTYPE_F32: {                                                              \
+			using T = float;                                                           \
+			return __VA_ARGS__();                                                      \
+		}                                                                                  \
+		case SKV_DTYPE_F16: {                                                              \
+			using T = __half;                                                          \
+			return __VA_ARGS__();                                                      \
+		}                                                                                  \
+		case SKV_DTYPE_BF16: {                                                             \
+			using T = __nv_bfloat16;                                                   \
+			return __VA_ARGS__();                                                      \
+		}                                                                                  \
+		default:                                                                           \
+			return cudaErrorInvalidValue;                                              \
+		}                                                                                  \
+	}()
+
+/* Dispatch the head dims with a tensor-core path; other values go to D = 0 (runtime). */
+#define SKV_DISPATCH_HEAD_DIM(d, D, ...)                                                           \
+	[&]() -> cudaError_t {                                                                     \
+		switch (d) {                                                                       \
+		case 64: {                                                                         \
+			constexpr int D = 64;                                                      \
+			return __VA_ARGS__();                                                      \
+		}                                                                                  \
+		case 128: {                                                                        \
+			constexpr int D = 128;                                                     \
+			return __VA_ARGS__();                                                      \
+		}                                                                                  \
+		case 256: {                                                                        \
+			constexpr int D = 256;                                                     \
+			return __VA_ARGS__();                                                      \
+		}                                                                                  \
+		default: {                                                                         \
+			constexpr int D = 0;                                                       \
+			return __VA_ARGS__();                                                      \
+		}                                                                                  \
+		}                                                                                  \
+	}()
+
+#endif /* SKV_CUDA_COMMON_CUH */

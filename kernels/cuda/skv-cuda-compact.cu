@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * skv-cuda-compact.cu - the host side of a GPU compaction: validation (the
+ * same skv_plan() as the host backend, so both reject the same inputs),
+ * scratch from the stream-ordered allocator, and the launches. Nothing here
+ * waits for the GPU: a compaction is a sequence of launches on the context's
+ * stream, and its status word comes back with an async copy that
+ * skv_cuda_ctx_sync()/query() read.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "skv-cuda-common.cuh"
+#include "skv-cuda-internal.h"
+
+using namespace skvcuda;
+
+struct skv_cuda_ctx {
+	struct skv_cuda_dev *dev;
+	cudaStream_t stream;
+	cudaEvent_t done;
+	dev_status *d_status; /* device: written by the kernels    */
+	dev_status *h_status; /* pinned: copied back at the end    */
+	int pending;	      /* a compaction awaits sync/query    */
+};
+
+static int cuda_fail(struct skv_error *err, cudaError_t e, const char *what)
+{
+	int r = e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+	return skv_cuda_fail(err, r, -1, -1, "%s: %s (%s)", what, cudaGetErrorString(e),
+			     cudaGetErrorName(e));
+}
+
+extern "C" int skv_cuda_ctx_new(struct skv_cuda_dev *dev, struct skv_cuda_ctx **ret_ctx,
+				struct skv_error *err)
+{
+	if (!dev || !ret_ctx)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "device and ret_ctx are required");
+	int r = skv_cuda_dev_enter(dev, err);
+	if (r < 0)
+		return r;
+	skv_cuda_ctx *c = (skv_cuda_ctx *)calloc(1, sizeof(*c));
+	if (!c)
+		return skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
+	c->dev = dev;
+	cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+	if (e == cudaSuccess)
+		e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
+	if (e == cudaSuccess)
+		e = cudaMalloc((void **)&c->d_status, sizeof(dev_status));
+	if (e == cudaSuccess)
+		e = cudaMallocHost((void **)&c->h_status, sizeof(dev_status));
+	if (e == cudaSuccess) {
+		/* keep freed scratch in the pool: the next compaction reuses it */
+		cudaMemPool_t pool;
+		uint64_t thr = UINT64_MAX;
+		e = cudaDeviceGetDefaultMemPool(&pool, dev->device);
+		if (e == cudaSuccess)
+			e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr);
+	}
+	if (e != cudaSuccess) {
+		r = cuda_fail(err, e, "creating a CUDA context");
+		skv_cuda_ctx_free(c);
+		return r;
+	}
+	memset(c->h_status, 0, sizeof(dev_status));
+	*ret_ctx = c;
+	return 0;
+}
+
+extern "C" void skv_cuda_ctx_free(struct skv_cuda_ctx *c)
+{
+	if (!c)
+		return;
+	cudaSetDevice(c->dev->device);
+	if (c->stream)
+		cudaStreamSynchronize(c->stream);
+	if (c->d_status)
+		cudaFree(c->d_status);
+	if (c->h_status)
+		cudaFreeHost(c->h_status);
+	if (c->done)
+		cudaEventDestroy(c->done);
+	if (c->stream)
+		cudaStreamDestroy(c->stream);
+	free(c);
+}
+
+extern "C" void *skv_cuda_ctx_stream(struct skv_cuda_ctx *c)
+{
+	return c ? (void *)c->stream : NULL;
+}
+
+extern "C" int skv_cuda_ctx_wait_ipc_event(struct skv_cuda_ctx *c, const void *handle64,
+					   struct skv_error *err)
+{
+	if (!c || !handle64)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "context and event handle are required");
+	int r = skv_cuda_dev_enter(c->dev, err);
+	if (r < 0)
+		return r;
+	cudaIpcEventHandle_t h;
+	cudaEvent_t ev;
+	memcpy(&h, handle64, sizeof(h));
+	cudaError_t e = cudaIpcOpenEventHandle(&ev, h);
+	if (e != cudaSuccess)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "cudaIpcOpenEventHandle: %s",
+				     cudaGetErrorString(e));
+	e = cudaStreamWaitEvent(c->stream, ev, 0);
+	/* destroying an event with a pending wait is allowed: the wait stands */
+	cudaEventDestroy(ev);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, "cudaStreamWaitEvent");
+	return 0;
+}
+
+extern "C" int skv_cuda_ctx_wait_value(struct skv_cuda_ctx *c, const void *flag, uint32_t value,
+				       struct skv_error *err)
+{
+	if (!c || !flag || ((uintptr_t)flag & 3))
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "context and a 4-byte aligned flag address are required");
+	int r = skv_cuda_dev_enter(c->dev, err);
+	if (r < 0)
+		return r;
+	CUresult cr = c->dev->drv.StreamWaitValue32(
+	    (CUstream)c->stream, (CUdeviceptr)(uintptr_t)flag, value, CU_STREAM_WAIT_VALUE_GEQ);
+	if (cr != CUDA_SUCCESS)
+		return skv_cuda_fail(err, -EIO, -1, -1, "cuStreamWaitValue32: CUresult %d",
+				     (int)cr);
+	return 0;
+}
+
+static int status_result(skv_cuda_ctx *c, struct skv_error *err)
+{
+	c->pending = 0;
+	const dev_status st = *c->h_status;
+	switch (st.code) {
+	case STATUS_OK:
+		return 0;
+	case STATUS_NONFINITE:
+		return skv_cuda_fail(err, -EDOM, st.layer, st.head,
+				     "layer %d, head %d: logits hold NaN or Inf", st.layer,
+				     st.head);
+	default:
+		return skv_cuda_fail(err, -EIO, st.layer, st.head,
+				     "layer %d, head %d: selection did not fill the plan "
+				     "(internal error)",
+				     st.layer, st.head);
+	}
+}
+
+extern "C" int skv_cuda_ctx_sync(struct skv_cuda_ctx *c, struct skv_error *err)
+{
+	if (!c)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "no context");
+	if (!c->pending)
+		return 0;
+	cudaError_t e = cudaEventSynchronize(c->done);
+	if (e != cudaSuccess) {
+		c->pending = 0;
+		return cuda_fail(err, e, "compaction");
+	}
+	return status_result(c, err);
+}
+
+extern "C" int skv_cuda_ctx_query(struct skv_cuda_ctx *c, struct skv_error *err)
+{
+	if (!c)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "no context");
+	if (!c->pending)
+		return 0;
+	cudaError_t e = cudaEventQuery(c->done);
+	if (e == cudaErrorNotReady)
+		return -EAGAIN;
+	if (e != cudaSuccess) {
+		c->pending = 0;
+		return cuda_fail(err, e, "compaction");
+	}
+	return status_result(c, err);
+}
+
+/* --------------------------------------------------------- validation */
+
+static int check_tensor(const skv_tensor &t, const char *what, uint32_t layer, uint32_t heads,
+			uint32_t tokens, bool out, struct skv_error *err)
+{
+	const int32_t l = (int32_t)layer;
+
+	if (!t.data)
+		return skv_cuda_fail(err, -EINVAL, l, -1, "layer %u: %s has no data", layer, what);
+	if (!skv_dtype_size(t.dtype))
+		return skv_cuda_fail(err, -EINVAL, l, -1, "layer %u: %s has unknown dtype %d",
+				     layer, what, (int)t.dtype);
+	if (heads > 1 && t.head_stride == 0)
+		return skv_cuda_fail(err, -EINVAL, l, -1, "layer %u: %s has head_stride 0", layer,
+				     what);
+	if (tokens > 1 && t.token_stride == 0 && (!t.block_table || t.block_size > 1))
+		return skv_cuda_fail(err, -EINVAL, l, -1, "layer %u: %s has token_stride 0", layer,
+				     what);
+	if (!t.block_table)
+		return 0;
+	if (out)
+		return skv_cuda_fail(err, -EINVAL, l, -1,
+				     "layer %u: %s must be strided (no block table)", layer, what);
+	if (t.block_size == 0)
+		return skv_cuda_fail(err, -EINVAL, l, -1, "layer %u: %s has block_size 0", layer,
+				     what);
+	/* the table itself is device memory: its entries are the engine's to get right */
+	uint64_t need = ((uint64_t)tokens + t.block_size - 1) / t.block_size;
+	if (need > t.n_blocks)
+		return skv_cuda_fail(err, -EINVAL, l, -1,
+				     "layer %u: %s needs %llu blocks for %u tokens, table has %u",
+				     layer, what, (unsigned long long)need, tokens, t.n_blocks);
+	return 0;
+}
+
+static bool vec16_ok(const skv_tensor &t, size_t es, uint32_t D)
+{
+	if (((uintptr_t)t.data & 15) || (D * es) % 16)
+		return false;
+	int64_t s[3] = {t.head_stride, t.token_stride, t.block_table ? t.block_stride : 0};
+	for (int i = 0; i < 3; i++)
+		if ((s[i] * (int64_t)es) % 16)
+			return false;
+	return true;
+}
+
+static dten to_dten(const skv_tensor &t)
+{
+	dten d;
+	memset(&d, 0, sizeof(d));
+	d.data = (char *)t.data;
+	d.head_stride = t.head_stride;
+	d.token_stride = t.token_stride;
+	d.block_stride = t.block_stride;
+	d.block_table = t.block_table;
+	d.block_size = t.block_size ? t.block_size : 1;
+	return d;
+}
+
+static bool mul_ok(uint64_t *acc, uint64_t x)
+{
+	return !__builtin_mul_overflow(*acc, x, acc);
+}
+
+/* ------------------------------------------------------------ compact */
+
+extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+				const struct skv_params *p, uint32_t n_layers,
+				const struct skv_layer_in *in, const struct skv_layer_out *out,
+				struct skv_error *err)
+{
+	struct skv_plan pl;
+	int r;
+
+	if (err) {
+		err->msg[0] = 0;
+		err->layer = -1;
+		err->head = -1;
+	}
+	if (!c)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "no context");
+	if (c->pending)
+		return skv_cuda_fail(err, -EBUSY, -1, -1,
+				     "the previous compaction of this context was not synced");
+	r = skv_plan(sh, p, &pl, err);
+	if (r < 0)
+		return r;
+	if (n_layers == 0)
+		return 0;
+	if (!in || !out)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "layer inputs and outputs are required");
+	if (n_layers > 65535)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "%u layers exceed 65535", n_layers);
+
+	const uint32_t L = sh->prompt_len, D = sh->head_dim, G = sh->h_q / sh->h_kv;
+	const bool scores_policy = p->policy == SKV_POLICY_SNAPKV || p->policy == SKV_POLICY_H2O;
+	const bool scoring = !pl.bypass && (scores_policy || sh->n_q > 0);
+	const bool select = !pl.bypass && scores_policy;
+	const uint32_t w_obs = !scoring				? 0
+			       : p->policy == SKV_POLICY_SNAPKV ? p->window
+			       : p->policy == SKV_POLICY_H2O	? L
+								: sh->n_q;
+	if (D > MAX_HEAD_DIM)
+		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
+				     "head_dim %u: the CUDA backend takes at most %u", D,
+				     MAX_HEAD_DIM);
+	if (pl.h_store > 65535)
+		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "%u stored heads: at most 65535",
+				     pl.h_store);
+	if (sh->h_kv > 65535 / LPL)
+		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "h_kv %u: at most %d", sh->h_kv,
+				     65535 / LPL);
+
+	const enum skv_dtype dt = in[0].k.dtype, odt = out[0].k.dtype;
+	bool kvec = true, gvec = true;
+	for (uint32_t l = 0; l < n_layers; l++) {
+		const skv_layer_in &li = in[l];
+		const skv_layer_out &lo = out[l];
+		if (scoring) {
+			r = check_tensor(li.q, "q", l, sh->h_q, sh->n_q, false, err);
+			if (r < 0)
+				return r;
+		}
+		r = check_tensor(li.k, "k", l, sh->h_kv, L, false, err);
+		if (!r)
+			r = check_tensor(li.v, "v", l, sh->h_kv, L, false, err);
+		if (!r)
+			r = check_tensor(lo.k, "output k", l, pl.h_store, pl.kept, true, err);
+		if (!r)
+			r = check_tensor(lo.v, "output v", l, pl.h_store, pl.kept, true, err);
+		if (r < 0)
+			return r;
+		if (!lo.positions)
+			return skv_cuda_fail(err, -EINVAL, (int32_t)l, -1,
+					     "layer %u: no positions output", l);
+		if (lo.pos_stride < pl.kept && pl.h_store > 1)
+			return skv_cuda_fail(err, -EINVAL, (int32_t)l, -1,
+					     "layer %u: pos_stride %u is below the kept count %u",
+					     l, lo.pos_stride, pl.kept);
+		if (li.k.dtype != dt || li.v.dtype != dt || lo.k.dtype != odt ||
+		    lo.v.dtype != odt || (scoring && li.q.dtype != dt))
+			return skv_cuda_fail(err, -ENOTSUP, (int32_t)l, -1,
+					     "layer %u: the CUDA backend needs q, k and v of one "
+					     "dtype, outputs of one dtype, the same in every layer",
+					     l);
+		const size_t es = skv_dtype_size(dt), oes = skv_dtype_size(odt);
+		kvec = kvec && vec16_ok(li.k, es, D);
+		gvec = gvec && vec16_ok(li.k, es, D) && vec16_ok(li.v, es, D) &&
+		       vec16_ok(lo.k, oes, D) && vec16_ok(lo.v, oes, D);
+	}
+
+	/* constants shared by every launch */
+	launch_params base;
+	memset(&base, 0, sizeof(base));
+	sel_consts &k = base.c;
+	k.L = L;
+	k.D = D;
+	k.h_q = sh->h_q;
+	k.h_kv = sh->h_kv;
+	k.G = G;
+	k.n_q = sh->n_q;
+	k.h_store = pl.h_store;
+	k.kept = pl.kept;
+	k.w_obs = w_obs;
+	k.sinks = select ? 0 : pl.sinks;
+	k.tail = select ? pl.w_keep : 0;
+	k.P = select ? L - pl.w_keep : L;
+	k.rank_votes = select;
+	k.group = p->gqa == SKV_GQA_GROUP;
+	k.pooling = p->pooling;
+	k.kernel = p->policy == SKV_POLICY_H2O ? 1 : p->kernel;
+	k.bypass = pl.bypass;
+	k.n_protected = p->n_protected;
+	for (uint32_t i = 0; i < p->n_protected; i++) {
+		k.prot_begin[i] = p->protected_ranges[i].begin;
+		k.prot_end[i] = p->protected_ranges[i].end;
+	}
+	/* softmax in base 2: exp(z - m) = exp2(z * log2(e) - m * log2(e)), one ex2 per element */
+	k.scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
+	k.bypass_mass = 1.0f;
+	base.vec16 = kvec;
+
+	/* scratch: votes, pass-1 partials, selection keys; one allocation */
+	uint64_t votes_b = 0, part_b = 0, keys_b = 0;
+	const uint32_t rt = score_rows_per_tile(dt, D);
+	if (scoring) {
+		uint64_t rows = (uint64_t)G * w_obs;
+		base.row_tiles = (uint32_t)((rows + rt - 1) / rt);
+		base.chunks = (L + CHUNK - 1) / CHUNK;
+		if ((rows + rt - 1) / rt > 65535)
+			return skv_cuda_fail(err, -ENOTSUP, -1, -1,
+					     "%llu query rows per K/V head: at most %u",
+					     (unsigned long long)rows, 65535u * rt);
+		votes_b = 4;
+		part_b = sizeof(float2) * rt;
+		if (!mul_ok(&votes_b, n_layers) || !mul_ok(&votes_b, sh->h_q) ||
+		    !mul_ok(&votes_b, L) || !mul_ok(&part_b, n_layers) ||
+		    !mul_ok(&part_b, sh->h_kv) || !mul_ok(&part_b, base.row_tiles) ||
+		    !mul_ok(&part_b, base.chunks))
+			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
+	}
+	if (!pl.bypass) {
+		keys_b = 4;
+		if (!mul_ok(&keys_b, n_layers) || !mul_ok(&keys_b, pl.h_store) ||
+		    !mul_ok(&keys_b, L))
+			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
+	}
+	votes_b = (votes_b + 255) & ~(uint64_t)255;
+	part_b = (part_b + 255) & ~(uint64_t)255;
+	const uint64_t total = votes_b + part_b + keys_b;
+
+	r = skv_cuda_dev_enter(c->dev, err);
+	if (r < 0)
+		return r;
+	char *scratch = NULL;
+	cudaError_t e = cudaSuccess;
+	if (total) {
+		e = cudaMallocAsync((void **)&scratch, total, c->stream);
+		if (e != cudaSuccess)
+			return cuda_fail(err, e, "scratch for the compaction");
+	}
+	base.votes = scoring ? (float *)scratch : nullptr;
+	base.partials = scoring ? (float2 *)(scratch + votes_b) : nullptr;
+	base.keys = keys_b ? (uint32_t *)(scratch + votes_b + part_b) : nullptr;
+	base.status = c->d_status;
+
+	/* from here on work is queued: errors are reported, and the stream is closed cleanly */
+	const char *what = "cudaMemsetAsync";
+	e = cudaMemsetAsync(c->d_status, 0, sizeof(dev_status), c->stream);
+	if (e == cudaSuccess && scoring && base.row_tiles > 1)
+		e = cudaMemsetAsync(base.votes, 0, votes_b, c->stream);
+	for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
+		launch_params lp = base;
+		lp.layer0 = l0;
+		lp.n_layers = n_layers - l0 < (uint32_t)LPL ? n_layers - l0 : (uint32_t)LPL;
+		for (uint32_t i = 0; i < lp.n_layers; i++) {
+			const skv_layer_in &li = in[l0 + i];
+			const skv_layer_out &lo = out[l0 + i];
+			dlayer &d = lp.layers[i];
+			d.q = to_dten(li.q);
+			d.k = to_dten(li.k);
+			d.v = to_dten(li.v);
+			d.ok = to_dten(lo.k);
+			d.ov = to_dten(lo.v);
+			d.positions = lo.positions;
+			d.retained_mass = lo.retained_mass;
+			d.pos_stride = lo.pos_stride;
+		}
+		if (scoring) {
+			what = "scoring pass 1";
+			e = score_launch(lp, dt, 1, c->stream);
+			if (e == cudaSuccess) {
+				what = "scoring pass 2";
+				e = score_launch(lp, dt, 2, c->stream);
+			}
+		}
+		if (e == cudaSuccess) {
+			what = "selection";
+			e = select_launch(lp, c->stream);
+		}
+		if (e == cudaSuccess) {
+			what = "gather";
+			e = gather_launch(lp, dt, odt, gvec, c->stream);
+		}
+	}
+	cudaMemcpyAsync(c->h_status, c->d_status, sizeof(dev_status), cudaMemcpyDeviceToHost,
+			c->stream);
+	if (scratch)
+		cudaFreeAsync(scratch, c->stream);
+	cudaEventRecord(c->done, c->stream);
+	if (e != cudaSuccess) {
+		/* error path only: drain what was queued so the context is reusable */
+		cudaEventSynchronize(c->done);
+		return cuda_fail(err, e, what);
+	}
+	c->pending = 1;
+	return 0;
+}

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * skv-cuda.h - the CUDA backend of libskv (libskv-cuda.so): SnapKV compaction
+ * on the GPU with the contract of skv.h, plus GPU arenas and imports of
+ * engine buffers over CUDA IPC.
+ *
+ * The library links the CUDA runtime statically and reaches the driver API
+ * through cudaGetDriverEntryPointByVersion(), so it has no link-time
+ * dependency on libcuda: it loads on any machine, and skv_cuda_dev_open()
+ * fails with -ENODEV and a readable reason where no driver or device is.
+ * A daemon dlopen()s it through skv-backend.h; tests may link it directly.
+ *
+ * Every pointer inside the skv_layer_in / skv_layer_out structs given to
+ * skv_cuda_compact() is a device pointer (tensors, block tables, positions,
+ * retained_mass) valid on the device the context was opened on. Every
+ * fallible call returns 0 or a negative errno and fills *err when given.
+ */
+#ifndef SKV_CUDA_H
+#define SKV_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SKV_CUDA_ABI 1
+
+/* One CUDA device: driver entry points, the import table, arenas. Thread-safe. */
+struct skv_cuda_dev;
+/* One stream and its scratch: one compaction in flight at a time. Not thread-safe. */
+struct skv_cuda_ctx;
+/* An engine buffer imported into this process (refcounted). */
+struct skv_cuda_import;
+/* A tenant arena: VMM memory exportable as a POSIX fd. */
+struct skv_cuda_arena;
+
+struct skv_cuda_info {
+	char name[256];
+	int device;
+	int cc_major, cc_minor;
+	int sm_count;
+	uint64_t total_mem;	/* bytes                                        */
+	double hbm_bytes_per_s; /* peak: 2 * memory clock * bus width / 8       */
+	int vmm_posix_fd;	/* 1: cuMemCreate + POSIX fd export supported   */
+	int driver_version;	/* cudaDriverGetVersion()                        */
+	int runtime_version;	/* cudaRuntimeGetVersion()                       */
+};
+
+/*
+ * Open device `device` (-1: the current/first one). -ENODEV when there is no
+ * driver or no such device, -ENOSYS when a driver entry point is missing.
+ */
+int skv_cuda_dev_open(int device, struct skv_cuda_dev **ret_dev, struct skv_error *err);
+/* Frees everything still imported or allocated on it. NULL is fine. */
+void skv_cuda_dev_close(struct skv_cuda_dev *dev);
+int skv_cuda_dev_info(const struct skv_cuda_dev *dev, struct skv_cuda_info *ret_info);
+
+/* A context owns a non-blocking CUDA stream. 0, -ENOMEM, -EIO. */
+int skv_cuda_ctx_new(struct skv_cuda_dev *dev, struct skv_cuda_ctx **ret_ctx,
+		     struct skv_error *err);
+void skv_cuda_ctx_free(struct skv_cuda_ctx *ctx);
+/* The context's cudaStream_t, for callers that enqueue their own work. */
+void *skv_cuda_ctx_stream(struct skv_cuda_ctx *ctx);
+
+/*
+ * Order the next compaction after the engine's prefill, without blocking the
+ * host: wait on an interprocess event (the 64 bytes of a cudaIpcEventHandle_t
+ * from cudaIpcGetEventHandle), or until the 32-bit word at device address
+ * `flag` is >= value (cuStreamWaitValue32; the word usually lives in an
+ * imported buffer the engine writes).
+ */
+int skv_cuda_ctx_wait_ipc_event(struct skv_cuda_ctx *ctx, const void *handle64,
+				struct skv_error *err);
+int skv_cuda_ctx_wait_value(struct skv_cuda_ctx *ctx, const void *flag, uint32_t value,
+			    struct skv_error *err);
+
+/*
+ * Enqueue a compaction of n_layers layers on the context's stream; returns
+ * once every kernel is queued, never waiting for the GPU. Validation errors
+ * (-EINVAL; -ENOTSUP for what the GPU path does not take: head_dim > 256, q
+ * and k of different dtypes, K and V of different dtypes, dtypes that change
+ * between layers) are returned here, before anything is enqueued. Results and
+ * -EDOM (NaN/Inf logits: err names layer and query head) come from
+ * skv_cuda_ctx_sync() / skv_cuda_ctx_query().
+ */
+int skv_cuda_compact(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
+		     const struct skv_params *params, uint32_t n_layers,
+		     const struct skv_layer_in *in, const struct skv_layer_out *out,
+		     struct skv_error *err);
+/* Wait for the last compaction: 0, -EDOM, -EIO (a CUDA error, named in err). */
+int skv_cuda_ctx_sync(struct skv_cuda_ctx *ctx, struct skv_error *err);
+/* As sync, but -EAGAIN while it still runs. */
+int skv_cuda_ctx_query(struct skv_cuda_ctx *ctx, struct skv_error *err);
+
+/*
+ * Import an engine buffer, keyed by (tenant, generation): a second import
+ * with the same key returns the same object with its refcount raised (the fd
+ * or handle of that call is not used). The fd is not consumed; the caller
+ * closes it. size must be the exported allocation's size (a multiple of the
+ * allocation granularity). -EEXIST never happens: keys are the identity.
+ */
+int skv_cuda_import_fd(struct skv_cuda_dev *dev, uint64_t tenant, uint64_t generation, int fd,
+		       uint64_t size, struct skv_cuda_import **ret_imp, struct skv_error *err);
+/* Legacy path: the 64 bytes of a cudaIpcMemHandle_t (cudaIpcGetMemHandle). */
+int skv_cuda_import_ipc(struct skv_cuda_dev *dev, uint64_t tenant, uint64_t generation,
+			const void *handle64, struct skv_cuda_import **ret_imp,
+			struct skv_error *err);
+void *skv_cuda_import_ptr(const struct skv_cuda_import *imp);
+uint64_t skv_cuda_import_size(const struct skv_cuda_import *imp);
+/* "cuda-vmm-fd" or "cuda-ipc": the transport actually used, for ledgers and status. */
+const char *skv_cuda_import_transport(const struct skv_cuda_import *imp);
+/*
+ * Drop one reference; the mapping goes with the last (after a device-wide
+ * synchronisation, so that no queued kernel still reads it). NULL is fine.
+ */
+void skv_cuda_import_release(struct skv_cuda_import *imp);
+/*
+ * Drop every import of a tenant whatever its refcount (its session ended),
+ * after a device-wide synchronisation. The tenant's import pointers are dead
+ * afterwards: do not release them again. Returns the count.
+ */
+unsigned skv_cuda_release_tenant(struct skv_cuda_dev *dev, uint64_t tenant);
+
+/*
+ * A tenant arena: cuMemCreate (POSIX fd handle type) of at least `size`
+ * bytes, rounded up to the granularity, mapped read-write on the device.
+ */
+int skv_cuda_arena_new(struct skv_cuda_dev *dev, uint64_t size, struct skv_cuda_arena **ret_arena,
+		       struct skv_error *err);
+/* A new fd for the arena (to pass over SCM_RIGHTS); the caller closes it. */
+int skv_cuda_arena_export_fd(struct skv_cuda_arena *arena, int *ret_fd, struct skv_error *err);
+void *skv_cuda_arena_ptr(const struct skv_cuda_arena *arena);
+uint64_t skv_cuda_arena_size(const struct skv_cuda_arena *arena);
+void skv_cuda_arena_free(struct skv_cuda_arena *arena);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SKV_CUDA_H */

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-skv-cuda-loader.c - the CUDA backend loader fails cleanly where there
+ * is no plugin, no driver or no GPU, and works where there is.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <CUnit/Basic.h>
+
+#include "kernels/cuda/skv-backend.h"
+
+static void test_missing_plugin(void)
+{
+	struct skv_backend *be = NULL;
+	struct skv_error err = {.layer = 7};
+	int r = skv_backend_load("/nonexistent/dir/libskv-cuda.so", -1, &be, &err);
+
+	CU_ASSERT_EQUAL(r, -ENOENT);
+	CU_ASSERT_PTR_NULL(be);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/nonexistent/dir/libskv-cuda.so"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "CUDA backend not available"));
+	CU_ASSERT_EQUAL(err.layer, -1);
+}
+
+/* A loadable library without the backend table is refused, not called. */
+static void test_not_a_plugin(void)
+{
+	struct skv_backend *be = NULL;
+	struct skv_error err = {0};
+	int r = skv_backend_load("libc.so.6", -1, &be, &err);
+
+	CU_ASSERT_EQUAL(r, -ENOENT);
+	CU_ASSERT_PTR_NULL(be);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "not a snapkvd CUDA backend"));
+}
+
+static void test_bad_args(void)
+{
+	struct skv_error err = {0};
+
+	CU_ASSERT_EQUAL(skv_backend_load(NULL, -1, NULL, &err), -EINVAL);
+	CU_ASSERT_EQUAL(skv_backend_load("/nonexistent.so", -1, NULL, NULL), -EINVAL);
+	skv_backend_unload(NULL);
+}
+
+/*
+ * The plugin this tree built: without a driver (this CI machine) -ENODEV
+ * naming libcuda.so.1; with a driver but no GPU -ENODEV "no CUDA device";
+ * on a GPU machine it loads and describes the device.
+ */
+static void test_built_plugin(void)
+{
+	const char *b = getenv("BUILD");
+	char path[512];
+	struct skv_backend *be = NULL;
+	struct skv_error err = {0};
+
+	snprintf(path, sizeof(path), "%s/libskv-cuda.so", b && *b ? b : "build");
+	if (access(path, R_OK) != 0) {
+		printf("\n  skip: %s not built (CUDA=0)\n", path);
+		return;
+	}
+	void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+	int r = skv_backend_load(path, -1, &be, &err);
+	if (!drv) {
+		CU_ASSERT_EQUAL(r, -ENODEV);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "no CUDA driver found: libcuda.so.1"));
+		printf("\n  no driver: %d %s\n", r, err.msg);
+	} else if (r < 0) {
+		CU_ASSERT_EQUAL(r, -ENODEV);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "CUDA device"));
+		printf("\n  driver, no device: %d %s\n", r, err.msg);
+	}
+	if (r == 0) {
+		CU_ASSERT_PTR_NOT_NULL(be);
+		CU_ASSERT_STRING_EQUAL(be->ops->name, "cuda");
+		CU_ASSERT_PTR_NOT_NULL(be->dev);
+		skv_backend_unload(be);
+	} else {
+		CU_ASSERT_PTR_NULL(be);
+	}
+	if (drv)
+		dlclose(drv);
+}
+
+/* $SKV_CUDA_PLUGIN names the plugin when no path is given. */
+static void test_env_path(void)
+{
+	struct skv_backend *be = NULL;
+	struct skv_error err = {0};
+
+	setenv("SKV_CUDA_PLUGIN", "/nonexistent/env/libskv-cuda.so", 1);
+	int r = skv_backend_load(NULL, -1, &be, &err);
+	unsetenv("SKV_CUDA_PLUGIN");
+	CU_ASSERT_EQUAL(r, -ENOENT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "/nonexistent/env/libskv-cuda.so"));
+}
+
+int main(void)
+{
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	CU_pSuite s = CU_add_suite("cuda_loader", NULL, NULL);
+	if (!s || !CU_add_test(s, "missing plugin", test_missing_plugin) ||
+	    !CU_add_test(s, "not a plugin", test_not_a_plugin) ||
+	    !CU_add_test(s, "bad arguments", test_bad_args) ||
+	    !CU_add_test(s, "built plugin", test_built_plugin) ||
+	    !CU_add_test(s, "plugin path from environment", test_env_path)) {
+		CU_cleanup_registry();
+		return 1;
+	}
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	unsigned fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return fails ? 1 : 0;
+}

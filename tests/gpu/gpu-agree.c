@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu-agree.c - host (libskv) and CUDA (libskv-cuda) compactions of the same
+ * random tensors agree: kept sets equal in f32, >= 99% overlap in f16/bf16;
+ * every gathered K/V row is the input row of the position the GPU reports;
+ * retained masses match; NaN logits give -EDOM naming the same layer/head.
+ * Covers every policy, both GQA modes, avg/max pooling, protected ranges,
+ * HND/NHD/paged inputs, strided outputs with headroom, dtype conversion in
+ * the gather, more layers than one launch takes, and the bypass.
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "gpu-common.h"
+#include "kernels/cuda/skv-cuda.h"
+
+enum layout { HND, NHD, PAGED };
+
+struct cfg {
+	const char *name;
+	enum skv_dtype dt, odt;
+	enum skv_policy policy;
+	enum skv_gqa gqa;
+	enum skv_pooling pool;
+	uint32_t L, D, hq, hkv, W, C, k, S, nq, layers;
+	enum layout lay;
+	int protect;
+	int nan;
+};
+
+#define F32  SKV_DTYPE_F32
+#define F16  SKV_DTYPE_F16
+#define BF16 SKV_DTYPE_BF16
+#define EXP  SKV_GQA_EXPAND
+#define GRP  SKV_GQA_GROUP
+#define AVG  SKV_POOL_AVG
+#define MAX  SKV_POOL_MAX
+
+#define SNAP SKV_POLICY_SNAPKV
+#define H2O  SKV_POLICY_H2O
+#define STRM SKV_POLICY_STREAMINGLLM
+#define WNDW SKV_POLICY_WINDOW
+
+/* clang-format off */
+static const struct cfg cfgs[] = {
+	/* name, dtype in/out, policy, gqa, pooling, L, D, H_q, H_kv, W, C, k, S, n_q, layers,
+	 * layout, protected ranges, NaN injected */
+	{"snapkv-f32-expand", F32,F32,SNAP,EXP,AVG, 1000,64,8,2,32,256,5,0,32,3, HND,0,0},
+	{"snapkv-f32-grp-max7", F32,F32,SNAP,GRP,MAX, 3000,128,8,2,32,512,7,0,32,2, NHD,1,0},
+	{"snapkv-f32-mha-d80", F32,F32,SNAP,EXP,AVG, 777,80,4,4,16,100,3,0,16,2, HND,0,0},
+	{"snapkv-f32-paged", F32,F32,SNAP,EXP,AVG, 2050,128,8,4,32,300,5,0,32,2, PAGED,1,0},
+	{"snapkv-f32-14-layers", F32,F32,SNAP,GRP,AVG, 600,64,4,2,8,64,5,0,8,14, HND,0,0},
+	{"snapkv-f32-W64-G8", F32,F32,SNAP,EXP,AVG, 1500,64,16,2,64,400,5,0,64,1, HND,0,0},
+	{"h2o-f32", F32,F32,H2O,EXP,AVG, 700,64,4,2,16,128,5,0,700,2, HND,0,0},
+	{"streamingllm-f32", F32,F32,STRM,EXP,AVG, 1000,64,4,2,32,200,5,4,0,2, HND,1,0},
+	{"streaming-f32-rows", F32,F32,STRM,GRP,AVG, 1000,64,4,2,32,200,5,4,16,2, NHD,0,0},
+	{"window-f32", F32,F32,WNDW,EXP,AVG, 900,64,4,1,32,300,5,0,0,2, HND,0,0},
+	{"bypass-f32", F32,F32,SNAP,EXP,AVG, 500,64,4,2,32,2048,5,0,32,2, HND,0,0},
+	{"nan-f32", F32,F32,SNAP,EXP,AVG, 512,64,4,2,32,128,5,0,32,2, HND,0,1},
+	{"snapkv-bf16-llama", BF16,BF16,SNAP,EXP,AVG, 8192,128,32,8,32,2048,5,0,32,2, HND,0,0},
+	{"snapkv-bf16-group", BF16,BF16,SNAP,GRP,AVG, 4096,128,32,8,32,1024,5,0,32,2, NHD,1,0},
+	{"snapkv-f16-d64-paged", F16,F16,SNAP,EXP,MAX, 3000,64,8,2,32,700,7,0,32,2, PAGED,0,0},
+	{"snapkv-bf16-d256", BF16,BF16,SNAP,EXP,AVG, 2000,256,8,1,32,512,5,0,32,1, HND,0,0},
+	{"snapkv-bf16-d96", BF16,BF16,SNAP,EXP,AVG, 2000,96,8,2,32,512,5,0,32,1, HND,0,0},
+	{"snapkv-bf16-to-f32", BF16,F32,SNAP,EXP,AVG, 2000,128,8,2,32,512,5,0,32,1, HND,0,0},
+	{"h2o-bf16", BF16,BF16,H2O,GRP,AVG, 1024,128,8,2,32,256,5,0,1024,1, HND,0,0},
+};
+/* clang-format on */
+
+/* Element offset of (h, t, 0) in a host-side view, as skv.h defines it. */
+static int64_t eoff(const struct skv_tensor *t, uint32_t h, uint32_t tok)
+{
+	if (t->block_table)
+		return (int64_t)t->block_table[tok / t->block_size] * t->block_stride +
+		       (int64_t)(tok % t->block_size) * t->token_stride +
+		       (int64_t)h * t->head_stride;
+	return (int64_t)tok * t->token_stride + (int64_t)h * t->head_stride;
+}
+
+struct layer_bufs {
+	void *hq, *hk, *hv;   /* host inputs                   */
+	void *dq, *dk, *dv;   /* device inputs                 */
+	int32_t *htab, *dtab; /* block tables (paged)          */
+	void *hok, *hov;      /* host outputs                  */
+	void *dok, *dov;      /* device outputs                */
+	int32_t *hpos, *dpos;
+	float *hmass, *dmass;
+	void *gok, *gov; /* device outputs copied back    */
+	int32_t *gpos;
+	float *gmass;
+};
+
+static void free_layer(struct layer_bufs *b)
+{
+	free(b->hq);
+	free(b->hk);
+	free(b->hv);
+	free(b->htab);
+	free(b->hok);
+	free(b->hov);
+	free(b->hpos);
+	free(b->hmass);
+	free(b->gok);
+	free(b->gov);
+	free(b->gpos);
+	free(b->gmass);
+	cudaFree(b->dq);
+	cudaFree(b->dk);
+	cudaFree(b->dv);
+	cudaFree(b->dtab);
+	cudaFree(b->dok);
+	cudaFree(b->dov);
+	cudaFree(b->dpos);
+	cudaFree(b->dmass);
+}
+
+static int upload(void **d, const void *h, size_t bytes)
+{
+	CK(cudaMalloc(d, bytes ? bytes : 16));
+	if (bytes)
+		CK(cudaMemcpy(*d, h, bytes, cudaMemcpyHostToDevice));
+	return 0;
+}
+
+static int run_cfg(const struct cfg *c, struct skv_ctx *hctx, struct skv_cuda_ctx *gctx,
+		   uint64_t seed)
+{
+	struct skv_shape sh = {
+	    .prompt_len = c->L, .head_dim = c->D, .h_q = c->hq, .h_kv = c->hkv, .n_q = c->nq};
+	struct skv_params p;
+	skv_params_init(&p);
+	p.policy = c->policy;
+	p.window = c->W;
+	p.capacity = c->C;
+	p.kernel = c->k;
+	p.pooling = c->pool;
+	p.gqa = c->gqa;
+	p.sinks = c->S;
+	if (c->protect) {
+		p.n_protected = 2;
+		p.protected_ranges[0] = (struct skv_range){c->L / 4, c->L / 4 + 8};
+		p.protected_ranges[1] = (struct skv_range){c->L / 2 - 3, c->L / 2 + 2};
+	}
+	struct skv_plan pl;
+	struct skv_error err = {0};
+	if (skv_plan(&sh, &p, &pl, &err) < 0) {
+		printf("%-26s FAIL plan: %s\n", c->name, err.msg);
+		return 1;
+	}
+	const uint32_t N = c->layers, L = c->L, D = c->D, kept = pl.kept, hs = pl.h_store;
+	const uint32_t G = c->hq / c->hkv, bs = 16, nb = (L + bs - 1) / bs, pb = nb + 3;
+	const size_t es = skv_dtype_size(c->dt), oes = skv_dtype_size(c->odt);
+	const uint32_t dpos_stride = kept + 3, dhead = kept + 5;
+	struct rng r = {seed};
+	struct layer_bufs *b = calloc(N, sizeof(*b));
+	struct skv_layer_in *hin = calloc(N, sizeof(*hin)), *din = calloc(N, sizeof(*din));
+	struct skv_layer_out *hout = calloc(N, sizeof(*hout)), *dout = calloc(N, sizeof(*dout));
+	int fails = 0;
+
+	for (uint32_t l = 0; l < N; l++) {
+		struct layer_bufs *x = &b[l];
+		size_t nq = (size_t)c->hq * c->nq * D;
+		size_t nkv =
+		    c->lay == PAGED ? (size_t)pb * bs * c->hkv * D : (size_t)c->hkv * L * D;
+		x->hq = rand_tensor(&r, c->dt, nq ? nq : 1, 1.6f);
+		x->hk = rand_tensor(&r, c->dt, nkv, 1.0f);
+		x->hv = rand_tensor(&r, c->dt, nkv, 1.0f);
+		if (c->nan && l == 1)
+			store_dt(x->hq, c->dt, nq - D, NAN);
+		struct skv_tensor q = {
+		    .dtype = c->dt, .head_stride = (int64_t)c->nq * D, .token_stride = D};
+		struct skv_tensor kv = {.dtype = c->dt};
+		if (c->lay == HND) {
+			kv.head_stride = (int64_t)L * D;
+			kv.token_stride = D;
+		} else {
+			kv.head_stride = D;
+			kv.token_stride = (int64_t)c->hkv * D;
+		}
+		if (c->lay == PAGED) {
+			/* a shuffled table over more physical blocks than needed */
+			x->htab = malloc(pb * sizeof(int32_t));
+			for (uint32_t i = 0; i < pb; i++)
+				x->htab[i] = (int32_t)i;
+			for (uint32_t i = pb - 1; i > 0; i--) {
+				uint32_t j = (uint32_t)(rng_next(&r) % (i + 1));
+				int32_t t = x->htab[i];
+				x->htab[i] = x->htab[j];
+				x->htab[j] = t;
+			}
+			kv.block_size = bs;
+			kv.n_blocks = nb;
+			kv.block_stride = (int64_t)bs * c->hkv * D;
+			if (upload((void **)&x->dtab, x->htab, pb * sizeof(int32_t)) < 0)
+				return 1;
+		}
+		if (upload(&x->dq, x->hq, nq * es) < 0 || upload(&x->dk, x->hk, nkv * es) < 0 ||
+		    upload(&x->dv, x->hv, nkv * es) < 0)
+			return 1;
+		hin[l].q = q;
+		hin[l].q.data = x->hq;
+		hin[l].k = kv;
+		hin[l].k.data = x->hk;
+		hin[l].k.block_table = x->htab;
+		hin[l].v = hin[l].k;
+		hin[l].v.data = x->hv;
+		din[l] = hin[l];
+		din[l].q.data = x->dq;
+		din[l].k.data = x->dk;
+		din[l].k.block_table = x->dtab;
+		din[l].v.data = x->dv;
+		din[l].v.block_table = x->dtab;
+
+		size_t on = (size_t)hs * kept * D, don = (size_t)hs * dhead * D;
+		x->hok = calloc(on + 1, oes);
+		x->hov = calloc(on + 1, oes);
+		x->hpos = calloc((size_t)hs * kept + 1, 4);
+		x->hmass = calloc(hs, 4);
+		x->gok = calloc(don + 1, oes);
+		x->gov = calloc(don + 1, oes);
+		x->gpos = calloc((size_t)hs * dpos_stride + 1, 4);
+		x->gmass = calloc(hs, 4);
+		CK(cudaMalloc(&x->dok, don * oes + 16));
+		CK(cudaMalloc(&x->dov, don * oes + 16));
+		CK(cudaMalloc((void **)&x->dpos, (size_t)hs * dpos_stride * 4 + 4));
+		CK(cudaMalloc((void **)&x->dmass, hs * 4));
+		CK(cudaMemset(x->dpos, 0xff, (size_t)hs * dpos_stride * 4 + 4));
+		hout[l].k = (struct skv_tensor){.data = x->hok,
+						.dtype = c->odt,
+						.head_stride = (int64_t)kept * D,
+						.token_stride = D};
+		hout[l].v = hout[l].k;
+		hout[l].v.data = x->hov;
+		hout[l].positions = x->hpos;
+		hout[l].pos_stride = kept;
+		hout[l].retained_mass = x->hmass;
+		dout[l].k = (struct skv_tensor){.data = x->dok,
+						.dtype = c->odt,
+						.head_stride = (int64_t)dhead * D,
+						.token_stride = D};
+		dout[l].v = dout[l].k;
+		dout[l].v.data = x->dov;
+		dout[l].positions = x->dpos;
+		dout[l].pos_stride = dpos_stride;
+		dout[l].retained_mass = x->dmass;
+	}
+
+	struct skv_error herr = {0}, gerr = {0};
+	double t0 = now_s();
+	int rh = skv_compact(hctx, &sh, &p, N, hin, hout, &herr);
+	double t1 = now_s();
+	int rg = skv_cuda_compact(gctx, &sh, &p, N, din, dout, &gerr);
+	if (rg == 0)
+		rg = skv_cuda_ctx_sync(gctx, &gerr);
+	double t2 = now_s();
+
+	if (c->nan) {
+		int ok = rh == -EDOM && rg == -EDOM && herr.layer == gerr.layer &&
+			 herr.head == gerr.head;
+		printf("%-26s %s  host %d (layer %d head %d)  cuda %d (layer %d head %d: %s)\n",
+		       c->name, ok ? "PASS" : "FAIL", rh, herr.layer, herr.head, rg, gerr.layer,
+		       gerr.head, gerr.msg);
+		fails = !ok;
+		goto out;
+	}
+	if (rh < 0 || rg < 0) {
+		printf("%-26s FAIL host %d (%s) cuda %d (%s)\n", c->name, rh, herr.msg, rg,
+		       gerr.msg);
+		fails = 1;
+		goto out;
+	}
+
+	uint64_t inter = 0, total = 0, bad_rows = 0, bad_order = 0, heads_differ = 0;
+	double max_dm = 0;
+	uint8_t *mark = calloc(L, 1);
+	for (uint32_t l = 0; l < N; l++) {
+		struct layer_bufs *x = &b[l];
+		size_t don = (size_t)hs * dhead * D;
+		CK(cudaMemcpy(x->gok, x->dok, don * oes, cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(x->gov, x->dov, don * oes, cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(x->gpos, x->dpos, (size_t)hs * dpos_stride * 4,
+			      cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(x->gmass, x->dmass, hs * 4, cudaMemcpyDeviceToHost));
+		for (uint32_t h = 0; h < hs; h++) {
+			const int32_t *gp = x->gpos + (size_t)h * dpos_stride;
+			const int32_t *hp = x->hpos + (size_t)h * kept;
+			uint32_t same = 0;
+			memset(mark, 0, L);
+			for (uint32_t i = 0; i < kept; i++)
+				mark[hp[i]] = 1;
+			for (uint32_t i = 0; i < kept; i++) {
+				if (gp[i] < 0 || (uint32_t)gp[i] >= L ||
+				    (i && gp[i] <= gp[i - 1])) {
+					bad_order++;
+					continue;
+				}
+				same += mark[gp[i]];
+			}
+			inter += same;
+			total += kept;
+			heads_differ += same != kept;
+			/* each gathered row is the input row at the reported position */
+			uint32_t kvh = c->gqa == EXP ? h / G : h;
+			for (uint32_t i = 0; i < kept; i++) {
+				if (gp[i] < 0 || (uint32_t)gp[i] >= L)
+					continue;
+				int64_t so = eoff(&hin[l].k, kvh, (uint32_t)gp[i]);
+				size_t dof = ((size_t)h * dhead + i) * D;
+				for (uint32_t d = 0; d < D; d++) {
+					unsigned char ek[4], ev[4];
+					store_dt(ek, c->odt, 0, load_dt(x->hk, c->dt, so + d));
+					store_dt(ev, c->odt, 0, load_dt(x->hv, c->dt, so + d));
+					if (memcmp(ek, (char *)x->gok + (dof + d) * oes, oes) ||
+					    memcmp(ev, (char *)x->gov + (dof + d) * oes, oes)) {
+						bad_rows++;
+						break;
+					}
+				}
+			}
+			float hm = x->hmass[h], gm = x->gmass[h];
+			if (isnan(hm) != isnan(gm))
+				max_dm = INFINITY;
+			else if (!isnan(hm) && fabs(hm - gm) > max_dm)
+				max_dm = fabs(hm - gm);
+		}
+	}
+	free(mark);
+	/* f32 must select exactly the host's sets; 16-bit storage >= 99% overlap */
+	const double min_overlap = c->dt == F32 ? 1.0 : 0.99;
+	double overlap = total ? (double)inter / (double)total : 1.0;
+	double mass_tol = c->dt == F32 ? 1e-4 : 2e-2;
+	int ok = bad_rows == 0 && bad_order == 0 && overlap >= min_overlap && max_dm <= mass_tol &&
+		 (min_overlap < 1.0 || heads_differ == 0);
+	printf("%-26s %s  kept %u x %u heads x %u layers  overlap %.5f  heads differing %llu  "
+	       "row errors %llu  order errors %llu  max |mass diff| %.2e  host %.1f ms  cuda %.1f "
+	       "ms\n",
+	       c->name, ok ? "PASS" : "FAIL", kept, hs, N, overlap,
+	       (unsigned long long)heads_differ, (unsigned long long)bad_rows,
+	       (unsigned long long)bad_order, max_dm, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+	fails = !ok;
+out:
+	for (uint32_t l = 0; l < N; l++)
+		free_layer(&b[l]);
+	free(b);
+	free(hin);
+	free(din);
+	free(hout);
+	free(dout);
+	return fails;
+}
+
+int main(int argc, char **argv)
+{
+	struct skv_cuda_dev *dev = NULL;
+	struct skv_cuda_ctx *gctx = NULL;
+	struct skv_ctx *hctx = NULL;
+	struct skv_error err = {0};
+	struct skv_cuda_info info;
+	int fails = 0, r;
+	const char *only = argc > 1 ? argv[1] : NULL;
+
+	r = skv_cuda_dev_open(-1, &dev, &err);
+	if (r < 0) {
+		fprintf(stderr, "gpu-agree: %s\n", err.msg);
+		return 2;
+	}
+	skv_cuda_dev_info(dev, &info);
+	printf("device: %s (sm_%d%d, %d SMs, %.1f GiB)\n", info.name, info.cc_major, info.cc_minor,
+	       info.sm_count, info.total_mem / 1073741824.0);
+	if (skv_cuda_ctx_new(dev, &gctx, &err) < 0 || skv_ctx_new(0, &hctx) < 0) {
+		fprintf(stderr, "gpu-agree: contexts: %s\n", err.msg);
+		return 2;
+	}
+	printf("host backend: %u threads, %s\n", skv_ctx_threads(hctx), skv_ctx_isa(hctx));
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		if (only && !strstr(cfgs[i].name, only))
+			continue;
+		fails += run_cfg(&cfgs[i], hctx, gctx, 1000 + i);
+	}
+	printf("gpu-agree: %d failed\n", fails);
+	skv_ctx_free(hctx);
+	skv_cuda_ctx_free(gctx);
+	skv_cuda_dev_close(dev);
+	return fails ? 1 : 0;
+}
