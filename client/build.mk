@@ -45,7 +45,7 @@ $(GEN_LAYER): $(BUILD)/examples/gen-layer.o $(LIBSKVST) $(LIBSKV)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKVST) $(LIBSKV) $(JSON_LIBS) -lm $(LDFLAGS)
 
-TEST_SCRIPTS += tests/integration/test-cli-offline.sh
+TEST_SCRIPTS += tests/integration/test-cli-offline.sh tests/integration/test-cli-online.sh
 
 # `make demo` (for now): offline compaction of a generated Llama-shaped file.
 _demo: $(SNAPKVCTL) $(GEN_LAYER)

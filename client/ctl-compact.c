@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * ctl-compact.c - `snapkvctl compact --offline IN OUT`: SnapKV compaction of
- * a safetensors file holding per-layer Q-window, K and V, written as a
- * compact-cache safetensors file (format in client/skv-safetensors.h).
+ * ctl-compact.c - `snapkvctl compact [--offline] IN OUT`: SnapKV compaction
+ * of a safetensors file holding per-layer Q-window, K and V, written as a
+ * compact-cache safetensors file (format in client/skv-safetensors.h). With
+ * --offline libskv runs here; without, snapkvd runs it (ctl-daemon.c) and
+ * the file is the same bytes.
  *
  * Everything about the input is checked before any work, and OUT is written
  * atomically, so a bad file or bad option costs one line on stderr and exit
@@ -19,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctl-daemon.h"
 #include "skv-safetensors.h"
 #include "skv.h"
 #include "snapkvctl.h"
@@ -40,41 +43,45 @@ static const enum skv_gqa gqa_vals[] = {SKV_GQA_EXPAND, SKV_GQA_GROUP};
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: snapkvctl compact --offline IN OUT [options]\n"
-		"\n"
-		"Compacts the K/V in safetensors file IN (per layer N: layers.N.q [H_q, rows, D],\n"
-		"layers.N.k and layers.N.v [H_kv, L, D]; F32, F16 or BF16; q may be absent for\n"
-		"streamingllm and window) and writes OUT (layers.N.k/.v [H_store, kept, D],\n"
-		"layers.N.indices I32 [H_store, kept], layers.N.retained_mass F32 [H_store],\n"
-		"__metadata__ with the parameters and the capacity ledger). snapkv uses the last\n"
-		"W rows of q; h2o needs all L rows (and ignores --kernel); streamingllm and\n"
-		"window use the rows of q, when present, only to report retained mass.\n"
-		"\n"
-		"options:\n"
-		"  --offline            read IN and write OUT directly (no daemon)\n"
-		"  --policy P           snapkv (default), h2o, streamingllm, window\n"
-		"  --window W           observation window / recent keep (default 32)\n"
-		"  --capacity C         positions kept per stored head, window included (2048)\n"
-		"  --kernel K           pooling width, odd, 1 = none (default 5)\n"
-		"  --pooling avg|max    pooling kind (default avg)\n"
-		"  --gqa expand|group   store H_q heads (default) or H_kv heads\n"
-		"  --sinks S            streamingllm sink positions (default 4)\n"
-		"  --protect A:B        always keep positions A..B-1 (half-open, like a Python\n"
-		"                       slice); repeatable, at most %d ranges\n"
-		"  --threads N          worker threads, 0 = one per core (default 0)\n"
-		"  --show H             print the kept positions of the first H heads per layer\n"
-		"  -q, --quiet          print nothing on success\n"
-		"  -h, --help           this text\n"
-		"\n"
-		"Exit status: 0 success, 1 run-time failure (I/O, memory), 2 bad options,\n"
-		"bad input file or invalid parameters. OUT is replaced atomically or not at all.\n",
-		SKV_MAX_PROTECTED);
+	fprintf(
+	    f,
+	    "usage: snapkvctl compact [--offline | --socket PATH] IN OUT [options]\n"
+	    "\n"
+	    "Compacts the K/V in safetensors file IN (per layer N: layers.N.q [H_q, rows, D],\n"
+	    "layers.N.k and layers.N.v [H_kv, L, D]; F32, F16 or BF16; q may be absent for\n"
+	    "streamingllm and window) and writes OUT (layers.N.k/.v [H_store, kept, D],\n"
+	    "layers.N.indices I32 [H_store, kept], layers.N.retained_mass F32 [H_store],\n"
+	    "__metadata__ with the parameters and the capacity ledger). snapkv uses the last\n"
+	    "W rows of q; h2o needs all L rows (and ignores --kernel); streamingllm and\n"
+	    "window use the rows of q, when present, only to report retained mass.\n"
+	    "Without --offline snapkvd compacts (at --socket PATH, else $SNAPKV_SOCKET,\n"
+	    "$XDG_RUNTIME_DIR/snapkvd.sock, /run/snapkvd/snapkvd.sock); OUT is the same bytes.\n"
+	    "\n"
+	    "options:\n"
+	    "  --offline            compact here with libskv (no daemon)\n"
+	    "  --socket PATH        snapkvd's socket, when not --offline\n"
+	    "  --policy P           snapkv (default), h2o, streamingllm, window\n"
+	    "  --window W           observation window / recent keep (default 32)\n"
+	    "  --capacity C         positions kept per stored head, window included (2048)\n"
+	    "  --kernel K           pooling width, odd, 1 = none (default 5)\n"
+	    "  --pooling avg|max    pooling kind (default avg)\n"
+	    "  --gqa expand|group   store H_q heads (default) or H_kv heads\n"
+	    "  --sinks S            streamingllm sink positions (default 4)\n"
+	    "  --protect A:B        always keep positions A..B-1 (half-open, like a Python\n"
+	    "                       slice); repeatable, at most %d ranges\n"
+	    "  --threads N          --offline worker threads, 0 = one per core (default 0)\n"
+	    "  --show H             print the kept positions of the first H heads per layer\n"
+	    "  -q, --quiet          print nothing on success\n"
+	    "  -h, --help           this text\n"
+	    "\n"
+	    "Exit status: 0 success, 1 run-time failure (I/O, memory, daemon), 2 bad options,\n"
+	    "bad input file or invalid parameters. OUT is replaced atomically or not at all.\n",
+	    SKV_MAX_PROTECTED);
 }
 
 struct opts {
 	bool offline, quiet;
-	const char *in, *out;
+	const char *in, *out, *socket;
 	struct skv_params params;
 	unsigned threads;
 	uint32_t show;
@@ -92,6 +99,8 @@ enum {
 	OPT_PROTECT,
 	OPT_THREADS,
 	OPT_SHOW,
+	OPT_SOCKET,
+	OPT_LAST = OPT_SOCKET,
 };
 
 static const struct option long_opts[] = {
@@ -106,6 +115,7 @@ static const struct option long_opts[] = {
     {"protect", required_argument, NULL, OPT_PROTECT},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"show", required_argument, NULL, OPT_SHOW},
+    {"socket", required_argument, NULL, OPT_SOCKET},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -157,15 +167,17 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	opterr = 0;
 	optind = 0; /* full reinitialisation of GNU getopt */
 	while ((c = getopt_long(argc, argv, "qh", long_opts, NULL)) != -1) {
-		optname = (c >= OPT_OFFLINE && c <= OPT_SHOW) ? argv[optind - 1] : "";
-		/* argv[optind - 1] is "--opt=val" or the value after "--opt";
-		 * name the option itself in messages. */
+		/* Messages name the option itself, not argv[optind - 1]. */
+		optname = "";
 		for (const struct option *lo = long_opts; lo->name; lo++)
 			if (lo->val == c)
 				optname = lo->name;
 		switch (c) {
 		case OPT_OFFLINE:
 			o->offline = true;
+			break;
+		case OPT_SOCKET:
+			o->socket = optarg;
 			break;
 		case OPT_POLICY:
 			if ((i = ctl_parse_choice(optarg, policy_opts)) < 0)
@@ -242,8 +254,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	o->in = argv[optind];
 	o->out = argv[optind + 1];
-	if (!o->offline) {
-		ctl_err(CMD, "only --offline is implemented so far");
+	if (o->offline && o->socket) {
+		ctl_err(CMD, "--offline and --socket exclude each other");
 		return CTL_EXIT_USAGE;
 	}
 	return 0;
@@ -646,8 +658,7 @@ static void print_bytes(const char *label, uint64_t b)
 	printf("  %-12s %15" PRIu64 " B  (%.2f MiB)\n", label, b, (double)b / (1 << 20));
 }
 
-static void summary(const struct job *j, const struct skv_ledger *lg, double ms, unsigned threads,
-		    const char *isa)
+static void summary(const struct job *j, const struct skv_ledger *lg, double ms, const char *where)
 {
 	const struct skv_params *p = &j->o.params;
 	double sum = 0, mn = INFINITY;
@@ -702,7 +713,7 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 	print_bytes("reserved", lg->reserved);
 	printf("  %-12s %15.6f   (compact / native full)\n", "ratio",
 	       (double)lg->compact / (double)lg->native_full);
-	printf("  compaction %.1f ms, %u threads, %s\n", ms, threads, isa);
+	printf("  compaction %.1f ms, %s\n", ms, where);
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -721,6 +732,7 @@ int ctl_compact(int argc, char **argv)
 	struct skv_ctx *ctx = NULL;
 	struct skv_st_compact_desc desc;
 	struct timespec t0, t1;
+	char where[300];
 	int r, rc;
 
 	rc = parse_opts(argc, argv, &j.o);
@@ -747,25 +759,44 @@ int ctl_compact(int argc, char **argv)
 	if ((rc = setup_buffers(&j)))
 		goto out;
 
-	r = skv_ctx_new(j.o.threads, &ctx);
-	if (r < 0) {
-		ctl_err(CMD, "cannot start workers: %s", strerror(-r));
-		rc = CTL_EXIT_FAIL;
-		goto out;
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	kerr = (struct skv_error){.layer = -1, .head = -1};
-	r = skv_compact(ctx, &j.shape, &j.o.params, j.n_layers, j.kin, j.kout, &kerr);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	if (r < 0) {
-		const char *why = kerr.msg[0] ? kerr.msg : strerror(-r);
-		if (kerr.layer >= 0 && kerr.head >= 0)
-			ctl_err(CMD, "layer %" PRId32 " head %" PRId32 ": %s", kerr.layer,
-				kerr.head, why);
-		else
-			ctl_err(CMD, "compaction failed: %s", why);
-		rc = r == -ENOMEM ? CTL_EXIT_FAIL : CTL_EXIT_USAGE;
-		goto out;
+	if (j.o.offline) {
+		r = skv_ctx_new(j.o.threads, &ctx);
+		if (r < 0) {
+			ctl_err(CMD, "cannot start workers: %s", strerror(-r));
+			rc = CTL_EXIT_FAIL;
+			goto out;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		kerr = (struct skv_error){.layer = -1, .head = -1};
+		r = skv_compact(ctx, &j.shape, &j.o.params, j.n_layers, j.kin, j.kout, &kerr);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (r < 0) {
+			const char *why = kerr.msg[0] ? kerr.msg : strerror(-r);
+			if (kerr.layer >= 0 && kerr.head >= 0)
+				ctl_err(CMD, "layer %" PRId32 " head %" PRId32 ": %s", kerr.layer,
+					kerr.head, why);
+			else
+				ctl_err(CMD, "compaction failed: %s", why);
+			rc = r == -ENOMEM ? CTL_EXIT_FAIL : CTL_EXIT_USAGE;
+			goto out;
+		}
+		snprintf(where, sizeof(where), "%u threads, %s", skv_ctx_threads(ctx),
+			 skv_ctx_isa(ctx));
+	} else {
+		const char *sock = ctl_daemon_socket(j.o.socket);
+		char why[256] = "";
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		r = ctl_daemon_compact(sock, &j.shape, &j.o.params, j.n_layers, j.kin, j.kout, why,
+				       sizeof(why));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (r < 0) {
+			ctl_err(CMD, "%s", why[0] ? why : strerror(-r));
+			/* The request was checked here first, so what the daemon
+			 * refuses is bad data (-EINVAL, -EDOM) or its own trouble. */
+			rc = (r == -EINVAL || r == -EDOM) ? CTL_EXIT_USAGE : CTL_EXIT_FAIL;
+			goto out;
+		}
+		snprintf(where, sizeof(where), "in snapkvd at %.250s", sock);
 	}
 
 	r = skv_st_write_compact(j.o.out, &desc, j.res, &sterr);
@@ -777,7 +808,7 @@ int ctl_compact(int argc, char **argv)
 	if (!j.o.quiet) {
 		double ms =
 		    (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-		summary(&j, &desc.ledger, ms, skv_ctx_threads(ctx), skv_ctx_isa(ctx));
+		summary(&j, &desc.ledger, ms, where);
 	}
 	rc = CTL_EXIT_OK;
 out:

@@ -9,10 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl-daemon.h"
 #include "snapkvctl.h"
 
 static const struct ctl_cmd cmds[] = {
-    {"compact", "compact a K/V cache (--offline: safetensors file to file)", ctl_compact},
+    {"compact", "compact a safetensors K/V dump (in snapkvd, or --offline here)", ctl_compact},
+    {"status", "the daemon's version, pool, sessions and request counts", ctl_status},
+    {"caches", "compact caches the daemon holds", ctl_caches},
+    {"ledger", "capacity ledger per cache, tenant and pool (--json)", ctl_ledger},
+    {"metrics", "Prometheus text exposition of the daemon's metrics", ctl_metrics},
 };
 
 #define N_CMDS (sizeof(cmds) / sizeof(cmds[0]))

@@ -431,10 +431,13 @@ else
 	not_ok "window policy on a file without q"
 fi
 echo sentinel >"$tmp/o/out.st"
-"$CTL" compact "$good" "$tmp/o/out.st" >/dev/null 2>"$tmp/stderr"
+"$CTL" compact --socket "$tmp/no-daemon.sock" "$good" "$tmp/o/out.st" --window 4 --capacity 16 \
+	>/dev/null 2>"$tmp/stderr"
 rc=$?
-[ $rc -eq 2 ] && [ "$(cat "$tmp/o/out.st")" = sentinel ] && ok "no --offline: $(cat "$tmp/stderr")" ||
-	not_ok "no --offline: rc $rc"
+[ $rc -eq 1 ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ] && [ "$(cat "$tmp/o/out.st")" = sentinel ] &&
+	[ "$(ls -A "$tmp/o" | wc -l)" -eq 1 ] && ok "no daemon: exit 1, $(cat "$tmp/stderr")" ||
+	not_ok "no daemon: rc $rc $(cat "$tmp/stderr")"
+expect_usage "--offline with --socket" "$good" --socket "$tmp/s.sock"
 "$CTL" compact --offline "$good" >/dev/null 2>"$tmp/stderr"
 rc=$?
 [ $rc -eq 2 ] && ok "missing OUT: $(cat "$tmp/stderr")" || not_ok "missing OUT: rc $rc"
