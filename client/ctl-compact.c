@@ -628,31 +628,6 @@ static int setup_buffers(struct job *j)
 
 /* ---- summary ------------------------------------------------------------ */
 
-static void print_ranges(const int32_t *pos, uint32_t n)
-{
-	uint32_t shown = 0, i = 0;
-
-	while (i < n) {
-		uint32_t e = i;
-		while (e + 1 < n && pos[e + 1] == pos[e] + 1)
-			e++;
-		if (shown == 12) {
-			uint32_t rest = 0;
-			for (uint32_t k = i; k < n; k++)
-				rest += (k == i || pos[k] != pos[k - 1] + 1);
-			printf(" ... (%" PRIu32 " more ranges)", rest);
-			break;
-		}
-		if (e == i)
-			printf("%s%" PRId32, shown ? ", " : "", pos[i]);
-		else
-			printf("%s%" PRId32 "-%" PRId32, shown ? ", " : "", pos[i], pos[e]);
-		shown++;
-		i = e + 1;
-	}
-	printf("\n");
-}
-
 static void print_bytes(const char *label, uint64_t b)
 {
 	printf("  %-12s %15" PRIu64 " B  (%.2f MiB)\n", label, b, (double)b / (1 << 20));
@@ -704,7 +679,8 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 	for (uint32_t l = 0; l < j->n_layers; l++)
 		for (uint32_t h = 0; h < j->plan.h_store && h < j->o.show; h++) {
 			printf("  layer %" PRIu32 " head %" PRIu32 " kept: ", l, h);
-			print_ranges(j->res[l].positions + (size_t)h * j->plan.kept, j->plan.kept);
+			ctl_print_ranges(stdout, j->res[l].positions + (size_t)h * j->plan.kept,
+					 j->plan.kept, 12);
 		}
 	printf("  ledger (B 1, N %" PRIu32 ", g 0):\n", j->n_layers);
 	print_bytes("native full", lg->native_full);

@@ -5,6 +5,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 static const struct ctl_cmd cmds[] = {
     {"compact", "compact a safetensors K/V dump (in snapkvd, or --offline here)", ctl_compact},
+    {"inspect", "tensors, metadata and kept positions of a safetensors file", ctl_inspect},
     {"status", "the daemon's version, pool, sessions and request counts", ctl_status},
     {"caches", "compact caches the daemon holds", ctl_caches},
     {"ledger", "capacity ledger per cache, tenant and pool (--json)", ctl_ledger},
@@ -67,6 +69,31 @@ int ctl_parse_choice(const char *s, const char *const *names)
 		if (strcmp(s, names[i]) == 0)
 			return i;
 	return -EINVAL;
+}
+
+void ctl_print_ranges(FILE *f, const int32_t *pos, uint32_t n, uint32_t max_ranges)
+{
+	uint32_t shown = 0, i = 0;
+
+	while (i < n) {
+		uint32_t e = i;
+		while (e + 1 < n && (int64_t)pos[e + 1] == (int64_t)pos[e] + 1)
+			e++;
+		if (shown == max_ranges) {
+			uint32_t rest = 0;
+			for (uint32_t k = i; k < n; k++)
+				rest += (k == i || (int64_t)pos[k] != (int64_t)pos[k - 1] + 1);
+			fprintf(f, " ... (%" PRIu32 " more ranges)", rest);
+			break;
+		}
+		if (e == i)
+			fprintf(f, "%s%" PRId32, shown ? ", " : "", pos[i]);
+		else
+			fprintf(f, "%s%" PRId32 "-%" PRId32, shown ? ", " : "", pos[i], pos[e]);
+		shown++;
+		i = e + 1;
+	}
+	fputc('\n', f);
 }
 
 static void usage(FILE *f)

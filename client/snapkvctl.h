@@ -27,8 +27,10 @@ struct ctl_cmd {
 	int (*run)(int argc, char **argv);
 };
 
-/* Subcommands (one file each). */
+/* Subcommands (one file each; others declare theirs in their own header,
+ * e.g. ctl-daemon.h). */
 int ctl_compact(int argc, char **argv); /* ctl-compact.c */
+int ctl_inspect(int argc, char **argv); /* ctl-inspect.c */
 
 /* "snapkvctl <cmd>: " + message + newline on stderr. */
 void ctl_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -42,5 +44,8 @@ int ctl_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret);
 
 /* Index of `s` in the NULL-terminated `names`, or -EINVAL. */
 int ctl_parse_choice(const char *s, const char *const *names);
+
+/* Positions as "0-2, 7, 9-40", at most max_ranges ranges, then a count. */
+void ctl_print_ranges(FILE *f, const int32_t *pos, uint32_t n, uint32_t max_ranges);
 
 #endif /* SNAPKVCTL_H */

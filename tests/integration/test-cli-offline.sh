@@ -280,13 +280,26 @@ def bad(kind, path, good):
     else:
         raise SystemExit("unknown kind " + kind)
 
+def check_json(st_path, json_path):
+    """snapkvctl inspect --json agrees with this reader."""
+    t, meta = read(st_path)
+    j = json.load(open(json_path))
+    assert j["metadata"] == meta, "metadata differs"
+    got = {x["name"]: (x["dtype"], x["shape"], x["bytes"]) for x in j["tensors"]}
+    want = {n: (dt, s, len(b)) for n, (dt, s, b) in t.items()}
+    assert got == want, "tensors differ"
+
+def evil(path):
+    """A valid file whose names and metadata carry terminal escapes."""
+    write(path, [("x\x1b[2Jy", "F32", [1], f32([1.0]))], meta={"k\x07": "v\x1b]0;t\x07"})
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     try:
         {"example": example, "check-example": lambda p, w, m: check_example(
             p, [int(x) for x in w.split(",")], float(m)),
          "check-roundtrip": check_roundtrip, "check-set": check_set,
-         "contains": contains, "bad": bad}[cmd](*args)
+         "contains": contains, "bad": bad, "check-json": check_json, "evil": evil}[cmd](*args)
     except AssertionError as e:
         print("check failed:", e, file=sys.stderr)
         sys.exit(1)
@@ -308,6 +321,28 @@ if "$CTL" compact --offline "$tmp/b.st" "$tmp/b.out" --window 2 --capacity 3 --k
 	ok "B: full-softmax denominator: kept [1, 2, 3], mass (0.91 + 0.775) / 2"
 else
 	not_ok "B"
+fi
+
+echo "== inspect"
+"$CTL" inspect "$tmp/a.out" --show 1 >"$tmp/insp" 2>&1
+if grep -q '^  head 0 kept: 2-4, 6-7$' "$tmp/insp" && grep -q 'layers.0.indices  *I32  *\[1, 5\]' "$tmp/insp" &&
+	grep -q 'retained mass min 0.8623' "$tmp/insp"; then
+	ok "inspect: kept ranges, tensor list and retained mass of example A"
+else
+	not_ok "inspect: $(cat "$tmp/insp")"
+fi
+if "$CTL" inspect --json "$tmp/a.out" >"$tmp/a.json" && py check-json "$tmp/a.out" "$tmp/a.json"; then
+	ok "inspect --json agrees with an independent reader"
+else
+	not_ok "inspect --json"
+fi
+py evil "$tmp/evil.st"
+"$CTL" inspect "$tmp/evil.st" >"$tmp/insp" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/insp"; then
+	ok "inspect: no control bytes from the file reach the terminal"
+else
+	not_ok "inspect of escape-laden names: rc $rc"
 fi
 
 # ---- 2. random files: every dtype, both GQA modes, both poolings ----
@@ -441,6 +476,10 @@ expect_usage "--offline with --socket" "$good" --socket "$tmp/s.sock"
 "$CTL" compact --offline "$good" >/dev/null 2>"$tmp/stderr"
 rc=$?
 [ $rc -eq 2 ] && ok "missing OUT: $(cat "$tmp/stderr")" || not_ok "missing OUT: rc $rc"
+"$CTL" inspect "$tmp/bad-offsets-past-end.st" >/dev/null 2>"$tmp/stderr"
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$tmp/stderr")" -eq 1 ] && ok "inspect malformed: $(cat "$tmp/stderr")" ||
+	not_ok "inspect malformed: rc $rc"
 "$CTL" frobnicate >/dev/null 2>&1
 [ $? -eq 2 ] && ok "unknown command: exit 2" || not_ok "unknown command"
 "$CTL" compact --offline "$good" "$tmp/nodir/out.st" --window 4 --capacity 16 -q 2>"$tmp/stderr"
@@ -461,6 +500,10 @@ if command -v valgrind >/dev/null 2>&1; then
 		2>"$tmp/vg.err"
 	rc=$?
 	[ $rc -eq 0 ] && ok "valgrind success path: clean" || not_ok "valgrind success: rc $rc $(head -c 500 "$tmp/vg.err")"
+	"${vg[@]}" "$CTL" inspect --show 1 "$tmp/a.out" >/dev/null 2>"$tmp/vg.err" &&
+		"${vg[@]}" "$CTL" inspect --json "$tmp/a.out" >/dev/null 2>>"$tmp/vg.err"
+	rc=$?
+	[ $rc -eq 0 ] && ok "valgrind inspect: clean" || not_ok "valgrind inspect: rc $rc $(head -c 500 "$tmp/vg.err")"
 fi
 
 echo "test-cli-offline: $pass passed, $fail failed"
