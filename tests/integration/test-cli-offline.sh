@@ -89,7 +89,25 @@ def example(which, path):
                  ("layers.0.k", "F32", [1, L, 2], f32(k)),
                  ("layers.0.v", "F32", [1, L, 2], f32(v))])
 
+def hf_layout(path):
+    """What the reference safetensors library demands of a file: tensors
+    back to back from offset 0 to the end of the data, no gaps. Ours also
+    pads the header to 8 bytes and aligns every tensor to its element size."""
+    b = open(path, "rb").read()
+    (n,) = struct.unpack_from("<Q", b, 0)
+    assert n % 8 == 0, "header length %d not a multiple of 8" % n
+    hdr = json.loads(b[8:8 + n])
+    hdr.pop("__metadata__", None)
+    spans = sorted((t["data_offsets"][0], t["data_offsets"][1], t["dtype"]) for t in hdr.values())
+    pos = 0
+    for s, e, dt in spans:
+        assert s == pos, "gap or overlap at %d" % s
+        assert s % SIZE[dt] == 0, "misaligned %s at %d" % (dt, s)
+        pos = e
+    assert pos == len(b) - 8 - n, "data area %d, tensors end at %d" % (len(b) - 8 - n, pos)
+
 def check_example(out_path, want, want_mass):
+    hf_layout(out_path)
     t, meta = read(out_path)
     idx = decode("I32", t["layers.0.indices"][2])
     assert idx == want, "kept %s, want %s" % (idx, want)
@@ -113,6 +131,7 @@ def softmax_rows(qrows, k, L, D, pos0):
 
 def check_roundtrip(in_path, out_path, W, C, K, pooling, gqa):
     W, C, K = int(W), int(C), int(K)
+    hf_layout(out_path)
     ti, _ = read(in_path)
     to, meta = read(out_path)
     layers = len([n for n in ti if n.endswith(".k")])
