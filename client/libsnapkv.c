@@ -162,6 +162,26 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 	r = skv_frame_send(c->fd, type, buf, n, fds, n_fds, 0);
 	free(buf);
 	if (r < 0) {
+		struct skv_frame_hdr eh;
+		unsigned nf = 0;
+
+		/* the daemon may have said why before closing (e.g. not allowed) */
+		if (skv_frame_recv(c->fd, c->rbuf, SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, &eh,
+				   NULL, &nf, MSG_DONTWAIT) >= 0 &&
+		    eh.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
+			Snapkv__V1__ErrorNotice *e =
+				snapkv__v1__error_notice__unpack(NULL, eh.length, c->rbuf + 16);
+
+			if (e && e->status < 0) {
+				r = e->status;
+				fail(c, r, "snapkvd: %s", e->error ? e->error : "error");
+				snapkv__v1__error_notice__free_unpacked(e, NULL);
+				mark_dead(c, r);
+				return r;
+			}
+			if (e)
+				snapkv__v1__error_notice__free_unpacked(e, NULL);
+		}
 		mark_dead(c, r);
 		return fail(c, c->dead, "send to snapkvd: %s", strerror(-r));
 	}
@@ -631,6 +651,11 @@ static int reap(struct skv_client *c)
 		mark_dead(c, -EPROTO);
 		return fail(c, -EPROTO, "completion ring corrupt");
 	}
+	/* CQ room again: a daemon that slept on our full CQ needs the doorbell
+	 * if entries still wait in the SQ (W2, paired with the loop's W1). */
+	if (n && skv_ring_needs_wakeup(&c->sq) &&
+	    atomic_load_explicit(&c->sq.ctl->head, memory_order_acquire) != c->sq.local)
+		(void)!eventfd_write(c->sq_efd, 1);
 	return n;
 }
 

@@ -86,3 +86,8 @@ $(BUILD)/tests/test-daemon-units: $(BUILD)/tests/unit/test-daemon-units.o
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(CUNIT_LIBS) $(LDFLAGS)
 OBJS += $(BUILD)/tests/unit/test-daemon-units.o
 TESTS += $(BUILD)/tests/test-daemon-units
+
+# snapkvctl against a live daemon (needs the cli's snapkvctl in the tree).
+ifneq ($(wildcard client/snapkvctl.c),)
+TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
+endif

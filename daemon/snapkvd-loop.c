@@ -114,16 +114,26 @@ static int listen_on(const char *path)
 	if (fd < 0)
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EADDRINUSE) {
-		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		struct stat st;
+		int live = 0;
 
-		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(probe);
+		/* A daemon killed a moment ago can still be listening: its io_uring
+		 * is torn down asynchronously after exit. Give that a second. */
+		for (int i = 0; i < 20; i++) {
+			int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+			live =
+			    probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+			if (probe >= 0)
+				close(probe);
+			if (!live)
+				break;
+			usleep(50000);
+		}
+		if (live) {
 			close(fd);
 			return -EADDRINUSE;
 		}
-		if (probe >= 0)
-			close(probe);
 		if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
 			unlink(path);
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
@@ -403,11 +413,20 @@ int snapkvd_loop_run(struct snapkvd_server *srv)
 			n = s->next;
 			if (s->closing || !s->ring_map)
 				continue;
-			int r = skv_ring_prepare_sleep(&s->sq);
-			if (r < 0)
+			/* W1, extended: a session whose CQ is full (it stopped reading
+			 * completions) has SQEs we may not take yet; they must not keep
+			 * us spinning. libsnapkv rings the doorbell after reaping CQEs
+			 * when it sees the flag and an SQ we have not drained. */
+			atomic_fetch_or_explicit(&s->sq.ctl->flags, SKV_RING_NEED_WAKEUP,
+						 memory_order_relaxed);
+			atomic_thread_fence(memory_order_seq_cst);
+			int ready = skv_ring_ready(&s->sq), space = skv_ring_space(&s->cq);
+			if (ready < 0 || space < 0) {
 				snapkvd_session_close(s, -EBADMSG);
-			else if (r == 0)
+			} else if (ready > 0 && (unsigned)space > s->inflight) {
+				skv_ring_clear_wakeup(&s->sq);
 				arrived = true;
+			}
 		}
 		if (!arrived) {
 			int r = io_uring_submit_and_wait(&srv->ring, 1);

@@ -104,6 +104,7 @@ struct snapkvd_session {
 	char name[64];
 	bool admin;
 	bool greeted; /* HELLO seen */
+	int refused;  /* -errno to answer the HELLO with, then close */
 	uint64_t created_ns;
 	bool closing;
 	unsigned refs; /* armed io_uring ops + jobs in flight + 1 while open */

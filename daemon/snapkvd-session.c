@@ -69,22 +69,17 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	srv->sessions = s;
 	srv->n_sessions++;
 	srv->sessions_total++;
+	/* Refusals are answered at HELLO, once the client's message has been
+	 * read: closing a socket with unread data would turn our reason into a
+	 * bare ECONNRESET on the client's side. */
 	if (!snapkvd_config_allows(&srv->cfg, cred.uid, cred.gid)) {
 		log_notice("session %llu: uid %u gid %u not allowed", (unsigned long long)s->id,
 			   (unsigned)cred.uid, (unsigned)cred.gid);
-		send_error(s, -EACCES, "uid/gid not in the daemon's allow list");
-		r = -EACCES;
-		goto refuse;
-	}
-	if (srv->n_sessions > srv->cfg.max_sessions) {
-		send_error(s, -EUSERS, "too many sessions");
-		r = -EUSERS;
-		goto refuse;
-	}
-	if (srv->draining) {
-		send_error(s, -ESHUTDOWN, "daemon is shutting down");
-		r = -ESHUTDOWN;
-		goto refuse;
+		s->refused = -EACCES;
+	} else if (srv->n_sessions > srv->cfg.max_sessions) {
+		s->refused = -EUSERS;
+	} else if (srv->draining) {
+		s->refused = -ESHUTDOWN;
 	}
 	r = snapkvd_pool_tenant_get(&srv->pool, cred.uid, &s->tenant);
 	if (r < 0)
@@ -244,6 +239,15 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 
 	if (!h) {
 		snapkvd_session_close(s, -EBADMSG);
+		return;
+	}
+	if (s->refused) {
+		snapkv__v1__hello__free_unpacked(h, NULL);
+		send_error(s, s->refused,
+			   s->refused == -EACCES   ? "uid/gid not in the daemon's allow list"
+			   : s->refused == -EUSERS ? "too many sessions"
+						   : "daemon is shutting down");
+		snapkvd_session_close(s, 0);
 		return;
 	}
 	if (h->client_version != SKV_PROTO_VERSION) {
