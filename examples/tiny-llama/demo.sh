@@ -8,8 +8,8 @@
 #
 #   examples/tiny-llama/demo.sh        (BUILD=build, model from SNAPKV_MODEL
 #                                       or $SHARED/models, SHARED=../shared)
-# Without the model file it says so and exits 0, so that a caller can fall
-# back to a demo on generated K/V.
+# Without the model file it says so and runs the daemon demo on generated
+# K/V instead (examples/demo-daemon.sh), when that exists.
 set -u
 BUILD=${BUILD:-build}
 SHARED=${SHARED:-../shared}
@@ -19,7 +19,12 @@ DAEMON=$BUILD/snapkvd
 CTL=$BUILD/snapkvctl
 
 if [ ! -r "$MODEL" ]; then
-	echo "tiny-llama demo: model $MODEL not found (set SNAPKV_MODEL or SHARED);"
+	echo "tiny-llama demo: model $MODEL not found (set SNAPKV_MODEL or SHARED)."
+	fallback=$(dirname "$0")/../demo-daemon.sh
+	if [ -x "$fallback" ]; then
+		echo "tiny-llama demo: running the daemon demo on generated K/V instead."
+		exec env BUILD="$BUILD" "$fallback"
+	fi
 	echo "tiny-llama demo: skipped, nothing real to decode"
 	exit 0
 fi
