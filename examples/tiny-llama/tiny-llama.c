@@ -419,10 +419,8 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 		pre.len = pre.next_pos = cp->L;
 		r = tl_compact(cp->ctx, cp->m, &pre, cp->q, cp->L - cp->nq, cp->nq, &cp->o->params,
 			       cp->o->reserve, &ln->kv, &plan, &serr);
-		if (r < 0) {
+		if (r < 0)
 			fprintf(stderr, "tiny-llama: compaction failed: %s\n", serr.msg);
-			*why = "compaction";
-		}
 		return r;
 	}
 
