@@ -39,6 +39,7 @@ struct snapkvd_hook {
 	size_t out_len;
 	size_t out_cap; /* max_output; out has out_cap + 1 bytes */
 	uint64_t dropped;
+	void *user;
 };
 
 static uint64_t mono_ns(void)
@@ -354,6 +355,16 @@ int snapkvd_hook_output_fd(const struct snapkvd_hook *h)
 	return h->out_fd;
 }
 
+void snapkvd_hook_set_user(struct snapkvd_hook *h, void *user)
+{
+	h->user = user;
+}
+
+void *snapkvd_hook_user(const struct snapkvd_hook *h)
+{
+	return h->user;
+}
+
 uint64_t snapkvd_hook_deadline_ns(const struct snapkvd_hook *h)
 {
 	return h->deadline_ns;
@@ -399,7 +410,15 @@ static void kill_hook(struct snapkvd_hook *h)
 
 int snapkvd_hook_check_timeout(struct snapkvd_hook *h, uint64_t now_ns)
 {
+	siginfo_t si;
+
 	if (h->reaped || h->timed_out || now_ns < h->deadline_ns)
+		return 0;
+	/* Exited but not collected yet (its pidfd event is still on the way):
+	 * not a timeout. WNOWAIT leaves it for snapkvd_hook_reap(). */
+	memset(&si, 0, sizeof(si));
+	if (waitid((idtype_t)P_PIDFD, (id_t)h->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+	    si.si_pid != 0)
 		return 0;
 	kill_hook(h);
 	h->timed_out = 1;

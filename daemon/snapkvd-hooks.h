@@ -94,6 +94,9 @@ pid_t snapkvd_hook_pid(const struct snapkvd_hook *h);
 int snapkvd_hook_pidfd(const struct snapkvd_hook *h);
 /* Non-blocking read end of the output pipe; -1 once it hit EOF. */
 int snapkvd_hook_output_fd(const struct snapkvd_hook *h);
+/* An opaque pointer for the caller (e.g. its event-loop record). */
+void snapkvd_hook_set_user(struct snapkvd_hook *h, void *user);
+void *snapkvd_hook_user(const struct snapkvd_hook *h);
 /* CLOCK_MONOTONIC time at which the hook will be killed. */
 uint64_t snapkvd_hook_deadline_ns(const struct snapkvd_hook *h);
 

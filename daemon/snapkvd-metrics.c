@@ -258,6 +258,22 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 		      "Requests of a tenant refused with EDQUOT.",
 		      offsetof(struct snapkvd_stats_tenant, quota_rejections_total), 0);
 
+	scalar(f, "snapkvd_lingering_caches", "gauge",
+	       "Caches released with linger, kept until pressure evicts them.",
+	       s->lingering_caches);
+	scalar(f, "snapkvd_lingering_bytes", "gauge", "Pool bytes held by lingering caches.",
+	       s->lingering_bytes);
+	scalar(f, "snapkvd_requests_total", "counter", "Requests received from engines.",
+	       s->requests_total);
+	scalar(f, "snapkvd_errors_total", "counter", "Requests answered with an error.",
+	       s->errors_total);
+	scalar(f, "snapkvd_sessions_total", "counter", "Sessions accepted since start.",
+	       s->sessions_total);
+	head(f, "snapkvd_compaction_kernel_seconds_total", "counter",
+	     "Time spent inside the compaction kernels.");
+	fputs("snapkvd_compaction_kernel_seconds_total ", f);
+	put_double(f, s->kernel_seconds_total);
+	fputc('\n', f);
 	scalar(f, "snapkvd_compactions_total", "counter", "Compactions completed.",
 	       s->compactions_total);
 	scalar(f, "snapkvd_compactions_scaled_total", "counter",

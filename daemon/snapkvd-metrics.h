@@ -84,6 +84,12 @@ struct snapkvd_stats {
 	uint64_t hooks_started_total;
 	uint64_t hooks_failed_total; /* non-zero exit, signal, or could not start */
 	uint64_t hooks_timed_out_total;
+	uint64_t lingering_caches; /* released with linger, evictable */
+	uint64_t lingering_bytes;
+	uint64_t requests_total;
+	uint64_t errors_total; /* requests answered with an error */
+	uint64_t sessions_total;
+	double kernel_seconds_total; /* time inside the compaction kernels */
 	size_t n_tenants;
 	const struct snapkvd_stats_tenant *tenants;
 	size_t n_errors;

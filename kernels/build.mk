@@ -9,8 +9,8 @@ INSTALL_LIBS += $(LIBSKV)
 INSTALL_HEADERS += kernels/skv.h
 
 $(SKV_OBJS): CFLAGS_BASE += -fno-math-errno
-$(BUILD)/kernels/skv-avx2.o: CFLAGS_BASE += -mavx2 -mfma -mf16c
-$(BUILD)/kernels/skv-avx512.o: CFLAGS_BASE += -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mf16c
+$(BUILD)/kernels/skv-avx2.o: CFLAGS_BASE += -O3 -mavx2 -mfma -mf16c
+$(BUILD)/kernels/skv-avx512.o: CFLAGS_BASE += -O3 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mf16c
 
 $(LIBSKV): $(SKV_OBJS)
 	@mkdir -p $(dir $@)

@@ -35,21 +35,28 @@ static inline __attribute__((always_inline)) void micro(const int RV, const int 
 {
 	__m256 acc[2][6];
 
+#pragma GCC unroll 4
 	for (int v = 0; v < RV; v++)
+#pragma GCC unroll 6
 		for (int k = 0; k < NK; k++)
 			acc[v][k] = _mm256_setzero_ps();
 	for (uint32_t d = 0; d < D; d++) {
 		__m256 q[2];
+#pragma GCC unroll 4
 		for (int v = 0; v < RV; v++)
 			q[v] = _mm256_loadu_ps(qt + (size_t)d * rbp + 8 * v);
+#pragma GCC unroll 6
 		for (int k = 0; k < NK; k++) {
 			__m256 b = _mm256_broadcast_ss(kt + (size_t)k * D + d);
+#pragma GCC unroll 4
 			for (int v = 0; v < RV; v++)
 				acc[v][k] = _mm256_fmadd_ps(q[v], b, acc[v][k]);
 		}
 	}
 	const __m256 sc = _mm256_set1_ps(scale);
+#pragma GCC unroll 6
 	for (int k = 0; k < NK; k++)
+#pragma GCC unroll 4
 		for (int v = 0; v < RV; v++) {
 			__m256 x = _mm256_mul_ps(acc[v][k], sc);
 			__m256 dd = _mm256_sub_ps(x, x); /* NaN exactly when x is NaN or Inf */
@@ -198,10 +205,29 @@ static void to_f32_avx2(const void *src, enum skv_dtype dt, float *dst, uint32_t
 	}
 }
 
+/* Gathered rows are written once and read by someone else later: stream them. */
+static void copy_avx2(void *dst, const void *src, size_t bytes)
+{
+	if (((uintptr_t)dst & 31) || (bytes & 31)) {
+		memcpy(dst, src, bytes);
+		return;
+	}
+	for (size_t i = 0; i < bytes; i += 32)
+		_mm256_stream_si256((__m256i *)((char *)dst + i),
+				    _mm256_loadu_si256((const __m256i *)((const char *)src + i)));
+}
+
+static void fence_avx2(void)
+{
+	_mm_sfence();
+}
+
 const struct skv_isa skv_isa_avx2 = {
     .name = "avx2",
     .tile = tile_avx2,
     .factors = factors_avx2,
     .votes = votes_avx2,
     .to_f32 = to_f32_avx2,
+    .copy = copy_avx2,
+    .fence = fence_avx2,
 };

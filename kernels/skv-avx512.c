@@ -9,6 +9,7 @@
  * key tile is a plain [nk][D] f32 copy, read from L1.
  */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "skv-internal.h"
@@ -33,6 +34,12 @@ static inline __m512 exp16(__m512 x)
 	return _mm512_maskz_scalef_ps((__mmask16)~tiny, p, n);
 }
 
+/* Micro-kernel shape: row vectors x keys of accumulators (<= 28 registers). */
+#ifndef SKV_RVB
+#define SKV_RVB 4
+#define SKV_NKB 6
+#endif
+
 /* QNaN | +Inf | -Inf | SNaN */
 #define NONFINITE 0x99
 
@@ -40,23 +47,30 @@ static inline __attribute__((always_inline)) void micro(const int RV, const int 
 							uint32_t rbp, const float *kt, uint32_t D,
 							float *z, float scale, __mmask16 *badm)
 {
-	__m512 acc[4][6];
+	__m512 acc[SKV_RVB][SKV_NKB];
 
+#pragma GCC unroll 4
 	for (int v = 0; v < RV; v++)
+#pragma GCC unroll 12
 		for (int k = 0; k < NK; k++)
 			acc[v][k] = _mm512_setzero_ps();
 	for (uint32_t d = 0; d < D; d++) {
-		__m512 q[4];
+		__m512 q[SKV_RVB];
+#pragma GCC unroll 4
 		for (int v = 0; v < RV; v++)
 			q[v] = _mm512_loadu_ps(qt + (size_t)d * rbp + 16 * v);
+#pragma GCC unroll 12
 		for (int k = 0; k < NK; k++) {
 			__m512 b = _mm512_set1_ps(kt[(size_t)k * D + d]);
+#pragma GCC unroll 4
 			for (int v = 0; v < RV; v++)
 				acc[v][k] = _mm512_fmadd_ps(q[v], b, acc[v][k]);
 		}
 	}
 	const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 12
 	for (int k = 0; k < NK; k++)
+#pragma GCC unroll 4
 		for (int v = 0; v < RV; v++) {
 			__m512 x = _mm512_mul_ps(acc[v][k], sc);
 			badm[v] |= _mm512_fpclass_ps_mask(x, NONFINITE);
@@ -65,32 +79,58 @@ static inline __attribute__((always_inline)) void micro(const int RV, const int 
 }
 
 #define MK(rv, nk)                                                                                 \
-	case (rv)*8 + (nk):                                                                        \
-		micro(rv, nk, qt, rbp, kt, D, z, scale, badm);                                     \
+	case (rv)*16 + (nk):                                                                       \
+		if ((rv) <= SKV_RVB && (nk) <= SKV_NKB)                                            \
+			micro((rv) <= SKV_RVB ? (rv) : 1, (nk) <= SKV_NKB ? (nk) : 1, qt, rbp, kt, \
+			      D, z, scale, badm);                                                  \
 		break
 
 static void micro_dispatch(int rv, int nk, const float *qt, uint32_t rbp, const float *kt,
 			   uint32_t D, float *z, float scale, __mmask16 *badm)
 {
-	switch (rv * 8 + nk) {
+	switch (rv * 16 + nk) {
+		MK(4, 12);
+		MK(4, 11);
+		MK(4, 10);
+		MK(4, 9);
+		MK(4, 8);
+		MK(4, 7);
 		MK(4, 6);
 		MK(4, 5);
 		MK(4, 4);
 		MK(4, 3);
 		MK(4, 2);
 		MK(4, 1);
+		MK(3, 12);
+		MK(3, 11);
+		MK(3, 10);
+		MK(3, 9);
+		MK(3, 8);
+		MK(3, 7);
 		MK(3, 6);
 		MK(3, 5);
 		MK(3, 4);
 		MK(3, 3);
 		MK(3, 2);
 		MK(3, 1);
+		MK(2, 12);
+		MK(2, 11);
+		MK(2, 10);
+		MK(2, 9);
+		MK(2, 8);
+		MK(2, 7);
 		MK(2, 6);
 		MK(2, 5);
 		MK(2, 4);
 		MK(2, 3);
 		MK(2, 2);
 		MK(2, 1);
+		MK(1, 12);
+		MK(1, 11);
+		MK(1, 10);
+		MK(1, 9);
+		MK(1, 8);
+		MK(1, 7);
 		MK(1, 6);
 		MK(1, 5);
 		MK(1, 4);
@@ -102,37 +142,38 @@ static void micro_dispatch(int rv, int nk, const float *qt, uint32_t rbp, const 
 	}
 }
 
-static void tile_avx512(const struct skv_tile_args *a)
+static void mark_bad(const struct skv_tile_args *a, uint32_t v0, int rv, const __mmask16 *badm)
 {
-	const uint32_t rbp = a->rbp, D = a->d, nk = a->nk, nv = rbp / 16;
+	for (int v = 0; v < rv; v++)
+		if (badm[v])
+			for (int l = 0; l < 16; l++)
+				if (badm[v] >> l & 1)
+					a->bad[16 * (v0 + v) + l] = 1;
+}
 
-	/* logits: row groups of up to 4 vectors, key groups of up to 6 */
-	for (uint32_t v0 = 0; v0 < nv; v0 += 4) {
-		int rv = nv - v0 < 4 ? (int)(nv - v0) : 4;
-		__mmask16 badm[4] = {0, 0, 0, 0};
-		for (uint32_t k0 = 0; k0 < nk; k0 += 6) {
-			int kk = nk - k0 < 6 ? (int)(nk - k0) : 6;
-			micro_dispatch(rv, kk, a->qt + 16 * v0, rbp, a->kt + (size_t)k0 * D, D,
-				       a->z + (size_t)k0 * rbp + 16 * v0, a->scale, badm);
-		}
-		for (int v = 0; v < rv; v++)
-			if (badm[v])
-				for (int l = 0; l < 16; l++)
-					if (badm[v] >> l & 1)
-						a->bad[16 * (v0 + v) + l] = 1;
-	}
-	/* mask, one online-softmax step per row, logits -> exp(z - m_tile) */
+/* mask, one online-softmax step per row, logits -> exp(z - m_tile) */
+static void softmax_step(const struct skv_tile_args *a)
+{
+	const uint32_t rbp = a->rbp, nk = a->nk, nv = rbp / 16;
 	const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+	const bool masked = (int64_t)a->j0 + nk - 1 > a->trow_min;
+
 	for (uint32_t v = 0; v < nv; v++) {
-		__m512i tr = _mm512_loadu_si512(a->trow + 16 * v);
 		__m512 tm = ninf;
-		for (uint32_t j = 0; j < nk; j++) {
-			float *zp = a->z + (size_t)j * rbp + 16 * v;
-			__mmask16 vis = _mm512_cmp_epi32_mask(
-			    _mm512_set1_epi32((int32_t)(a->j0 + j)), tr, _MM_CMPINT_LE);
-			__m512 x = _mm512_mask_blend_ps(vis, ninf, _mm512_loadu_ps(zp));
-			_mm512_storeu_ps(zp, x);
-			tm = _mm512_max_ps(tm, x);
+		if (masked) {
+			__m512i tr = _mm512_loadu_si512(a->trow + 16 * v);
+			for (uint32_t j = 0; j < nk; j++) {
+				float *zp = a->z + (size_t)j * rbp + 16 * v;
+				__mmask16 vis = _mm512_cmp_epi32_mask(
+				    _mm512_set1_epi32((int32_t)(a->j0 + j)), tr, _MM_CMPINT_LE);
+				__m512 x = _mm512_mask_blend_ps(vis, ninf, _mm512_loadu_ps(zp));
+				_mm512_storeu_ps(zp, x);
+				tm = _mm512_max_ps(tm, x);
+			}
+		} else {
+			for (uint32_t j = 0; j < nk; j++)
+				tm = _mm512_max_ps(
+				    tm, _mm512_loadu_ps(a->z + (size_t)j * rbp + 16 * v));
 		}
 		__m512 m = _mm512_loadu_ps(a->m + 16 * v);
 		__m512 mn = _mm512_max_ps(m, tm);
@@ -150,6 +191,24 @@ static void tile_avx512(const struct skv_tile_args *a)
 	}
 }
 
+static void tile_avx512(const struct skv_tile_args *a)
+{
+	const uint32_t rbp = a->rbp, D = a->d, nk = a->nk, nv = rbp / 16;
+
+	/* logits: row groups of up to SKV_RVB vectors, key groups of up to SKV_NKB */
+	for (uint32_t v0 = 0; v0 < nv; v0 += SKV_RVB) {
+		int rv = nv - v0 < SKV_RVB ? (int)(nv - v0) : SKV_RVB;
+		__mmask16 badm[4] = {0, 0, 0, 0};
+		for (uint32_t k0 = 0; k0 < nk; k0 += SKV_NKB) {
+			int kk = nk - k0 < SKV_NKB ? (int)(nk - k0) : SKV_NKB;
+			micro_dispatch(rv, kk, a->qt + 16 * v0, rbp, a->kt + (size_t)k0 * D, D,
+				       a->z + (size_t)k0 * rbp + 16 * v0, a->scale, badm);
+		}
+		mark_bad(a, v0, rv, badm);
+	}
+	softmax_step(a);
+}
+
 static void factors_avx512(float *f, const float *m, const float *s, uint32_t ntiles, uint32_t rbp)
 {
 	for (uint32_t t = 0; t < ntiles; t++)
@@ -160,22 +219,74 @@ static void factors_avx512(float *f, const float *m, const float *s, uint32_t nt
 		}
 }
 
+/* horizontal sums of 4 vectors at once: lane i of the result is sum(v[i]) */
+static inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+	/* fold 512 -> 256 -> 128 per vector, then a 4x4 transpose-add */
+	__m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+	__m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+	__m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+	__m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+	__m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+	__m128 b4 = _mm_add_ps(_mm256_castps256_ps128(b8), _mm256_extractf128_ps(b8, 1));
+	__m128 c4 = _mm_add_ps(_mm256_castps256_ps128(c8), _mm256_extractf128_ps(c8, 1));
+	__m128 d4 = _mm_add_ps(_mm256_castps256_ps128(d8), _mm256_extractf128_ps(d8, 1));
+	__m128 ab = _mm_hadd_ps(a4, b4);
+	__m128 cd = _mm_hadd_ps(c4, d4);
+	return _mm_hadd_ps(ab, cd);
+}
+
 static void votes_avx512(const struct skv_votes_args *a)
 {
-	for (uint32_t j = 0; j < a->ext; j++) {
-		const float *e = a->e + (size_t)j * a->rbp;
-		const float *f = a->f + (size_t)(j / SKV_TILE) * a->rbp;
+	const uint32_t rbp = a->rbp;
+
+	for (uint32_t t0 = 0; t0 < a->ext; t0 += SKV_TILE) {
+		const float *f = a->f + (size_t)(t0 / SKV_TILE) * rbp;
+		uint32_t t1 = a->ext - t0 < SKV_TILE ? a->ext : t0 + SKV_TILE;
 		for (uint32_t i = 0; i < a->n_segs; i++) {
 			const struct skv_seg *sg = &a->segs[i];
-			__m512 acc = _mm512_setzero_ps();
-			for (uint32_t r = sg->begin; r < sg->end; r += 16) {
-				uint32_t n = sg->end - r < 16 ? sg->end - r : 16;
-				__mmask16 mk = (__mmask16)((1u << n) - 1);
-				acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, e + r),
-						      _mm512_maskz_loadu_ps(mk, f + r), acc);
+			float *cs = a->colsum + (size_t)sg->g * a->colsum_stride;
+			uint32_t n = sg->end - sg->begin;
+			if (sg->begin % 16 == 0 && n == 32) {
+				/* the common window of 32 rows: factors stay in registers,
+				 * four keys per horizontal reduction */
+				__m512 f0 = _mm512_loadu_ps(f + sg->begin);
+				__m512 f1 = _mm512_loadu_ps(f + sg->begin + 16);
+				uint32_t j = t0;
+				for (; j + 4 <= t1; j += 4) {
+					__m512 v[4];
+					for (int q = 0; q < 4; q++) {
+						const float *e =
+						    a->e + (size_t)(j + q) * rbp + sg->begin;
+						v[q] = _mm512_fmadd_ps(
+						    _mm512_loadu_ps(e + 16), f1,
+						    _mm512_mul_ps(_mm512_loadu_ps(e), f0));
+					}
+					__m128 sum = hsum4(v[0], v[1], v[2], v[3]);
+					_mm_storeu_ps(cs + j,
+						      _mm_add_ps(_mm_loadu_ps(cs + j), sum));
+				}
+				for (; j < t1; j++) {
+					const float *e = a->e + (size_t)j * rbp + sg->begin;
+					__m512 v =
+					    _mm512_fmadd_ps(_mm512_loadu_ps(e + 16), f1,
+							    _mm512_mul_ps(_mm512_loadu_ps(e), f0));
+					cs[j] += _mm512_reduce_add_ps(v);
+				}
+				continue;
 			}
-			a->colsum[(size_t)sg->g * a->colsum_stride + j] +=
-			    _mm512_reduce_add_ps(acc);
+			for (uint32_t j = t0; j < t1; j++) {
+				const float *e = a->e + (size_t)j * rbp;
+				__m512 acc = _mm512_setzero_ps();
+				for (uint32_t r = sg->begin; r < sg->end; r += 16) {
+					uint32_t m = sg->end - r < 16 ? sg->end - r : 16;
+					__mmask16 mk = (__mmask16)((1u << m) - 1);
+					acc =
+					    _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, e + r),
+							    _mm512_maskz_loadu_ps(mk, f + r), acc);
+				}
+				cs[j] += _mm512_reduce_add_ps(acc);
+			}
 		}
 	}
 }
@@ -210,10 +321,29 @@ static void to_f32_avx512(const void *src, enum skv_dtype dt, float *dst, uint32
 	}
 }
 
+/* Gathered rows are written once and read by someone else later: stream them. */
+static void copy_avx512(void *dst, const void *src, size_t bytes)
+{
+	if (((uintptr_t)dst & 63) || (bytes & 63)) {
+		memcpy(dst, src, bytes);
+		return;
+	}
+	for (size_t i = 0; i < bytes; i += 64)
+		_mm512_stream_si512((void *)((char *)dst + i),
+				    _mm512_loadu_si512((const char *)src + i));
+}
+
+static void fence_avx512(void)
+{
+	_mm_sfence();
+}
+
 const struct skv_isa skv_isa_avx512 = {
     .name = "avx512",
     .tile = tile_avx512,
     .factors = factors_avx512,
     .votes = votes_avx512,
     .to_f32 = to_f32_avx512,
+    .copy = copy_avx512,
+    .fence = fence_avx512,
 };

@@ -39,7 +39,8 @@ struct skv_tile_args {
 	uint32_t d;	     /* head dim                                    */
 	uint32_t nk;	     /* keys in this tile, 1 .. SKV_TILE            */
 	uint32_t j0;	     /* position of the first key                   */
-	float scale;	     /* 1 / sqrt(D)                                 */
+	float scale;	     /* 1 / sqrt(D) */
+	int32_t trow_min;    /* min of trow: no masking at or below it */
 };
 
 /* A run of consecutive rows that belong to one query head of the item. */
@@ -68,6 +69,9 @@ struct skv_isa {
 	void (*votes)(const struct skv_votes_args *a);
 	/* n elements of dtype dt at src to f32 */
 	void (*to_f32)(const void *src, enum skv_dtype dt, float *dst, uint32_t n);
+	/* copy of an output row; may use non-temporal stores (then fence()) */
+	void (*copy)(void *dst, const void *src, size_t bytes);
+	void (*fence)(void);
 };
 
 extern const struct skv_isa skv_isa_scalar;

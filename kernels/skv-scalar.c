@@ -122,10 +122,21 @@ static void to_f32_scalar(const void *src, enum skv_dtype dt, float *dst, uint32
 	}
 }
 
+static void copy_scalar(void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+}
+
+static void fence_scalar(void)
+{
+}
+
 const struct skv_isa skv_isa_scalar = {
     .name = "scalar",
     .tile = tile_scalar,
     .factors = factors_scalar,
     .votes = votes_scalar,
     .to_f32 = to_f32_scalar,
+    .copy = copy_scalar,
+    .fence = fence_scalar,
 };

@@ -25,6 +25,8 @@
 #define SKV_MAX_KERNEL	255u
 #define SKV_MAX_THREADS 1024u
 #define SKV_MAX_LAYERS	65536u
+/* Column sums kept between the phases of split mode, at most. */
+#define SKV_SPLIT_BUDGET (256u << 20)
 /* Logit buffer per thread: rows per block are chosen so that it fits. */
 #define SKV_ZBUF_BUDGET (16u << 20)
 
@@ -466,7 +468,7 @@ struct skv_ws {
 	float *qt, *kt, *z, *f, *m, *s, *tmax, *rowbuf, *colsum, *vote, *pooled;
 	int32_t *trow;
 	uint8_t *bad, *keep;
-	uint32_t *idx;
+	uint64_t *key;
 	int32_t *pos;
 	struct skv_seg *segs;
 	size_t cap; /* bytes in mem */
@@ -506,6 +508,11 @@ struct skv_job {
 	unsigned nth; /* threads taking part */
 	atomic_uint next;
 	struct skv_item_err *errs;
+	/* the phase run by the pool and its unit count */
+	enum { PH_ITEMS, PH_SCORE_HEADS, PH_FINISH } phase;
+	uint32_t n_units;
+	float *cs;		    /* split mode: [item][G][L] column sums    */
+	struct skv_item_err *uerrs; /* split mode: per (item, g) scoring status */
 	/* derived */
 	uint32_t G, n_obs; /* rows per query head that vote (0: no scoring) */
 	uint32_t P;	   /* prefix: candidates are j < P                  */
@@ -538,7 +545,7 @@ static size_t ws_need(const struct skv_job *j)
 	A(rb * 4);			      /* trow   */
 	A(rb);				      /* bad    */
 	A(L);				      /* keep   */
-	A(L * 4);			      /* idx    */
+	A(L * 8);			      /* key    */
 	A(L * 4);			      /* pos    */
 	A((G + rb) * sizeof(struct skv_seg)); /* segs */
 #undef A
@@ -580,7 +587,7 @@ static int ws_reserve(struct skv_ws *w, const struct skv_job *j)
 	T(trow, int32_t, rb);
 	T(bad, uint8_t, rb);
 	T(keep, uint8_t, L);
-	T(idx, uint32_t, L);
+	T(key, uint64_t, L);
 	T(pos, int32_t, L);
 	T(segs, struct skv_seg, G + rb);
 #undef T
@@ -627,6 +634,8 @@ static const struct skv_isa *pick_isa(void)
 		return &skv_isa_scalar;
 	if (force && !strcmp(force, "avx2"))
 		return has2 ? &skv_isa_avx2 : &skv_isa_scalar;
+	if (force && !strcmp(force, "avx512"))
+		return has512 ? &skv_isa_avx512 : has2 ? &skv_isa_avx2 : &skv_isa_scalar;
 	if (has512)
 		return &skv_isa_avx512;
 	if (has2)
@@ -717,24 +726,42 @@ const char *skv_ctx_isa(const struct skv_ctx *ctx)
 
 /*
  * Logits, full causal softmax and per-column sums of the attention weights
- * for the n_obs rows of each of the G query heads of K/V head kvh:
- * colsum[g][j] = sum over rows t of a[t][j]. Row r of the item is query head
- * g = r / n_obs, row i = r % n_obs at position t = L - n_obs + i. Returns 0
- * or -EDOM with *bad_g the first query head with a NaN/Inf logit.
+ * for the n_obs rows of query heads g0 .. g1-1 of K/V head kvh:
+ * colsum[(g - g0) * L + j] = sum over rows t of a[t][j]. Row i of head g is
+ * at position t = L - n_obs + i. Returns 0 or -EDOM with *bad_g the first
+ * query head (within the group) with a NaN/Inf logit.
+ *
+ * Rows go through in blocks of at most jb->rb: whole heads while they fit,
+ * else chunks of one head. Every row's arithmetic is independent of the
+ * other rows of its block, and each head's rows are cut into the same
+ * chunks whatever g0 and g1 are, so scoring heads one at a time (split mode)
+ * gives the same bits as scoring the whole group at once.
  */
 static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
-		      uint32_t *bad_g)
+		      uint32_t g0, uint32_t g1, float *colsum, uint32_t *bad_g)
 {
 	const struct skv_shape *sh = jb->sh;
 	const struct skv_layer_in *in = &jb->in[layer];
 	const struct skv_isa *isa = jb->isa;
 	const uint32_t L = sh->prompt_len, D = sh->head_dim, G = jb->G, n_obs = jb->n_obs;
-	const uint32_t M = G * n_obs;
+	const uint32_t rb = jb->rb;
 	const size_t qes = skv_dtype_size(in->q.dtype), kes = skv_dtype_size(in->k.dtype);
+	uint32_t gb = g0, i0 = 0;
 
-	memset(w->colsum, 0, (size_t)G * L * sizeof(float));
-	for (uint32_t r0 = 0; r0 < M; r0 += jb->rb) {
-		uint32_t rows = M - r0 < jb->rb ? M - r0 : jb->rb;
+	memset(colsum, 0, (size_t)(g1 - g0) * L * sizeof(float));
+	while (gb < g1) {
+		/* this block: heads [gb, ge), rows [ib, ie) of each */
+		uint32_t ge, ib, ie;
+		if (n_obs <= rb) {
+			ge = gb + rb / n_obs < g1 ? gb + rb / n_obs : g1;
+			ib = 0;
+			ie = n_obs;
+		} else {
+			ge = gb + 1;
+			ib = i0;
+			ie = n_obs - i0 < rb ? n_obs : i0 + rb;
+		}
+		const uint32_t per = ie - ib, rows = (ge - gb) * per;
 		uint32_t rbp = (rows + SKV_ROWPAD - 1) / SKV_ROWPAD * SKV_ROWPAD;
 		uint32_t ext = 0, n_segs = 0;
 
@@ -746,37 +773,43 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 				w->trow[r] = INT32_MAX;
 				continue;
 			}
-			uint32_t g = (r0 + r) / n_obs, i = (r0 + r) % n_obs;
+			uint32_t g = gb + r / per, i = ib + r % per;
 			uint32_t t = L - n_obs + i;
-			isa->to_f32(elem(&in->q, kvh * G + g, sh->n_q - n_obs + i, qes),
-				    in->q.dtype, w->rowbuf, D);
+			const void *qrow = elem(&in->q, kvh * G + g, sh->n_q - n_obs + i, qes);
+			isa->to_f32(qrow, in->q.dtype, w->rowbuf, D);
 			for (uint32_t d = 0; d < D; d++)
 				w->qt[(size_t)d * rbp + r] = w->rowbuf[d];
 			w->trow[r] = (int32_t)t;
 			if (t + 1 > ext)
 				ext = t + 1;
-			if (n_segs && w->segs[n_segs - 1].g == g)
+			if (n_segs && w->segs[n_segs - 1].g == g - g0)
 				w->segs[n_segs - 1].end = r + 1;
 			else
-				w->segs[n_segs++] = (struct skv_seg){g, r, r + 1};
+				w->segs[n_segs++] = (struct skv_seg){g - g0, r, r + 1};
 			w->bad[r] = 0;
 		}
 		for (uint32_t r = rows; r < rbp; r++)
 			w->bad[r] = 0;
+		int32_t trow_min = INT32_MAX;
 		for (uint32_t r = 0; r < rbp; r++) {
 			w->m[r] = -INFINITY;
 			w->s[r] = 0.0f;
+			trow_min = w->trow[r] < trow_min ? w->trow[r] : trow_min;
 		}
 
 		uint32_t nt = 0;
 		for (uint32_t j0 = 0; j0 < ext; j0 += SKV_TILE, nt++) {
 			uint32_t nk = ext - j0 < SKV_TILE ? ext - j0 : SKV_TILE;
+			/* Copy/convert the tile into L1 even for f32: the micro-kernel
+			 * reads its keys with a broadcast pattern the prefetchers do not
+			 * follow from DRAM, a plain sequential copy they do (measured). */
+			const float *kt = w->kt;
 			for (uint32_t j = 0; j < nk; j++)
 				isa->to_f32(elem(&in->k, kvh, j0 + j, kes), in->k.dtype,
 					    w->kt + (size_t)j * D, D);
 			struct skv_tile_args ta = {
 			    .qt = w->qt,
-			    .kt = w->kt,
+			    .kt = kt,
 			    .z = w->z + (size_t)j0 * rbp,
 			    .m = w->m,
 			    .s = w->s,
@@ -788,19 +821,20 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 			    .nk = nk,
 			    .j0 = j0,
 			    .scale = jb->scale,
+			    .trow_min = trow_min,
 			};
 			isa->tile(&ta);
 		}
 		for (uint32_t r = 0; r < rows; r++)
 			if (w->bad[r]) {
-				*bad_g = (r0 + r) / n_obs;
+				*bad_g = gb + r / per;
 				return -EDOM;
 			}
 		isa->factors(w->f, w->m, w->s, nt, rbp);
 		struct skv_votes_args va = {
 		    .e = w->z,
 		    .f = w->f,
-		    .colsum = w->colsum,
+		    .colsum = colsum,
 		    .segs = w->segs,
 		    .n_segs = n_segs,
 		    .rbp = rbp,
@@ -808,6 +842,12 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 		    .colsum_stride = L,
 		};
 		isa->votes(&va);
+		if (n_obs <= rb) {
+			gb = ge;
+		} else if ((i0 = ie) == n_obs) {
+			gb++;
+			i0 = 0;
+		}
 	}
 	return 0;
 }
@@ -817,61 +857,86 @@ static int score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
 static void pool(const struct skv_params *p, uint32_t kernel, const float *v, float *out,
 		 uint32_t P)
 {
-	int64_t h = kernel / 2;
+	const uint32_t h = kernel / 2;
 
 	if (kernel == 1) {
 		memcpy(out, v, (size_t)P * sizeof(float));
 		return;
 	}
-	for (int64_t j = 0; j < P; j++) {
-		int64_t a = j - h < 0 ? 0 : j - h, b = j + h >= P ? P - 1 : j + h;
-		if (p->pooling == SKV_POOL_AVG) {
-			/* count_include_pad: out-of-range neighbours are 0, divisor k */
-			float acc = 0.0f;
-			for (int64_t i = a; i <= b; i++)
-				acc += v[i];
-			out[j] = acc / (float)kernel;
-		} else {
-			float mx = v[a];
-			for (int64_t i = a + 1; i <= b; i++)
-				if (v[i] > mx)
-					mx = v[i];
-			out[j] = mx;
+	/* edges: only in-range neighbours (avg counts the padding as 0) */
+	for (uint32_t j = 0; j < P; j++) {
+		if (j == h && P > 2 * h) {
+			j = P - h - 1; /* interior done below */
+			continue;
 		}
+		uint32_t a = j < h ? 0 : j - h, b = j + h >= P ? P - 1 : j + h;
+		float acc = v[a], mx = v[a];
+		for (uint32_t i = a + 1; i <= b; i++) {
+			acc += v[i];
+			mx = v[i] > mx ? v[i] : mx;
+		}
+		out[j] = p->pooling == SKV_POOL_AVG ? acc / (float)kernel : mx;
+	}
+	if (P <= 2 * h)
+		return;
+	/* interior [h, P - h): the same left-to-right order, as vectorisable loops */
+	const uint32_t n = P - 2 * h;
+	float *o = out + h;
+	memcpy(o, v, (size_t)n * sizeof(float));
+	if (p->pooling == SKV_POOL_AVG) {
+		for (uint32_t i = 1; i < kernel; i++)
+			for (uint32_t j = 0; j < n; j++)
+				o[j] += v[j + i];
+		const float k = (float)kernel;
+		for (uint32_t j = 0; j < n; j++)
+			o[j] /= k;
+	} else {
+		for (uint32_t i = 1; i < kernel; i++)
+			for (uint32_t j = 0; j < n; j++)
+				o[j] = v[j + i] > o[j] ? v[j + i] : o[j];
 	}
 }
 
-/* a before b in the ranking: higher score, ties to the smaller position */
-static inline bool better(const float *sc, uint32_t a, uint32_t b)
+/*
+ * Ranking keys: higher is better. The score's bits, made monotonic as an
+ * unsigned integer, above the complement of the position, so that equal
+ * scores rank the smaller position first. One integer compare per step.
+ */
+static inline uint64_t rank_key(float score, uint32_t pos)
 {
-	return sc[a] > sc[b] || (sc[a] == sc[b] && a < b);
+	uint32_t u;
+	memcpy(&u, &score, 4);
+	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return (uint64_t)u << 32 | (uint32_t)~pos;
 }
 
-/* Rearrange idx[0..n) so that its first k entries are the k best (quickselect). */
-static void select_top(const float *sc, uint32_t *idx, uint32_t n, uint32_t k)
+/* Rearrange key[0..n) so that its first k entries are the k largest (quickselect). */
+static void select_top(uint64_t *key, uint32_t n, uint32_t k)
 {
 	uint32_t lo = 0, hi = n; /* [0, lo) best, [hi, n) worst, k in [lo, hi] */
 
 	while (hi - lo > 1) {
 		/* median of three as pivot, moved to the end (deterministic) */
-		uint32_t ia = lo, ib = lo + (hi - lo) / 2, ic = hi - 1, ip, t;
-		uint32_t a = idx[ia], b = idx[ib], c = idx[ic];
-		if (better(sc, a, b))
-			ip = better(sc, b, c) ? ib : (better(sc, a, c) ? ic : ia);
+		uint32_t ia = lo, ib = lo + (hi - lo) / 2, ic = hi - 1, ip;
+		uint64_t a = key[ia], b = key[ib], c = key[ic], t;
+		if (a > b)
+			ip = b > c ? ib : (a > c ? ic : ia);
 		else
-			ip = better(sc, a, c) ? ia : (better(sc, b, c) ? ic : ib);
-		t = idx[ip];
-		idx[ip] = idx[hi - 1];
-		idx[hi - 1] = t;
-		uint32_t pv = t, st = lo;
-		for (uint32_t i = lo; i < hi - 1; i++)
-			if (better(sc, idx[i], pv)) {
-				t = idx[i];
-				idx[i] = idx[st];
-				idx[st++] = t;
-			}
-		idx[hi - 1] = idx[st];
-		idx[st] = pv;
+			ip = a > c ? ia : (b > c ? ic : ib);
+		t = key[ip];
+		key[ip] = key[hi - 1];
+		key[hi - 1] = t;
+		uint64_t pv = t;
+		uint32_t st = lo;
+		/* branchless Lomuto: [lo, st) better, [st, i) not */
+		for (uint32_t i = lo; i < hi - 1; i++) {
+			uint64_t x = key[i];
+			key[i] = key[st];
+			key[st] = x;
+			st += x > pv;
+		}
+		key[hi - 1] = key[st];
+		key[st] = pv;
 		/* [lo, st) better than the pivot at st, (st, hi) worse */
 		if (k == st || k == st + 1)
 			return;
@@ -891,14 +956,20 @@ static uint32_t choose(const struct skv_job *jb, struct skv_ws *w, const float *
 
 	memcpy(w->keep, jb->base_keep, L);
 	pool(jb->p, kernel, votes, w->pooled, P);
-	for (uint32_t j = 0; j < P; j++)
-		if (!w->keep[j])
-			w->idx[n++] = j;
-	uint32_t k = jb->budget < n ? jb->budget : n;
-	if (k < n)
-		select_top(w->pooled, w->idx, n, k);
-	for (uint32_t i = 0; i < k; i++)
-		w->keep[w->idx[i]] = 1;
+	uint32_t k = jb->budget;
+	if (k >= P) { /* everything left fits (L == C) */
+		memset(w->keep, 1, P);
+	} else {
+		for (uint32_t j = 0; j < P; j++)
+			if (!w->keep[j])
+				w->key[n++] = rank_key(w->pooled[j], j);
+		if (k > n)
+			k = n;
+		if (k < n)
+			select_top(w->key, n, k);
+		for (uint32_t i = 0; i < k; i++)
+			w->keep[~(uint32_t)w->key[i]] = 1;
+	}
 	for (uint32_t j = 0; j < L; j++)
 		if (w->keep[j])
 			w->pos[cnt++] = (int32_t)j;
@@ -911,7 +982,7 @@ static void copy_row(const struct skv_isa *isa, float *tmp, const void *src, enu
 		     void *dst, enum skv_dtype ddt, uint32_t D)
 {
 	if (sdt == ddt) {
-		memcpy(dst, src, (size_t)D * skv_dtype_size(sdt));
+		isa->copy(dst, src, (size_t)D * skv_dtype_size(sdt));
 		return;
 	}
 	isa->to_f32(src, sdt, tmp, D);
@@ -958,65 +1029,111 @@ static float mass_of(const float *colsum, const int32_t *pos, uint32_t cnt, uint
 	return (float)(acc / rows);
 }
 
-static int run_item(const struct skv_job *jb, struct skv_ws *w, uint32_t item, int32_t *ret_head)
+/* group votes: the G heads' column sums averaged, in a fixed order */
+static void group_votes(const struct skv_job *jb, struct skv_ws *w, const float *colsum)
 {
-	const uint32_t layer = item / jb->sh->h_kv, kvh = item % jb->sh->h_kv;
+	const uint32_t G = jb->G, L = jb->sh->prompt_len;
+
+	for (uint32_t j = 0; j < L; j++) {
+		float acc = 0.0f;
+		for (uint32_t q = 0; q < G; q++)
+			acc += colsum[(size_t)q * L + j];
+		w->vote[j] = acc / (float)G;
+	}
+}
+
+/*
+ * Selection, gather and retained mass for the stored heads of one item,
+ * given the column sums of its G query heads ([G][L], unused when nothing
+ * was scored). gq: one query head only (expand mode), or -1 for all.
+ */
+static void finish_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+			const float *colsum, int gq)
+{
 	const uint32_t G = jb->G, L = jb->sh->prompt_len;
 	const bool expand = jb->p->gqa == SKV_GQA_EXPAND;
 	const uint32_t kept = jb->pl->kept;
+	const uint32_t ga = gq < 0 ? 0 : (uint32_t)gq;
+	const uint32_t gz = gq < 0 ? (expand ? G : 1) : (uint32_t)gq + 1;
 
-	if (jb->score) {
-		uint32_t bad_g = 0;
-		int r = score_item(jb, w, layer, kvh, &bad_g);
-		if (r < 0) {
-			*ret_head = (int32_t)(kvh * G + bad_g);
-			return r;
-		}
-	}
 	if (!jb->score || !jb->select) {
 		/* the same positions for every head: bypass or no scoring */
-		for (uint32_t g = 0; g < (expand ? G : 1); g++) {
+		for (uint32_t g = ga; g < gz; g++) {
 			uint32_t h = expand ? kvh * G + g : kvh;
 			float mass;
-			if (jb->pl->bypass)
+			if (jb->pl->bypass) {
 				mass = 1.0f;
-			else if (!jb->score)
+			} else if (!jb->score) {
 				mass = NAN;
-			else if (expand)
-				mass = mass_of(w->colsum + (size_t)g * L, jb->base_pos, kept,
-					       jb->n_obs);
-			else {
-				for (uint32_t j = 0; j < L; j++) {
-					float acc = 0.0f;
-					for (uint32_t q = 0; q < G; q++)
-						acc += w->colsum[(size_t)q * L + j];
-					w->vote[j] = acc / (float)G;
-				}
+			} else if (expand) {
+				mass =
+				    mass_of(colsum + (size_t)g * L, jb->base_pos, kept, jb->n_obs);
+			} else {
+				group_votes(jb, w, colsum);
 				mass = mass_of(w->vote, jb->base_pos, kept, jb->n_obs);
 			}
 			emit(jb, w, layer, kvh, h, jb->base_pos, kept, mass);
 		}
-		return 0;
+		return;
 	}
 	if (expand) {
-		for (uint32_t g = 0; g < G; g++) {
-			const float *v = w->colsum + (size_t)g * L;
+		for (uint32_t g = ga; g < gz; g++) {
+			const float *v = colsum + (size_t)g * L;
 			uint32_t cnt = choose(jb, w, v);
 			emit(jb, w, layer, kvh, kvh * G + g, w->pos, cnt,
 			     mass_of(v, w->pos, cnt, jb->n_obs));
 		}
 	} else {
 		/* group: the G heads' votes are averaged before pooling */
-		for (uint32_t j = 0; j < L; j++) {
-			float acc = 0.0f;
-			for (uint32_t q = 0; q < G; q++)
-				acc += w->colsum[(size_t)q * L + j];
-			w->vote[j] = acc / (float)G;
-		}
+		group_votes(jb, w, colsum);
 		uint32_t cnt = choose(jb, w, w->vote);
 		emit(jb, w, layer, kvh, kvh, w->pos, cnt, mass_of(w->vote, w->pos, cnt, jb->n_obs));
 	}
+}
+
+static int run_item(const struct skv_job *jb, struct skv_ws *w, uint32_t item, int32_t *ret_head)
+{
+	const uint32_t layer = item / jb->sh->h_kv, kvh = item % jb->sh->h_kv;
+
+	if (jb->score) {
+		uint32_t bad_g = 0;
+		int r = score_item(jb, w, layer, kvh, 0, jb->G, w->colsum, &bad_g);
+		if (r < 0) {
+			*ret_head = (int32_t)(kvh * jb->G + bad_g);
+			return r;
+		}
+	}
+	finish_item(jb, w, layer, kvh, w->colsum, -1);
 	return 0;
+}
+
+static void run_unit(struct skv_job *jb, struct skv_ws *w, uint32_t u)
+{
+	const uint32_t G = jb->G, L = jb->sh->prompt_len, h_kv = jb->sh->h_kv;
+
+	switch (jb->phase) {
+	case PH_ITEMS: {
+		int32_t head = -1;
+		jb->errs[u].rc = run_item(jb, w, u, &head);
+		jb->errs[u].head = head;
+		break;
+	}
+	case PH_SCORE_HEADS: { /* split mode: unit = (item, g) */
+		uint32_t item = u / G, g = u % G, bad_g = 0;
+		jb->uerrs[u].rc = score_item(jb, w, item / h_kv, item % h_kv, g, g + 1,
+					     jb->cs + (size_t)u * L, &bad_g);
+		break;
+	}
+	case PH_FINISH: { /* split mode: unit = (item, g) in expand, item in group */
+		bool expand = jb->p->gqa == SKV_GQA_EXPAND;
+		uint32_t item = expand ? u / G : u;
+		if (jb->errs[item].rc < 0)
+			break;
+		finish_item(jb, w, item / h_kv, item % h_kv, jb->cs + (size_t)item * G * L,
+			    expand ? (int)(u % G) : -1);
+		break;
+	}
+	}
 }
 
 static void run_items(struct skv_ctx *ctx, unsigned tid)
@@ -1026,14 +1143,37 @@ static void run_items(struct skv_ctx *ctx, unsigned tid)
 	if (tid >= jb->nth) /* its scratch was not sized for this job */
 		return;
 	for (;;) {
-		uint32_t i = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);
-		if (i >= jb->n_items)
+		uint32_t u = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);
+		if (u >= jb->n_units)
 			break;
-		int32_t head = -1;
-		int r = run_item(jb, &ctx->ws[tid], i, &head);
-		jb->errs[i].rc = r;
-		jb->errs[i].head = head;
+		run_unit(jb, &ctx->ws[tid], u);
 	}
+	jb->isa->fence(); /* streamed output stores are visible before we return */
+}
+
+/* Run one phase of the job on the pool, the calling thread included. */
+static void run_phase(struct skv_ctx *ctx, struct skv_job *jb, int phase, uint32_t n_units)
+{
+	jb->phase = phase;
+	jb->n_units = n_units;
+	atomic_store(&jb->next, 0);
+	ctx->job = jb;
+	if (jb->nth > 1) {
+		pthread_mutex_lock(&ctx->mu);
+		ctx->gen++;
+		/* every worker wakes; those at or past nth return at once */
+		ctx->busy = ctx->started;
+		pthread_cond_broadcast(&ctx->go);
+		pthread_mutex_unlock(&ctx->mu);
+	}
+	run_items(ctx, 0);
+	if (jb->nth > 1) {
+		pthread_mutex_lock(&ctx->mu);
+		while (ctx->busy)
+			pthread_cond_wait(&ctx->done, &ctx->mu);
+		pthread_mutex_unlock(&ctx->mu);
+	}
+	ctx->job = NULL;
 }
 
 /* --------------------------------------------------------------- compact */
@@ -1145,7 +1285,15 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 	} else {
 		jb.rb = SKV_ROWPAD;
 	}
-	unsigned nth = ctx->threads < jb.n_items ? ctx->threads : jb.n_items;
+	/*
+	 * Fewer items than threads (one layer on a big machine): score the query
+	 * heads of each item as separate units, then select. Same bits as the
+	 * item-at-a-time path (score_item), G times the key traffic.
+	 */
+	bool split = jb.score && G > 1 && jb.n_items < ctx->threads &&
+		     (uint64_t)jb.n_items * G * L * 4 <= SKV_SPLIT_BUDGET;
+	uint32_t max_units = split ? jb.n_items * G : jb.n_items;
+	unsigned nth = ctx->threads < max_units ? ctx->threads : max_units;
 	for (unsigned t = 0; t < nth; t++)
 		if (ws_reserve(&ctx->ws[t], &jb) < 0) {
 			fail(err, -1, -1, "out of memory for scratch");
@@ -1154,24 +1302,31 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 		}
 	jb.errs = errs;
 	jb.nth = nth;
-	atomic_init(&jb.next, 0);
-	ctx->job = &jb;
-	if (nth > 1) {
-		pthread_mutex_lock(&ctx->mu);
-		ctx->gen++;
-		/* every worker wakes; those at or past nth return at once */
-		ctx->busy = ctx->started;
-		pthread_cond_broadcast(&ctx->go);
-		pthread_mutex_unlock(&ctx->mu);
+	if (!split) {
+		run_phase(ctx, &jb, PH_ITEMS, jb.n_items);
+	} else {
+		jb.cs = malloc((size_t)jb.n_items * G * L * sizeof(float));
+		jb.uerrs = calloc((size_t)jb.n_items * G, sizeof(*jb.uerrs));
+		if (!jb.cs || !jb.uerrs) {
+			free(jb.cs);
+			free(jb.uerrs);
+			fail(err, -1, -1, "out of memory for scratch");
+			r = -ENOMEM;
+			goto out;
+		}
+		run_phase(ctx, &jb, PH_SCORE_HEADS, jb.n_items * G);
+		for (uint32_t i = 0; i < jb.n_items; i++)
+			for (uint32_t g = 0; g < G; g++)
+				if (jb.uerrs[(size_t)i * G + g].rc < 0) {
+					errs[i].rc = jb.uerrs[(size_t)i * G + g].rc;
+					errs[i].head = (int32_t)((i % sh->h_kv) * G + g);
+					break;
+				}
+		run_phase(ctx, &jb, PH_FINISH,
+			  p->gqa == SKV_GQA_EXPAND ? jb.n_items * G : jb.n_items);
+		free(jb.cs);
+		free(jb.uerrs);
 	}
-	run_items(ctx, 0);
-	if (nth > 1) {
-		pthread_mutex_lock(&ctx->mu);
-		while (ctx->busy)
-			pthread_cond_wait(&ctx->done, &ctx->mu);
-		pthread_mutex_unlock(&ctx->mu);
-	}
-	ctx->job = NULL;
 	r = 0;
 	for (uint32_t i = 0; i < jb.n_items; i++)
 		if (errs[i].rc < 0) {

@@ -119,6 +119,35 @@ struct skv_error {
 };
 
 /*
+ * Decisions of the host implementation where SPEC.md leaves room (the CUDA
+ * backend should match them):
+ * - snapkv needs n_q == W and h2o n_q == L; W > L is rejected even when
+ *   L < C would bypass (SPEC's list), so a caller with a prompt shorter than
+ *   W must lower W. streamingllm/window accept any n_q <= L.
+ * - h2o: W_obs = L, W_keep = window, no pooling whatever kernel/pooling say
+ *   (they are still validated). sinks only apply to streamingllm.
+ * - Protected ranges: non-empty, end <= L, may overlap (their union counts).
+ *   Scoring policies: |window U protected| <= C. streamingllm/window: sinks
+ *   and protected ranges are kept, the rest of C goes to the most recent
+ *   other positions (plan.w_keep = C - |sinks U protected|); S > C or
+ *   |sinks U protected| > C is rejected.
+ * - Bypass (L < C), any policy: all L kept, nothing read from q, retained
+ *   mass 1; plan.sinks = plan.w_obs = 0, plan.w_keep = L.
+ * - Retained mass: (1/W_obs) * sum over rows of the weights of kept keys;
+ *   group mode averages the G heads. streamingllm/window with n_q > 0 score
+ *   those rows for the mass only (and can return -EDOM); n_q == 0 gives NaN.
+ * - Weights below exp(-87.3) of a row's maximum count as 0.
+ * - -EDOM: err->head is the QUERY head (kv_head * G + g) of the lowest
+ *   failing (layer, head); that item writes nothing, others may have.
+ * - params_size must equal sizeof(struct skv_params).
+ * - Output dtype may differ from the input's (converted, round to nearest
+ *   even); rows are otherwise copied bit for bit.
+ * - Limits: L <= 2^22, D <= 4096, h_q <= 4096, kernel <= 255.
+ * - The environment variable SKV_ISA=scalar|avx2|avx512 lowers the SIMD
+ *   path a new context picks (for tests).
+ */
+
+/*
  * Validate params against a shape and compute the plan. -EINVAL with a
  * reason for every invalid combination of SPEC.md (protected + S + W_keep >
  * C, W > L, C <= W, even k, unknown policy/pooling/gqa/dtype, H_q not a

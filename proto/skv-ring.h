@@ -49,7 +49,8 @@ extern "C" {
 /* features */
 #define SKV_RING_F_NEED_WAKEUP (1u << 0) /* SQ/CQ flags carry NEED_WAKEUP */
 #define SKV_RING_F_ARG_SLOTS   (1u << 1) /* one argument slot per SQ entry */
-#define SKV_RING_F_KNOWN       (SKV_RING_F_NEED_WAKEUP | SKV_RING_F_ARG_SLOTS)
+#define SKV_RING_F_EVENTS      (1u << 2) /* the daemon may post event CQEs       */
+#define SKV_RING_F_KNOWN       (SKV_RING_F_NEED_WAKEUP | SKV_RING_F_ARG_SLOTS | SKV_RING_F_EVENTS)
 
 /* skv_ring_ctl.flags */
 #define SKV_RING_NEED_WAKEUP (1u << 0) /* consumer sleeps: ring its doorbell */
@@ -101,6 +102,23 @@ struct skv_cqe {
 	uint32_t len;  /* response bytes (0: none)                       */
 	uint64_t reserved;
 };
+
+/* skv_cqe.flags */
+#define SKV_CQE_F_EVENT (1u << 0) /* not a completion: an event, user_data = SKV_EVENT_* */
+
+/*
+ * Event CQEs (SKV_RING_F_EVENTS). They never answer a request: a consumer
+ * that matches completions by user_data skips them. The daemon posts one
+ * only while the CQ keeps room for every in-flight request's completion.
+ *
+ * SKV_EVENT_PRESSURE: the pool's pressure level changed.
+ *   res      = new level (snapkv.v1.PressureLevel: 1 normal, 2 high, 3 critical)
+ *   slot     = suggested budget C for new requests (the daemon's default C,
+ *              scaled; new requests at high/critical are scaled anyway)
+ *   len      = scale factor in effect, per mille
+ *   reserved = pool bytes in use
+ */
+#define SKV_EVENT_PRESSURE 1u
 
 _Static_assert(sizeof(struct skv_ring_layout) == 96, "ring layout ABI");
 _Static_assert(sizeof(struct skv_ring_ctl) == 3 * SKV_RING_CACHELINE, "ring ctl ABI");

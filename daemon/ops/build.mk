@@ -8,7 +8,7 @@
 
 LIBSNAPKVD_OPS := $(BUILD)/libsnapkvd-ops.a
 OPS_SRCS := daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c daemon/snapkvd-metrics.c \
-	daemon/snapkvd-quota.c daemon/snapkvd-ops-config.c
+	daemon/snapkvd-quota.c daemon/snapkvd-ops-config.c daemon/snapkvd-ops.c
 OPS_OBJS := $(OPS_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(OPS_OBJS)
 LIBS += $(LIBSNAPKVD_OPS)
@@ -18,7 +18,7 @@ $(LIBSNAPKVD_OPS): $(OPS_OBJS)
 	$(AR) rcs $@ $^
 
 # CUnit suites: tests/unit/test-ops-<module>.c, each linked against the library.
-OPS_TESTS := pressure hooks metrics quota config
+OPS_TESTS := pressure hooks metrics quota config runtime
 
 # snapkvctl's side of `top`/`pressure`: the Prometheus parser and renderer
 # (client/ctl-ops-view.c), tested against the daemon's writer.

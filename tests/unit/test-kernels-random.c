@@ -73,7 +73,7 @@ static void random_prob(struct prob *pb, enum skv_policy pol, bool protect)
 	pb->block_size = 1 + pick(8);
 }
 
-static const char *isa_names[3] = {"scalar", "avx2", NULL};
+static const char *isa_names[4] = {"scalar", "avx2", "avx512", NULL};
 
 static void run_random(enum skv_policy pol, bool protect, int cases)
 {
@@ -85,8 +85,8 @@ static void run_random(enum skv_policy pol, bool protect, int cases)
 		prob_random(&pb, 1.2);
 		prob_build(&pb);
 		struct skv_error e;
-		/* rotate over the SIMD paths: scalar, avx2, best */
-		const char *isa = isa_names[c % 3];
+		/* rotate over the SIMD paths: scalar, avx2, avx512 (f32 dots), best */
+		const char *isa = isa_names[c % 4];
 		if (isa)
 			setenv("SKV_ISA", isa, 1);
 		else
@@ -239,6 +239,65 @@ static void test_thread_invariance(void)
 	}
 }
 
+/*
+ * Fewer items than threads switches to scoring each query head as its own
+ * unit; outputs must not change by a bit. h2o at L 2100 also cuts each
+ * head's rows into chunks (the logit buffer budget), in both paths.
+ */
+static void test_split_mode(void)
+{
+	static const unsigned th[4] = {1, 2, 3, 7};
+	for (int c = 0; c < 4; c++) {
+		struct prob pb[4];
+		for (int i = 0; i < 4; i++) {
+			rng_state = 0x1234567ull + (uint64_t)c;
+			bool h2o = c >= 2;
+			prob_init(&pb[i], h2o ? 2100 : 300, 16, h2o ? 4 : 8, h2o ? 1 : 2, 1);
+			pb[i].p.policy = h2o ? SKV_POLICY_H2O : SKV_POLICY_SNAPKV;
+			pb[i].p.window = 16;
+			pb[i].p.capacity = h2o ? 700 : 100;
+			pb[i].p.gqa = c & 1 ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+			pb[i].sh.n_q = h2o ? 2100 : 16;
+			pb[i].dk = SKV_DTYPE_F16;
+			prob_random(&pb[i], 1.0);
+			prob_build(&pb[i]);
+			CU_ASSERT_EQUAL_FATAL(prob_run(&pb[i], th[i], NULL), 0);
+		}
+		uint32_t hs = pb[0].p.gqa == SKV_GQA_GROUP ? pb[0].sh.h_kv : pb[0].sh.h_q;
+		for (int i = 1; i < 4; i++) {
+			const struct skv_layer_out *a = &pb[0].out[0], *b = &pb[i].out[0];
+			CU_ASSERT(!memcmp(a->k.data, b->k.data, pb[0].out_k_bytes));
+			CU_ASSERT(!memcmp(a->v.data, b->v.data, pb[0].out_v_bytes));
+			CU_ASSERT(
+			    !memcmp(a->positions, b->positions, pb[0].pos_count * sizeof(int32_t)));
+			CU_ASSERT(!memcmp(a->retained_mass, b->retained_mass, hs * sizeof(float)));
+		}
+		int tol = 0;
+		CU_ASSERT(prob_check(&pb[3], 1e-5, &tol) == 0);
+		CU_ASSERT(tol <= 2);
+		for (int i = 0; i < 4; i++)
+			prob_free(&pb[i]);
+	}
+
+	/* -EDOM names the same head either way */
+	for (int i = 0; i < 2; i++) {
+		struct prob pb;
+		struct skv_error e;
+		prob_init(&pb, 64, 8, 8, 2, 1);
+		pb.p.window = 8;
+		pb.p.capacity = 20;
+		pb.sh.n_q = 8;
+		prob_random(&pb, 1.0);
+		pb.q[0][((size_t)6 * 8 + 2) * 8 + 1] = NAN;
+		pb.q[0][((size_t)7 * 8 + 2) * 8 + 1] = NAN;
+		prob_build(&pb);
+		CU_ASSERT_EQUAL(prob_run(&pb, i ? 7 : 1, &e), -EDOM);
+		CU_ASSERT_EQUAL(e.layer, 0);
+		CU_ASSERT_EQUAL(e.head, 6);
+		prob_free(&pb);
+	}
+}
+
 int main(void)
 {
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -252,6 +311,7 @@ int main(void)
 	CU_add_test(s, "llama-like shapes", test_llama_like);
 	CU_add_test(s, "L == C scores and keeps all", test_l_equals_c);
 	CU_add_test(s, "thread-count invariance", test_thread_invariance);
+	CU_add_test(s, "split mode (fewer items than threads)", test_split_mode);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned f = CU_get_number_of_failures();

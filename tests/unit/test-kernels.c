@@ -549,6 +549,20 @@ static void test_nan_edom(void)
 	CU_ASSERT_EQUAL(e.layer, 0);
 	CU_ASSERT_EQUAL(e.head, 2);
 	prob_free(&pb);
+
+	/* bf16 queries and keys (the BF16 dot-product path where the CPU has it) */
+	prob_init(&pb, 60, 16, 4, 1, 3);
+	pb.p.window = 8;
+	pb.p.capacity = 20;
+	pb.sh.n_q = 8;
+	pb.dq = pb.dk = SKV_DTYPE_BF16;
+	prob_random(&pb, 1.0);
+	pb.q[2][((size_t)1 * 8 + 0) * 16 + 9] = -INFINITY;
+	prob_build(&pb);
+	CU_ASSERT_EQUAL(prob_run(&pb, 2, &e), -EDOM);
+	CU_ASSERT_EQUAL(e.layer, 2);
+	CU_ASSERT_EQUAL(e.head, 1);
+	prob_free(&pb);
 }
 
 static void test_ctx(void)

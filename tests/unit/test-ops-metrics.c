@@ -332,6 +332,12 @@ static void test_round_trip(void)
 	    .hooks_started_total = 4,
 	    .hooks_failed_total = 1,
 	    .hooks_timed_out_total = 1,
+	    .lingering_caches = 2,
+	    .lingering_bytes = 65536,
+	    .requests_total = 1234,
+	    .errors_total = 7,
+	    .sessions_total = 11,
+	    .kernel_seconds_total = 0.125,
 	    .n_tenants = 2,
 	    .tenants = tenants,
 	    .n_errors = 3,
@@ -393,6 +399,12 @@ static void test_round_trip(void)
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_evictions_total", ""), 9, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_hooks_timed_out_total", ""), 1, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_start_time_seconds", ""), 1764417600.25, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_lingering_caches", ""), 2, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_lingering_bytes", ""), 65536, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_requests_total", ""), 1234, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_errors_total", ""), 7, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_sessions_total", ""), 11, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_compaction_kernel_seconds_total", ""), 0.125, 0);
 
 	/* Histogram: cumulative buckets computed here independently. */
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_compaction_seconds_bucket", "le=0.001"), 1, 0);

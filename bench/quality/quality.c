@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bench-quality: what compaction does to a real model's output.
+ *
+ * N prompts of L tokens are sampled from the model itself (from BOS, fixed
+ * seed, temperature 1). For each, the full cache's greedy continuation of T
+ * tokens is the reference. Then, for every policy configuration, the prompt
+ * cache is compacted with libskv and the continuation is teacher-forced
+ * through the compact cache (the first token comes from the full prefill
+ * logits, as a serving engine does). At each of the T steps the compacted
+ * model's next-token distribution is compared with the full cache's:
+ * top-1 agreement and KL(full || compacted), averaged over steps and prompts.
+ *
+ *   bench-quality [-m model.gguf] [-n prompts] [-L prompt_len] [-T steps] [-s seed]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tl-compact.h"
+#include "tl-model.h"
+
+struct cfg {
+	const char *name;
+	enum skv_policy policy;
+	enum skv_pooling pool;
+	uint32_t kernel;
+};
+
+static const struct cfg cfgs[] = {
+    {"snapkv avg k5", SKV_POLICY_SNAPKV, SKV_POOL_AVG, 5},
+    {"snapkv max k7", SKV_POLICY_SNAPKV, SKV_POOL_MAX, 7},
+    {"h2o", SKV_POLICY_H2O, SKV_POOL_AVG, 1},
+    {"streamingllm S4", SKV_POLICY_STREAMINGLLM, SKV_POOL_AVG, 1},
+    {"window", SKV_POLICY_WINDOW, SKV_POOL_AVG, 1},
+};
+#define N_CFG (sizeof(cfgs) / sizeof(cfgs[0]))
+static const uint32_t caps[] = {12, 16, 24, 48};
+#define N_CAP (sizeof(caps) / sizeof(caps[0]))
+static const enum skv_gqa modes[] = {SKV_GQA_EXPAND, SKV_GQA_GROUP};
+#define N_MODE 2
+#define WINDOW 8
+
+struct acc {
+	double kl;
+	double agree;
+	uint64_t n;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* log-softmax of logits into out (double). */
+static void log_softmax(const float *x, uint32_t n, double *out)
+{
+	double mx = x[0], sum = 0;
+	for (uint32_t i = 1; i < n; i++)
+		if (x[i] > mx)
+			mx = x[i];
+	for (uint32_t i = 0; i < n; i++)
+		sum += exp(x[i] - mx);
+	double lse = mx + log(sum);
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = x[i] - lse;
+}
+
+static double kl(const double *lp, const double *lq, uint32_t n)
+{
+	double s = 0;
+	for (uint32_t i = 0; i < n; i++)
+		s += exp(lp[i]) * (lp[i] - lq[i]);
+	return s;
+}
+
+static struct tl_kv *copy_kv(const struct tl_model *m, const struct tl_kv *f)
+{
+	struct tl_kv *k;
+	if (tl_kv_new(&m->cfg, f->h_store, f->cap, &k) < 0)
+		return NULL;
+	for (uint32_t l = 0; l < f->n_layers; l++) {
+		size_t n = (size_t)f->h_store * f->cap;
+		memcpy(k->layers[l].k, f->layers[l].k, n * f->head_dim * sizeof(float));
+		memcpy(k->layers[l].v, f->layers[l].v, n * f->head_dim * sizeof(float));
+		memcpy(k->layers[l].pos, f->layers[l].pos, n * sizeof(int32_t));
+	}
+	k->len = f->len;
+	k->next_pos = f->next_pos;
+	return k;
+}
+
+int main(int argc, char **argv)
+{
+	const char *shared = getenv("SHARED");
+	char defpath[4096];
+	snprintf(defpath, sizeof(defpath), "%s/models/stories260K.gguf",
+		 shared && *shared ? shared : "../shared");
+	const char *path = getenv("SNAPKV_MODEL") ? getenv("SNAPKV_MODEL") : defpath;
+	uint32_t N = 24, L = 320, T = 64;
+	uint64_t seed = 1234;
+	int c;
+
+	while ((c = getopt(argc, argv, "m:n:L:T:s:")) != -1) {
+		switch (c) {
+		case 'm':
+			path = optarg;
+			break;
+		case 'n':
+			N = (uint32_t)atoi(optarg);
+			break;
+		case 'L':
+			L = (uint32_t)atoi(optarg);
+			break;
+		case 'T':
+			T = (uint32_t)atoi(optarg);
+			break;
+		case 's':
+			seed = strtoull(optarg, NULL, 10);
+			break;
+		default:
+			fprintf(stderr, "usage: bench-quality [-m model] [-n prompts] [-L len] [-T "
+					"steps] [-s seed]\n");
+			return 2;
+		}
+	}
+	struct tl_err err = {{0}};
+	struct tl_model *m;
+	if (access(path, R_OK) != 0) {
+		printf("bench-quality: model %s not found; skipped (set SHARED or SNAPKV_MODEL)\n",
+		       path);
+		return 0;
+	}
+	if (tl_model_load(path, &m, &err) < 0) {
+		fprintf(stderr, "bench-quality: %s\n", err.msg);
+		return 1;
+	}
+	const struct tl_config *mc = &m->cfg;
+	const uint32_t V = mc->vocab_size;
+	if (N == 0 || L < 2 * WINDOW || T == 0 || L + T + 1 > 512) {
+		fprintf(stderr,
+			"bench-quality: need N > 0, L >= %d, L + T < 512 (trained length)\n",
+			2 * WINDOW);
+		return 2;
+	}
+
+	struct acc accs[N_CFG][N_MODE][N_CAP];
+	memset(accs, 0, sizeof(accs));
+	struct skv_ctx *ctx;
+	if (skv_ctx_new(1, &ctx) < 0)
+		return 1;
+	struct tl_state *st;
+	if (tl_state_new(m, &st) < 0)
+		return 1;
+	float *q = calloc((size_t)mc->n_layers * mc->n_heads * L * mc->head_dim, sizeof(float));
+	float *probs = calloc(V, sizeof(float));
+	float *logits0 = calloc(V, sizeof(float));
+	double *ref_lp = calloc((size_t)T * V, sizeof(double));
+	double *lp = calloc(V, sizeof(double));
+	uint32_t *ref_top = calloc(T, sizeof(uint32_t));
+	uint32_t *toks = calloc(L + T + 1, sizeof(uint32_t));
+	if (!q || !probs || !logits0 || !ref_lp || !lp || !ref_top || !toks)
+		return 1;
+
+	struct tl_rng rng;
+	tl_rng_seed(&rng, seed);
+	double t0 = now();
+	uint64_t forwards = 0;
+	for (uint32_t pi = 0; pi < N; pi++) {
+		/* Sample the prompt from the model; its prefill is the sampling itself. */
+		struct tl_kv *full;
+		if (tl_kv_new(mc, mc->n_kv_heads, L + T + 1, &full) < 0)
+			return 1;
+		struct tl_qcap qc = {.q = q, .first = 0, .n = L};
+		toks[0] = m->tok->bos;
+		for (uint32_t i = 0; i < L; i++) {
+			if (tl_forward(m, st, full, toks[i], &qc) < 0)
+				return 1;
+			forwards++;
+			if (i + 1 < L)
+				toks[i + 1] = tl_sample(tl_state_logits(st), V, 1.0f, &rng, probs);
+		}
+		memcpy(logits0, tl_state_logits(st), V * sizeof(float));
+		if (pi == 0) {
+			char piece[TL_TOK_MAX_PIECE + 8];
+			printf("prompt 0 (first 48 of %u tokens):", L);
+			for (uint32_t i = 1; i < 48; i++) {
+				tl_tok_decode(m->tok, toks[i - 1], toks[i], piece, sizeof(piece));
+				printf("%s", piece);
+			}
+			printf(" ...\n");
+		}
+
+		/* Full-cache greedy continuation: y_0 from the prefill, then T steps. */
+		struct tl_kv *ref = copy_kv(m, full);
+		if (!ref)
+			return 1;
+		toks[L] = tl_argmax(logits0, V);
+		for (uint32_t i = 0; i < T; i++) {
+			if (tl_forward(m, st, ref, toks[L + i], NULL) < 0)
+				return 1;
+			forwards++;
+			log_softmax(tl_state_logits(st), V, ref_lp + (size_t)i * V);
+			ref_top[i] = tl_argmax(tl_state_logits(st), V);
+			toks[L + i + 1] = ref_top[i];
+		}
+		tl_kv_free(ref);
+
+		for (uint32_t ci = 0; ci < N_CFG; ci++)
+			for (uint32_t mi = 0; mi < N_MODE; mi++)
+				for (uint32_t ki = 0; ki < N_CAP; ki++) {
+					struct skv_params p;
+					struct skv_error serr = {0};
+					struct skv_plan plan;
+					struct tl_kv *kv;
+					skv_params_init(&p);
+					p.policy = cfgs[ci].policy;
+					p.pooling = cfgs[ci].pool;
+					p.kernel = cfgs[ci].kernel;
+					p.gqa = modes[mi];
+					p.capacity = caps[ki];
+					p.window = WINDOW;
+					p.sinks = 4;
+					int r = tl_compact(ctx, m, full, q, 0, L, &p, T, &kv, &plan,
+							   &serr);
+					if (r < 0) {
+						fprintf(stderr, "bench-quality: %s C=%u: %s\n",
+							cfgs[ci].name, caps[ki], serr.msg);
+						return 1;
+					}
+					struct acc *a = &accs[ci][mi][ki];
+					for (uint32_t i = 0; i < T; i++) {
+						if (tl_forward(m, st, kv, toks[L + i], NULL) < 0)
+							return 1;
+						forwards++;
+						const float *lg = tl_state_logits(st);
+						log_softmax(lg, V, lp);
+						a->kl += kl(ref_lp + (size_t)i * V, lp, V);
+						a->agree += tl_argmax(lg, V) == ref_top[i];
+						a->n++;
+					}
+					tl_kv_free(kv);
+				}
+		tl_kv_free(full);
+	}
+	double el = now() - t0;
+
+	printf(
+	    "\nteacher-forced quality: %u prompts x %u tokens sampled from the model "
+	    "(seed %llu, temperature 1),\n%u-token greedy continuation of the full cache; W = %d; "
+	    "top-1 agreement %% / mean KL(full || compacted) in nats\n\n",
+	    N, L, (unsigned long long)seed, T, WINDOW);
+	printf("| policy | gqa |");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf(" C = %u |", caps[ki]);
+	printf("\n|---|---|");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf("---|");
+	printf("\n");
+	for (uint32_t ci = 0; ci < N_CFG; ci++)
+		for (uint32_t mi = 0; mi < N_MODE; mi++) {
+			printf("| %s | %s |", cfgs[ci].name,
+			       modes[mi] == SKV_GQA_EXPAND ? "expand" : "group");
+			for (uint32_t ki = 0; ki < N_CAP; ki++) {
+				const struct acc *a = &accs[ci][mi][ki];
+				printf(" %.1f%% / %.4f |", 100.0 * a->agree / a->n, a->kl / a->n);
+			}
+			printf("\n");
+		}
+	printf("\n%llu forwards, %u compactions in %.1f s\n", (unsigned long long)forwards,
+	       N * (unsigned)(N_CFG * N_MODE * N_CAP), el);
+
+	free(q);
+	free(probs);
+	free(logits0);
+	free(ref_lp);
+	free(lp);
+	free(ref_top);
+	free(toks);
+	tl_state_free(st);
+	skv_ctx_free(ctx);
+	tl_model_free(m);
+	return 0;
+}

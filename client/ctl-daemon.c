@@ -1,0 +1,472 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ctl-daemon.c - snapkvctl's online subcommands, answered by a running
+ * snapkvd: status, caches, ledger (table or --json), metrics (Prometheus
+ * text), and ctl_daemon_compact(), the daemon path of `snapkvctl compact`.
+ *
+ * The daemon is found at --socket PATH, else $SNAPKV_SOCKET, else
+ * $XDG_RUNTIME_DIR/snapkvd.sock, else /run/snapkvd/snapkvd.sock.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ctl-daemon.h"
+#include "proto/skv-frame.h"
+#include "proto/snapkv.pb-c.h"
+#include "snapkv.h"
+#include "snapkvctl.h"
+
+const char *ctl_daemon_socket(const char *opt)
+{
+	static char def[108];
+	const char *rt;
+
+	if (opt)
+		return opt;
+	if (getenv("SNAPKV_SOCKET"))
+		return getenv("SNAPKV_SOCKET");
+	rt = getenv("XDG_RUNTIME_DIR");
+	if (rt && strlen(rt) + 14 < sizeof(def)) {
+		snprintf(def, sizeof(def), "%s/snapkvd.sock", rt);
+		return def;
+	}
+	return "/run/snapkvd/snapkvd.sock";
+}
+
+/* One admin question over a fresh admin session. 0 or -errno. */
+static int admin_ask(const char *cmd, const char *path, Snapkv__V1__AdminKind kind,
+		     Snapkv__V1__AdminReply **ret)
+{
+	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct skv_frame_hdr h;
+	uint8_t *buf = NULL;
+	size_t cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, n;
+	int fd = -1, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		ctl_err(cmd, "%s: socket path too long", path);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	buf = malloc(cap);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (!buf || fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		ctl_err(cmd, "cannot reach snapkvd at %s: %s", path, strerror(errno));
+		goto out;
+	}
+	hello.client_version = SKV_PROTO_VERSION;
+	hello.name = "snapkvctl";
+	hello.admin = 1;
+	n = snapkv__v1__hello__pack(&hello, buf);
+	r = skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0);
+	if (r == 0)
+		r = skv_frame_recv(fd, buf, cap, &h, NULL, NULL, 0);
+	if (r >= 0 && h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
+		r = -EPROTO;
+	if (r < 0) {
+		ctl_err(cmd, "handshake with snapkvd failed: %s", strerror(-r));
+		goto out;
+	}
+	ar.kind = kind;
+	n = snapkv__v1__admin_request__pack(&ar, buf);
+	r = skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, 0);
+	if (r == 0)
+		r = skv_frame_recv(fd, buf, cap, &h, NULL, NULL, 0);
+	if (r >= 0 && h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY)
+		r = -EPROTO;
+	if (r < 0) {
+		ctl_err(cmd, "snapkvd did not answer: %s", strerror(-r));
+		goto out;
+	}
+	*ret = snapkv__v1__admin_reply__unpack(NULL, h.length, buf + SKV_FRAME_HDR_SIZE);
+	if (!*ret) {
+		ctl_err(cmd, "malformed reply from snapkvd");
+		r = -EBADMSG;
+	} else if ((*ret)->status < 0) {
+		r = (*ret)->status;
+		ctl_err(cmd, "snapkvd: %s", (*ret)->error);
+		snapkv__v1__admin_reply__free_unpacked(*ret, NULL);
+	} else {
+		r = 0;
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return r;
+}
+
+static int parse_common(const char *cmd, int argc, char **argv, const char **sock, bool *json,
+			const char *usage)
+{
+	static const struct option o[] = {{"socket", required_argument, NULL, 's'},
+					  {"json", no_argument, NULL, 'j'},
+					  {"help", no_argument, NULL, 'h'},
+					  {0}};
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "hs:", o, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			*sock = optarg;
+			break;
+		case 'j':
+			if (!json) {
+				ctl_err(cmd, "--json is not supported here");
+				return CTL_EXIT_USAGE;
+			}
+			*json = true;
+			break;
+		case 'h':
+			printf("%s", usage);
+			return -1;
+		default:
+			fprintf(stderr, "%s", usage);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind != argc) {
+		ctl_err(cmd, "unexpected argument \"%s\"", argv[optind]);
+		return CTL_EXIT_USAGE;
+	}
+	*sock = ctl_daemon_socket(*sock);
+	return 0;
+}
+
+static const char *human(uint64_t b, char *buf, size_t len)
+{
+	static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)b;
+	int i = 0;
+
+	while (v >= 1024 && i < 4) {
+		v /= 1024;
+		i++;
+	}
+	if (i == 0)
+		snprintf(buf, len, "%" PRIu64 " B", b);
+	else
+		snprintf(buf, len, "%.2f %s", v, u[i]);
+	return buf;
+}
+
+static const char *gqa_name(int g)
+{
+	return g == SNAPKV__V1__GQA__GQA_GROUP ? "group" : "expand";
+}
+
+int ctl_status(int argc, char **argv)
+{
+	const char *sock = NULL;
+	bool json = false;
+	Snapkv__V1__AdminReply *r;
+	char a[32], b[32];
+	int rc = parse_common("status", argc, argv, &sock, &json,
+			      "usage: snapkvctl status [--socket PATH] [--json]\n");
+
+	if (rc)
+		return rc < 0 ? CTL_EXIT_OK : rc;
+	if (admin_ask("status", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS, &r) < 0)
+		return CTL_EXIT_FAIL;
+	if (json) {
+		json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
+				      r->version, "pid", (json_int_t)r->pid, "backend", r->backend,
+				      "uptime_ms", (json_int_t)r->uptime_ms, "sessions",
+				      (json_int_t)r->sessions, "pool_total_bytes",
+				      (json_int_t)r->pool_total, "pool_used_bytes",
+				      (json_int_t)r->pool_used, "requests", (json_int_t)r->requests,
+				      "errors", (json_int_t)r->errors);
+		json_dumpf(o, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(o);
+	} else {
+		printf("snapkvd %s (pid %u) at %s\n", r->version, r->pid, sock);
+		printf("  backend   %s\n", r->backend);
+		printf("  uptime    %.1f s\n", r->uptime_ms / 1000.0);
+		printf("  sessions  %u\n", r->sessions);
+		printf("  pool      %s used of %s\n", human(r->pool_used, a, sizeof(a)),
+		       human(r->pool_total, b, sizeof(b)));
+		printf("  requests  %" PRIu64 " (%" PRIu64 " errors)\n", r->requests, r->errors);
+	}
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return CTL_EXIT_OK;
+}
+
+int ctl_caches(int argc, char **argv)
+{
+	const char *sock = NULL;
+	Snapkv__V1__AdminReply *r;
+	int rc = parse_common("caches", argc, argv, &sock, NULL,
+			      "usage: snapkvctl caches [--socket PATH]\n");
+
+	if (rc)
+		return rc < 0 ? CTL_EXIT_OK : rc;
+	if (admin_ask("caches", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES, &r) < 0)
+		return CTL_EXIT_FAIL;
+	printf("%6s %-16s %-10s %6s %6s %7s %7s %7s %6s %6s %8s %8s\n", "ID", "ENGINE", "TENANT",
+	       "LAYERS", "HEADS", "L", "KEPT", "SLOTS", "G", "GQA", "MASSMIN", "MASSAVG");
+	for (size_t i = 0; i < r->n_caches; i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+		uint32_t hs = c->gqa == SNAPKV__V1__GQA__GQA_GROUP ? c->h_kv : c->h_q;
+
+		printf("%6" PRIu64 " %-16.16s %-10.10s %6u %6u %7u %7u %7u %6u %6s %8.4f %8.4f\n",
+		       c->id, c->engine, c->tenant, c->layers, hs, c->prompt_len, c->kept, c->slots,
+		       c->appended, gqa_name(c->gqa), c->mass_min, c->mass_mean);
+	}
+	if (!r->n_caches)
+		printf("(no caches)\n");
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return CTL_EXIT_OK;
+}
+
+static json_t *ledger_json(const Snapkv__V1__AdminReply *r)
+{
+	json_t *tenants = json_array(), *caches = json_array();
+
+	for (size_t i = 0; i < r->n_tenants; i++) {
+		const Snapkv__V1__TenantInfo *t = r->tenants[i];
+
+		json_array_append_new(tenants, json_pack("{s:s, s:I, s:I, s:I}", "name", t->name,
+							 "uid", (json_int_t)t->uid, "used_bytes",
+							 (json_int_t)t->used_bytes, "caches",
+							 (json_int_t)t->caches));
+	}
+	for (size_t i = 0; i < r->n_caches; i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+		const Snapkv__V1__LedgerBytes *b = c->bytes;
+
+		json_array_append_new(
+		    caches,
+		    json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, "
+			      "s:{s:I, s:I, s:I, s:I}}",
+			      "id", (json_int_t)c->id, "tenant", c->tenant, "layers",
+			      (json_int_t)c->layers, "h_q", (json_int_t)c->h_q, "h_kv",
+			      (json_int_t)c->h_kv, "head_dim", (json_int_t)c->head_dim,
+			      "dtype_bytes", (json_int_t)c->dtype_bytes, "prompt_len",
+			      (json_int_t)c->prompt_len, "capacity", (json_int_t)c->capacity,
+			      "appended", (json_int_t)c->appended, "gqa", gqa_name(c->gqa), "bytes",
+			      "native_full", (json_int_t)(b ? b->native_full : 0), "compact",
+			      (json_int_t)(b ? b->compact : 0), "index",
+			      (json_int_t)(b ? b->index : 0), "reserved",
+			      (json_int_t)(b ? b->reserved : 0)));
+	}
+	return json_pack("{s:{s:I, s:I}, s:o, s:o}", "pool", "total_bytes",
+			 (json_int_t)r->pool_total, "used_bytes", (json_int_t)r->pool_used,
+			 "tenants", tenants, "caches", caches);
+}
+
+int ctl_ledger(int argc, char **argv)
+{
+	const char *sock = NULL;
+	bool json = false;
+	Snapkv__V1__AdminReply *r;
+	char a[32], b[32];
+	uint64_t tn = 0, tc = 0, ti = 0, tr = 0;
+	int rc = parse_common("ledger", argc, argv, &sock, &json,
+			      "usage: snapkvctl ledger [--socket PATH] [--json]\n"
+			      "Capacity ledger (SPEC.md) of every cache, per tenant and for the "
+			      "pool.\n");
+
+	if (rc)
+		return rc < 0 ? CTL_EXIT_OK : rc;
+	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r) < 0)
+		return CTL_EXIT_FAIL;
+	if (json) {
+		json_t *o = ledger_json(r);
+
+		json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		putchar('\n');
+		json_decref(o);
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+		return CTL_EXIT_OK;
+	}
+	printf("pool: %s used of %s\n", human(r->pool_used, a, sizeof(a)),
+	       human(r->pool_total, b, sizeof(b)));
+	printf("\n%-16s %8s %14s %8s\n", "TENANT", "UID", "USED_BYTES", "CACHES");
+	for (size_t i = 0; i < r->n_tenants; i++)
+		printf("%-16.16s %8u %14" PRIu64 " %8" PRIu64 "\n", r->tenants[i]->name,
+		       r->tenants[i]->uid, r->tenants[i]->used_bytes, r->tenants[i]->caches);
+	printf("\n%5s %-12s %-8s %4s %4s %4s %4s %2s %6s %5s %5s %6s %13s %13s %10s %10s %7s\n",
+	       "ID", "ENGINE", "TENANT", "N", "H_Q", "H_KV", "D", "S", "L", "C", "G", "GQA",
+	       "NATIVE_FULL", "COMPACT", "INDEX", "RESERVED", "RATIO");
+	for (size_t i = 0; i < r->n_caches; i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+		const Snapkv__V1__LedgerBytes *lb = c->bytes;
+		uint64_t nf = lb ? lb->native_full : 0, cp = lb ? lb->compact : 0;
+
+		printf("%5" PRIu64 " %-12.12s %-8.8s %4u %4u %4u %4u %2u %6u %5u %5u %6s %13" PRIu64
+		       " %13" PRIu64 " %10" PRIu64 " %10" PRIu64 " %7.4f\n",
+		       c->id, c->engine, c->tenant, c->layers, c->h_q, c->h_kv, c->head_dim,
+		       c->dtype_bytes, c->prompt_len, c->capacity, c->appended, gqa_name(c->gqa),
+		       nf, cp, lb ? lb->index : 0, lb ? lb->reserved : 0,
+		       nf ? (double)cp / nf : 0.0);
+		tn += nf;
+		tc += cp;
+		ti += lb ? lb->index : 0;
+		tr += lb ? lb->reserved : 0;
+	}
+	if (r->n_caches)
+		printf("%5s %-12s %-8s %4s %4s %4s %4s %2s %6s %5s %5s %6s %13" PRIu64 " %13" PRIu64
+		       " %10" PRIu64 " %10" PRIu64 " %7.4f\n",
+		       "total", "", "", "", "", "", "", "", "", "", "", "", tn, tc, ti, tr,
+		       tn ? (double)tc / tn : 0.0);
+	else
+		printf("(no caches)\n");
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return CTL_EXIT_OK;
+}
+
+int ctl_metrics(int argc, char **argv)
+{
+	const char *sock = NULL;
+	Snapkv__V1__AdminReply *r;
+	int rc = parse_common("metrics", argc, argv, &sock, NULL,
+			      "usage: snapkvctl metrics [--socket PATH]\n"
+			      "Prometheus text exposition of the daemon's metrics.\n");
+
+	if (rc)
+		return rc < 0 ? CTL_EXIT_OK : rc;
+	if (admin_ask("metrics", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS, &r) < 0)
+		return CTL_EXIT_FAIL;
+	fputs(r->text, stdout);
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return CTL_EXIT_OK;
+}
+
+/* Bytes of a strided [heads, tokens, D] view copied densely. */
+static void pack_tensor(uint8_t *dst, const struct skv_tensor *t, uint32_t heads, uint32_t tokens,
+			uint32_t d)
+{
+	size_t es = skv_dtype_size(t->dtype), row = (size_t)d * es;
+
+	for (uint32_t h = 0; h < heads; h++)
+		for (uint32_t i = 0; i < tokens; i++)
+			memcpy(dst + ((size_t)h * tokens + i) * row,
+			       (const uint8_t *)t->data +
+				   ((size_t)h * t->head_stride + (size_t)i * t->token_stride) * es,
+			       row);
+}
+
+int ctl_daemon_compact(const char *socket_path, const struct skv_shape *shape,
+		       const struct skv_params *params, uint32_t n_layers,
+		       const struct skv_layer_in *in, const struct skv_layer_out *out, char *err,
+		       size_t errlen)
+{
+	struct skv_client_opts opts = {.opts_size = sizeof(opts), .name = "snapkvctl-compact"};
+	struct skv_client *c = NULL;
+	struct skv_buffer *b = NULL;
+	struct skv_cache *k = NULL;
+	struct skv_layer_ref *lr = NULL;
+	struct skv_compact_desc d;
+	uint32_t D = shape->head_dim, L = shape->prompt_len, nq = shape->n_q;
+	size_t total = 0, *qo, *ko, *vo;
+	int r;
+
+	qo = calloc((size_t)n_layers * 3, sizeof(size_t));
+	lr = calloc(n_layers, sizeof(*lr));
+	if (!qo || !lr) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	ko = qo + n_layers;
+	vo = ko + n_layers;
+	/* one buffer: per layer q (if any), k, v, each dense HND, 64-byte aligned */
+	for (uint32_t l = 0; l < n_layers; l++) {
+		size_t qb = nq ? (size_t)shape->h_q * nq * D * skv_dtype_size(in[l].q.dtype) : 0;
+		size_t kb = (size_t)shape->h_kv * L * D * skv_dtype_size(in[l].k.dtype);
+		size_t vb = (size_t)shape->h_kv * L * D * skv_dtype_size(in[l].v.dtype);
+
+		qo[l] = total;
+		total += (qb + 63) & ~(size_t)63;
+		ko[l] = total;
+		total += (kb + 63) & ~(size_t)63;
+		vo[l] = total;
+		total += (vb + 63) & ~(size_t)63;
+	}
+	r = skv_client_connect(socket_path, &opts, &c);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot reach snapkvd at %s: %s",
+			 ctl_daemon_socket(socket_path), strerror(-r));
+		goto out;
+	}
+	r = skv_buffer_alloc(c, total ? total : 64, &b);
+	if (r < 0) {
+		snprintf(err, errlen, "register buffer: %s", skv_client_error(c));
+		goto out;
+	}
+	for (uint32_t l = 0; l < n_layers; l++) {
+		uint8_t *base = skv_buffer_data(b);
+
+		if (nq)
+			pack_tensor(base + qo[l], &in[l].q, shape->h_q, nq, D);
+		pack_tensor(base + ko[l], &in[l].k, shape->h_kv, L, D);
+		pack_tensor(base + vo[l], &in[l].v, shape->h_kv, L, D);
+		lr[l].q =
+		    (struct skv_tensor_ref){b, qo[l], in[l].q.dtype, (int64_t)nq * D, D, 0, 0};
+		lr[l].k = (struct skv_tensor_ref){b, ko[l], in[l].k.dtype, (int64_t)L * D, D, 0, 0};
+		lr[l].v = (struct skv_tensor_ref){b, vo[l], in[l].v.dtype, (int64_t)L * D, D, 0, 0};
+	}
+	memset(&d, 0, sizeof(d));
+	d.desc_size = sizeof(d);
+	d.shape = *shape;
+	d.layers = n_layers;
+	d.params = *params;
+	d.layer = lr;
+	d.out_layout = SKV_LAYOUT_HND;
+	r = skv_client_compact(c, &d, &k);
+	if (r < 0) {
+		snprintf(err, errlen, "%s", skv_client_error(c));
+		goto out;
+	}
+	/* copy the compact cache into the caller's output views */
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	size_t row = (size_t)D * skv_dtype_size(ci->dtype);
+	for (uint32_t l = 0; l < n_layers; l++)
+		for (uint32_t h = 0; h < ci->h_store; h++) {
+			const uint8_t *sk = skv_cache_k(k, l, h), *sv = skv_cache_v(k, l, h);
+			size_t es = skv_dtype_size(out[l].k.dtype);
+
+			for (uint32_t i = 0; i < ci->kept; i++) {
+				memcpy((uint8_t *)out[l].k.data +
+					   ((size_t)h * out[l].k.head_stride +
+					    (size_t)i * out[l].k.token_stride) *
+					       es,
+				       sk + (size_t)i * ci->token_stride * es, row);
+				memcpy((uint8_t *)out[l].v.data +
+					   ((size_t)h * out[l].v.head_stride +
+					    (size_t)i * out[l].v.token_stride) *
+					       es,
+				       sv + (size_t)i * ci->token_stride * es, row);
+			}
+			memcpy(out[l].positions + (size_t)h * out[l].pos_stride,
+			       skv_cache_positions(k, l, h), (size_t)ci->kept * 4);
+			if (out[l].retained_mass)
+				out[l].retained_mass[h] = skv_cache_retained_mass(k, l, h);
+		}
+	r = 0;
+out:
+	skv_cache_release(k);
+	skv_buffer_free(b);
+	skv_client_close(c);
+	free(qo);
+	free(lr);
+	return r;
+}

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl-daemon.h - snapkvctl's online subcommands (client/ctl-daemon.c) and the
+ * daemon path of `snapkvctl compact`.
+ */
+#ifndef CTL_DAEMON_H
+#define CTL_DAEMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv.h"
+
+int ctl_status(int argc, char **argv);
+int ctl_caches(int argc, char **argv);
+int ctl_ledger(int argc, char **argv);
+int ctl_metrics(int argc, char **argv);
+
+/* --socket value (may be NULL) -> the path to use. */
+const char *ctl_daemon_socket(const char *opt);
+
+/*
+ * Run one compaction through snapkvd with exactly skv_compact()'s contract:
+ * the inputs (any strides, strided only) are copied into a registered buffer,
+ * the daemon compacts them with the same kernels, and the compact cache is
+ * copied into `out` (kept slots per stored head, positions, retained mass),
+ * so a file written from `out` is byte-identical to the --offline one.
+ * 0 or -errno with a reason in err.
+ */
+int ctl_daemon_compact(const char *socket_path, const struct skv_shape *shape,
+		       const struct skv_params *params, uint32_t n_layers,
+		       const struct skv_layer_in *in, const struct skv_layer_out *out, char *err,
+		       size_t errlen);
+
+#endif

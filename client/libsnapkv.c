@@ -1,0 +1,1283 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libsnapkv.c - the engine side of snapkvd: handshake and registration over
+ * the control socket, requests over the session's shared-memory ring.
+ *
+ * Ring requests carry a snapkv.v1.Request in the argument slot that belongs
+ * to the SQ entry; the daemon answers in the same slot. Slot i is ours from
+ * submit until its CQE has been reaped, so slots double as request tags.
+ */
+#include "snapkv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/skv-frame.h"
+#include "proto/skv-ring.h"
+#include "proto/snapkv.pb-c.h"
+
+#define SKV_EXPORT __attribute__((visibility("default")))
+
+enum slot_state { SLOT_FREE = 0, SLOT_PENDING, SLOT_DONE };
+
+struct slot {
+	enum slot_state state;
+	int res;
+	uint64_t user_data;
+	Snapkv__V1__Response *resp;
+	bool orphan; /* its request handle is gone: free on completion */
+};
+
+struct old_map {
+	void *p;
+	size_t len;
+	struct old_map *next;
+};
+
+struct skv_client {
+	pthread_mutex_t mu;
+	char path[108];
+	char name[64];
+	uint32_t want_sq, spin_us;
+	int fd;
+	int dead; /* 0, or the -errno every call returns */
+	uint64_t session_id;
+	uint8_t *ring;
+	size_t ring_bytes;
+	struct skv_ring_layout layout;
+	struct skv_ring_q sq, cq;
+	int sq_efd, cq_efd, arena_fd;
+	uint8_t *arena;
+	size_t arena_bytes;
+	struct slot *slots;
+	uint32_t n_slots;
+	uint64_t seq;
+	uint64_t generation;
+	struct skv_buffer *buffers;
+	struct old_map *old_maps;
+	uint8_t *rbuf;
+	char err[256];
+};
+
+struct skv_buffer {
+	struct skv_client *c;
+	int fd;
+	void *data;
+	size_t size;
+	uint64_t id;
+	bool own; /* allocated here: unmap on free */
+	struct skv_buffer *next;
+};
+
+struct skv_request {
+	struct skv_client *c;
+	uint32_t slot;
+	uint64_t user_data;
+};
+
+struct skv_cache {
+	struct skv_client *c;
+	uint64_t session_id;
+	struct skv_cache_info info;
+	uint8_t *arena;
+	uint64_t *k_off, *v_off, *pos_off;
+	float *mass;
+};
+
+static int fail(struct skv_client *c, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct skv_client *c, int r, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!c)
+		return r;
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+SKV_EXPORT const char *skv_client_error(const struct skv_client *c)
+{
+	return c ? c->err : "no client";
+}
+
+SKV_EXPORT uint64_t skv_client_session_id(const struct skv_client *c)
+{
+	return c ? c->session_id : 0;
+}
+
+SKV_EXPORT void skv_client_params_init(struct skv_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->params_size = sizeof(*p);
+	p->policy = SKV_POLICY_SNAPKV;
+	p->window = 32;
+	p->capacity = 2048;
+	p->kernel = 5;
+	p->pooling = SKV_POOL_AVG;
+	p->gqa = SKV_GQA_EXPAND;
+	p->sinks = 4;
+}
+
+static void mark_dead(struct skv_client *c, int r)
+{
+	if (!c->dead)
+		c->dead = r == -EPIPE ? -ECONNRESET : r;
+}
+
+/* ------------------------------------------------------------ socket RPCs */
+
+static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, const int *fds,
+	       unsigned n_fds, uint16_t want, ProtobufCMessage **ret, int *ret_fds,
+	       unsigned *n_ret_fds)
+{
+	size_t n = protobuf_c_message_get_packed_size(m);
+	uint8_t *buf;
+	struct skv_frame_hdr h;
+	int r;
+
+	if (c->dead)
+		return fail(c, c->dead, "not connected to snapkvd");
+	if (n > SKV_FRAME_MAX_PAYLOAD)
+		return fail(c, -EMSGSIZE, "message of %zu bytes is too large", n);
+	buf = malloc(n ? n : 1);
+	if (!buf)
+		return fail(c, -ENOMEM, "out of memory");
+	protobuf_c_message_pack(m, buf);
+	r = skv_frame_send(c->fd, type, buf, n, fds, n_fds, 0);
+	free(buf);
+	if (r < 0) {
+		mark_dead(c, r);
+		return fail(c, c->dead, "send to snapkvd: %s", strerror(-r));
+	}
+	for (;;) {
+		unsigned nf = n_ret_fds ? *n_ret_fds : 0;
+
+		r = skv_frame_recv(c->fd, c->rbuf, SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, &h,
+				   ret_fds, &nf, 0);
+		if (r < 0) {
+			mark_dead(c, r == -ECONNRESET ? -ECONNRESET : r);
+			return fail(c, c->dead, "receive from snapkvd: %s", strerror(-r));
+		}
+		if (h.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
+			Snapkv__V1__ErrorNotice *e =
+			    snapkv__v1__error_notice__unpack(NULL, h.length, c->rbuf + 16);
+			int st = e && e->status < 0 ? e->status : -EPROTO;
+
+			fail(c, st, "snapkvd: %s", e && e->error ? e->error : "error");
+			if (e)
+				snapkv__v1__error_notice__free_unpacked(e, NULL);
+			for (unsigned i = 0; i < nf; i++)
+				close(ret_fds[i]);
+			if (st != -EOPNOTSUPP)
+				mark_dead(c, st);
+			return st;
+		}
+		if (h.type != want) {
+			for (unsigned i = 0; i < nf; i++)
+				close(ret_fds[i]);
+			continue; /* not ours: stray event */
+		}
+		if (n_ret_fds)
+			*n_ret_fds = nf;
+		break;
+	}
+	switch (want) {
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME:
+		*ret =
+		    (ProtobufCMessage *)snapkv__v1__welcome__unpack(NULL, h.length, c->rbuf + 16);
+		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY:
+		*ret = (ProtobufCMessage *)snapkv__v1__register_reply__unpack(NULL, h.length,
+									      c->rbuf + 16);
+		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER_REPLY:
+		*ret = (ProtobufCMessage *)snapkv__v1__unregister_reply__unpack(NULL, h.length,
+										c->rbuf + 16);
+		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE:
+		*ret =
+		    (ProtobufCMessage *)snapkv__v1__response__unpack(NULL, h.length, c->rbuf + 16);
+		break;
+	default:
+		*ret = NULL;
+	}
+	if (!*ret) {
+		if (n_ret_fds)
+			for (unsigned i = 0; i < *n_ret_fds; i++)
+				close(ret_fds[i]);
+		return fail(c, -EBADMSG, "malformed reply from snapkvd");
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------- connection */
+
+static void session_drop(struct skv_client *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	if (c->ring)
+		munmap(c->ring, c->ring_bytes);
+	c->ring = NULL;
+	if (c->arena) {
+		/* cache handles may still point here: keep the pages until close */
+		struct old_map *o = malloc(sizeof(*o));
+
+		if (o) {
+			o->p = c->arena;
+			o->len = c->arena_bytes;
+			o->next = c->old_maps;
+			c->old_maps = o;
+		} else {
+			munmap(c->arena, c->arena_bytes);
+		}
+	}
+	c->arena = NULL;
+	if (c->sq_efd >= 0)
+		close(c->sq_efd);
+	if (c->cq_efd >= 0)
+		close(c->cq_efd);
+	if (c->arena_fd >= 0)
+		close(c->arena_fd);
+	c->sq_efd = c->cq_efd = c->arena_fd = -1;
+	for (uint32_t i = 0; i < c->n_slots; i++)
+		if (c->slots[i].resp)
+			snapkv__v1__response__free_unpacked(c->slots[i].resp, NULL);
+	free(c->slots);
+	c->slots = NULL;
+	c->n_slots = 0;
+	c->session_id = 0;
+}
+
+static int do_register(struct skv_client *c, struct skv_buffer *b);
+
+static int session_open(struct skv_client *c)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	Snapkv__V1__Hello h = SNAPKV__V1__HELLO__INIT;
+	Snapkv__V1__Welcome *w = NULL;
+	int fds[4] = {-1, -1, -1, -1};
+	unsigned nf = 4;
+	int r;
+
+	c->dead = 0;
+	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return fail(c, -errno, "socket: %s", strerror(errno));
+	strcpy(sa.sun_path, c->path);
+	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		close(c->fd);
+		c->fd = -1;
+		c->dead = r == -ENOENT || r == -ECONNREFUSED ? -ENOTCONN : r;
+		return fail(c, c->dead, "connect %s: %s", c->path, strerror(-r));
+	}
+	h.client_version = SKV_PROTO_VERSION;
+	h.name = c->name;
+	h.sq_entries = c->want_sq;
+	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, &h.base, NULL, 0,
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME, (ProtobufCMessage **)&w, fds, &nf);
+	if (r < 0)
+		goto fail;
+	if (nf != 4 || w->ring_bytes < sizeof(struct skv_ring_layout) || !w->arena_bytes) {
+		r = fail(c, -EPROTO, "handshake: expected ring, arena and two eventfds");
+		goto fail;
+	}
+	c->session_id = w->session_id;
+	c->ring_bytes = w->ring_bytes;
+	c->arena_bytes = w->arena_bytes;
+	c->ring = mmap(NULL, c->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	if (c->ring == MAP_FAILED) {
+		c->ring = NULL;
+		r = fail(c, -errno, "mmap ring: %s", strerror(errno));
+		goto fail;
+	}
+	close(fds[0]);
+	fds[0] = -1;
+	memcpy(&c->layout, c->ring, sizeof(c->layout));
+	r = skv_ring_layout_check(&c->layout, c->ring_bytes);
+	if (r < 0) {
+		fail(c, r, "ring layout from snapkvd is invalid");
+		goto fail;
+	}
+	c->arena = mmap(NULL, c->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+	if (c->arena == MAP_FAILED) {
+		c->arena = NULL;
+		r = fail(c, -errno, "mmap arena: %s", strerror(errno));
+		goto fail;
+	}
+	c->arena_fd = fds[1];
+	c->sq_efd = fds[2];
+	c->cq_efd = fds[3];
+	fds[1] = fds[2] = fds[3] = -1;
+	skv_ring_q_init(&c->sq, c->ring, c->layout.sq_off, c->layout.sq_entries,
+			sizeof(struct skv_sqe));
+	skv_ring_q_init(&c->cq, c->ring, c->layout.cq_off, c->layout.cq_entries,
+			sizeof(struct skv_cqe));
+	c->n_slots = c->layout.sq_entries;
+	c->slots = calloc(c->n_slots, sizeof(*c->slots));
+	if (!c->slots) {
+		r = fail(c, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	snapkv__v1__welcome__free_unpacked(w, NULL);
+	/* buffers the engine still holds are registered again */
+	for (struct skv_buffer *b = c->buffers; b; b = b->next) {
+		r = do_register(c, b);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+fail:
+	for (int i = 0; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (w)
+		snapkv__v1__welcome__free_unpacked(w, NULL);
+	session_drop(c);
+	if (!c->dead)
+		c->dead = r;
+	return r;
+}
+
+SKV_EXPORT int skv_client_connect(const char *path, const struct skv_client_opts *opts,
+				  struct skv_client **ret_client)
+{
+	struct skv_client *c;
+	const char *p = path, *rt;
+	char def[108];
+	int r;
+
+	if (!ret_client)
+		return -EINVAL;
+	if (!p)
+		p = getenv("SNAPKV_SOCKET");
+	if (!p) {
+		rt = getenv("XDG_RUNTIME_DIR");
+		if (rt && strlen(rt) + 14 < sizeof(def)) {
+			snprintf(def, sizeof(def), "%s/snapkvd.sock", rt);
+			p = def;
+		} else {
+			p = "/run/snapkvd/snapkvd.sock";
+		}
+	}
+	if (strlen(p) >= sizeof(c->path))
+		return -ENAMETOOLONG;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->mu, NULL);
+	c->fd = c->sq_efd = c->cq_efd = c->arena_fd = -1;
+	snprintf(c->path, sizeof(c->path), "%s", p);
+	snprintf(c->name, sizeof(c->name), "%s",
+		 opts && opts->name ? opts->name : program_invocation_short_name);
+	c->want_sq = opts ? opts->sq_entries : 0;
+	c->spin_us = opts && opts->opts_size >= offsetof(struct skv_client_opts, spin_us) + 4 &&
+			     opts->spin_us
+			 ? opts->spin_us
+			 : 50;
+	c->rbuf = malloc(SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD);
+	if (!c->rbuf) {
+		skv_client_close(c);
+		return -ENOMEM;
+	}
+	r = session_open(c);
+	if (r < 0) {
+		skv_client_close(c);
+		return r;
+	}
+	*ret_client = c;
+	return 0;
+}
+
+SKV_EXPORT void skv_client_close(struct skv_client *c)
+{
+	if (!c)
+		return;
+	session_drop(c);
+	while (c->buffers) {
+		struct skv_buffer *b = c->buffers;
+
+		c->buffers = b->next;
+		if (b->own && b->data)
+			munmap(b->data, b->size);
+		if (b->fd >= 0)
+			close(b->fd);
+		free(b);
+	}
+	while (c->old_maps) {
+		struct old_map *o = c->old_maps;
+
+		c->old_maps = o->next;
+		munmap(o->p, o->len);
+		free(o);
+	}
+	free(c->rbuf);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+SKV_EXPORT int skv_client_reconnect(struct skv_client *c)
+{
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	session_drop(c);
+	r = session_open(c);
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+static int do_register(struct skv_client *c, struct skv_buffer *b)
+{
+	Snapkv__V1__RegisterBuffer m = SNAPKV__V1__REGISTER_BUFFER__INIT;
+	Snapkv__V1__RegisterReply *rr = NULL;
+	int r;
+
+	m.generation = ++c->generation;
+	m.size = b->size;
+	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, &m.base, &b->fd, 1,
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, (ProtobufCMessage **)&rr, NULL,
+		NULL);
+	if (r < 0)
+		return r;
+	r = rr->status;
+	if (r < 0)
+		fail(c, r, "register: %s", rr->error ? rr->error : "failed");
+	else
+		b->id = rr->buffer_id;
+	snapkv__v1__register_reply__free_unpacked(rr, NULL);
+	return r;
+}
+
+static int buffer_add(struct skv_client *c, int fd, void *data, size_t size, bool own,
+		      struct skv_buffer **ret)
+{
+	struct skv_buffer *b = calloc(1, sizeof(*b));
+	int r;
+
+	if (!b)
+		return fail(c, -ENOMEM, "out of memory");
+	b->c = c;
+	b->fd = fd;
+	b->data = data;
+	b->size = size;
+	b->own = own;
+	pthread_mutex_lock(&c->mu);
+	r = do_register(c, b);
+	if (r == 0) {
+		b->next = c->buffers;
+		c->buffers = b;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (r < 0) {
+		free(b);
+		return r;
+	}
+	*ret = b;
+	return 0;
+}
+
+SKV_EXPORT int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_buffer **ret_buf)
+{
+	void *p;
+	int fd, r;
+
+	if (!c || !size || !ret_buf)
+		return fail(c, -EINVAL, "buffer size must be > 0");
+	fd = memfd_create("skv-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return fail(c, -errno, "memfd_create: %s", strerror(errno));
+	if (ftruncate(fd, (off_t)size) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		r = -errno;
+		close(fd);
+		return fail(c, r, "memfd: %s", strerror(-r));
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		r = -errno;
+		close(fd);
+		return fail(c, r, "mmap: %s", strerror(-r));
+	}
+	r = buffer_add(c, fd, p, size, true, ret_buf);
+	if (r < 0) {
+		munmap(p, size);
+		close(fd);
+	}
+	return r;
+}
+
+SKV_EXPORT int skv_buffer_register_fd(struct skv_client *c, int memfd, size_t size,
+				      struct skv_buffer **ret_buf)
+{
+	int fd, r;
+
+	if (!c || memfd < 0 || !ret_buf)
+		return fail(c, -EINVAL, "bad arguments");
+	fd = fcntl(memfd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return fail(c, -errno, "dup: %s", strerror(errno));
+	r = buffer_add(c, fd, NULL, size, false, ret_buf);
+	if (r < 0)
+		close(fd);
+	return r;
+}
+
+SKV_EXPORT void *skv_buffer_data(const struct skv_buffer *b)
+{
+	return b ? b->data : NULL;
+}
+
+SKV_EXPORT size_t skv_buffer_size(const struct skv_buffer *b)
+{
+	return b ? b->size : 0;
+}
+
+SKV_EXPORT uint64_t skv_buffer_id(const struct skv_buffer *b)
+{
+	return b ? b->id : 0;
+}
+
+SKV_EXPORT int skv_buffer_free(struct skv_buffer *b)
+{
+	struct skv_client *c;
+	struct skv_buffer **pp;
+	int r = 0;
+
+	if (!b)
+		return 0;
+	c = b->c;
+	pthread_mutex_lock(&c->mu);
+	for (pp = &c->buffers; *pp; pp = &(*pp)->next)
+		if (*pp == b) {
+			*pp = b->next;
+			break;
+		}
+	if (!c->dead) {
+		Snapkv__V1__Unregister m = SNAPKV__V1__UNREGISTER__INIT;
+		Snapkv__V1__UnregisterReply *rr = NULL;
+
+		m.buffer_id = b->id;
+		r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER, &m.base, NULL, 0,
+			SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER_REPLY, (ProtobufCMessage **)&rr,
+			NULL, NULL);
+		if (r == 0) {
+			r = rr->status;
+			snapkv__v1__unregister_reply__free_unpacked(rr, NULL);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (b->own && b->data)
+		munmap(b->data, b->size);
+	if (b->fd >= 0)
+		close(b->fd);
+	free(b);
+	return r;
+}
+
+/* -------------------------------------------------------------- the ring */
+
+/* Take every CQE; mark slots done. Locked. */
+static int reap(struct skv_client *c)
+{
+	struct skv_cqe cqe;
+	int r, n = 0;
+
+	while ((r = skv_ring_consume(&c->cq, &cqe)) == 0) {
+		uint32_t i = (uint32_t)(cqe.user_data & 0xffffffffu);
+		struct slot *s;
+
+		n++;
+		if (i >= c->n_slots)
+			continue;
+		s = &c->slots[i];
+		if (s->state != SLOT_PENDING || s->user_data != cqe.user_data)
+			continue;
+		s->res = cqe.res;
+		if (cqe.len && cqe.len <= c->layout.arg_slot_size)
+			s->resp = snapkv__v1__response__unpack(
+			    NULL, cqe.len,
+			    c->ring + c->layout.arg_off + (size_t)i * c->layout.arg_slot_size);
+		s->state = SLOT_DONE;
+		if (s->orphan) {
+			if (s->resp)
+				snapkv__v1__response__free_unpacked(s->resp, NULL);
+			*s = (struct slot){0};
+		}
+	}
+	if (r == -EBADMSG) {
+		mark_dead(c, -EPROTO);
+		return fail(c, -EPROTO, "completion ring corrupt");
+	}
+	return n;
+}
+
+/* Check the socket for a hang-up or an error notice while we wait. Locked. */
+static int check_socket(struct skv_client *c, short revents)
+{
+	if (revents & (POLLHUP | POLLERR)) {
+		mark_dead(c, -ECONNRESET);
+		return fail(c, -ECONNRESET, "snapkvd closed the connection");
+	}
+	if (revents & POLLIN) {
+		struct skv_frame_hdr h;
+		unsigned nf = 0;
+		int r = skv_frame_recv(c->fd, c->rbuf, SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD,
+				       &h, NULL, &nf, MSG_DONTWAIT);
+
+		if (r == -EAGAIN)
+			return 0;
+		if (r < 0 || h.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
+			mark_dead(c, r < 0 ? r : -ECONNRESET);
+			return fail(c, c->dead, "snapkvd closed the session");
+		}
+	}
+	return 0;
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Wait until slot i is done. Called locked; may drop the lock to sleep. */
+static int wait_slot(struct skv_client *c, uint32_t i, int timeout_ms)
+{
+	uint64_t start = now_us(), spin_end = start + c->spin_us;
+
+	for (;;) {
+		int r = reap(c);
+
+		if (r < 0)
+			return r;
+		if (c->slots[i].state == SLOT_DONE)
+			return 0;
+		if (c->dead)
+			return fail(c, c->dead, "snapkvd connection lost");
+		uint64_t now = now_us();
+		if (timeout_ms >= 0 && now - start >= (uint64_t)timeout_ms * 1000)
+			return fail(c, -ETIMEDOUT, "timed out");
+		if (now < spin_end)
+			continue;
+		/* W1 on the CQ: the daemon writes cq_efd only if it sees the flag */
+		r = skv_ring_prepare_sleep(&c->cq);
+		if (r < 0) {
+			mark_dead(c, -EPROTO);
+			return fail(c, -EPROTO, "completion ring corrupt");
+		}
+		if (r == 0)
+			continue;
+		struct pollfd p[2] = {{c->cq_efd, POLLIN, 0}, {c->fd, POLLIN, 0}};
+		int to = 1000;
+
+		if (timeout_ms >= 0) {
+			uint64_t left = (uint64_t)timeout_ms * 1000 - (now - start);
+			to = (int)(left / 1000) + 1;
+		}
+		pthread_mutex_unlock(&c->mu);
+		r = poll(p, 2, to);
+		pthread_mutex_lock(&c->mu);
+		skv_ring_clear_wakeup(&c->cq);
+		if (r > 0 && (p[0].revents & POLLIN)) {
+			uint64_t v;
+
+			(void)!read(c->cq_efd, &v, sizeof(v));
+		}
+		if (r > 0 && p[1].revents) {
+			r = check_socket(c, p[1].revents);
+			if (r < 0) {
+				reap(c); /* anything posted before the close still counts */
+				if (c->slots[i].state == SLOT_DONE)
+					return 0;
+				return r;
+			}
+		}
+		spin_end = now_us() + c->spin_us;
+	}
+}
+
+/* Nothing moved: give the daemon a moment, and notice if it is gone. Locked;
+ * drops the lock while waiting. */
+static int stall(struct skv_client *c)
+{
+	struct pollfd p = {c->fd, POLLIN, 0};
+	int r;
+
+	pthread_mutex_unlock(&c->mu);
+	r = poll(&p, 1, 1);
+	pthread_mutex_lock(&c->mu);
+	if (c->dead)
+		return fail(c, c->dead, "not connected to snapkvd");
+	if (r > 0)
+		return check_socket(c, p.revents);
+	return 0;
+}
+
+/* Take a slot and submit. Locked. For SKV_OP_REQUEST the Request is packed
+ * into the slot. */
+static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint32_t *ret_slot)
+{
+	struct skv_sqe sqe = {.opcode = op};
+	uint32_t i;
+	int r;
+
+	if (c->dead)
+		return fail(c, c->dead, "not connected to snapkvd");
+	for (;;) {
+		for (i = 0; i < c->n_slots; i++)
+			if (c->slots[i].state == SLOT_FREE)
+				break;
+		if (i < c->n_slots)
+			break;
+		r = reap(c);
+		if (r < 0)
+			return r;
+		if (r == 0 && (r = stall(c)) < 0)
+			return r;
+	}
+	sqe.slot = i;
+	sqe.user_data = (uint64_t)i | (++c->seq << 32);
+	if (req) {
+		size_t n = snapkv__v1__request__get_packed_size(req);
+
+		if (n > c->layout.arg_slot_size)
+			return fail(c, -EMSGSIZE,
+				    "request of %zu bytes exceeds the %u-byte ring slot (raise "
+				    "slot_bytes in snapkvd's config)",
+				    n, c->layout.arg_slot_size);
+		req->user_data = sqe.user_data;
+		snapkv__v1__request__pack(req, c->ring + c->layout.arg_off +
+						   (size_t)i * c->layout.arg_slot_size);
+		sqe.len = (uint32_t)n;
+	}
+	c->slots[i] = (struct slot){.state = SLOT_PENDING, .user_data = sqe.user_data};
+	while ((r = skv_ring_produce(&c->sq, &sqe)) == -EAGAIN) {
+		/* the daemon is behind (or back-pressuring us): make room */
+		if ((r = reap(c)) < 0 || (r = stall(c)) < 0)
+			break;
+	}
+	if (r < 0) {
+		c->slots[i] = (struct slot){0};
+		return fail(c, r == -EBADMSG ? -EPROTO : r, "submission ring unusable");
+	}
+	/* W2 on the SQ: ring the doorbell only when the daemon sleeps */
+	if (skv_ring_needs_wakeup(&c->sq))
+		(void)!eventfd_write(c->sq_efd, 1);
+	*ret_slot = i;
+	return 0;
+}
+
+/* Take a finished slot's result; frees the slot. */
+static int collect(struct skv_client *c, uint32_t i, Snapkv__V1__Response **ret_resp)
+{
+	struct slot *s = &c->slots[i];
+	int r = s->res;
+
+	if (r < 0)
+		fail(c, r, "%s",
+		     s->resp && s->resp->error && s->resp->error[0] ? s->resp->error
+								    : strerror(-r));
+	if (ret_resp && r == 0)
+		*ret_resp = s->resp;
+	else if (s->resp)
+		snapkv__v1__response__free_unpacked(s->resp, NULL);
+	*s = (struct slot){0};
+	return r;
+}
+
+/* Submit and wait. Locked. */
+static int call(struct skv_client *c, Snapkv__V1__Request *req, Snapkv__V1__Response **ret)
+{
+	uint32_t i;
+	int r = submit(c, SKV_OP_REQUEST, req, &i);
+
+	if (r < 0)
+		return r;
+	r = wait_slot(c, i, -1);
+	if (r < 0) {
+		c->slots[i].orphan = true;
+		if (c->slots[i].state == SLOT_DONE)
+			collect(c, i, NULL);
+		return r;
+	}
+	return collect(c, i, ret);
+}
+
+SKV_EXPORT int skv_client_nop(struct skv_client *c)
+{
+	uint32_t i;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	r = submit(c, SKV_OP_NOP, NULL, &i);
+	if (r == 0) {
+		r = wait_slot(c, i, -1);
+		if (r == 0)
+			r = collect(c, i, NULL);
+		else
+			c->slots[i].orphan = true;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
+
+SKV_EXPORT int skv_client_nop_socket(struct skv_client *c)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__NopRequest nop = SNAPKV__V1__NOP_REQUEST__INIT;
+	Snapkv__V1__Response *resp = NULL;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	req.op_case = SNAPKV__V1__REQUEST__OP_NOP;
+	req.nop = &nop;
+	pthread_mutex_lock(&c->mu);
+	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, &req.base, NULL, 0,
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE, (ProtobufCMessage **)&resp, NULL, NULL);
+	if (r == 0) {
+		r = resp->status;
+		snapkv__v1__response__free_unpacked(resp, NULL);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
+
+SKV_EXPORT int skv_client_stats(struct skv_client *c, struct skv_stats *ret_stats)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__StatsRequest st = SNAPKV__V1__STATS_REQUEST__INIT;
+	Snapkv__V1__Response *resp = NULL;
+	int r;
+
+	if (!c || !ret_stats)
+		return -EINVAL;
+	req.op_case = SNAPKV__V1__REQUEST__OP_STATS;
+	req.stats = &st;
+	pthread_mutex_lock(&c->mu);
+	r = call(c, &req, &resp);
+	pthread_mutex_unlock(&c->mu);
+	if (r < 0)
+		return r;
+	if (resp->result_case != SNAPKV__V1__RESPONSE__RESULT_STATS) {
+		snapkv__v1__response__free_unpacked(resp, NULL);
+		return fail(c, -EPROTO, "unexpected reply");
+	}
+	*ret_stats = (struct skv_stats){
+	    .caches = resp->stats->caches,
+	    .buffers = resp->stats->buffers,
+	    .arena_used = resp->stats->arena_used,
+	    .arena_bytes = resp->stats->arena_bytes,
+	    .requests = resp->stats->requests,
+	    .errors = resp->stats->errors,
+	    .pool_total = resp->stats->pool_total,
+	    .pool_used = resp->stats->pool_used,
+	};
+	snapkv__v1__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+/* ------------------------------------------------------------- compaction */
+
+static void tensor_msg(const struct skv_tensor_ref *t, Snapkv__V1__TensorRef *m)
+{
+	snapkv__v1__tensor_ref__init(m);
+	m->buffer_id = t->buf ? t->buf->id : 0;
+	m->offset = t->offset;
+	m->dtype = (Snapkv__V1__DType)t->dtype;
+	m->head_stride = t->head_stride;
+	m->token_stride = t->token_stride;
+	m->block_size = t->block_size;
+	m->block_stride = t->block_stride;
+}
+
+SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
+				  struct skv_request **ret_req)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
+	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	Snapkv__V1__Range rg[SKV_MAX_PROTECTED], *rgp[SKV_MAX_PROTECTED];
+	Snapkv__V1__LayerRef *lr = NULL, **lrp = NULL;
+	Snapkv__V1__TensorRef *tr = NULL;
+	struct skv_request *rq;
+	uint32_t slot;
+	int r;
+
+	if (!c || !d || !ret_req || !d->layer || !d->layers)
+		return fail(c, -EINVAL, "compaction needs a description with layers");
+	if (d->params.n_protected > SKV_MAX_PROTECTED)
+		return fail(c, -EINVAL, "too many protected ranges");
+	rq = calloc(1, sizeof(*rq));
+	lr = calloc(d->layers, sizeof(*lr));
+	lrp = calloc(d->layers, sizeof(*lrp));
+	tr = calloc((size_t)d->layers * 3, sizeof(*tr));
+	if (!rq || !lr || !lrp || !tr) {
+		r = fail(c, -ENOMEM, "out of memory");
+		goto out;
+	}
+	cr.layers = d->layers;
+	cr.h_q = d->shape.h_q;
+	cr.h_kv = d->shape.h_kv;
+	cr.head_dim = d->shape.head_dim;
+	cr.prompt_len = d->shape.prompt_len;
+	cr.n_q = d->shape.n_q;
+	pm.policy = (Snapkv__V1__Policy)d->params.policy;
+	pm.window = d->params.window;
+	pm.capacity = d->params.capacity;
+	pm.kernel = d->params.kernel;
+	pm.pooling = (Snapkv__V1__Pooling)d->params.pooling;
+	pm.gqa = (Snapkv__V1__Gqa)d->params.gqa;
+	pm.sinks = d->params.sinks;
+	pm.n_protected_ranges = d->params.n_protected;
+	pm.protected_ranges = rgp;
+	for (uint32_t i = 0; i < d->params.n_protected; i++) {
+		snapkv__v1__range__init(&rg[i]);
+		rg[i].begin = d->params.protected_ranges[i].begin;
+		rg[i].end = d->params.protected_ranges[i].end;
+		rgp[i] = &rg[i];
+	}
+	cr.params = &pm;
+	for (uint32_t l = 0; l < d->layers; l++) {
+		snapkv__v1__layer_ref__init(&lr[l]);
+		tensor_msg(&d->layer[l].q, &tr[3 * l]);
+		tensor_msg(&d->layer[l].k, &tr[3 * l + 1]);
+		tensor_msg(&d->layer[l].v, &tr[3 * l + 2]);
+		lr[l].q = d->shape.n_q ? &tr[3 * l] : NULL;
+		lr[l].k = &tr[3 * l + 1];
+		lr[l].v = &tr[3 * l + 2];
+		lrp[l] = &lr[l];
+	}
+	cr.n_layer = d->layers;
+	cr.layer = lrp;
+	cr.out_layout = (Snapkv__V1__Layout)d->out_layout;
+	cr.decode_reserve = d->decode_reserve;
+	cr.n_block_table = d->block_table ? d->n_blocks : 0;
+	cr.block_table = (int32_t *)d->block_table;
+	cr.evictable = !!d->evictable;
+	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
+	req.compact = &cr;
+	pthread_mutex_lock(&c->mu);
+	r = submit(c, SKV_OP_REQUEST, &req, &slot);
+	if (r == 0) {
+		rq->c = c;
+		rq->slot = slot;
+		rq->user_data = c->slots[slot].user_data;
+	}
+	pthread_mutex_unlock(&c->mu);
+out:
+	free(lr);
+	free(lrp);
+	free(tr);
+	if (r < 0) {
+		free(rq);
+		return r;
+	}
+	*ret_req = rq;
+	return 0;
+}
+
+SKV_EXPORT int skv_request_poll(struct skv_request *rq)
+{
+	struct skv_client *c;
+	int r;
+
+	if (!rq)
+		return -EINVAL;
+	c = rq->c;
+	pthread_mutex_lock(&c->mu);
+	r = reap(c);
+	if (r >= 0)
+		r = c->slots[rq->slot].state == SLOT_DONE ? 1 : (c->dead ? c->dead : 0);
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
+
+static void cache_free(struct skv_cache *k)
+{
+	if (!k)
+		return;
+	free(k->k_off);
+	free(k->v_off);
+	free(k->pos_off);
+	free(k->mass);
+	free(k);
+}
+
+/* Adopt a CacheInfo: every offset checked against the arena we mapped. */
+static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci,
+			   struct skv_cache *k)
+{
+	uint64_t es = ci->dtype == SNAPKV__V1__DTYPE__D_TYPE_F32 ? 4 : 2;
+	uint64_t kv = (uint64_t)ci->h_store * ci->capacity * ci->head_dim * es;
+	uint64_t pos = (uint64_t)ci->h_store * ci->capacity * 4;
+	size_t nm = (size_t)ci->layers * ci->h_store;
+
+	if (!ci->layers || ci->n_k_offset != ci->layers || ci->n_v_offset != ci->layers ||
+	    ci->n_pos_offset != ci->layers || ci->n_retained_mass != nm)
+		return fail(c, -EPROTO, "malformed cache description");
+	for (uint32_t l = 0; l < ci->layers; l++)
+		if (ci->k_offset[l] > c->arena_bytes || kv > c->arena_bytes - ci->k_offset[l] ||
+		    ci->v_offset[l] > c->arena_bytes || kv > c->arena_bytes - ci->v_offset[l] ||
+		    ci->pos_offset[l] > c->arena_bytes || pos > c->arena_bytes - ci->pos_offset[l])
+			return fail(c, -EPROTO, "cache outside the arena");
+	free(k->k_off);
+	free(k->v_off);
+	free(k->pos_off);
+	free(k->mass);
+	k->k_off = malloc(ci->layers * sizeof(uint64_t));
+	k->v_off = malloc(ci->layers * sizeof(uint64_t));
+	k->pos_off = malloc(ci->layers * sizeof(uint64_t));
+	k->mass = malloc(nm * sizeof(float));
+	if (!k->k_off || !k->v_off || !k->pos_off || !k->mass)
+		return fail(c, -ENOMEM, "out of memory");
+	memcpy(k->k_off, ci->k_offset, ci->layers * sizeof(uint64_t));
+	memcpy(k->v_off, ci->v_offset, ci->layers * sizeof(uint64_t));
+	memcpy(k->pos_off, ci->pos_offset, ci->layers * sizeof(uint64_t));
+	memcpy(k->mass, ci->retained_mass, nm * sizeof(float));
+	k->c = c;
+	k->session_id = c->session_id;
+	k->arena = c->arena;
+	k->info = (struct skv_cache_info){
+	    .id = ci->cache_id,
+	    .layers = ci->layers,
+	    .h_store = ci->h_store,
+	    .head_dim = ci->head_dim,
+	    .dtype = (enum skv_dtype)ci->dtype,
+	    .layout = (enum skv_layout)ci->layout,
+	    .prompt_len = ci->prompt_len,
+	    .kept = ci->kept,
+	    .capacity = ci->capacity,
+	    .appended = ci->appended,
+	    .budget = ci->budget,
+	    .head_stride = ci->head_stride,
+	    .token_stride = ci->token_stride,
+	};
+	return 0;
+}
+
+SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
+				struct skv_cache **ret_cache)
+{
+	struct skv_client *c;
+	Snapkv__V1__Response *resp = NULL;
+	struct skv_cache *k = NULL;
+	int r;
+
+	if (!rq)
+		return -EINVAL;
+	c = rq->c;
+	pthread_mutex_lock(&c->mu);
+	r = wait_slot(c, rq->slot, timeout_ms);
+	if (r == -ETIMEDOUT) {
+		pthread_mutex_unlock(&c->mu);
+		return r;
+	}
+	if (r < 0) {
+		c->slots[rq->slot].orphan = true;
+		if (c->slots[rq->slot].state == SLOT_DONE)
+			collect(c, rq->slot, NULL);
+		goto out;
+	}
+	r = collect(c, rq->slot, &resp);
+	if (r < 0)
+		goto out;
+	if (resp->result_case != SNAPKV__V1__RESPONSE__RESULT_CACHE) {
+		r = fail(c, -EPROTO, "unexpected reply to COMPACT");
+		goto out;
+	}
+	k = calloc(1, sizeof(*k));
+	if (!k) {
+		r = fail(c, -ENOMEM, "out of memory");
+		goto out;
+	}
+	r = cache_from_info(c, resp->cache, k);
+out:
+	if (resp)
+		snapkv__v1__response__free_unpacked(resp, NULL);
+	pthread_mutex_unlock(&c->mu);
+	free(rq);
+	if (r < 0) {
+		cache_free(k);
+		return r;
+	}
+	if (ret_cache)
+		*ret_cache = k;
+	else
+		skv_cache_release(k);
+	return 0;
+}
+
+SKV_EXPORT int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,
+				  struct skv_cache **ret_cache)
+{
+	struct skv_request *rq;
+	int r = skv_compact_submit(c, d, &rq);
+
+	if (r < 0)
+		return r;
+	return skv_request_wait(rq, -1, ret_cache);
+}
+
+/* ----------------------------------------------------------------- caches */
+
+SKV_EXPORT const struct skv_cache_info *skv_cache_info(const struct skv_cache *k)
+{
+	return k ? &k->info : NULL;
+}
+
+static uint8_t *cache_ptr(const struct skv_cache *k, const uint64_t *offs, uint32_t layer,
+			  uint32_t head)
+{
+	size_t es = k->info.dtype == SKV_DTYPE_F32 ? 4 : 2;
+
+	if (!k || layer >= k->info.layers || head >= k->info.h_store)
+		return NULL;
+	return k->arena + offs[layer] + (size_t)head * k->info.head_stride * es;
+}
+
+SKV_EXPORT void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	return k ? cache_ptr(k, k->k_off, layer, head) : NULL;
+}
+
+SKV_EXPORT void *skv_cache_v(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	return k ? cache_ptr(k, k->v_off, layer, head) : NULL;
+}
+
+SKV_EXPORT const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_t layer,
+					      uint32_t head)
+{
+	if (!k || layer >= k->info.layers || head >= k->info.h_store)
+		return NULL;
+	return (const int32_t *)(k->arena + k->pos_off[layer]) + (size_t)head * k->info.capacity;
+}
+
+SKV_EXPORT float skv_cache_retained_mass(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	if (!k || layer >= k->info.layers || head >= k->info.h_store)
+		return 0.0f / 0.0f;
+	return k->mass[(size_t)layer * k->info.h_store + head];
+}
+
+SKV_EXPORT uint32_t skv_cache_next_slot(const struct skv_cache *k)
+{
+	return k ? k->info.kept + k->info.appended : 0;
+}
+
+SKV_EXPORT uint32_t skv_cache_next_position(const struct skv_cache *k)
+{
+	return k ? k->info.prompt_len + k->info.appended : 0;
+}
+
+static int cache_check(struct skv_cache *k)
+{
+	if (!k)
+		return -EINVAL;
+	if (k->session_id != k->c->session_id)
+		return fail(k->c, -ENOENT, "cache belongs to a previous session");
+	return 0;
+}
+
+SKV_EXPORT int skv_cache_append(struct skv_cache *k, uint32_t tokens)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__AppendRequest a = SNAPKV__V1__APPEND_REQUEST__INIT;
+	Snapkv__V1__Response *resp = NULL;
+	int r = cache_check(k);
+
+	if (r < 0)
+		return r;
+	a.cache_id = k->info.id;
+	a.tokens = tokens;
+	req.op_case = SNAPKV__V1__REQUEST__OP_APPEND;
+	req.append = &a;
+	pthread_mutex_lock(&k->c->mu);
+	r = call(k->c, &req, &resp);
+	if (r == 0) {
+		if (resp->result_case == SNAPKV__V1__RESPONSE__RESULT_APPENDED)
+			k->info.appended = resp->appended;
+		else
+			r = fail(k->c, -EPROTO, "unexpected reply to APPEND");
+		snapkv__v1__response__free_unpacked(resp, NULL);
+	}
+	pthread_mutex_unlock(&k->c->mu);
+	return r;
+}
+
+SKV_EXPORT int skv_cache_grow(struct skv_cache *k, uint32_t extra)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__GrowRequest g = SNAPKV__V1__GROW_REQUEST__INIT;
+	Snapkv__V1__Response *resp = NULL;
+	int r = cache_check(k);
+
+	if (r < 0)
+		return r;
+	g.cache_id = k->info.id;
+	g.extra = extra;
+	req.op_case = SNAPKV__V1__REQUEST__OP_GROW;
+	req.grow = &g;
+	pthread_mutex_lock(&k->c->mu);
+	r = call(k->c, &req, &resp);
+	if (r == 0) {
+		if (resp->result_case == SNAPKV__V1__RESPONSE__RESULT_CACHE)
+			r = cache_from_info(k->c, resp->cache, k);
+		else
+			r = fail(k->c, -EPROTO, "unexpected reply to GROW");
+		snapkv__v1__response__free_unpacked(resp, NULL);
+	}
+	pthread_mutex_unlock(&k->c->mu);
+	return r;
+}
+
+SKV_EXPORT int skv_cache_release(struct skv_cache *k)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
+	int r;
+
+	if (!k)
+		return 0;
+	r = cache_check(k);
+	if (r == 0 && !k->c->dead) {
+		rl.cache_id = k->info.id;
+		req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
+		req.release = &rl;
+		pthread_mutex_lock(&k->c->mu);
+		r = call(k->c, &req, NULL);
+		pthread_mutex_unlock(&k->c->mu);
+	} else if (r == 0) {
+		r = k->c->dead;
+	}
+	cache_free(k);
+	return r;
+}

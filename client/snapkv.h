@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapkv.h - libsnapkv: the engine side of snapkvd.
+ *
+ * The one public header of libsnapkv.so.1 (symbols versioned SNAPKV_1.0).
+ * An engine connects, registers memfd buffers holding its prefill K/V (and
+ * the window's Q), submits compactions, maps the compact cache the daemon
+ * writes into the engine's own arena, appends decode tokens in place and
+ * reports them, grows the decode headroom, and releases.
+ *
+ * Every fallible call returns 0 or a negative errno; skv_client_error()
+ * gives a readable reason for the last failure on that client. A client is
+ * safe to use from several threads (calls are serialised internally).
+ * When the daemon dies every call returns -ENOTCONN or -ECONNRESET; mapped
+ * caches stay readable; skv_client_reconnect() starts a new session (buffers
+ * must be registered again, old caches are gone from the daemon).
+ */
+#ifndef SNAPKV_H
+#define SNAPKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv.h" /* dtypes, policies, skv_params, skv_shape */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct skv_client;
+struct skv_buffer;
+struct skv_cache;
+struct skv_request;
+
+struct skv_client_opts {
+	uint32_t opts_size;  /* sizeof(struct skv_client_opts) */
+	const char *name;    /* engine name shown in the ledger  */
+	uint32_t sq_entries; /* 0: the daemon's default         */
+	uint32_t spin_us;    /* spin on the CQ this long before sleeping (default 50) */
+};
+
+/*
+ * Connect to snapkvd at path (NULL: $SNAPKV_SOCKET, else
+ * $XDG_RUNTIME_DIR/snapkvd.sock, else /run/snapkvd/snapkvd.sock), handshake
+ * and map the session's ring and arena. opts may be NULL.
+ */
+int skv_client_connect(const char *path, const struct skv_client_opts *opts,
+		       struct skv_client **ret_client);
+/* Close the session: the daemon frees its caches. Cache handles must have
+ * been released or are invalid after this. NULL is fine. */
+void skv_client_close(struct skv_client *c);
+/* The reason of the last failure, never NULL. */
+const char *skv_client_error(const struct skv_client *c);
+/* Drop the current session (if any) and connect again to the same path. */
+int skv_client_reconnect(struct skv_client *c);
+uint64_t skv_client_session_id(const struct skv_client *c);
+
+/* Allocate a sealed memfd buffer of `size` bytes, map it read-write and
+ * register it with the daemon. */
+int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_buffer **ret_buf);
+/* Register an engine-owned memfd (must carry F_SEAL_SHRINK); fd is dup'ed. */
+int skv_buffer_register_fd(struct skv_client *c, int memfd, size_t size,
+			   struct skv_buffer **ret_buf);
+void *skv_buffer_data(const struct skv_buffer *b); /* NULL for register_fd buffers */
+size_t skv_buffer_size(const struct skv_buffer *b);
+uint64_t skv_buffer_id(const struct skv_buffer *b);
+/* Unregister and unmap. NULL is fine. */
+int skv_buffer_free(struct skv_buffer *b);
+
+/* Where one tensor lives in a registered buffer (strides in elements). */
+struct skv_tensor_ref {
+	const struct skv_buffer *buf;
+	uint64_t offset; /* bytes */
+	enum skv_dtype dtype;
+	int64_t head_stride;
+	int64_t token_stride;
+	uint32_t block_size; /* 0: strided; else paged with the desc's block table */
+	int64_t block_stride;
+};
+
+struct skv_layer_ref {
+	struct skv_tensor_ref q; /* [h_q, n_q, D], window queries (post-RoPE) */
+	struct skv_tensor_ref k; /* [h_kv, L, D] (post-RoPE)                 */
+	struct skv_tensor_ref v; /* [h_kv, L, D]                             */
+};
+
+enum skv_layout {
+	SKV_LAYOUT_UNSPECIFIED = 0,
+	SKV_LAYOUT_HND = 1, /* [head][slot][dim] */
+	SKV_LAYOUT_NHD = 2, /* [slot][head][dim] */
+};
+
+struct skv_compact_desc {
+	uint32_t desc_size; /* sizeof(struct skv_compact_desc) */
+	struct skv_shape shape;
+	uint32_t layers;
+	struct skv_params params;	   /* skv_client_params_init(), then override */
+	const struct skv_layer_ref *layer; /* [layers] */
+	enum skv_layout out_layout;	   /* UNSPECIFIED: HND */
+	uint32_t decode_reserve;	   /* decode slots per stored head */
+	const int32_t *block_table;	   /* paged tensors only */
+	uint32_t n_blocks;
+	int evictable;
+};
+
+/* SPEC.md reference defaults: snapkvd, W 32, C 2048, k 5, avg, expand, S 4. */
+void skv_client_params_init(struct skv_params *p);
+
+/* Submit a compaction; returns at once. The request must be waited for. */
+int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
+		       struct skv_request **ret_req);
+/* 1 when the request has completed, 0 when not yet, -errno on failure. */
+int skv_request_poll(struct skv_request *r);
+/*
+ * Wait (timeout_ms < 0: forever) for a compaction; on success *ret_cache is
+ * the new cache. The request is freed unless -ETIMEDOUT is returned.
+ */
+int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **ret_cache);
+/* submit + wait */
+int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,
+		       struct skv_cache **ret_cache);
+
+struct skv_cache_info {
+	uint64_t id;
+	uint32_t layers, h_store, head_dim;
+	enum skv_dtype dtype;
+	enum skv_layout layout;
+	uint32_t prompt_len;		   /* L */
+	uint32_t kept;			   /* slots filled by the compaction, per head */
+	uint32_t capacity;		   /* slots per head: kept + decode headroom   */
+	uint32_t appended;		   /* g */
+	uint32_t budget;		   /* C */
+	int64_t head_stride, token_stride; /* elements */
+};
+
+/* Valid until the next grow/release of this cache. */
+const struct skv_cache_info *skv_cache_info(const struct skv_cache *k);
+/* Pointers into the mapped arena; slot i of (layer, head) is at
+ * base + i * token_stride elements. NULL when out of range. */
+void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head);
+void *skv_cache_v(const struct skv_cache *k, uint32_t layer, uint32_t head);
+/* Original position of every slot; -1 for decode slots not yet appended. */
+const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_t layer, uint32_t head);
+float skv_cache_retained_mass(const struct skv_cache *k, uint32_t layer, uint32_t head);
+/* Slot index and logical position of the next appended token: kept + g, L + g. */
+uint32_t skv_cache_next_slot(const struct skv_cache *k);
+uint32_t skv_cache_next_position(const struct skv_cache *k);
+/* Report `tokens` K/V rows written at the next slots. -ENOSPC: grow first. */
+int skv_cache_append(struct skv_cache *k, uint32_t tokens);
+/* More decode headroom: the daemon copies into a larger region; pointers move. */
+int skv_cache_grow(struct skv_cache *k, uint32_t extra);
+/* Free the cache in the daemon and the handle. NULL is fine. */
+int skv_cache_release(struct skv_cache *k);
+
+struct skv_stats {
+	uint64_t caches, buffers, arena_used, arena_bytes, requests, errors;
+	uint64_t pool_total, pool_used;
+};
+int skv_client_stats(struct skv_client *c, struct skv_stats *ret_stats);
+
+/* A no-op round trip, over the shared ring or over the socket (benchmarks,
+ * liveness checks). */
+int skv_client_nop(struct skv_client *c);
+int skv_client_nop_socket(struct skv_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SNAPKV_H */

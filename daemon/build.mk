@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: MIT
+# daemon/: snapkvd, one object per file (the ops helper adds
+# snapkvd-pressure.*, snapkvd-hooks.*, snapkvd-metrics.* via SNAPKVD_EXTRA_OBJS),
+# and client/libsnapkv (rules here so the file set of client/build.mk stays the
+# cli helper's): the engine API as a versioned shared library, soname
+# libsnapkv.so.1, plus a static copy for in-tree programs (snapkvctl).
+# proto/build.mk is read after this file: name its generated header here too
+# so that order-only prerequisites below are not empty.
+SKV_PB_H := $(BUILD)/proto/snapkv.pb-c.h
+
+LIBSNAPKV_VER := 1.0.0
+LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
+LIBSNAPKV_A := $(BUILD)/libsnapkv.a
+LIBSNAPKV_OBJS := $(BUILD)/client/libsnapkv.o
+OBJS += $(LIBSNAPKV_OBJS)
+$(LIBSNAPKV_OBJS): | $(SKV_PB_H)
+$(BUILD)/client/libsnapkv.o: ALL_CFLAGS += -fvisibility=hidden
+
+$(LIBSNAPKV_REAL): $(LIBSNAPKV_OBJS) $(LIBSKVPROTO) client/libsnapkv.map
+	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,libsnapkv.so.1 \
+		-Wl,--version-script=client/libsnapkv.map -Wl,--no-undefined \
+		-o $@ $(LIBSNAPKV_OBJS) $(LIBSKVPROTO) $(PBC_LIBS) $(LDFLAGS)
+$(BUILD)/libsnapkv.so.1: $(LIBSNAPKV_REAL)
+	ln -sf libsnapkv.so.$(LIBSNAPKV_VER) $@
+$(LIBSNAPKV): $(BUILD)/libsnapkv.so.1
+	ln -sf libsnapkv.so.1 $@
+$(LIBSNAPKV_A): $(LIBSNAPKV_OBJS)
+	rm -f $@ && ar rcs $@ $^
+LIBS += $(LIBSNAPKV) $(LIBSNAPKV_A)
+INSTALL_LIBS += $(LIBSNAPKV_REAL) $(BUILD)/libsnapkv.so.1 $(LIBSNAPKV)
+INSTALL_HEADERS += client/snapkv.h
+# Programs in the tree find the .so without installing it.
+SNAPKV_RPATH := -Wl,-rpath,$(abspath $(BUILD))
+SNAPKV_LINK := -L$(BUILD) -lsnapkv $(SNAPKV_RPATH) $(PBC_LIBS)
+
+SNAPKVD := $(BUILD)/snapkvd
+SNAPKVD_CORE_OBJS := $(addprefix $(BUILD)/daemon/, snapkvd-log.o snapkvd-config.o \
+	snapkvd-pool.o snapkvd-arena.o snapkvd-ledger.o snapkvd-session.o \
+	snapkvd-compactor.o snapkvd-admin.o snapkvd-loop.o)
+SNAPKVD_EXTRA_OBJS ?=
+SNAPKVD_OBJS := $(SNAPKVD_CORE_OBJS) $(SNAPKVD_EXTRA_OBJS) $(BUILD)/daemon/snapkvd.o
+OBJS += $(SNAPKVD_OBJS)
+$(SNAPKVD_OBJS): | $(SKV_PB_H)
+
+$(SNAPKVD): $(SNAPKVD_OBJS) $(LIBSKVPROTO) $(LIBSKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $(SNAPKVD_OBJS) $(LIBSKVPROTO) $(LIBSKV) $(URING_LIBS) \
+		$(PBC_LIBS) $(SYSTEMD_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
+BINS += $(SNAPKVD)
+INSTALL_BINS += $(SNAPKVD)
+
+# Multi-process tests (CUnit programs that start their own snapkvd).
+DAEMON_ITESTS := $(BUILD)/tests/test-daemon-e2e
+$(BUILD)/tests/integration/test-daemon-e2e.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-daemon-e2e.o
+$(BUILD)/tests/test-daemon-e2e: $(BUILD)/tests/integration/test-daemon-e2e.o $(LIBSNAPKV) \
+		$(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
+		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(DAEMON_ITESTS)
+DAEMON_ITESTS += $(BUILD)/tests/test-daemon-badinput
+$(BUILD)/tests/integration/test-daemon-badinput.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-daemon-badinput.o
+$(BUILD)/tests/test-daemon-badinput: $(BUILD)/tests/integration/test-daemon-badinput.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
+		-lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-daemon-badinput
+
+# snapkvctl's online subcommands (client/ctl-daemon.c, compiled by
+# client/build.mk with every client/ctl-*.c) talk to the daemon.
+$(BUILD)/client/ctl-daemon.o: | $(SKV_PB_H)
+ifneq ($(SNAPKVCTL),)
+$(SNAPKVCTL): $(LIBSNAPKV_A) $(LIBSKVPROTO)
+SNAPKVCTL_LIBS += $(LIBSNAPKV_A) $(LIBSKVPROTO) $(PBC_LIBS)
+endif
+
+# bench/bench-ring: ring vs socket round trip of a no-op (make bench).
+BENCH_RING := $(BUILD)/bench/bench-ring
+OBJS += $(BUILD)/bench/bench-ring.o
+$(BENCH_RING): $(BUILD)/bench/bench-ring.o $(LIBSNAPKV) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LDFLAGS)
+BENCHES += $(BENCH_RING)
+
+# Unit tests of the daemon's pieces (the .c files are #included).
+$(BUILD)/tests/test-daemon-units: $(BUILD)/tests/unit/test-daemon-units.o
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(CUNIT_LIBS) $(LDFLAGS)
+OBJS += $(BUILD)/tests/unit/test-daemon-units.o
+TESTS += $(BUILD)/tests/test-daemon-units

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: MIT
+/*
+ * snapkvd-admin.c - snapkvctl's questions: status, caches, ledger, metrics.
+ * Answers are structured (AdminReply); snapkvctl renders tables and JSON.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "snapkvd-ledger.h"
+#include "snapkvd-log.h"
+#include "snapkvd-server.h"
+
+#ifndef SNAPKVD_VERSION
+#define SNAPKVD_VERSION "0.1.0"
+#endif
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->oom)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = true;
+			return;
+		}
+		if (b->p && b->len + n < b->cap) {
+			b->len += n;
+			return;
+		}
+		size_t cap = b->cap ? b->cap * 2 : 4096;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *np = realloc(b->p, cap);
+		if (!np) {
+			b->oom = true;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+}
+
+char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
+{
+	struct sbuf b = {0};
+	struct snapkvd_ledger_total t;
+	unsigned engines = 0;
+
+	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
+		if (!s->admin && !s->closing && s->greeted)
+			engines++;
+	snapkvd_ledger_totals(srv, &t);
+	pthread_mutex_lock(&srv->pool.mu);
+	sb_printf(&b,
+		  "# HELP snapkvd_pool_total_bytes Global budget of all tenant arenas.\n"
+		  "# TYPE snapkvd_pool_total_bytes gauge\nsnapkvd_pool_total_bytes %llu\n",
+		  (unsigned long long)srv->pool.total);
+	sb_printf(&b,
+		  "# HELP snapkvd_pool_used_bytes Bytes of the budget in use or reserved.\n"
+		  "# TYPE snapkvd_pool_used_bytes gauge\nsnapkvd_pool_used_bytes %llu\n",
+		  (unsigned long long)(srv->pool.used + srv->pool.reserved));
+	sb_printf(&b, "# HELP snapkvd_tenant_used_bytes Arena bytes in use per tenant.\n"
+		      "# TYPE snapkvd_tenant_used_bytes gauge\n");
+	for (struct snapkvd_tenant *tn = srv->pool.tenants; tn; tn = tn->next)
+		sb_printf(&b, "snapkvd_tenant_used_bytes{tenant=\"%s\",uid=\"%u\"} %llu\n",
+			  tn->name, (unsigned)tn->uid,
+			  (unsigned long long)(tn->used + tn->reserved));
+	pthread_mutex_unlock(&srv->pool.mu);
+	sb_printf(&b,
+		  "# HELP snapkvd_sessions Engine sessions connected.\n"
+		  "# TYPE snapkvd_sessions gauge\nsnapkvd_sessions %u\n",
+		  engines);
+	sb_printf(&b,
+		  "# HELP snapkvd_caches Compact caches held.\n"
+		  "# TYPE snapkvd_caches gauge\nsnapkvd_caches %llu\n",
+		  (unsigned long long)t.caches);
+	sb_printf(&b,
+		  "# HELP snapkvd_ledger_bytes Capacity ledger summed over caches (SPEC.md).\n"
+		  "# TYPE snapkvd_ledger_bytes gauge\n"
+		  "snapkvd_ledger_bytes{kind=\"native_full\"} %llu\n"
+		  "snapkvd_ledger_bytes{kind=\"compact\"} %llu\n"
+		  "snapkvd_ledger_bytes{kind=\"index\"} %llu\n"
+		  "snapkvd_ledger_bytes{kind=\"reserved\"} %llu\n",
+		  (unsigned long long)t.native_full, (unsigned long long)t.compact,
+		  (unsigned long long)t.index, (unsigned long long)t.reserved);
+	sb_printf(&b,
+		  "# HELP snapkvd_requests_total Requests received.\n"
+		  "# TYPE snapkvd_requests_total counter\nsnapkvd_requests_total %llu\n",
+		  (unsigned long long)srv->requests);
+	sb_printf(&b,
+		  "# HELP snapkvd_errors_total Requests answered with an error.\n"
+		  "# TYPE snapkvd_errors_total counter\nsnapkvd_errors_total %llu\n",
+		  (unsigned long long)srv->errors);
+	sb_printf(&b,
+		  "# HELP snapkvd_compactions_total Compactions finished.\n"
+		  "# TYPE snapkvd_compactions_total counter\nsnapkvd_compactions_total %llu\n",
+		  (unsigned long long)srv->compactions);
+	sb_printf(
+	    &b,
+	    "# HELP snapkvd_compact_seconds_total Time spent in compaction kernels.\n"
+	    "# TYPE snapkvd_compact_seconds_total counter\nsnapkvd_compact_seconds_total %.6f\n",
+	    __atomic_load_n(&srv->compact_ns, __ATOMIC_RELAXED) / 1e9);
+	sb_printf(&b,
+		  "# HELP snapkvd_sessions_total Sessions accepted since start.\n"
+		  "# TYPE snapkvd_sessions_total counter\nsnapkvd_sessions_total %llu\n",
+		  (unsigned long long)srv->sessions_total);
+	if (b.oom) {
+		free(b.p);
+		return NULL;
+	}
+	return b.p;
+}
+
+static void reply(struct snapkvd_session *s, Snapkv__V1__AdminReply *r)
+{
+	size_t n = snapkv__v1__admin_reply__get_packed_size(r);
+	uint8_t *buf;
+	int e;
+
+	if (n > SKV_FRAME_MAX_PAYLOAD) {
+		Snapkv__V1__AdminReply small = SNAPKV__V1__ADMIN_REPLY__INIT;
+
+		small.status = -EMSGSIZE;
+		small.error = "reply too large";
+		reply(s, &small);
+		return;
+	}
+	buf = malloc(n ? n : 1);
+	if (!buf) {
+		snapkvd_session_close(s, -ENOMEM);
+		return;
+	}
+	snapkv__v1__admin_reply__pack(r, buf);
+	e = skv_frame_send(s->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY, buf, n, NULL, 0,
+			   MSG_DONTWAIT);
+	free(buf);
+	if (e < 0)
+		snapkvd_session_close(s, 0);
+}
+
+void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len)
+{
+	struct snapkvd_server *srv = s->srv;
+	Snapkv__V1__AdminRequest *req = snapkv__v1__admin_request__unpack(NULL, len, payload);
+	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
+	Snapkv__V1__TenantInfo *ti = NULL, **tip = NULL;
+	Snapkv__V1__CacheLedger *cl = NULL, **clp = NULL;
+	Snapkv__V1__LedgerBytes *lb = NULL;
+	size_t nt = 0, nc = 0;
+	char *text = NULL;
+
+	r.error = "";
+	r.version = SNAPKVD_VERSION;
+	r.backend = srv->cfg.backend;
+	r.pid = (uint32_t)getpid();
+	if (!req) {
+		r.status = -EBADMSG;
+		r.error = "malformed AdminRequest";
+		reply(s, &r);
+		return;
+	}
+	r.uptime_ms = (snapkvd_now_ns() - srv->start_ns) / 1000000;
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (!x->admin && !x->closing && x->greeted)
+			r.sessions++;
+	r.threads = srv->cfg.threads;
+	r.pool_total = srv->pool.total;
+	r.pool_used = snapkvd_pool_used(&srv->pool);
+	r.requests = srv->requests;
+	r.errors = srv->errors;
+	switch (req->kind) {
+	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS:
+		break;
+	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES:
+	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER: {
+		size_t i = 0;
+
+		pthread_mutex_lock(&srv->pool.mu);
+		for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next)
+			nt++;
+		ti = calloc(nt ? nt : 1, sizeof(*ti));
+		tip = calloc(nt ? nt : 1, sizeof(*tip));
+		if (ti && tip)
+			for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next, i++) {
+				snapkv__v1__tenant_info__init(&ti[i]);
+				ti[i].name = t->name;
+				ti[i].uid = t->uid;
+				ti[i].used_bytes = t->used + t->reserved;
+				ti[i].caches = t->caches;
+				ti[i].sessions = t->sessions;
+				tip[i] = &ti[i];
+			}
+		pthread_mutex_unlock(&srv->pool.mu);
+		for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+			for (struct snapkvd_cache *c = x->caches; c; c = c->next)
+				nc++;
+		cl = calloc(nc ? nc : 1, sizeof(*cl));
+		clp = calloc(nc ? nc : 1, sizeof(*clp));
+		lb = calloc(nc ? nc : 1, sizeof(*lb));
+		if (!ti || !tip || !cl || !clp || !lb) {
+			r.status = -ENOMEM;
+			r.error = "out of memory";
+			break;
+		}
+		r.n_tenants = nt;
+		r.tenants = tip;
+		i = 0;
+		for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+			for (struct snapkvd_cache *c = x->caches; c; c = c->next, i++) {
+				struct skv_ledger l = {0};
+				float mn = 0, sum = 0;
+				size_t nm = (size_t)c->layers * c->h_store;
+
+				snapkv__v1__cache_ledger__init(&cl[i]);
+				snapkv__v1__ledger_bytes__init(&lb[i]);
+				(void)snapkvd_ledger_cache(c, &l);
+				cl[i].id = c->id;
+				cl[i].tenant = x->tenant->name;
+				cl[i].layers = c->layers;
+				cl[i].h_q = c->h_q;
+				cl[i].h_kv = c->h_kv;
+				cl[i].head_dim = c->head_dim;
+				cl[i].dtype_bytes = c->dtype_bytes;
+				cl[i].prompt_len = c->prompt_len;
+				cl[i].capacity = c->budget;
+				cl[i].appended = c->appended;
+				cl[i].gqa = (Snapkv__V1__Gqa)c->gqa;
+				cl[i].session_id = x->id;
+				cl[i].engine = x->name;
+				cl[i].kept = c->kept;
+				cl[i].slots = c->slots;
+				for (size_t k = 0; k < nm; k++) {
+					if (k == 0 || c->mass[k] < mn)
+						mn = c->mass[k];
+					sum += c->mass[k];
+				}
+				cl[i].mass_min = mn;
+				cl[i].mass_mean = nm ? sum / nm : 0;
+				lb[i].native_full = l.native_full;
+				lb[i].compact = l.compact;
+				lb[i].index = l.index;
+				lb[i].reserved = l.reserved;
+				cl[i].bytes = &lb[i];
+				clp[i] = &cl[i];
+			}
+		r.n_caches = nc;
+		r.caches = clp;
+		break;
+	}
+	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS:
+		text = snapkvd_admin_metrics_text(srv);
+		if (!text) {
+			r.status = -ENOMEM;
+			r.error = "out of memory";
+		}
+		r.text = text ? text : "";
+		break;
+	default:
+		r.status = -EOPNOTSUPP;
+		r.error = "unknown admin request";
+		break;
+	}
+	reply(s, &r);
+	snapkv__v1__admin_request__free_unpacked(req, NULL);
+	free(ti);
+	free(tip);
+	free(cl);
+	free(clp);
+	free(lb);
+	free(text);
+}

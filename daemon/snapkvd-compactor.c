@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: MIT
+/*
+ * snapkvd-compactor.c - validating a COMPACT request into a job, and the
+ * worker that runs jobs on the kernels.
+ *
+ * One worker thread owns one skv_ctx whose own thread pool spreads a
+ * compaction over (layer, head) items: compactions run one at a time, each
+ * using every core, which gives the lowest latency per request and keeps the
+ * result independent of how requests interleave.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "snapkvd-log.h"
+#include "snapkvd-server.h"
+
+struct snapkvd_compactor {
+	struct snapkvd_server *srv;
+	struct skv_ctx *ctx;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	struct snapkvd_job *queue, **queue_tail;
+	struct snapkvd_job *done;
+	unsigned pending; /* queued + running + done-not-reaped */
+	bool stop;
+};
+
+void snapkvd_buffer_unref(struct snapkvd_buffer *b)
+{
+	if (!b || --b->refs)
+		return;
+	if (b->map)
+		munmap((void *)b->map, b->size);
+	free(b);
+}
+
+void snapkvd_cache_free(struct snapkvd_cache *c)
+{
+	if (!c)
+		return;
+	free(c->k_off);
+	free(c->v_off);
+	free(c->pos_off);
+	free(c->mass);
+	free(c);
+}
+
+void snapkvd_job_free(struct snapkvd_job *j)
+{
+	if (!j)
+		return;
+	for (unsigned i = 0; i < j->n_bufs; i++)
+		snapkvd_buffer_unref(j->bufs[i]);
+	free(j->bufs);
+	if (j->req)
+		snapkv__v1__compact_request__free_unpacked(j->req, NULL);
+	free(j->in);
+	free(j->out);
+	free(j->block_table);
+	snapkvd_cache_free(j->cache);
+	free(j);
+}
+
+static int mul64(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_mul_overflow(a, b, r) ? -EOVERFLOW : 0;
+}
+
+static int add64(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_add_overflow(a, b, r) ? -EOVERFLOW : 0;
+}
+
+static struct snapkvd_buffer *find_buffer(struct snapkvd_session *s, uint64_t id)
+{
+	for (struct snapkvd_buffer *b = s->buffers; b; b = b->next)
+		if (b->id == id)
+			return b;
+	return NULL;
+}
+
+static int hold_buffer(struct snapkvd_job *j, struct snapkvd_buffer *b)
+{
+	for (unsigned i = 0; i < j->n_bufs; i++)
+		if (j->bufs[i] == b)
+			return 0;
+	j->bufs[j->n_bufs++] = b;
+	b->refs++;
+	return 0;
+}
+
+/*
+ * Resolve one tensor reference: the buffer must be the session's, every
+ * element the kernels may touch (heads x tokens x dim) inside the
+ * registered size, all arithmetic overflow-checked.
+ */
+static int resolve_tensor(struct snapkvd_job *j, const Snapkv__V1__TensorRef *t, const char *what,
+			  uint32_t layer, uint32_t heads, uint32_t tokens, uint32_t dim,
+			  bool allow_paged, struct skv_tensor *out, char *err, size_t errlen)
+{
+	struct snapkvd_buffer *b;
+	uint64_t s, max_el = 0, tmp, end;
+
+	if (!t) {
+		snprintf(err, errlen, "layer %u: %s tensor missing", layer, what);
+		return -EINVAL;
+	}
+	if (t->dtype < SNAPKV__V1__DTYPE__D_TYPE_F32 || t->dtype > SNAPKV__V1__DTYPE__D_TYPE_BF16) {
+		snprintf(err, errlen, "layer %u: %s: unknown dtype %d", layer, what, (int)t->dtype);
+		return -EINVAL;
+	}
+	s = skv_dtype_size((enum skv_dtype)t->dtype);
+	b = find_buffer(j->s, t->buffer_id);
+	if (!b) {
+		snprintf(err, errlen, "layer %u: %s: buffer %llu is not registered", layer, what,
+			 (unsigned long long)t->buffer_id);
+		return -ENOENT;
+	}
+	if (t->head_stride < 0 || t->token_stride < 0 || t->block_stride < 0) {
+		snprintf(err, errlen, "layer %u: %s: negative stride", layer, what);
+		return -EINVAL;
+	}
+	if (t->offset % s) {
+		snprintf(err, errlen, "layer %u: %s: offset %llu not aligned to the dtype", layer,
+			 what, (unsigned long long)t->offset);
+		return -EINVAL;
+	}
+	if (tokens == 0)
+		goto ok; /* nothing will be read */
+	/* the largest element index the kernels can touch */
+	if (mul64(heads - 1, (uint64_t)t->head_stride, &tmp) || add64(max_el, tmp, &max_el) ||
+	    add64(max_el, dim - 1, &max_el))
+		goto overflow;
+	if (t->block_size) {
+		uint64_t nb, maxb = 0;
+
+		if (!allow_paged) {
+			snprintf(err, errlen, "layer %u: %s must be strided", layer, what);
+			return -EINVAL;
+		}
+		nb = (tokens + (uint64_t)t->block_size - 1) / t->block_size;
+		if (nb > j->req->n_block_table) {
+			snprintf(err, errlen,
+				 "layer %u: %s: %llu blocks needed, block table has %zu", layer,
+				 what, (unsigned long long)nb, j->req->n_block_table);
+			return -EINVAL;
+		}
+		for (uint64_t i = 0; i < nb; i++) {
+			if (j->req->block_table[i] < 0) {
+				snprintf(err, errlen, "block table entry %llu is negative",
+					 (unsigned long long)i);
+				return -EINVAL;
+			}
+			if ((uint64_t)j->req->block_table[i] > maxb)
+				maxb = j->req->block_table[i];
+		}
+		uint64_t in_blk = tokens < t->block_size ? tokens : t->block_size;
+		if (mul64(in_blk - 1, (uint64_t)t->token_stride, &tmp) ||
+		    add64(max_el, tmp, &max_el) || mul64(maxb, (uint64_t)t->block_stride, &tmp) ||
+		    add64(max_el, tmp, &max_el))
+			goto overflow;
+	} else {
+		if (mul64(tokens - 1, (uint64_t)t->token_stride, &tmp) ||
+		    add64(max_el, tmp, &max_el))
+			goto overflow;
+	}
+	if (add64(max_el, 1, &end) || mul64(end, s, &end) || add64(end, t->offset, &end))
+		goto overflow;
+	if (end > b->size) {
+		snprintf(err, errlen,
+			 "layer %u: %s: reaches byte %llu of buffer %llu, which has %llu", layer,
+			 what, (unsigned long long)end, (unsigned long long)b->id,
+			 (unsigned long long)b->size);
+		return -ERANGE;
+	}
+ok:
+	hold_buffer(j, b);
+	*out = (struct skv_tensor){
+	    .data = (void *)(b->map + t->offset),
+	    .dtype = (enum skv_dtype)t->dtype,
+	    .head_stride = t->head_stride,
+	    .token_stride = t->token_stride,
+	    .block_table = t->block_size ? j->block_table : NULL,
+	    .block_size = t->block_size,
+	    .n_blocks = t->block_size ? (uint32_t)j->req->n_block_table : 0,
+	    .block_stride = t->block_stride,
+	};
+	return 0;
+overflow:
+	snprintf(err, errlen, "layer %u: %s: strides overflow", layer, what);
+	return -ERANGE;
+}
+
+static int limit(uint32_t v, uint32_t lo, uint32_t hi, const char *what, char *err, size_t errlen)
+{
+	if (v < lo) {
+		snprintf(err, errlen, "%s = %u: must be at least %u", what, v, lo);
+		return -EINVAL;
+	}
+	if (v > hi) {
+		snprintf(err, errlen, "%s = %u exceeds the limit %u", what, v, hi);
+		return -E2BIG;
+	}
+	return 0;
+}
+
+static uint64_t align64(uint64_t v)
+{
+	return (v + 63) & ~63ull;
+}
+
+int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *o,
+			Snapkv__V1__CompactRequest *req, struct snapkvd_job **ret, char *err,
+			size_t errlen)
+{
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	struct snapkvd_job *j;
+	struct skv_plan plan;
+	struct skv_error kerr = {{0}, -1, -1};
+	struct snapkvd_cache *c;
+	uint64_t kv_bytes, pos_bytes, layer_bytes, region, tmp;
+	uint32_t slots;
+	enum skv_dtype odt;
+	int r;
+
+	if ((r = limit(req->layers, 1, cfg->max_layers, "layers", err, errlen)) ||
+	    (r = limit(req->h_q, 1, cfg->max_heads, "h_q", err, errlen)) ||
+	    (r = limit(req->h_kv, 1, cfg->max_heads, "h_kv", err, errlen)) ||
+	    (r = limit(req->head_dim, 1, cfg->max_head_dim, "head_dim", err, errlen)) ||
+	    (r = limit(req->prompt_len, 1, cfg->max_prompt_len, "prompt_len", err, errlen)) ||
+	    (r = limit(req->n_q, 0, req->prompt_len, "n_q", err, errlen)) ||
+	    (r = limit(req->decode_reserve, 0, cfg->max_reserve, "decode_reserve", err, errlen)))
+		return r == -E2BIG && !strncmp(err, "n_q", 3) ? -EINVAL : r;
+	if (req->n_layer != req->layers) {
+		snprintf(err, errlen, "%zu layer descriptions for %u layers", req->n_layer,
+			 req->layers);
+		return -EINVAL;
+	}
+	if (req->n_block_table > (size_t)cfg->max_prompt_len) {
+		snprintf(err, errlen, "block table of %zu entries is too long", req->n_block_table);
+		return -E2BIG;
+	}
+	if (req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_UNSPECIFIED &&
+	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_HND &&
+	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_NHD) {
+		snprintf(err, errlen, "unknown output layout %d", (int)req->out_layout);
+		return -EINVAL;
+	}
+
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->s = s;
+	j->origin = *o;
+	j->req = req;
+	j->shape = (struct skv_shape){
+	    .prompt_len = req->prompt_len,
+	    .head_dim = req->head_dim,
+	    .h_q = req->h_q,
+	    .h_kv = req->h_kv,
+	    .n_q = req->n_q,
+	};
+	skv_params_init(&j->params);
+	if (req->params) {
+		const Snapkv__V1__Params *p = req->params;
+
+		if (p->policy)
+			j->params.policy = (enum skv_policy)p->policy;
+		if (p->window)
+			j->params.window = p->window;
+		if (p->capacity)
+			j->params.capacity = p->capacity;
+		if (p->kernel)
+			j->params.kernel = p->kernel;
+		if (p->pooling)
+			j->params.pooling = (enum skv_pooling)p->pooling;
+		if (p->gqa)
+			j->params.gqa = (enum skv_gqa)p->gqa;
+		if (p->sinks)
+			j->params.sinks = p->sinks;
+		if (p->n_protected_ranges > SKV_MAX_PROTECTED) {
+			snprintf(err, errlen, "%zu protected ranges, at most %d",
+				 p->n_protected_ranges, SKV_MAX_PROTECTED);
+			r = -E2BIG;
+			goto fail;
+		}
+		j->params.n_protected = p->n_protected_ranges;
+		for (size_t i = 0; i < p->n_protected_ranges; i++) {
+			if (!p->protected_ranges[i]) {
+				r = -EINVAL;
+				goto fail;
+			}
+			j->params.protected_ranges[i].begin = p->protected_ranges[i]->begin;
+			j->params.protected_ranges[i].end = p->protected_ranges[i]->end;
+		}
+	}
+	r = skv_plan(&j->shape, &j->params, &plan, &kerr);
+	if (r < 0) {
+		snprintf(err, errlen, "%s", kerr.msg[0] ? kerr.msg : "invalid parameters");
+		goto fail;
+	}
+	if (req->n_block_table) {
+		j->block_table = malloc(req->n_block_table * sizeof(int32_t));
+		if (!j->block_table) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		memcpy(j->block_table, req->block_table, req->n_block_table * sizeof(int32_t));
+	}
+	j->bufs = calloc((size_t)req->layers * 3, sizeof(*j->bufs));
+	j->in = calloc(req->layers, sizeof(*j->in));
+	j->out = calloc(req->layers, sizeof(*j->out));
+	c = j->cache = calloc(1, sizeof(*c));
+	if (!j->bufs || !j->in || !j->out || !c) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	odt = SKV_DTYPE_UNSPECIFIED;
+	for (uint32_t l = 0; l < req->layers; l++) {
+		const Snapkv__V1__LayerRef *lr = req->layer[l];
+
+		if (!lr) {
+			r = -EINVAL;
+			goto fail;
+		}
+		if (req->n_q) {
+			r = resolve_tensor(j, lr->q, "q", l, req->h_q, req->n_q, req->head_dim,
+					   false, &j->in[l].q, err, errlen);
+			if (r < 0)
+				goto fail;
+		}
+		r = resolve_tensor(j, lr->k, "k", l, req->h_kv, req->prompt_len, req->head_dim,
+				   true, &j->in[l].k, err, errlen);
+		if (r < 0)
+			goto fail;
+		r = resolve_tensor(j, lr->v, "v", l, req->h_kv, req->prompt_len, req->head_dim,
+				   true, &j->in[l].v, err, errlen);
+		if (r < 0)
+			goto fail;
+		if (odt == SKV_DTYPE_UNSPECIFIED)
+			odt = j->in[l].k.dtype;
+		if (j->in[l].k.dtype != odt || j->in[l].v.dtype != odt) {
+			snprintf(err, errlen,
+				 "layer %u: K and V of every layer must share one dtype", l);
+			r = -EINVAL;
+			goto fail;
+		}
+	}
+	if (req->out_dtype && (enum skv_dtype)req->out_dtype != odt) {
+		snprintf(err, errlen, "out_dtype must equal the K/V dtype");
+		r = -EINVAL;
+		goto fail;
+	}
+
+	/* The cache: per layer K [h][slots][D], V the same, positions [h][slots]. */
+	slots = plan.kept + req->decode_reserve;
+	c->id = ++s->srv->next_cache_id;
+	c->layers = req->layers;
+	c->h_q = req->h_q;
+	c->h_kv = req->h_kv;
+	c->h_store = plan.h_store;
+	c->head_dim = req->head_dim;
+	c->dtype = odt;
+	c->dtype_bytes = skv_dtype_size(odt);
+	c->layout = req->out_layout == SNAPKV__V1__LAYOUT__LAYOUT_NHD
+			? SNAPKV__V1__LAYOUT__LAYOUT_NHD
+			: SNAPKV__V1__LAYOUT__LAYOUT_HND;
+	c->gqa = j->params.gqa;
+	c->policy = j->params.policy;
+	c->prompt_len = req->prompt_len;
+	c->kept = plan.kept;
+	c->slots = slots;
+	c->budget = j->params.capacity;
+	c->evictable = req->evictable;
+	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
+		c->head_stride = (int64_t)slots * req->head_dim;
+		c->token_stride = req->head_dim;
+	} else {
+		c->head_stride = req->head_dim;
+		c->token_stride = (int64_t)plan.h_store * req->head_dim;
+	}
+	if (mul64((uint64_t)plan.h_store * slots, (uint64_t)req->head_dim * c->dtype_bytes,
+		  &kv_bytes) ||
+	    mul64((uint64_t)plan.h_store * slots, 4, &pos_bytes))
+		goto too_big;
+	kv_bytes = align64(kv_bytes);
+	pos_bytes = align64(pos_bytes);
+	if (add64(2 * kv_bytes, pos_bytes, &layer_bytes) ||
+	    mul64(layer_bytes, req->layers, &region))
+		goto too_big;
+	region = snapkvd_arena_round(region);
+	if (!region || region > s->arena->size)
+		goto too_big;
+	c->k_off = calloc(req->layers, sizeof(uint64_t));
+	c->v_off = calloc(req->layers, sizeof(uint64_t));
+	c->pos_off = calloc(req->layers, sizeof(uint64_t));
+	c->mass = calloc((size_t)req->layers * plan.h_store, sizeof(float));
+	if (!c->k_off || !c->v_off || !c->pos_off || !c->mass) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &j->resv);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: %llu bytes wanted",
+			 r == -EDQUOT ? "tenant quota exhausted" : "pool exhausted",
+			 (unsigned long long)region);
+		goto fail;
+	}
+	r = snapkvd_arena_alloc(s->arena, region, &c->region_off);
+	if (r < 0) {
+		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
+		snprintf(err, errlen, "session arena full: %llu bytes wanted",
+			 (unsigned long long)region);
+		goto fail;
+	}
+	c->region_bytes = region;
+	for (uint32_t l = 0; l < req->layers; l++) {
+		c->k_off[l] = c->region_off + l * layer_bytes;
+		c->v_off[l] = c->k_off[l] + kv_bytes;
+		c->pos_off[l] = c->v_off[l] + kv_bytes;
+		j->out[l] = (struct skv_layer_out){
+		    .k = {.data = s->arena->base + c->k_off[l],
+			  .dtype = odt,
+			  .head_stride = c->head_stride,
+			  .token_stride = c->token_stride},
+		    .v = {.data = s->arena->base + c->v_off[l],
+			  .dtype = odt,
+			  .head_stride = c->head_stride,
+			  .token_stride = c->token_stride},
+		    .positions = (int32_t *)(s->arena->base + c->pos_off[l]),
+		    .pos_stride = slots,
+		    .retained_mass = c->mass + (size_t)l * plan.h_store,
+		};
+	}
+	(void)tmp;
+	*ret = j;
+	return 0;
+too_big:
+	snprintf(err, errlen, "compact cache of %u layers x %u heads x %u slots does not fit",
+		 req->layers, plan.h_store, slots);
+	r = -E2BIG;
+fail:
+	j->req = NULL; /* the caller still owns it on failure */
+	snapkvd_job_free(j);
+	return r;
+}
+
+static void run_job(struct snapkvd_compactor *c, struct snapkvd_job *j)
+{
+	struct skv_error kerr = {{0}, -1, -1};
+	struct snapkvd_cache *ca = j->cache;
+	uint64_t t0 = snapkvd_now_ns();
+
+	j->status = skv_compact(c->ctx, &j->shape, &j->params, ca->layers, j->in, j->out, &kerr);
+	if (j->status < 0) {
+		snprintf(j->err, sizeof(j->err), "%s",
+			 kerr.msg[0] ? kerr.msg : "compaction failed");
+		return;
+	}
+	/* decode slots carry position -1 until APPEND names them */
+	for (uint32_t l = 0; l < ca->layers; l++)
+		for (uint32_t h = 0; h < ca->h_store; h++)
+			for (uint32_t i = ca->kept; i < ca->slots; i++)
+				j->out[l].positions[(size_t)h * ca->slots + i] = -1;
+	__atomic_add_fetch(&c->srv->compact_ns, snapkvd_now_ns() - t0, __ATOMIC_RELAXED);
+}
+
+static void *worker(void *arg)
+{
+	struct snapkvd_compactor *c = arg;
+
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		struct snapkvd_job *j;
+
+		while (!c->queue && !c->stop)
+			pthread_cond_wait(&c->cond, &c->mu);
+		if (!c->queue)
+			break;
+		j = c->queue;
+		c->queue = j->next;
+		if (!c->queue)
+			c->queue_tail = &c->queue;
+		pthread_mutex_unlock(&c->mu);
+		run_job(c, j);
+		pthread_mutex_lock(&c->mu);
+		j->next = c->done;
+		c->done = j;
+		(void)!eventfd_write(c->srv->jobs_efd, 1);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads,
+			  struct snapkvd_compactor **ret)
+{
+	struct snapkvd_compactor *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c)
+		return -ENOMEM;
+	c->srv = srv;
+	c->queue_tail = &c->queue;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	r = skv_ctx_new(threads, &c->ctx);
+	if (r < 0)
+		goto fail;
+	r = -pthread_create(&c->thread, NULL, worker, c);
+	if (r < 0)
+		goto fail;
+	c->started = true;
+	*ret = c;
+	return 0;
+fail:
+	snapkvd_compactor_free(c);
+	return r;
+}
+
+void snapkvd_compactor_free(struct snapkvd_compactor *c)
+{
+	if (!c)
+		return;
+	if (c->started) {
+		pthread_mutex_lock(&c->mu);
+		c->stop = true;
+		pthread_cond_signal(&c->cond);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->thread, NULL);
+	}
+	skv_ctx_free(c->ctx);
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cond);
+	free(c);
+}
+
+void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j)
+{
+	j->next = NULL;
+	pthread_mutex_lock(&c->mu);
+	*c->queue_tail = j;
+	c->queue_tail = &j->next;
+	c->pending++;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+struct snapkvd_job *snapkvd_compactor_reap(struct snapkvd_compactor *c)
+{
+	struct snapkvd_job *list, *rev = NULL;
+
+	pthread_mutex_lock(&c->mu);
+	list = c->done;
+	c->done = NULL;
+	for (struct snapkvd_job *j = list; j; j = j->next)
+		c->pending--;
+	pthread_mutex_unlock(&c->mu);
+	/* oldest first */
+	while (list) {
+		struct snapkvd_job *n = list->next;
+
+		list->next = rev;
+		rev = list;
+		list = n;
+	}
+	return rev;
+}
+
+unsigned snapkvd_compactor_pending(struct snapkvd_compactor *c)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&c->mu);
+	n = c->pending;
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+const char *snapkvd_compactor_isa(struct snapkvd_compactor *c)
+{
+	return c && c->ctx ? skv_ctx_isa(c->ctx) : "none";
+}

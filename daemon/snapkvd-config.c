@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: MIT
+/* Configuration parsing with limits; see snapkvd-config.h. */
+#include "snapkvd-config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "snapkvd-log.h"
+
+void snapkvd_config_defaults(struct snapkvd_config *c)
+{
+	const char *rt = getenv("RUNTIME_DIRECTORY");
+
+	memset(c, 0, sizeof(*c));
+	if (!rt)
+		rt = getenv("XDG_RUNTIME_DIR");
+	if (rt && strlen(rt) + sizeof("/snapkvd.sock") <= sizeof(c->socket_path))
+		snprintf(c->socket_path, sizeof(c->socket_path), "%s/snapkvd.sock", rt);
+	else
+		snprintf(c->socket_path, sizeof(c->socket_path), "/run/snapkvd/snapkvd.sock");
+	snprintf(c->backend, sizeof(c->backend), "host");
+	c->pool_bytes = 4ull << 30;
+	c->session_arena_bytes = 1ull << 30;
+	c->tenant_quota_bytes = 0;
+	c->max_buffer_bytes = 64ull << 30;
+	c->threads = 0;
+	c->max_sessions = 256;
+	c->max_buffers = 256;
+	c->max_caches = 4096;
+	c->max_layers = 1024;
+	c->max_heads = 1024;
+	c->max_head_dim = 1024;
+	c->max_prompt_len = 1u << 21;
+	c->max_reserve = 1u << 20;
+	c->sq_entries = 64;
+	c->slot_bytes = 64 * 1024;
+	c->poll_idle_us = 50;
+	c->watchdog_ms = 250;
+	c->log_level = SNAPKVD_LOG_INFO;
+}
+
+int snapkvd_parse_size(const char *s, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -ERANGE;
+	switch (*end) {
+	case 'K':
+	case 'k':
+		shift = 10;
+		end++;
+		break;
+	case 'M':
+	case 'm':
+		shift = 20;
+		end++;
+		break;
+	case 'G':
+	case 'g':
+		shift = 30;
+		end++;
+		break;
+	case 'T':
+	case 't':
+		shift = 40;
+		end++;
+		break;
+	default:
+		break;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*ret = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret)
+{
+	char *end;
+	unsigned long v;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return -ERANGE;
+	*ret = (unsigned)v;
+	return 0;
+}
+
+static int parse_idlist(const char *s, unsigned *n, uint32_t *ids)
+{
+	char tmp[SNAPKVD_CONFIG_MAX_LINE], *save = NULL, *tok;
+
+	snprintf(tmp, sizeof(tmp), "%s", s);
+	*n = 0;
+	for (tok = strtok_r(tmp, " ,\t", &save); tok; tok = strtok_r(NULL, " ,\t", &save)) {
+		unsigned v;
+
+		if (*n >= SNAPKVD_MAX_ALLOW)
+			return -E2BIG;
+		if (parse_uint(tok, 0, INT_MAX, &v) < 0)
+			return -EINVAL;
+		ids[(*n)++] = v;
+	}
+	return 0;
+}
+
+struct ukey {
+	const char *name;
+	size_t off;
+	unsigned lo, hi;
+};
+
+#define U(n, lo, hi)                                                                               \
+	{                                                                                          \
+#n, offsetof(struct snapkvd_config, n), lo, hi                                     \
+	}
+static const struct ukey ukeys[] = {
+    U(threads, 0, 1024),	U(max_sessions, 1, 65536),	U(max_buffers, 1, 65536),
+    U(max_caches, 1, 1u << 20), U(max_layers, 1, 4096),		U(max_heads, 1, 4096),
+    U(max_head_dim, 1, 4096),	U(max_prompt_len, 1, 1u << 24), U(max_reserve, 0, 1u << 24),
+    U(sq_entries, 2, 4096),	U(slot_bytes, 4096, 1u << 20),	U(poll_idle_us, 0, 1000000),
+    U(watchdog_ms, 10, 60000),
+};
+
+struct skey {
+	const char *name;
+	size_t off;
+	uint64_t lo;
+};
+#define S(n, lo)                                                                                   \
+	{                                                                                          \
+#n, offsetof(struct snapkvd_config, n), lo                                         \
+	}
+static const struct skey skeys[] = {
+    S(pool_bytes, 1 << 20),
+    S(session_arena_bytes, 1 << 20),
+    S(tenant_quota_bytes, 0),
+    S(max_buffer_bytes, 4096),
+};
+
+static int set_key(struct snapkvd_config *c, const char *k, const char *v, const char **why)
+{
+	int r;
+
+	for (size_t i = 0; i < sizeof(ukeys) / sizeof(ukeys[0]); i++) {
+		if (strcmp(k, ukeys[i].name))
+			continue;
+		unsigned x;
+
+		r = parse_uint(v, ukeys[i].lo, ukeys[i].hi, &x);
+		if (r < 0) {
+			*why = "not an integer in range";
+			return r;
+		}
+		if (!strcmp(k, "sq_entries") && (x & (x - 1))) {
+			*why = "not a power of two";
+			return -EINVAL;
+		}
+		if (!strcmp(k, "slot_bytes") && x % 64) {
+			*why = "not a multiple of 64";
+			return -EINVAL;
+		}
+		*(unsigned *)((char *)c + ukeys[i].off) = x;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(skeys) / sizeof(skeys[0]); i++) {
+		if (strcmp(k, skeys[i].name))
+			continue;
+		uint64_t x;
+
+		r = snapkvd_parse_size(v, &x);
+		if (r < 0 || x < skeys[i].lo) {
+			*why = "not a size (4096, 64K, 1M, 2G) in range";
+			return -EINVAL;
+		}
+		*(uint64_t *)((char *)c + skeys[i].off) = x;
+		return 0;
+	}
+	if (!strcmp(k, "socket")) {
+		if (*v != '/' || strlen(v) >= sizeof(c->socket_path)) {
+			*why = "socket must be an absolute path shorter than 108 bytes";
+			return -EINVAL;
+		}
+		snprintf(c->socket_path, sizeof(c->socket_path), "%s", v);
+		return 0;
+	}
+	if (!strcmp(k, "backend")) {
+		if (strcmp(v, "host")) {
+			*why = "backend must be host";
+			return -EINVAL;
+		}
+		snprintf(c->backend, sizeof(c->backend), "%s", v);
+		return 0;
+	}
+	if (!strcmp(k, "log_level")) {
+		r = snapkvd_log_parse_level(v);
+		if (r < 0) {
+			*why = "log_level must be error, warning, notice, info or debug";
+			return r;
+		}
+		c->log_level = r;
+		return 0;
+	}
+	if (!strcmp(k, "allow_uids") || !strcmp(k, "allow_gids")) {
+		int u = k[6] == 'u';
+
+		r = parse_idlist(v, u ? &c->n_allow_uids : &c->n_allow_gids,
+				 u ? (uint32_t *)c->allow_uids : (uint32_t *)c->allow_gids);
+		if (r < 0) {
+			*why = "expected up to 64 numeric ids separated by spaces or commas";
+			return -EINVAL;
+		}
+		return 0;
+	}
+	*why = "unknown key";
+	return -EINVAL;
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = 0;
+	return s;
+}
+
+int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len, char *err,
+			 size_t errlen)
+{
+	struct snapkvd_config tmp = *c;
+	char line[SNAPKVD_CONFIG_MAX_LINE + 1];
+	size_t pos = 0;
+	unsigned lineno = 0;
+
+	if (len > SNAPKVD_CONFIG_MAX_BYTES) {
+		snprintf(err, errlen, "config larger than %u bytes", SNAPKVD_CONFIG_MAX_BYTES);
+		return -EFBIG;
+	}
+	while (pos < len) {
+		size_t end = pos, n;
+		char *l, *eq, *k, *v;
+		const char *why = "";
+		int r;
+
+		while (end < len && text[end] != '\n')
+			end++;
+		n = end - pos;
+		lineno++;
+		if (n > SNAPKVD_CONFIG_MAX_LINE) {
+			snprintf(err, errlen, "line %u: longer than %u bytes", lineno,
+				 SNAPKVD_CONFIG_MAX_LINE);
+			return -EINVAL;
+		}
+		memcpy(line, text + pos, n);
+		line[n] = 0;
+		pos = end + 1;
+		if (memchr(line, 0, n)) {
+			snprintf(err, errlen, "line %u: NUL byte", lineno);
+			return -EINVAL;
+		}
+		l = trim(line);
+		if (!*l || *l == '#' || *l == ';')
+			continue;
+		eq = strchr(l, '=');
+		if (!eq) {
+			snprintf(err, errlen, "line %u: expected key = value", lineno);
+			return -EINVAL;
+		}
+		*eq = 0;
+		k = trim(l);
+		v = trim(eq + 1);
+		r = set_key(&tmp, k, v, &why);
+		if (r < 0) {
+			snprintf(err, errlen, "line %u: %s: %s", lineno, k, why);
+			return -EINVAL;
+		}
+	}
+	*c = tmp;
+	return 0;
+}
+
+int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, size_t errlen)
+{
+	char *buf;
+	ssize_t n;
+	size_t have = 0;
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return r;
+	}
+	buf = malloc(SNAPKVD_CONFIG_MAX_BYTES + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while ((n = read(fd, buf + have, SNAPKVD_CONFIG_MAX_BYTES + 1 - have)) > 0) {
+		have += n;
+		if (have > SNAPKVD_CONFIG_MAX_BYTES)
+			break;
+	}
+	r = n < 0 ? -errno : 0;
+	close(fd);
+	if (r == 0)
+		r = snapkvd_config_parse(c, buf, have, err, errlen);
+	else
+		snprintf(err, errlen, "%s: read: %s", path, strerror(-r));
+	free(buf);
+	return r;
+}
+
+int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid)
+{
+	if (!c->n_allow_uids && !c->n_allow_gids)
+		return 1;
+	for (unsigned i = 0; i < c->n_allow_uids; i++)
+		if (c->allow_uids[i] == uid)
+			return 1;
+	for (unsigned i = 0; i < c->n_allow_gids; i++)
+		if (c->allow_gids[i] == gid)
+			return 1;
+	return 0;
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapkvd-config.h - daemon configuration: defaults, the key = value file
+ * format (systemd/snapkvd.conf documents every key), command-line overrides.
+ */
+#ifndef SNAPKVD_CONFIG_H
+#define SNAPKVD_CONFIG_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SNAPKVD_MAX_ALLOW	 64
+#define SNAPKVD_CONFIG_MAX_BYTES (64 * 1024)
+#define SNAPKVD_CONFIG_MAX_LINE	 1024
+
+struct snapkvd_config {
+	char socket_path[108];
+	char backend[16];
+	uint64_t pool_bytes;	      /* global budget of all arenas            */
+	uint64_t session_arena_bytes; /* arena memfd size per session (virtual) */
+	uint64_t tenant_quota_bytes;  /* 0: the pool                            */
+	uint64_t max_buffer_bytes;    /* one registered buffer                  */
+	unsigned threads;	      /* compaction threads (0: one per core)   */
+	unsigned max_sessions;
+	unsigned max_buffers; /* per session */
+	unsigned max_caches;  /* per session */
+	unsigned max_layers, max_heads, max_head_dim, max_prompt_len, max_reserve;
+	unsigned sq_entries;   /* per session ring, power of two */
+	unsigned slot_bytes;   /* argument slot per SQ entry     */
+	unsigned poll_idle_us; /* spin on the rings this long before sleeping */
+	unsigned watchdog_ms;  /* timer period for housekeeping */
+	int log_level;
+	unsigned n_allow_uids, n_allow_gids;
+	uid_t allow_uids[SNAPKVD_MAX_ALLOW];
+	gid_t allow_gids[SNAPKVD_MAX_ALLOW];
+};
+
+void snapkvd_config_defaults(struct snapkvd_config *c);
+
+/* "4096", "64K", "1M", "2G", "1T" -> bytes. 0 or -EINVAL/-ERANGE. */
+int snapkvd_parse_size(const char *s, uint64_t *ret);
+
+/*
+ * Parse a config file's text into c (which holds defaults or earlier
+ * values). Every line is `key = value`, `# comment` or blank. Unknown keys,
+ * bad values, overlong lines or files: -EINVAL with line and reason in err.
+ */
+int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len, char *err,
+			 size_t errlen);
+int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, size_t errlen);
+
+/* Whether a peer is allowed in: both allow lists empty means everyone who
+ * can reach the socket (its file mode decides). */
+int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid);
+
+#endif

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+/* Logging to stderr with levels; see snapkvd-log.h. */
+#include "snapkvd-log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int snapkvd_log_max = SNAPKVD_LOG_INFO;
+static int journal;
+
+static const char *const names[] = {
+    [SNAPKVD_LOG_ERR] = "error", [SNAPKVD_LOG_WARNING] = "warning", [SNAPKVD_LOG_NOTICE] = "notice",
+    [SNAPKVD_LOG_INFO] = "info", [SNAPKVD_LOG_DEBUG] = "debug",
+};
+
+int snapkvd_log_parse_level(const char *s)
+{
+	for (int i = SNAPKVD_LOG_ERR; i <= SNAPKVD_LOG_DEBUG; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	if (!strcmp(s, "err"))
+		return SNAPKVD_LOG_ERR;
+	return -EINVAL;
+}
+
+void snapkvd_log_init(void)
+{
+	journal = getenv("JOURNAL_STREAM") != NULL;
+}
+
+static void vlog(int level, int err, const char *fmt, va_list ap)
+{
+	char buf[1024];
+	int n;
+
+	if (level > snapkvd_log_max)
+		return;
+	if (journal)
+		n = snprintf(buf, sizeof(buf), "<%d>", level);
+	else
+		n = snprintf(buf, sizeof(buf), "snapkvd[%d]: %s: ", (int)getpid(), names[level]);
+	n += vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
+	if (n > (int)sizeof(buf) - 2)
+		n = sizeof(buf) - 2;
+	if (err)
+		n += snprintf(buf + n, sizeof(buf) - n, ": %s", strerror(err < 0 ? -err : err));
+	if (n > (int)sizeof(buf) - 2)
+		n = sizeof(buf) - 2;
+	buf[n++] = '\n';
+	/* one write per line so concurrent threads never interleave */
+	(void)!write(STDERR_FILENO, buf, n);
+}
+
+void snapkvd_log(int level, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vlog(level, err, fmt, ap);
+	va_end(ap);
+}
+
+int snapkvd_log_errno(int level, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vlog(level, err, fmt, ap);
+	va_end(ap);
+	return err;
+}

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: MIT
+/* Global budget and per-tenant accounting; see snapkvd-pool.h. */
+#include "snapkvd-pool.h"
+
+#include <errno.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int snapkvd_pool_init(struct snapkvd_pool *p, uint64_t total, uint64_t tenant_quota)
+{
+	memset(p, 0, sizeof(*p));
+	p->total = total;
+	p->tenant_quota = tenant_quota;
+	return -pthread_mutex_init(&p->mu, NULL);
+}
+
+void snapkvd_pool_destroy(struct snapkvd_pool *p)
+{
+	struct snapkvd_tenant *t, *n;
+
+	if (!p)
+		return;
+	for (t = p->tenants; t; t = n) {
+		n = t->next;
+		free(t);
+	}
+	p->tenants = NULL;
+	pthread_mutex_destroy(&p->mu);
+}
+
+void snapkvd_pool_set_limits(struct snapkvd_pool *p, uint64_t total, uint64_t tenant_quota)
+{
+	pthread_mutex_lock(&p->mu);
+	p->total = total;
+	p->tenant_quota = tenant_quota;
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void tenant_name(uid_t uid, char *buf, size_t len)
+{
+	struct passwd pw, *res = NULL;
+	char tmp[1024];
+
+	if (getpwuid_r(uid, &pw, tmp, sizeof(tmp), &res) == 0 && res)
+		snprintf(buf, len, "%s", res->pw_name);
+	else
+		snprintf(buf, len, "uid%u", (unsigned)uid);
+}
+
+int snapkvd_pool_tenant_get(struct snapkvd_pool *p, uid_t uid, struct snapkvd_tenant **ret)
+{
+	struct snapkvd_tenant *t;
+
+	pthread_mutex_lock(&p->mu);
+	for (t = p->tenants; t; t = t->next)
+		if (t->uid == uid)
+			break;
+	if (!t) {
+		t = calloc(1, sizeof(*t));
+		if (!t) {
+			pthread_mutex_unlock(&p->mu);
+			return -ENOMEM;
+		}
+		t->uid = uid;
+		tenant_name(uid, t->name, sizeof(t->name));
+		t->next = p->tenants;
+		p->tenants = t;
+	}
+	t->sessions++;
+	pthread_mutex_unlock(&p->mu);
+	*ret = t;
+	return 0;
+}
+
+void snapkvd_pool_tenant_put(struct snapkvd_pool *p, struct snapkvd_tenant *t)
+{
+	if (!t)
+		return;
+	pthread_mutex_lock(&p->mu);
+	if (t->sessions)
+		t->sessions--;
+	pthread_mutex_unlock(&p->mu);
+}
+
+int snapkvd_pool_reserve(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes,
+			 struct snapkvd_resv *ret)
+{
+	uint64_t in_use, t_use;
+
+	pthread_mutex_lock(&p->mu);
+	in_use = p->used + p->reserved;
+	t_use = t->used + t->reserved;
+	if (bytes > p->total || in_use > p->total - bytes) {
+		pthread_mutex_unlock(&p->mu);
+		return -ENOSPC;
+	}
+	if (p->tenant_quota && (bytes > p->tenant_quota || t_use > p->tenant_quota - bytes)) {
+		pthread_mutex_unlock(&p->mu);
+		return -EDQUOT;
+	}
+	p->reserved += bytes;
+	t->reserved += bytes;
+	if (p->used + p->reserved > p->peak)
+		p->peak = p->used + p->reserved;
+	pthread_mutex_unlock(&p->mu);
+	ret->tenant = t;
+	ret->bytes = bytes;
+	return 0;
+}
+
+void snapkvd_pool_commit(struct snapkvd_pool *p, struct snapkvd_resv *r)
+{
+	if (!r->tenant)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->reserved -= r->bytes;
+	r->tenant->reserved -= r->bytes;
+	p->used += r->bytes;
+	r->tenant->used += r->bytes;
+	pthread_mutex_unlock(&p->mu);
+	r->tenant = NULL;
+	r->bytes = 0;
+}
+
+void snapkvd_pool_cancel(struct snapkvd_pool *p, struct snapkvd_resv *r)
+{
+	if (!r->tenant)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->reserved -= r->bytes;
+	r->tenant->reserved -= r->bytes;
+	pthread_mutex_unlock(&p->mu);
+	r->tenant = NULL;
+	r->bytes = 0;
+}
+
+void snapkvd_pool_free(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes)
+{
+	pthread_mutex_lock(&p->mu);
+	p->used -= bytes < p->used ? bytes : p->used;
+	t->used -= bytes < t->used ? bytes : t->used;
+	pthread_mutex_unlock(&p->mu);
+}
+
+void snapkvd_pool_cache_count(struct snapkvd_pool *p, struct snapkvd_tenant *t, int delta)
+{
+	pthread_mutex_lock(&p->mu);
+	t->caches += delta;
+	pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t snapkvd_pool_used(struct snapkvd_pool *p)
+{
+	uint64_t u;
+
+	pthread_mutex_lock(&p->mu);
+	u = p->used + p->reserved;
+	pthread_mutex_unlock(&p->mu);
+	return u;
+}

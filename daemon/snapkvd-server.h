@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapkvd-server.h - the daemon's objects: server, session, buffer, cache,
+ * compaction job. One object per file (session, compactor, loop, admin,
+ * ledger, pool, arena, config); this header ties them together.
+ *
+ * Threads: the loop thread owns every object here. The compactor thread only
+ * touches a job (its private request copy, the buffers it holds references
+ * on, the arena region reserved for it) and hands it back through a queue.
+ */
+#ifndef SNAPKVD_SERVER_H
+#define SNAPKVD_SERVER_H
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/skv-frame.h"
+#include "proto/skv-ring.h"
+#include "proto/snapkv.pb-c.h"
+#include "skv.h"
+#include "snapkvd-arena.h"
+#include "snapkvd-config.h"
+#include "snapkvd-pool.h"
+
+struct snapkvd_server;
+struct snapkvd_session;
+
+/* What an io_uring completion is about: user_data points at one of these. */
+enum snapkvd_ev_kind {
+	SNAPKVD_EV_ACCEPT = 1,
+	SNAPKVD_EV_RECV,
+	SNAPKVD_EV_DOORBELL,
+	SNAPKVD_EV_SIGNAL,
+	SNAPKVD_EV_TIMER,
+	SNAPKVD_EV_JOBS,
+};
+
+struct snapkvd_ev {
+	enum snapkvd_ev_kind kind;
+	struct snapkvd_session *s; /* RECV, DOORBELL */
+};
+
+struct snapkvd_buffer {
+	uint64_t id;
+	uint64_t generation;
+	uint64_t size; /* mapped bytes */
+	const uint8_t *map;
+	unsigned refs; /* the session's + one per job using it */
+	struct snapkvd_buffer *next;
+};
+
+struct snapkvd_cache {
+	uint64_t id;
+	uint32_t layers, h_q, h_kv, h_store, head_dim, dtype_bytes;
+	enum skv_dtype dtype;
+	int layout; /* Snapkv__V1__Layout */
+	enum skv_gqa gqa;
+	enum skv_policy policy;
+	uint32_t prompt_len, kept, slots, appended, budget;
+	int64_t head_stride, token_stride;
+	uint64_t region_off, region_bytes;
+	uint64_t *k_off, *v_off, *pos_off; /* [layers] */
+	float *mass;			   /* [layers * h_store] */
+	bool evictable;
+	struct snapkvd_cache *next;
+};
+
+/* Where a request came from and where its answer goes. */
+struct snapkvd_origin {
+	bool ring;     /* ring: CQE + slot; else a RESPONSE frame */
+	bool has_slot; /* the slot is the request's own: answer there */
+	uint32_t slot;
+	uint64_t user_data;
+};
+
+struct snapkvd_job {
+	struct snapkvd_session *s;
+	struct snapkvd_origin origin;
+	Snapkv__V1__CompactRequest *req; /* private copy, decoded */
+	struct snapkvd_buffer **bufs;	 /* references held, n_bufs */
+	unsigned n_bufs;
+	struct skv_shape shape;
+	struct skv_params params;
+	struct skv_layer_in *in;
+	struct skv_layer_out *out;
+	struct snapkvd_cache *cache; /* filled in; becomes visible on success */
+	struct snapkvd_resv resv;
+	int32_t *block_table;
+	int status;
+	char err[256];
+	struct snapkvd_job *next;
+};
+
+struct snapkvd_session {
+	struct snapkvd_server *srv;
+	uint64_t id;
+	int fd;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	char name[64];
+	bool admin;
+	bool greeted; /* HELLO seen */
+	uint64_t created_ns;
+	bool closing;
+	unsigned refs; /* armed io_uring ops + jobs in flight + 1 while open */
+	struct snapkvd_tenant *tenant;
+	/* ring */
+	int ring_fd, sq_efd, cq_efd;
+	uint8_t *ring_map;
+	uint64_t ring_bytes;
+	struct skv_ring_layout layout; /* our private copy, never re-read */
+	struct skv_ring_q sq, cq;
+	unsigned inflight; /* SQEs consumed whose CQE is not posted yet */
+	bool cq_dirty;	   /* posted CQEs since the last wakeup check */
+	uint8_t *scratch;  /* private copy of one argument slot */
+	/* memory */
+	struct snapkvd_arena *arena;
+	struct snapkvd_buffer *buffers;
+	unsigned n_buffers;
+	uint64_t next_buffer_id;
+	struct snapkvd_cache *caches;
+	unsigned n_caches;
+	/* socket receive state (owned by the armed recvmsg) */
+	struct snapkvd_ev ev_recv, ev_doorbell;
+	uint64_t doorbell_val;
+	uint8_t *rbuf;
+	size_t rbuf_cap;
+	struct iovec riov;
+	struct msghdr rmsg;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * SKV_FRAME_MAX_FDS)];
+		struct cmsghdr align;
+	} rctl;
+	uint64_t requests, errors;
+	struct snapkvd_session *next;
+};
+
+struct snapkvd_compactor;
+
+struct snapkvd_server {
+	struct snapkvd_config cfg;
+	const char *config_path;
+	struct snapkvd_pool pool;
+	struct io_uring ring;
+	int listen_fd;
+	bool listen_owned; /* we created (and unlink) the socket path */
+	int signal_fd, timer_fd, jobs_efd;
+	struct snapkvd_ev ev_accept, ev_signal, ev_timer, ev_jobs;
+	uint8_t sigbuf[128];
+	uint64_t timerbuf, jobsbuf;
+	struct snapkvd_session *sessions;
+	unsigned n_sessions;
+	uint64_t next_session_id;
+	struct snapkvd_compactor *compactor;
+	bool draining, stop;
+	int exit_code;
+	uint64_t start_ns;
+	uint64_t requests, errors, compactions, compact_ns, sessions_total;
+	uint64_t next_cache_id;
+	bool watchdog;
+	uint64_t last_status_ns;
+};
+
+uint64_t snapkvd_now_ns(void);
+
+/* session.c */
+int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_session **ret);
+/* Close the socket, free what is not in use; the object goes when refs do. */
+void snapkvd_session_close(struct snapkvd_session *s, int why);
+void snapkvd_session_unref(struct snapkvd_session *s);
+/* A frame arrived (payload, fds owned by the callee). */
+void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
+			      const uint8_t *payload, int *fds, unsigned n_fds);
+/* Poll the SQ: consume up to `budget` entries. Returns how many were handled. */
+int snapkvd_session_poll_ring(struct snapkvd_session *s, unsigned budget);
+/* Handle one encoded Request; the answer goes to origin now or later. */
+void snapkvd_session_request(struct snapkvd_session *s, const struct snapkvd_origin *o,
+			     const uint8_t *buf, size_t len);
+void snapkvd_session_complete(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
+			      const char *err, Snapkv__V1__Response *resp);
+void snapkvd_session_job_done(struct snapkvd_job *j);
+/* Signal the engine's CQ eventfd when it sleeps on it. */
+void snapkvd_session_flush_cq(struct snapkvd_session *s);
+struct snapkvd_cache *snapkvd_session_find_cache(struct snapkvd_session *s, uint64_t id);
+void snapkvd_cache_free(struct snapkvd_cache *c);
+
+/* compactor.c */
+int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads,
+			  struct snapkvd_compactor **ret);
+void snapkvd_compactor_free(struct snapkvd_compactor *c);
+void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j);
+/* Take every finished job (loop thread). */
+struct snapkvd_job *snapkvd_compactor_reap(struct snapkvd_compactor *c);
+unsigned snapkvd_compactor_pending(struct snapkvd_compactor *c);
+const char *snapkvd_compactor_isa(struct snapkvd_compactor *c);
+/* Validate a CompactRequest against the session and limits and build a job
+ * (buffer references taken, region reserved and placed). 0 or -errno with a
+ * reason in err. */
+int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *o,
+			Snapkv__V1__CompactRequest *req, struct snapkvd_job **ret, char *err,
+			size_t errlen);
+void snapkvd_job_free(struct snapkvd_job *j);
+void snapkvd_buffer_unref(struct snapkvd_buffer *b);
+
+/* ledger.c */
+int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);
+
+/* admin.c */
+void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len);
+/* Prometheus text exposition of the server; caller frees. */
+char *snapkvd_admin_metrics_text(struct snapkvd_server *srv);
+
+/* loop.c */
+int snapkvd_loop_init(struct snapkvd_server *srv);
+int snapkvd_loop_run(struct snapkvd_server *srv);
+void snapkvd_loop_fini(struct snapkvd_server *srv);
+/* Arm a recvmsg / doorbell read for a session (takes a ref). */
+int snapkvd_loop_arm_recv(struct snapkvd_session *s);
+int snapkvd_loop_arm_doorbell(struct snapkvd_session *s);
+
+#endif

@@ -1,0 +1,917 @@
+// SPDX-License-Identifier: MIT
+/*
+ * snapkvd-session.c - one engine (or snapkvctl) connection: handshake,
+ * buffer registration, the request dispatcher shared by ring and socket,
+ * completions, and teardown that gives back every fd and arena byte.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "snapkvd-log.h"
+#include "snapkvd-server.h"
+
+static void send_error(struct snapkvd_session *s, int status, const char *msg)
+{
+	Snapkv__V1__ErrorNotice e = SNAPKV__V1__ERROR_NOTICE__INIT;
+	uint8_t buf[512];
+	size_t n;
+
+	if (s->fd < 0)
+		return;
+	e.status = status;
+	e.error = (char *)msg;
+	if (snapkv__v1__error_notice__get_packed_size(&e) > sizeof(buf))
+		e.error = "";
+	n = snapkv__v1__error_notice__pack(&e, buf);
+	(void)skv_frame_send(s->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR, buf, n, NULL, 0,
+			     MSG_DONTWAIT);
+}
+
+int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_session **ret)
+{
+	struct snapkvd_session *s;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	int r;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->srv = srv;
+	s->fd = fd;
+	s->ring_fd = s->sq_efd = s->cq_efd = -1;
+	s->pid = cred.pid;
+	s->uid = cred.uid;
+	s->gid = cred.gid;
+	s->id = ++srv->next_session_id;
+	s->refs = 1;
+	s->created_ns = snapkvd_now_ns();
+	s->ev_recv = (struct snapkvd_ev){SNAPKVD_EV_RECV, s};
+	s->ev_doorbell = (struct snapkvd_ev){SNAPKVD_EV_DOORBELL, s};
+	snprintf(s->name, sizeof(s->name), "pid%d", (int)cred.pid);
+	s->rbuf_cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD;
+	s->rbuf = malloc(s->rbuf_cap);
+	if (!s->rbuf) {
+		free(s);
+		return -ENOMEM;
+	}
+	s->next = srv->sessions;
+	srv->sessions = s;
+	srv->n_sessions++;
+	srv->sessions_total++;
+	if (!snapkvd_config_allows(&srv->cfg, cred.uid, cred.gid)) {
+		log_notice("session %llu: uid %u gid %u not allowed", (unsigned long long)s->id,
+			   (unsigned)cred.uid, (unsigned)cred.gid);
+		send_error(s, -EACCES, "uid/gid not in the daemon's allow list");
+		r = -EACCES;
+		goto refuse;
+	}
+	if (srv->n_sessions > srv->cfg.max_sessions) {
+		send_error(s, -EUSERS, "too many sessions");
+		r = -EUSERS;
+		goto refuse;
+	}
+	if (srv->draining) {
+		send_error(s, -ESHUTDOWN, "daemon is shutting down");
+		r = -ESHUTDOWN;
+		goto refuse;
+	}
+	r = snapkvd_pool_tenant_get(&srv->pool, cred.uid, &s->tenant);
+	if (r < 0)
+		goto refuse;
+	r = snapkvd_loop_arm_recv(s);
+	if (r < 0)
+		goto refuse;
+	*ret = s;
+	return 0;
+refuse:
+	/* the caller must not close fd: the session owns it now */
+	snapkvd_session_close(s, 0);
+	return r;
+}
+
+static void free_cache_memory(struct snapkvd_session *s, struct snapkvd_cache *c)
+{
+	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
+	snapkvd_pool_free(&s->srv->pool, s->tenant, c->region_bytes);
+	snapkvd_pool_cache_count(&s->srv->pool, s->tenant, -1);
+	s->n_caches--;
+	snapkvd_cache_free(c);
+}
+
+static void session_free(struct snapkvd_session *s)
+{
+	struct snapkvd_session **pp;
+
+	for (pp = &s->srv->sessions; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			s->srv->n_sessions--;
+			break;
+		}
+	if (s->ring_map)
+		munmap(s->ring_map, s->ring_bytes);
+	if (s->sq_efd >= 0)
+		close(s->sq_efd);
+	if (s->cq_efd >= 0)
+		close(s->cq_efd);
+	if (s->ring_fd >= 0)
+		close(s->ring_fd);
+	/* closed only now: the armed recvmsg held a reference until it came back */
+	if (s->fd >= 0)
+		close(s->fd);
+	snapkvd_arena_free(s->arena);
+	free(s->scratch);
+	snapkvd_pool_tenant_put(&s->srv->pool, s->tenant);
+	log_debug("session %llu freed", (unsigned long long)s->id);
+	free(s->rbuf);
+	free(s);
+}
+
+void snapkvd_session_unref(struct snapkvd_session *s)
+{
+	if (s && --s->refs == 0)
+		session_free(s);
+}
+
+void snapkvd_session_close(struct snapkvd_session *s, int why)
+{
+	if (s->closing)
+		return;
+	s->closing = true;
+	if (why)
+		send_error(s, why, strerror(-why));
+	log_info("session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
+		 (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
+	/* Complete the armed recvmsg and doorbell read so their refs drop. */
+	if (s->fd >= 0) {
+		shutdown(s->fd, SHUT_RDWR);
+	}
+	if (s->sq_efd >= 0)
+		(void)!eventfd_write(s->sq_efd, 1);
+	while (s->caches) {
+		struct snapkvd_cache *c = s->caches;
+
+		s->caches = c->next;
+		free_cache_memory(s, c);
+	}
+	while (s->buffers) {
+		struct snapkvd_buffer *b = s->buffers;
+
+		s->buffers = b->next;
+		s->n_buffers--;
+		snapkvd_buffer_unref(b);
+	}
+	snapkvd_session_unref(s);
+}
+
+static int send_msg(struct snapkvd_session *s, uint16_t type, const ProtobufCMessage *m,
+		    const int *fds, unsigned n_fds)
+{
+	size_t n = protobuf_c_message_get_packed_size(m);
+	uint8_t stackbuf[4096], *buf = stackbuf;
+	int r;
+
+	if (n > SKV_FRAME_MAX_PAYLOAD)
+		return -EMSGSIZE;
+	if (n > sizeof(stackbuf)) {
+		buf = malloc(n);
+		if (!buf)
+			return -ENOMEM;
+	}
+	protobuf_c_message_pack(m, buf);
+	r = skv_frame_send(s->fd, type, buf, n, fds, n_fds, MSG_DONTWAIT);
+	if (buf != stackbuf)
+		free(buf);
+	return r;
+}
+
+/* ---------------------------------------------------------------- handshake */
+
+static int setup_ring(struct snapkvd_session *s, uint32_t want_sq)
+{
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	uint32_t sq = cfg->sq_entries;
+	int r;
+
+	if (want_sq && want_sq <= SKV_RING_MAX_ENTRIES) {
+		sq = 2;
+		while (sq < want_sq)
+			sq <<= 1;
+	}
+	r = skv_ring_layout_init(&s->layout, sq, sq * 2, cfg->slot_bytes);
+	if (r < 0)
+		return r;
+	s->ring_bytes = s->layout.total_size;
+	s->ring_fd = memfd_create("snapkvd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (s->ring_fd < 0)
+		return -errno;
+	if (ftruncate(s->ring_fd, (off_t)s->ring_bytes) < 0 ||
+	    fcntl(s->ring_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		return -errno;
+	s->ring_map = mmap(NULL, s->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->ring_fd, 0);
+	if (s->ring_map == MAP_FAILED) {
+		s->ring_map = NULL;
+		return -errno;
+	}
+	memcpy(s->ring_map, &s->layout, sizeof(s->layout));
+	skv_ring_q_init(&s->sq, s->ring_map, s->layout.sq_off, s->layout.sq_entries,
+			sizeof(struct skv_sqe));
+	skv_ring_q_init(&s->cq, s->ring_map, s->layout.cq_off, s->layout.cq_entries,
+			sizeof(struct skv_cqe));
+	s->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->sq_efd < 0 || s->cq_efd < 0)
+		return -errno;
+	return snapkvd_arena_new(cfg->session_arena_bytes, "snapkvd-arena", &s->arena);
+}
+
+static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
+{
+	Snapkv__V1__Hello *h = snapkv__v1__hello__unpack(NULL, len, p);
+	Snapkv__V1__Welcome w = SNAPKV__V1__WELCOME__INIT;
+	int fds[4], r;
+
+	if (!h) {
+		snapkvd_session_close(s, -EBADMSG);
+		return;
+	}
+	if (h->client_version != SKV_PROTO_VERSION) {
+		snapkv__v1__hello__free_unpacked(h, NULL);
+		snapkvd_session_close(s, -EPROTONOSUPPORT);
+		return;
+	}
+	if (h->name && h->name[0]) {
+		size_t i;
+
+		snprintf(s->name, sizeof(s->name), "%s", h->name);
+		for (i = 0; s->name[i]; i++)
+			if ((unsigned char)s->name[i] < 0x20 || s->name[i] == '"' ||
+			    s->name[i] == '\\')
+				s->name[i] = '_';
+	}
+	s->admin = h->admin;
+	if (!s->admin) {
+		r = setup_ring(s, h->sq_entries);
+		if (r < 0) {
+			log_warning_errno(r, "session %llu: ring/arena setup failed",
+					  (unsigned long long)s->id);
+			snapkv__v1__hello__free_unpacked(h, NULL);
+			snapkvd_session_close(s, r);
+			return;
+		}
+	}
+	snapkv__v1__hello__free_unpacked(h, NULL);
+	w.server_version = SKV_PROTO_VERSION;
+	w.session_id = s->id;
+	w.tenant = s->tenant->name;
+	w.uid = s->uid;
+	w.backend = s->srv->cfg.backend;
+	if (!s->admin) {
+		w.ring_bytes = s->ring_bytes;
+		w.arena_bytes = s->arena->size;
+		w.features = SKV_RING_F_KNOWN;
+		fds[0] = s->ring_fd;
+		fds[1] = s->arena->fd;
+		fds[2] = s->sq_efd;
+		fds[3] = s->cq_efd;
+	}
+	r = send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME, &w.base, fds, s->admin ? 0 : 4);
+	if (s->ring_fd >= 0) {
+		close(s->ring_fd); /* the mapping stays; the engine has its own fd */
+		s->ring_fd = -1;
+	}
+	if (r < 0) {
+		snapkvd_session_close(s, 0);
+		return;
+	}
+	if (!s->admin) {
+		r = snapkvd_loop_arm_doorbell(s);
+		if (r < 0) {
+			snapkvd_session_close(s, r);
+			return;
+		}
+	}
+	log_info("session %llu: %s (pid %d, uid %u)%s", (unsigned long long)s->id, s->name,
+		 (int)s->pid, (unsigned)s->uid, s->admin ? " admin" : "");
+}
+
+/* ------------------------------------------------------------- registration */
+
+static void reg_reply(struct snapkvd_session *s, int status, const char *err, uint64_t id,
+		      uint64_t gen, uint64_t size)
+{
+	Snapkv__V1__RegisterReply rr = SNAPKV__V1__REGISTER_REPLY__INIT;
+
+	rr.status = status;
+	rr.error = (char *)(err ? err : "");
+	rr.buffer_id = id;
+	rr.generation = gen;
+	rr.size = size;
+	if (status)
+		s->errors++, s->srv->errors++;
+	if (send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, &rr.base, NULL, 0) < 0)
+		snapkvd_session_close(s, 0);
+}
+
+static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len, int *fds,
+			unsigned n_fds)
+{
+	Snapkv__V1__RegisterBuffer *m = snapkv__v1__register_buffer__unpack(NULL, len, p);
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	struct snapkvd_buffer *b;
+	struct stat st;
+	char err[160];
+	uint64_t size, gen;
+	int seals, fd = n_fds == 1 ? fds[0] : -1;
+
+	for (unsigned i = 1; i < n_fds; i++)
+		close(fds[i]);
+	if (!m) {
+		if (fd >= 0)
+			close(fd);
+		reg_reply(s, -EBADMSG, "malformed RegisterBuffer", 0, 0, 0);
+		return;
+	}
+	size = m->size;
+	gen = m->generation;
+	snapkv__v1__register_buffer__free_unpacked(m, NULL);
+	if (s->admin || !s->arena) {
+		snprintf(err, sizeof(err), "admin sessions cannot register buffers");
+		goto fail_eperm;
+	}
+	if (fd < 0) {
+		reg_reply(s, -EBADF, "RegisterBuffer needs exactly one fd", 0, gen, 0);
+		return;
+	}
+	if (s->n_buffers >= cfg->max_buffers) {
+		close(fd);
+		reg_reply(s, -EMFILE, "too many buffers in this session", 0, gen, 0);
+		return;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		reg_reply(s, -EINVAL, "not a memfd", 0, gen, 0);
+		return;
+	}
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0) {
+		close(fd);
+		reg_reply(s, -EINVAL, "not a memfd (no seals)", 0, gen, 0);
+		return;
+	}
+	/* A buffer that can shrink under our mapping would SIGBUS the daemon. */
+	if (!(seals & F_SEAL_SHRINK)) {
+		snprintf(err, sizeof(err), "memfd must carry F_SEAL_SHRINK");
+		goto fail_eperm;
+	}
+	if (!size)
+		size = (uint64_t)st.st_size;
+	if (size > (uint64_t)st.st_size || size == 0) {
+		close(fd);
+		reg_reply(s, -ERANGE, "size is 0 or larger than the memfd", 0, gen, 0);
+		return;
+	}
+	if (size > cfg->max_buffer_bytes) {
+		close(fd);
+		reg_reply(s, -E2BIG, "buffer larger than max_buffer_bytes", 0, gen, 0);
+		return;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		close(fd);
+		reg_reply(s, -ENOMEM, "out of memory", 0, gen, 0);
+		return;
+	}
+	/* Mapped once, read-only; the fd is not needed after this. */
+	b->map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (b->map == MAP_FAILED) {
+		int r = -errno;
+
+		free(b);
+		reg_reply(s, r, "mmap failed", 0, gen, 0);
+		return;
+	}
+	b->id = ++s->next_buffer_id; /* never reused within the session */
+	b->generation = gen;
+	b->size = size;
+	b->refs = 1;
+	b->next = s->buffers;
+	s->buffers = b;
+	s->n_buffers++;
+	reg_reply(s, 0, NULL, b->id, gen, size);
+	return;
+fail_eperm:
+	if (fd >= 0)
+		close(fd);
+	reg_reply(s, -EPERM, err, 0, gen, 0);
+}
+
+static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t len)
+{
+	Snapkv__V1__Unregister *m = snapkv__v1__unregister__unpack(NULL, len, p);
+	Snapkv__V1__UnregisterReply rr = SNAPKV__V1__UNREGISTER_REPLY__INIT;
+	struct snapkvd_buffer **pp;
+
+	rr.error = "";
+	if (!m) {
+		rr.status = -EBADMSG;
+		rr.error = "malformed Unregister";
+	} else {
+		rr.status = -ENOENT;
+		rr.error = "no such buffer";
+		for (pp = &s->buffers; *pp; pp = &(*pp)->next) {
+			if ((*pp)->id != m->buffer_id)
+				continue;
+			struct snapkvd_buffer *b = *pp;
+
+			*pp = b->next;
+			s->n_buffers--;
+			snapkvd_buffer_unref(b); /* a running job keeps its own ref */
+			rr.status = 0;
+			rr.error = "";
+			break;
+		}
+		snapkv__v1__unregister__free_unpacked(m, NULL);
+	}
+	if (send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER_REPLY, &rr.base, NULL, 0) < 0)
+		snapkvd_session_close(s, 0);
+}
+
+void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
+			      const uint8_t *payload, int *fds, unsigned n_fds)
+{
+	bool hello = h->type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO;
+
+	if (h->type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER)
+		for (unsigned i = 0; i < n_fds; i++)
+			close(fds[i]);
+	/* The first message must be HELLO, and only the first. */
+	if (hello == s->greeted) {
+		s->requests++;
+		snapkvd_session_close(s, -EPROTO);
+		return;
+	}
+	s->greeted = true;
+	s->requests++;
+	switch (h->type) {
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO:
+		on_hello(s, payload, h->length);
+		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER:
+		on_register(s, payload, h->length, fds, n_fds);
+		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER:
+		on_unregister(s, payload, h->length);
+		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST: {
+		struct snapkvd_origin o = {.ring = false};
+
+		snapkvd_session_request(s, &o, payload, h->length);
+		break;
+	}
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN:
+		snapkvd_admin(s, payload, h->length);
+		break;
+	default: {
+		Snapkv__V1__ErrorNotice e = SNAPKV__V1__ERROR_NOTICE__INIT;
+
+		/* not fatal: the peer may speak a newer minor revision */
+		e.status = -EOPNOTSUPP;
+		e.error = "unknown message type";
+		s->errors++;
+		s->srv->errors++;
+		if (send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR, &e.base, NULL, 0) < 0)
+			snapkvd_session_close(s, 0);
+	}
+	}
+}
+
+/* ----------------------------------------------------------------- requests */
+
+struct snapkvd_cache *snapkvd_session_find_cache(struct snapkvd_session *s, uint64_t id)
+{
+	for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+		if (c->id == id)
+			return c;
+	return NULL;
+}
+
+static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
+{
+	ci->cache_id = c->id;
+	ci->layers = c->layers;
+	ci->h_store = c->h_store;
+	ci->head_dim = c->head_dim;
+	ci->dtype = (Snapkv__V1__DType)c->dtype;
+	ci->layout = (Snapkv__V1__Layout)c->layout;
+	ci->prompt_len = c->prompt_len;
+	ci->kept = c->kept;
+	ci->capacity = c->slots;
+	ci->appended = c->appended;
+	ci->head_stride = c->head_stride;
+	ci->token_stride = c->token_stride;
+	ci->pos_stride = c->slots;
+	ci->n_k_offset = ci->n_v_offset = ci->n_pos_offset = c->layers;
+	ci->k_offset = c->k_off;
+	ci->v_offset = c->v_off;
+	ci->pos_offset = c->pos_off;
+	ci->n_retained_mass = (size_t)c->layers * c->h_store;
+	ci->retained_mass = c->mass;
+	ci->region_offset = c->region_off;
+	ci->region_bytes = c->region_bytes;
+	ci->budget = c->budget;
+}
+
+static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origin *o,
+			   const struct snapkvd_cache *c)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	Snapkv__V1__CacheInfo ci = SNAPKV__V1__CACHE_INFO__INIT;
+
+	fill_cache_info(c, &ci);
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_CACHE;
+	resp.cache = &ci;
+	snapkvd_session_complete(s, o, 0, NULL, &resp);
+}
+
+static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		      const Snapkv__V1__AppendRequest *a)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	struct snapkvd_cache *c = snapkvd_session_find_cache(s, a->cache_id);
+	char err[128];
+
+	if (!c) {
+		snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
+		return;
+	}
+	if (a->tokens > c->slots - c->kept - c->appended) {
+		snprintf(err, sizeof(err), "%u tokens but %u decode slots left: GROW first",
+			 a->tokens, c->slots - c->kept - c->appended);
+		snapkvd_session_complete(s, o, -ENOSPC, err, NULL);
+		return;
+	}
+	/* Logical positions continue at L + g, whatever slot they sit in. */
+	for (uint32_t l = 0; l < c->layers; l++) {
+		int32_t *pos = (int32_t *)(s->arena->base + c->pos_off[l]);
+
+		for (uint32_t h = 0; h < c->h_store; h++)
+			for (uint32_t i = 0; i < a->tokens; i++)
+				pos[(size_t)h * c->slots + c->kept + c->appended + i] =
+				    (int32_t)(c->prompt_len + c->appended + i);
+	}
+	c->appended += a->tokens;
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_APPENDED;
+	resp.appended = c->appended;
+	snapkvd_session_complete(s, o, 0, NULL, &resp);
+}
+
+static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		    const Snapkv__V1__GrowRequest *g)
+{
+	struct snapkvd_cache *c = snapkvd_session_find_cache(s, g->cache_id);
+	struct snapkvd_resv resv;
+	uint64_t kv_bytes, pos_bytes, layer_bytes, region, off;
+	uint32_t slots, used;
+	int r;
+
+	if (!c) {
+		snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
+		return;
+	}
+	if (g->extra == 0 || g->extra > s->srv->cfg.max_reserve ||
+	    c->slots - c->kept + (uint64_t)g->extra > s->srv->cfg.max_reserve) {
+		snapkvd_session_complete(s, o, g->extra ? -E2BIG : -EINVAL,
+					 "extra must be 1..max_reserve in all", NULL);
+		return;
+	}
+	slots = c->slots + g->extra;
+	kv_bytes = ((uint64_t)c->h_store * slots * c->head_dim * c->dtype_bytes + 63) & ~63ull;
+	pos_bytes = ((uint64_t)c->h_store * slots * 4 + 63) & ~63ull;
+	layer_bytes = 2 * kv_bytes + pos_bytes;
+	region = snapkvd_arena_round(layer_bytes * c->layers);
+	if (!region || region > s->arena->size) {
+		snapkvd_session_complete(s, o, -E2BIG, "grown cache does not fit the arena", NULL);
+		return;
+	}
+	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &resv);
+	if (r < 0) {
+		snapkvd_session_complete(s, o, r, "pool or quota exhausted", NULL);
+		return;
+	}
+	r = snapkvd_arena_alloc(s->arena, region, &off);
+	if (r < 0) {
+		snapkvd_pool_cancel(&s->srv->pool, &resv);
+		snapkvd_session_complete(s, o, r, "session arena full", NULL);
+		return;
+	}
+	used = c->kept + c->appended;
+	for (uint32_t l = 0; l < c->layers; l++) {
+		uint8_t *nk = s->arena->base + off + l * layer_bytes, *nv = nk + kv_bytes;
+		int32_t *np = (int32_t *)(nv + kv_bytes);
+		const uint8_t *ok = s->arena->base + c->k_off[l],
+			      *ov = s->arena->base + c->v_off[l];
+		const int32_t *op = (const int32_t *)(s->arena->base + c->pos_off[l]);
+		size_t row = (size_t)c->head_dim * c->dtype_bytes;
+
+		if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
+			for (uint32_t h = 0; h < c->h_store; h++) {
+				memcpy(nk + (size_t)h * slots * row,
+				       ok + (size_t)h * c->slots * row, used * row);
+				memcpy(nv + (size_t)h * slots * row,
+				       ov + (size_t)h * c->slots * row, used * row);
+			}
+		} else {
+			memcpy(nk, ok, (size_t)used * c->h_store * row);
+			memcpy(nv, ov, (size_t)used * c->h_store * row);
+		}
+		for (uint32_t h = 0; h < c->h_store; h++) {
+			memcpy(np + (size_t)h * slots, op + (size_t)h * c->slots, used * 4);
+			for (uint32_t i = used; i < slots; i++)
+				np[(size_t)h * slots + i] = -1;
+		}
+	}
+	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
+	snapkvd_pool_free(&s->srv->pool, s->tenant, c->region_bytes);
+	snapkvd_pool_commit(&s->srv->pool, &resv);
+	c->region_off = off;
+	c->region_bytes = region;
+	c->slots = slots;
+	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND)
+		c->head_stride = (int64_t)slots * c->head_dim;
+	for (uint32_t l = 0; l < c->layers; l++) {
+		c->k_off[l] = off + l * layer_bytes;
+		c->v_off[l] = c->k_off[l] + kv_bytes;
+		c->pos_off[l] = c->v_off[l] + kv_bytes;
+	}
+	complete_cache(s, o, c);
+}
+
+static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o, uint64_t id)
+{
+	struct snapkvd_cache **pp;
+
+	for (pp = &s->caches; *pp; pp = &(*pp)->next) {
+		if ((*pp)->id != id)
+			continue;
+		struct snapkvd_cache *c = *pp;
+
+		*pp = c->next;
+		free_cache_memory(s, c);
+		snapkvd_session_complete(s, o, 0, NULL, NULL);
+		return;
+	}
+	snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
+}
+
+static void do_stats(struct snapkvd_session *s, const struct snapkvd_origin *o)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	Snapkv__V1__Stats st = SNAPKV__V1__STATS__INIT;
+
+	st.caches = s->n_caches;
+	st.buffers = s->n_buffers;
+	st.arena_used = s->arena ? s->arena->used : 0;
+	st.arena_bytes = s->arena ? s->arena->size : 0;
+	st.requests = s->requests;
+	st.errors = s->errors;
+	st.pool_total = s->srv->pool.total;
+	st.pool_used = snapkvd_pool_used(&s->srv->pool);
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_STATS;
+	resp.stats = &st;
+	snapkvd_session_complete(s, o, 0, NULL, &resp);
+}
+
+void snapkvd_session_request(struct snapkvd_session *s, const struct snapkvd_origin *o0,
+			     const uint8_t *buf, size_t len)
+{
+	Snapkv__V1__Request *req = snapkv__v1__request__unpack(NULL, len, buf);
+	struct snapkvd_origin o = *o0;
+	struct snapkvd_job *j;
+	char err[256] = "";
+	int r;
+
+	s->srv->requests++;
+	if (!req) {
+		snapkvd_session_complete(s, &o, -EBADMSG, "malformed Request", NULL);
+		return;
+	}
+	if (!o.ring)
+		o.user_data = req->user_data;
+	if (s->admin && req->op_case != SNAPKV__V1__REQUEST__OP_NOP &&
+	    req->op_case != SNAPKV__V1__REQUEST__OP_STATS) {
+		snapkvd_session_complete(s, &o, -EPERM, "admin sessions have no arena", NULL);
+		goto out;
+	}
+	switch (req->op_case) {
+	case SNAPKV__V1__REQUEST__OP_NOP:
+		snapkvd_session_complete(s, &o, 0, NULL, NULL);
+		break;
+	case SNAPKV__V1__REQUEST__OP_COMPACT:
+		if (s->srv->draining) {
+			snapkvd_session_complete(s, &o, -ESHUTDOWN, "daemon is shutting down",
+						 NULL);
+			break;
+		}
+		if (s->n_caches >= s->srv->cfg.max_caches) {
+			snapkvd_session_complete(s, &o, -EMFILE, "too many caches", NULL);
+			break;
+		}
+		r = snapkvd_job_prepare(s, &o, req->compact, &j, err, sizeof(err));
+		if (r < 0) {
+			snapkvd_session_complete(s, &o, r, err, NULL);
+			break;
+		}
+		req->compact = NULL; /* the job owns it now */
+		req->op_case = SNAPKV__V1__REQUEST__OP__NOT_SET;
+		s->refs++;
+		s->n_caches++; /* counts against max_caches while running */
+		snapkvd_compactor_submit(s->srv->compactor, j);
+		break;
+	case SNAPKV__V1__REQUEST__OP_APPEND:
+		do_append(s, &o, req->append);
+		break;
+	case SNAPKV__V1__REQUEST__OP_GROW:
+		do_grow(s, &o, req->grow);
+		break;
+	case SNAPKV__V1__REQUEST__OP_RELEASE:
+		do_release(s, &o, req->release->cache_id);
+		break;
+	case SNAPKV__V1__REQUEST__OP_STATS:
+		do_stats(s, &o);
+		break;
+	default:
+		snapkvd_session_complete(s, &o, -EOPNOTSUPP, "unknown request", NULL);
+		break;
+	}
+out:
+	snapkv__v1__request__free_unpacked(req, NULL);
+}
+
+void snapkvd_session_job_done(struct snapkvd_job *j)
+{
+	struct snapkvd_session *s = j->s;
+
+	s->n_caches--;
+	s->srv->compactions++;
+	if (s->closing) {
+		/* the engine is gone: give back what the job held */
+		snapkvd_arena_release(s->arena, j->cache->region_off, j->cache->region_bytes);
+		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
+	} else if (j->status < 0) {
+		snapkvd_arena_release(s->arena, j->cache->region_off, j->cache->region_bytes);
+		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
+		snapkvd_session_complete(s, &j->origin, j->status, j->err, NULL);
+	} else {
+		struct snapkvd_cache *c = j->cache;
+
+		j->cache = NULL;
+		snapkvd_pool_commit(&s->srv->pool, &j->resv);
+		snapkvd_pool_cache_count(&s->srv->pool, s->tenant, 1);
+		c->next = s->caches;
+		s->caches = c;
+		s->n_caches++;
+		complete_cache(s, &j->origin, c);
+	}
+	snapkvd_job_free(j);
+	snapkvd_session_unref(s);
+}
+
+/* -------------------------------------------------------------- completions */
+
+void snapkvd_session_complete(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
+			      const char *err, Snapkv__V1__Response *resp)
+{
+	Snapkv__V1__Response local = SNAPKV__V1__RESPONSE__INIT;
+	int r;
+
+	if (!resp)
+		resp = &local;
+	resp->status = status;
+	resp->error = (char *)(err ? err : "");
+	resp->user_data = o->user_data;
+	if (status < 0) {
+		s->errors++;
+		s->srv->errors++;
+		log_debug("session %llu: request failed: %s: %s", (unsigned long long)s->id,
+			  strerror(-status), err ? err : "");
+	}
+	if (s->closing)
+		return;
+	if (o->ring) {
+		struct skv_cqe cqe = {.user_data = o->user_data, .res = status, .slot = o->slot};
+		size_t n = 0;
+
+		s->inflight--;
+		if (o->has_slot && (resp != &local || status < 0)) {
+			n = snapkv__v1__response__get_packed_size(resp);
+			if (n > s->layout.arg_slot_size) {
+				cqe.res = -EMSGSIZE;
+				n = 0;
+			} else {
+				snapkv__v1__response__pack(resp, s->ring_map + s->layout.arg_off +
+								     (size_t)o->slot *
+									 s->layout.arg_slot_size);
+			}
+		}
+		cqe.len = (uint32_t)n;
+		r = skv_ring_produce(&s->cq, &cqe);
+		if (r < 0) {
+			/* cannot happen with honest accounting: the head is corrupt */
+			snapkvd_session_close(s, -EBADMSG);
+			return;
+		}
+		s->cq_dirty = true;
+		return;
+	}
+	r = send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE, &resp->base, NULL, 0);
+	if (r < 0)
+		snapkvd_session_close(s, 0);
+}
+
+void snapkvd_session_flush_cq(struct snapkvd_session *s)
+{
+	if (!s->cq_dirty || s->closing)
+		return;
+	s->cq_dirty = false;
+	/* W2 on the CQ: the engine set NEED_WAKEUP before sleeping on cq_efd. */
+	if (skv_ring_needs_wakeup(&s->cq))
+		(void)!eventfd_write(s->cq_efd, 1);
+}
+
+int snapkvd_session_poll_ring(struct snapkvd_session *s, unsigned budget)
+{
+	int done = 0;
+
+	if (s->closing || !s->ring_map)
+		return 0;
+	while ((unsigned)done < budget) {
+		struct skv_sqe sqe;
+		int space = skv_ring_space(&s->cq);
+		int r;
+
+		if (space < 0) {
+			snapkvd_session_close(s, -EBADMSG);
+			break;
+		}
+		/* Back-pressure: every consumed SQE must find a CQ slot later.
+		 * A client that stops reading completions stops being served;
+		 * nothing is dropped and the loop never blocks on it. */
+		if ((unsigned)space <= s->inflight)
+			break;
+		r = skv_ring_consume(&s->sq, &sqe);
+		if (r == -EAGAIN)
+			break;
+		if (r < 0) {
+			log_notice("session %llu: corrupt SQ tail", (unsigned long long)s->id);
+			snapkvd_session_close(s, -EBADMSG);
+			break;
+		}
+		done++;
+		s->inflight++;
+		s->requests++;
+		struct snapkvd_origin o = {
+		    .ring = true, .slot = sqe.slot, .user_data = sqe.user_data};
+		switch (sqe.opcode) {
+		case SKV_OP_NOP:
+			s->srv->requests++;
+			snapkvd_session_complete(s, &o, 0, NULL, NULL);
+			break;
+		case SKV_OP_REQUEST:
+			if (sqe.slot >= s->layout.arg_slots || sqe.len > s->layout.arg_slot_size) {
+				snapkvd_session_complete(s, &o, -EINVAL, "bad argument slot", NULL);
+				break;
+			}
+			o.has_slot = true;
+			if (!s->scratch && !(s->scratch = malloc(s->layout.arg_slot_size))) {
+				snapkvd_session_complete(s, &o, -ENOMEM, "out of memory", NULL);
+				break;
+			}
+			/* copy first: the engine may rewrite the slot while we parse */
+			memcpy(s->scratch,
+			       s->ring_map + s->layout.arg_off +
+				   (size_t)sqe.slot * s->layout.arg_slot_size,
+			       sqe.len);
+			snapkvd_session_request(s, &o, s->scratch, sqe.len);
+			break;
+		default:
+			snapkvd_session_complete(s, &o, -EOPNOTSUPP, "unknown opcode", NULL);
+			break;
+		}
+		if (s->closing)
+			break;
+	}
+	return done;
+}

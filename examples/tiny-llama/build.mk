@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: MIT
+# tiny-llama: a small GGUF Llama engine that decodes from full or compacted
+# KV caches (libtinyllama.a + the tiny-llama CLI), and its unit tests.
+
+TL_DIR  := examples/tiny-llama
+TL_SRCS := $(TL_DIR)/tl-gguf.c $(TL_DIR)/tl-tok.c $(TL_DIR)/tl-model.c $(TL_DIR)/tl-compact.c
+TL_OBJS := $(TL_SRCS:%.c=$(BUILD)/%.o)
+TL_LIB  := $(BUILD)/libtinyllama.a
+TL_LIBS := -lm -pthread
+
+$(TL_LIB): $(TL_OBJS)
+	@mkdir -p $(dir $@)
+	$(AR) rcs $@ $^
+
+$(BUILD)/tiny-llama: $(BUILD)/$(TL_DIR)/tiny-llama.o $(TL_LIB) $(LIBSKV)
+	$(CC) $(LDFLAGS) -o $@ $^ $(TL_LIBS)
+
+$(BUILD)/tests/unit/test-llama: $(BUILD)/tests/unit/test-llama.o $(TL_LIB) $(LIBSKV)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CUNIT_LIBS) $(TL_LIBS)
+
+$(BUILD)/tests/unit/test-llama.o: ALL_CFLAGS += -I$(TL_DIR)
+
+LIBS  += $(TL_LIB)
+BINS  += $(BUILD)/tiny-llama
+TESTS += $(BUILD)/tests/unit/test-llama
+OBJS  += $(TL_OBJS) $(BUILD)/$(TL_DIR)/tiny-llama.o $(BUILD)/tests/unit/test-llama.o

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon-harness.h - shared by the daemon's multi-process tests: start and
+ * stop a private snapkvd on a temporary socket, ask it admin questions
+ * directly over the framing, count its fds, fill test tensors.
+ */
+#ifndef DAEMON_HARNESS_H
+#define DAEMON_HARNESS_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/skv-frame.h"
+#include "proto/snapkv.pb-c.h"
+
+struct harness {
+	char dir[64];
+	char sock[100];
+	pid_t pid;
+};
+
+static inline void h_sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+static inline int h_connect_raw(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		close(fd);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+/* Start snapkvd with extra args (NULL-terminated); wait until it accepts. */
+static inline int h_start(struct harness *h, const char *const *extra)
+{
+	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+	char bin[512];
+	const char *argv[32];
+	int n = 0;
+
+	if (!h->dir[0]) {
+		snprintf(h->dir, sizeof(h->dir), "/tmp/snapkvd-test-XXXXXX");
+		if (!mkdtemp(h->dir))
+			return -errno;
+	}
+	snprintf(h->sock, sizeof(h->sock), "%s/s.sock", h->dir);
+	snprintf(bin, sizeof(bin), "%s/snapkvd", build);
+	argv[n++] = bin;
+	argv[n++] = "--socket";
+	argv[n++] = h->sock;
+	argv[n++] = "--threads";
+	argv[n++] = "2";
+	argv[n++] = "--log-level";
+	argv[n++] = getenv("SNAPKVD_TEST_LOG") ? getenv("SNAPKVD_TEST_LOG") : "warning";
+	for (int i = 0; extra && extra[i] && n < 30; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	h->pid = fork();
+	if (h->pid == 0) {
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		int fd = h_connect_raw(h->sock);
+
+		if (fd >= 0) {
+			close(fd);
+			return 0;
+		}
+		if (waitpid(h->pid, NULL, WNOHANG) == h->pid) {
+			h->pid = 0;
+			return -ECHILD;
+		}
+		h_sleep_ms(10);
+	}
+	return -ETIMEDOUT;
+}
+
+/* SIGTERM and wait: returns the exit status (0 expected) or -1. */
+static inline int h_stop(struct harness *h)
+{
+	int st = 0;
+
+	if (h->pid <= 0)
+		return -1;
+	kill(h->pid, SIGTERM);
+	for (int i = 0; i < 500; i++) {
+		if (waitpid(h->pid, &st, WNOHANG) == h->pid) {
+			h->pid = 0;
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		}
+		h_sleep_ms(10);
+	}
+	kill(h->pid, SIGKILL);
+	waitpid(h->pid, &st, 0);
+	h->pid = 0;
+	return -1;
+}
+
+static inline void h_kill(struct harness *h)
+{
+	if (h->pid > 0) {
+		kill(h->pid, SIGKILL);
+		waitpid(h->pid, NULL, 0);
+		h->pid = 0;
+	}
+}
+
+static inline void h_cleanup(struct harness *h)
+{
+	char p[128];
+
+	h_kill(h);
+	snprintf(p, sizeof(p), "%s/s.sock", h->dir);
+	unlink(p);
+	rmdir(h->dir);
+}
+
+static inline int h_count_fds(pid_t pid)
+{
+	char p[64];
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(p, sizeof(p), "/proc/%d/fd", (int)pid);
+	d = opendir(p);
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* One admin question; caller frees the reply. */
+static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__AdminKind kind)
+{
+	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
+	struct skv_frame_hdr hdr;
+	Snapkv__V1__AdminReply *rep = NULL;
+	int fd = h_connect_raw(sock), r;
+	size_t n;
+
+	if (fd < 0)
+		return NULL;
+	hello.client_version = SKV_PROTO_VERSION;
+	hello.admin = 1;
+	hello.name = "test-admin";
+	n = snapkv__v1__hello__pack(&hello, buf);
+	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0) < 0)
+		goto out;
+	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
+	if (r < 0 || hdr.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
+		goto out;
+	ar.kind = kind;
+	n = snapkv__v1__admin_request__pack(&ar, buf);
+	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, 0) < 0)
+		goto out;
+	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
+	if (r >= 0 && hdr.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY)
+		rep = snapkv__v1__admin_reply__unpack(NULL, hdr.length, buf + SKV_FRAME_HDR_SIZE);
+out:
+	close(fd);
+	return rep;
+}
+
+/* Pool bytes in use, or -1. */
+static inline long long h_pool_used(const char *sock)
+{
+	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
+	long long v;
+
+	if (!r)
+		return -1;
+	v = (long long)r->pool_used;
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return v;
+}
+
+static inline int h_sessions(const char *sock)
+{
+	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
+	int v;
+
+	if (!r)
+		return -1;
+	v = (int)r->sessions;
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return v;
+}
+
+/* Wait up to ms for pool used == want. */
+static inline int h_wait_pool(const char *sock, long long want, int ms)
+{
+	for (int i = 0; i <= ms / 10; i++) {
+		if (h_pool_used(sock) == want)
+			return 0;
+		h_sleep_ms(10);
+	}
+	return -1;
+}
+
+/* Deterministic pseudo-random floats in [-1, 1). */
+static inline float h_rand(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((*s >> 40) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+
+#endif
