@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: MIT
-# Operations modules of the daemon (pressure policy, hooks, metrics, quota
-# reservations): daemon/snapkvd-{pressure,hooks,metrics,quota}.[ch]. They are
+# Operations modules of the daemon: pressure policy, hooks, metrics, their
+# config keys and the runtime that runs the actions in order
+# (daemon/snapkvd-{pressure,hooks,metrics,ops-config,ops}.[ch]). They are
 # standalone (no dependency on the rest of the daemon) and go into a static
-# library the daemon links, so their unit tests build without the daemon.
+# library the daemon links, so their unit tests build without the daemon;
+# daemon/snapkvd-ops-daemon.c (in daemon/build.mk) ties them to the server.
 # This fragment lives in its own directory so that daemon/build.mk stays the
 # daemon's.
 
 LIBSNAPKVD_OPS := $(BUILD)/libsnapkvd-ops.a
 OPS_SRCS := daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c daemon/snapkvd-metrics.c \
-	daemon/snapkvd-quota.c daemon/snapkvd-ops-config.c daemon/snapkvd-ops.c
+	daemon/snapkvd-ops-config.c daemon/snapkvd-ops.c
 OPS_OBJS := $(OPS_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(OPS_OBJS)
 LIBS += $(LIBSNAPKVD_OPS)
@@ -26,6 +28,8 @@ OPS_TESTS += view
 OBJS += $(BUILD)/client/ctl-ops-view.o
 $(BUILD)/tests/unit/test-ops-view: $(BUILD)/client/ctl-ops-view.o
 
+# the quota race runs against the daemon's pool (snapkvd-pool.c)
+$(BUILD)/tests/unit/test-ops-quota: $(BUILD)/daemon/snapkvd-pool.o
 OPS_TEST_BINS := $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%)
 TESTS += $(OPS_TEST_BINS)
 OBJS += $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%.o)
