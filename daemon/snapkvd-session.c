@@ -627,7 +627,10 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	}
 	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &resv);
 	if (r < 0) {
-		snapkvd_session_complete(s, o, r, "pool or quota exhausted", NULL);
+		char why[256];
+
+		snapkvd_pool_explain(&s->srv->pool, s->tenant, region, r, why, sizeof(why));
+		snapkvd_session_complete(s, o, r, why, NULL);
 		return;
 	}
 	r = snapkvd_arena_alloc(s->arena, region, &off);
