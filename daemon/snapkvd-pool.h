@@ -20,7 +20,7 @@ struct snapkvd_tenant {
 	uint64_t reserved; /* reserved, not yet committed */
 	uint64_t caches;
 	unsigned sessions;
-	uint64_t quota;		   /* 0: the pool's tenant_quota (config tenant_quota = UID:BYTES) */
+	uint64_t quota;		   /* 0: the pool's tenant_quota (tenant_quota = UID:BYTES) */
 	uint64_t compactions;	   /* finished, for the metrics */
 	uint64_t quota_rejections; /* reservations refused with EDQUOT */
 	struct snapkvd_tenant *next;
