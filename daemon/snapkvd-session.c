@@ -698,6 +698,7 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 			c->lingering = true;
 			c->last_use_ns = snapkvd_now_ns();
 			s->n_caches--;
+			snapkvd_ops_mark_dirty(&s->srv->ops);
 			snapkvd_session_complete(s, o, 0, NULL, NULL);
 			return;
 		}
