@@ -70,6 +70,7 @@ struct skv_client {
 	struct old_map *old_maps;
 	uint8_t *rbuf;
 	char err[256];
+	struct skv_pressure pressure; /* latest PRESSURE event */
 };
 
 struct skv_buffer {
@@ -630,6 +631,17 @@ static int reap(struct skv_client *c)
 		struct slot *s;
 
 		n++;
+		if (cqe.flags & SKV_CQE_F_EVENT) {
+			/* not a completion: remember the latest pressure event */
+			if (cqe.user_data == SKV_EVENT_PRESSURE) {
+				c->pressure.level = (uint32_t)cqe.res;
+				c->pressure.suggested_capacity = cqe.slot;
+				c->pressure.scale_permille = cqe.len;
+				c->pressure.pool_used = cqe.reserved;
+				c->pressure.events++;
+			}
+			continue;
+		}
 		if (i >= c->n_slots)
 			continue;
 		s = &c->slots[i];
@@ -1104,6 +1116,9 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 	    .budget = ci->budget,
 	    .head_stride = ci->head_stride,
 	    .token_stride = ci->token_stride,
+	    .requested_budget = ci->requested_budget ? ci->requested_budget : ci->budget,
+	    .budget_scaled = ci->budget_scaled,
+	    .pressure = ci->pressure,
 	};
 	return 0;
 }
@@ -1284,7 +1299,7 @@ SKV_EXPORT int skv_cache_grow(struct skv_cache *k, uint32_t extra)
 	return r;
 }
 
-SKV_EXPORT int skv_cache_release(struct skv_cache *k)
+static int release(struct skv_cache *k, bool linger)
 {
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
 	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
@@ -1295,6 +1310,7 @@ SKV_EXPORT int skv_cache_release(struct skv_cache *k)
 	r = cache_check(k);
 	if (r == 0 && !k->c->dead) {
 		rl.cache_id = k->info.id;
+		rl.linger = linger;
 		req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
 		req.release = &rl;
 		pthread_mutex_lock(&k->c->mu);
@@ -1304,5 +1320,33 @@ SKV_EXPORT int skv_cache_release(struct skv_cache *k)
 		r = k->c->dead;
 	}
 	cache_free(k);
+	return r;
+}
+
+SKV_EXPORT int skv_cache_release(struct skv_cache *k)
+{
+	return release(k, false);
+}
+
+SKV_EXPORT int skv_cache_release_linger(struct skv_cache *k)
+{
+	return release(k, true);
+}
+
+SKV_EXPORT int skv_client_pressure(struct skv_client *c, struct skv_pressure *ret)
+{
+	int r;
+
+	if (!c || !ret)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	r = c->dead;
+	if (!r && c->ring)
+		r = reap(c);
+	if (r >= 0) {
+		*ret = c->pressure;
+		r = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
 	return r;
 }

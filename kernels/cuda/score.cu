@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		return;
 	}
 
-	extern __shared__ __align__(128) unsigned char smem[];
+	SKV_DYNAMIC_SMEM(smem);
 	const smem_layout lay = score_smem<T, TC>(D);
 	const int dp = lay.dp;
 	E *qs = (E *)(smem + lay.q);
@@ -398,7 +398,7 @@ static cudaError_t score_launch_one(const launch_params &p, int pass, cudaStream
 	if (e != cudaSuccess)
 		return e;
 	dim3 grid(p.chunks, p.row_tiles, p.n_layers * p.c.h_kv);
-	kern<<<grid, sh::THREADS, lay.total, s>>>(p);
+	SKV_LAUNCH(kern, grid, sh::THREADS, lay.total, s, p);
 	return cudaGetLastError();
 }
 

@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
 cudaError_t select_launch(const launch_params &p, cudaStream_t s)
 {
 	dim3 grid(p.c.h_store, p.n_layers);
-	select_kernel<<<grid, SEL_THREADS, 0, s>>>(p);
+	SKV_LAUNCH(select_kernel, grid, SEL_THREADS, 0, s, p);
 	return cudaGetLastError();
 }
 

@@ -18,3 +18,29 @@ $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBSKVCUDA) $(LIBSKV)
 .PHONY: gpu-tests
 gpu-tests: $(GPU_TESTS)
 endif
+
+# The same kernels compiled as host C++ against tests/gpu/emu (a CPU
+# emulation of blocks, barriers, warp intrinsics and WMMA), linked with the
+# plugin's host code and gpu-agree: host-vs-CUDA agreement of the kernels'
+# logic in `make check`, on machines without a GPU. Needs the CUDA headers
+# only, so it is built with the plugin.
+ifeq ($(CUDA),1)
+EMU_DIR := $(BUILD)/tests/gpu/emu
+EMU_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -DSKV_CUDA_EMU \
+	-Itests/gpu/emu/include $(CUDA_INC) -Ikernels -I. -MMD -MP
+EMU_KOBJS := $(SKVCUDA_CU:%=$(EMU_DIR)/%.o)
+EMU_AGREE := $(EMU_DIR)/gpu-agree-emu
+-include $(EMU_KOBJS:.o=.d) $(EMU_DIR)/cuda-emu.d
+
+$(EMU_DIR)/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(CXX) -x c++ $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_DIR)/cuda-emu.o: tests/gpu/emu/cuda-emu.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_AGREE): $(BUILD)/tests/gpu/gpu-agree.o $(EMU_KOBJS) $(SKVCUDA_COBJ) $(EMU_DIR)/cuda-emu.o \
+		$(LIBSKV)
+	$(CXX) -o $@ $^ -lm -pthread $(LDFLAGS)
+BINS += $(EMU_AGREE)
+endif
+TEST_SCRIPTS += tests/gpu/emu/run-emu.sh

@@ -6,7 +6,7 @@
  * retained masses match; NaN logits give -EDOM naming the same layer/head.
  * Covers every policy, both GQA modes, avg/max pooling, protected ranges,
  * HND/NHD/paged inputs, strided outputs with headroom, dtype conversion in
- * the gather, more layers than one launch takes, and the bypass.
+ * the gather, more layers than one launch takes (> 96), and the bypass.
  */
 #include <errno.h>
 #include <time.h>
@@ -50,6 +50,7 @@ static const struct cfg cfgs[] = {
 	{"snapkv-f32-mha-d80", F32,F32,SNAP,EXP,AVG, 777,80,4,4,16,100,3,0,16,2, HND,0,0},
 	{"snapkv-f32-paged", F32,F32,SNAP,EXP,AVG, 2050,128,8,4,32,300,5,0,32,2, PAGED,1,0},
 	{"snapkv-f32-14-layers", F32,F32,SNAP,GRP,AVG, 600,64,4,2,8,64,5,0,8,14, HND,0,0},
+	{"snapkv-f32-100-layers", F32,F32,SNAP,GRP,AVG, 100,16,2,1,4,20,3,0,4,100, NHD,0,0},
 	{"snapkv-f32-W64-G8", F32,F32,SNAP,EXP,AVG, 1500,64,16,2,64,400,5,0,64,1, HND,0,0},
 	{"h2o-f32", F32,F32,H2O,EXP,AVG, 700,64,4,2,16,128,5,0,700,2, HND,0,0},
 	{"streamingllm-f32", F32,F32,STRM,EXP,AVG, 1000,64,4,2,32,200,5,4,0,2, HND,1,0},
@@ -357,7 +358,6 @@ int main(int argc, char **argv)
 	struct skv_error err = {0};
 	struct skv_cuda_info info;
 	int fails = 0, r;
-	const char *only = argc > 1 ? argv[1] : NULL;
 
 	r = skv_cuda_dev_open(-1, &dev, &err);
 	if (r < 0) {
@@ -373,7 +373,11 @@ int main(int argc, char **argv)
 	}
 	printf("host backend: %u threads, %s\n", skv_ctx_threads(hctx), skv_ctx_isa(hctx));
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
-		if (only && !strstr(cfgs[i].name, only))
+		/* arguments: run only the cases whose name contains one of them */
+		int pick = argc < 2;
+		for (int a = 1; a < argc && !pick; a++)
+			pick = strstr(cfgs[i].name, argv[a]) != NULL;
+		if (!pick)
 			continue;
 		fails += run_cfg(&cfgs[i], hctx, gctx, 1000 + i);
 	}

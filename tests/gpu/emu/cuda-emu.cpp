@@ -1,0 +1,420 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cuda-emu.cpp - a CPU stand-in for the CUDA runtime and for the execution
+ * of kernels, so that the kernels of kernels/cuda can be checked against the
+ * host backend where no GPU is (make check on CI).
+ *
+ * Kernels: blocks run one after another; the threads of a block are
+ * coroutines (ucontext) switched only at __syncthreads() and warp
+ * intrinsics, which are real barriers (a barrier that can never complete is
+ * reported as a deadlock). Fresh "device" memory and shared memory are
+ * filled with 0xff bytes (NaN as floats) so reads of unwritten memory show.
+ * Runtime: memory calls work on host memory, streams and events complete at
+ * once, IPC and VMM report "not supported".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <vector>
+
+#include <cuda.h>
+
+#include "cuda_runtime.h"
+
+namespace emu
+{
+struct thr {
+	ucontext_t ctx;
+	dim3 tid;
+	int done;
+	int wait; /* 0 runnable, 1 block barrier, 2 warp barrier */
+	unsigned gen;
+};
+struct warp {
+	int arrived;
+	unsigned gen;
+	uint64_t vals[32];
+	uint64_t snap[32];
+};
+
+static const size_t STACK = 256 * 1024;
+static ucontext_t sched;
+static std::vector<thr> thrs;
+static std::vector<warp> warps;
+static char *stacks;
+static size_t stacks_n;
+static thr *cur;
+static std::vector<unsigned char> smem;
+static const std::function<void()> *body;
+static int live, bar_arrived;
+static unsigned bar_gen;
+dim3 block_idx;
+
+const dim3 &thread_idx()
+{
+	return cur->tid;
+}
+
+unsigned char *dyn_smem()
+{
+	return smem.data();
+}
+
+static void yield_to_sched()
+{
+	swapcontext(&cur->ctx, &sched);
+}
+
+void syncthreads()
+{
+	unsigned g = bar_gen;
+	if (++bar_arrived == live) {
+		bar_arrived = 0;
+		bar_gen++;
+		return;
+	}
+	cur->wait = 1;
+	cur->gen = g;
+	yield_to_sched();
+	cur->wait = 0;
+}
+
+void warp_exchange(uint64_t v, uint64_t *all)
+{
+	warp &w = warps[cur->tid.x / 32];
+	unsigned g = w.gen;
+	w.vals[cur->tid.x % 32] = v;
+	if (++w.arrived == 32) {
+		w.arrived = 0;
+		memcpy(w.snap, w.vals, sizeof(w.snap));
+		w.gen++;
+	} else {
+		cur->wait = 2;
+		cur->gen = g;
+		yield_to_sched();
+		cur->wait = 0;
+	}
+	memcpy(all, w.snap, sizeof(w.snap));
+}
+
+static void entry()
+{
+	(*body)();
+	cur->done = 1;
+	live--;
+	if (bar_arrived > 0 && bar_arrived == live) {
+		bar_arrived = 0;
+		bar_gen++;
+	}
+	/* returning resumes uc_link: the scheduler */
+}
+
+static bool ready(const thr &t)
+{
+	if (t.done)
+		return false;
+	if (t.wait == 1)
+		return bar_gen != t.gen;
+	if (t.wait == 2)
+		return warps[t.tid.x / 32].gen != t.gen;
+	return true;
+}
+
+void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn)
+{
+	const unsigned n = block.x * block.y * block.z;
+	if (block.y != 1 || block.z != 1 || n % 32) {
+		fprintf(stderr, "emu: only 1-D blocks of whole warps\n");
+		abort();
+	}
+	if (stacks_n < n) {
+		if (stacks)
+			munmap(stacks, stacks_n * STACK);
+		stacks = (char *)mmap(NULL, n * STACK, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (stacks == MAP_FAILED) {
+			perror("emu: mmap");
+			abort();
+		}
+		stacks_n = n;
+	}
+	body = &fn;
+	thrs.assign(n, thr());
+	warps.assign(n / 32, warp());
+	for (unsigned bz = 0; bz < grid.z; bz++)
+		for (unsigned by = 0; by < grid.y; by++)
+			for (unsigned bx = 0; bx < grid.x; bx++) {
+				block_idx = dim3(bx, by, bz);
+				smem.assign(smem_bytes + 16, 0xff);
+				live = (int)n;
+				bar_arrived = 0;
+				for (unsigned i = 0; i < n; i++) {
+					thr &t = thrs[i];
+					t.tid = dim3(i, 0, 0);
+					t.done = 0;
+					t.wait = 0;
+					getcontext(&t.ctx);
+					t.ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK;
+					t.ctx.uc_stack.ss_size = STACK;
+					t.ctx.uc_link = &sched;
+					makecontext(&t.ctx, entry, 0);
+				}
+				for (auto &w : warps)
+					w.arrived = 0;
+				for (;;) {
+					bool any = false, all_done = true;
+					for (unsigned i = 0; i < n; i++) {
+						if (!thrs[i].done)
+							all_done = false;
+						if (!ready(thrs[i]))
+							continue;
+						any = true;
+						cur = &thrs[i];
+						swapcontext(&sched, &thrs[i].ctx);
+					}
+					if (all_done)
+						break;
+					if (!any) {
+						fprintf(
+						    stderr,
+						    "emu: deadlock in block (%u,%u,%u): a barrier "
+						    "no thread can complete\n",
+						    bx, by, bz);
+						abort();
+					}
+				}
+			}
+}
+} /* namespace emu */
+
+/* ------------------------------------------------------------- driver */
+
+static CUresult CUDAAPI emu_cuGetErrorName(CUresult, const char **s)
+{
+	*s = "CUDA_ERROR_NOT_SUPPORTED (emulator)";
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuDeviceGet(CUdevice *d, int o)
+{
+	*d = o;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuDeviceGetAttribute(int *v, CUdevice_attribute, CUdevice)
+{
+	*v = 0; /* in particular: no VMM POSIX fd handles */
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuStreamWaitValue32(CUstream, CUdeviceptr addr, cuuint32_t value,
+						unsigned int)
+{
+	/* streams run at once here: the flag must already be set */
+	return *(volatile uint32_t *)(uintptr_t)addr >= value ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+static CUresult CUDAAPI emu_cuNotSupported()
+{
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+extern "C" {
+
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int,
+						       unsigned long long,
+						       cudaDriverEntryPointQueryResult *q)
+{
+	if (!strcmp(sym, "cuGetErrorName"))
+		*fn = (void *)emu_cuGetErrorName;
+	else if (!strcmp(sym, "cuDeviceGet"))
+		*fn = (void *)emu_cuDeviceGet;
+	else if (!strcmp(sym, "cuDeviceGetAttribute"))
+		*fn = (void *)emu_cuDeviceGetAttribute;
+	else if (!strcmp(sym, "cuStreamWaitValue32"))
+		*fn = (void *)emu_cuStreamWaitValue32;
+	else
+		*fn = (void *)emu_cuNotSupported;
+	if (q)
+		*q = cudaDriverEntryPointSuccess;
+	return cudaSuccess;
+}
+
+const char *CUDARTAPI cudaGetErrorString(cudaError_t e)
+{
+	return e == cudaSuccess ? "no error" : "error (CUDA emulator)";
+}
+const char *CUDARTAPI cudaGetErrorName(cudaError_t e)
+{
+	return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulator";
+}
+cudaError_t CUDARTAPI cudaGetLastError(void)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDeviceCount(int *n)
+{
+	*n = 1;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaSetDevice(int)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *p, int)
+{
+	memset(p, 0, sizeof(*p));
+	snprintf(p->name, sizeof(p->name), "CUDA CPU emulator");
+	p->major = 9;
+	p->minor = 0;
+	p->multiProcessorCount = 1;
+	p->totalGlobalMem = 1ull << 30;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr, int)
+{
+	*v = 0;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDriverGetVersion(int *v)
+{
+	*v = 13000;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaRuntimeGetVersion(int *v)
+{
+	*v = 13000;
+	return cudaSuccess;
+}
+
+static void *dev_alloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (p)
+		memset(p, 0xff, n); /* NaN: unwritten memory shows */
+	return p;
+}
+cudaError_t CUDARTAPI cudaMalloc(void **p, size_t n)
+{
+	*p = dev_alloc(n);
+	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t CUDARTAPI cudaFree(void *p)
+{
+	free(p);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMallocHost(void **p, size_t n)
+{
+	return cudaMalloc(p, n);
+}
+cudaError_t CUDARTAPI cudaFreeHost(void *p)
+{
+	free(p);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMallocAsync(void **p, size_t n, cudaStream_t)
+{
+	return cudaMalloc(p, n);
+}
+cudaError_t CUDARTAPI cudaFreeAsync(void *p, cudaStream_t)
+{
+	free(p);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
+{
+	memcpy(d, s, n);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind,
+				      cudaStream_t)
+{
+	memcpy(d, s, n);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemset(void *d, int v, size_t n)
+{
+	memset(d, v, n);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t)
+{
+	memset(d, v, n);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int)
+{
+	*s = (cudaStream_t)dev_alloc(64);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s)
+{
+	free((void *)s);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int)
+{
+	*e = (cudaEvent_t)dev_alloc(64);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t *e)
+{
+	return cudaEventCreateWithFlags(e, 0);
+}
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e)
+{
+	free((void *)e);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t, cudaStream_t)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
+{
+	*ms = 0;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int)
+{
+	*p = (cudaMemPool_t)1;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAttr, void *)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **, cudaIpcMemHandle_t, unsigned int)
+{
+	return cudaErrorNotSupported;
+}
+cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void *)
+{
+	return cudaErrorNotSupported;
+}
+cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t *, cudaIpcEventHandle_t)
+{
+	return cudaErrorNotSupported;
+}
+
+} /* extern "C" */
