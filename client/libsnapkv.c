@@ -171,7 +171,7 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 				   NULL, &nf, MSG_DONTWAIT) >= 0 &&
 		    eh.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
 			Snapkv__V1__ErrorNotice *e =
-				snapkv__v1__error_notice__unpack(NULL, eh.length, c->rbuf + 16);
+			    snapkv__v1__error_notice__unpack(NULL, eh.length, c->rbuf + 16);
 
 			if (e && e->status < 0) {
 				r = e->status;
