@@ -22,22 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctl-daemon.h"
 #include "ctl-ops.h"
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
 #include "snapkvctl.h"
-
-static const char *default_socket(char *buf, size_t len)
-{
-	const char *e = getenv("SNAPKV_SOCKET");
-
-	if (e && *e)
-		return e;
-	e = getenv("XDG_RUNTIME_DIR");
-	if (e && *e && (size_t)snprintf(buf, len, "%s/snapkvd.sock", e) < len)
-		return buf;
-	return "/run/snapkvd/snapkvd.sock";
-}
 
 /* One admin round trip. 0 and *ret (free with ..._free_unpacked) or -errno. */
 static int admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__AdminReply **ret,
@@ -223,7 +212,7 @@ int ctl_pressure(int argc, char **argv)
 	Snapkv__V1__AdminRequest req = SNAPKV__V1__ADMIN_REQUEST__INIT;
 	Snapkv__V1__PressureSettings ps = SNAPKV__V1__PRESSURE_SETTINGS__INIT;
 	Snapkv__V1__AdminReply *rep = NULL;
-	char sockbuf[128], err[300];
+	char err[300];
 	const char *sock = NULL;
 	int json = 0, set = 0, nset = 0, c, r;
 
@@ -287,8 +276,7 @@ int ctl_pressure(int argc, char **argv)
 		pressure_usage(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	if (!sock)
-		sock = default_socket(sockbuf, sizeof(sockbuf));
+	sock = ctl_daemon_socket(sock);
 	req.kind = set ? SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE_SET
 		       : SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE;
 	if (set)
@@ -364,7 +352,7 @@ int ctl_top(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},		{0},
 	};
 	struct ctl_prom prev = {0}, cur = {0};
-	char sockbuf[128], err[300];
+	char err[300];
 	const char *sock = NULL;
 	uint32_t interval_ms = 1000, count = 0;
 	int once = 0, tty, c, r, have_prev = 0;
@@ -403,8 +391,7 @@ int ctl_top(int argc, char **argv)
 		top_usage(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	if (!sock)
-		sock = default_socket(sockbuf, sizeof(sockbuf));
+	sock = ctl_daemon_socket(sock);
 	if (once)
 		count = 1;
 	tty = isatty(STDOUT_FILENO) && !once;

@@ -20,6 +20,8 @@ static const struct ctl_cmd cmds[] = {
     {"caches", "compact caches the daemon holds", ctl_caches},
     {"ledger", "capacity ledger per cache, tenant and pool (--json)", ctl_ledger},
     {"metrics", "Prometheus text exposition of the daemon's metrics", ctl_metrics},
+    {"pressure", "memory pressure: level, watermarks, transitions; `set` changes them", ctl_pressure},
+    {"top", "live view: pool, tenants, compactions/s, p50/p99, retained mass", ctl_top},
 };
 
 #define N_CMDS (sizeof(cmds) / sizeof(cmds[0]))

@@ -31,6 +31,8 @@ struct ctl_cmd {
  * e.g. ctl-daemon.h). */
 int ctl_compact(int argc, char **argv); /* ctl-compact.c */
 int ctl_inspect(int argc, char **argv); /* ctl-inspect.c */
+int ctl_pressure(int argc, char **argv); /* ctl-ops.c */
+int ctl_top(int argc, char **argv);	 /* ctl-ops.c */
 
 /* "snapkvctl <cmd>: " + message + newline on stderr. */
 void ctl_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -55,16 +55,17 @@ for _ in $(seq 100); do
 done
 [ -S "$sock" ] || { echo "snapkvd did not start:"; cat "$dir/snapkvd.log"; exit 1; }
 
-prompt_a="Once upon a time, there was a little dog named Max. Max loved to run in the park with his friend Tom. One day, Max found a big red ball under a tree. He picked it up and ran to Tom. Tom was very happy and they played with the ball all day."
-prompt_b="Sara had a small garden behind her house. Every morning she gave water to the flowers and talked to the birds. One day, a little bird did not sing. Sara was worried. She looked at the bird and saw that its wing was hurt."
+# Two stories of about 320 tokens (the model was trained on 512-token ones).
+prompt_a='Once upon a time, there was a little dog named Max. Max lived in a small house with a girl called Lily. Every day, Lily and Max went to the park. Max loved to run on the green grass and chase the birds. Lily liked to sit under a big tree and read her book. One sunny day, Max found a big red ball under the tree. He picked it up with his mouth and ran to Lily. Lily laughed and threw the ball far away. Max ran very fast to get it. He brought it back again and again. Then a boy named Tom came to the park. Tom saw the red ball and wanted to play too. Lily said, "You can play with us, Tom!" Tom was very happy. The three friends played with the ball all afternoon. Then Tom kicked the ball very high, and it went over the fence.'
+prompt_b='Sara had a small garden behind her house. Every morning she gave water to the flowers and talked to the birds. She had red flowers, yellow flowers and a tall sunflower. Her mom helped her plant new seeds in the spring. One day, a little bird did not sing. Sara was worried. She looked at the bird and saw that its wing was hurt. Sara took the bird inside and made a soft bed for it in a box. She gave the bird some water and some seeds. Her mom said, "We must be gentle with the bird. It needs to rest." Every day, Sara sat next to the box and sang a song for the bird. After many days, the bird began to move its wing again. One morning, the bird flew around the room and sang a happy song. Sara opened the window and the bird flew out to the garden.'
 
 # Both engines hold their caches a moment after decoding so the ledger sees them.
-"$ENGINE" -m "$MODEL" --socket "$sock" --name engine-a -p "$prompt_a" -n 96 \
-	--policy snapkv -C 32 -W 8 -k 5 --pool avg --gqa expand --layout hnd \
+"$ENGINE" -m "$MODEL" --socket "$sock" --name engine-a -p "$prompt_a" -n 64 \
+	--policy snapkv -C 48 -W 8 -k 5 --pool avg --gqa expand --layout hnd \
 	--reserve 16 --compare --pause-before-release 1500 >"$dir/a.out" 2>"$dir/a.err" &
 pids+=($!)
-"$ENGINE" -m "$MODEL" --socket "$sock" --name engine-b -p "$prompt_b" -n 96 \
-	--policy snapkv -C 24 -W 8 -k 7 --pool max --gqa group --layout nhd \
+"$ENGINE" -m "$MODEL" --socket "$sock" --name engine-b -p "$prompt_b" -n 64 \
+	--policy snapkv -C 32 -W 8 -k 7 --pool max --gqa group --layout nhd \
 	--reserve 16 --compare --pause-before-release 1500 >"$dir/b.out" 2>"$dir/b.err" &
 pids+=($!)
 

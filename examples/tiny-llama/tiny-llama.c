@@ -55,7 +55,8 @@ static void usage(FILE *f)
 	       "         [--policy none|snapkv|h2o|streamingllm|window] [-C capacity] [-W window]\n"
 	       "         [-k kernel] [--pool avg|max] [--gqa expand|group] [--sinks S]\n"
 	       "         [--socket PATH | --local] [--layout hnd|nhd] [--reserve R] [--grow N]\n"
-	       "         [--compare] [--name NAME] [--pause-before-release MS] [-q]\n"
+	       "         [--protect B:E ...] [--compare] [--name NAME]\n"
+	       "         [--pause-before-release MS] [-q]\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
@@ -70,6 +71,22 @@ static int parse_u32(const char *s, uint32_t *ret)
 	if (errno || end == s || *end || v > UINT32_MAX)
 		return -EINVAL;
 	*ret = (uint32_t)v;
+	return 0;
+}
+
+/* "B:E" -> a protected range [B, E) of prompt positions. */
+static int parse_range(const char *s, struct skv_params *p)
+{
+	char b[32];
+	const char *colon = strchr(s, ':');
+	uint32_t lo, hi;
+	if (!colon || (size_t)(colon - s) >= sizeof(b) || p->n_protected >= SKV_MAX_PROTECTED)
+		return -EINVAL;
+	memcpy(b, s, colon - s);
+	b[colon - s] = 0;
+	if (parse_u32(b, &lo) < 0 || parse_u32(colon + 1, &hi) < 0 || lo >= hi)
+		return -EINVAL;
+	p->protected_ranges[p->n_protected++] = (struct skv_range){lo, hi};
 	return 0;
 }
 
@@ -95,6 +112,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   {"grow", required_argument, NULL, 10},
 					   {"name", required_argument, NULL, 11},
 					   {"pause-before-release", required_argument, NULL, 12},
+					   {"protect", required_argument, NULL, 13},
 					   {"quiet", no_argument, NULL, 'q'},
 					   {"help", no_argument, NULL, 'h'},
 					   {0, 0, 0, 0}};
@@ -158,6 +176,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 11:
 			o->name = optarg;
+			break;
+		case 13:
+			bad |= parse_range(optarg, &o->params) < 0;
 			break;
 		case 12:
 			bad |= parse_u32(optarg, &o->pause_ms) < 0;
@@ -387,6 +408,26 @@ static int check_positions(const struct skv_cache *c, uint32_t L)
 	return 0;
 }
 
+/* Every protected prompt position is among a head's kept positions (ascending). */
+static int protected_kept(const struct skv_params *p, uint32_t L, const int32_t *pos, uint32_t kept)
+{
+	for (uint32_t r = 0; r < p->n_protected; r++)
+		for (uint32_t x = p->protected_ranges[r].begin;
+		     x < p->protected_ranges[r].end && x < L; x++) {
+			uint32_t lo = 0, hi = kept;
+			while (lo < hi) {
+				uint32_t mid = lo + (hi - lo) / 2;
+				if (pos[mid] < (int32_t)x)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			if (lo == kept || pos[lo] != (int32_t)x)
+				return 0;
+		}
+	return 1;
+}
+
 /* What a compaction needs: the prefilled full cache and where it lives. */
 struct compactor {
 	const struct opts *o;
@@ -601,6 +642,26 @@ int main(int argc, char **argv)
 		    o.backend == BK_DAEMON ? "snapkvd" : "local libskv", L, lc.kv->len, L, h,
 		    h == c->n_heads ? "expand" : "group",
 		    skv_policy_name(o.params.policy) ? skv_policy_name(o.params.policy) : "?");
+	}
+
+	if (o.backend != BK_FULL && o.params.n_protected) {
+		/* Read the positions before decoding appends to them. */
+		int ok = 1;
+		for (uint32_t l = 0; l < c->n_layers; l++)
+			for (uint32_t h = 0; h < lc.kv->h_store; h++) {
+				const int32_t *pos =
+				    lc.cache ? skv_cache_positions(lc.cache, l, h)
+					     : lc.kv->layers[l].pos +
+						   (size_t)h * lc.kv->layers[l].pos_stride;
+				ok &= pos && protected_kept(&o.params, L, pos, lc.kv->len);
+			}
+		printf("--- protected ranges: %s in every head of every layer\n",
+		       ok ? "kept" : "NOT kept");
+		if (!ok) {
+			r = -EPROTO;
+			why = "protected ranges";
+			goto out;
+		}
 	}
 
 	/* Decode both lanes in lockstep; compare logits while their tokens agree. */

@@ -305,31 +305,21 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		__syncthreads();
 
 		if (PASS == 1) {
+			/* one read per logit: rescale the running sum when the max moves */
 			if (my_r < nr) {
-				float tmax = -INFINITY;
 				for (uint32_t kk = sub; kk < TK; kk += TPR) {
 					uint32_t j = j0 + kk;
-					if (j < k1 && j <= my_pos) {
-						float z = ss[my_r * SP + kk] * c.scale_log2;
-						if (!isfinite(z))
-							bad = 1;
-						else
-							tmax = fmaxf(tmax, z);
+					if (j >= k1 || j > my_pos)
+						continue;
+					float z = ss[my_r * SP + kk] * c.scale_log2;
+					if (!isfinite(z)) {
+						bad = 1;
+					} else if (z > run_m) {
+						run_s = run_s * exp2f(run_m - z) + 1.f;
+						run_m = z;
+					} else {
+						run_s += exp2f(z - run_m);
 					}
-				}
-				if (tmax > -INFINITY) {
-					float nm = fmaxf(run_m, tmax);
-					float s = run_s * exp2f(run_m - nm);
-					for (uint32_t kk = sub; kk < TK; kk += TPR) {
-						uint32_t j = j0 + kk;
-						if (j < k1 && j <= my_pos) {
-							float z = ss[my_r * SP + kk] * c.scale_log2;
-							if (isfinite(z))
-								s += exp2f(z - nm);
-						}
-					}
-					run_m = nm;
-					run_s = s;
 				}
 			}
 		} else {

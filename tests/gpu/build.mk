@@ -38,9 +38,10 @@ $(EMU_DIR)/%.o: kernels/cuda/%.cu
 $(EMU_DIR)/cuda-emu.o: tests/gpu/emu/cuda-emu.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
-$(EMU_AGREE): $(BUILD)/tests/gpu/gpu-agree.o $(EMU_KOBJS) $(SKVCUDA_COBJ) $(EMU_DIR)/cuda-emu.o \
-		$(LIBSKV)
+EMU_IPC := $(EMU_DIR)/gpu-ipc-emu
+$(EMU_DIR)/gpu-%-emu: $(BUILD)/tests/gpu/gpu-%.o $(EMU_KOBJS) $(SKVCUDA_COBJ) \
+		$(EMU_DIR)/cuda-emu.o $(LIBSKV)
 	$(CXX) -o $@ $^ -lm -pthread $(LDFLAGS)
-BINS += $(EMU_AGREE)
+BINS += $(EMU_AGREE) $(EMU_IPC)
 endif
 TEST_SCRIPTS += tests/gpu/emu/run-emu.sh

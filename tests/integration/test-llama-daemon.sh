@@ -4,7 +4,8 @@
 # C > L (bypass) the compact cache in the daemon's arena decodes bit-identically
 # to the full cache, in expand and group mode, HND and NHD; a real compaction
 # with little headroom grows, appends at L + g, and produces exactly the text
-# of the same compaction done in process with libskv.
+# of the same compaction done in process with libskv; every policy keeps
+# protected ranges.
 set -u
 BUILD=${BUILD:-build}
 SHARED=${SHARED:-../shared}
@@ -87,7 +88,20 @@ for gqa in expand group; do
 	pass "$what: same text as in-process libskv, positions L+g, grew"
 done
 
-# 3. The daemon is still healthy and shuts down cleanly.
+# 3. Every policy through the daemon, with protected ranges kept in every head.
+for pol in snapkv h2o streamingllm window; do
+	out=$("$ENGINE" -m "$MODEL" --socket "$sock" -p "$prompt" -n 16 --policy $pol -C 20 -W 8 \
+		--protect 1:4 --protect 10:13 --gqa group -q 2>&1)
+	rc=$?
+	if [ $rc -eq 0 ] && echo "$out" | grep -q "protected ranges: kept in every head" &&
+		echo "$out" | grep -Eq "kept 20, appended 15 .*: ok\)"; then
+		pass "$pol C=20 with protected ranges"
+	else
+		fail "$pol C=20 with protected ranges (exit $rc)"; echo "$out"
+	fi
+done
+
+# 4. The daemon is still healthy and shuts down cleanly.
 kill -TERM "$pid"
 wait "$pid"
 rc=$?

@@ -10,13 +10,23 @@
  * reported as a deadlock). Fresh "device" memory and shared memory are
  * filled with 0xff bytes (NaN as floats) so reads of unwritten memory show.
  * Runtime: memory calls work on host memory, streams and events complete at
- * once, IPC and VMM report "not supported".
+ * once. VMM allocations are memfds (exported and imported as real fds,
+ * mapped MAP_SHARED), large cudaMalloc buffers are memfds too so that a
+ * legacy IPC handle (pid, fd) can be opened through /proc by another
+ * process, and cuStreamWaitValue32 polls the flag: the two-process test
+ * runs unchanged on it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
+
+#include <map>
 
 #include <vector>
 
@@ -194,7 +204,7 @@ void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()
 
 static CUresult CUDAAPI emu_cuGetErrorName(CUresult, const char **s)
 {
-	*s = "CUDA_ERROR_NOT_SUPPORTED (emulator)";
+	*s = "CUDA_ERROR (emulator)";
 	return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI emu_cuDeviceGet(CUdevice *d, int o)
@@ -202,16 +212,125 @@ static CUresult CUDAAPI emu_cuDeviceGet(CUdevice *d, int o)
 	*d = o;
 	return CUDA_SUCCESS;
 }
-static CUresult CUDAAPI emu_cuDeviceGetAttribute(int *v, CUdevice_attribute, CUdevice)
+static CUresult CUDAAPI emu_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice)
 {
-	*v = 0; /* in particular: no VMM POSIX fd handles */
+	*v = a == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;
 	return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI emu_cuStreamWaitValue32(CUstream, CUdeviceptr addr, cuuint32_t value,
 						unsigned int)
 {
-	/* streams run at once here: the flag must already be set */
-	return *(volatile uint32_t *)(uintptr_t)addr >= value ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	/* streams run at once here, so the wait happens now: poll for up to 60 s */
+	for (int i = 0; i < 60000; i++) {
+		if (__atomic_load_n((uint32_t *)(uintptr_t)addr, __ATOMIC_ACQUIRE) >= value)
+			return CUDA_SUCCESS;
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return CUDA_ERROR_NOT_READY;
+}
+
+/* VMM: a generic allocation handle is a memfd (an fd of this process, + 1) */
+static const size_t EMU_GRANULARITY = 2u << 20;
+static CUresult CUDAAPI emu_cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *,
+							  CUmemAllocationGranularity_flags)
+{
+	*g = EMU_GRANULARITY;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+					const CUmemAllocationProp *, unsigned long long)
+{
+	if (size == 0 || size % EMU_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	int fd = memfd_create("emu-vmm", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*h = (CUmemGenericAllocationHandle)fd + 1;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	return close((int)(h - 1)) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI emu_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t, CUdeviceptr,
+						unsigned long long)
+{
+	void *a = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (a == MAP_FAILED)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (CUdeviceptr)(uintptr_t)a;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+	return munmap((void *)(uintptr_t)p, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI emu_cuMemMap(CUdeviceptr p, size_t size, size_t off,
+				     CUmemGenericAllocationHandle h, unsigned long long)
+{
+	struct stat st;
+	int fd = (int)(h - 1);
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < off + size)
+		return CUDA_ERROR_INVALID_VALUE;
+	void *a = mmap((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		       fd, (off_t)off);
+	return a == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemUnmap(CUdeviceptr p, size_t size)
+{
+	void *a = mmap((void *)(uintptr_t)p, size, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	return a == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)
+{
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
+							 CUmemAllocationHandleType,
+							 unsigned long long)
+{
+	int fd = fcntl((int)(h - 1), F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*(int *)out = fd;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h,
+							   void *osh, CUmemAllocationHandleType)
+{
+	int fd = fcntl((int)(intptr_t)osh, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*h = (CUmemGenericAllocationHandle)fd + 1;
+	return CUDA_SUCCESS;
+}
+
+/* cudaMalloc buffers: memfd-backed from 64 KiB on, so IPC handles can name them */
+struct emu_buf {
+	size_t size;
+	int fd; /* -1: plain malloc */
+};
+static std::map<uintptr_t, emu_buf> emu_bufs;
+struct emu_ipc_handle {
+	uint32_t magic, pid;
+	int32_t fd;
+	uint32_t pad;
+	uint64_t size, offset;
+};
+
+static CUresult CUDAAPI emu_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+	auto it = emu_bufs.upper_bound((uintptr_t)p);
+	if (it == emu_bufs.begin())
+		return CUDA_ERROR_INVALID_VALUE;
+	--it;
+	if ((uintptr_t)p >= it->first + it->second.size)
+		return CUDA_ERROR_INVALID_VALUE;
+	*base = it->first;
+	*size = it->second.size;
+	return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI emu_cuNotSupported()
 {
@@ -224,16 +343,30 @@ cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *sym, void **f
 						       unsigned long long,
 						       cudaDriverEntryPointQueryResult *q)
 {
-	if (!strcmp(sym, "cuGetErrorName"))
-		*fn = (void *)emu_cuGetErrorName;
-	else if (!strcmp(sym, "cuDeviceGet"))
-		*fn = (void *)emu_cuDeviceGet;
-	else if (!strcmp(sym, "cuDeviceGetAttribute"))
-		*fn = (void *)emu_cuDeviceGetAttribute;
-	else if (!strcmp(sym, "cuStreamWaitValue32"))
-		*fn = (void *)emu_cuStreamWaitValue32;
-	else
-		*fn = (void *)emu_cuNotSupported;
+	static const struct {
+		const char *name;
+		void *fn;
+	} tab[] = {
+	    {"cuGetErrorName", (void *)emu_cuGetErrorName},
+	    {"cuDeviceGet", (void *)emu_cuDeviceGet},
+	    {"cuDeviceGetAttribute", (void *)emu_cuDeviceGetAttribute},
+	    {"cuStreamWaitValue32", (void *)emu_cuStreamWaitValue32},
+	    {"cuMemGetAllocationGranularity", (void *)emu_cuMemGetAllocationGranularity},
+	    {"cuMemCreate", (void *)emu_cuMemCreate},
+	    {"cuMemRelease", (void *)emu_cuMemRelease},
+	    {"cuMemAddressReserve", (void *)emu_cuMemAddressReserve},
+	    {"cuMemAddressFree", (void *)emu_cuMemAddressFree},
+	    {"cuMemMap", (void *)emu_cuMemMap},
+	    {"cuMemUnmap", (void *)emu_cuMemUnmap},
+	    {"cuMemSetAccess", (void *)emu_cuMemSetAccess},
+	    {"cuMemExportToShareableHandle", (void *)emu_cuMemExportToShareableHandle},
+	    {"cuMemImportFromShareableHandle", (void *)emu_cuMemImportFromShareableHandle},
+	    {"cuMemGetAddressRange", (void *)emu_cuMemGetAddressRange},
+	};
+	*fn = (void *)emu_cuNotSupported;
+	for (const auto &t : tab)
+		if (!strcmp(sym, t.name))
+			*fn = t.fn;
 	if (q)
 		*q = cudaDriverEntryPointSuccess;
 	return cudaSuccess;
@@ -299,17 +432,44 @@ static void *dev_alloc(size_t n)
 }
 cudaError_t CUDARTAPI cudaMalloc(void **p, size_t n)
 {
-	*p = dev_alloc(n);
-	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+	if (n < (64u << 10)) {
+		*p = dev_alloc(n);
+		if (!*p)
+			return cudaErrorMemoryAllocation;
+		emu_bufs[(uintptr_t)*p] = emu_buf{n, -1};
+		return cudaSuccess;
+	}
+	int fd = memfd_create("emu-malloc", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)n) < 0)
+		return cudaErrorMemoryAllocation;
+	void *a = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (a == MAP_FAILED) {
+		close(fd);
+		return cudaErrorMemoryAllocation;
+	}
+	memset(a, 0xff, n);
+	emu_bufs[(uintptr_t)a] = emu_buf{n, fd};
+	*p = a;
+	return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaFree(void *p)
 {
-	free(p);
+	auto it = emu_bufs.find((uintptr_t)p);
+	if (it == emu_bufs.end())
+		return p ? cudaErrorInvalidValue : cudaSuccess;
+	if (it->second.fd < 0) {
+		free(p);
+	} else {
+		munmap(p, it->second.size);
+		close(it->second.fd);
+	}
+	emu_bufs.erase(it);
 	return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMallocHost(void **p, size_t n)
 {
-	return cudaMalloc(p, n);
+	*p = dev_alloc(n);
+	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t CUDARTAPI cudaFreeHost(void *p)
 {
@@ -322,8 +482,7 @@ cudaError_t CUDARTAPI cudaMallocAsync(void **p, size_t n, cudaStream_t)
 }
 cudaError_t CUDARTAPI cudaFreeAsync(void *p, cudaStream_t)
 {
-	free(p);
-	return cudaSuccess;
+	return cudaFree(p);
 }
 cudaError_t CUDARTAPI cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
 {
@@ -404,17 +563,59 @@ cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAtt
 {
 	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **, cudaIpcMemHandle_t, unsigned int)
+cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 {
-	return cudaErrorNotSupported;
+	CUdeviceptr base;
+	size_t size;
+	if (emu_cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+		return cudaErrorInvalidValue;
+	const emu_buf &b = emu_bufs[(uintptr_t)base];
+	if (b.fd < 0)
+		return cudaErrorNotSupported; /* small buffers are plain malloc here */
+	emu_ipc_handle e = {
+	    0x454d5531u, (uint32_t)getpid(), b.fd, 0, size, (uint64_t)((uintptr_t)p - base)};
+	static_assert(sizeof(e) <= sizeof(*h), "handle size");
+	memset(h, 0, sizeof(*h));
+	memcpy(h, &e, sizeof(e));
+	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void *)
+cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int)
 {
-	return cudaErrorNotSupported;
+	emu_ipc_handle e;
+	char path[64];
+	memcpy(&e, &h, sizeof(e));
+	if (e.magic != 0x454d5531u)
+		return cudaErrorInvalidValue;
+	snprintf(path, sizeof(path), "/proc/%u/fd/%d", e.pid, e.fd);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return cudaErrorInvalidValue;
+	void *a = mmap(NULL, e.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (a == MAP_FAILED) {
+		close(fd);
+		return cudaErrorMemoryAllocation;
+	}
+	emu_bufs[(uintptr_t)a] = emu_buf{e.size, fd};
+	*p = (char *)a + e.offset;
+	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t *, cudaIpcEventHandle_t)
+cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void *p)
 {
-	return cudaErrorNotSupported;
+	CUdeviceptr base;
+	size_t size;
+	if (emu_cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+		return cudaErrorInvalidValue;
+	return cudaFree((void *)(uintptr_t)base);
+}
+/* streams complete at once, so an event handle needs no content */
+cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t)
+{
+	memset(h, 0, sizeof(*h));
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t)
+{
+	return cudaEventCreateWithFlags(e, 0);
 }
 
 } /* extern "C" */
