@@ -66,6 +66,9 @@ void snapkvd_job_free(struct snapkvd_job *j)
 	free(j->out);
 	free(j->block_table);
 	snapkvd_cache_free(j->cache);
+	free(j->g.old_k);
+	free(j->g.old_v);
+	free(j->g.old_pos);
 	free(j);
 }
 
@@ -482,11 +485,49 @@ fail:
 	return r;
 }
 
+/* GROW: copy the filled slots of every (layer, head) into the new region. */
+static void run_grow(struct snapkvd_job *j)
+{
+	uint8_t *base = j->s->arena->base;
+	size_t row = j->g.row;
+
+	for (uint32_t l = 0; l < j->g.layers; l++) {
+		uint8_t *nk = base + j->g.off + l * j->g.layer_bytes, *nv = nk + j->g.kv_bytes;
+		int32_t *np = (int32_t *)(nv + j->g.kv_bytes);
+		const uint8_t *ok = base + j->g.old_k[l], *ov = base + j->g.old_v[l];
+		const int32_t *op = (const int32_t *)(base + j->g.old_pos[l]);
+
+		if (j->g.hnd) {
+			for (uint32_t h = 0; h < j->g.h_store; h++) {
+				memcpy(nk + (size_t)h * j->g.slots * row,
+				       ok + (size_t)h * j->g.old_slots * row, j->g.used * row);
+				memcpy(nv + (size_t)h * j->g.slots * row,
+				       ov + (size_t)h * j->g.old_slots * row, j->g.used * row);
+			}
+		} else {
+			memcpy(nk, ok, (size_t)j->g.used * j->g.h_store * row);
+			memcpy(nv, ov, (size_t)j->g.used * j->g.h_store * row);
+		}
+		for (uint32_t h = 0; h < j->g.h_store; h++) {
+			memcpy(np + (size_t)h * j->g.slots, op + (size_t)h * j->g.old_slots,
+			       j->g.used * 4);
+			for (uint32_t i = j->g.used; i < j->g.slots; i++)
+				np[(size_t)h * j->g.slots + i] = -1;
+		}
+	}
+	j->status = 0;
+}
+
 static void run_job(struct snapkvd_compactor *c, struct snapkvd_job *j)
 {
 	struct skv_error kerr = {{0}, -1, -1};
 	struct snapkvd_cache *ca = j->cache;
 	uint64_t t0 = snapkvd_now_ns();
+
+	if (j->grow) {
+		run_grow(j);
+		return;
+	}
 
 	j->status = skv_compact(c->ctx, &j->shape, &j->params, ca->layers, j->in, j->out, &kerr);
 	if (j->status < 0) {

@@ -71,6 +71,7 @@ struct snapkvd_cache {
 	/* released with linger: kept (and counted) until pressure evicts it;
 	 * no longer visible to its engine */
 	bool lingering;
+	bool busy;		   /* a GROW is copying it: APPEND/GROW/RELEASE wait (-EBUSY) */
 	uint64_t last_use_ns;	   /* CLOCK_MONOTONIC: eviction is LRU */
 	uint32_t requested_budget; /* C asked for; budget is after pressure scaling */
 	int pressure_level;	   /* snapkvd_pressure_level at admission */
@@ -101,6 +102,16 @@ struct snapkvd_job {
 	int status;
 	char err[256];
 	uint64_t t_start; /* admission, CLOCK_MONOTONIC */
+	/* GROW: the worker copies `target` into a larger region; everything it
+	 * needs is copied here, so the cache object is never touched off-loop. */
+	bool grow;
+	struct snapkvd_cache *target;
+	struct {
+		uint64_t off, region, kv_bytes, layer_bytes;
+		uint32_t slots, old_slots, used, layers, h_store, row;
+		bool hnd;
+		uint64_t *old_k, *old_v, *old_pos; /* [layers] */
+	} g;
 	struct snapkvd_job *next;
 };
 

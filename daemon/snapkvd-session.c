@@ -579,6 +579,10 @@ static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
 		return;
 	}
+	if (c->busy) {
+		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+		return;
+	}
 	if (a->tokens > c->slots - c->kept - c->appended) {
 		snprintf(err, sizeof(err), "%u tokens but %u decode slots left: GROW first",
 			 a->tokens, c->slots - c->kept - c->appended);
@@ -605,13 +609,17 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		    const Snapkv__V1__GrowRequest *g)
 {
 	struct snapkvd_cache *c = snapkvd_session_find_cache(s, g->cache_id);
-	struct snapkvd_resv resv;
+	struct snapkvd_job *j;
 	uint64_t kv_bytes, pos_bytes, layer_bytes, region, off;
-	uint32_t slots, used;
+	uint32_t slots;
 	int r;
 
 	if (!c) {
 		snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
+		return;
+	}
+	if (c->busy) {
+		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
 		return;
 	}
 	if (g->extra == 0 || g->extra > s->srv->cfg.max_reserve ||
@@ -629,61 +637,89 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		snapkvd_session_complete(s, o, -E2BIG, "grown cache does not fit the arena", NULL);
 		return;
 	}
-	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &resv);
+	j = calloc(1, sizeof(*j));
+	if (j) {
+		j->g.old_k = malloc(c->layers * sizeof(uint64_t));
+		j->g.old_v = malloc(c->layers * sizeof(uint64_t));
+		j->g.old_pos = malloc(c->layers * sizeof(uint64_t));
+	}
+	if (!j || !j->g.old_k || !j->g.old_v || !j->g.old_pos) {
+		snapkvd_job_free(j);
+		snapkvd_session_complete(s, o, -ENOMEM, "out of memory", NULL);
+		return;
+	}
+	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &j->resv);
 	if (r < 0) {
 		char why[256];
 
 		snapkvd_pool_explain(&s->srv->pool, s->tenant, region, r, why, sizeof(why));
+		snapkvd_job_free(j);
 		snapkvd_session_complete(s, o, r, why, NULL);
 		return;
 	}
 	r = snapkvd_arena_alloc(s->arena, region, &off);
 	if (r < 0) {
-		snapkvd_pool_cancel(&s->srv->pool, &resv);
+		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
+		snapkvd_job_free(j);
 		snapkvd_session_complete(s, o, r, "session arena full", NULL);
 		return;
 	}
-	used = c->kept + c->appended;
-	for (uint32_t l = 0; l < c->layers; l++) {
-		uint8_t *nk = s->arena->base + off + l * layer_bytes, *nv = nk + kv_bytes;
-		int32_t *np = (int32_t *)(nv + kv_bytes);
-		const uint8_t *ok = s->arena->base + c->k_off[l],
-			      *ov = s->arena->base + c->v_off[l];
-		const int32_t *op = (const int32_t *)(s->arena->base + c->pos_off[l]);
-		size_t row = (size_t)c->head_dim * c->dtype_bytes;
+	/* The copy can be large (GBs): the worker does it, the loop moves on. */
+	j->s = s;
+	j->origin = *o;
+	j->t_start = snapkvd_now_ns();
+	j->grow = true;
+	j->target = c;
+	j->g.off = off;
+	j->g.region = region;
+	j->g.kv_bytes = kv_bytes;
+	j->g.layer_bytes = layer_bytes;
+	j->g.slots = slots;
+	j->g.old_slots = c->slots;
+	j->g.used = c->kept + c->appended;
+	j->g.layers = c->layers;
+	j->g.h_store = c->h_store;
+	j->g.row = c->head_dim * c->dtype_bytes;
+	j->g.hnd = c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND;
+	memcpy(j->g.old_k, c->k_off, c->layers * sizeof(uint64_t));
+	memcpy(j->g.old_v, c->v_off, c->layers * sizeof(uint64_t));
+	memcpy(j->g.old_pos, c->pos_off, c->layers * sizeof(uint64_t));
+	c->busy = true;
+	s->refs++;
+	snapkvd_compactor_submit(s->srv->compactor, j);
+}
 
-		if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
-			for (uint32_t h = 0; h < c->h_store; h++) {
-				memcpy(nk + (size_t)h * slots * row,
-				       ok + (size_t)h * c->slots * row, used * row);
-				memcpy(nv + (size_t)h * slots * row,
-				       ov + (size_t)h * c->slots * row, used * row);
-			}
-		} else {
-			memcpy(nk, ok, (size_t)used * c->h_store * row);
-			memcpy(nv, ov, (size_t)used * c->h_store * row);
-		}
-		for (uint32_t h = 0; h < c->h_store; h++) {
-			memcpy(np + (size_t)h * slots, op + (size_t)h * c->slots, used * 4);
-			for (uint32_t i = used; i < slots; i++)
-				np[(size_t)h * slots + i] = -1;
-		}
+/* A GROW copy finished: switch the cache to its new region. */
+static void grow_done(struct snapkvd_job *j)
+{
+	struct snapkvd_session *s = j->s;
+	struct snapkvd_cache *c = NULL;
+
+	if (!s->closing)
+		for (c = s->caches; c && c != j->target; c = c->next)
+			;
+	if (!c) {
+		/* the session went (and freed the cache) meanwhile */
+		snapkvd_arena_release(s->arena, j->g.off, j->g.region);
+		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
+		return;
 	}
 	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
 	snapkvd_pool_free(&s->srv->pool, s->tenant, c->region_bytes);
-	snapkvd_pool_commit(&s->srv->pool, &resv);
-	c->region_off = off;
-	c->region_bytes = region;
-	c->slots = slots;
+	snapkvd_pool_commit(&s->srv->pool, &j->resv);
+	c->region_off = j->g.off;
+	c->region_bytes = j->g.region;
+	c->slots = j->g.slots;
+	c->busy = false;
 	c->last_use_ns = snapkvd_now_ns();
 	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND)
-		c->head_stride = (int64_t)slots * c->head_dim;
+		c->head_stride = (int64_t)c->slots * c->head_dim;
 	for (uint32_t l = 0; l < c->layers; l++) {
-		c->k_off[l] = off + l * layer_bytes;
-		c->v_off[l] = c->k_off[l] + kv_bytes;
-		c->pos_off[l] = c->v_off[l] + kv_bytes;
+		c->k_off[l] = j->g.off + l * j->g.layer_bytes;
+		c->v_off[l] = c->k_off[l] + j->g.kv_bytes;
+		c->pos_off[l] = c->v_off[l] + j->g.kv_bytes;
 	}
-	complete_cache(s, o, c);
+	complete_cache(s, &j->origin, c);
 }
 
 static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o, uint64_t id,
@@ -696,6 +732,11 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 			continue;
 		struct snapkvd_cache *c = *pp;
 
+		if (c->busy) {
+			snapkvd_session_complete(s, o, -EBUSY,
+						 "a GROW of this cache is in progress", NULL);
+			return;
+		}
 		if (linger || c->evictable) {
 			/* Kept and counted until pressure evicts it (LRU) or the
 			 * session ends; the engine's handle is gone either way. */
@@ -802,6 +843,12 @@ void snapkvd_session_job_done(struct snapkvd_job *j)
 {
 	struct snapkvd_session *s = j->s;
 
+	if (j->grow) {
+		grow_done(j);
+		snapkvd_job_free(j);
+		snapkvd_session_unref(s);
+		return;
+	}
 	s->n_caches--;
 	s->srv->compactions++;
 	if (s->closing) {

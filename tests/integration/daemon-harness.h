@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -80,6 +81,8 @@ static inline int h_start(struct harness *h, const char *const *extra)
 	argv[n] = NULL;
 	h->pid = fork();
 	if (h->pid == 0) {
+		/* a test that crashes must not leave its daemon behind */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
