@@ -67,8 +67,20 @@ template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32
 }
 
 /*
- * A warp's 16 query rows as tensor-core A fragments, loaded once per block
- * and kept in registers for every key tile of the chunk (Q does not change).
+ * Tensor-core warp tiles: 8 warps cover the RT x TK = 128 x 64 logit tile.
+ * Up to head_dim 128 a warp takes 32 rows x 32 keys (2 x 2 MMA tiles: each
+ * K fragment read from shared memory feeds two MMAs); at 256 the A
+ * fragments of 32 rows would not fit in registers, so 16 rows x 64 keys.
+ */
+template <int D_> struct warp_tile {
+	static constexpr int MR = D_ <= 128 ? 2 : 1; /* 16-row fragments per warp  */
+	static constexpr int KG = MR;		     /* warps side by side in keys  */
+	static constexpr int NK = 4 / KG;	     /* 16-key fragments per warp   */
+};
+
+/*
+ * A warp's query rows as tensor-core A fragments, loaded once per block and
+ * kept in registers for every key tile of the chunk (Q does not change).
  */
 template <typename T, int D_, bool TC> struct q_frags {
 	__device__ void load(const T *, int, int)
@@ -76,13 +88,18 @@ template <typename T, int D_, bool TC> struct q_frags {
 	}
 };
 template <typename T, int D_> struct q_frags<T, D_, true> {
+	static constexpr int MR = warp_tile<D_>::MR;
 	nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major>
-	    a[D_ / 16];
-	__device__ void load(const T *qs, int dp, int warp)
+	    a[MR][D_ / 16];
+	/* rows r0 .. r0 + 16 * MR - 1 of the Q tile */
+	__device__ void load(const T *qs, int dp, int r0)
 	{
 #pragma unroll
-		for (int i = 0; i < D_ / 16; i++)
-			nvcuda::wmma::load_matrix_sync(a[i], qs + warp * 16 * dp + i * 16, dp);
+		for (int m = 0; m < MR; m++)
+#pragma unroll
+			for (int i = 0; i < D_ / 16; i++)
+				nvcuda::wmma::load_matrix_sync(
+				    a[m][i], qs + (r0 + 16 * m) * dp + i * 16, dp);
 	}
 };
 
@@ -94,8 +111,10 @@ template <typename T, int D_> struct q_frags<T, D_, true> {
  * pass 1 writes p.partials [N][H_kv][row_tiles][chunks][RT] (max, sum of exp(z - max))
  * pass 2 writes p.votes    [N][H_q][L] (stores with one row tile, atomics otherwise)
  */
+/* Two blocks per SM where shared memory allows (head_dim <= 128): registers capped at 128. */
 template <typename T, int D_, bool TC, int PASS>
-__global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ launch_params p)
+__global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
+    score_kernel(const __grid_constant__ launch_params p)
 {
 	using sh = tile_shape<TC>;
 	using E = typename std::conditional<TC, T, float>::type;
@@ -187,11 +206,14 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		}
 	}
 
+	/* tensor-core warp tile: rows wr0 .., keys wk0 .. of the block's tile */
+	const int wr0 = (int)(tid / 32) / warp_tile<D_>::KG * 16 * warp_tile<D_>::MR;
+	const int wk0 = (int)(tid / 32) % warp_tile<D_>::KG * 16 * warp_tile<D_>::NK;
 	q_frags<E, D_, TC> qf;
 	if constexpr (TC) {
 		__syncthreads(); /* Q tile complete */
-		if ((int)(tid / 32) * 16 < (int)nr)
-			qf.load(qs, dp, tid / 32);
+		if (wr0 < (int)nr)
+			qf.load(qs, dp, wr0);
 	}
 
 	const T *kd = (const T *)ly.k.data;
@@ -261,28 +283,36 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		const E *kb = ks + (size_t)buf * TK * dp;
 		if constexpr (TC) {
 			using namespace nvcuda;
-			const int warp = tid / 32;
-			if (warp * 16 < (int)nr) {
-				wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[TK / 16];
+			constexpr int MR = warp_tile<D_>::MR, NK = warp_tile<D_>::NK;
+			if (wr0 < (int)nr) {
+				wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MR][NK];
 #pragma unroll
-				for (int n = 0; n < TK / 16; n++)
-					wmma::fill_fragment(acc[n], 0.f);
+				for (int m = 0; m < MR; m++)
+#pragma unroll
+					for (int n = 0; n < NK; n++)
+						wmma::fill_fragment(acc[m][n], 0.f);
 #pragma unroll
 				for (int i = 0; i < D_ / 16; i++) {
 #pragma unroll
-					for (int n = 0; n < TK / 16; n++) {
+					for (int n = 0; n < NK; n++) {
 						wmma::fragment<wmma::matrix_b, 16, 16, 16, T,
 							       wmma::col_major>
 						    b;
-						wmma::load_matrix_sync(b, kb + n * 16 * dp + i * 16,
-								       dp);
-						wmma::mma_sync(acc[n], qf.a[i], b, acc[n]);
+						wmma::load_matrix_sync(
+						    b, kb + (wk0 + n * 16) * dp + i * 16, dp);
+#pragma unroll
+						for (int m = 0; m < MR; m++)
+							wmma::mma_sync(acc[m][n], qf.a[m][i], b,
+								       acc[m][n]);
 					}
 				}
 #pragma unroll
-				for (int n = 0; n < TK / 16; n++)
-					wmma::store_matrix_sync(ss + warp * 16 * SP + n * 16,
-								acc[n], SP, wmma::mem_row_major);
+				for (int m = 0; m < MR; m++)
+#pragma unroll
+					for (int n = 0; n < NK; n++)
+						wmma::store_matrix_sync(
+						    ss + (wr0 + 16 * m) * SP + wk0 + n * 16,
+						    acc[m][n], SP, wmma::mem_row_major);
 			}
 		} else {
 			constexpr int RPT = RT / (NT / TK); /* rows per thread */
