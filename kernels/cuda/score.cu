@@ -37,7 +37,7 @@ template <bool TC> struct tile_shape {
 };
 
 struct smem_layout {
-	size_t q, k, s, rows, total;
+	size_t q, k, s, rows, red, total;
 	int dp; /* row pitch of the Q and K tiles, elements */
 };
 
@@ -48,9 +48,9 @@ __host__ __device__ constexpr size_t align128(size_t x)
 
 /*
  * Q tile [RT][dp], K tiles [2 or 1][TK][dp], logits [RT][SP] fp32, row
- * max and 1/sum [2][RT]. Tensor-core tiles keep the storage type (pitch
- * D + 8 keeps WMMA loads 32-byte aligned and spreads banks); the fp32 path
- * converts on load (pitch D + 1 for conflict-free column reads).
+ * max and 1/sum [2][RT], partial column sums [THREADS]. Tensor-core tiles keep the storage type
+ * (pitch D + 8 keeps WMMA loads 32-byte aligned and spreads banks); the fp32 path converts on load
+ * (pitch D + 1 for conflict-free column reads).
  */
 template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32_t D)
 {
@@ -62,7 +62,8 @@ template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32
 	l.k = align128(l.q + (size_t)sh::RT * l.dp * es);
 	l.s = align128(l.k + (size_t)(TC ? 2 : 1) * sh::TK * l.dp * es);
 	l.rows = align128(l.s + (size_t)sh::RT * sh::SP * sizeof(float));
-	l.total = align128(l.rows + 2 * sh::RT * sizeof(float));
+	l.red = align128(l.rows + 2 * sh::RT * sizeof(float));
+	l.total = align128(l.red + sh::THREADS * sizeof(float));
 	return l;
 }
 
@@ -149,6 +150,16 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 		}
 	};
 
+	auto add_vote = [&](uint32_t g, uint32_t j, float sum) {
+		if (j >= k1)
+			return;
+		float *vp = p.votes + ((size_t)layer * c.h_q + kvh * G + g) * L + j;
+		if (p.row_tiles == 1)
+			*vp = sum;
+		else
+			atomicAdd(vp, sum);
+	};
+
 	if (k0 > maxpos) { /* no row sees any key of this chunk */
 		if (PASS == 1) {
 			for (uint32_t r = tid; r < nr; r += NT)
@@ -167,6 +178,7 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 	float *ss = (float *)(smem + lay.s);
 	float *rowm = (float *)(smem + lay.rows);
 	float *rowis = rowm + RT;
+	float *red = (float *)(smem + lay.red);
 
 	/* Q rows of the tile; rows past nr are zero */
 	const T *qd = (const T *)ly.q.data;
@@ -353,29 +365,40 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 				}
 			}
 		} else {
-			for (uint32_t idx = tid; idx < RT * TK; idx += NT) {
-				uint32_t r = idx / TK, kk = idx % TK, j = j0 + kk;
-				float pr = 0.f;
-				if (r < nr && j < k1 && j <= qbase + (r0 + r) % W)
-					pr = exp2f(ss[r * SP + kk] * c.scale_log2 - rowm[r]) *
-					     rowis[r];
-				ss[r * SP + kk] = pr;
-			}
-			__syncthreads();
-			for (uint32_t idx = tid; idx < (g_hi - g_lo + 1) * TK; idx += NT) {
-				uint32_t g = g_lo + idx / TK, kk = idx % TK, j = j0 + kk;
-				if (j >= k1)
-					continue;
-				uint32_t rlo = max(g * W, r0) - r0;
-				uint32_t rhi = min((g + 1) * W, r0 + nr) - r0;
+			/*
+			 * Column sums of a[t][j] = exp(z - max) / sum straight from the
+			 * logits, one read each: a thread owns (query head, key) items;
+			 * when there are fewer items than threads (one head, or h2o's
+			 * long rows) S threads share an item's rows and add up in `red`.
+			 */
+			const uint32_t items = (g_hi - g_lo + 1) * TK;
+			const uint32_t S = items >= NT ? 1 : min(NT / items, 8u);
+			for (uint32_t idx = tid; idx < items * S; idx += NT) {
+				const uint32_t item = idx % items, part = idx / items;
+				const uint32_t g = g_lo + item / TK, kk = item % TK, j = j0 + kk;
+				const uint32_t rlo = max(g * W, r0) - r0;
+				const uint32_t rhi = min((g + 1) * W, r0 + nr) - r0;
 				float sum = 0.f;
-				for (uint32_t r = rlo; r < rhi; r++)
-					sum += ss[r * SP + kk];
-				float *vp = p.votes + ((size_t)layer * c.h_q + kvh * G + g) * L + j;
-				if (p.row_tiles == 1)
-					*vp = sum;
+				if (j < k1)
+					for (uint32_t r = rlo + part; r < rhi; r += S)
+						if (j <= qbase + (r0 + r) % W)
+							sum +=
+							    exp2f(ss[r * SP + kk] * c.scale_log2 -
+								  rowm[r]) *
+							    rowis[r];
+				if (S == 1)
+					add_vote(g, j, sum);
 				else
-					atomicAdd(vp, sum);
+					red[part * items + item] = sum;
+			}
+			if (S > 1) {
+				__syncthreads();
+				for (uint32_t item = tid; item < items; item += NT) {
+					float sum = 0.f;
+					for (uint32_t part = 0; part < S; part++)
+						sum += red[part * items + item];
+					add_vote(g_lo + item / TK, j0 + item % TK, sum);
+				}
 			}
 		}
 		__syncthreads();
