@@ -70,6 +70,7 @@ struct skv_client {
 	struct old_map *old_maps;
 	uint8_t *rbuf;
 	char err[256];
+	struct skv_pressure pressure; /* latest PRESSURE event */
 };
 
 struct skv_buffer {
@@ -162,6 +163,26 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 	r = skv_frame_send(c->fd, type, buf, n, fds, n_fds, 0);
 	free(buf);
 	if (r < 0) {
+		struct skv_frame_hdr eh;
+		unsigned nf = 0;
+
+		/* the daemon may have said why before closing (e.g. not allowed) */
+		if (skv_frame_recv(c->fd, c->rbuf, SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, &eh,
+				   NULL, &nf, MSG_DONTWAIT) >= 0 &&
+		    eh.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
+			Snapkv__V1__ErrorNotice *e =
+				snapkv__v1__error_notice__unpack(NULL, eh.length, c->rbuf + 16);
+
+			if (e && e->status < 0) {
+				r = e->status;
+				fail(c, r, "snapkvd: %s", e->error ? e->error : "error");
+				snapkv__v1__error_notice__free_unpacked(e, NULL);
+				mark_dead(c, r);
+				return r;
+			}
+			if (e)
+				snapkv__v1__error_notice__free_unpacked(e, NULL);
+		}
 		mark_dead(c, r);
 		return fail(c, c->dead, "send to snapkvd: %s", strerror(-r));
 	}
@@ -610,6 +631,17 @@ static int reap(struct skv_client *c)
 		struct slot *s;
 
 		n++;
+		if (cqe.flags & SKV_CQE_F_EVENT) {
+			/* not a completion: remember the latest pressure event */
+			if (cqe.user_data == SKV_EVENT_PRESSURE) {
+				c->pressure.level = (uint32_t)cqe.res;
+				c->pressure.suggested_capacity = cqe.slot;
+				c->pressure.scale_permille = cqe.len;
+				c->pressure.pool_used = cqe.reserved;
+				c->pressure.events++;
+			}
+			continue;
+		}
 		if (i >= c->n_slots)
 			continue;
 		s = &c->slots[i];
@@ -631,6 +663,11 @@ static int reap(struct skv_client *c)
 		mark_dead(c, -EPROTO);
 		return fail(c, -EPROTO, "completion ring corrupt");
 	}
+	/* CQ room again: a daemon that slept on our full CQ needs the doorbell
+	 * if entries still wait in the SQ (W2, paired with the loop's W1). */
+	if (n && skv_ring_needs_wakeup(&c->sq) &&
+	    atomic_load_explicit(&c->sq.ctl->head, memory_order_acquire) != c->sq.local)
+		(void)!eventfd_write(c->sq_efd, 1);
 	return n;
 }
 
@@ -1079,6 +1116,9 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 	    .budget = ci->budget,
 	    .head_stride = ci->head_stride,
 	    .token_stride = ci->token_stride,
+	    .requested_budget = ci->requested_budget ? ci->requested_budget : ci->budget,
+	    .budget_scaled = ci->budget_scaled,
+	    .pressure = ci->pressure,
 	};
 	return 0;
 }
@@ -1259,7 +1299,7 @@ SKV_EXPORT int skv_cache_grow(struct skv_cache *k, uint32_t extra)
 	return r;
 }
 
-SKV_EXPORT int skv_cache_release(struct skv_cache *k)
+static int release(struct skv_cache *k, bool linger)
 {
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
 	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
@@ -1270,6 +1310,7 @@ SKV_EXPORT int skv_cache_release(struct skv_cache *k)
 	r = cache_check(k);
 	if (r == 0 && !k->c->dead) {
 		rl.cache_id = k->info.id;
+		rl.linger = linger;
 		req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
 		req.release = &rl;
 		pthread_mutex_lock(&k->c->mu);
@@ -1279,5 +1320,33 @@ SKV_EXPORT int skv_cache_release(struct skv_cache *k)
 		r = k->c->dead;
 	}
 	cache_free(k);
+	return r;
+}
+
+SKV_EXPORT int skv_cache_release(struct skv_cache *k)
+{
+	return release(k, false);
+}
+
+SKV_EXPORT int skv_cache_release_linger(struct skv_cache *k)
+{
+	return release(k, true);
+}
+
+SKV_EXPORT int skv_client_pressure(struct skv_client *c, struct skv_pressure *ret)
+{
+	int r;
+
+	if (!c || !ret)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	r = c->dead;
+	if (!r && c->ring)
+		r = reap(c);
+	if (r >= 0) {
+		*ret = c->pressure;
+		r = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
 	return r;
 }

@@ -129,8 +129,12 @@ struct skv_cache_info {
 	uint32_t kept;			   /* slots filled by the compaction, per head */
 	uint32_t capacity;		   /* slots per head: kept + decode headroom   */
 	uint32_t appended;		   /* g */
-	uint32_t budget;		   /* C */
+	uint32_t budget;		   /* C used: after pressure scaling */
 	int64_t head_stride, token_stride; /* elements */
+	/* since SNAPKV_1.1 (appended: the struct is only ever handed out) */
+	uint32_t requested_budget; /* C the request asked for */
+	int budget_scaled;	   /* budget < requested_budget: scaled under pressure */
+	uint32_t pressure;	   /* pool pressure at admission: 1 normal, 2 high, 3 critical */
 };
 
 /* Valid until the next grow/release of this cache. */
@@ -151,6 +155,22 @@ int skv_cache_append(struct skv_cache *k, uint32_t tokens);
 int skv_cache_grow(struct skv_cache *k, uint32_t extra);
 /* Free the cache in the daemon and the handle. NULL is fine. */
 int skv_cache_release(struct skv_cache *k);
+/* Release the handle but let the daemon keep the cache (still counted in
+ * the ledger) until memory pressure evicts it, least recently used first,
+ * or the session ends. Since SNAPKV_1.1. */
+int skv_cache_release_linger(struct skv_cache *k);
+
+/* The latest PRESSURE event the daemon posted on this session's ring. */
+struct skv_pressure {
+	uint32_t level;		     /* 0 none seen yet, 1 normal, 2 high, 3 critical */
+	uint32_t suggested_capacity; /* C the daemon suggests for new requests */
+	uint32_t scale_permille;     /* factor applied to C of new requests, x1000 */
+	uint64_t pool_used;	     /* pool bytes in use at the event */
+	uint64_t events;	     /* events seen on this session */
+};
+/* Takes pending completions off the ring (without waiting) and returns the
+ * latest pressure event. Since SNAPKV_1.1. */
+int skv_client_pressure(struct skv_client *c, struct skv_pressure *ret);
 
 struct skv_stats {
 	uint64_t caches, buffers, arena_used, arena_bytes, requests, errors;

@@ -227,7 +227,7 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	struct skv_error kerr = {{0}, -1, -1};
 	struct snapkvd_cache *c;
 	uint64_t kv_bytes, pos_bytes, layer_bytes, region, tmp;
-	uint32_t slots;
+	uint32_t slots, requested_c;
 	enum skv_dtype odt;
 	int r;
 
@@ -260,6 +260,7 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		return -ENOMEM;
 	j->s = s;
 	j->origin = *o;
+	j->t_start = snapkvd_now_ns();
 	j->req = req;
 	j->shape = (struct skv_shape){
 	    .prompt_len = req->prompt_len,
@@ -301,6 +302,22 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 			j->params.protected_ranges[i].begin = p->protected_ranges[i]->begin;
 			j->params.protected_ranges[i].end = p->protected_ranges[i]->end;
 		}
+	}
+	/* Memory pressure: new requests at high/critical get a smaller C, never
+	 * below what the policy keeps unconditionally plus one slot. */
+	requested_c = j->params.capacity;
+	{
+		uint64_t keep = j->params.policy == SKV_POLICY_STREAMINGLLM ? j->params.sinks
+				: j->params.policy == SKV_POLICY_WINDOW	    ? 0
+									    : j->params.window;
+
+		for (uint32_t i = 0; i < j->params.n_protected && i < SKV_MAX_PROTECTED; i++)
+			if (j->params.protected_ranges[i].end > j->params.protected_ranges[i].begin)
+				keep += j->params.protected_ranges[i].end -
+					j->params.protected_ranges[i].begin;
+		if (keep < UINT32_MAX)
+			j->params.capacity = snapkvd_ops_scale_capacity(
+			    &s->srv->ops, requested_c, (uint32_t)keep, NULL);
 	}
 	r = skv_plan(&j->shape, &j->params, &plan, &kerr);
 	if (r < 0) {
@@ -379,6 +396,8 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	c->kept = plan.kept;
 	c->slots = slots;
 	c->budget = j->params.capacity;
+	c->requested_budget = requested_c;
+	c->pressure_level = (int)snapkvd_pressure_level(s->srv->ops.pressure);
 	c->evictable = req->evictable;
 	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
 		c->head_stride = (int64_t)slots * req->head_dim;
@@ -407,11 +426,21 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		r = -ENOMEM;
 		goto fail;
 	}
+	/* The level must reflect every pool change so far before admission. */
+	snapkvd_server_pool_changed(s->srv);
+	{
+		uint64_t t_use;
+
+		pthread_mutex_lock(&s->srv->pool.mu);
+		t_use = s->tenant->used + s->tenant->reserved;
+		pthread_mutex_unlock(&s->srv->pool.mu);
+		r = snapkvd_ops_admit(&s->srv->ops, s->uid, t_use, region, err, errlen);
+		if (r < 0)
+			goto fail;
+	}
 	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &j->resv);
 	if (r < 0) {
-		snprintf(err, errlen, "%s: %llu bytes wanted",
-			 r == -EDQUOT ? "tenant quota exhausted" : "pool exhausted",
-			 (unsigned long long)region);
+		snapkvd_pool_explain(&s->srv->pool, s->tenant, region, r, err, errlen);
 		goto fail;
 	}
 	r = snapkvd_arena_alloc(s->arena, region, &c->region_off);

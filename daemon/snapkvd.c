@@ -15,6 +15,20 @@
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
 
+static pthread_t main_thread;
+
+/*
+ * A thread we did not create (a sanitizer's, a library's constructor's) may
+ * not block our signals and would take them with the default action. Such a
+ * thread hands them on to the main thread, which blocks them, so they stay
+ * pending for the loop's signalfd. pthread_kill is async-signal-safe.
+ */
+static void forward_signal(int sig)
+{
+	if (!pthread_equal(pthread_self(), main_thread))
+		pthread_kill(main_thread, sig);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: snapkvd [--config FILE] [--socket PATH] [--backend host]\n"
@@ -81,7 +95,13 @@ int main(int argc, char **argv)
 	 * signals only ever arrive through the loop's signalfd. */
 	{
 		sigset_t mask;
+		struct sigaction sa = {.sa_handler = forward_signal, .sa_flags = SA_RESTART};
 
+		main_thread = pthread_self();
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
 		sigemptyset(&mask);
 		sigaddset(&mask, SIGTERM);
 		sigaddset(&mask, SIGINT);

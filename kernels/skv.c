@@ -413,6 +413,11 @@ int skv_ledger_compute(const struct skv_ledger_in *in, struct skv_ledger *ret)
 	return 0;
 }
 
+static inline size_t align64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
 /* ------------------------------------------------------------- tensors */
 
 static inline const void *elem(const struct skv_tensor *t, uint32_t h, uint32_t tok, size_t esz)
@@ -465,7 +470,7 @@ static int check_tensor(const struct skv_tensor *t, const char *what, uint32_t l
 
 struct skv_ws {
 	/* scoring */
-	float *qt, *kt, *z, *f, *m, *s, *tmax, *rowbuf, *colsum, *vote, *pooled;
+	float *qt, *kt, *z, *f, *m, *s, *rowbuf, *colsum, *vote, *pooled;
 	int32_t *trow;
 	uint8_t *bad, *keep;
 	uint64_t *key;
@@ -489,6 +494,8 @@ struct skv_ctx {
 	bool stop;
 	struct skv_job *job;
 	struct skv_ws *ws;
+	void *common; /* call-wide scratch (skv_compact) */
+	size_t common_cap;
 };
 
 struct skv_item_err {
@@ -524,40 +531,47 @@ struct skv_job {
 	float scale;
 };
 
-static size_t ws_need(const struct skv_job *j)
+/*
+ * Lay out a thread's scratch for a job: with base = NULL only count the
+ * bytes; else point w's fields into base. One list, so the two agree.
+ * Buffers of the scoring and selection stages exist only when they run.
+ */
+static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 {
-	const struct skv_shape *sh = j->sh;
-	size_t L = sh->prompt_len, D = sh->head_dim, rb = j->rb, G = j->G;
-	size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
+	const size_t L = j->sh->prompt_len, D = j->sh->head_dim, rb = j->rb, G = j->G;
+	const size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
+	const size_t sc = j->score ? 1 : 0, se = j->select ? 1 : 0;
 	size_t n = 0;
-#define A(bytes) n += ((size_t)(bytes) + 63) & ~(size_t)63
-	A(D * rb * 4);			      /* qt     */
-	A(SKV_TILE * D * 4);		      /* kt     */
-	A(L * rb * 4);			      /* z      */
-	A(nt * rb * 4);			      /* f      */
-	A(rb * 4);			      /* m      */
-	A(rb * 4);			      /* s      */
-	A(rb * 4);			      /* tmax   */
-	A(D * 4);			      /* rowbuf */
-	A(G * L * 4);			      /* colsum */
-	A(L * 4);			      /* vote   */
-	A(L * 4);			      /* pooled */
-	A(rb * 4);			      /* trow   */
-	A(rb);				      /* bad    */
-	A(L);				      /* keep   */
-	A(L * 8);			      /* key    */
-	A(L * 4);			      /* pos    */
-	A((G + rb) * sizeof(struct skv_seg)); /* segs */
-#undef A
+
+#define T(field, type, count)                                                                      \
+	do {                                                                                       \
+		if (base)                                                                          \
+			w->field = (type *)(base + n);                                             \
+		n += ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63;                          \
+	} while (0)
+	T(qt, float, (sc * D * rb));		  /* packed query rows, [D][rb]    */
+	T(kt, float, (sc * SKV_TILE * D));	  /* key tile, f32                 */
+	T(z, float, (sc * L * rb));		  /* exp(z - m_tile), [L][rb]      */
+	T(f, float, (sc * nt * rb));		  /* tile maxima, then factors     */
+	T(m, float, (sc * rb));			  /* running max per row           */
+	T(s, float, (sc * rb));			  /* running sum per row           */
+	T(rowbuf, float, (D));			  /* one converted row             */
+	T(colsum, float, (sc * G * L));		  /* column sums per query head    */
+	T(vote, float, (sc * L));		  /* group votes                   */
+	T(pooled, float, (se * L));		  /* pooled votes                  */
+	T(trow, int32_t, (sc * rb));		  /* last visible key per row      */
+	T(bad, uint8_t, (sc * rb));		  /* NaN/Inf seen per row          */
+	T(keep, uint8_t, (se * L));		  /* kept flags                    */
+	T(key, uint64_t, (se * L));		  /* ranking keys                  */
+	T(pos, int32_t, (se * L));		  /* kept positions                */
+	T(segs, struct skv_seg, (sc * (G + rb))); /* rows of each head         */
+#undef T
 	return n;
 }
 
 static int ws_reserve(struct skv_ws *w, const struct skv_job *j)
 {
-	size_t need = ws_need(j);
-	const struct skv_shape *sh = j->sh;
-	size_t L = sh->prompt_len, D = sh->head_dim, rb = j->rb, G = j->G;
-	size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
+	size_t need = ws_layout(w, j, NULL);
 
 	if (need > w->cap) {
 		void *m = NULL;
@@ -567,30 +581,7 @@ static int ws_reserve(struct skv_ws *w, const struct skv_job *j)
 		w->mem = m;
 		w->cap = need;
 	}
-	char *c = w->mem;
-#define T(field, type, count)                                                                      \
-	do {                                                                                       \
-		w->field = (type *)c;                                                              \
-		c += ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63;                          \
-	} while (0)
-	T(qt, float, D *rb);
-	T(kt, float, SKV_TILE *D);
-	T(z, float, L *rb);
-	T(f, float, nt *rb);
-	T(m, float, rb);
-	T(s, float, rb);
-	T(tmax, float, rb);
-	T(rowbuf, float, D);
-	T(colsum, float, G *L);
-	T(vote, float, L);
-	T(pooled, float, L);
-	T(trow, int32_t, rb);
-	T(bad, uint8_t, rb);
-	T(keep, uint8_t, L);
-	T(key, uint64_t, L);
-	T(pos, int32_t, L);
-	T(segs, struct skv_seg, G + rb);
-#undef T
+	ws_layout(w, j, w->mem);
 	return 0;
 }
 
@@ -663,6 +654,7 @@ void skv_ctx_free(struct skv_ctx *ctx)
 			free(ctx->ws[i].mem);
 	free(ctx->ws);
 	free(ctx->tids);
+	free(ctx->common);
 	free(ctx);
 }
 
@@ -1245,13 +1237,39 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 				    o->pos_stride, pl.kept);
 	}
 
-	/* positions forced for every head, and the full list when nothing is chosen */
-	uint8_t *base_keep = malloc(L);
-	int32_t *base_pos = malloc((size_t)L * sizeof(int32_t));
-	struct skv_item_err *errs = calloc(jb.n_items, sizeof(*errs));
-	r = -ENOMEM;
-	if (!base_keep || !base_pos || !errs)
-		goto out;
+	/*
+	 * Fewer items than threads (one layer on a big machine): score the query
+	 * heads of each item as separate units, then select. Same bits as the
+	 * item-at-a-time path (score_item), G times the key traffic.
+	 */
+	const bool split = !pl.bypass && (policy_scores(p->policy) || sh->n_q > 0) && G > 1 &&
+			   jb.n_items < ctx->threads &&
+			   (uint64_t)jb.n_items * G * L * 4 <= SKV_SPLIT_BUDGET;
+
+	/* call-wide scratch, held by the context: forced positions, the full list
+	 * when nothing is chosen, per-item status, split mode's column sums */
+	size_t o_pos = align64(L), o_errs = o_pos + align64((size_t)L * 4);
+	size_t o_cs = o_errs + align64((size_t)jb.n_items * sizeof(struct skv_item_err));
+	size_t o_uerrs = o_cs + (split ? align64((size_t)jb.n_items * G * L * 4) : 0);
+	size_t total = o_uerrs + (split ? (size_t)jb.n_items * G * sizeof(struct skv_item_err) : 0);
+	if (total > ctx->common_cap) {
+		void *m = NULL;
+		if (posix_memalign(&m, 64, total))
+			return fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
+		free(ctx->common);
+		ctx->common = m;
+		ctx->common_cap = total;
+	}
+	char *cm = ctx->common;
+	uint8_t *base_keep = (uint8_t *)cm;
+	int32_t *base_pos = (int32_t *)(cm + o_pos);
+	struct skv_item_err *errs = (struct skv_item_err *)(cm + o_errs);
+	memset(errs, 0, (size_t)jb.n_items * sizeof(*errs));
+	if (split) {
+		jb.cs = (float *)(cm + o_cs);
+		jb.uerrs = (struct skv_item_err *)(cm + o_uerrs);
+		memset(jb.uerrs, 0, (size_t)jb.n_items * G * sizeof(*jb.uerrs));
+	}
 	if (pl.bypass) {
 		memset(base_keep, 1, L);
 	} else if (jb.select) {
@@ -1285,35 +1303,16 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 	} else {
 		jb.rb = SKV_ROWPAD;
 	}
-	/*
-	 * Fewer items than threads (one layer on a big machine): score the query
-	 * heads of each item as separate units, then select. Same bits as the
-	 * item-at-a-time path (score_item), G times the key traffic.
-	 */
-	bool split = jb.score && G > 1 && jb.n_items < ctx->threads &&
-		     (uint64_t)jb.n_items * G * L * 4 <= SKV_SPLIT_BUDGET;
 	uint32_t max_units = split ? jb.n_items * G : jb.n_items;
 	unsigned nth = ctx->threads < max_units ? ctx->threads : max_units;
 	for (unsigned t = 0; t < nth; t++)
-		if (ws_reserve(&ctx->ws[t], &jb) < 0) {
-			fail(err, -1, -1, "out of memory for scratch");
-			r = -ENOMEM;
-			goto out;
-		}
+		if (ws_reserve(&ctx->ws[t], &jb) < 0)
+			return fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
 	jb.errs = errs;
 	jb.nth = nth;
 	if (!split) {
 		run_phase(ctx, &jb, PH_ITEMS, jb.n_items);
 	} else {
-		jb.cs = malloc((size_t)jb.n_items * G * L * sizeof(float));
-		jb.uerrs = calloc((size_t)jb.n_items * G, sizeof(*jb.uerrs));
-		if (!jb.cs || !jb.uerrs) {
-			free(jb.cs);
-			free(jb.uerrs);
-			fail(err, -1, -1, "out of memory for scratch");
-			r = -ENOMEM;
-			goto out;
-		}
 		run_phase(ctx, &jb, PH_SCORE_HEADS, jb.n_items * G);
 		for (uint32_t i = 0; i < jb.n_items; i++)
 			for (uint32_t g = 0; g < G; g++)
@@ -1324,8 +1323,6 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 				}
 		run_phase(ctx, &jb, PH_FINISH,
 			  p->gqa == SKV_GQA_EXPAND ? jb.n_items * G : jb.n_items);
-		free(jb.cs);
-		free(jb.uerrs);
 	}
 	r = 0;
 	for (uint32_t i = 0; i < jb.n_items; i++)
@@ -1342,9 +1339,5 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 			}
 			break;
 		}
-out:
-	free(base_keep);
-	free(base_pos);
-	free(errs);
 	return r;
 }

@@ -9,6 +9,7 @@
  */
 #include <CUnit/Basic.h>
 #include <math.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
@@ -215,6 +216,74 @@ static void test_messages(void)
 	CU_ASSERT_EQUAL(
 	    skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r.buf, n, NULL, 0, 0), 0);
 	CU_ASSERT_EQUAL(raw_next(&r, NULL), SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY);
+	/* a registered, then unregistered buffer is unknown afterwards */
+	{
+		int mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		Snapkv__V1__RegisterReply *rr;
+		Snapkv__V1__Unregister un = SNAPKV__V1__UNREGISTER__INIT;
+		struct skv_frame_hdr hh;
+		uint64_t id;
+
+		CU_ASSERT_EQUAL(ftruncate(mfd, 1 << 16), 0);
+		CU_ASSERT_EQUAL(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+		n = snapkv__v1__register_buffer__pack(&rb, r.buf);
+		CU_ASSERT_EQUAL(skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r.buf,
+					       n, &mfd, 1, 0),
+				0);
+		close(mfd);
+		CU_ASSERT_FATAL(skv_frame_recv(r.fd, r.buf, sizeof(r.buf), &hh, NULL, NULL, 0) >=
+				0);
+		rr =
+		    snapkv__v1__register_reply__unpack(NULL, hh.length, r.buf + SKV_FRAME_HDR_SIZE);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(rr);
+		CU_ASSERT_EQUAL(rr->status, 0);
+		id = rr->buffer_id;
+		snapkv__v1__register_reply__free_unpacked(rr, NULL);
+		for (int i = 0; i < 2; i++) {
+			Snapkv__V1__UnregisterReply *ur;
+
+			un.buffer_id = id;
+			n = snapkv__v1__unregister__pack(&un, r.buf);
+			CU_ASSERT_EQUAL(skv_frame_send(r.fd,
+						       SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER,
+						       r.buf, n, NULL, 0, 0),
+					0);
+			CU_ASSERT_FATAL(
+			    skv_frame_recv(r.fd, r.buf, sizeof(r.buf), &hh, NULL, NULL, 0) >= 0);
+			ur = snapkv__v1__unregister_reply__unpack(NULL, hh.length,
+								  r.buf + SKV_FRAME_HDR_SIZE);
+			CU_ASSERT_PTR_NOT_NULL_FATAL(ur);
+			CU_ASSERT_EQUAL(ur->status, i == 0 ? 0 : -ENOENT);
+			snapkv__v1__unregister_reply__free_unpacked(ur, NULL);
+		}
+		Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
+		Snapkv__V1__TensorRef t = SNAPKV__V1__TENSOR_REF__INIT;
+		Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
+		Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+
+		t.buffer_id = id;
+		t.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
+		t.head_stride = 64 * 16;
+		t.token_stride = 16;
+		l0.q = l0.k = l0.v = &t;
+		cr.layers = cr.h_q = cr.h_kv = 1;
+		cr.head_dim = 16;
+		cr.prompt_len = 64;
+		cr.n_q = 8;
+		cr.n_layer = 1;
+		cr.layer = &lp;
+		pm.window = 8;
+		pm.capacity = 24;
+		cr.params = &pm;
+		req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
+		req.compact = &cr;
+		n = snapkv__v1__request__pack(&req, r.buf);
+		CU_ASSERT_EQUAL(skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, r.buf,
+					       n, NULL, 0, 0),
+				0);
+		CU_ASSERT_EQUAL(raw_next(&r, &st), SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE);
+		CU_ASSERT_EQUAL(st, -ENOENT);
+	}
 	/* a second HELLO is a protocol error: closed */
 	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
 	hello.client_version = SKV_PROTO_VERSION;
@@ -256,6 +325,8 @@ static void test_requests(void)
 	lr[0].v = (struct skv_tensor_ref){b, q + kv, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
 	d.layer = lr;
 	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &k), 0);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	k = NULL;
 
 	/* out of range: V one row past the end */
 	lr[0].v.offset = q + kv + D * 4;
@@ -311,13 +382,6 @@ static void test_requests(void)
 	d.decode_reserve = 1u << 30;
 	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -E2BIG);
 	d.decode_reserve = 0;
-	/* an unregistered buffer */
-	struct skv_buffer *gone = NULL;
-	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, 4096, &gone), 0);
-	lr[0].q.buf = gone;
-	CU_ASSERT_EQUAL(skv_buffer_free(gone), 0);
-	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -ENOENT);
-	lr[0].q.buf = b;
 	/* NaN logits: -EDOM for that request only */
 	f[3] = NAN;
 	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -EDOM);
@@ -425,6 +489,30 @@ static void test_ring(void)
 	bystander_ok();
 }
 
+/* utime + stime of a process, in clock ticks. */
+static long cpu_ticks(pid_t pid)
+{
+	char p[64], buf[1024], *q;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	f = fopen(p, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f)) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	q = strrchr(buf, ')');
+	/* after the comm: state, then utime and stime are the 12th and 13th */
+	if (!q ||
+	    sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
 /* A client that stops reading completions is back-pressured, never dropped. */
 static void test_cq_full(void)
 {
@@ -452,6 +540,13 @@ static void test_cq_full(void)
 	CU_ASSERT_EQUAL(skv_ring_ready(&x.cq), (int)cqn); /* full, nothing overwritten */
 	CU_ASSERT_EQUAL(skv_ring_space(&x.sq), 0);	  /* the rest waits in the SQ */
 	bystander_ok();					  /* the loop is not blocked */
+	/* ...and not spinning on the SQEs it may not take: it sleeps */
+	long t0 = cpu_ticks(H.pid);
+	h_sleep_ms(400);
+	long used = cpu_ticks(H.pid) - t0;
+	CU_ASSERT(used < 20); /* a spinning loop burns ~40 ticks of 10 ms here */
+	if (used >= 20)
+		fprintf(stderr, "daemon used %ld ticks while the CQ was full\n", used);
 	/* read everything: the daemon resumes and loses nothing */
 	int bad = 0;
 	while (got < pushed && rring_pop(&x, &c, 1000) == 0) {

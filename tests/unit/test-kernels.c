@@ -205,6 +205,55 @@ static void test_example_e_dropping(void)
 	prob_free(&pb);
 }
 
+/* all logits equal: ties everywhere; avg pooling's zero padding lowers the edges */
+static void test_ties(void)
+{
+	static const struct {
+		enum skv_pooling pool;
+		uint32_t kernel;
+		int32_t want[7];
+	} cases[] = {
+	    {SKV_POOL_AVG, 1, {0, 1, 2, 3, 4, 18, 19}},
+	    {SKV_POOL_MAX, 3, {0, 1, 2, 3, 4, 18, 19}},
+	    {SKV_POOL_AVG, 3, {1, 2, 3, 4, 5, 18, 19}}, /* 0 and 17 see one pad */
+	    {SKV_POOL_AVG, 5, {2, 3, 4, 5, 6, 18, 19}},
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct prob pb;
+		prob_init(&pb, 20, 4, 1, 1, 1);
+		pb.p.window = 2;
+		pb.p.capacity = 7;
+		pb.p.kernel = cases[c].kernel;
+		pb.p.pooling = cases[c].pool;
+		pb.sh.n_q = 2;
+		pb.q[0] = track(&pb, calloc(2 * 4, sizeof(float))); /* q = 0: logits 0 */
+		pb.k[0] = master_random(&pb, SKV_DTYPE_F32, 20 * 4, 1.0);
+		pb.v[0] = master_random(&pb, SKV_DTYPE_F32, 20 * 4, 1.0);
+		prob_build(&pb);
+		CU_ASSERT_EQUAL_FATAL(prob_run(&pb, 1, NULL), 0);
+		CU_ASSERT(memcmp(pb.out[0].positions, cases[c].want, sizeof(cases[c].want)) == 0);
+		CU_ASSERT(prob_check(&pb, 0, NULL) == 0);
+		prob_free(&pb);
+	}
+}
+
+static void test_zero_layers(void)
+{
+	struct skv_ctx *ctx;
+	struct skv_shape sh = {.prompt_len = 8, .head_dim = 4, .h_q = 1, .h_kv = 1, .n_q = 2};
+	struct skv_params p;
+	struct skv_error e;
+
+	skv_params_init(&p);
+	p.window = 2;
+	p.capacity = 4;
+	CU_ASSERT_EQUAL_FATAL(skv_ctx_new(1, &ctx), 0);
+	CU_ASSERT_EQUAL(skv_compact(ctx, &sh, &p, 0, NULL, NULL, &e), 0);
+	CU_ASSERT_EQUAL(skv_compact(ctx, &sh, &p, 1, NULL, NULL, &e), -EINVAL);
+	CU_ASSERT_EQUAL(skv_compact(NULL, &sh, &p, 1, NULL, NULL, &e), -EINVAL);
+	skv_ctx_free(ctx);
+}
+
 static void test_ledger(void)
 {
 	struct skv_ledger_in in = {
@@ -592,6 +641,8 @@ int main(void)
 	CU_add_test(s, "example C: bypass", test_example_c_bypass);
 	CU_add_test(s, "example D: heads differ", test_example_d_heads_differ);
 	CU_add_test(s, "example E: dropping changes outputs", test_example_e_dropping);
+	CU_add_test(s, "ties go to the smaller position; pooling edges", test_ties);
+	CU_add_test(s, "zero layers, missing arguments", test_zero_layers);
 	CU_add_test(s, "ledger worked example", test_ledger);
 	CU_add_test(s, "dtype conversions", test_conversions);
 	CU_add_test(s, "plan", test_plan);
