@@ -134,8 +134,9 @@ same "streamingllm, protected range" "$tmp/h2o.st" --policy streamingllm --sinks
 same "window, no query rows" "$tmp/noq.st" --policy window --capacity 12
 same "bypass (L < C)" "$tmp/noq.st" --policy window --capacity 64
 
-SNAPKV_SOCKET=$sock "$CTL" status >"$tmp/status" 2>&1 && grep -q "backend *cuda" "$tmp/status" &&
-	ok "snapkvctl status names backend cuda" || not_ok "status: $(cat "$tmp/status")"
+SNAPKV_SOCKET=$sock "$CTL" status >"$tmp/status" 2>&1 &&
+	grep -q "backend *cuda: .*, memfd cuda host-mapped" "$tmp/status" &&
+	ok "snapkvctl status: $(grep -o 'backend.*' "$tmp/status")" || not_ok "status: $(cat "$tmp/status")"
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
