@@ -11,7 +11,7 @@ $(GPU_TESTS:%=%.o): CFLAGS_BASE += $(CUDA_INC)
 
 # The plugin by path (rpath to $(BUILD)), libskv for the host reference, and
 # a static cudart of their own for cudaMalloc and copies.
-$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBSKVCUDA) $(LIBSKV)
+$(GPU_TESTS): $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBSKVCUDA) $(LIBSKV)
 	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lskv-cuda $(LIBSKV) $(CUDART_STATIC) -lm \
 		-Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS)
 
@@ -44,7 +44,9 @@ EMU_DEVOBJ := $(EMU_DIR)/skv-cuda-dev.o
 $(EMU_DEVOBJ): kernels/cuda/skv-cuda-dev.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CUDA_INC) -DSKV_CUDA_EMU -c $< -o $@
-$(EMU_DIR)/gpu-%-emu: $(BUILD)/tests/gpu/gpu-%.o $(EMU_KOBJS) $(EMU_DEVOBJ) \
+# gpu-bench-emu is built on demand (SKV_BENCH_LAYERS=1 ... to try the program)
+$(GPU_TEST_PROGS:%=$(EMU_DIR)/%-emu): $(EMU_DIR)/gpu-%-emu: $(BUILD)/tests/gpu/gpu-%.o \
+		$(EMU_KOBJS) $(EMU_DEVOBJ) \
 		$(EMU_DIR)/cuda-emu.o $(LIBSKV)
 	$(CXX) -o $@ $^ -lm -pthread $(LDFLAGS)
 # The whole plugin on the emulator: `SKV_CUDA_PLUGIN=... snapkvd --backend cuda`
