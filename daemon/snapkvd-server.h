@@ -151,6 +151,7 @@ struct snapkvd_session {
 };
 
 struct snapkvd_compactor;
+struct skv_backend; /* kernels/cuda/skv-backend.h */
 
 struct snapkvd_server {
 	struct snapkvd_config cfg;
@@ -167,6 +168,7 @@ struct snapkvd_server {
 	unsigned n_sessions;
 	uint64_t next_session_id;
 	struct snapkvd_compactor *compactor;
+	struct skv_backend *gpu; /* --backend cuda: the loaded plugin and its device */
 	bool draining, stop;
 	int exit_code;
 	uint64_t start_ns;

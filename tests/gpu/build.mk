@@ -26,7 +26,7 @@ endif
 # only, so it is built with the plugin.
 ifeq ($(CUDA),1)
 EMU_DIR := $(BUILD)/tests/gpu/emu
-EMU_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -DSKV_CUDA_EMU \
+EMU_CXXFLAGS := -std=c++17 -O2 -g -fPIC -Wall -Wextra -Werror -Wno-unknown-pragmas -DSKV_CUDA_EMU \
 	-Itests/gpu/emu/include $(CUDA_INC) -Ikernels -I. -MMD -MP
 EMU_KOBJS := $(SKVCUDA_CU:%=$(EMU_DIR)/%.o)
 EMU_AGREE := $(EMU_DIR)/gpu-agree-emu
@@ -39,9 +39,22 @@ $(EMU_DIR)/cuda-emu.o: tests/gpu/emu/cuda-emu.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 EMU_IPC := $(EMU_DIR)/gpu-ipc-emu
-$(EMU_DIR)/gpu-%-emu: $(BUILD)/tests/gpu/gpu-%.o $(EMU_KOBJS) $(SKVCUDA_COBJ) \
+# the plugin's host code, marked as the emulator (the loader then needs no driver)
+EMU_DEVOBJ := $(EMU_DIR)/skv-cuda-dev.o
+$(EMU_DEVOBJ): kernels/cuda/skv-cuda-dev.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CUDA_INC) -DSKV_CUDA_EMU -c $< -o $@
+$(EMU_DIR)/gpu-%-emu: $(BUILD)/tests/gpu/gpu-%.o $(EMU_KOBJS) $(EMU_DEVOBJ) \
 		$(EMU_DIR)/cuda-emu.o $(LIBSKV)
 	$(CXX) -o $@ $^ -lm -pthread $(LDFLAGS)
-BINS += $(EMU_AGREE) $(EMU_IPC)
+# The whole plugin on the emulator: `SKV_CUDA_PLUGIN=... snapkvd --backend cuda`
+# serves from it where no GPU is (tests/gpu/emu/test-daemon-cuda-emu.sh).
+EMU_PLUGIN := $(EMU_DIR)/libskv-cuda-emu.so
+$(EMU_PLUGIN): $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_DIR)/cuda-emu.o $(LIBSKV) kernels/cuda/skv-cuda.map
+	$(CXX) -shared -o $@ $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_DIR)/cuda-emu.o $(LIBSKV) \
+		-Wl,--version-script=kernels/cuda/skv-cuda.map -Wl,-soname,libskv-cuda-emu.so \
+		-lm -pthread $(LDFLAGS)
+BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN)
 endif
 TEST_SCRIPTS += tests/gpu/emu/run-emu.sh
+TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
