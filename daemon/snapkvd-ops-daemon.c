@@ -369,6 +369,9 @@ char *snapkvd_ops_metrics_text(struct snapkvd_server *srv)
 	st.cache_bytes[SNAPKVD_CACHE_COMPACT] = lt.compact;
 	st.cache_bytes[SNAPKVD_CACHE_INDEX] = lt.index;
 	st.cache_bytes[SNAPKVD_CACHE_RESERVED] = lt.reserved;
+	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
+		for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+			st.cache_bytes[SNAPKVD_CACHE_ALLOCATED] += c->region_bytes;
 	st.compactions_total = srv->compactions;
 	st.requests_total = srv->requests;
 	st.errors_total = srv->errors;
