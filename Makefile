@@ -76,6 +76,11 @@ _bench: all
 demo: deps
 	@$(MAKE) --no-print-directory _demo
 
+# The main job: two tiny-llama engines beside one snapkvd (examples/tiny-llama/
+# demo.sh); without the model file it runs two generated-K/V engines instead.
+_demo: all
+	@$(MAKE) --no-print-directory _demo_llama
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	$(if $(INSTALL_BINS),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)

@@ -47,6 +47,7 @@ $(GEN_LAYER): $(BUILD)/examples/gen-layer.o $(LIBSKVST) $(LIBSKV)
 
 TEST_SCRIPTS += tests/integration/test-cli-offline.sh tests/integration/test-cli-online.sh
 
-# `make demo` (for now): offline compaction of a generated Llama-shaped file.
-_demo: $(SNAPKVCTL) $(GEN_LAYER)
+# Offline compaction of a generated Llama-shaped file (no daemon).
+.PHONY: _demo_offline
+_demo_offline: $(SNAPKVCTL) $(GEN_LAYER)
 	@BUILD=$(BUILD) SHARED=$(SHARED) examples/demo-offline.sh
