@@ -156,7 +156,7 @@ static int parse_exposition(const char *text, struct parsed *ps)
 					return fail(ps, line, "TYPE without HELP or twice");
 				if (f->n_samples)
 					return fail(ps, line, "TYPE after samples");
-				snprintf(f->type, sizeof(f->type), "%s", rest);
+				snprintf(f->type, sizeof(f->type), "%.15s", rest);
 				cur = f;
 			} else {
 				return fail(ps, line, "unknown comment keyword");
