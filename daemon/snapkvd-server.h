@@ -169,6 +169,7 @@ struct snapkvd_server {
 	uint64_t next_session_id;
 	struct snapkvd_compactor *compactor;
 	struct skv_backend *gpu; /* --backend cuda: the loaded plugin and its device */
+	char backend_desc[400];  /* status: backend, device and transport actually used */
 	bool draining, stop;
 	int exit_code;
 	uint64_t start_ns;

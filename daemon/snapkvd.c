@@ -165,6 +165,10 @@ int main(int argc, char **argv)
 		snapkvd_compactor_free(srv.compactor);
 		return 1;
 	}
+	snprintf(srv.backend_desc, sizeof(srv.backend_desc), "%s", srv.cfg.backend);
+	if (srv.gpu)
+		snprintf(srv.backend_desc, sizeof(srv.backend_desc), "cuda: %s",
+			 snapkvd_compactor_isa(srv.compactor));
 	log_info("backend %s (%s), pool %llu bytes, ring %u entries x %u-byte slots",
 		 srv.cfg.backend, snapkvd_compactor_isa(srv.compactor),
 		 (unsigned long long)srv.cfg.pool_bytes, srv.cfg.sq_entries, srv.cfg.slot_bytes);

@@ -569,8 +569,13 @@ int skv_cuda_host_register(struct skv_cuda_dev *dev, void *ptr, uint64_t size, v
 		return r;
 	uintptr_t b = (uintptr_t)ptr & ~(pg - 1);
 	uintptr_t e = ((uintptr_t)ptr + size + pg - 1) & ~(pg - 1);
-	cudaError_t ce =
-	    cudaHostRegister((void *)b, e - b, cudaHostRegisterMapped | cudaHostRegisterPortable);
+	const unsigned fl = cudaHostRegisterMapped | cudaHostRegisterPortable;
+	cudaError_t ce = cudaHostRegister((void *)b, e - b, fl);
+	if (ce != cudaSuccess && ce != cudaErrorHostMemoryAlreadyRegistered) {
+		/* a PROT_READ mapping (an engine's memfd) pins only read-only */
+		cudaGetLastError();
+		ce = cudaHostRegister((void *)b, e - b, fl | cudaHostRegisterReadOnly);
+	}
 	if (ce == cudaErrorHostMemoryAlreadyRegistered) {
 		cudaGetLastError();
 		return skv_cuda_fail(err, -EEXIST, -1, -1, "host range already registered");
