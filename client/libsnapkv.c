@@ -87,6 +87,11 @@ struct skv_request {
 	struct skv_client *c;
 	uint32_t slot;
 	uint64_t user_data;
+	/* a request too large for a ring slot went over the socket and is
+	 * already complete: its result waits here */
+	bool sync;
+	int sync_res;
+	Snapkv__V1__Response *sync_resp;
 };
 
 struct skv_cache {
@@ -171,7 +176,7 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 				   NULL, &nf, MSG_DONTWAIT) >= 0 &&
 		    eh.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
 			Snapkv__V1__ErrorNotice *e =
-				snapkv__v1__error_notice__unpack(NULL, eh.length, c->rbuf + 16);
+			    snapkv__v1__error_notice__unpack(NULL, eh.length, c->rbuf + 16);
 
 			if (e && e->status < 0) {
 				r = e->status;
@@ -1022,11 +1027,30 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
 	req.compact = &cr;
 	pthread_mutex_lock(&c->mu);
-	r = submit(c, SKV_OP_REQUEST, &req, &slot);
-	if (r == 0) {
-		rq->c = c;
-		rq->slot = slot;
-		rq->user_data = c->slots[slot].user_data;
+	rq->c = c;
+	if (c->ring && snapkv__v1__request__get_packed_size(&req) > c->layout.arg_slot_size) {
+		/* e.g. a long block table: the socket takes up to 1 MiB. The
+		 * call completes before returning; wait/poll see it done. */
+		Snapkv__V1__Response *resp = NULL;
+
+		rq->sync = true;
+		r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, &req.base, NULL, 0,
+			SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE, (ProtobufCMessage **)&resp, NULL,
+			NULL);
+		if (r == 0) {
+			rq->sync_res = resp->status;
+			rq->sync_resp = resp;
+			if (resp->status < 0)
+				fail(c, resp->status, "%s",
+				     resp->error && resp->error[0] ? resp->error
+								   : strerror(-resp->status));
+		}
+	} else {
+		r = submit(c, SKV_OP_REQUEST, &req, &slot);
+		if (r == 0) {
+			rq->slot = slot;
+			rq->user_data = c->slots[slot].user_data;
+		}
 	}
 	pthread_mutex_unlock(&c->mu);
 out:
@@ -1049,6 +1073,8 @@ SKV_EXPORT int skv_request_poll(struct skv_request *rq)
 	if (!rq)
 		return -EINVAL;
 	c = rq->c;
+	if (rq->sync)
+		return rq->sync_res < 0 ? rq->sync_res : 1;
 	pthread_mutex_lock(&c->mu);
 	r = reap(c);
 	if (r >= 0)
@@ -1135,6 +1161,14 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 		return -EINVAL;
 	c = rq->c;
 	pthread_mutex_lock(&c->mu);
+	if (rq->sync) {
+		resp = rq->sync_resp;
+		r = rq->sync_res;
+		if (r < 0)
+			fail(c, r, "%s",
+			     resp && resp->error && resp->error[0] ? resp->error : strerror(-r));
+		goto result;
+	}
 	r = wait_slot(c, rq->slot, timeout_ms);
 	if (r == -ETIMEDOUT) {
 		pthread_mutex_unlock(&c->mu);
@@ -1147,6 +1181,7 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 		goto out;
 	}
 	r = collect(c, rq->slot, &resp);
+result:
 	if (r < 0)
 		goto out;
 	if (resp->result_case != SNAPKV__V1__RESPONSE__RESULT_CACHE) {

@@ -106,7 +106,12 @@ struct skv_compact_desc {
 /* SPEC.md reference defaults: snapkvd, W 32, C 2048, k 5, avg, expand, S 4. */
 void skv_client_params_init(struct skv_params *p);
 
-/* Submit a compaction; returns at once. The request must be waited for. */
+/*
+ * Submit a compaction; returns at once over the shared ring. A request too
+ * large for a ring slot (a long paged block table) goes over the socket
+ * instead and is complete when this returns. Either way the request must be
+ * waited for (skv_request_wait frees it).
+ */
 int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 		       struct skv_request **ret_req);
 /* 1 when the request has completed, 0 when not yet, -errno on failure. */

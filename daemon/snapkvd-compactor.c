@@ -326,8 +326,8 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 				keep += j->params.protected_ranges[i].end -
 					j->params.protected_ranges[i].begin;
 		if (keep < UINT32_MAX)
-			j->params.capacity = snapkvd_ops_scale_capacity(
-			    &s->srv->ops, requested_c, (uint32_t)keep, NULL);
+			j->params.capacity = snapkvd_ops_scale_capacity(&s->srv->ops, requested_c,
+									(uint32_t)keep, NULL);
 	}
 	r = skv_plan(&j->shape, &j->params, &plan, &kerr);
 	if (r < 0) {

@@ -123,11 +123,12 @@ void snapkvd_pool_explain(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint
 	t_use = t->used + t->reserved;
 	in_use = p->used + p->reserved;
 	if (r == -EDQUOT)
-		snprintf(buf, len,
-			 "tenant %s over quota: wants %llu bytes, holds %llu of its %llu (%llu free)",
-			 t->name, (unsigned long long)bytes, (unsigned long long)t_use,
-			 (unsigned long long)quota,
-			 (unsigned long long)(t_use < quota ? quota - t_use : 0));
+		snprintf(
+		    buf, len,
+		    "tenant %s over quota: wants %llu bytes, holds %llu of its %llu (%llu free)",
+		    t->name, (unsigned long long)bytes, (unsigned long long)t_use,
+		    (unsigned long long)quota,
+		    (unsigned long long)(t_use < quota ? quota - t_use : 0));
 	else
 		snprintf(buf, len,
 			 "pool exhausted: wants %llu bytes, pool holds %llu of %llu (%llu free)",

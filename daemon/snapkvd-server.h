@@ -236,6 +236,8 @@ void snapkvd_server_ops_fini(struct snapkvd_server *srv);
 /* Re-evaluate pressure after pool changes (runs the policy actions). */
 void snapkvd_server_pool_changed(struct snapkvd_server *srv);
 void snapkvd_server_hook_event(struct snapkvd_server *srv, struct snapkvd_ev *ev, int res);
+/* A new engine under pressure learns the current level at once. */
+void snapkvd_server_greet_pressure(struct snapkvd_session *s);
 char *snapkvd_ops_metrics_text(struct snapkvd_server *srv);
 char *snapkvd_ops_ledger_json(struct snapkvd_server *srv);
 struct snapkvd_admin_pressure_buf {

@@ -46,6 +46,18 @@ rc=0
 "$CTL" compact "$tmp/in1.st" "$tmp/bad.st" -q --capacity 16 --window 32 2>"$tmp/err" || rc=$?
 [ "$rc" -ne 0 ] && [ ! -e "$tmp/bad.st" ] || fail "invalid parameters accepted"
 
+# the example engine on a safetensors dump: planted spans keep most of the mass
+"$BUILD/snapkv-engine" --name fromfile --in "$tmp/in1.st" --window 16 --capacity 128 \
+	--decode 4 >"$tmp/file.out" || fail "engine --in"
+python3 - "$tmp/file.out" <<'PY' || fail "engine --in: $(cat "$tmp/file.out")"
+import re, sys
+line = open(sys.argv[1]).read()
+m = re.search(r"L=(\d+) kept=(\d+) g=(\d+) next_pos=(\d+).*mass_mean=([0-9.]+)", line)
+L, kept, g, nxt, mass = int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])
+assert (L, kept, g, nxt) == (512, 128, 4, 516), line
+assert 0.0 < mass <= 1.0, line
+PY
+
 # online subcommands while an engine holds a cache
 "$BUILD/snapkv-engine" --name held --layers 3 --h-q 8 --h-kv 2 --head-dim 32 --prompt 700 \
 	--window 16 --capacity 128 --decode 5 --reserve 8 --gqa group \
