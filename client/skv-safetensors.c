@@ -588,6 +588,7 @@ static int build_layout(const struct skv_st_tensor *ts, size_t n, const struct s
 				 safe(t->name, sn));
 			goto out;
 		}
+		r = 0;
 		if (json_object_set_new(jt, "dtype", json_string(skv_st_dtype_name(t->dtype))) ||
 		    (r = set_uint_array(jt, "shape", t->shape, t->rank)) < 0 ||
 		    (r = set_uint_array(jt, "data_offsets", off, 2)) < 0) {

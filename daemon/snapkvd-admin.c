@@ -64,7 +64,7 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 
 	r.error = "";
 	r.version = SNAPKVD_VERSION;
-	r.backend = srv->cfg.backend;
+	r.backend = srv->gpu ? srv->backend_desc : srv->cfg.backend;
 	r.pid = (uint32_t)getpid();
 	if (!req) {
 		r.status = -EBADMSG;
@@ -155,6 +155,7 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 				lb[i].compact = l.compact;
 				lb[i].index = l.index;
 				lb[i].reserved = l.reserved;
+				lb[i].allocated = c->region_bytes;
 				cl[i].bytes = &lb[i];
 				clp[i] = &cl[i];
 			}

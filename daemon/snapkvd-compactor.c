@@ -7,6 +7,12 @@
  * compaction over (layer, head) items: compactions run one at a time, each
  * using every core, which gives the lowest latency per request and keeps the
  * result independent of how requests interleave.
+ *
+ * With --backend cuda the worker runs the same jobs through the CUDA plugin
+ * instead (kernels/cuda, dlopen()ed by main): the memfd buffers and the
+ * output region are page-locked and mapped for the GPU for the job's
+ * duration (zero-copy over the bus; transport "memfd, cuda host-mapped"),
+ * one stream, synchronised before the completion is posted.
  */
 #include <errno.h>
 #include <math.h>
@@ -17,12 +23,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kernels/cuda/skv-backend.h"
+#include "kernels/cuda/skv-cuda.h"
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
 
 struct snapkvd_compactor {
 	struct snapkvd_server *srv;
 	struct skv_ctx *ctx;
+	struct skv_cuda_ctx *gctx; /* --backend cuda */
+	char gpu_desc[320];
 	pthread_t thread;
 	bool started;
 	pthread_mutex_t mu;
@@ -518,6 +528,57 @@ static void run_grow(struct snapkvd_job *j)
 	j->status = 0;
 }
 
+/*
+ * One job on the GPU: every host range the kernels touch (input buffers, the
+ * output region, the mass array) is registered for the job and unregistered
+ * after it; under unified addressing the kernels use the host addresses.
+ */
+static int run_gpu(struct snapkvd_compactor *c, struct snapkvd_job *j, struct skv_error *kerr)
+{
+	const struct skv_backend_ops *o = c->srv->gpu->ops;
+	struct skv_cuda_dev *dev = c->srv->gpu->dev;
+	struct snapkvd_cache *ca = j->cache;
+	struct {
+		void *p;
+		uint64_t n;
+	} rg[j->n_bufs + 2];
+	void *done[j->n_bufs + 2];
+	unsigned n_rg = 0, n_done = 0;
+	int r = 0;
+
+	if (j->block_table) {
+		snprintf(kerr->msg, sizeof(kerr->msg),
+			 "paged layouts are not wired to the CUDA backend yet");
+		return -ENOTSUP;
+	}
+	for (unsigned i = 0; i < j->n_bufs; i++)
+		rg[n_rg++] = (typeof(rg[0])){(void *)j->bufs[i]->map, j->bufs[i]->size};
+	rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->region_off, ca->region_bytes};
+	rg[n_rg++] = (typeof(rg[0])){ca->mass, (uint64_t)ca->layers * ca->h_store * sizeof(float)};
+	for (unsigned i = 0; i < n_rg && r == 0; i++) {
+		void *d = NULL;
+		r = o->host_register(dev, rg[i].p, rg[i].n, &d, kerr);
+		if (r == -EEXIST) { /* shares pages with a range registered above */
+			r = 0;
+			continue;
+		}
+		if (r == 0)
+			done[n_done++] = rg[i].p;
+		if (r == 0 && d != rg[i].p) {
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "the GPU does not see host memory at its host address");
+			r = -ENOTSUP;
+		}
+	}
+	if (r == 0)
+		r = o->compact(c->gctx, &j->shape, &j->params, ca->layers, j->in, j->out, kerr);
+	if (r == 0)
+		r = o->ctx_sync(c->gctx, kerr);
+	while (n_done)
+		o->host_unregister(dev, done[--n_done]);
+	return r;
+}
+
 static void run_job(struct snapkvd_compactor *c, struct snapkvd_job *j)
 {
 	struct skv_error kerr = {{0}, -1, -1};
@@ -528,8 +589,11 @@ static void run_job(struct snapkvd_compactor *c, struct snapkvd_job *j)
 		run_grow(j);
 		return;
 	}
-
-	j->status = skv_compact(c->ctx, &j->shape, &j->params, ca->layers, j->in, j->out, &kerr);
+	if (c->gctx)
+		j->status = run_gpu(c, j, &kerr);
+	else
+		j->status =
+		    skv_compact(c->ctx, &j->shape, &j->params, ca->layers, j->in, j->out, &kerr);
 	if (j->status < 0) {
 		snprintf(j->err, sizeof(j->err), "%s",
 			 kerr.msg[0] ? kerr.msg : "compaction failed");
@@ -585,6 +649,18 @@ int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads,
 	r = skv_ctx_new(threads, &c->ctx);
 	if (r < 0)
 		goto fail;
+	if (srv->gpu) {
+		const struct skv_backend_ops *o = srv->gpu->ops;
+		struct skv_error kerr = {{0}, -1, -1};
+		struct skv_cuda_info info;
+
+		r = o->ctx_new(srv->gpu->dev, &c->gctx, &kerr);
+		if (r < 0)
+			goto fail;
+		o->dev_info(srv->gpu->dev, &info);
+		snprintf(c->gpu_desc, sizeof(c->gpu_desc), "%s sm_%d%d, memfd cuda host-mapped",
+			 info.name, info.cc_major, info.cc_minor);
+	}
 	r = -pthread_create(&c->thread, NULL, worker, c);
 	if (r < 0)
 		goto fail;
@@ -607,6 +683,8 @@ void snapkvd_compactor_free(struct snapkvd_compactor *c)
 		pthread_mutex_unlock(&c->mu);
 		pthread_join(c->thread, NULL);
 	}
+	if (c->gctx)
+		c->srv->gpu->ops->ctx_free(c->gctx);
 	skv_ctx_free(c->ctx);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cond);
@@ -657,5 +735,7 @@ unsigned snapkvd_compactor_pending(struct snapkvd_compactor *c)
 
 const char *snapkvd_compactor_isa(struct snapkvd_compactor *c)
 {
+	if (c && c->gctx)
+		return c->gpu_desc;
 	return c && c->ctx ? skv_ctx_isa(c->ctx) : "none";
 }

@@ -209,8 +209,8 @@ static int set_key(struct snapkvd_config *c, const char *k, const char *v, const
 		return 0;
 	}
 	if (!strcmp(k, "backend")) {
-		if (strcmp(v, "host")) {
-			*why = "backend must be host";
+		if (strcmp(v, "host") && strcmp(v, "cuda")) {
+			*why = "backend must be host or cuda";
 			return -EINVAL;
 		}
 		snprintf(c->backend, sizeof(c->backend), "%s", v);

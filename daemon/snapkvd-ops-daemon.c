@@ -70,6 +70,33 @@ static void cb_notify(void *opaque, const struct snapkvd_pressure_change *ch)
 		 missed ? " (some CQs full: missed)" : "");
 }
 
+void snapkvd_server_greet_pressure(struct snapkvd_session *s)
+{
+	struct snapkvd_ops *ops = &s->srv->ops;
+	const struct snapkvd_pressure_config *pc = snapkvd_pressure_get_config(ops->pressure);
+	enum snapkvd_pressure_level lv = snapkvd_pressure_level(ops->pressure);
+	int scale = snapkvd_pressure_action_enabled(ops->pressure, SNAPKVD_ACTION_SCALE);
+	double f = !scale			     ? 1.0
+		   : lv == SNAPKVD_PRESSURE_CRITICAL ? pc->scale_critical
+		   : lv == SNAPKVD_PRESSURE_HIGH     ? pc->scale_high
+						     : 1.0;
+	struct skv_cqe cqe = {
+	    .user_data = SKV_EVENT_PRESSURE,
+	    .res = (int32_t)lv + 1,
+	    .flags = SKV_CQE_F_EVENT,
+	    .slot = snapkvd_pressure_scale_capacity(ops->pressure, pc->default_capacity,
+						    pc->default_window, NULL),
+	    .len = (uint32_t)lround(f * 1000.0),
+	    .reserved = ops->used,
+	};
+
+	if (lv == SNAPKVD_PRESSURE_NORMAL ||
+	    !snapkvd_pressure_action_enabled(ops->pressure, SNAPKVD_ACTION_NOTIFY))
+		return;
+	if (post_event(s, &cqe) > 0)
+		snapkvd_session_flush_cq(s);
+}
+
 static uint64_t cb_evict(void *opaque, uint64_t need, uint64_t *ret_caches)
 {
 	struct snapkvd_server *srv = opaque;
@@ -342,6 +369,9 @@ char *snapkvd_ops_metrics_text(struct snapkvd_server *srv)
 	st.cache_bytes[SNAPKVD_CACHE_COMPACT] = lt.compact;
 	st.cache_bytes[SNAPKVD_CACHE_INDEX] = lt.index;
 	st.cache_bytes[SNAPKVD_CACHE_RESERVED] = lt.reserved;
+	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
+		for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+			st.cache_bytes[SNAPKVD_CACHE_ALLOCATED] += c->region_bytes;
 	st.compactions_total = srv->compactions;
 	st.requests_total = srv->requests;
 	st.errors_total = srv->errors;

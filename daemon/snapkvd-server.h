@@ -162,6 +162,7 @@ struct snapkvd_session {
 };
 
 struct snapkvd_compactor;
+struct skv_backend; /* kernels/cuda/skv-backend.h */
 
 struct snapkvd_server {
 	struct snapkvd_config cfg;
@@ -178,6 +179,8 @@ struct snapkvd_server {
 	unsigned n_sessions;
 	uint64_t next_session_id;
 	struct snapkvd_compactor *compactor;
+	struct skv_backend *gpu; /* --backend cuda: the loaded plugin and its device */
+	char backend_desc[400];  /* status: backend, device and transport actually used */
 	bool draining, stop;
 	int exit_code;
 	uint64_t start_ns;
@@ -244,6 +247,8 @@ void snapkvd_server_ops_fini(struct snapkvd_server *srv);
 /* Re-evaluate pressure after pool changes (runs the policy actions). */
 void snapkvd_server_pool_changed(struct snapkvd_server *srv);
 void snapkvd_server_hook_event(struct snapkvd_server *srv, struct snapkvd_ev *ev, int res);
+/* A new engine under pressure learns the current level at once. */
+void snapkvd_server_greet_pressure(struct snapkvd_session *s);
 char *snapkvd_ops_metrics_text(struct snapkvd_server *srv);
 char *snapkvd_ops_ledger_json(struct snapkvd_server *srv);
 struct snapkvd_admin_pressure_buf {

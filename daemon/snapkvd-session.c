@@ -320,6 +320,7 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 			snapkvd_session_close(s, r);
 			return;
 		}
+		snapkvd_server_greet_pressure(s);
 	}
 	log_info("session %llu: %s (pid %d, uid %u)%s", (unsigned long long)s->id, s->name,
 		 (int)s->pid, (unsigned)s->uid, s->admin ? " admin" : "");

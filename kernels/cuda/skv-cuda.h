@@ -129,6 +129,18 @@ void skv_cuda_import_release(struct skv_cuda_import *imp);
 unsigned skv_cuda_release_tenant(struct skv_cuda_dev *dev, uint64_t tenant);
 
 /*
+ * Host memory (e.g. a memfd mapping) made readable and writable by the
+ * kernels in place (page-locked, mapped; zero-copy over the bus). On return
+ * *ret_dev is the address kernels use for `ptr` (the same address under
+ * unified addressing). The range is rounded out to whole pages; a read-only
+ * mapping is registered read-only; a range already registered is -EEXIST.
+ * Unregister before unmapping.
+ */
+int skv_cuda_host_register(struct skv_cuda_dev *dev, void *ptr, uint64_t size, void **ret_dev,
+			   struct skv_error *err);
+void skv_cuda_host_unregister(struct skv_cuda_dev *dev, void *ptr);
+
+/*
  * A tenant arena: cuMemCreate (POSIX fd handle type) of at least `size`
  * bytes, rounded up to the granularity, mapped read-write on the device.
  */

@@ -350,6 +350,65 @@ out:
 	return fails;
 }
 
+/* A random small valid case (for `gpu-agree --random N [SEED]`, a bug hunt). */
+static void random_cfg(struct rng *r, struct cfg *c, char *name, size_t len)
+{
+	static const enum skv_policy pol[] = {SNAP, SNAP, SNAP, H2O, STRM, WNDW};
+	static const uint32_t dims[] = {8, 16, 24, 64, 80, 128};
+	static const uint32_t groups[] = {1, 2, 4, 8};
+	for (;;) {
+		memset(c, 0, sizeof(*c));
+		c->dt = c->odt = F32;
+		c->policy = pol[rng_next(r) % 6];
+		c->gqa = rng_next(r) % 2 ? EXP : GRP;
+		c->pool = rng_next(r) % 2 ? AVG : MAX;
+		c->L = 8 + (uint32_t)(rng_next(r) % 900);
+		c->D = dims[rng_next(r) % 6];
+		c->hkv = 1 + (uint32_t)(rng_next(r) % 3);
+		c->hq = c->hkv * groups[rng_next(r) % 4];
+		c->W = 1 + (uint32_t)(rng_next(r) % 48);
+		c->C = 2 + (uint32_t)(rng_next(r) % (c->L + 40));
+		c->k = 1 + 2 * (uint32_t)(rng_next(r) % 5);
+		c->S = (uint32_t)(rng_next(r) % 6);
+		c->layers = 1 + (uint32_t)(rng_next(r) % 3);
+		c->lay = (enum layout)(rng_next(r) % 3);
+		c->protect = rng_next(r) % 3 == 0 && c->L >= 16;
+		c->nq = c->policy == SNAP ? c->W
+			: c->policy == H2O
+			    ? c->L
+			    : (rng_next(r) % 2 ? 0 : 1 + (uint32_t)(rng_next(r) % 8));
+		if (c->nq > c->L)
+			continue;
+		struct skv_shape sh = {c->L, c->D, c->hq, c->hkv, c->nq};
+		struct skv_params p;
+		struct skv_plan pl;
+		struct skv_error e;
+		skv_params_init(&p);
+		p.policy = c->policy;
+		p.window = c->W;
+		p.capacity = c->C;
+		p.kernel = c->k;
+		p.pooling = c->pool;
+		p.gqa = c->gqa;
+		p.sinks = c->S;
+		if (c->protect) {
+			p.n_protected = 2;
+			p.protected_ranges[0] = (struct skv_range){c->L / 4, c->L / 4 + 8};
+			p.protected_ranges[1] = (struct skv_range){c->L / 2 - 3, c->L / 2 + 2};
+		}
+		if (skv_plan(&sh, &p, &pl, &e) == 0)
+			break;
+	}
+	snprintf(name, len, "rand L%u D%u hq%u hkv%u W%u C%u k%u %s %s %s%s", c->L, c->D, c->hq,
+		 c->hkv, c->W, c->C, c->k, skv_policy_name(c->policy),
+		 c->gqa == EXP ? "exp" : "grp",
+		 c->lay == HND	 ? "hnd"
+		 : c->lay == NHD ? "nhd"
+				 : "paged",
+		 c->protect ? " prot" : "");
+	c->name = name;
+}
+
 int main(int argc, char **argv)
 {
 	struct skv_cuda_dev *dev = NULL;
@@ -372,7 +431,18 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	printf("host backend: %u threads, %s\n", skv_ctx_threads(hctx), skv_ctx_isa(hctx));
-	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+	if (argc > 2 && !strcmp(argv[1], "--random")) {
+		int n = atoi(argv[2]);
+		struct rng rr = {argc > 3 ? strtoull(argv[3], NULL, 0) : 1};
+		for (int i = 0; i < n; i++) {
+			struct cfg c;
+			char name[160];
+			random_cfg(&rr, &c, name, sizeof(name));
+			fails += run_cfg(&c, hctx, gctx, rng_next(&rr));
+		}
+		argc = 0; /* no named cases */
+	}
+	for (size_t i = 0; argc != 0 && i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
 		/* arguments: run only the cases whose name contains one of them */
 		int pick = argc < 2;
 		for (int a = 1; a < argc && !pick; a++)

@@ -179,6 +179,24 @@ static int wait_event(struct engine *e, uint32_t level, struct skv_pressure *ret
 	return -1;
 }
 
+static double metric_label(const char *name, const char *lname, const char *lvalue)
+{
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	Snapkv__V1__AdminReply *r;
+	struct ctl_prom p;
+	double v = NAN;
+
+	ar.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS;
+	r = admin_req(&ar);
+	if (r && r->text && ctl_prom_parse(r->text, strlen(r->text), &p, NULL) == 0) {
+		v = ctl_prom_get(&p, name, lname, lvalue);
+		ctl_prom_free(&p);
+	}
+	if (r)
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return v;
+}
+
 static double metric(const char *name)
 {
 	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
@@ -377,6 +395,17 @@ static void test_pressure_policy(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(e.c), "critical"));
 	CU_ASSERT_EQUAL(level_now(), SNAPKV__V1__PRESSURE_LEVEL__PRESSURE_LEVEL_CRITICAL);
 	CU_ASSERT_EQUAL(wait_event(&e, 3, &ev), 0);
+	/* An engine that connects now learns the level at once. */
+	{
+		struct engine late;
+
+		CU_ASSERT_EQUAL_FATAL(engine_open(&late, "late"), 0);
+		CU_ASSERT_EQUAL(wait_event(&late, 3, &ev), 0);
+		CU_ASSERT_EQUAL(ev.events, 1);
+		CU_ASSERT_EQUAL(ev.suggested_capacity, 512);
+		CU_ASSERT_EQUAL(ev.scale_permille, 250);
+		engine_close(&late);
+	}
 	/* What an operator sees now (once snapkvctl is built). */
 	if (ctl_exists()) {
 		char out[8192];
@@ -387,7 +416,7 @@ static void test_pressure_policy(void)
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "normal   -> high"));
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "suggested C now 512"));
 		CU_ASSERT_EQUAL(run_ctl("top --once", out, sizeof(out)), 0);
-		CU_ASSERT_PTR_NOT_NULL(strstr(out, "snapkvd  pressure critical  sessions 1"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "snapkvd  pressure critical  sessions "));
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "p50 "));
 		CU_ASSERT_PTR_NULL(strstr(out, "p50 -"));
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "<= 1     ["));
@@ -402,6 +431,16 @@ static void test_pressure_policy(void)
 	CU_ASSERT_EQUAL(set_share("150%", err, sizeof(err)), -EINVAL);
 	CU_ASSERT(strlen(err) > 0);
 	CU_ASSERT(metric("snapkvd_pressure_refusals_total") >= 2);
+	/* Real vs padded: the caches' arena regions are exactly the pool in use
+	 * (nothing reserved now), and at least the ledger's compact + index. */
+	{
+		double alloc = metric_label("snapkvd_cache_bytes", "kind", "allocated");
+		double real = metric_label("snapkvd_cache_bytes", "kind", "compact") +
+			      metric_label("snapkvd_cache_bytes", "kind", "index");
+
+		CU_ASSERT_EQUAL(alloc, (double)h_pool_used(H.sock));
+		CU_ASSERT(real > 0 && alloc >= real);
+	}
 	/* Everything released: back to normal, and the engine hears it. */
 	for (int i = 0; i < n; i++)
 		if (k[i])
@@ -414,7 +453,7 @@ static void test_pressure_policy(void)
 
 static void test_hooks_and_textfile(void)
 {
-	char buf[4096] = "";
+	static char buf[1 << 16];
 	FILE *f;
 	size_t len;
 	int ok = 0;

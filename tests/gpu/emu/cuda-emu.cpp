@@ -607,6 +607,20 @@ cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void *p)
 		return cudaErrorInvalidValue;
 	return cudaFree((void *)(uintptr_t)base);
 }
+/* host memory is device memory here */
+cudaError_t CUDARTAPI cudaHostRegister(void *, size_t, unsigned int)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaHostUnregister(void *)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **d, void *h, unsigned int)
+{
+	*d = h;
+	return cudaSuccess;
+}
 /* streams complete at once, so an event handle needs no content */
 cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t)
 {
