@@ -230,6 +230,16 @@ static uint64_t align64(uint64_t v)
 	return (v + 63) & ~63ull;
 }
 
+/*
+ * A Params field flagged in explicit_fields is taken as sent, 0 included
+ * (SPEC: --sinks 0 keeps no sinks); unflagged (senders older than the flag),
+ * 0 means the default. Enums start at UNSPECIFIED = 0, so 0 is unset there.
+ */
+static bool param_given(const Snapkv__V1__Params *p, unsigned field_no, uint32_t v)
+{
+	return (p->explicit_fields & SKV_PARAMS_EXPLICIT(field_no)) || v;
+}
+
 int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *o,
 			Snapkv__V1__CompactRequest *req, struct snapkvd_job **ret, char *err,
 			size_t errlen)
@@ -288,17 +298,17 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 
 		if (p->policy)
 			j->params.policy = (enum skv_policy)p->policy;
-		if (p->window)
+		if (param_given(p, 2, p->window))
 			j->params.window = p->window;
-		if (p->capacity)
+		if (param_given(p, 3, p->capacity))
 			j->params.capacity = p->capacity;
-		if (p->kernel)
+		if (param_given(p, 4, p->kernel))
 			j->params.kernel = p->kernel;
 		if (p->pooling)
 			j->params.pooling = (enum skv_pooling)p->pooling;
 		if (p->gqa)
 			j->params.gqa = (enum skv_gqa)p->gqa;
-		if (p->sinks)
+		if (param_given(p, 7, p->sinks))
 			j->params.sinks = p->sinks;
 		if (p->n_protected_ranges > SKV_MAX_PROTECTED) {
 			snprintf(err, errlen, "%zu protected ranges, at most %d",

@@ -71,6 +71,12 @@ same "streamingllm, protected range" "$tmp/h2o.st" --policy streamingllm --sinks
 "$GEN" "$tmp/noq.st" --layers 2 --h-q 2 --h-kv 2 --head-dim 8 --len 40 --rows 0 --quiet
 same "window, no query rows" "$tmp/noq.st" --policy window --capacity 12
 same "bypass (L < C)" "$tmp/noq.st" --policy window --capacity 64
+# Explicit zeros are meant, not "use the default" (SPEC: S = 0 keeps no sinks,
+# h2o with r = 0 keeps no recent positions); the daemon must not substitute.
+same "streamingllm --sinks 0" "$tmp/h2o.st" --policy streamingllm --sinks 0 --capacity 16
+same "h2o --window 0" "$tmp/h2o.st" --policy h2o --window 0 --capacity 16
+same "window --window 0 --sinks 0" "$tmp/noq.st" --policy window --window 0 --sinks 0 \
+	--capacity 12
 
 echo "== errors"
 echo sentinel >"$tmp/out.st"
