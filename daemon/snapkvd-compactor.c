@@ -347,6 +347,28 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		snprintf(err, errlen, "%s", kerr.msg[0] ? kerr.msg : "invalid parameters");
 		goto fail;
 	}
+	/* The working set grows with G * L whatever the buffer's size: refuse
+	 * before any work rather than let one request take gigabytes. */
+	{
+		unsigned nth = skv_ctx_threads(s->srv->compactor->ctx);
+		uint64_t scratch;
+
+		r = skv_scratch_bytes(&j->shape, &j->params, req->layers, nth, &scratch, &kerr);
+		if (r < 0) {
+			snprintf(err, errlen, "%s", kerr.msg[0] ? kerr.msg : "invalid parameters");
+			goto fail;
+		}
+		if (scratch > cfg->max_scratch_bytes) {
+			snprintf(err, errlen,
+				 "compaction needs %llu bytes of scratch (G %u, L %u, D %u, %u "
+				 "layers, %u threads), over max_scratch_bytes %llu",
+				 (unsigned long long)scratch, req->h_q / req->h_kv, req->prompt_len,
+				 req->head_dim, req->layers, nth,
+				 (unsigned long long)cfg->max_scratch_bytes);
+			r = -E2BIG;
+			goto fail;
+		}
+	}
 	if (req->n_block_table) {
 		j->block_table = malloc(req->n_block_table * sizeof(int32_t));
 		if (!j->block_table) {

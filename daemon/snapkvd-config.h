@@ -22,6 +22,7 @@ struct snapkvd_config {
 	uint64_t session_arena_bytes; /* arena memfd size per session (virtual) */
 	uint64_t tenant_quota_bytes;  /* 0: the pool                            */
 	uint64_t max_buffer_bytes;    /* one registered buffer                  */
+	uint64_t max_scratch_bytes;   /* compaction scratch of one request      */
 	unsigned threads;	      /* compaction threads (0: one per core)   */
 	unsigned max_sessions;
 	unsigned max_buffers; /* per session */

@@ -403,6 +403,75 @@ static void test_requests(void)
 	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 1000), 0);
 }
 
+/*
+ * The scratch a compaction needs grows with G * L (column sums per query
+ * head), not with the buffer: a 256 KiB K with G = 256, L = 2^16 needs about
+ * 3 * 64 MiB. A daemon with max_scratch_bytes = 32M must refuse it before
+ * any work with -E2BIG naming the numbers, and still serve a small one.
+ */
+static void test_scratch_limit(void)
+{
+	struct harness h2 = {.pid = 0};
+	struct skv_client *c = NULL;
+	struct skv_buffer *b = NULL;
+	struct skv_layer_ref lr[1];
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	const uint32_t L = 1u << 16, D = 1, W = 8, G = 256;
+	size_t kv = (size_t)L * D * 4, q = (size_t)G * W * D * 4;
+	const char *extra[] = {"--config", NULL, NULL};
+	char cfg[128];
+	uint64_t seed = 3;
+	FILE *fp;
+
+	snprintf(h2.dir, sizeof(h2.dir), "/tmp/snapkvd-test-XXXXXX");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(h2.dir));
+	snprintf(cfg, sizeof(cfg), "%s/snapkvd.conf", h2.dir);
+	fp = fopen(cfg, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+	fprintf(fp, "max_scratch_bytes = 32M\n");
+	fclose(fp);
+	extra[1] = cfg;
+	if (h_start(&h2, extra) < 0) {
+		CU_FAIL("second snapkvd did not start");
+		unlink(cfg);
+		h_cleanup(&h2);
+		return;
+	}
+	CU_ASSERT_EQUAL_FATAL(skv_client_connect(h2.sock, NULL, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, q + 2 * kv, &b), 0);
+	float *f = skv_buffer_data(b);
+	for (size_t i = 0; i < (q + 2 * kv) / 4; i++)
+		f[i] = h_rand(&seed);
+	memset(&d, 0, sizeof(d));
+	d.desc_size = sizeof(d);
+	d.shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = G, .h_kv = 1, .n_q = W};
+	d.layers = 1;
+	skv_client_params_init(&d.params);
+	d.params.window = W;
+	d.params.capacity = 64;
+	lr[0].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
+	lr[0].k = (struct skv_tensor_ref){b, q, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	lr[0].v = (struct skv_tensor_ref){b, q + kv, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	d.layer = lr;
+	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -E2BIG);
+	printf("\n    refused: %s\n    ", skv_client_error(c));
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "max_scratch_bytes 33554432"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "G 256, L 65536"));
+	CU_ASSERT_PTR_NULL(k);
+	/* nothing was reserved for it; a small request in the same session works */
+	CU_ASSERT_EQUAL(h_pool_used(h2.sock), 0);
+	d.shape.h_q = 4;
+	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), 0);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	skv_buffer_free(b);
+	skv_client_close(c);
+	CU_ASSERT_EQUAL(h_stop(&h2), 0);
+	unlink(cfg);
+	h_cleanup(&h2);
+	bystander_ok();
+}
+
 struct rring {
 	uint8_t *map;
 	size_t size;
@@ -728,6 +797,7 @@ int main(void)
 	CU_add_test(s, "malformed frames", test_frames);
 	CU_add_test(s, "bad messages", test_messages);
 	CU_add_test(s, "bad requests", test_requests);
+	CU_add_test(s, "scratch over max_scratch_bytes: -E2BIG before work", test_scratch_limit);
 	CU_add_test(s, "bad ring entries, corrupt tail", test_ring);
 	CU_add_test(s, "GROW in the worker: busy meanwhile", test_grow_busy);
 	CU_add_test(s, "CQ full: back-pressure", test_cq_full);
