@@ -52,6 +52,9 @@ struct snapkvd_buffer {
 	uint64_t size; /* mapped bytes */
 	const uint8_t *map;
 	unsigned refs; /* the session's + one per job using it */
+	unsigned regs; /* registrations of this generation not yet unregistered */
+	dev_t dev;     /* the memfd registered first: a repeat must name it */
+	ino_t ino;
 	struct snapkvd_buffer *next;
 };
 

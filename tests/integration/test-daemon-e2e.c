@@ -626,6 +626,136 @@ static int raw_request(struct raw *r, Snapkv__V1__Request *req, char *err, size_
 	return st;
 }
 
+/* RegisterBuffer by hand: returns the reply's status, *id its buffer id. */
+static int raw_register(struct raw *r, int fd, uint64_t gen, uint64_t size, uint64_t *id)
+{
+	Snapkv__V1__RegisterBuffer rb = SNAPKV__V1__REGISTER_BUFFER__INIT;
+	Snapkv__V1__RegisterReply *rr;
+	struct skv_frame_hdr h;
+	size_t n;
+	int st;
+
+	rb.generation = gen;
+	rb.size = size;
+	n = snapkv__v1__register_buffer__pack(&rb, r->buf);
+	if (skv_frame_send(r->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r->buf, n, &fd, 1, 0) <
+	    0)
+		return -EIO;
+	if (skv_frame_recv(r->fd, r->buf, sizeof(r->buf), &h, NULL, NULL, 0) < 0 ||
+	    h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY)
+		return -EIO;
+	rr = snapkv__v1__register_reply__unpack(NULL, h.length, r->buf + SKV_FRAME_HDR_SIZE);
+	if (!rr)
+		return -EBADMSG;
+	st = rr->status;
+	*id = rr->buffer_id;
+	snapkv__v1__register_reply__free_unpacked(rr, NULL);
+	return st;
+}
+
+static int raw_unregister(struct raw *r, uint64_t id)
+{
+	Snapkv__V1__Unregister m = SNAPKV__V1__UNREGISTER__INIT;
+	Snapkv__V1__UnregisterReply *rr;
+	struct skv_frame_hdr h;
+	size_t n;
+	int st;
+
+	m.buffer_id = id;
+	n = snapkv__v1__unregister__pack(&m, r->buf);
+	if (skv_frame_send(r->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER, r->buf, n, NULL, 0,
+			   0) < 0)
+		return -EIO;
+	if (skv_frame_recv(r->fd, r->buf, sizeof(r->buf), &h, NULL, NULL, 0) < 0 ||
+	    h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER_REPLY)
+		return -EIO;
+	rr = snapkv__v1__unregister_reply__unpack(NULL, h.length, r->buf + SKV_FRAME_HDR_SIZE);
+	if (!rr)
+		return -EBADMSG;
+	st = rr->status;
+	snapkv__v1__unregister_reply__free_unpacked(rr, NULL);
+	return st;
+}
+
+static int sealed_memfd(size_t size)
+{
+	int fd = memfd_create("gen", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd >= 0 &&
+	    (ftruncate(fd, (off_t)size) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * Imports are keyed by (session, generation), refcounted: the same
+ * generation again is the same buffer id with one more ref (-EEXIST with
+ * another size or memfd); each unregister drops one ref, and the buffer
+ * stays usable until the last. Generation 0 is "none" and never matched.
+ */
+static void test_register_generation(void)
+{
+	struct raw r;
+	uint64_t x = 0, y = 0, z = 0, z2 = 0, e = 0;
+	int fa = sealed_memfd(16384), fb = sealed_memfd(16384);
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
+	Snapkv__V1__TensorRef q = SNAPKV__V1__TENSOR_REF__INIT, k = SNAPKV__V1__TENSOR_REF__INIT;
+	Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
+	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	char err[256];
+
+	CU_ASSERT_FATAL(fa >= 0 && fb >= 0);
+	CU_ASSERT_EQUAL_FATAL(raw_open(&r, 0), 0);
+	CU_ASSERT_EQUAL(raw_register(&r, fa, 7, 16384, &x), 0);
+	CU_ASSERT(x != 0);
+	CU_ASSERT_EQUAL(raw_register(&r, fa, 7, 16384, &y), 0);
+	CU_ASSERT_EQUAL(y, x);
+	CU_ASSERT_EQUAL(raw_register(&r, fa, 7, 8192, &e), -EEXIST);
+	CU_ASSERT_EQUAL(raw_register(&r, fb, 7, 16384, &e), -EEXIST);
+	CU_ASSERT_EQUAL(raw_register(&r, fb, 8, 16384, &y), 0);
+	CU_ASSERT(y != x && y != 0);
+	CU_ASSERT_EQUAL(raw_register(&r, fb, 0, 16384, &z), 0);
+	CU_ASSERT_EQUAL(raw_register(&r, fb, 0, 16384, &z2), 0);
+	CU_ASSERT(z != z2 && z != x && z != y);
+	/* two registrations of generation 7: the first unregister leaves it usable */
+	CU_ASSERT_EQUAL(raw_unregister(&r, x), 0);
+	q.buffer_id = k.buffer_id = x;
+	q.dtype = k.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
+	q.head_stride = 8 * 16;
+	q.token_stride = 16;
+	k.offset = 4096;
+	k.head_stride = 64 * 16;
+	k.token_stride = 16;
+	l0.q = &q;
+	l0.k = l0.v = &k;
+	cr.layers = 1;
+	cr.h_q = cr.h_kv = 1;
+	cr.head_dim = 16;
+	cr.prompt_len = 64;
+	cr.n_q = 8;
+	cr.n_layer = 1;
+	cr.layer = &lp;
+	pm.window = 8;
+	pm.capacity = 24;
+	cr.params = &pm;
+	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
+	req.compact = &cr;
+	CU_ASSERT_EQUAL(raw_request(&r, &req, err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(raw_unregister(&r, x), 0);
+	CU_ASSERT_EQUAL(raw_request(&r, &req, err, sizeof(err)), -ENOENT);
+	CU_ASSERT_EQUAL(raw_unregister(&r, x), -ENOENT);
+	/* a fresh registration of the generation is a new import */
+	CU_ASSERT_EQUAL(raw_register(&r, fa, 7, 16384, &e), 0);
+	CU_ASSERT(e != x && e != 0);
+	close(fa);
+	close(fb);
+	raw_close(&r);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 5000), 0);
+}
+
 static void test_isolation(void)
 {
 	struct skv_client *a = connect_engine("tenant-a");
@@ -832,6 +962,7 @@ int main(void)
 	CU_add_test(s, "compact with a long block table (socket)", test_compact_long_block_table);
 	CU_add_test(s, "append, grow, release", test_append_grow_release);
 	CU_add_test(s, "two engines at once", test_two_engines);
+	CU_add_test(s, "registration keyed by generation, refcounted", test_register_generation);
 	CU_add_test(s, "isolation", test_isolation);
 	CU_add_test(s, "engine SIGKILLed mid-request", test_engine_killed);
 	CU_add_test(s, "daemon killed, reconnect", test_daemon_killed);
