@@ -102,6 +102,23 @@ SNAPKV_SOCKET=$sock "$CTL" status >"$tmp/status" 2>&1 && grep -q "requests" "$tm
 	ok "snapkvctl status (via \$SNAPKV_SOCKET)" || not_ok "status: $(cat "$tmp/status")"
 "$CTL" ledger --socket "$sock" >/dev/null 2>"$tmp/err" && ok "snapkvctl ledger" ||
 	not_ok "ledger: $(cat "$tmp/err")"
+# --socket before the command as well as after it; after it wins, and both
+# beat $SNAPKV_SOCKET.
+"$CTL" --socket "$sock" status >"$tmp/status" 2>&1 && grep -q "requests" "$tmp/status" &&
+	ok "snapkvctl --socket PATH status" || not_ok "--socket before: $(cat "$tmp/status")"
+SNAPKV_SOCKET=$tmp/none.sock "$CTL" --socket="$sock" ledger >/dev/null 2>"$tmp/err" &&
+	ok "snapkvctl --socket=PATH ledger beats \$SNAPKV_SOCKET" ||
+	not_ok "--socket= before: $(cat "$tmp/err")"
+"$CTL" --socket "$tmp/none.sock" status --socket "$sock" >/dev/null 2>"$tmp/err" &&
+	ok "--socket after the command wins over one before it" ||
+	not_ok "--socket after: $(cat "$tmp/err")"
+"$CTL" --socket "$tmp/none.sock" status >/dev/null 2>&1
+rc=$?
+[ $rc -eq 1 ] && ok "--socket before names the daemon: none there, exit 1" ||
+	not_ok "--socket before to nowhere: rc $rc"
+"$CTL" --socket >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] && ok "--socket without PATH: exit 2" || not_ok "--socket without PATH: rc $rc"
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
