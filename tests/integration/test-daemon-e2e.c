@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "daemon-harness.h"
 #include "skv.h"
@@ -905,6 +906,54 @@ static void test_daemon_killed(void)
 	skv_client_close(c);
 }
 
+/*
+ * A test process that exits without stopping its daemon (a suite whose init
+ * failed, a _FATAL assert past its h_stop) must not leave it behind: the
+ * harness kills and reaps it at exit, and removes its socket directory.
+ */
+static void test_harness_reaps(void)
+{
+	int pfd[2];
+	pid_t child, d = 0;
+	char dir[64] = "";
+	struct stat sb;
+	int st, gone = 0;
+
+	CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0);
+	fflush(NULL); /* the child exit()s: it must not print our buffers again */
+	child = fork();
+	if (child == 0) {
+		struct harness h = {.pid = 0};
+
+		close(pfd[0]);
+		if (h_start(&h, NULL) < 0)
+			_exit(1);
+		if (write(pfd[1], &h.pid, sizeof(h.pid)) != sizeof(h.pid) ||
+		    write(pfd[1], h.dir, sizeof(h.dir)) != sizeof(h.dir))
+			_exit(2);
+		exit(0); /* no h_stop, no h_cleanup: exit() runs the harness's atexit */
+	}
+	close(pfd[1]);
+	CU_ASSERT_EQUAL(read(pfd[0], &d, sizeof(d)), (ssize_t)sizeof(d));
+	CU_ASSERT_EQUAL(read(pfd[0], dir, sizeof(dir)), (ssize_t)sizeof(dir));
+	close(pfd[0]);
+	CU_ASSERT_EQUAL(waitpid(child, &st, 0), child);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT_FATAL(d > 0 && dir[0] == '/');
+	dir[sizeof(dir) - 1] = 0;
+	/* reaped before the child exited: already gone, no zombie left to init */
+	gone = kill(d, 0) < 0 && errno == ESRCH;
+	CU_ASSERT(gone);
+	if (!gone) { /* do not leave it behind either way */
+		kill(d, SIGKILL);
+		h_sleep_ms(100);
+	}
+	CU_ASSERT(stat(dir, &sb) < 0 && errno == ENOENT);
+	/* the suite's own daemon is untouched */
+	CU_ASSERT_EQUAL(kill(H.pid, 0), 0);
+	CU_ASSERT_EQUAL(h_daemon_pid(H.sock), H.pid);
+}
+
 static void test_sigterm_drains(void)
 {
 	struct skv_client *c = connect_engine("drain");
@@ -935,7 +984,7 @@ static void test_sigterm_drains(void)
 	}
 	CU_ASSERT_EQUAL(ok, 4);
 	waitpid(H.pid, &st, 0);
-	H.pid = 0;
+	h_reaped(&H);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		fprintf(stderr, "snapkvd wait status 0x%x\n", st);
@@ -966,6 +1015,7 @@ int main(void)
 	CU_add_test(s, "isolation", test_isolation);
 	CU_add_test(s, "engine SIGKILLed mid-request", test_engine_killed);
 	CU_add_test(s, "daemon killed, reconnect", test_daemon_killed);
+	CU_add_test(s, "a daemon left running is reaped at exit", test_harness_reaps);
 	CU_add_test(s, "SIGTERM drains", test_sigterm_drains);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
