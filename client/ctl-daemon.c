@@ -381,10 +381,11 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 	char a[32], b[32], c[32];
 
 	printf("pool: %s used of %s (%.2f%%), %s reserved for admissions in flight, "
-	       "%zu caches (%" PRIu64 " lingering)\n",
+	       "%zu cache%s (%" PRIu64 " lingering)\n",
 	       human(r->pool_used, a, sizeof(a)), human(r->pool_total, b, sizeof(b)),
 	       r->pool_total ? 100.0 * (double)r->pool_used / (double)r->pool_total : 0.0,
-	       human(r->pool_reserved, c, sizeof(c)), r->n_caches, r->lingering_caches);
+	       human(r->pool_reserved, c, sizeof(c)), r->n_caches, r->n_caches == 1 ? "" : "s",
+	       r->lingering_caches);
 
 	printf("\n%-12s %6s %4s %6s %*s %*s", "TENANT", "UID", "SESS", "CACHES", f.w, "QUOTA", f.w,
 	       "USED");
@@ -421,7 +422,7 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 		put_ledger(&f, x->bytes);
 		ledger_sum(&tc, x->bytes);
 	}
-	snprintf(a, sizeof(a), "%zu caches", r->n_caches);
+	snprintf(a, sizeof(a), "%zu cache%s", r->n_caches, r->n_caches == 1 ? "" : "s");
 	printf("%-5s %-81s", "total", a);
 	put_ledger(&f, &tc);
 	snprintf(a, sizeof(a), "%" PRIu64 " lingering", r->lingering_caches);
