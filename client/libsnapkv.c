@@ -70,6 +70,7 @@ struct skv_client {
 	struct old_map *old_maps;
 	uint8_t *rbuf;
 	char err[256];
+	struct skv_pressure pressure; /* latest PRESSURE event */
 };
 
 struct skv_buffer {
@@ -86,6 +87,11 @@ struct skv_request {
 	struct skv_client *c;
 	uint32_t slot;
 	uint64_t user_data;
+	/* a request too large for a ring slot went over the socket and is
+	 * already complete: its result waits here */
+	bool sync;
+	int sync_res;
+	Snapkv__V1__Response *sync_resp;
 };
 
 struct skv_cache {
@@ -162,6 +168,26 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 	r = skv_frame_send(c->fd, type, buf, n, fds, n_fds, 0);
 	free(buf);
 	if (r < 0) {
+		struct skv_frame_hdr eh;
+		unsigned nf = 0;
+
+		/* the daemon may have said why before closing (e.g. not allowed) */
+		if (skv_frame_recv(c->fd, c->rbuf, SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, &eh,
+				   NULL, &nf, MSG_DONTWAIT) >= 0 &&
+		    eh.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
+			Snapkv__V1__ErrorNotice *e =
+			    snapkv__v1__error_notice__unpack(NULL, eh.length, c->rbuf + 16);
+
+			if (e && e->status < 0) {
+				r = e->status;
+				fail(c, r, "snapkvd: %s", e->error ? e->error : "error");
+				snapkv__v1__error_notice__free_unpacked(e, NULL);
+				mark_dead(c, r);
+				return r;
+			}
+			if (e)
+				snapkv__v1__error_notice__free_unpacked(e, NULL);
+		}
 		mark_dead(c, r);
 		return fail(c, c->dead, "send to snapkvd: %s", strerror(-r));
 	}
@@ -610,6 +636,17 @@ static int reap(struct skv_client *c)
 		struct slot *s;
 
 		n++;
+		if (cqe.flags & SKV_CQE_F_EVENT) {
+			/* not a completion: remember the latest pressure event */
+			if (cqe.user_data == SKV_EVENT_PRESSURE) {
+				c->pressure.level = (uint32_t)cqe.res;
+				c->pressure.suggested_capacity = cqe.slot;
+				c->pressure.scale_permille = cqe.len;
+				c->pressure.pool_used = cqe.reserved;
+				c->pressure.events++;
+			}
+			continue;
+		}
 		if (i >= c->n_slots)
 			continue;
 		s = &c->slots[i];
@@ -631,6 +668,11 @@ static int reap(struct skv_client *c)
 		mark_dead(c, -EPROTO);
 		return fail(c, -EPROTO, "completion ring corrupt");
 	}
+	/* CQ room again: a daemon that slept on our full CQ needs the doorbell
+	 * if entries still wait in the SQ (W2, paired with the loop's W1). */
+	if (n && skv_ring_needs_wakeup(&c->sq) &&
+	    atomic_load_explicit(&c->sq.ctl->head, memory_order_acquire) != c->sq.local)
+		(void)!eventfd_write(c->sq_efd, 1);
 	return n;
 }
 
@@ -985,11 +1027,30 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
 	req.compact = &cr;
 	pthread_mutex_lock(&c->mu);
-	r = submit(c, SKV_OP_REQUEST, &req, &slot);
-	if (r == 0) {
-		rq->c = c;
-		rq->slot = slot;
-		rq->user_data = c->slots[slot].user_data;
+	rq->c = c;
+	if (c->ring && snapkv__v1__request__get_packed_size(&req) > c->layout.arg_slot_size) {
+		/* e.g. a long block table: the socket takes up to 1 MiB. The
+		 * call completes before returning; wait/poll see it done. */
+		Snapkv__V1__Response *resp = NULL;
+
+		rq->sync = true;
+		r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, &req.base, NULL, 0,
+			SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE, (ProtobufCMessage **)&resp, NULL,
+			NULL);
+		if (r == 0) {
+			rq->sync_res = resp->status;
+			rq->sync_resp = resp;
+			if (resp->status < 0)
+				fail(c, resp->status, "%s",
+				     resp->error && resp->error[0] ? resp->error
+								   : strerror(-resp->status));
+		}
+	} else {
+		r = submit(c, SKV_OP_REQUEST, &req, &slot);
+		if (r == 0) {
+			rq->slot = slot;
+			rq->user_data = c->slots[slot].user_data;
+		}
 	}
 	pthread_mutex_unlock(&c->mu);
 out:
@@ -1012,6 +1073,8 @@ SKV_EXPORT int skv_request_poll(struct skv_request *rq)
 	if (!rq)
 		return -EINVAL;
 	c = rq->c;
+	if (rq->sync)
+		return rq->sync_res < 0 ? rq->sync_res : 1;
 	pthread_mutex_lock(&c->mu);
 	r = reap(c);
 	if (r >= 0)
@@ -1079,6 +1142,9 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 	    .budget = ci->budget,
 	    .head_stride = ci->head_stride,
 	    .token_stride = ci->token_stride,
+	    .requested_budget = ci->requested_budget ? ci->requested_budget : ci->budget,
+	    .budget_scaled = ci->budget_scaled,
+	    .pressure = ci->pressure,
 	};
 	return 0;
 }
@@ -1095,6 +1161,14 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 		return -EINVAL;
 	c = rq->c;
 	pthread_mutex_lock(&c->mu);
+	if (rq->sync) {
+		resp = rq->sync_resp;
+		r = rq->sync_res;
+		if (r < 0)
+			fail(c, r, "%s",
+			     resp && resp->error && resp->error[0] ? resp->error : strerror(-r));
+		goto result;
+	}
 	r = wait_slot(c, rq->slot, timeout_ms);
 	if (r == -ETIMEDOUT) {
 		pthread_mutex_unlock(&c->mu);
@@ -1107,6 +1181,7 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 		goto out;
 	}
 	r = collect(c, rq->slot, &resp);
+result:
 	if (r < 0)
 		goto out;
 	if (resp->result_case != SNAPKV__V1__RESPONSE__RESULT_CACHE) {
@@ -1259,7 +1334,7 @@ SKV_EXPORT int skv_cache_grow(struct skv_cache *k, uint32_t extra)
 	return r;
 }
 
-SKV_EXPORT int skv_cache_release(struct skv_cache *k)
+static int release(struct skv_cache *k, bool linger)
 {
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
 	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
@@ -1270,6 +1345,7 @@ SKV_EXPORT int skv_cache_release(struct skv_cache *k)
 	r = cache_check(k);
 	if (r == 0 && !k->c->dead) {
 		rl.cache_id = k->info.id;
+		rl.linger = linger;
 		req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
 		req.release = &rl;
 		pthread_mutex_lock(&k->c->mu);
@@ -1279,5 +1355,33 @@ SKV_EXPORT int skv_cache_release(struct skv_cache *k)
 		r = k->c->dead;
 	}
 	cache_free(k);
+	return r;
+}
+
+SKV_EXPORT int skv_cache_release(struct skv_cache *k)
+{
+	return release(k, false);
+}
+
+SKV_EXPORT int skv_cache_release_linger(struct skv_cache *k)
+{
+	return release(k, true);
+}
+
+SKV_EXPORT int skv_client_pressure(struct skv_client *c, struct skv_pressure *ret)
+{
+	int r;
+
+	if (!c || !ret)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	r = c->dead;
+	if (!r && c->ring)
+		r = reap(c);
+	if (r >= 0) {
+		*ret = c->pressure;
+		r = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
 	return r;
 }

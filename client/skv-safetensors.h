@@ -144,27 +144,48 @@ int skv_st_serialize(const struct skv_st_tensor *tensors, size_t n, const struct
 /* ---- compaction results (offline CLI and daemon share this) ------------- */
 
 /*
- * What one compaction produced for one layer, all contiguous:
- * k, v [h_store, kept, head_dim] in `dtype`; positions [h_store, kept]
- * ascending per head; retained_mass [h_store] (NaN allowed).
+ * What one compaction produced for one layer: k, v [h_store, kept,
+ * head_dim] in `dtype`, positions [h_store, kept] ascending per head,
+ * retained_mass [h_store] (NULL: written as NaN).
+ *
+ * Strides are in elements and 0 means contiguous, so a zero-initialised
+ * struct describes packed buffers. A cache with decode headroom or an NHD
+ * layout is described as it lies in memory; the file is the same bytes:
+ *   k/v element (h, i, d) at  h * head_stride + i * token_stride + d
+ *     (defaults: head_stride = kept * head_dim, token_stride = head_dim)
+ *   positions of head h at  h * pos_stride  (default kept)
  */
 struct skv_st_layer_result {
 	const void *k;
 	const void *v;
 	const int32_t *positions;
 	const float *retained_mass;
+	int64_t head_stride;
+	int64_t token_stride;
+	uint32_t pos_stride;
 };
 
-/* Everything the OUT file's __metadata__ records. */
+/* Everything the OUT file's __metadata__ records; fill with
+ * skv_st_compact_desc_init() so that every path records the same. */
 struct skv_st_compact_desc {
-	struct skv_params params; /* as requested (after defaults)          */
-	struct skv_shape shape;	  /* n_q as given to skv_compact()          */
-	struct skv_plan plan;	  /* from skv_plan()                        */
+	struct skv_params params; /* as given to skv_compact()              */
+	struct skv_shape shape;	  /* as given to skv_compact() (n_q too)    */
+	struct skv_plan plan;	  /* skv_plan(shape, params)                */
 	enum skv_dtype dtype;	  /* of k/v in and out                      */
 	uint32_t n_layers;
-	struct skv_ledger ledger; /* skv_ledger_compute() with B=1, g=0,
-				     reserve=0, N=n_layers                  */
+	struct skv_ledger ledger; /* skv_ledger_compute() with B = 1, g = 0,
+				     reserve = 0, N = n_layers, C = capacity */
 };
+
+/*
+ * Fill *ret_desc for a compaction of n_layers layers of `shape` with
+ * `params` and K/V in `dtype`: runs skv_plan() and skv_ledger_compute().
+ * -EINVAL (invalid combination, reason in err->msg) or -EOVERFLOW. Needs
+ * libskv.
+ */
+int skv_st_compact_desc_init(struct skv_st_compact_desc *ret_desc, const struct skv_params *params,
+			     const struct skv_shape *shape, enum skv_dtype dtype, uint32_t n_layers,
+			     struct skv_error *err);
 
 /*
  * Write the compact-cache file of a compaction: for each layer N tensors

@@ -106,7 +106,12 @@ struct skv_compact_desc {
 /* SPEC.md reference defaults: snapkvd, W 32, C 2048, k 5, avg, expand, S 4. */
 void skv_client_params_init(struct skv_params *p);
 
-/* Submit a compaction; returns at once. The request must be waited for. */
+/*
+ * Submit a compaction; returns at once over the shared ring. A request too
+ * large for a ring slot (a long paged block table) goes over the socket
+ * instead and is complete when this returns. Either way the request must be
+ * waited for (skv_request_wait frees it).
+ */
 int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 		       struct skv_request **ret_req);
 /* 1 when the request has completed, 0 when not yet, -errno on failure. */
@@ -129,8 +134,12 @@ struct skv_cache_info {
 	uint32_t kept;			   /* slots filled by the compaction, per head */
 	uint32_t capacity;		   /* slots per head: kept + decode headroom   */
 	uint32_t appended;		   /* g */
-	uint32_t budget;		   /* C */
+	uint32_t budget;		   /* C used: after pressure scaling */
 	int64_t head_stride, token_stride; /* elements */
+	/* since SNAPKV_1.1 (appended: the struct is only ever handed out) */
+	uint32_t requested_budget; /* C the request asked for */
+	int budget_scaled;	   /* budget < requested_budget: scaled under pressure */
+	uint32_t pressure;	   /* pool pressure at admission: 1 normal, 2 high, 3 critical */
 };
 
 /* Valid until the next grow/release of this cache. */
@@ -151,6 +160,22 @@ int skv_cache_append(struct skv_cache *k, uint32_t tokens);
 int skv_cache_grow(struct skv_cache *k, uint32_t extra);
 /* Free the cache in the daemon and the handle. NULL is fine. */
 int skv_cache_release(struct skv_cache *k);
+/* Release the handle but let the daemon keep the cache (still counted in
+ * the ledger) until memory pressure evicts it, least recently used first,
+ * or the session ends. Since SNAPKV_1.1. */
+int skv_cache_release_linger(struct skv_cache *k);
+
+/* The latest PRESSURE event the daemon posted on this session's ring. */
+struct skv_pressure {
+	uint32_t level;		     /* 0 none seen yet, 1 normal, 2 high, 3 critical */
+	uint32_t suggested_capacity; /* C the daemon suggests for new requests */
+	uint32_t scale_permille;     /* factor applied to C of new requests, x1000 */
+	uint64_t pool_used;	     /* pool bytes in use at the event */
+	uint64_t events;	     /* events seen on this session */
+};
+/* Takes pending completions off the ring (without waiting) and returns the
+ * latest pressure event. Since SNAPKV_1.1. */
+int skv_client_pressure(struct skv_client *c, struct skv_pressure *ret);
 
 struct skv_stats {
 	uint64_t caches, buffers, arena_used, arena_bytes, requests, errors;

@@ -17,113 +17,10 @@
 #define SNAPKVD_VERSION "0.1.0"
 #endif
 
-struct sbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (b->oom)
-		return;
-	for (;;) {
-		va_start(ap, fmt);
-		n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			b->oom = true;
-			return;
-		}
-		if (b->p && b->len + n < b->cap) {
-			b->len += n;
-			return;
-		}
-		size_t cap = b->cap ? b->cap * 2 : 4096;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *np = realloc(b->p, cap);
-		if (!np) {
-			b->oom = true;
-			return;
-		}
-		b->p = np;
-		b->cap = cap;
-	}
-}
-
 char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
 {
-	struct sbuf b = {0};
-	struct snapkvd_ledger_total t;
-	unsigned engines = 0;
-
-	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
-		if (!s->admin && !s->closing && s->greeted)
-			engines++;
-	snapkvd_ledger_totals(srv, &t);
-	pthread_mutex_lock(&srv->pool.mu);
-	sb_printf(&b,
-		  "# HELP snapkvd_pool_total_bytes Global budget of all tenant arenas.\n"
-		  "# TYPE snapkvd_pool_total_bytes gauge\nsnapkvd_pool_total_bytes %llu\n",
-		  (unsigned long long)srv->pool.total);
-	sb_printf(&b,
-		  "# HELP snapkvd_pool_used_bytes Bytes of the budget in use or reserved.\n"
-		  "# TYPE snapkvd_pool_used_bytes gauge\nsnapkvd_pool_used_bytes %llu\n",
-		  (unsigned long long)(srv->pool.used + srv->pool.reserved));
-	sb_printf(&b, "# HELP snapkvd_tenant_used_bytes Arena bytes in use per tenant.\n"
-		      "# TYPE snapkvd_tenant_used_bytes gauge\n");
-	for (struct snapkvd_tenant *tn = srv->pool.tenants; tn; tn = tn->next)
-		sb_printf(&b, "snapkvd_tenant_used_bytes{tenant=\"%s\",uid=\"%u\"} %llu\n",
-			  tn->name, (unsigned)tn->uid,
-			  (unsigned long long)(tn->used + tn->reserved));
-	pthread_mutex_unlock(&srv->pool.mu);
-	sb_printf(&b,
-		  "# HELP snapkvd_sessions Engine sessions connected.\n"
-		  "# TYPE snapkvd_sessions gauge\nsnapkvd_sessions %u\n",
-		  engines);
-	sb_printf(&b,
-		  "# HELP snapkvd_caches Compact caches held.\n"
-		  "# TYPE snapkvd_caches gauge\nsnapkvd_caches %llu\n",
-		  (unsigned long long)t.caches);
-	sb_printf(&b,
-		  "# HELP snapkvd_ledger_bytes Capacity ledger summed over caches (SPEC.md).\n"
-		  "# TYPE snapkvd_ledger_bytes gauge\n"
-		  "snapkvd_ledger_bytes{kind=\"native_full\"} %llu\n"
-		  "snapkvd_ledger_bytes{kind=\"compact\"} %llu\n"
-		  "snapkvd_ledger_bytes{kind=\"index\"} %llu\n"
-		  "snapkvd_ledger_bytes{kind=\"reserved\"} %llu\n",
-		  (unsigned long long)t.native_full, (unsigned long long)t.compact,
-		  (unsigned long long)t.index, (unsigned long long)t.reserved);
-	sb_printf(&b,
-		  "# HELP snapkvd_requests_total Requests received.\n"
-		  "# TYPE snapkvd_requests_total counter\nsnapkvd_requests_total %llu\n",
-		  (unsigned long long)srv->requests);
-	sb_printf(&b,
-		  "# HELP snapkvd_errors_total Requests answered with an error.\n"
-		  "# TYPE snapkvd_errors_total counter\nsnapkvd_errors_total %llu\n",
-		  (unsigned long long)srv->errors);
-	sb_printf(&b,
-		  "# HELP snapkvd_compactions_total Compactions finished.\n"
-		  "# TYPE snapkvd_compactions_total counter\nsnapkvd_compactions_total %llu\n",
-		  (unsigned long long)srv->compactions);
-	sb_printf(
-	    &b,
-	    "# HELP snapkvd_compact_seconds_total Time spent in compaction kernels.\n"
-	    "# TYPE snapkvd_compact_seconds_total counter\nsnapkvd_compact_seconds_total %.6f\n",
-	    __atomic_load_n(&srv->compact_ns, __ATOMIC_RELAXED) / 1e9);
-	sb_printf(&b,
-		  "# HELP snapkvd_sessions_total Sessions accepted since start.\n"
-		  "# TYPE snapkvd_sessions_total counter\nsnapkvd_sessions_total %llu\n",
-		  (unsigned long long)srv->sessions_total);
-	if (b.oom) {
-		free(b.p);
-		return NULL;
-	}
-	return b.p;
+	/* one writer for snapkvctl metrics and the textfile (snapkvd-metrics.c) */
+	return snapkvd_ops_metrics_text(srv);
 }
 
 static void reply(struct snapkvd_session *s, Snapkv__V1__AdminReply *r)
@@ -163,10 +60,11 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 	Snapkv__V1__LedgerBytes *lb = NULL;
 	size_t nt = 0, nc = 0;
 	char *text = NULL;
+	struct snapkvd_admin_pressure_buf *pb = NULL;
 
 	r.error = "";
 	r.version = SNAPKVD_VERSION;
-	r.backend = srv->cfg.backend;
+	r.backend = srv->gpu ? srv->backend_desc : srv->cfg.backend;
 	r.pid = (uint32_t)getpid();
 	if (!req) {
 		r.status = -EBADMSG;
@@ -249,12 +147,15 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 						mn = c->mass[k];
 					sum += c->mass[k];
 				}
+				cl[i].lingering = c->lingering;
+				cl[i].requested_budget = c->requested_budget;
 				cl[i].mass_min = mn;
 				cl[i].mass_mean = nm ? sum / nm : 0;
 				lb[i].native_full = l.native_full;
 				lb[i].compact = l.compact;
 				lb[i].index = l.index;
 				lb[i].reserved = l.reserved;
+				lb[i].allocated = c->region_bytes;
 				cl[i].bytes = &lb[i];
 				clp[i] = &cl[i];
 			}
@@ -270,6 +171,16 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 		}
 		r.text = text ? text : "";
 		break;
+	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE:
+	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE_SET:
+		pb = calloc(1, sizeof(*pb));
+		if (!pb) {
+			r.status = -ENOMEM;
+			r.error = "out of memory";
+			break;
+		}
+		snapkvd_admin_pressure(s, req, &r, pb);
+		break;
 	default:
 		r.status = -EOPNOTSUPP;
 		r.error = "unknown admin request";
@@ -283,4 +194,5 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 	free(clp);
 	free(lb);
 	free(text);
+	free(pb);
 }

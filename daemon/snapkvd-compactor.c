@@ -7,6 +7,12 @@
  * compaction over (layer, head) items: compactions run one at a time, each
  * using every core, which gives the lowest latency per request and keeps the
  * result independent of how requests interleave.
+ *
+ * With --backend cuda the worker runs the same jobs through the CUDA plugin
+ * instead (kernels/cuda, dlopen()ed by main): the memfd buffers and the
+ * output region are page-locked and mapped for the GPU for the job's
+ * duration (zero-copy over the bus; transport "memfd, cuda host-mapped"),
+ * one stream, synchronised before the completion is posted.
  */
 #include <errno.h>
 #include <math.h>
@@ -17,12 +23,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kernels/cuda/skv-backend.h"
+#include "kernels/cuda/skv-cuda.h"
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
 
 struct snapkvd_compactor {
 	struct snapkvd_server *srv;
 	struct skv_ctx *ctx;
+	struct skv_cuda_ctx *gctx; /* --backend cuda */
+	char gpu_desc[320];
 	pthread_t thread;
 	bool started;
 	pthread_mutex_t mu;
@@ -66,6 +76,9 @@ void snapkvd_job_free(struct snapkvd_job *j)
 	free(j->out);
 	free(j->block_table);
 	snapkvd_cache_free(j->cache);
+	free(j->g.old_k);
+	free(j->g.old_v);
+	free(j->g.old_pos);
 	free(j);
 }
 
@@ -227,7 +240,7 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	struct skv_error kerr = {{0}, -1, -1};
 	struct snapkvd_cache *c;
 	uint64_t kv_bytes, pos_bytes, layer_bytes, region, tmp;
-	uint32_t slots;
+	uint32_t slots, requested_c;
 	enum skv_dtype odt;
 	int r;
 
@@ -260,6 +273,7 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		return -ENOMEM;
 	j->s = s;
 	j->origin = *o;
+	j->t_start = snapkvd_now_ns();
 	j->req = req;
 	j->shape = (struct skv_shape){
 	    .prompt_len = req->prompt_len,
@@ -301,6 +315,22 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 			j->params.protected_ranges[i].begin = p->protected_ranges[i]->begin;
 			j->params.protected_ranges[i].end = p->protected_ranges[i]->end;
 		}
+	}
+	/* Memory pressure: new requests at high/critical get a smaller C, never
+	 * below what the policy keeps unconditionally plus one slot. */
+	requested_c = j->params.capacity;
+	{
+		uint64_t keep = j->params.policy == SKV_POLICY_STREAMINGLLM ? j->params.sinks
+				: j->params.policy == SKV_POLICY_WINDOW	    ? 0
+									    : j->params.window;
+
+		for (uint32_t i = 0; i < j->params.n_protected && i < SKV_MAX_PROTECTED; i++)
+			if (j->params.protected_ranges[i].end > j->params.protected_ranges[i].begin)
+				keep += j->params.protected_ranges[i].end -
+					j->params.protected_ranges[i].begin;
+		if (keep < UINT32_MAX)
+			j->params.capacity = snapkvd_ops_scale_capacity(&s->srv->ops, requested_c,
+									(uint32_t)keep, NULL);
 	}
 	r = skv_plan(&j->shape, &j->params, &plan, &kerr);
 	if (r < 0) {
@@ -379,6 +409,8 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	c->kept = plan.kept;
 	c->slots = slots;
 	c->budget = j->params.capacity;
+	c->requested_budget = requested_c;
+	c->pressure_level = (int)snapkvd_pressure_level(s->srv->ops.pressure);
 	c->evictable = req->evictable;
 	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
 		c->head_stride = (int64_t)slots * req->head_dim;
@@ -407,11 +439,21 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		r = -ENOMEM;
 		goto fail;
 	}
+	/* The level must reflect every pool change so far before admission. */
+	snapkvd_server_pool_changed(s->srv);
+	{
+		uint64_t t_use;
+
+		pthread_mutex_lock(&s->srv->pool.mu);
+		t_use = s->tenant->used + s->tenant->reserved;
+		pthread_mutex_unlock(&s->srv->pool.mu);
+		r = snapkvd_ops_admit(&s->srv->ops, s->uid, t_use, region, err, errlen);
+		if (r < 0)
+			goto fail;
+	}
 	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &j->resv);
 	if (r < 0) {
-		snprintf(err, errlen, "%s: %llu bytes wanted",
-			 r == -EDQUOT ? "tenant quota exhausted" : "pool exhausted",
-			 (unsigned long long)region);
+		snapkvd_pool_explain(&s->srv->pool, s->tenant, region, r, err, errlen);
 		goto fail;
 	}
 	r = snapkvd_arena_alloc(s->arena, region, &c->region_off);
@@ -453,13 +495,105 @@ fail:
 	return r;
 }
 
+/* GROW: copy the filled slots of every (layer, head) into the new region. */
+static void run_grow(struct snapkvd_job *j)
+{
+	uint8_t *base = j->s->arena->base;
+	size_t row = j->g.row;
+
+	for (uint32_t l = 0; l < j->g.layers; l++) {
+		uint8_t *nk = base + j->g.off + l * j->g.layer_bytes, *nv = nk + j->g.kv_bytes;
+		int32_t *np = (int32_t *)(nv + j->g.kv_bytes);
+		const uint8_t *ok = base + j->g.old_k[l], *ov = base + j->g.old_v[l];
+		const int32_t *op = (const int32_t *)(base + j->g.old_pos[l]);
+
+		if (j->g.hnd) {
+			for (uint32_t h = 0; h < j->g.h_store; h++) {
+				memcpy(nk + (size_t)h * j->g.slots * row,
+				       ok + (size_t)h * j->g.old_slots * row, j->g.used * row);
+				memcpy(nv + (size_t)h * j->g.slots * row,
+				       ov + (size_t)h * j->g.old_slots * row, j->g.used * row);
+			}
+		} else {
+			memcpy(nk, ok, (size_t)j->g.used * j->g.h_store * row);
+			memcpy(nv, ov, (size_t)j->g.used * j->g.h_store * row);
+		}
+		for (uint32_t h = 0; h < j->g.h_store; h++) {
+			memcpy(np + (size_t)h * j->g.slots, op + (size_t)h * j->g.old_slots,
+			       j->g.used * 4);
+			for (uint32_t i = j->g.used; i < j->g.slots; i++)
+				np[(size_t)h * j->g.slots + i] = -1;
+		}
+	}
+	j->status = 0;
+}
+
+/*
+ * One job on the GPU: every host range the kernels touch (input buffers, the
+ * output region, the mass array) is registered for the job and unregistered
+ * after it; under unified addressing the kernels use the host addresses.
+ */
+static int run_gpu(struct snapkvd_compactor *c, struct snapkvd_job *j, struct skv_error *kerr)
+{
+	const struct skv_backend_ops *o = c->srv->gpu->ops;
+	struct skv_cuda_dev *dev = c->srv->gpu->dev;
+	struct snapkvd_cache *ca = j->cache;
+	struct {
+		void *p;
+		uint64_t n;
+	} rg[j->n_bufs + 2];
+	void *done[j->n_bufs + 2];
+	unsigned n_rg = 0, n_done = 0;
+	int r = 0;
+
+	if (j->block_table) {
+		snprintf(kerr->msg, sizeof(kerr->msg),
+			 "paged layouts are not wired to the CUDA backend yet");
+		return -ENOTSUP;
+	}
+	for (unsigned i = 0; i < j->n_bufs; i++)
+		rg[n_rg++] = (typeof(rg[0])){(void *)j->bufs[i]->map, j->bufs[i]->size};
+	rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->region_off, ca->region_bytes};
+	rg[n_rg++] = (typeof(rg[0])){ca->mass, (uint64_t)ca->layers * ca->h_store * sizeof(float)};
+	for (unsigned i = 0; i < n_rg && r == 0; i++) {
+		void *d = NULL;
+		r = o->host_register(dev, rg[i].p, rg[i].n, &d, kerr);
+		if (r == -EEXIST) { /* shares pages with a range registered above */
+			r = 0;
+			continue;
+		}
+		if (r == 0)
+			done[n_done++] = rg[i].p;
+		if (r == 0 && d != rg[i].p) {
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "the GPU does not see host memory at its host address");
+			r = -ENOTSUP;
+		}
+	}
+	if (r == 0)
+		r = o->compact(c->gctx, &j->shape, &j->params, ca->layers, j->in, j->out, kerr);
+	if (r == 0)
+		r = o->ctx_sync(c->gctx, kerr);
+	while (n_done)
+		o->host_unregister(dev, done[--n_done]);
+	return r;
+}
+
 static void run_job(struct snapkvd_compactor *c, struct snapkvd_job *j)
 {
 	struct skv_error kerr = {{0}, -1, -1};
 	struct snapkvd_cache *ca = j->cache;
 	uint64_t t0 = snapkvd_now_ns();
 
-	j->status = skv_compact(c->ctx, &j->shape, &j->params, ca->layers, j->in, j->out, &kerr);
+	if (j->grow) {
+		run_grow(j);
+		return;
+	}
+	if (c->gctx)
+		j->status = run_gpu(c, j, &kerr);
+	else
+		j->status =
+		    skv_compact(c->ctx, &j->shape, &j->params, ca->layers, j->in, j->out, &kerr);
 	if (j->status < 0) {
 		snprintf(j->err, sizeof(j->err), "%s",
 			 kerr.msg[0] ? kerr.msg : "compaction failed");
@@ -515,6 +649,18 @@ int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads,
 	r = skv_ctx_new(threads, &c->ctx);
 	if (r < 0)
 		goto fail;
+	if (srv->gpu) {
+		const struct skv_backend_ops *o = srv->gpu->ops;
+		struct skv_error kerr = {{0}, -1, -1};
+		struct skv_cuda_info info;
+
+		r = o->ctx_new(srv->gpu->dev, &c->gctx, &kerr);
+		if (r < 0)
+			goto fail;
+		o->dev_info(srv->gpu->dev, &info);
+		snprintf(c->gpu_desc, sizeof(c->gpu_desc), "%s sm_%d%d, memfd cuda host-mapped",
+			 info.name, info.cc_major, info.cc_minor);
+	}
 	r = -pthread_create(&c->thread, NULL, worker, c);
 	if (r < 0)
 		goto fail;
@@ -537,6 +683,8 @@ void snapkvd_compactor_free(struct snapkvd_compactor *c)
 		pthread_mutex_unlock(&c->mu);
 		pthread_join(c->thread, NULL);
 	}
+	if (c->gctx)
+		c->srv->gpu->ops->ctx_free(c->gctx);
 	skv_ctx_free(c->ctx);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cond);
@@ -587,5 +735,7 @@ unsigned snapkvd_compactor_pending(struct snapkvd_compactor *c)
 
 const char *snapkvd_compactor_isa(struct snapkvd_compactor *c)
 {
+	if (c && c->gctx)
+		return c->gpu_desc;
 	return c && c->ctx ? skv_ctx_isa(c->ctx) : "none";
 }

@@ -44,6 +44,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->poll_idle_us = 50;
 	c->watchdog_ms = 250;
 	c->log_level = SNAPKVD_LOG_INFO;
+	snapkvd_ops_config_init(&c->ops);
 }
 
 int snapkvd_parse_size(const char *s, uint64_t *ret)
@@ -208,8 +209,8 @@ static int set_key(struct snapkvd_config *c, const char *k, const char *v, const
 		return 0;
 	}
 	if (!strcmp(k, "backend")) {
-		if (strcmp(v, "host")) {
-			*why = "backend must be host";
+		if (strcmp(v, "host") && strcmp(v, "cuda")) {
+			*why = "backend must be host or cuda";
 			return -EINVAL;
 		}
 		snprintf(c->backend, sizeof(c->backend), "%s", v);
@@ -234,6 +235,16 @@ static int set_key(struct snapkvd_config *c, const char *k, const char *v, const
 			return -EINVAL;
 		}
 		return 0;
+	}
+	{
+		/* the operations keys (pressure_*, hook_*, metrics_*, tenant_quota) */
+		static __thread char ops_why[256];
+
+		r = snapkvd_ops_config_set(&c->ops, k, v, ops_why, sizeof(ops_why));
+		if (r != -ENOENT) {
+			*why = ops_why;
+			return r;
+		}
 	}
 	*why = "unknown key";
 	return -EINVAL;
@@ -301,6 +312,10 @@ int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len,
 			snprintf(err, errlen, "line %u: %s: %s", lineno, k, why);
 			return -EINVAL;
 		}
+	}
+	if (snapkvd_ops_config_check(&tmp.ops, line, sizeof(line)) < 0) {
+		snprintf(err, errlen, "pressure: %s", line);
+		return -EINVAL;
 	}
 	*c = tmp;
 	return 0;

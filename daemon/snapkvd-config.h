@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "snapkvd-ops-config.h"
+
 #define SNAPKVD_MAX_ALLOW	 64
 #define SNAPKVD_CONFIG_MAX_BYTES (64 * 1024)
 #define SNAPKVD_CONFIG_MAX_LINE	 1024
@@ -33,6 +35,8 @@ struct snapkvd_config {
 	unsigned n_allow_uids, n_allow_gids;
 	uid_t allow_uids[SNAPKVD_MAX_ALLOW];
 	gid_t allow_gids[SNAPKVD_MAX_ALLOW];
+	/* pressure_*, hook_*, metrics_*, tenant_quota: snapkvd-ops-config.h */
+	struct snapkvd_ops_config ops;
 };
 
 void snapkvd_config_defaults(struct snapkvd_config *c);

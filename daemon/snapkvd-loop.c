@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,17 @@ int snapkvd_loop_arm_recv(struct snapkvd_session *s)
 	return 0;
 }
 
+int snapkvd_loop_arm_poll(struct snapkvd_server *srv, int fd, struct snapkvd_ev *ev)
+{
+	struct io_uring_sqe *sqe = get_sqe(&srv->ring);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_poll_add(sqe, fd, POLLIN);
+	io_uring_sqe_set_data(sqe, ev);
+	return 0;
+}
+
 int snapkvd_loop_arm_doorbell(struct snapkvd_session *s)
 {
 	int r =
@@ -114,16 +126,26 @@ static int listen_on(const char *path)
 	if (fd < 0)
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EADDRINUSE) {
-		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		struct stat st;
+		int live = 0;
 
-		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(probe);
+		/* A daemon killed a moment ago can still be listening: its io_uring
+		 * is torn down asynchronously after exit. Give that a second. */
+		for (int i = 0; i < 20; i++) {
+			int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+			live =
+			    probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+			if (probe >= 0)
+				close(probe);
+			if (!live)
+				break;
+			usleep(50000);
+		}
+		if (live) {
 			close(fd);
 			return -EADDRINUSE;
 		}
-		if (probe >= 0)
-			close(probe);
 		if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
 			unlink(path);
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
@@ -202,6 +224,10 @@ int snapkvd_loop_init(struct snapkvd_server *srv)
 	srv->ev_signal.kind = SNAPKVD_EV_SIGNAL;
 	srv->ev_timer.kind = SNAPKVD_EV_TIMER;
 	srv->ev_jobs.kind = SNAPKVD_EV_JOBS;
+	srv->start_realtime_s = (double)time(NULL);
+	r = snapkvd_server_ops_init(srv);
+	if (r < 0)
+		return r;
 	if (arm_accept(srv) ||
 	    arm_read(srv, srv->signal_fd, srv->sigbuf, sizeof(srv->sigbuf), &srv->ev_signal) ||
 	    arm_read(srv, srv->timer_fd, &srv->timerbuf, 8, &srv->ev_timer) ||
@@ -236,6 +262,13 @@ static void reload(struct snapkvd_server *srv)
 	srv->cfg = c;
 	snapkvd_log_max = c.log_level;
 	snapkvd_pool_set_limits(&srv->pool, c.pool_bytes, c.tenant_quota_bytes);
+	if (snapkvd_ops_reconfigure(&srv->ops, &c.ops, err, sizeof(err)) < 0)
+		log_error("SIGHUP: keeping the old pressure policy: %s", err);
+	/* per-tenant quotas (tenant_quota = UID:BYTES) of tenants already known */
+	pthread_mutex_lock(&srv->pool.mu);
+	for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next)
+		t->quota = snapkvd_ops_tenant_quota(&srv->ops, t->uid);
+	pthread_mutex_unlock(&srv->pool.mu);
 	log_notice("SIGHUP: limits reloaded (pool %llu bytes)", (unsigned long long)c.pool_bytes);
 }
 
@@ -252,6 +285,7 @@ static void on_timer(struct snapkvd_server *srv)
 		    now - s->created_ns > SNAPKVD_HELLO_TIMEOUT_MS * 1000000ull)
 			snapkvd_session_close(s, -ETIMEDOUT);
 	}
+	snapkvd_ops_tick(&srv->ops, now);
 	if (now - srv->last_status_ns > 1000000000ull) {
 		srv->last_status_ns = now;
 		sd_notifyf(0, "STATUS=%u sessions, pool %llu/%llu bytes, %llu compactions",
@@ -353,6 +387,9 @@ static void handle_cqe(struct snapkvd_server *srv, struct io_uring_cqe *cqe)
 		reap_jobs(srv);
 		arm_read(srv, srv->jobs_efd, &srv->jobsbuf, 8, &srv->ev_jobs);
 		break;
+	case SNAPKVD_EV_HOOK:
+		snapkvd_server_hook_event(srv, ev, res);
+		break;
 	}
 }
 
@@ -384,6 +421,8 @@ int snapkvd_loop_run(struct snapkvd_server *srv)
 			work += snapkvd_session_poll_ring(s, budget);
 		}
 		reap_jobs(srv);
+		/* pool changes of this round (commits, frees, closed sessions) */
+		snapkvd_server_pool_changed(srv);
 		for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
 			snapkvd_session_flush_cq(s);
 		if (srv->draining && snapkvd_compactor_pending(srv->compactor) == 0) {
@@ -403,11 +442,20 @@ int snapkvd_loop_run(struct snapkvd_server *srv)
 			n = s->next;
 			if (s->closing || !s->ring_map)
 				continue;
-			int r = skv_ring_prepare_sleep(&s->sq);
-			if (r < 0)
+			/* W1, extended: a session whose CQ is full (it stopped reading
+			 * completions) has SQEs we may not take yet; they must not keep
+			 * us spinning. libsnapkv rings the doorbell after reaping CQEs
+			 * when it sees the flag and an SQ we have not drained. */
+			atomic_fetch_or_explicit(&s->sq.ctl->flags, SKV_RING_NEED_WAKEUP,
+						 memory_order_relaxed);
+			atomic_thread_fence(memory_order_seq_cst);
+			int ready = skv_ring_ready(&s->sq), space = skv_ring_space(&s->cq);
+			if (ready < 0 || space < 0) {
 				snapkvd_session_close(s, -EBADMSG);
-			else if (r == 0)
+			} else if (ready > 0 && (unsigned)space > s->inflight) {
+				skv_ring_clear_wakeup(&s->sq);
 				arrived = true;
+			}
 		}
 		if (!arrived) {
 			int r = io_uring_submit_and_wait(&srv->ring, 1);
@@ -429,6 +477,7 @@ void snapkvd_loop_fini(struct snapkvd_server *srv)
 
 	/* the kernel side goes first: no armed op can complete into freed memory */
 	io_uring_queue_exit(&srv->ring);
+	snapkvd_server_ops_fini(srv);
 	for (s = srv->sessions; s; s = s->next)
 		if (!s->closing)
 			snapkvd_session_close(s, 0);

@@ -90,7 +90,7 @@ double snapkvd_histogram_quantile(const struct snapkvd_histogram *h, double q)
 const char *snapkvd_cache_kind_name(enum snapkvd_cache_kind k)
 {
 	static const char *const names[SNAPKVD_CACHE_KINDS] = {"native_full", "compact", "index",
-							       "reserved"};
+							       "reserved", "allocated"};
 
 	if ((unsigned)k >= SNAPKVD_CACHE_KINDS)
 		return "unknown";
@@ -239,7 +239,8 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 
 	head(f, "snapkvd_cache_bytes", "gauge",
 	     "Ledger bytes of all caches by kind: native_full is what the engine would hold "
-	     "without compaction.");
+	     "without compaction; allocated is what the caches really occupy, padding "
+	     "included.");
 	for (unsigned k = 0; k < SNAPKVD_CACHE_KINDS; k++)
 		fprintf(f, "snapkvd_cache_bytes{kind=\"%s\"} %" PRIu64 "\n",
 			snapkvd_cache_kind_name((enum snapkvd_cache_kind)k), s->cache_bytes[k]);

@@ -48,8 +48,9 @@ enum snapkvd_cache_kind {
 	SNAPKVD_CACHE_COMPACT = 1,
 	SNAPKVD_CACHE_INDEX = 2,
 	SNAPKVD_CACHE_RESERVED = 3,
+	SNAPKVD_CACHE_ALLOCATED = 4, /* arena bytes held, alignment padding included */
 };
-#define SNAPKVD_CACHE_KINDS 4
+#define SNAPKVD_CACHE_KINDS 5
 const char *snapkvd_cache_kind_name(enum snapkvd_cache_kind k);
 
 struct snapkvd_stats_tenant {

@@ -91,6 +91,7 @@ int snapkvd_ops_reconfigure(struct snapkvd_ops *ops, const struct snapkvd_ops_co
 		return r;
 	ops->cfg = c;
 	ops->next_textfile_ns = 0;
+	ops->dirty = 1;
 	snapkvd_ops_pool_changed(ops, ops->used, ops->total);
 	return 0;
 }
@@ -103,6 +104,7 @@ int snapkvd_ops_set_pressure(struct snapkvd_ops *ops, const struct snapkvd_press
 	if (r < 0)
 		return r;
 	ops->cfg.pressure = *pc;
+	ops->dirty = 1;
 	snapkvd_ops_pool_changed(ops, ops->used, ops->total);
 	return 0;
 }
@@ -248,12 +250,17 @@ int snapkvd_ops_pool_changed(struct snapkvd_ops *ops, uint64_t used, uint64_t to
 	struct snapkvd_pressure_change ch;
 	int changed = 0;
 
+	if (!ops->in_actions && ops->evaluated && !ops->dirty && used == ops->used &&
+	    total == ops->total)
+		return 0;
 	ops->used = used;
 	ops->total = total;
 	if (ops->in_actions) {
 		ops->again = 1;
 		return 0;
 	}
+	ops->evaluated = 1;
+	ops->dirty = 0;
 	ops->in_actions = 1;
 	do {
 		ops->again = 0;
@@ -269,6 +276,11 @@ int snapkvd_ops_pool_changed(struct snapkvd_ops *ops, uint64_t used, uint64_t to
 	} while (ops->again);
 	ops->in_actions = 0;
 	return changed;
+}
+
+void snapkvd_ops_mark_dirty(struct snapkvd_ops *ops)
+{
+	ops->dirty = 1;
 }
 
 int snapkvd_ops_admit(struct snapkvd_ops *ops, uid_t uid, uint64_t tenant_used, uint64_t request,

@@ -71,6 +71,8 @@ struct snapkvd_ops {
 	uint64_t used, total; /* last pool state seen */
 	int in_actions;	      /* re-entrancy guard: evict frees pool bytes */
 	int again;	      /* a pool change arrived while in_actions */
+	int evaluated;	      /* used/total above have been looked at */
+	int dirty;	      /* re-evaluate even if used/total did not move */
 	/* running hooks */
 	struct snapkvd_hook **hooks;
 	size_t n_hooks, cap_hooks;
@@ -100,8 +102,13 @@ int snapkvd_ops_set_pressure(struct snapkvd_ops *ops, const struct snapkvd_press
 			     char *err, size_t errlen);
 
 /* Evaluate pressure; on a change run the actions in order. Returns 1 when
- * the level changed, 0 otherwise. */
+ * the level changed, 0 otherwise. Cheap when nothing moved since the last
+ * call (the loop may call it every round): it returns at once unless used,
+ * total or snapkvd_ops_mark_dirty() say otherwise. */
 int snapkvd_ops_pool_changed(struct snapkvd_ops *ops, uint64_t used, uint64_t total);
+/* Something eviction cares about changed without a pool change (a cache
+ * started lingering): the next snapkvd_ops_pool_changed() looks again. */
+void snapkvd_ops_mark_dirty(struct snapkvd_ops *ops);
 
 /* Admission of a new compaction (see snapkvd_pressure_admit); the
  * tenant's guaranteed share comes from its tenant_quota line. */

@@ -96,7 +96,10 @@ int snapkvd_pool_reserve(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint6
 		pthread_mutex_unlock(&p->mu);
 		return -ENOSPC;
 	}
-	if (p->tenant_quota && (bytes > p->tenant_quota || t_use > p->tenant_quota - bytes)) {
+	uint64_t quota = t->quota ? t->quota : p->tenant_quota;
+
+	if (quota && (bytes > quota || t_use > quota - bytes)) {
+		t->quota_rejections++;
 		pthread_mutex_unlock(&p->mu);
 		return -EDQUOT;
 	}
@@ -108,6 +111,31 @@ int snapkvd_pool_reserve(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint6
 	ret->tenant = t;
 	ret->bytes = bytes;
 	return 0;
+}
+
+void snapkvd_pool_explain(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes, int r,
+			  char *buf, size_t len)
+{
+	uint64_t quota, t_use, in_use;
+
+	pthread_mutex_lock(&p->mu);
+	quota = t->quota ? t->quota : p->tenant_quota;
+	t_use = t->used + t->reserved;
+	in_use = p->used + p->reserved;
+	if (r == -EDQUOT)
+		snprintf(
+		    buf, len,
+		    "tenant %s over quota: wants %llu bytes, holds %llu of its %llu (%llu free)",
+		    t->name, (unsigned long long)bytes, (unsigned long long)t_use,
+		    (unsigned long long)quota,
+		    (unsigned long long)(t_use < quota ? quota - t_use : 0));
+	else
+		snprintf(buf, len,
+			 "pool exhausted: wants %llu bytes, pool holds %llu of %llu (%llu free)",
+			 (unsigned long long)bytes, (unsigned long long)in_use,
+			 (unsigned long long)p->total,
+			 (unsigned long long)(in_use < p->total ? p->total - in_use : 0));
+	pthread_mutex_unlock(&p->mu);
 }
 
 void snapkvd_pool_commit(struct snapkvd_pool *p, struct snapkvd_resv *r)

@@ -20,6 +20,9 @@ struct snapkvd_tenant {
 	uint64_t reserved; /* reserved, not yet committed */
 	uint64_t caches;
 	unsigned sessions;
+	uint64_t quota;		   /* 0: the pool's tenant_quota (tenant_quota = UID:BYTES) */
+	uint64_t compactions;	   /* finished, for the metrics */
+	uint64_t quota_rejections; /* reservations refused with EDQUOT */
 	struct snapkvd_tenant *next;
 };
 
@@ -58,6 +61,10 @@ void snapkvd_pool_cancel(struct snapkvd_pool *p, struct snapkvd_resv *r);
 /* Give back committed bytes. */
 void snapkvd_pool_free(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes);
 void snapkvd_pool_cache_count(struct snapkvd_pool *p, struct snapkvd_tenant *t, int delta);
+
+/* A readable reason with the numbers for a refused reservation. */
+void snapkvd_pool_explain(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes, int r,
+			  char *buf, size_t len);
 
 /* used + reserved, under the lock. */
 uint64_t snapkvd_pool_used(struct snapkvd_pool *p);

@@ -23,6 +23,7 @@
 #include "skv.h"
 #include "snapkvd-arena.h"
 #include "snapkvd-config.h"
+#include "snapkvd-ops.h"
 #include "snapkvd-pool.h"
 
 struct snapkvd_server;
@@ -36,11 +37,13 @@ enum snapkvd_ev_kind {
 	SNAPKVD_EV_SIGNAL,
 	SNAPKVD_EV_TIMER,
 	SNAPKVD_EV_JOBS,
+	SNAPKVD_EV_HOOK, /* a pressure hook's pidfd polled readable */
 };
 
 struct snapkvd_ev {
 	enum snapkvd_ev_kind kind;
 	struct snapkvd_session *s; /* RECV, DOORBELL */
+	struct snapkvd_hook *hook; /* HOOK */
 };
 
 struct snapkvd_buffer {
@@ -65,6 +68,13 @@ struct snapkvd_cache {
 	uint64_t *k_off, *v_off, *pos_off; /* [layers] */
 	float *mass;			   /* [layers * h_store] */
 	bool evictable;
+	/* released with linger: kept (and counted) until pressure evicts it;
+	 * no longer visible to its engine */
+	bool lingering;
+	bool busy;		   /* a GROW is copying it: APPEND/GROW/RELEASE wait (-EBUSY) */
+	uint64_t last_use_ns;	   /* CLOCK_MONOTONIC: eviction is LRU */
+	uint32_t requested_budget; /* C asked for; budget is after pressure scaling */
+	int pressure_level;	   /* snapkvd_pressure_level at admission */
 	struct snapkvd_cache *next;
 };
 
@@ -91,6 +101,17 @@ struct snapkvd_job {
 	int32_t *block_table;
 	int status;
 	char err[256];
+	uint64_t t_start; /* admission, CLOCK_MONOTONIC */
+	/* GROW: the worker copies `target` into a larger region; everything it
+	 * needs is copied here, so the cache object is never touched off-loop. */
+	bool grow;
+	struct snapkvd_cache *target;
+	struct {
+		uint64_t off, region, kv_bytes, layer_bytes;
+		uint32_t slots, old_slots, used, layers, h_store, row;
+		bool hnd;
+		uint64_t *old_k, *old_v, *old_pos; /* [layers] */
+	} g;
 	struct snapkvd_job *next;
 };
 
@@ -104,6 +125,7 @@ struct snapkvd_session {
 	char name[64];
 	bool admin;
 	bool greeted; /* HELLO seen */
+	int refused;  /* -errno to answer the HELLO with, then close */
 	uint64_t created_ns;
 	bool closing;
 	unsigned refs; /* armed io_uring ops + jobs in flight + 1 while open */
@@ -140,6 +162,7 @@ struct snapkvd_session {
 };
 
 struct snapkvd_compactor;
+struct skv_backend; /* kernels/cuda/skv-backend.h */
 
 struct snapkvd_server {
 	struct snapkvd_config cfg;
@@ -156,11 +179,15 @@ struct snapkvd_server {
 	unsigned n_sessions;
 	uint64_t next_session_id;
 	struct snapkvd_compactor *compactor;
+	struct skv_backend *gpu; /* --backend cuda: the loaded plugin and its device */
+	char backend_desc[400];  /* status: backend, device and transport actually used */
 	bool draining, stop;
 	int exit_code;
 	uint64_t start_ns;
 	uint64_t requests, errors, compactions, compact_ns, sessions_total;
 	uint64_t next_cache_id;
+	struct snapkvd_ops ops; /* pressure policy, hooks, metrics */
+	double start_realtime_s;
 	bool watchdog;
 	uint64_t last_status_ns;
 };
@@ -214,6 +241,29 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 /* Prometheus text exposition of the server; caller frees. */
 char *snapkvd_admin_metrics_text(struct snapkvd_server *srv);
 
+/* ops-daemon.c: the operations runtime wired to the server */
+int snapkvd_server_ops_init(struct snapkvd_server *srv);
+void snapkvd_server_ops_fini(struct snapkvd_server *srv);
+/* Re-evaluate pressure after pool changes (runs the policy actions). */
+void snapkvd_server_pool_changed(struct snapkvd_server *srv);
+void snapkvd_server_hook_event(struct snapkvd_server *srv, struct snapkvd_ev *ev, int res);
+/* A new engine under pressure learns the current level at once. */
+void snapkvd_server_greet_pressure(struct snapkvd_session *s);
+char *snapkvd_ops_metrics_text(struct snapkvd_server *srv);
+char *snapkvd_ops_ledger_json(struct snapkvd_server *srv);
+struct snapkvd_admin_pressure_buf {
+	char err[256];
+	char strings[512];
+	Snapkv__V1__PressureInfo info;
+	Snapkv__V1__PressureTransition tr[SNAPKVD_PRESSURE_HISTORY];
+	Snapkv__V1__PressureTransition *trp[SNAPKVD_PRESSURE_HISTORY];
+};
+/* ADMIN_KIND_PRESSURE(_SET): fills r->pressure from b. 0 or -errno (in r). */
+int snapkvd_admin_pressure(struct snapkvd_session *s, const Snapkv__V1__AdminRequest *req,
+			   Snapkv__V1__AdminReply *r, struct snapkvd_admin_pressure_buf *b);
+/* session.c: unlink a cache from its session and free its memory. */
+void snapkvd_session_drop_cache(struct snapkvd_session *s, struct snapkvd_cache *c);
+
 /* loop.c */
 int snapkvd_loop_init(struct snapkvd_server *srv);
 int snapkvd_loop_run(struct snapkvd_server *srv);
@@ -221,5 +271,7 @@ void snapkvd_loop_fini(struct snapkvd_server *srv);
 /* Arm a recvmsg / doorbell read for a session (takes a ref). */
 int snapkvd_loop_arm_recv(struct snapkvd_session *s);
 int snapkvd_loop_arm_doorbell(struct snapkvd_session *s);
+/* POLLIN on fd, completing with user_data ev. */
+int snapkvd_loop_arm_poll(struct snapkvd_server *srv, int fd, struct snapkvd_ev *ev);
 
 #endif

@@ -56,8 +56,8 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	s->id = ++srv->next_session_id;
 	s->refs = 1;
 	s->created_ns = snapkvd_now_ns();
-	s->ev_recv = (struct snapkvd_ev){SNAPKVD_EV_RECV, s};
-	s->ev_doorbell = (struct snapkvd_ev){SNAPKVD_EV_DOORBELL, s};
+	s->ev_recv = (struct snapkvd_ev){.kind = SNAPKVD_EV_RECV, .s = s};
+	s->ev_doorbell = (struct snapkvd_ev){.kind = SNAPKVD_EV_DOORBELL, .s = s};
 	snprintf(s->name, sizeof(s->name), "pid%d", (int)cred.pid);
 	s->rbuf_cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD;
 	s->rbuf = malloc(s->rbuf_cap);
@@ -69,26 +69,24 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	srv->sessions = s;
 	srv->n_sessions++;
 	srv->sessions_total++;
+	/* Refusals are answered at HELLO, once the client's message has been
+	 * read: closing a socket with unread data would turn our reason into a
+	 * bare ECONNRESET on the client's side. */
 	if (!snapkvd_config_allows(&srv->cfg, cred.uid, cred.gid)) {
 		log_notice("session %llu: uid %u gid %u not allowed", (unsigned long long)s->id,
 			   (unsigned)cred.uid, (unsigned)cred.gid);
-		send_error(s, -EACCES, "uid/gid not in the daemon's allow list");
-		r = -EACCES;
-		goto refuse;
-	}
-	if (srv->n_sessions > srv->cfg.max_sessions) {
-		send_error(s, -EUSERS, "too many sessions");
-		r = -EUSERS;
-		goto refuse;
-	}
-	if (srv->draining) {
-		send_error(s, -ESHUTDOWN, "daemon is shutting down");
-		r = -ESHUTDOWN;
-		goto refuse;
+		s->refused = -EACCES;
+	} else if (srv->n_sessions > srv->cfg.max_sessions) {
+		s->refused = -EUSERS;
+	} else if (srv->draining) {
+		s->refused = -ESHUTDOWN;
 	}
 	r = snapkvd_pool_tenant_get(&srv->pool, cred.uid, &s->tenant);
 	if (r < 0)
 		goto refuse;
+	pthread_mutex_lock(&srv->pool.mu);
+	s->tenant->quota = snapkvd_ops_tenant_quota(&srv->ops, cred.uid);
+	pthread_mutex_unlock(&srv->pool.mu);
 	r = snapkvd_loop_arm_recv(s);
 	if (r < 0)
 		goto refuse;
@@ -105,8 +103,20 @@ static void free_cache_memory(struct snapkvd_session *s, struct snapkvd_cache *c
 	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
 	snapkvd_pool_free(&s->srv->pool, s->tenant, c->region_bytes);
 	snapkvd_pool_cache_count(&s->srv->pool, s->tenant, -1);
-	s->n_caches--;
+	if (!c->lingering) /* a lingering cache stopped counting when released */
+		s->n_caches--;
 	snapkvd_cache_free(c);
+}
+
+void snapkvd_session_drop_cache(struct snapkvd_session *s, struct snapkvd_cache *c)
+{
+	for (struct snapkvd_cache **pp = &s->caches; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			free_cache_memory(s, c);
+			return;
+		}
+	}
 }
 
 static void session_free(struct snapkvd_session *s)
@@ -246,6 +256,15 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 		snapkvd_session_close(s, -EBADMSG);
 		return;
 	}
+	if (s->refused) {
+		snapkv__v1__hello__free_unpacked(h, NULL);
+		send_error(s, s->refused,
+			   s->refused == -EACCES   ? "uid/gid not in the daemon's allow list"
+			   : s->refused == -EUSERS ? "too many sessions"
+						   : "daemon is shutting down");
+		snapkvd_session_close(s, 0);
+		return;
+	}
 	if (h->client_version != SKV_PROTO_VERSION) {
 		snapkv__v1__hello__free_unpacked(h, NULL);
 		snapkvd_session_close(s, -EPROTONOSUPPORT);
@@ -301,6 +320,7 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 			snapkvd_session_close(s, r);
 			return;
 		}
+		snapkvd_server_greet_pressure(s);
 	}
 	log_info("session %llu: %s (pid %d, uid %u)%s", (unsigned long long)s->id, s->name,
 		 (int)s->pid, (unsigned)s->uid, s->admin ? " admin" : "");
@@ -503,7 +523,7 @@ void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_
 struct snapkvd_cache *snapkvd_session_find_cache(struct snapkvd_session *s, uint64_t id)
 {
 	for (struct snapkvd_cache *c = s->caches; c; c = c->next)
-		if (c->id == id)
+		if (c->id == id && !c->lingering) /* released: gone for the engine */
 			return c;
 	return NULL;
 }
@@ -532,6 +552,9 @@ static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo
 	ci->region_offset = c->region_off;
 	ci->region_bytes = c->region_bytes;
 	ci->budget = c->budget;
+	ci->requested_budget = c->requested_budget;
+	ci->budget_scaled = c->budget < c->requested_budget;
+	ci->pressure = (Snapkv__V1__PressureLevel)(c->pressure_level + 1);
 }
 
 static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origin *o,
@@ -557,6 +580,10 @@ static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
 		return;
 	}
+	if (c->busy) {
+		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+		return;
+	}
 	if (a->tokens > c->slots - c->kept - c->appended) {
 		snprintf(err, sizeof(err), "%u tokens but %u decode slots left: GROW first",
 			 a->tokens, c->slots - c->kept - c->appended);
@@ -573,6 +600,7 @@ static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 				    (int32_t)(c->prompt_len + c->appended + i);
 	}
 	c->appended += a->tokens;
+	c->last_use_ns = snapkvd_now_ns();
 	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_APPENDED;
 	resp.appended = c->appended;
 	snapkvd_session_complete(s, o, 0, NULL, &resp);
@@ -582,13 +610,17 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		    const Snapkv__V1__GrowRequest *g)
 {
 	struct snapkvd_cache *c = snapkvd_session_find_cache(s, g->cache_id);
-	struct snapkvd_resv resv;
+	struct snapkvd_job *j;
 	uint64_t kv_bytes, pos_bytes, layer_bytes, region, off;
-	uint32_t slots, used;
+	uint32_t slots;
 	int r;
 
 	if (!c) {
 		snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
+		return;
+	}
+	if (c->busy) {
+		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
 		return;
 	}
 	if (g->extra == 0 || g->extra > s->srv->cfg.max_reserve ||
@@ -606,68 +638,116 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		snapkvd_session_complete(s, o, -E2BIG, "grown cache does not fit the arena", NULL);
 		return;
 	}
-	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &resv);
+	j = calloc(1, sizeof(*j));
+	if (j) {
+		j->g.old_k = malloc(c->layers * sizeof(uint64_t));
+		j->g.old_v = malloc(c->layers * sizeof(uint64_t));
+		j->g.old_pos = malloc(c->layers * sizeof(uint64_t));
+	}
+	if (!j || !j->g.old_k || !j->g.old_v || !j->g.old_pos) {
+		snapkvd_job_free(j);
+		snapkvd_session_complete(s, o, -ENOMEM, "out of memory", NULL);
+		return;
+	}
+	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &j->resv);
 	if (r < 0) {
-		snapkvd_session_complete(s, o, r, "pool or quota exhausted", NULL);
+		char why[256];
+
+		snapkvd_pool_explain(&s->srv->pool, s->tenant, region, r, why, sizeof(why));
+		snapkvd_job_free(j);
+		snapkvd_session_complete(s, o, r, why, NULL);
 		return;
 	}
 	r = snapkvd_arena_alloc(s->arena, region, &off);
 	if (r < 0) {
-		snapkvd_pool_cancel(&s->srv->pool, &resv);
+		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
+		snapkvd_job_free(j);
 		snapkvd_session_complete(s, o, r, "session arena full", NULL);
 		return;
 	}
-	used = c->kept + c->appended;
-	for (uint32_t l = 0; l < c->layers; l++) {
-		uint8_t *nk = s->arena->base + off + l * layer_bytes, *nv = nk + kv_bytes;
-		int32_t *np = (int32_t *)(nv + kv_bytes);
-		const uint8_t *ok = s->arena->base + c->k_off[l],
-			      *ov = s->arena->base + c->v_off[l];
-		const int32_t *op = (const int32_t *)(s->arena->base + c->pos_off[l]);
-		size_t row = (size_t)c->head_dim * c->dtype_bytes;
+	/* The copy can be large (GBs): the worker does it, the loop moves on. */
+	j->s = s;
+	j->origin = *o;
+	j->t_start = snapkvd_now_ns();
+	j->grow = true;
+	j->target = c;
+	j->g.off = off;
+	j->g.region = region;
+	j->g.kv_bytes = kv_bytes;
+	j->g.layer_bytes = layer_bytes;
+	j->g.slots = slots;
+	j->g.old_slots = c->slots;
+	j->g.used = c->kept + c->appended;
+	j->g.layers = c->layers;
+	j->g.h_store = c->h_store;
+	j->g.row = c->head_dim * c->dtype_bytes;
+	j->g.hnd = c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND;
+	memcpy(j->g.old_k, c->k_off, c->layers * sizeof(uint64_t));
+	memcpy(j->g.old_v, c->v_off, c->layers * sizeof(uint64_t));
+	memcpy(j->g.old_pos, c->pos_off, c->layers * sizeof(uint64_t));
+	c->busy = true;
+	s->refs++;
+	snapkvd_compactor_submit(s->srv->compactor, j);
+}
 
-		if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
-			for (uint32_t h = 0; h < c->h_store; h++) {
-				memcpy(nk + (size_t)h * slots * row,
-				       ok + (size_t)h * c->slots * row, used * row);
-				memcpy(nv + (size_t)h * slots * row,
-				       ov + (size_t)h * c->slots * row, used * row);
-			}
-		} else {
-			memcpy(nk, ok, (size_t)used * c->h_store * row);
-			memcpy(nv, ov, (size_t)used * c->h_store * row);
-		}
-		for (uint32_t h = 0; h < c->h_store; h++) {
-			memcpy(np + (size_t)h * slots, op + (size_t)h * c->slots, used * 4);
-			for (uint32_t i = used; i < slots; i++)
-				np[(size_t)h * slots + i] = -1;
-		}
+/* A GROW copy finished: switch the cache to its new region. */
+static void grow_done(struct snapkvd_job *j)
+{
+	struct snapkvd_session *s = j->s;
+	struct snapkvd_cache *c = NULL;
+
+	if (!s->closing)
+		for (c = s->caches; c && c != j->target; c = c->next)
+			;
+	if (!c) {
+		/* the session went (and freed the cache) meanwhile */
+		snapkvd_arena_release(s->arena, j->g.off, j->g.region);
+		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
+		return;
 	}
 	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
 	snapkvd_pool_free(&s->srv->pool, s->tenant, c->region_bytes);
-	snapkvd_pool_commit(&s->srv->pool, &resv);
-	c->region_off = off;
-	c->region_bytes = region;
-	c->slots = slots;
+	snapkvd_pool_commit(&s->srv->pool, &j->resv);
+	c->region_off = j->g.off;
+	c->region_bytes = j->g.region;
+	c->slots = j->g.slots;
+	c->busy = false;
+	c->last_use_ns = snapkvd_now_ns();
 	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND)
-		c->head_stride = (int64_t)slots * c->head_dim;
+		c->head_stride = (int64_t)c->slots * c->head_dim;
 	for (uint32_t l = 0; l < c->layers; l++) {
-		c->k_off[l] = off + l * layer_bytes;
-		c->v_off[l] = c->k_off[l] + kv_bytes;
-		c->pos_off[l] = c->v_off[l] + kv_bytes;
+		c->k_off[l] = j->g.off + l * j->g.layer_bytes;
+		c->v_off[l] = c->k_off[l] + j->g.kv_bytes;
+		c->pos_off[l] = c->v_off[l] + j->g.kv_bytes;
 	}
-	complete_cache(s, o, c);
+	complete_cache(s, &j->origin, c);
 }
 
-static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o, uint64_t id)
+static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o, uint64_t id,
+		       bool linger)
 {
 	struct snapkvd_cache **pp;
 
 	for (pp = &s->caches; *pp; pp = &(*pp)->next) {
-		if ((*pp)->id != id)
+		if ((*pp)->id != id || (*pp)->lingering)
 			continue;
 		struct snapkvd_cache *c = *pp;
 
+		if (c->busy) {
+			snapkvd_session_complete(s, o, -EBUSY,
+						 "a GROW of this cache is in progress", NULL);
+			return;
+		}
+		if (linger || c->evictable) {
+			/* Kept and counted until pressure evicts it (LRU) or the
+			 * session ends; the engine's handle is gone either way. */
+			c->lingering = true;
+			c->last_use_ns = snapkvd_now_ns();
+			s->n_caches--;
+			snapkvd_ops_mark_dirty(&s->srv->ops);
+			snapkvd_session_complete(s, o, 0, NULL, NULL);
+			return;
+		}
 		*pp = c->next;
 		free_cache_memory(s, c);
 		snapkvd_session_complete(s, o, 0, NULL, NULL);
@@ -747,7 +827,7 @@ void snapkvd_session_request(struct snapkvd_session *s, const struct snapkvd_ori
 		do_grow(s, &o, req->grow);
 		break;
 	case SNAPKV__V1__REQUEST__OP_RELEASE:
-		do_release(s, &o, req->release->cache_id);
+		do_release(s, &o, req->release->cache_id, req->release->linger);
 		break;
 	case SNAPKV__V1__REQUEST__OP_STATS:
 		do_stats(s, &o);
@@ -764,6 +844,12 @@ void snapkvd_session_job_done(struct snapkvd_job *j)
 {
 	struct snapkvd_session *s = j->s;
 
+	if (j->grow) {
+		grow_done(j);
+		snapkvd_job_free(j);
+		snapkvd_session_unref(s);
+		return;
+	}
 	s->n_caches--;
 	s->srv->compactions++;
 	if (s->closing) {
@@ -776,8 +862,15 @@ void snapkvd_session_job_done(struct snapkvd_job *j)
 		snapkvd_session_complete(s, &j->origin, j->status, j->err, NULL);
 	} else {
 		struct snapkvd_cache *c = j->cache;
+		uint64_t now = snapkvd_now_ns();
 
 		j->cache = NULL;
+		c->last_use_ns = now;
+		snapkvd_ops_observe_compaction(&s->srv->ops, (double)(now - j->t_start) / 1e9,
+					       c->mass, (size_t)c->layers * c->h_store);
+		pthread_mutex_lock(&s->srv->pool.mu);
+		s->tenant->compactions++;
+		pthread_mutex_unlock(&s->srv->pool.mu);
 		snapkvd_pool_commit(&s->srv->pool, &j->resv);
 		snapkvd_pool_cache_count(&s->srv->pool, s->tenant, 1);
 		c->next = s->caches;
@@ -805,6 +898,7 @@ void snapkvd_session_complete(struct snapkvd_session *s, const struct snapkvd_or
 	if (status < 0) {
 		s->errors++;
 		s->srv->errors++;
+		snapkvd_ops_count_error(&s->srv->ops, status);
 		log_debug("session %llu: request failed: %s: %s", (unsigned long long)s->id,
 			  strerror(-status), err ? err : "");
 	}

@@ -12,12 +12,27 @@
 #include <string.h>
 #include <systemd/sd-daemon.h>
 
+#include "kernels/cuda/skv-backend.h"
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
 
+static pthread_t main_thread;
+
+/*
+ * A thread we did not create (a sanitizer's, a library's constructor's) may
+ * not block our signals and would take them with the default action. Such a
+ * thread hands them on to the main thread, which blocks them, so they stay
+ * pending for the loop's signalfd. pthread_kill is async-signal-safe.
+ */
+static void forward_signal(int sig)
+{
+	if (!pthread_equal(pthread_self(), main_thread))
+		pthread_kill(main_thread, sig);
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: snapkvd [--config FILE] [--socket PATH] [--backend host]\n"
+	fprintf(f, "Usage: snapkvd [--config FILE] [--socket PATH] [--backend host|cuda]\n"
 		   "               [--pool-bytes SIZE] [--threads N] [--log-level LEVEL]\n"
 		   "Runs in the foreground. SIGTERM drains in-flight work and exits 0;\n"
 		   "SIGHUP reloads the limits of the config file.\n");
@@ -81,7 +96,13 @@ int main(int argc, char **argv)
 	 * signals only ever arrive through the loop's signalfd. */
 	{
 		sigset_t mask;
+		struct sigaction sa = {.sa_handler = forward_signal, .sa_flags = SA_RESTART};
 
+		main_thread = pthread_self();
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
 		sigemptyset(&mask);
 		sigaddset(&mask, SIGTERM);
 		sigaddset(&mask, SIGINT);
@@ -123,6 +144,16 @@ int main(int argc, char **argv)
 	r = snapkvd_pool_init(&srv.pool, srv.cfg.pool_bytes, srv.cfg.tenant_quota_bytes);
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the pool"), 1;
+	if (!strcmp(srv.cfg.backend, "cuda")) {
+		/* the plugin is dlopen()ed: no CUDA library is linked into snapkvd */
+		struct skv_error kerr = {.msg = "", .layer = -1, .head = -1};
+
+		r = skv_backend_load(NULL, -1, &srv.gpu, &kerr);
+		if (r < 0) {
+			log_error("backend cuda: %s", kerr.msg);
+			return 1;
+		}
+	}
 	r = snapkvd_compactor_new(&srv, srv.cfg.threads, &srv.compactor);
 	if (r < 0)
 		return log_error_errno(r, "Failed to start the compactor"), 1;
@@ -134,12 +165,17 @@ int main(int argc, char **argv)
 		snapkvd_compactor_free(srv.compactor);
 		return 1;
 	}
+	snprintf(srv.backend_desc, sizeof(srv.backend_desc), "%s", srv.cfg.backend);
+	if (srv.gpu)
+		snprintf(srv.backend_desc, sizeof(srv.backend_desc), "cuda: %s",
+			 snapkvd_compactor_isa(srv.compactor));
 	log_info("backend %s (%s), pool %llu bytes, ring %u entries x %u-byte slots",
 		 srv.cfg.backend, snapkvd_compactor_isa(srv.compactor),
 		 (unsigned long long)srv.cfg.pool_bytes, srv.cfg.sq_entries, srv.cfg.slot_bytes);
 	r = snapkvd_loop_run(&srv);
 	sd_notify(0, "STOPPING=1");
 	snapkvd_compactor_free(srv.compactor);
+	skv_backend_unload(srv.gpu);
 	snapkvd_loop_fini(&srv);
 	snapkvd_pool_destroy(&srv.pool);
 	log_info("stopped");

@@ -22,10 +22,13 @@ daemon_pid=$!
 for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.02; done
 [ -S "$sock" ] || { echo "demo: snapkvd did not start" >&2; exit 1; }
 
-echo "== two engines at once"
-"$BUILD/snapkv-engine" --socket "$sock" --name llama-a --layers 8 --h-q 8 --h-kv 2 \
-	--head-dim 64 --prompt 2048 --window 32 --capacity 256 --decode 48 --reserve 16 \
-	--gqa group --seed 1 --hold-until "$tmp/go" >"$tmp/a.out" &
+echo "== two engines at once: llama-a reads a Llama-3-8B-shaped prefill dump (4 layers,"
+echo "   H_q 32, H_kv 8, D 128, L 2048, bf16, planted attention spans); llama-b generates"
+echo "   its own K/V"
+"$BUILD/examples/gen-layer" "$tmp/prefill.safetensors" --layers 4 --len 2048 --quiet
+"$BUILD/snapkv-engine" --socket "$sock" --name llama-a --in "$tmp/prefill.safetensors" \
+	--window 32 --capacity 256 --decode 48 --reserve 16 --gqa group \
+	--hold-until "$tmp/go" >"$tmp/a.out" &
 a=$!
 "$BUILD/snapkv-engine" --socket "$sock" --name llama-b --layers 4 --h-q 8 --h-kv 8 \
 	--head-dim 64 --prompt 1024 --window 16 --capacity 128 --decode 32 --reserve 32 \

@@ -50,6 +50,10 @@ struct acc {
 	double kl;
 	double agree;
 	uint64_t n;
+	double kl_p, kl_p2; /* sum and sum of squares of per-prompt mean KL */
+	double pos_sum;	    /* kept prompt positions, to see where a policy looks */
+	uint64_t pos_n;
+	uint32_t prompts;
 };
 
 static double now(void)
@@ -166,7 +170,8 @@ int main(int argc, char **argv)
 	double *lp = calloc(V, sizeof(double));
 	uint32_t *ref_top = calloc(T, sizeof(uint32_t));
 	uint32_t *toks = calloc(L + T + 1, sizeof(uint32_t));
-	if (!q || !probs || !logits0 || !ref_lp || !lp || !ref_top || !toks)
+	double *pkl = calloc((size_t)N * N_CFG * N_MODE * N_CAP, sizeof(double));
+	if (!q || !probs || !logits0 || !ref_lp || !lp || !ref_top || !toks || !pkl)
 		return 1;
 
 	struct tl_rng rng;
@@ -236,16 +241,34 @@ int main(int argc, char **argv)
 						return 1;
 					}
 					struct acc *a = &accs[ci][mi][ki];
+					double kl_prompt = 0;
+					for (uint32_t l = 0; l < kv->n_layers; l++)
+						for (uint32_t h = 0; h < kv->h_store; h++)
+							for (uint32_t i = 0; i < kv->len; i++)
+								a->pos_sum +=
+								    kv->layers[l]
+									.pos[h * kv->layers[l]
+										     .pos_stride +
+									     i];
+					a->pos_n += (uint64_t)kv->n_layers * kv->h_store * kv->len;
 					for (uint32_t i = 0; i < T; i++) {
 						if (tl_forward(m, st, kv, toks[L + i], NULL) < 0)
 							return 1;
 						forwards++;
 						const float *lg = tl_state_logits(st);
 						log_softmax(lg, V, lp);
-						a->kl += kl(ref_lp + (size_t)i * V, lp, V);
+						double k = kl(ref_lp + (size_t)i * V, lp, V);
+						a->kl += k;
+						kl_prompt += k;
 						a->agree += tl_argmax(lg, V) == ref_top[i];
 						a->n++;
 					}
+					kl_prompt /= T;
+					pkl[(((size_t)pi * N_CFG + ci) * N_MODE + mi) * N_CAP +
+					    ki] = kl_prompt;
+					a->kl_p += kl_prompt;
+					a->kl_p2 += kl_prompt * kl_prompt;
+					a->prompts++;
 					tl_kv_free(kv);
 				}
 		tl_kv_free(full);
@@ -255,7 +278,8 @@ int main(int argc, char **argv)
 	printf(
 	    "\nteacher-forced quality: %u prompts x %u tokens sampled from the model "
 	    "(seed %llu, temperature 1),\n%u-token greedy continuation of the full cache; W = %d; "
-	    "top-1 agreement %% / mean KL(full || compacted) in nats\n\n",
+	    "top-1 agreement %% / mean KL(full || compacted) in nats ± its standard error over "
+	    "prompts\n\n",
 	    N, L, (unsigned long long)seed, T, WINDOW);
 	printf("| policy | gqa |");
 	for (uint32_t ki = 0; ki < N_CAP; ki++)
@@ -270,8 +294,69 @@ int main(int argc, char **argv)
 			       modes[mi] == SKV_GQA_EXPAND ? "expand" : "group");
 			for (uint32_t ki = 0; ki < N_CAP; ki++) {
 				const struct acc *a = &accs[ci][mi][ki];
-				printf(" %.1f%% / %.4f |", 100.0 * a->agree / a->n, a->kl / a->n);
+				/* Standard error of the mean over prompts (steps within one
+				 * prompt are not independent). */
+				double mp = a->kl_p / a->prompts;
+				double var = a->prompts > 1 ? (a->kl_p2 - a->prompts * mp * mp) /
+								  (a->prompts - 1)
+							    : 0;
+				double se = sqrt(var > 0 ? var : 0) / sqrt(a->prompts);
+				printf(" %.1f%% / %.4f ± %.4f |", 100.0 * a->agree / a->n,
+				       a->kl / a->n, se);
 			}
+			printf("\n");
+		}
+	/* Paired against a plain window of the same budget and mode: the prompts
+	 * are shared, so the per-prompt difference removes their difficulty. */
+	printf("\npaired with window at the same C and gqa: mean KL difference ± standard "
+	       "error over prompts (prompts where the policy's KL is lower)\n\n");
+	printf("| policy | gqa |");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf(" C = %u |", caps[ki]);
+	printf("\n|---|---|");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf("---|");
+	printf("\n");
+	const uint32_t wi = N_CFG - 1; /* window */
+	for (uint32_t ci = 0; ci < wi; ci++)
+		for (uint32_t mi = 0; mi < N_MODE; mi++) {
+			printf("| %s | %s |", cfgs[ci].name,
+			       modes[mi] == SKV_GQA_EXPAND ? "expand" : "group");
+			for (uint32_t ki = 0; ki < N_CAP; ki++) {
+				double sd = 0, sd2 = 0;
+				uint32_t wins = 0;
+				for (uint32_t pi = 0; pi < N; pi++) {
+					double d =
+					    pkl[(((size_t)pi * N_CFG + ci) * N_MODE + mi) * N_CAP +
+						ki] -
+					    pkl[(((size_t)pi * N_CFG + wi) * N_MODE + mi) * N_CAP +
+						ki];
+					sd += d;
+					sd2 += d * d;
+					wins += d < 0;
+				}
+				double md = sd / N;
+				double var = N > 1 ? (sd2 - N * md * md) / (N - 1) : 0;
+				printf(" %+.4f ± %.4f (%u/%u) |", md,
+				       sqrt(var > 0 ? var : 0) / sqrt(N), wins, N);
+			}
+			printf("\n");
+		}
+	printf("\nmean original position of the kept prompt slots (L = %u)\n\n", L);
+	printf("| policy | gqa |");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf(" C = %u |", caps[ki]);
+	printf("\n|---|---|");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf("---|");
+	printf("\n");
+	for (uint32_t ci = 0; ci < N_CFG; ci++)
+		for (uint32_t mi = 0; mi < N_MODE; mi++) {
+			printf("| %s | %s |", cfgs[ci].name,
+			       modes[mi] == SKV_GQA_EXPAND ? "expand" : "group");
+			for (uint32_t ki = 0; ki < N_CAP; ki++)
+				printf(" %.0f |",
+				       accs[ci][mi][ki].pos_sum / accs[ci][mi][ki].pos_n);
 			printf("\n");
 		}
 	printf("\n%llu forwards, %u compactions in %.1f s\n", (unsigned long long)forwards,
@@ -284,6 +369,7 @@ int main(int argc, char **argv)
 	free(lp);
 	free(ref_top);
 	free(toks);
+	free(pkl);
 	tl_state_free(st);
 	skv_ctx_free(ctx);
 	tl_model_free(m);

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: MIT
-# Operations modules of the daemon (pressure policy, hooks, metrics, quota
-# reservations): daemon/snapkvd-{pressure,hooks,metrics,quota}.[ch]. They are
+# Operations modules of the daemon: pressure policy, hooks, metrics, their
+# config keys and the runtime that runs the actions in order
+# (daemon/snapkvd-{pressure,hooks,metrics,ops-config,ops}.[ch]). They are
 # standalone (no dependency on the rest of the daemon) and go into a static
-# library the daemon links, so their unit tests build without the daemon.
+# library the daemon links, so their unit tests build without the daemon;
+# daemon/snapkvd-ops-daemon.c (in daemon/build.mk) ties them to the server.
 # This fragment lives in its own directory so that daemon/build.mk stays the
 # daemon's.
 
 LIBSNAPKVD_OPS := $(BUILD)/libsnapkvd-ops.a
 OPS_SRCS := daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c daemon/snapkvd-metrics.c \
-	daemon/snapkvd-quota.c daemon/snapkvd-ops-config.c daemon/snapkvd-ops.c
+	daemon/snapkvd-ops-config.c daemon/snapkvd-ops.c
 OPS_OBJS := $(OPS_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(OPS_OBJS)
 LIBS += $(LIBSNAPKVD_OPS)
@@ -26,9 +28,28 @@ OPS_TESTS += view
 OBJS += $(BUILD)/client/ctl-ops-view.o
 $(BUILD)/tests/unit/test-ops-view: $(BUILD)/client/ctl-ops-view.o
 
+# the quota race runs against the daemon's pool (snapkvd-pool.c)
+$(BUILD)/tests/unit/test-ops-quota: $(BUILD)/daemon/snapkvd-pool.o
 OPS_TEST_BINS := $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%)
 TESTS += $(OPS_TEST_BINS)
 OBJS += $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%.o)
 
 $(OPS_TEST_BINS): $(BUILD)/tests/unit/test-ops-%: $(BUILD)/tests/unit/test-ops-%.o $(LIBSNAPKVD_OPS)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDFLAGS) $(CUNIT_LIBS) -lm
+
+# The policy through a real snapkvd, eight engine processes included.
+OPS_ITEST := $(BUILD)/tests/test-ops-daemon
+OBJS += $(BUILD)/tests/integration/test-ops-daemon.o
+$(BUILD)/tests/integration/test-ops-daemon.o: | $(SKV_PB_H)
+$(OPS_ITEST): $(BUILD)/tests/integration/test-ops-daemon.o $(BUILD)/client/ctl-ops-view.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD) $(SNAPKVCTL)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/client/ctl-ops-view.o $(SNAPKV_LINK) $(LIBSKVPROTO) \
+		$(LIBSKV) $(PBC_LIBS) $(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(OPS_ITEST)
+
+# snapkvctl pressure/top (client/ctl-ops.c, compiled by client/build.mk with
+# every client/ctl-*.c) speak the admin protocol.
+ifneq ($(SNAPKVCTL),)
+$(BUILD)/client/ctl-ops.o: | $(SKV_PB_H)
+TEST_SCRIPTS += tests/integration/test-ops-ctl.sh
+endif

@@ -4,10 +4,11 @@
 # snapkvctl ledger, clean SIGTERM stop).
 ENGINE_EX := $(BUILD)/snapkv-engine
 OBJS += $(BUILD)/examples/engine/engine.o
-$(ENGINE_EX): $(BUILD)/examples/engine/engine.o $(LIBSNAPKV)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) -lm $(LDFLAGS)
+$(ENGINE_EX): $(BUILD)/examples/engine/engine.o $(LIBSNAPKV) $(LIBSKVST) $(LIBSKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVST) $(LIBSKV) $(JSON_LIBS) -lm \
+		$(LDFLAGS)
 BINS += $(ENGINE_EX)
 
 .PHONY: _demo_daemon
-_demo_daemon: $(SNAPKVD) $(ENGINE_EX) $(SNAPKVCTL)
+_demo_daemon: $(SNAPKVD) $(ENGINE_EX) $(SNAPKVCTL) $(GEN_LAYER)
 	@BUILD=$(BUILD) examples/demo-daemon.sh

@@ -11,6 +11,9 @@
  *          [--head-dim D] [--prompt L] [--window W] [--capacity C]
  *          [--decode N] [--reserve R] [--gqa expand|group] [--seed S]
  *          [--hold-until FILE]   (keep the cache until FILE exists, at most 30 s)
+ *          [--in FILE.safetensors] (prefill K/V from a dump: layers.N.q [H_q, rows, D],
+ *                                   layers.N.k/.v [H_kv, L, D], as snapkvctl reads;
+ *                                   converted to f32, shapes taken from the file)
  */
 #include <errno.h>
 #include <getopt.h>
@@ -20,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "skv-safetensors.h"
 #include "snapkv.h"
 
 static float frand(uint64_t *s)
@@ -29,7 +33,7 @@ static float frand(uint64_t *s)
 }
 
 struct cfg {
-	const char *socket, *name, *hold;
+	const char *socket, *name, *hold, *in;
 	uint32_t layers, h_q, h_kv, d, L, w, C, decode, reserve;
 	enum skv_gqa gqa;
 	uint64_t seed;
@@ -38,19 +42,38 @@ struct cfg {
 static int parse(int argc, char **argv, struct cfg *c)
 {
 	static const struct option o[] = {
-	    {"socket", 1, 0, 's'},   {"name", 1, 0, 'n'},
-	    {"layers", 1, 0, 'l'},   {"h-q", 1, 0, 'q'},
-	    {"h-kv", 1, 0, 'k'},     {"head-dim", 1, 0, 'd'},
-	    {"prompt", 1, 0, 'L'},   {"window", 1, 0, 'w'},
-	    {"capacity", 1, 0, 'C'}, {"decode", 1, 0, 'g'},
-	    {"reserve", 1, 0, 'r'},  {"gqa", 1, 0, 'G'},
-	    {"seed", 1, 0, 'S'},     {"hold-until", 1, 0, 'H'},
-	    {"help", 0, 0, 'h'},     {0},
+	    {"socket", 1, 0, 's'},
+	    {"name", 1, 0, 'n'},
+	    {"layers", 1, 0, 'l'},
+	    {"h-q", 1, 0, 'q'},
+	    {"h-kv", 1, 0, 'k'},
+	    {"head-dim", 1, 0, 'd'},
+	    {"prompt", 1, 0, 'L'},
+	    {"window", 1, 0, 'w'},
+	    {"capacity", 1, 0, 'C'},
+	    {"decode", 1, 0, 'g'},
+	    {"reserve", 1, 0, 'r'},
+	    {"gqa", 1, 0, 'G'},
+	    {"seed", 1, 0, 'S'},
+	    {"hold-until", 1, 0, 'H'},
+	    {"in", 1, 0, 'i'},
+	    {"help", 0, 0, 'h'},
+	    {0},
 	};
 	int ch;
 
-	*c = (struct cfg){NULL, "engine", NULL,		 4, 8, 2, 64, 1024, 32, 256,
-			  64,	16,	  SKV_GQA_GROUP, 1};
+	*c = (struct cfg){.name = "engine",
+			  .layers = 4,
+			  .h_q = 8,
+			  .h_kv = 2,
+			  .d = 64,
+			  .L = 1024,
+			  .w = 32,
+			  .C = 256,
+			  .decode = 64,
+			  .reserve = 16,
+			  .gqa = SKV_GQA_GROUP,
+			  .seed = 1};
 	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
 		unsigned long v = optarg ? strtoul(optarg, NULL, 10) : 0;
 
@@ -97,12 +120,15 @@ static int parse(int argc, char **argv, struct cfg *c)
 		case 'H':
 			c->hold = optarg;
 			break;
+		case 'i':
+			c->in = optarg;
+			break;
 		default:
 			fprintf(stderr,
 				"usage: engine [--socket PATH] [--name NAME] [--layers N] "
 				"[--h-q N] [--h-kv N] [--head-dim D] [--prompt L] [--window W] "
 				"[--capacity C] [--decode N] [--reserve R] [--gqa expand|group] "
-				"[--seed S]\n");
+				"[--seed S] [--hold-until FILE] [--in FILE.safetensors]\n");
 			return -EINVAL;
 		}
 	}
@@ -110,6 +136,72 @@ static int parse(int argc, char **argv, struct cfg *c)
 	    c->w > c->L || c->d > 512) {
 		fprintf(stderr, "engine: invalid shape\n");
 		return -EINVAL;
+	}
+	return 0;
+}
+
+static float to_f32(const struct skv_st_tensor *t, size_t i)
+{
+	const uint16_t *h = t->data;
+
+	switch (t->dtype) {
+	case SKV_ST_F32: {
+		float f;
+		memcpy(&f, (const char *)t->data + 4 * i, 4);
+		return f;
+	}
+	case SKV_ST_F16:
+		return skv_f16_to_f32(h[i]);
+	case SKV_ST_BF16:
+		return skv_bf16_to_f32(h[i]);
+	default:
+		return 0;
+	}
+}
+
+/* Shapes of a safetensors prefill dump; 0 or -EINVAL with a message. */
+static int file_shape(struct skv_st_file *f, struct cfg *c)
+{
+	char name[64];
+	const struct skv_st_tensor *q, *k;
+
+	c->layers = 0;
+	for (;;) {
+		snprintf(name, sizeof(name), "layers.%u.k", c->layers);
+		if (!skv_st_find(f, name))
+			break;
+		c->layers++;
+	}
+	q = skv_st_find(f, "layers.0.q");
+	k = skv_st_find(f, "layers.0.k");
+	if (!c->layers || c->layers > 64 || !q || !k || q->rank != 3 || k->rank != 3 ||
+	    q->shape[2] != k->shape[2] || k->shape[1] > (1u << 20) || k->shape[2] > 512) {
+		fprintf(stderr,
+			"engine: %s: expected layers.N.q [H_q, rows, D] and "
+			"layers.N.k/.v [H_kv, L, D]\n",
+			c->in);
+		return -EINVAL;
+	}
+	c->h_q = q->shape[0];
+	c->h_kv = k->shape[0];
+	c->L = k->shape[1];
+	c->d = k->shape[2];
+	if (c->w > q->shape[1])
+		c->w = q->shape[1];
+	for (uint32_t l = 0; l < c->layers; l++) {
+		const char *kinds = "qkv";
+		for (int j = 0; j < 3; j++) {
+			const struct skv_st_tensor *t;
+			snprintf(name, sizeof(name), "layers.%u.%c", l, kinds[j]);
+			t = skv_st_find(f, name);
+			if (!t || t->rank != 3 || t->dtype == SKV_ST_I32 ||
+			    t->shape[0] != (j ? c->h_kv : c->h_q) || t->shape[2] != c->d ||
+			    (j && t->shape[1] != c->L) || (!j && t->shape[1] != q->shape[1])) {
+				fprintf(stderr, "engine: %s: %s missing or misshapen\n", c->in,
+					name);
+				return -EINVAL;
+			}
+		}
 	}
 	return 0;
 }
@@ -153,8 +245,21 @@ int main(int argc, char **argv)
 	uint32_t grows = 0;
 	int r;
 
+	struct skv_st_file *in = NULL;
+	struct skv_st_error sterr;
+
 	if (parse(argc, argv, &c) < 0)
 		return 2;
+	if (c.in) {
+		if (skv_st_open(c.in, &in, &sterr) < 0) {
+			fprintf(stderr, "engine: %s: %s\n", c.in, sterr.msg);
+			return 2;
+		}
+		if (file_shape(in, &c) < 0) {
+			skv_st_close(in);
+			return 2;
+		}
+	}
 	opts.name = c.name;
 	r = skv_client_connect(c.socket, &opts, &cl);
 	if (r < 0) {
@@ -174,21 +279,47 @@ int main(int argc, char **argv)
 		size_t base = l * (qb + 2 * kvb);
 		float *q = (float *)((char *)data + base), *k = q + qb / 4, *v = k + kvb / 4;
 
-		/* a few positions per head carry keys aligned with the window's
-		 * queries: the heavy hitters compaction should keep */
-		for (size_t i = 0; i < qb / 4; i++)
-			q[i] = frand(&c.seed);
-		for (uint32_t h = 0; h < c.h_kv; h++)
-			for (uint32_t t = 0; t < c.L; t++) {
-				int heavy = (t * 2654435761u + h * 40503u + l) % 37 == 0;
-				for (uint32_t x = 0; x < c.d; x++) {
-					float qx =
-					    q[((size_t)(h * (c.h_q / c.h_kv)) * c.w) * c.d + x];
-					k[((size_t)h * c.L + t) * c.d + x] =
-					    heavy ? 3.0f * qx : 0.5f * frand(&c.seed);
-					v[((size_t)h * c.L + t) * c.d + x] = frand(&c.seed);
-				}
+		if (in) {
+			char nm[64];
+			const struct skv_st_tensor *tq, *tk, *tv;
+
+			snprintf(nm, sizeof(nm), "layers.%u.q", l);
+			tq = skv_st_find(in, nm);
+			snprintf(nm, sizeof(nm), "layers.%u.k", l);
+			tk = skv_st_find(in, nm);
+			snprintf(nm, sizeof(nm), "layers.%u.v", l);
+			tv = skv_st_find(in, nm);
+			/* the window: the last W of the file's query rows */
+			for (uint32_t h = 0; h < c.h_q; h++)
+				for (uint32_t t = 0; t < c.w; t++)
+					for (uint32_t x = 0; x < c.d; x++)
+						q[((size_t)h * c.w + t) * c.d + x] =
+						    to_f32(tq, ((size_t)h * tq->shape[1] +
+								tq->shape[1] - c.w + t) *
+								       c.d +
+								   x);
+			for (size_t i = 0; i < kvb / 4; i++) {
+				k[i] = to_f32(tk, i);
+				v[i] = to_f32(tv, i);
 			}
+		} else {
+			/* a few positions per head carry keys aligned with the window's
+			 * queries: the heavy hitters compaction should keep */
+			for (size_t i = 0; i < qb / 4; i++)
+				q[i] = frand(&c.seed);
+			for (uint32_t h = 0; h < c.h_kv; h++)
+				for (uint32_t t = 0; t < c.L; t++) {
+					int heavy = (t * 2654435761u + h * 40503u + l) % 37 == 0;
+					for (uint32_t x = 0; x < c.d; x++) {
+						float qx =
+						    q[((size_t)(h * (c.h_q / c.h_kv)) * c.w) * c.d +
+						      x];
+						k[((size_t)h * c.L + t) * c.d + x] =
+						    heavy ? 3.0f * qx : 0.5f * frand(&c.seed);
+						v[((size_t)h * c.L + t) * c.d + x] = frand(&c.seed);
+					}
+				}
+		}
 		lr[l].q = (struct skv_tensor_ref){buf, base, SKV_DTYPE_F32, (int64_t)c.w * c.d, c.d,
 						  0,   0};
 		lr[l].k = (struct skv_tensor_ref){
@@ -210,6 +341,8 @@ int main(int argc, char **argv)
 	desc.decode_reserve = c.reserve;
 	r = skv_client_compact(cl, &desc, &cache);
 	free(lr);
+	skv_st_close(in);
+	in = NULL;
 	if (r < 0)
 		goto fail;
 	/* the prompt's buffer is not needed any more: the compact cache is ours */

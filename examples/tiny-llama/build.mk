@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 # tiny-llama: a small GGUF Llama engine that decodes from full or compacted
-# KV caches (libtinyllama.a + the tiny-llama CLI), and its unit tests.
+# KV caches (libtinyllama.a + the tiny-llama CLI, which compacts through
+# snapkvd with libsnapkv or in process with libskv), its unit tests, the
+# daemon integration test, and its demo (`_demo_llama`).
 
 TL_DIR  := examples/tiny-llama
 TL_SRCS := $(TL_DIR)/tl-gguf.c $(TL_DIR)/tl-tok.c $(TL_DIR)/tl-model.c $(TL_DIR)/tl-compact.c
@@ -12,13 +14,21 @@ $(TL_LIB): $(TL_OBJS)
 	@mkdir -p $(dir $@)
 	$(AR) rcs $@ $^
 
-$(BUILD)/tiny-llama: $(BUILD)/$(TL_DIR)/tiny-llama.o $(TL_LIB) $(LIBSKV)
-	$(CC) $(LDFLAGS) -o $@ $^ $(TL_LIBS)
+$(BUILD)/tiny-llama: $(BUILD)/$(TL_DIR)/tiny-llama.o $(TL_LIB) $(LIBSKV) $(LIBSNAPKV)
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/$(TL_DIR)/tiny-llama.o $(TL_LIB) $(LIBSKV) \
+		$(SNAPKV_LINK) $(TL_LIBS)
 
 $(BUILD)/tests/unit/test-llama: $(BUILD)/tests/unit/test-llama.o $(TL_LIB) $(LIBSKV)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CUNIT_LIBS) $(TL_LIBS)
 
 $(BUILD)/tests/unit/test-llama.o: ALL_CFLAGS += -I$(TL_DIR)
+
+# The engine through a private snapkvd on a temporary socket.
+TEST_SCRIPTS += tests/integration/test-llama-daemon.sh
+
+.PHONY: _demo_llama
+_demo_llama: $(BUILD)/tiny-llama $(SNAPKVD) $(SNAPKVCTL)
+	@BUILD=$(BUILD) SHARED=$(SHARED) $(TL_DIR)/demo.sh
 
 LIBS  += $(TL_LIB)
 BINS  += $(BUILD)/tiny-llama

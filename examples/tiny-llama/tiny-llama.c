@@ -1,47 +1,66 @@
 // SPDX-License-Identifier: MIT
 /*
  * tiny-llama: generate text with a small GGUF Llama, from its full KV cache
- * or from a cache compacted by SnapKV (or another policy of SPEC.md).
+ * or from a cache compacted by SnapKV (or another policy of SPEC.md), either
+ * through snapkvd (libsnapkv) as a serving engine would, or in process with
+ * libskv (--local).
  *
- *   tiny-llama [-m model.gguf] [-p prompt] [-n steps] [-t temp] [-s seed]
- *              [--policy none|snapkv|h2o|streamingllm|window] [-C cap] [-W win]
- *              [-k kernel] [--pool avg|max] [--gqa expand|group] [--sinks S]
- *              [--reserve R] [--compare]
- *
- * With a policy, the prompt is prefilled with full attention (post-RoPE K,
- * V and queries kept), compacted in process with libskv, the first new
- * token taken from the full prefill logits, and the rest decoded from the
- * compact cache at logical positions L + g. --compare also decodes from the
- * full cache and prints both texts and how many tokens agree.
+ * The serving flow: the prompt is prefilled with full attention straight
+ * into a memfd registered with the daemon (post-RoPE K and V, and the
+ * queries the policy needs); COMPACT returns a compact cache in the
+ * session's arena; the first new token comes from the full prefill logits;
+ * every further token is decoded from the compact cache in the arena, its
+ * K/V written in place at slot kept + g, rotated at position L + g, and
+ * reported with APPEND; GROW when the headroom runs out; RELEASE at the end.
+ * --compare decodes the full cache (in the same buffer) in lockstep and
+ * reports how many tokens agree and whether the logits are bit-identical.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <snapkv.h>
 
 #include "tl-compact.h"
 #include "tl-model.h"
 
+enum backend { BK_FULL, BK_LOCAL, BK_DAEMON };
+
 struct opts {
 	const char *model;
 	const char *prompt;
+	const char *socket;
+	const char *name;
 	uint32_t steps;
 	float temp;
 	uint64_t seed;
 	struct skv_params params;
-	int compact; /* a policy was given */
+	enum backend backend;
+	enum skv_layout layout;
 	uint32_t reserve;
+	uint32_t grow;
+	uint32_t pause_ms;
 	int compare;
+	int quiet;
 };
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: tiny-llama [-m model.gguf] [-p prompt] [-n steps] [-t temp] [-s seed]\n"
-		"                  [--policy none|snapkv|h2o|streamingllm|window] [-C capacity]\n"
-		"                  [-W window] [-k kernel] [--pool avg|max] [--gqa expand|group]\n"
-		"                  [--sinks S] [--reserve R] [--compare]\n");
+	fprintf(
+	    f, "usage: tiny-llama [-m model.gguf] [-p prompt] [-n steps] [-t temp] [-s seed]\n"
+	       "         [--policy none|snapkv|h2o|streamingllm|window] [-C capacity] [-W window]\n"
+	       "         [-k kernel] [--pool avg|max] [--gqa expand|group] [--sinks S]\n"
+	       "         [--socket PATH | --local] [--layout hnd|nhd] [--reserve R] [--grow N]\n"
+	       "         [--protect B:E ...] [--compare] [--name NAME]\n"
+	       "         [--pause-before-release MS] [-q]\n"
+	       "Without --policy (or with none) the full cache is used. With a policy the\n"
+	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
+	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
+	       "The model defaults to $SNAPKV_MODEL, else ../shared/models/stories260K.gguf.\n");
 }
 
 static int parse_u32(const char *s, uint32_t *ret)
@@ -55,31 +74,63 @@ static int parse_u32(const char *s, uint32_t *ret)
 	return 0;
 }
 
+/* "B:E" -> a protected range [B, E) of prompt positions. */
+static int parse_range(const char *s, struct skv_params *p)
+{
+	char b[32];
+	const char *colon = strchr(s, ':');
+	uint32_t lo, hi;
+	if (!colon || (size_t)(colon - s) >= sizeof(b) || p->n_protected >= SKV_MAX_PROTECTED)
+		return -EINVAL;
+	memcpy(b, s, colon - s);
+	b[colon - s] = 0;
+	if (parse_u32(b, &lo) < 0 || parse_u32(colon + 1, &hi) < 0 || lo >= hi)
+		return -EINVAL;
+	p->protected_ranges[p->n_protected++] = (struct skv_range){lo, hi};
+	return 0;
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-	static const struct option lo[] = {
-	    {"model", required_argument, NULL, 'm'},	{"prompt", required_argument, NULL, 'p'},
-	    {"steps", required_argument, NULL, 'n'},	{"temp", required_argument, NULL, 't'},
-	    {"seed", required_argument, NULL, 's'},	{"policy", required_argument, NULL, 1},
-	    {"capacity", required_argument, NULL, 'C'}, {"window", required_argument, NULL, 'W'},
-	    {"kernel", required_argument, NULL, 'k'},	{"pool", required_argument, NULL, 2},
-	    {"gqa", required_argument, NULL, 3},	{"sinks", required_argument, NULL, 4},
-	    {"reserve", required_argument, NULL, 5},	{"compare", no_argument, NULL, 6},
-	    {"help", no_argument, NULL, 'h'},		{0, 0, 0, 0}};
-	int c, bad = 0;
-	uint32_t u;
+	static const struct option lo[] = {{"model", required_argument, NULL, 'm'},
+					   {"prompt", required_argument, NULL, 'p'},
+					   {"steps", required_argument, NULL, 'n'},
+					   {"temp", required_argument, NULL, 't'},
+					   {"seed", required_argument, NULL, 's'},
+					   {"policy", required_argument, NULL, 1},
+					   {"capacity", required_argument, NULL, 'C'},
+					   {"window", required_argument, NULL, 'W'},
+					   {"kernel", required_argument, NULL, 'k'},
+					   {"pool", required_argument, NULL, 2},
+					   {"gqa", required_argument, NULL, 3},
+					   {"sinks", required_argument, NULL, 4},
+					   {"reserve", required_argument, NULL, 5},
+					   {"compare", no_argument, NULL, 6},
+					   {"socket", required_argument, NULL, 7},
+					   {"local", no_argument, NULL, 8},
+					   {"layout", required_argument, NULL, 9},
+					   {"grow", required_argument, NULL, 10},
+					   {"name", required_argument, NULL, 11},
+					   {"pause-before-release", required_argument, NULL, 12},
+					   {"protect", required_argument, NULL, 13},
+					   {"quiet", no_argument, NULL, 'q'},
+					   {"help", no_argument, NULL, 'h'},
+					   {0, 0, 0, 0}};
+	int c, bad = 0, policy = 0, local = 0;
 
 	o->model =
 	    getenv("SNAPKV_MODEL") ? getenv("SNAPKV_MODEL") : "../shared/models/stories260K.gguf";
 	o->prompt = "";
+	o->name = "tiny-llama";
 	o->steps = 64;
-	o->temp = 0;
 	o->seed = 42;
 	skv_params_init(&o->params);
 	o->params.window = 8;
 	o->params.capacity = 16;
 	o->reserve = 16;
-	while ((c = getopt_long(argc, argv, "m:p:n:t:s:C:W:k:h", lo, NULL)) != -1) {
+	o->grow = 16;
+	o->layout = SKV_LAYOUT_HND;
+	while ((c = getopt_long(argc, argv, "m:p:n:t:s:C:W:k:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm':
 			o->model = optarg;
@@ -114,8 +165,29 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 6:
 			o->compare = 1;
 			break;
+		case 7:
+			o->socket = optarg;
+			break;
+		case 8:
+			local = 1;
+			break;
+		case 10:
+			bad |= parse_u32(optarg, &o->grow) < 0 || o->grow == 0;
+			break;
+		case 11:
+			o->name = optarg;
+			break;
+		case 13:
+			bad |= parse_range(optarg, &o->params) < 0;
+			break;
+		case 12:
+			bad |= parse_u32(optarg, &o->pause_ms) < 0;
+			break;
+		case 'q':
+			o->quiet = 1;
+			break;
 		case 1:
-			o->compact = 1;
+			policy = 1;
 			if (!strcmp(optarg, "snapkv"))
 				o->params.policy = SKV_POLICY_SNAPKV;
 			else if (!strcmp(optarg, "h2o"))
@@ -125,7 +197,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			else if (!strcmp(optarg, "window"))
 				o->params.policy = SKV_POLICY_WINDOW;
 			else if (!strcmp(optarg, "none"))
-				o->compact = 0;
+				policy = 0;
 			else
 				bad = 1;
 			break;
@@ -145,6 +217,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			else
 				bad = 1;
 			break;
+		case 9:
+			if (!strcmp(optarg, "hnd"))
+				o->layout = SKV_LAYOUT_HND;
+			else if (!strcmp(optarg, "nhd"))
+				o->layout = SKV_LAYOUT_NHD;
+			else
+				bad = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return 1;
@@ -156,27 +236,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		usage(stderr);
 		return -EINVAL;
 	}
-	(void)u;
-	return 0;
-}
-
-/* Append a token's text to a growing string. */
-static int text_add(const struct tl_tok *tok, char **buf, size_t *len, size_t *cap, uint32_t prev,
-		    uint32_t t)
-{
-	char piece[TL_TOK_MAX_PIECE + 8];
-	size_t n = tl_tok_decode(tok, prev, t, piece, sizeof(piece));
-	if (*len + n + 1 > *cap) {
-		size_t nc = (*cap ? *cap * 2 : 256) + n;
-		char *nb = realloc(*buf, nc);
-		if (!nb)
-			return -ENOMEM;
-		*buf = nb;
-		*cap = nc;
-	}
-	memcpy(*buf + *len, piece, n);
-	*len += n;
-	(*buf)[*len] = 0;
+	o->backend = !policy ? BK_FULL : local ? BK_LOCAL : BK_DAEMON;
 	return 0;
 }
 
@@ -187,30 +247,275 @@ struct gen {
 	size_t len, cap;
 };
 
-/*
- * Decode `steps` tokens after the prompt from kv, starting with `first`
- * (from the prefill logits). Stops early at BOS/EOS (a story's end).
- */
-static int decode(const struct tl_model *m, struct tl_state *st, struct tl_kv *kv, uint32_t first,
-		  uint32_t prev, uint32_t steps, float temp, struct tl_rng *rng, float *probs,
-		  struct gen *g)
+/* Append a token's text to a growing string. */
+static int gen_add(struct gen *g, const struct tl_tok *tok, uint32_t prev, uint32_t t)
 {
-	uint32_t t = first;
+	char piece[TL_TOK_MAX_PIECE + 8];
+	size_t n = tl_tok_decode(tok, prev, t, piece, sizeof(piece));
+	if (g->len + n + 1 > g->cap) {
+		size_t nc = (g->cap ? g->cap * 2 : 256) + n;
+		char *nb = realloc(g->text, nc);
+		if (!nb)
+			return -ENOMEM;
+		g->text = nb;
+		g->cap = nc;
+	}
+	memcpy(g->text + g->len, piece, n);
+	g->len += n;
+	g->text[g->len] = 0;
+	g->toks[g->n++] = t;
+	return 0;
+}
+
+/* One decoding sequence: the full cache, or a compact one (local or in the arena). */
+struct lane {
+	struct tl_kv *kv;
+	struct tl_state *st;
+	struct tl_rng rng;
+	struct skv_cache *cache; /* daemon lane: the cache the view points into */
+	struct gen g;
+	uint32_t tok, prev;
+	int done;
+	uint32_t grows;
+	uint32_t grow;
+};
+
+/* Point a view at the cache's current region (again after a GROW moved it). */
+static int view_from_cache(struct tl_kv *kv, const struct skv_cache *c)
+{
+	const struct skv_cache_info *in = skv_cache_info(c);
+	if (in->layers != kv->n_layers || in->h_store != kv->h_store ||
+	    in->head_dim != kv->head_dim || in->dtype != SKV_DTYPE_F32)
+		return -EPROTO;
+	kv->cap = in->capacity;
+	for (uint32_t l = 0; l < kv->n_layers; l++) {
+		struct tl_kv_layer *L = &kv->layers[l];
+		L->k = skv_cache_k(c, l, 0);
+		L->v = skv_cache_v(c, l, 0);
+		L->head_stride = in->head_stride;
+		L->token_stride = in->token_stride;
+		L->pos = NULL; /* the daemon records positions on APPEND */
+		if (!L->k || !L->v)
+			return -EPROTO;
+	}
+	return 0;
+}
+
+/*
+ * Run one token through a lane's cache: GROW (or grow locally) when it is
+ * full, write K/V at slot len and rotate at next_pos, then APPEND.
+ */
+static int lane_forward(const struct tl_model *m, struct lane *ln, uint32_t tok, const char **why)
+{
 	int r;
-	for (uint32_t i = 0; i < steps; i++) {
-		if (t == m->tok->bos || t == m->tok->eos)
-			break;
-		g->toks[g->n++] = t;
-		if ((r = text_add(m->tok, &g->text, &g->len, &g->cap, prev, t)) < 0)
+	struct tl_kv *kv = ln->kv;
+	if (kv->len == kv->cap) {
+		if (ln->cache) {
+			if ((r = skv_cache_grow(ln->cache, ln->grow)) < 0) {
+				*why = "GROW";
+				return r;
+			}
+			if ((r = view_from_cache(kv, ln->cache)) < 0)
+				return r;
+		} else if ((r = tl_kv_grow(kv, kv->cap + ln->grow)) < 0) {
 			return r;
-		prev = t;
-		if (i + 1 == steps)
-			break;
-		if (kv->len == kv->cap && (r = tl_kv_grow(kv, kv->cap + 16)) < 0)
-			return r;
-		if ((r = tl_forward(m, st, kv, t, NULL)) < 0)
-			return r;
-		t = tl_sample(tl_state_logits(st), m->cfg.vocab_size, temp, rng, probs);
+		}
+		ln->grows++;
+	}
+	if (ln->cache && (skv_cache_next_slot(ln->cache) != kv->len ||
+			  skv_cache_next_position(ln->cache) != kv->next_pos)) {
+		*why = "slot/position bookkeeping";
+		return -EPROTO;
+	}
+	if ((r = tl_forward(m, ln->st, kv, tok, NULL)) < 0)
+		return r;
+	if (ln->cache && (r = skv_cache_append(ln->cache, 1)) < 0) {
+		*why = "APPEND";
+		return r;
+	}
+	return 0;
+}
+
+/*
+ * Take the lane's pending token, then (unless it was the last) run it
+ * through the model and pick the next one. Returns 1 when the lane ran a
+ * forward (its logits are fresh), 0 when it stopped, -errno on failure.
+ */
+static int lane_step(const struct tl_model *m, struct lane *ln, int last, float temp, float *probs,
+		     const char **why)
+{
+	int r;
+	if (ln->done)
+		return 0;
+	if (ln->tok == m->tok->bos || ln->tok == m->tok->eos) {
+		ln->done = 1; /* the story ended */
+		return 0;
+	}
+	if ((r = gen_add(&ln->g, m->tok, ln->prev, ln->tok)) < 0)
+		return r;
+	if (last) {
+		ln->done = 1;
+		return 0;
+	}
+	if ((r = lane_forward(m, ln, ln->tok, why)) < 0)
+		return r;
+	ln->prev = ln->tok;
+	ln->tok = tl_sample(tl_state_logits(ln->st), m->cfg.vocab_size, temp, &ln->rng, probs);
+	return 1;
+}
+
+/* KL(p || q) of the softmaxes of two logit vectors, in nats. */
+static double kl_div(const float *lp, const float *lq, uint32_t n)
+{
+	double mp = lp[0], mq = lq[0], sp = 0, sq = 0, k = 0;
+	for (uint32_t i = 1; i < n; i++) {
+		mp = fmax(mp, lp[i]);
+		mq = fmax(mq, lq[i]);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		sp += exp(lp[i] - mp);
+		sq += exp(lq[i] - mq);
+	}
+	double zp = mp + log(sp), zq = mq + log(sq);
+	for (uint32_t i = 0; i < n; i++)
+		k += exp(lp[i] - zp) * ((lp[i] - zp) - (lq[i] - zq));
+	return k;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* After decoding: every appended slot kept + g of every head holds L + g. */
+static int check_positions(const struct skv_cache *c, uint32_t L)
+{
+	const struct skv_cache_info *in = skv_cache_info(c);
+	for (uint32_t l = 0; l < in->layers; l++)
+		for (uint32_t h = 0; h < in->h_store; h++) {
+			const int32_t *pos = skv_cache_positions(c, l, h);
+			if (!pos)
+				return -EPROTO;
+			for (uint32_t i = 1; i < in->kept; i++)
+				if (pos[i] <= pos[i - 1] || (uint32_t)pos[i] >= L)
+					return -EPROTO;
+			for (uint32_t g = 0; g < in->appended; g++)
+				if (pos[in->kept + g] != (int32_t)(L + g))
+					return -EPROTO;
+		}
+	return 0;
+}
+
+/* Every protected prompt position is among a head's kept positions (ascending). */
+static int protected_kept(const struct skv_params *p, uint32_t L, const int32_t *pos, uint32_t kept)
+{
+	for (uint32_t r = 0; r < p->n_protected; r++)
+		for (uint32_t x = p->protected_ranges[r].begin;
+		     x < p->protected_ranges[r].end && x < L; x++) {
+			uint32_t lo = 0, hi = kept;
+			while (lo < hi) {
+				uint32_t mid = lo + (hi - lo) / 2;
+				if (pos[mid] < (int32_t)x)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			if (lo == kept || pos[lo] != (int32_t)x)
+				return 0;
+		}
+	return 1;
+}
+
+/* What a compaction needs: the prefilled full cache and where it lives. */
+struct compactor {
+	const struct opts *o;
+	const struct tl_model *m;
+	const struct tl_kv *full; /* its first L slots hold the prompt */
+	const float *q;
+	uint32_t L, nq;
+	struct skv_ctx *ctx;	   /* --local */
+	struct skv_client *client; /* daemon */
+	struct skv_buffer *buf;
+	uint64_t kv_bytes; /* the queries follow the K/V in the buffer */
+};
+
+/*
+ * Compact the prompt into a new lane cache: in process, or by COMPACT to the
+ * daemon and a view of the cache in the arena. The full cache may have been
+ * decoded further: only its first L slots are read.
+ */
+static int compact_lane(const struct compactor *cp, struct lane *ln, const char **why)
+{
+	const struct tl_config *c = &cp->m->cfg;
+	const uint32_t D = c->head_dim;
+	int r;
+
+	if (!cp->client) {
+		struct skv_error serr = {0};
+		struct skv_plan plan;
+		/* tl_compact() wants a cache of exactly L tokens: a shallow view of the first L. */
+		struct tl_kv pre = *cp->full;
+		pre.len = pre.next_pos = cp->L;
+		r = tl_compact(cp->ctx, cp->m, &pre, cp->q, cp->L - cp->nq, cp->nq, &cp->o->params,
+			       cp->o->reserve, &ln->kv, &plan, &serr);
+		if (r < 0)
+			fprintf(stderr, "tiny-llama: compaction failed: %s\n", serr.msg);
+		return r;
+	}
+
+	char *base = skv_buffer_data(cp->buf);
+	struct skv_layer_ref *refs = calloc(c->n_layers, sizeof(*refs));
+	if (!refs)
+		return -ENOMEM;
+	for (uint32_t l = 0; l < c->n_layers; l++) {
+		const struct tl_kv_layer *FL = &cp->full->layers[l];
+		refs[l].q = (struct skv_tensor_ref){
+		    .buf = cp->buf,
+		    .offset = cp->kv_bytes + (uint64_t)l * c->n_heads * cp->nq * D * sizeof(float),
+		    .dtype = SKV_DTYPE_F32,
+		    .head_stride = (int64_t)cp->nq * D,
+		    .token_stride = D};
+		refs[l].k = (struct skv_tensor_ref){.buf = cp->buf,
+						    .offset = (uint64_t)((char *)FL->k - base),
+						    .dtype = SKV_DTYPE_F32,
+						    .head_stride = FL->head_stride,
+						    .token_stride = FL->token_stride};
+		refs[l].v = refs[l].k;
+		refs[l].v.offset = (uint64_t)((char *)FL->v - base);
+	}
+	struct skv_compact_desc d = {
+	    .desc_size = sizeof(d),
+	    .shape = {.prompt_len = cp->L,
+		      .head_dim = D,
+		      .h_q = c->n_heads,
+		      .h_kv = c->n_kv_heads,
+		      .n_q = cp->nq},
+	    .layers = c->n_layers,
+	    .params = cp->o->params,
+	    .layer = refs,
+	    .out_layout = cp->o->layout,
+	    .decode_reserve = cp->o->reserve,
+	};
+	r = skv_client_compact(cp->client, &d, &ln->cache);
+	free(refs);
+	if (r < 0) {
+		*why = "COMPACT";
+		return r;
+	}
+	const struct skv_cache_info *in = skv_cache_info(ln->cache);
+	if ((r = tl_kv_new_view(c, in->h_store, in->capacity, &ln->kv)) < 0 ||
+	    (r = view_from_cache(ln->kv, ln->cache)) < 0) {
+		*why = "mapping the compact cache";
+		return r;
+	}
+	ln->kv->len = in->kept;
+	/* Decoding resumes at logical position L, whatever was kept. */
+	ln->kv->next_pos = skv_cache_next_position(ln->cache);
+	if (ln->kv->next_pos != cp->L) {
+		*why = "cache next position is not L";
+		return -EPROTO;
 	}
 	return 0;
 }
@@ -220,12 +525,14 @@ int main(int argc, char **argv)
 	struct opts o = {0};
 	struct tl_err err = {{0}};
 	struct tl_model *m = NULL;
-	struct tl_state *st = NULL;
-	struct tl_kv *full = NULL, *ckv = NULL, *ref = NULL;
+	struct tl_kv *full = NULL;
 	struct skv_ctx *ctx = NULL;
+	struct skv_client *client = NULL;
+	struct skv_buffer *buf = NULL;
+	struct lane lc = {0}, lf = {0}; /* compact, full */
 	uint32_t *prompt = NULL;
-	float *q = NULL, *probs = NULL, *logits0 = NULL;
-	struct gen g = {0}, gf = {0};
+	float *q = NULL, *probs = NULL, *full_logits = NULL;
+	const char *why = NULL;
 	size_t np = 0;
 	int r;
 
@@ -241,109 +548,246 @@ int main(int argc, char **argv)
 	size_t maxp = strlen(o.prompt) * 4 + 8;
 	prompt = calloc(maxp, sizeof(*prompt));
 	probs = calloc(c->vocab_size, sizeof(float));
-	logits0 = calloc(c->vocab_size, sizeof(float));
-	g.toks = calloc(o.steps + 1, sizeof(uint32_t));
-	gf.toks = calloc(o.steps + 1, sizeof(uint32_t));
-	if (!prompt || !probs || !logits0 || !g.toks || !gf.toks || tl_state_new(m, &st) < 0) {
-		fprintf(stderr, "tiny-llama: out of memory\n");
+	lc.g.toks = calloc(o.steps + 1, sizeof(uint32_t));
+	lf.g.toks = calloc(o.steps + 1, sizeof(uint32_t));
+	if (!prompt || !probs || !lc.g.toks || !lf.g.toks || tl_state_new(m, &lc.st) < 0 ||
+	    tl_state_new(m, &lf.st) < 0) {
 		r = -ENOMEM;
+		why = "allocation";
 		goto out;
 	}
 	if ((r = tl_tok_encode(m->tok, o.prompt, 1, prompt, maxp, &np)) < 0) {
-		fprintf(stderr, "tiny-llama: cannot tokenize prompt: %s\n", strerror(-r));
+		why = "tokenizing the prompt";
 		goto out;
 	}
-	uint32_t L = (uint32_t)np;
-	uint32_t nq = o.compact ? tl_compact_n_q(&o.params, L) : 0;
-	if ((r = tl_kv_new(c, c->n_kv_heads, L + o.steps + 1, &full)) < 0)
+	const uint32_t L = (uint32_t)np, D = c->head_dim;
+	const uint32_t nq = o.backend == BK_FULL ? 0 : tl_compact_n_q(&o.params, L);
+	const uint32_t full_cap = L + o.steps + 1;
+	const uint64_t kv_bytes = tl_kv_bytes(c, c->n_kv_heads, full_cap);
+	const uint64_t q_bytes = (uint64_t)c->n_layers * c->n_heads * nq * D * sizeof(float);
+	if (L + o.steps > 512 && !o.quiet)
+		fprintf(stderr,
+			"tiny-llama: warning: %u tokens exceed the 512 the model was "
+			"trained on\n",
+			L + o.steps);
+
+	/* The full cache (and captured queries): own memory, or a registered memfd. */
+	if (o.backend == BK_DAEMON) {
+		struct skv_client_opts co = {.opts_size = sizeof(co), .name = o.name};
+		if ((r = skv_client_connect(o.socket, &co, &client)) < 0) {
+			fprintf(stderr, "tiny-llama: cannot connect to snapkvd%s%s: %s\n",
+				o.socket ? " at " : "", o.socket ? o.socket : "", strerror(-r));
+			fprintf(stderr, "tiny-llama: start snapkvd, or use --local\n");
+			goto out;
+		}
+		if ((r = skv_buffer_alloc(client, kv_bytes + q_bytes, &buf)) < 0) {
+			why = "registering the K/V buffer";
+			goto out;
+		}
+		char *base = skv_buffer_data(buf);
+		if ((r = tl_kv_new_view(c, c->n_kv_heads, full_cap, &full)) < 0 ||
+		    (r = tl_kv_place(full, base, kv_bytes)) < 0)
+			goto out;
+		q = nq ? (float *)(base + kv_bytes) : NULL;
+	} else {
+		if ((r = tl_kv_new(c, c->n_kv_heads, full_cap, &full)) < 0)
+			goto out;
+		if (nq && !(q = calloc(q_bytes / sizeof(float), sizeof(float)))) {
+			r = -ENOMEM;
+			goto out;
+		}
+	}
+	struct tl_qcap qcap = {.q = q, .first = L - nq, .n = nq};
+	if ((r = tl_prefill(m, lf.st, full, prompt, L, nq ? &qcap : NULL)) < 0) {
+		why = "prefill";
 		goto out;
-	if (nq &&
-	    !(q = calloc((size_t)c->n_layers * c->n_heads * nq * c->head_dim, sizeof(float)))) {
+	}
+	/* Both lanes start from the full prefill's logits and the same RNG state. */
+	tl_rng_seed(&lf.rng, o.seed);
+	lf.tok = tl_sample(tl_state_logits(lf.st), c->vocab_size, o.temp, &lf.rng, probs);
+	lf.prev = prompt[L - 1];
+	lf.kv = full;
+	lf.grow = o.grow;
+	lc.rng = lf.rng;
+	lc.tok = lf.tok;
+	lc.prev = lf.prev;
+	lc.grow = o.grow;
+
+	struct compactor cp = {.o = &o,
+			       .m = m,
+			       .full = full,
+			       .q = q,
+			       .L = L,
+			       .nq = nq,
+			       .buf = buf,
+			       .client = client,
+			       .kv_bytes = kv_bytes};
+	if (o.backend != BK_FULL) {
+		if (o.backend == BK_LOCAL && (r = skv_ctx_new(1, &ctx)) < 0) {
+			why = "skv_ctx_new";
+			goto out;
+		}
+		cp.ctx = ctx;
+		if ((r = compact_lane(&cp, &lc, &why)) < 0)
+			goto out;
+	} else {
+		lc.kv = full; /* no compaction: the full cache is the only lane */
+	}
+	if (o.backend != BK_FULL && !o.quiet) {
+		uint32_t h = lc.kv->h_store;
+		fprintf(
+		    stderr,
+		    "tiny-llama: %s: prompt %u tokens, compact cache keeps %u of %u per head x %u "
+		    "heads (%s), %s\n",
+		    o.backend == BK_DAEMON ? "snapkvd" : "local libskv", L, lc.kv->len, L, h,
+		    h == c->n_heads ? "expand" : "group",
+		    skv_policy_name(o.params.policy) ? skv_policy_name(o.params.policy) : "?");
+	}
+
+	if (o.backend != BK_FULL && o.params.n_protected) {
+		/* Read the positions before decoding appends to them. */
+		int ok = 1;
+		for (uint32_t l = 0; l < c->n_layers; l++)
+			for (uint32_t h = 0; h < lc.kv->h_store; h++) {
+				const int32_t *pos =
+				    lc.cache ? skv_cache_positions(lc.cache, l, h)
+					     : lc.kv->layers[l].pos +
+						   (size_t)h * lc.kv->layers[l].pos_stride;
+				ok &= pos && protected_kept(&o.params, L, pos, lc.kv->len);
+			}
+		printf("--- protected ranges: %s in every head of every layer\n",
+		       ok ? "kept" : "NOT kept");
+		if (!ok) {
+			r = -EPROTO;
+			why = "protected ranges";
+			goto out;
+		}
+	}
+
+	/* Decode both lanes in lockstep; compare logits while their tokens agree. */
+	int compare = o.compare && o.backend != BK_FULL;
+	if (!compare)
+		lf.done = 1;
+	uint32_t agree_prefix = 0, cmp_steps = 0, nfull = 0;
+	const uint32_t V = c->vocab_size;
+	if (compare && !(full_logits = calloc((size_t)o.steps * V, sizeof(float)))) {
 		r = -ENOMEM;
 		goto out;
 	}
-	struct tl_qcap qcap = {.q = q, .first = L - nq, .n = nq};
-	if ((r = tl_prefill(m, st, full, prompt, L, nq ? &qcap : NULL)) < 0) {
-		fprintf(stderr, "tiny-llama: prefill failed: %s\n", strerror(-r));
-		goto out;
-	}
-	memcpy(logits0, tl_state_logits(st), c->vocab_size * sizeof(float));
-
-	struct tl_rng rng;
-	tl_rng_seed(&rng, o.seed);
-	uint32_t first = tl_sample(logits0, c->vocab_size, o.temp, &rng, probs);
-	uint32_t last = prompt[L - 1];
-
-	if (!o.compact) {
-		r = decode(m, st, full, first, last, o.steps, o.temp, &rng, probs, &g);
-		if (r < 0)
+	int in_sync = 1, identical = 1;
+	float max_diff = 0;
+	for (uint32_t i = 0; i < o.steps; i++) {
+		int last = i + 1 == o.steps;
+		int rc = lane_step(m, &lc, last, o.temp, probs, &why);
+		if (rc < 0) {
+			r = rc;
 			goto out;
-		printf("%s%s\n", o.prompt, g.text ? g.text : "");
-		goto out;
-	}
-
-	struct skv_error serr = {0};
-	struct skv_plan plan;
-	if ((r = skv_ctx_new(1, &ctx)) < 0) {
-		fprintf(stderr, "tiny-llama: skv_ctx_new: %s\n", strerror(-r));
-		goto out;
-	}
-	if (o.compare) {
-		/* The full-cache reference continues from a copy of the prefilled cache. */
-		if ((r = tl_kv_new(c, c->n_kv_heads, full->cap, &ref)) < 0)
-			goto out;
-		for (uint32_t l = 0; l < c->n_layers; l++) {
-			size_t n = (size_t)c->n_kv_heads * full->cap;
-			memcpy(ref->layers[l].k, full->layers[l].k,
-			       n * c->head_dim * sizeof(float));
-			memcpy(ref->layers[l].v, full->layers[l].v,
-			       n * c->head_dim * sizeof(float));
-			memcpy(ref->layers[l].pos, full->layers[l].pos, n * sizeof(int32_t));
 		}
-		ref->len = full->len;
-		ref->next_pos = full->next_pos;
-	}
-	r = tl_compact(ctx, m, full, q, L - nq, nq, &o.params, o.reserve, &ckv, &plan, &serr);
-	if (r < 0) {
-		fprintf(stderr, "tiny-llama: compaction failed: %s\n", serr.msg);
-		goto out;
-	}
-	fprintf(stderr, "tiny-llama: prompt %u tokens, kept %u per head x %u heads%s\n", L,
-		plan.kept, plan.h_store, plan.bypass ? " (bypass)" : "");
-	struct tl_rng rng2 = rng;
-	if ((r = decode(m, st, ckv, first, last, o.steps, o.temp, &rng, probs, &g)) < 0)
-		goto out;
-	printf("%s%s\n", o.prompt, g.text ? g.text : "");
-	if (o.compare) {
-		struct tl_state *st2;
-		if ((r = tl_state_new(m, &st2)) < 0)
+		int rf = lane_step(m, &lf, last, o.temp, probs, &why);
+		if (rf < 0) {
+			r = rf;
 			goto out;
-		r = decode(m, st2, ref, first, last, o.steps, o.temp, &rng2, probs, &gf);
-		tl_state_free(st2);
+		}
+		if (rf == 1)
+			memcpy(full_logits + (size_t)nfull++ * V, tl_state_logits(lf.st),
+			       V * sizeof(float));
+		if (compare && in_sync && lc.g.n == lf.g.n && lc.g.n == i + 1 &&
+		    lc.g.toks[i] == lf.g.toks[i]) {
+			agree_prefix++;
+			if (rc == 1 && rf == 1) {
+				const float *a = tl_state_logits(lc.st),
+					    *b = tl_state_logits(lf.st);
+				identical &= !memcmp(a, b, c->vocab_size * sizeof(float));
+				for (uint32_t v = 0; v < c->vocab_size; v++)
+					max_diff = fmaxf(max_diff, fabsf(a[v] - b[v]));
+				cmp_steps++;
+			}
+		} else {
+			in_sync = 0;
+		}
+		if (lc.done && lf.done)
+			break;
+	}
+
+	printf("%s%s\n", o.prompt, lc.g.text ? lc.g.text : "");
+	if (compare) {
+		uint32_t same = 0, n = lc.g.n < lf.g.n ? lc.g.n : lf.g.n;
+		for (uint32_t i = 0; i < n; i++)
+			same += lc.g.toks[i] == lf.g.toks[i];
+		printf("--- full cache:\n%s%s\n", o.prompt, lf.g.text ? lf.g.text : "");
+		printf("--- agreement: %u of %u tokens agree (first %u identical)\n", same,
+		       lc.g.n > lf.g.n ? lc.g.n : lf.g.n, agree_prefix);
+		if (identical)
+			printf("--- logits: bit-identical over %u decode steps\n", cmp_steps);
+		else
+			printf("--- logits: max |compact - full| %.3g over the first %u decode "
+			       "steps\n",
+			       max_diff, cmp_steps);
+		/* Free-running texts drift apart after one different token; teacher
+		 * forcing a fresh compact cache on the full text measures each step. */
+		struct lane lt = {.st = lf.st, .grow = o.grow};
+		uint32_t tf_agree = 0;
+		double tf_kl = 0;
+		if ((r = compact_lane(&cp, &lt, &why)) < 0)
+			goto out;
+		for (uint32_t i = 0; i < nfull && r == 0; i++) {
+			if ((r = lane_forward(m, &lt, lf.g.toks[i], &why)) < 0)
+				break;
+			const float *a = tl_state_logits(lt.st), *b = full_logits + (size_t)i * V;
+			tf_agree += tl_argmax(a, V) == tl_argmax(b, V);
+			tf_kl += kl_div(b, a, V);
+		}
+		if (lt.cache && skv_cache_release(lt.cache) < 0 && r == 0)
+			r = -EIO, why = "RELEASE";
+		tl_kv_free(lt.kv);
 		if (r < 0)
 			goto out;
-		uint32_t prefix = 0, same = 0, n = g.n < gf.n ? g.n : gf.n;
-		while (prefix < n && g.toks[prefix] == gf.toks[prefix])
-			prefix++;
-		for (uint32_t i = 0; i < n; i++)
-			same += g.toks[i] == gf.toks[i];
-		printf("--- full cache:\n%s%s\n", o.prompt, gf.text ? gf.text : "");
-		printf("--- agreement: %u of %u tokens agree (first %u identical)\n", same,
-		       g.n > gf.n ? g.n : gf.n, prefix);
+		printf(
+		    "--- teacher-forced on the full text: %u of %u next-token predictions agree, "
+		    "mean KL(full || compact) %.4f\n",
+		    tf_agree, nfull, nfull ? tf_kl / nfull : 0.0);
+	}
+	if (lc.cache) {
+		const struct skv_cache_info *in = skv_cache_info(lc.cache);
+		int pr = check_positions(lc.cache, L);
+		printf("--- daemon cache %llu: L %u, kept %u, appended %u (slots %u..%u at "
+		       "positions %u..%u: %s), capacity %u after %u GROW\n",
+		       (unsigned long long)in->id, in->prompt_len, in->kept, in->appended, in->kept,
+		       in->kept + in->appended - 1, L, L + in->appended - 1,
+		       pr == 0 ? "ok" : "WRONG", in->capacity, lc.grows);
+		if (pr < 0 || in->appended != lc.kv->len - in->kept) {
+			r = -EPROTO;
+			why = "daemon position table / APPEND count";
+			goto out;
+		}
+		fflush(stdout);
+		if (o.pause_ms)
+			sleep_ms(o.pause_ms);
 	}
 out:
-	free(g.toks);
-	free(g.text);
-	free(gf.toks);
-	free(gf.text);
+	if (r < 0 && why)
+		fprintf(stderr, "tiny-llama: %s failed: %s%s%s\n", why, strerror(-r),
+			client ? ": " : "", client ? skv_client_error(client) : "");
+	if (lc.cache && skv_cache_release(lc.cache) < 0 && r == 0) {
+		fprintf(stderr, "tiny-llama: RELEASE failed: %s\n", skv_client_error(client));
+		r = -EIO;
+	}
+	if (lc.kv != full)
+		tl_kv_free(lc.kv);
+	tl_kv_free(full);
+	free(lc.g.toks);
+	free(lc.g.text);
+	free(lf.g.toks);
+	free(lf.g.text);
+	tl_state_free(lc.st);
+	tl_state_free(lf.st);
 	free(prompt);
 	free(probs);
-	free(logits0);
-	free(q);
-	tl_kv_free(full);
-	tl_kv_free(ckv);
-	tl_kv_free(ref);
-	tl_state_free(st);
+	free(full_logits);
+	if (!buf)
+		free(q);
+	skv_buffer_free(buf);
+	skv_client_close(client);
 	skv_ctx_free(ctx);
 	tl_model_free(m);
 	return r < 0 ? 1 : 0;

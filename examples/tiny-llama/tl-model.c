@@ -457,7 +457,8 @@ int tl_forward(const struct tl_model *m, struct tl_state *s, struct tl_kv *kv, u
 			       s->k + (size_t)kvh * hd, hd * sizeof(float));
 			memcpy(L->v + sh * L->head_stride + (int64_t)slot * L->token_stride,
 			       s->v + (size_t)kvh * hd, hd * sizeof(float));
-			L->pos[(size_t)sh * L->pos_stride + slot] = (int32_t)pos;
+			if (L->pos)
+				L->pos[(size_t)sh * L->pos_stride + slot] = (int32_t)pos;
 		}
 		for (uint32_t h = 0; h < hq; h++) {
 			const float *q = s->q + (size_t)h * hd;

@@ -77,7 +77,9 @@ struct tl_kv_layer {
 	float *v;
 	int64_t head_stride; /* elements */
 	int64_t token_stride;
-	int32_t *pos; /* pos[h*pos_stride + slot]: original position of the slot */
+	/* pos[h*pos_stride + slot]: original position of the slot; NULL when
+	 * the owner keeps the table (the daemon records L + g on APPEND). */
+	int32_t *pos;
 	uint32_t pos_stride;
 };
 

@@ -86,7 +86,8 @@ template <typename U>
 static cudaError_t gather_launch_unit(const launch_params &p, uint32_t es, cudaStream_t s)
 {
 	const uint32_t row_units = (uint32_t)(p.c.D * es / sizeof(U));
-	gather_kernel<U><<<gather_grid(p), GATHER_THREADS, 0, s>>>(p, es, row_units);
+	auto kern = gather_kernel<U>;
+	SKV_LAUNCH(kern, gather_grid(p), GATHER_THREADS, 0, s, p, es, row_units);
 	return cudaGetLastError();
 }
 
@@ -94,7 +95,8 @@ template <typename TI>
 static cudaError_t gather_launch_from(const launch_params &p, enum skv_dtype out_dt, cudaStream_t s)
 {
 	return SKV_DISPATCH_DTYPE(out_dt, TO, [&]() -> cudaError_t {
-		gather_convert_kernel<TI, TO><<<gather_grid(p), GATHER_THREADS, 0, s>>>(p);
+		auto kern = gather_convert_kernel<TI, TO>;
+		SKV_LAUNCH(kern, gather_grid(p), GATHER_THREADS, 0, s, p);
 		return cudaGetLastError();
 	});
 }

@@ -37,7 +37,7 @@ template <bool TC> struct tile_shape {
 };
 
 struct smem_layout {
-	size_t q, k, s, rows, total;
+	size_t q, k, s, rows, red, total;
 	int dp; /* row pitch of the Q and K tiles, elements */
 };
 
@@ -48,9 +48,9 @@ __host__ __device__ constexpr size_t align128(size_t x)
 
 /*
  * Q tile [RT][dp], K tiles [2 or 1][TK][dp], logits [RT][SP] fp32, row
- * max and 1/sum [2][RT]. Tensor-core tiles keep the storage type (pitch
- * D + 8 keeps WMMA loads 32-byte aligned and spreads banks); the fp32 path
- * converts on load (pitch D + 1 for conflict-free column reads).
+ * max and 1/sum [2][RT], partial column sums [THREADS]. Tensor-core tiles keep the storage type
+ * (pitch D + 8 keeps WMMA loads 32-byte aligned and spreads banks); the fp32 path converts on load
+ * (pitch D + 1 for conflict-free column reads).
  */
 template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32_t D)
 {
@@ -62,13 +62,26 @@ template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32
 	l.k = align128(l.q + (size_t)sh::RT * l.dp * es);
 	l.s = align128(l.k + (size_t)(TC ? 2 : 1) * sh::TK * l.dp * es);
 	l.rows = align128(l.s + (size_t)sh::RT * sh::SP * sizeof(float));
-	l.total = align128(l.rows + 2 * sh::RT * sizeof(float));
+	l.red = align128(l.rows + 2 * sh::RT * sizeof(float));
+	l.total = align128(l.red + sh::THREADS * sizeof(float));
 	return l;
 }
 
 /*
- * A warp's 16 query rows as tensor-core A fragments, loaded once per block
- * and kept in registers for every key tile of the chunk (Q does not change).
+ * Tensor-core warp tiles: 8 warps cover the RT x TK = 128 x 64 logit tile.
+ * Up to head_dim 128 a warp takes 32 rows x 32 keys (2 x 2 MMA tiles: each
+ * K fragment read from shared memory feeds two MMAs); at 256 the A
+ * fragments of 32 rows would not fit in registers, so 16 rows x 64 keys.
+ */
+template <int D_> struct warp_tile {
+	static constexpr int MR = D_ <= 128 ? 2 : 1; /* 16-row fragments per warp  */
+	static constexpr int KG = MR;		     /* warps side by side in keys  */
+	static constexpr int NK = 4 / KG;	     /* 16-key fragments per warp   */
+};
+
+/*
+ * A warp's query rows as tensor-core A fragments, loaded once per block and
+ * kept in registers for every key tile of the chunk (Q does not change).
  */
 template <typename T, int D_, bool TC> struct q_frags {
 	__device__ void load(const T *, int, int)
@@ -76,13 +89,18 @@ template <typename T, int D_, bool TC> struct q_frags {
 	}
 };
 template <typename T, int D_> struct q_frags<T, D_, true> {
+	static constexpr int MR = warp_tile<D_>::MR;
 	nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major>
-	    a[D_ / 16];
-	__device__ void load(const T *qs, int dp, int warp)
+	    a[MR][D_ / 16];
+	/* rows r0 .. r0 + 16 * MR - 1 of the Q tile */
+	__device__ void load(const T *qs, int dp, int r0)
 	{
 #pragma unroll
-		for (int i = 0; i < D_ / 16; i++)
-			nvcuda::wmma::load_matrix_sync(a[i], qs + warp * 16 * dp + i * 16, dp);
+		for (int m = 0; m < MR; m++)
+#pragma unroll
+			for (int i = 0; i < D_ / 16; i++)
+				nvcuda::wmma::load_matrix_sync(
+				    a[m][i], qs + (r0 + 16 * m) * dp + i * 16, dp);
 	}
 };
 
@@ -94,8 +112,10 @@ template <typename T, int D_> struct q_frags<T, D_, true> {
  * pass 1 writes p.partials [N][H_kv][row_tiles][chunks][RT] (max, sum of exp(z - max))
  * pass 2 writes p.votes    [N][H_q][L] (stores with one row tile, atomics otherwise)
  */
+/* Two blocks per SM where shared memory allows (head_dim <= 128): registers capped at 128. */
 template <typename T, int D_, bool TC, int PASS>
-__global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ launch_params p)
+__global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
+    score_kernel(const __grid_constant__ launch_params p)
 {
 	using sh = tile_shape<TC>;
 	using E = typename std::conditional<TC, T, float>::type;
@@ -130,6 +150,16 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		}
 	};
 
+	auto add_vote = [&](uint32_t g, uint32_t j, float sum) {
+		if (j >= k1)
+			return;
+		float *vp = p.votes + ((size_t)layer * c.h_q + kvh * G + g) * L + j;
+		if (p.row_tiles == 1)
+			*vp = sum;
+		else
+			atomicAdd(vp, sum);
+	};
+
 	if (k0 > maxpos) { /* no row sees any key of this chunk */
 		if (PASS == 1) {
 			for (uint32_t r = tid; r < nr; r += NT)
@@ -140,7 +170,7 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		return;
 	}
 
-	extern __shared__ __align__(128) unsigned char smem[];
+	SKV_DYNAMIC_SMEM(smem);
 	const smem_layout lay = score_smem<T, TC>(D);
 	const int dp = lay.dp;
 	E *qs = (E *)(smem + lay.q);
@@ -148,6 +178,7 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 	float *ss = (float *)(smem + lay.s);
 	float *rowm = (float *)(smem + lay.rows);
 	float *rowis = rowm + RT;
+	float *red = (float *)(smem + lay.red);
 
 	/* Q rows of the tile; rows past nr are zero */
 	const T *qd = (const T *)ly.q.data;
@@ -187,11 +218,14 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		}
 	}
 
+	/* tensor-core warp tile: rows wr0 .., keys wk0 .. of the block's tile */
+	const int wr0 = (int)(tid / 32) / warp_tile<D_>::KG * 16 * warp_tile<D_>::MR;
+	const int wk0 = (int)(tid / 32) % warp_tile<D_>::KG * 16 * warp_tile<D_>::NK;
 	q_frags<E, D_, TC> qf;
 	if constexpr (TC) {
 		__syncthreads(); /* Q tile complete */
-		if ((int)(tid / 32) * 16 < (int)nr)
-			qf.load(qs, dp, tid / 32);
+		if (wr0 < (int)nr)
+			qf.load(qs, dp, wr0);
 	}
 
 	const T *kd = (const T *)ly.k.data;
@@ -261,28 +295,36 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		const E *kb = ks + (size_t)buf * TK * dp;
 		if constexpr (TC) {
 			using namespace nvcuda;
-			const int warp = tid / 32;
-			if (warp * 16 < (int)nr) {
-				wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[TK / 16];
+			constexpr int MR = warp_tile<D_>::MR, NK = warp_tile<D_>::NK;
+			if (wr0 < (int)nr) {
+				wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MR][NK];
 #pragma unroll
-				for (int n = 0; n < TK / 16; n++)
-					wmma::fill_fragment(acc[n], 0.f);
+				for (int m = 0; m < MR; m++)
+#pragma unroll
+					for (int n = 0; n < NK; n++)
+						wmma::fill_fragment(acc[m][n], 0.f);
 #pragma unroll
 				for (int i = 0; i < D_ / 16; i++) {
 #pragma unroll
-					for (int n = 0; n < TK / 16; n++) {
+					for (int n = 0; n < NK; n++) {
 						wmma::fragment<wmma::matrix_b, 16, 16, 16, T,
 							       wmma::col_major>
 						    b;
-						wmma::load_matrix_sync(b, kb + n * 16 * dp + i * 16,
-								       dp);
-						wmma::mma_sync(acc[n], qf.a[i], b, acc[n]);
+						wmma::load_matrix_sync(
+						    b, kb + (wk0 + n * 16) * dp + i * 16, dp);
+#pragma unroll
+						for (int m = 0; m < MR; m++)
+							wmma::mma_sync(acc[m][n], qf.a[m][i], b,
+								       acc[m][n]);
 					}
 				}
 #pragma unroll
-				for (int n = 0; n < TK / 16; n++)
-					wmma::store_matrix_sync(ss + warp * 16 * SP + n * 16,
-								acc[n], SP, wmma::mem_row_major);
+				for (int m = 0; m < MR; m++)
+#pragma unroll
+					for (int n = 0; n < NK; n++)
+						wmma::store_matrix_sync(
+						    ss + (wr0 + 16 * m) * SP + wk0 + n * 16,
+						    acc[m][n], SP, wmma::mem_row_major);
 			}
 		} else {
 			constexpr int RPT = RT / (NT / TK); /* rows per thread */
@@ -305,57 +347,58 @@ __global__ void __launch_bounds__(256) score_kernel(const __grid_constant__ laun
 		__syncthreads();
 
 		if (PASS == 1) {
+			/* one read per logit: rescale the running sum when the max moves */
 			if (my_r < nr) {
-				float tmax = -INFINITY;
 				for (uint32_t kk = sub; kk < TK; kk += TPR) {
 					uint32_t j = j0 + kk;
-					if (j < k1 && j <= my_pos) {
-						float z = ss[my_r * SP + kk] * c.scale_log2;
-						if (!isfinite(z))
-							bad = 1;
-						else
-							tmax = fmaxf(tmax, z);
+					if (j >= k1 || j > my_pos)
+						continue;
+					float z = ss[my_r * SP + kk] * c.scale_log2;
+					if (!isfinite(z)) {
+						bad = 1;
+					} else if (z > run_m) {
+						run_s = run_s * exp2f(run_m - z) + 1.f;
+						run_m = z;
+					} else {
+						run_s += exp2f(z - run_m);
 					}
-				}
-				if (tmax > -INFINITY) {
-					float nm = fmaxf(run_m, tmax);
-					float s = run_s * exp2f(run_m - nm);
-					for (uint32_t kk = sub; kk < TK; kk += TPR) {
-						uint32_t j = j0 + kk;
-						if (j < k1 && j <= my_pos) {
-							float z = ss[my_r * SP + kk] * c.scale_log2;
-							if (isfinite(z))
-								s += exp2f(z - nm);
-						}
-					}
-					run_m = nm;
-					run_s = s;
 				}
 			}
 		} else {
-			for (uint32_t idx = tid; idx < RT * TK; idx += NT) {
-				uint32_t r = idx / TK, kk = idx % TK, j = j0 + kk;
-				float pr = 0.f;
-				if (r < nr && j < k1 && j <= qbase + (r0 + r) % W)
-					pr = exp2f(ss[r * SP + kk] * c.scale_log2 - rowm[r]) *
-					     rowis[r];
-				ss[r * SP + kk] = pr;
-			}
-			__syncthreads();
-			for (uint32_t idx = tid; idx < (g_hi - g_lo + 1) * TK; idx += NT) {
-				uint32_t g = g_lo + idx / TK, kk = idx % TK, j = j0 + kk;
-				if (j >= k1)
-					continue;
-				uint32_t rlo = max(g * W, r0) - r0;
-				uint32_t rhi = min((g + 1) * W, r0 + nr) - r0;
+			/*
+			 * Column sums of a[t][j] = exp(z - max) / sum straight from the
+			 * logits, one read each: a thread owns (query head, key) items;
+			 * when there are fewer items than threads (one head, or h2o's
+			 * long rows) S threads share an item's rows and add up in `red`.
+			 */
+			const uint32_t items = (g_hi - g_lo + 1) * TK;
+			const uint32_t S = items >= NT ? 1 : min(NT / items, 8u);
+			for (uint32_t idx = tid; idx < items * S; idx += NT) {
+				const uint32_t item = idx % items, part = idx / items;
+				const uint32_t g = g_lo + item / TK, kk = item % TK, j = j0 + kk;
+				const uint32_t rlo = max(g * W, r0) - r0;
+				const uint32_t rhi = min((g + 1) * W, r0 + nr) - r0;
 				float sum = 0.f;
-				for (uint32_t r = rlo; r < rhi; r++)
-					sum += ss[r * SP + kk];
-				float *vp = p.votes + ((size_t)layer * c.h_q + kvh * G + g) * L + j;
-				if (p.row_tiles == 1)
-					*vp = sum;
+				if (j < k1)
+					for (uint32_t r = rlo + part; r < rhi; r += S)
+						if (j <= qbase + (r0 + r) % W)
+							sum +=
+							    exp2f(ss[r * SP + kk] * c.scale_log2 -
+								  rowm[r]) *
+							    rowis[r];
+				if (S == 1)
+					add_vote(g, j, sum);
 				else
-					atomicAdd(vp, sum);
+					red[part * items + item] = sum;
+			}
+			if (S > 1) {
+				__syncthreads();
+				for (uint32_t item = tid; item < items; item += NT) {
+					float sum = 0.f;
+					for (uint32_t part = 0; part < S; part++)
+						sum += red[part * items + item];
+					add_vote(g_lo + item / TK, j0 + item % TK, sum);
+				}
 			}
 		}
 		__syncthreads();
@@ -398,7 +441,7 @@ static cudaError_t score_launch_one(const launch_params &p, int pass, cudaStream
 	if (e != cudaSuccess)
 		return e;
 	dim3 grid(p.chunks, p.row_tiles, p.n_layers * p.c.h_kv);
-	kern<<<grid, sh::THREADS, lay.total, s>>>(p);
+	SKV_LAUNCH(kern, grid, sh::THREADS, lay.total, s, p);
 	return cudaGetLastError();
 }
 

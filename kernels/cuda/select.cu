@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
 	int32_t *pos_out = ly.positions + (size_t)h * ly.pos_stride;
 	__shared__ uint32_t hist[256];
 	__shared__ uint32_t ws[32];
-	__shared__ float wsf[32];
+	__shared__ double wsd[32];
 	__shared__ uint32_t sh_prefix, sh_need;
 
 	if (c.bypass) {
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
 
 	/* emit ascending: forced, above the threshold, or among the first `need` ties */
 	uint32_t ties_before = 0, kept_before = 0;
-	float mass = 0.f;
+	double mass = 0.0; /* in double, as the host sums it */
 	for (uint32_t base = 0; base < L; base += SEL_THREADS) {
 		const uint32_t j = base + tid;
 		const bool in = j < L;
@@ -247,19 +247,19 @@ __global__ void __launch_bounds__(SEL_THREADS)
 		ties_before += tie_total;
 		kept_before += kept_total;
 	}
-	mass = block_sum(mass, wsf);
+	mass = block_sum(mass, wsd);
 	if (tid == 0) {
 		if (kept_before != c.kept)
 			set_status(p.status, STATUS_INTERNAL, (int32_t)layer, (int32_t)h);
 		if (ly.retained_mass)
-			ly.retained_mass[h] = (v && c.w_obs) ? mass / (float)c.w_obs : NAN;
+			ly.retained_mass[h] = (v && c.w_obs) ? (float)(mass / c.w_obs) : NAN;
 	}
 }
 
 cudaError_t select_launch(const launch_params &p, cudaStream_t s)
 {
 	dim3 grid(p.c.h_store, p.n_layers);
-	select_kernel<<<grid, SEL_THREADS, 0, s>>>(p);
+	SKV_LAUNCH(select_kernel, grid, SEL_THREADS, 0, s, p);
 	return cudaGetLastError();
 }
 

@@ -66,6 +66,11 @@ struct skv_backend_ops {
 	void *(*arena_ptr)(const struct skv_cuda_arena *arena);
 	uint64_t (*arena_size)(const struct skv_cuda_arena *arena);
 	void (*arena_free)(struct skv_cuda_arena *arena);
+	int (*host_register)(struct skv_cuda_dev *dev, void *ptr, uint64_t size, void **ret_dev,
+			     struct skv_error *err);
+	void (*host_unregister)(struct skv_cuda_dev *dev, void *ptr);
+	/* 1: a CPU emulation (tests/gpu/emu), which needs no driver */
+	int emulated;
 };
 
 /* The one symbol the loader looks up in the plugin. */
@@ -78,14 +83,15 @@ struct skv_backend {
 	void *libcuda; /* dlopen() handle of the driver    */
 	const struct skv_backend_ops *ops;
 	struct skv_cuda_dev *dev;
-	char path[256]; /* the plugin actually loaded      */
+	char path[512]; /* the plugin actually loaded      */
 };
 
 /* Plugin file name searched when no path is given (dlopen's search rules). */
 #define SKV_CUDA_PLUGIN "libskv-cuda.so"
 
 /*
- * Load the plugin at `path` (NULL: $SKV_CUDA_PLUGIN, else SKV_CUDA_PLUGIN
+ * Load the plugin at `path` (NULL: $SKV_CUDA_PLUGIN, else libskv-cuda.so in
+ * the running program's directory if there is one, else SKV_CUDA_PLUGIN
  * through the dynamic linker's search path) and open `device` (-1: the first).
  * 0; -ENOENT (plugin missing or not loadable, or its table absent/too old);
  * -ENODEV (no CUDA driver, no device); -EINVAL; -ENOMEM. err says which.

@@ -19,6 +19,17 @@
 
 #include "skv.h"
 
+/*
+ * Kernel launches and dynamic shared memory go through these two macros so
+ * that tests/gpu/emu can compile the kernels as host C++ and run them in a
+ * CPU emulation of the CUDA execution model (no GPU needed).
+ */
+#ifndef SKV_CUDA_EMU
+#define SKV_LAUNCH(kern, grid, block, smem, stream, ...)                                          \
+	kern<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define SKV_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
 namespace skvcuda
 {
 

@@ -554,6 +554,57 @@ void skv_cuda_dev_close(struct skv_cuda_dev *dev)
 	free(dev);
 }
 
+/* -------------------------------------------------------- host memory */
+
+int skv_cuda_host_register(struct skv_cuda_dev *dev, void *ptr, uint64_t size, void **ret_dev,
+			   struct skv_error *err)
+{
+	const uintptr_t pg = 4096;
+
+	if (!dev || !ptr || !size || !ret_dev)
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "device, range and ret_dev are required");
+	int r = skv_cuda_dev_enter(dev, err);
+	if (r < 0)
+		return r;
+	uintptr_t b = (uintptr_t)ptr & ~(pg - 1);
+	uintptr_t e = ((uintptr_t)ptr + size + pg - 1) & ~(pg - 1);
+	const unsigned fl = cudaHostRegisterMapped | cudaHostRegisterPortable;
+	cudaError_t ce = cudaHostRegister((void *)b, e - b, fl);
+	if (ce != cudaSuccess && ce != cudaErrorHostMemoryAlreadyRegistered) {
+		/* a PROT_READ mapping (an engine's memfd) pins only read-only */
+		cudaGetLastError();
+		ce = cudaHostRegister((void *)b, e - b, fl | cudaHostRegisterReadOnly);
+	}
+	if (ce == cudaErrorHostMemoryAlreadyRegistered) {
+		cudaGetLastError();
+		return skv_cuda_fail(err, -EEXIST, -1, -1, "host range already registered");
+	}
+	if (ce != cudaSuccess)
+		return skv_cuda_fail(err, ce == cudaErrorMemoryAllocation ? -ENOMEM : -EIO, -1, -1,
+				     "cudaHostRegister(%llu bytes): %s",
+				     (unsigned long long)(e - b), cudaGetErrorString(ce));
+	void *d = NULL;
+	ce = cudaHostGetDevicePointer(&d, (void *)b, 0);
+	if (ce != cudaSuccess) {
+		cudaHostUnregister((void *)b);
+		return skv_cuda_fail(err, -EIO, -1, -1, "cudaHostGetDevicePointer: %s",
+				     cudaGetErrorString(ce));
+	}
+	*ret_dev = (char *)d + ((uintptr_t)ptr - b);
+	return 0;
+}
+
+void skv_cuda_host_unregister(struct skv_cuda_dev *dev, void *ptr)
+{
+	if (!dev || !ptr)
+		return;
+	cudaSetDevice(dev->device);
+	/* kernels may still read it */
+	cudaDeviceSynchronize();
+	cudaHostUnregister((void *)((uintptr_t)ptr & ~(uintptr_t)4095));
+}
+
 /* ------------------------------------------------------ backend table */
 
 static const struct skv_backend_ops ops = {
@@ -583,6 +634,11 @@ static const struct skv_backend_ops ops = {
     .arena_ptr = skv_cuda_arena_ptr,
     .arena_size = skv_cuda_arena_size,
     .arena_free = skv_cuda_arena_free,
+    .host_register = skv_cuda_host_register,
+    .host_unregister = skv_cuda_host_unregister,
+#ifdef SKV_CUDA_EMU
+    .emulated = 1,
+#endif
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

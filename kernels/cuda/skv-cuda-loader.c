@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "skv-backend.h"
 
@@ -30,6 +31,23 @@ static int fail(struct skv_error *err, int r, const char *fmt, ...)
 		err->head = -1;
 	}
 	return r;
+}
+
+/*
+ * The plugin next to the running program (an in-tree build/snapkvd finds
+ * build/libskv-cuda.so), or NULL when there is none.
+ */
+static const char *beside_exe(char *buf, size_t len)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, len - 1);
+	if (n <= 0)
+		return NULL;
+	buf[n] = 0;
+	char *slash = strrchr(buf, '/');
+	if (!slash || (size_t)(slash - buf) + 1 + sizeof(SKV_CUDA_PLUGIN) > len)
+		return NULL;
+	memcpy(slash + 1, SKV_CUDA_PLUGIN, sizeof(SKV_CUDA_PLUGIN));
+	return access(buf, R_OK) == 0 ? buf : NULL;
 }
 
 void skv_backend_unload(struct skv_backend *be)
@@ -50,6 +68,7 @@ int skv_backend_load(const char *path, int device, struct skv_backend **ret_be,
 		     struct skv_error *err)
 {
 	struct skv_backend *be;
+	char exe_dir[512];
 	const char *why;
 	int r;
 
@@ -57,6 +76,8 @@ int skv_backend_load(const char *path, int device, struct skv_backend **ret_be,
 		return fail(err, -EINVAL, "ret_be is required");
 	if (!path || !*path)
 		path = getenv("SKV_CUDA_PLUGIN");
+	if (!path || !*path)
+		path = beside_exe(exe_dir, sizeof(exe_dir));
 	if (!path || !*path)
 		path = SKV_CUDA_PLUGIN;
 	be = calloc(1, sizeof(*be));
@@ -87,8 +108,10 @@ int skv_backend_load(const char *path, int device, struct skv_backend **ret_be,
 		goto fail;
 	}
 
-	be->libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-	if (!be->libcuda) {
+	/* the CPU emulation of tests/gpu/emu is the one plugin that needs no driver */
+	if (!be->ops->emulated)
+		be->libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!be->ops->emulated && !be->libcuda) {
 		why = dlerror();
 		r = fail(err, -ENODEV, "no CUDA driver found: %s",
 			 why ? why : "libcuda.so.1 cannot be loaded");

@@ -83,8 +83,10 @@ int skv_cuda_ctx_wait_value(struct skv_cuda_ctx *ctx, const void *flag, uint32_t
  * once every kernel is queued, never waiting for the GPU. Validation errors
  * (-EINVAL; -ENOTSUP for what the GPU path does not take: head_dim > 256, q
  * and k of different dtypes, K and V of different dtypes, dtypes that change
- * between layers) are returned here, before anything is enqueued. Results and
- * -EDOM (NaN/Inf logits: err names layer and query head) come from
+ * between layers; -EBUSY while the context's previous compaction has not been
+ * synced) are returned here, before anything is enqueued; -ENOMEM/-EIO when
+ * scratch or a launch fails (the context is drained and reusable). Results
+ * and -EDOM (NaN/Inf logits: err names layer and query head) come from
  * skv_cuda_ctx_sync() / skv_cuda_ctx_query().
  */
 int skv_cuda_compact(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
@@ -101,7 +103,8 @@ int skv_cuda_ctx_query(struct skv_cuda_ctx *ctx, struct skv_error *err);
  * with the same key returns the same object with its refcount raised (the fd
  * or handle of that call is not used). The fd is not consumed; the caller
  * closes it. size must be the exported allocation's size (a multiple of the
- * allocation granularity). -EEXIST never happens: keys are the identity.
+ * allocation granularity). -EINVAL for a bad fd/handle or size, -ENOTSUP
+ * where the device cannot import VMM fds, -ENOMEM.
  */
 int skv_cuda_import_fd(struct skv_cuda_dev *dev, uint64_t tenant, uint64_t generation, int fd,
 		       uint64_t size, struct skv_cuda_import **ret_imp, struct skv_error *err);
@@ -124,6 +127,18 @@ void skv_cuda_import_release(struct skv_cuda_import *imp);
  * afterwards: do not release them again. Returns the count.
  */
 unsigned skv_cuda_release_tenant(struct skv_cuda_dev *dev, uint64_t tenant);
+
+/*
+ * Host memory (e.g. a memfd mapping) made readable and writable by the
+ * kernels in place (page-locked, mapped; zero-copy over the bus). On return
+ * *ret_dev is the address kernels use for `ptr` (the same address under
+ * unified addressing). The range is rounded out to whole pages; a read-only
+ * mapping is registered read-only; a range already registered is -EEXIST.
+ * Unregister before unmapping.
+ */
+int skv_cuda_host_register(struct skv_cuda_dev *dev, void *ptr, uint64_t size, void **ret_dev,
+			   struct skv_error *err);
+void skv_cuda_host_unregister(struct skv_cuda_dev *dev, void *ptr);
 
 /*
  * A tenant arena: cuMemCreate (POSIX fd handle type) of at least `size`

@@ -88,6 +88,26 @@ static void test_built_plugin(void)
 		dlclose(drv);
 }
 
+/* The plugin built for the CPU emulator loads and opens its "device" with no driver. */
+static void test_emulated_plugin(void)
+{
+	const char *b = getenv("BUILD");
+	char path[512];
+	struct skv_backend *be = NULL;
+	struct skv_error err = {0};
+
+	snprintf(path, sizeof(path), "%s/tests/gpu/emu/libskv-cuda-emu.so", b && *b ? b : "build");
+	if (access(path, R_OK) != 0) {
+		printf("\n  skip: %s not built (CUDA=0)\n", path);
+		return;
+	}
+	int r = skv_backend_load(path, -1, &be, &err);
+	CU_ASSERT_EQUAL_FATAL(r, 0);
+	CU_ASSERT_EQUAL(be->ops->emulated, 1);
+	CU_ASSERT_PTR_NULL(be->libcuda);
+	skv_backend_unload(be);
+}
+
 /* $SKV_CUDA_PLUGIN names the plugin when no path is given. */
 static void test_env_path(void)
 {
@@ -110,6 +130,7 @@ int main(void)
 	    !CU_add_test(s, "not a plugin", test_not_a_plugin) ||
 	    !CU_add_test(s, "bad arguments", test_bad_args) ||
 	    !CU_add_test(s, "built plugin", test_built_plugin) ||
+	    !CU_add_test(s, "emulated plugin", test_emulated_plugin) ||
 	    !CU_add_test(s, "plugin path from environment", test_env_path)) {
 		CU_cleanup_registry();
 		return 1;

@@ -11,10 +11,52 @@ $(GPU_TESTS:%=%.o): CFLAGS_BASE += $(CUDA_INC)
 
 # The plugin by path (rpath to $(BUILD)), libskv for the host reference, and
 # a static cudart of their own for cudaMalloc and copies.
-$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBSKVCUDA) $(LIBSKV)
+$(GPU_TESTS): $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBSKVCUDA) $(LIBSKV)
 	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lskv-cuda $(LIBSKV) $(CUDART_STATIC) -lm \
 		-Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS)
 
 .PHONY: gpu-tests
 gpu-tests: $(GPU_TESTS)
 endif
+
+# The same kernels compiled as host C++ against tests/gpu/emu (a CPU
+# emulation of blocks, barriers, warp intrinsics and WMMA), linked with the
+# plugin's host code and gpu-agree: host-vs-CUDA agreement of the kernels'
+# logic in `make check`, on machines without a GPU. Needs the CUDA headers
+# only, so it is built with the plugin.
+ifeq ($(CUDA),1)
+EMU_DIR := $(BUILD)/tests/gpu/emu
+EMU_CXXFLAGS := -std=c++17 -O2 -g -fPIC -Wall -Wextra -Werror -Wno-unknown-pragmas -DSKV_CUDA_EMU \
+	-Itests/gpu/emu/include $(CUDA_INC) -Ikernels -I. -MMD -MP
+EMU_KOBJS := $(SKVCUDA_CU:%=$(EMU_DIR)/%.o)
+EMU_AGREE := $(EMU_DIR)/gpu-agree-emu
+-include $(EMU_KOBJS:.o=.d) $(EMU_DIR)/cuda-emu.d
+
+$(EMU_DIR)/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(CXX) -x c++ $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_DIR)/cuda-emu.o: tests/gpu/emu/cuda-emu.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+EMU_IPC := $(EMU_DIR)/gpu-ipc-emu
+# the plugin's host code, marked as the emulator (the loader then needs no driver)
+EMU_DEVOBJ := $(EMU_DIR)/skv-cuda-dev.o
+$(EMU_DEVOBJ): kernels/cuda/skv-cuda-dev.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CUDA_INC) -DSKV_CUDA_EMU -c $< -o $@
+# gpu-bench-emu is built on demand (SKV_BENCH_LAYERS=1 ... to try the program)
+$(GPU_TEST_PROGS:%=$(EMU_DIR)/%-emu): $(EMU_DIR)/gpu-%-emu: $(BUILD)/tests/gpu/gpu-%.o \
+		$(EMU_KOBJS) $(EMU_DEVOBJ) \
+		$(EMU_DIR)/cuda-emu.o $(LIBSKV)
+	$(CXX) -o $@ $^ -lm -pthread $(LDFLAGS)
+# The whole plugin on the emulator: `SKV_CUDA_PLUGIN=... snapkvd --backend cuda`
+# serves from it where no GPU is (tests/gpu/emu/test-daemon-cuda-emu.sh).
+EMU_PLUGIN := $(EMU_DIR)/libskv-cuda-emu.so
+$(EMU_PLUGIN): $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_DIR)/cuda-emu.o $(LIBSKV) kernels/cuda/skv-cuda.map
+	$(CXX) -shared -o $@ $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_DIR)/cuda-emu.o $(LIBSKV) \
+		-Wl,--version-script=kernels/cuda/skv-cuda.map -Wl,-soname,libskv-cuda-emu.so \
+		-lm -pthread $(LDFLAGS)
+BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN)
+endif
+TEST_SCRIPTS += tests/gpu/emu/run-emu.sh
+TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh

@@ -6,7 +6,7 @@
  * retained masses match; NaN logits give -EDOM naming the same layer/head.
  * Covers every policy, both GQA modes, avg/max pooling, protected ranges,
  * HND/NHD/paged inputs, strided outputs with headroom, dtype conversion in
- * the gather, more layers than one launch takes, and the bypass.
+ * the gather, more layers than one launch takes (> 96), and the bypass.
  */
 #include <errno.h>
 #include <time.h>
@@ -50,6 +50,7 @@ static const struct cfg cfgs[] = {
 	{"snapkv-f32-mha-d80", F32,F32,SNAP,EXP,AVG, 777,80,4,4,16,100,3,0,16,2, HND,0,0},
 	{"snapkv-f32-paged", F32,F32,SNAP,EXP,AVG, 2050,128,8,4,32,300,5,0,32,2, PAGED,1,0},
 	{"snapkv-f32-14-layers", F32,F32,SNAP,GRP,AVG, 600,64,4,2,8,64,5,0,8,14, HND,0,0},
+	{"snapkv-f32-100-layers", F32,F32,SNAP,GRP,AVG, 100,16,2,1,4,20,3,0,4,100, NHD,0,0},
 	{"snapkv-f32-W64-G8", F32,F32,SNAP,EXP,AVG, 1500,64,16,2,64,400,5,0,64,1, HND,0,0},
 	{"h2o-f32", F32,F32,H2O,EXP,AVG, 700,64,4,2,16,128,5,0,700,2, HND,0,0},
 	{"streamingllm-f32", F32,F32,STRM,EXP,AVG, 1000,64,4,2,32,200,5,4,0,2, HND,1,0},
@@ -349,6 +350,65 @@ out:
 	return fails;
 }
 
+/* A random small valid case (for `gpu-agree --random N [SEED]`, a bug hunt). */
+static void random_cfg(struct rng *r, struct cfg *c, char *name, size_t len)
+{
+	static const enum skv_policy pol[] = {SNAP, SNAP, SNAP, H2O, STRM, WNDW};
+	static const uint32_t dims[] = {8, 16, 24, 64, 80, 128};
+	static const uint32_t groups[] = {1, 2, 4, 8};
+	for (;;) {
+		memset(c, 0, sizeof(*c));
+		c->dt = c->odt = F32;
+		c->policy = pol[rng_next(r) % 6];
+		c->gqa = rng_next(r) % 2 ? EXP : GRP;
+		c->pool = rng_next(r) % 2 ? AVG : MAX;
+		c->L = 8 + (uint32_t)(rng_next(r) % 900);
+		c->D = dims[rng_next(r) % 6];
+		c->hkv = 1 + (uint32_t)(rng_next(r) % 3);
+		c->hq = c->hkv * groups[rng_next(r) % 4];
+		c->W = 1 + (uint32_t)(rng_next(r) % 48);
+		c->C = 2 + (uint32_t)(rng_next(r) % (c->L + 40));
+		c->k = 1 + 2 * (uint32_t)(rng_next(r) % 5);
+		c->S = (uint32_t)(rng_next(r) % 6);
+		c->layers = 1 + (uint32_t)(rng_next(r) % 3);
+		c->lay = (enum layout)(rng_next(r) % 3);
+		c->protect = rng_next(r) % 3 == 0 && c->L >= 16;
+		c->nq = c->policy == SNAP ? c->W
+			: c->policy == H2O
+			    ? c->L
+			    : (rng_next(r) % 2 ? 0 : 1 + (uint32_t)(rng_next(r) % 8));
+		if (c->nq > c->L)
+			continue;
+		struct skv_shape sh = {c->L, c->D, c->hq, c->hkv, c->nq};
+		struct skv_params p;
+		struct skv_plan pl;
+		struct skv_error e;
+		skv_params_init(&p);
+		p.policy = c->policy;
+		p.window = c->W;
+		p.capacity = c->C;
+		p.kernel = c->k;
+		p.pooling = c->pool;
+		p.gqa = c->gqa;
+		p.sinks = c->S;
+		if (c->protect) {
+			p.n_protected = 2;
+			p.protected_ranges[0] = (struct skv_range){c->L / 4, c->L / 4 + 8};
+			p.protected_ranges[1] = (struct skv_range){c->L / 2 - 3, c->L / 2 + 2};
+		}
+		if (skv_plan(&sh, &p, &pl, &e) == 0)
+			break;
+	}
+	snprintf(name, len, "rand L%u D%u hq%u hkv%u W%u C%u k%u %s %s %s%s", c->L, c->D, c->hq,
+		 c->hkv, c->W, c->C, c->k, skv_policy_name(c->policy),
+		 c->gqa == EXP ? "exp" : "grp",
+		 c->lay == HND	 ? "hnd"
+		 : c->lay == NHD ? "nhd"
+				 : "paged",
+		 c->protect ? " prot" : "");
+	c->name = name;
+}
+
 int main(int argc, char **argv)
 {
 	struct skv_cuda_dev *dev = NULL;
@@ -357,7 +417,6 @@ int main(int argc, char **argv)
 	struct skv_error err = {0};
 	struct skv_cuda_info info;
 	int fails = 0, r;
-	const char *only = argc > 1 ? argv[1] : NULL;
 
 	r = skv_cuda_dev_open(-1, &dev, &err);
 	if (r < 0) {
@@ -372,8 +431,23 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	printf("host backend: %u threads, %s\n", skv_ctx_threads(hctx), skv_ctx_isa(hctx));
-	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
-		if (only && !strstr(cfgs[i].name, only))
+	if (argc > 2 && !strcmp(argv[1], "--random")) {
+		int n = atoi(argv[2]);
+		struct rng rr = {argc > 3 ? strtoull(argv[3], NULL, 0) : 1};
+		for (int i = 0; i < n; i++) {
+			struct cfg c;
+			char name[160];
+			random_cfg(&rr, &c, name, sizeof(name));
+			fails += run_cfg(&c, hctx, gctx, rng_next(&rr));
+		}
+		argc = 0; /* no named cases */
+	}
+	for (size_t i = 0; argc != 0 && i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		/* arguments: run only the cases whose name contains one of them */
+		int pick = argc < 2;
+		for (int a = 1; a < argc && !pick; a++)
+			pick = strstr(cfgs[i].name, argv[a]) != NULL;
+		if (!pick)
 			continue;
 		fails += run_cfg(&cfgs[i], hctx, gctx, 1000 + i);
 	}

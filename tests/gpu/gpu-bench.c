@@ -8,6 +8,8 @@
  * copy). Target: at most 2x the roofline.
  *
  * usage: gpu-bench [L ...]   (default 8192 32768)
+ * SKV_BENCH_LAYERS, SKV_BENCH_REPS, SKV_BENCH_COPY_MIB shrink the run (to try
+ * the program itself on the CPU emulator); the defaults are the benchmark.
  */
 #include <errno.h>
 #include <time.h>
@@ -15,18 +17,28 @@
 #include "gpu-common.h"
 #include "kernels/cuda/skv-cuda.h"
 
-#define LAYERS 32
-#define HQ     32
-#define HKV    8
-#define HD     128
-#define WIN    32
-#define CAP    2048
-#define REPS   20
+#define MAX_LAYERS 32
+#define HQ	   32
+#define HKV	   8
+#define HD	   128
+#define WIN	   32
+#define CAP	   2048
+#define MAX_REPS   20
+
+static int LAYERS = MAX_LAYERS, REPS = MAX_REPS;
+static size_t COPY_BYTES = 1ull << 30;
+
+static int env_int(const char *name, int def, int lo, int hi)
+{
+	const char *v = getenv(name);
+	int x = v ? atoi(v) : def;
+	return x < lo || x > hi ? def : x;
+}
 
 /* Copy bandwidth (read + write bytes / s) of a 1 GiB device-to-device memcpy. */
 static int measure_d2d(double *ret_bw)
 {
-	const size_t n = 1ull << 30;
+	const size_t n = COPY_BYTES;
 	void *a, *b;
 	cudaEvent_t e0, e1;
 	float ms = 0, best = 1e30f;
@@ -105,8 +117,8 @@ static int bench_one(struct skv_cuda_ctx *ctx, uint32_t L, enum skv_gqa gqa, dou
 	CK(cudaMemcpy(dq, h, LAYERS * q_layer * es, cudaMemcpyHostToDevice));
 	free(h);
 
-	struct skv_layer_in in[LAYERS];
-	struct skv_layer_out out[LAYERS];
+	struct skv_layer_in in[MAX_LAYERS];
+	struct skv_layer_out out[MAX_LAYERS];
 	for (int l = 0; l < LAYERS; l++) {
 		in[l].q = (struct skv_tensor){.data = dq + l * q_layer * es,
 					      .dtype = SKV_DTYPE_BF16,
@@ -133,7 +145,7 @@ static int bench_one(struct skv_cuda_ctx *ctx, uint32_t L, enum skv_gqa gqa, dou
 	cudaEvent_t e0, e1;
 	CK(cudaEventCreate(&e0));
 	CK(cudaEventCreate(&e1));
-	float ms[REPS];
+	float ms[MAX_REPS];
 	double enqueue_max = 0;
 	for (int i = -3; i < REPS; i++) {
 		CK(cudaEventRecord(e0, s));
@@ -191,6 +203,9 @@ int main(int argc, char **argv)
 	int nL = 2;
 	double bw_meas = 0;
 
+	LAYERS = env_int("SKV_BENCH_LAYERS", MAX_LAYERS, 1, MAX_LAYERS);
+	REPS = env_int("SKV_BENCH_REPS", MAX_REPS, 1, MAX_REPS);
+	COPY_BYTES = (size_t)env_int("SKV_BENCH_COPY_MIB", 1024, 1, 1 << 16) << 20;
 	if (argc > 1) {
 		nL = 0;
 		for (int i = 1; i < argc && nL < 8; i++)

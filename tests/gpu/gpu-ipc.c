@@ -256,7 +256,10 @@ static int run_daemon(int s)
 
 /* ------------------------------------------------------------ engine */
 
-/* Host reference of the data in hkv/hq, compared with the arena read back. */
+/*
+ * Host reference of the data in hkv/hq, compared with the arena read back.
+ * hkv has the device buffer's layout: the flag header, then K and V.
+ */
 static int check_round(int round, const char *hkv, const char *hq, const char *garena)
 {
 	struct skv_shape sh;
@@ -347,7 +350,7 @@ static int run_engine(int s)
 	struct out_layout o = out_layout(&pl);
 	char *garena = malloc(o.bytes);
 	char *hkv = NULL, *hq = NULL;
-	CK(cudaMallocHost((void **)&hkv, 2 * KV_ELEMS * 4));
+	CK(cudaMallocHost((void **)&hkv, FLAG_BYTES + 2 * KV_ELEMS * 4));
 	CK(cudaMallocHost((void **)&hq, q_bytes));
 
 	cudaStream_t st = NULL;
@@ -355,14 +358,14 @@ static int run_engine(int s)
 	for (int round = 1; round <= 2; round++) {
 		struct rng r = {77 + round};
 		for (size_t i = 0; i < 2 * KV_ELEMS; i++)
-			((float *)hkv)[i] = rng_normal(&r);
+			((float *)(hkv + FLAG_BYTES))[i] = rng_normal(&r);
 		for (size_t i = 0; i < Q_ELEMS; i++)
 			((float *)hq)[i] = 1.6f * rng_normal(&r);
 		if (round == 1) {
 			/* the daemon's compaction is already queued behind the flag */
 			struct timespec ts = {0, 300 * 1000 * 1000};
 			nanosleep(&ts, NULL);
-			CK(cudaMemcpy(dkv + FLAG_BYTES, hkv, 2 * KV_ELEMS * 4,
+			CK(cudaMemcpy(dkv + FLAG_BYTES, hkv + FLAG_BYTES, 2 * KV_ELEMS * 4,
 				      cudaMemcpyHostToDevice));
 			CK(cudaMemcpy(dq, hq, q_bytes, cudaMemcpyHostToDevice));
 			uint32_t one = 1;
@@ -372,7 +375,7 @@ static int run_engine(int s)
 			CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 			CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming |
 							     cudaEventInterprocess));
-			CK(cudaMemcpyAsync(dkv + FLAG_BYTES, hkv, 2 * KV_ELEMS * 4,
+			CK(cudaMemcpyAsync(dkv + FLAG_BYTES, hkv + FLAG_BYTES, 2 * KV_ELEMS * 4,
 					   cudaMemcpyHostToDevice, st));
 			CK(cudaMemcpyAsync(dq, hq, q_bytes, cudaMemcpyHostToDevice, st));
 			CK(cudaEventRecord(ev, st));

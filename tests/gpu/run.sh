@@ -84,6 +84,8 @@ if [ $agree_rc -eq 2 ]; then
 fi
 run_step "two processes: engine VMM fd + IPC handle -> daemon -> arena fd" 120 \
 	"$BUILD/tests/gpu/gpu-ipc"
+run_step "daemon: snapkvd --backend cuda == host bytes (snapkvctl)" 120 \
+	env BUILD="$BUILD" PLUGIN="$BUILD/libskv-cuda.so" bash tests/gpu/emu/test-daemon-cuda-emu.sh
 run_step "benchmark: Llama-3-8B shape, L = 8192 and 32768" 240 "$BUILD/tests/gpu/gpu-bench" 8192 32768
 
 note "summary"

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -51,6 +52,8 @@ static inline int h_connect_raw(const char *path)
 	return fd;
 }
 
+static inline pid_t h_daemon_pid(const char *sock);
+
 /* Start snapkvd with extra args (NULL-terminated); wait until it accepts. */
 static inline int h_start(struct harness *h, const char *const *extra)
 {
@@ -78,16 +81,15 @@ static inline int h_start(struct harness *h, const char *const *extra)
 	argv[n] = NULL;
 	h->pid = fork();
 	if (h->pid == 0) {
+		/* a test that crashes must not leave its daemon behind */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
-		int fd = h_connect_raw(h->sock);
-
-		if (fd >= 0) {
-			close(fd);
+		/* ours answering, not a killed predecessor's lingering socket */
+		if (h_daemon_pid(h->sock) == h->pid)
 			return 0;
-		}
 		if (waitpid(h->pid, NULL, WNOHANG) == h->pid) {
 			h->pid = 0;
 			return -ECHILD;
@@ -198,6 +200,18 @@ static inline long long h_pool_used(const char *sock)
 	if (!r)
 		return -1;
 	v = (long long)r->pool_used;
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return v;
+}
+
+static inline pid_t h_daemon_pid(const char *sock)
+{
+	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
+	pid_t v;
+
+	if (!r)
+		return -1;
+	v = (pid_t)r->pid;
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return v;
 }

@@ -9,6 +9,8 @@
  */
 #include <CUnit/Basic.h>
 #include <math.h>
+#include <stdbool.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
@@ -215,6 +217,74 @@ static void test_messages(void)
 	CU_ASSERT_EQUAL(
 	    skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r.buf, n, NULL, 0, 0), 0);
 	CU_ASSERT_EQUAL(raw_next(&r, NULL), SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY);
+	/* a registered, then unregistered buffer is unknown afterwards */
+	{
+		int mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		Snapkv__V1__RegisterReply *rr;
+		Snapkv__V1__Unregister un = SNAPKV__V1__UNREGISTER__INIT;
+		struct skv_frame_hdr hh;
+		uint64_t id;
+
+		CU_ASSERT_EQUAL(ftruncate(mfd, 1 << 16), 0);
+		CU_ASSERT_EQUAL(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+		n = snapkv__v1__register_buffer__pack(&rb, r.buf);
+		CU_ASSERT_EQUAL(skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r.buf,
+					       n, &mfd, 1, 0),
+				0);
+		close(mfd);
+		CU_ASSERT_FATAL(skv_frame_recv(r.fd, r.buf, sizeof(r.buf), &hh, NULL, NULL, 0) >=
+				0);
+		rr =
+		    snapkv__v1__register_reply__unpack(NULL, hh.length, r.buf + SKV_FRAME_HDR_SIZE);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(rr);
+		CU_ASSERT_EQUAL(rr->status, 0);
+		id = rr->buffer_id;
+		snapkv__v1__register_reply__free_unpacked(rr, NULL);
+		for (int i = 0; i < 2; i++) {
+			Snapkv__V1__UnregisterReply *ur;
+
+			un.buffer_id = id;
+			n = snapkv__v1__unregister__pack(&un, r.buf);
+			CU_ASSERT_EQUAL(skv_frame_send(r.fd,
+						       SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER,
+						       r.buf, n, NULL, 0, 0),
+					0);
+			CU_ASSERT_FATAL(
+			    skv_frame_recv(r.fd, r.buf, sizeof(r.buf), &hh, NULL, NULL, 0) >= 0);
+			ur = snapkv__v1__unregister_reply__unpack(NULL, hh.length,
+								  r.buf + SKV_FRAME_HDR_SIZE);
+			CU_ASSERT_PTR_NOT_NULL_FATAL(ur);
+			CU_ASSERT_EQUAL(ur->status, i == 0 ? 0 : -ENOENT);
+			snapkv__v1__unregister_reply__free_unpacked(ur, NULL);
+		}
+		Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
+		Snapkv__V1__TensorRef t = SNAPKV__V1__TENSOR_REF__INIT;
+		Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
+		Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+
+		t.buffer_id = id;
+		t.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
+		t.head_stride = 64 * 16;
+		t.token_stride = 16;
+		l0.q = l0.k = l0.v = &t;
+		cr.layers = cr.h_q = cr.h_kv = 1;
+		cr.head_dim = 16;
+		cr.prompt_len = 64;
+		cr.n_q = 8;
+		cr.n_layer = 1;
+		cr.layer = &lp;
+		pm.window = 8;
+		pm.capacity = 24;
+		cr.params = &pm;
+		req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
+		req.compact = &cr;
+		n = snapkv__v1__request__pack(&req, r.buf);
+		CU_ASSERT_EQUAL(skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, r.buf,
+					       n, NULL, 0, 0),
+				0);
+		CU_ASSERT_EQUAL(raw_next(&r, &st), SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE);
+		CU_ASSERT_EQUAL(st, -ENOENT);
+	}
 	/* a second HELLO is a protocol error: closed */
 	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
 	hello.client_version = SKV_PROTO_VERSION;
@@ -256,6 +326,8 @@ static void test_requests(void)
 	lr[0].v = (struct skv_tensor_ref){b, q + kv, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
 	d.layer = lr;
 	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &k), 0);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	k = NULL;
 
 	/* out of range: V one row past the end */
 	lr[0].v.offset = q + kv + D * 4;
@@ -311,13 +383,6 @@ static void test_requests(void)
 	d.decode_reserve = 1u << 30;
 	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -E2BIG);
 	d.decode_reserve = 0;
-	/* an unregistered buffer */
-	struct skv_buffer *gone = NULL;
-	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, 4096, &gone), 0);
-	lr[0].q.buf = gone;
-	CU_ASSERT_EQUAL(skv_buffer_free(gone), 0);
-	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -ENOENT);
-	lr[0].q.buf = b;
 	/* NaN logits: -EDOM for that request only */
 	f[3] = NAN;
 	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -EDOM);
@@ -425,6 +490,167 @@ static void test_ring(void)
 	bystander_ok();
 }
 
+/* Pack a Request into ring slot i and write its SQE; publish = make it (and
+ * every SQE written before) visible at once, with one tail store. */
+static void rring_request(struct raw *r, struct rring *x, uint32_t i, Snapkv__V1__Request *req,
+			  bool publish)
+{
+	struct skv_sqe e = {.opcode = SKV_OP_REQUEST, .slot = i, .user_data = 100 + i};
+	static uint32_t pending;
+
+	e.len = (uint32_t)snapkv__v1__request__pack(req, x->map + x->l.arg_off +
+							     (size_t)i * x->l.arg_slot_size);
+	memcpy(x->sq.entries + (size_t)((x->sq.local + pending) & x->sq.mask) * x->sq.esize, &e,
+	       sizeof(e));
+	pending++;
+	if (!publish)
+		return;
+	x->sq.local += pending;
+	pending = 0;
+	atomic_store_explicit(&x->sq.ctl->tail, x->sq.local, memory_order_release);
+	if (skv_ring_needs_wakeup(&x->sq))
+		eventfd_write(r->fds[2], 1);
+}
+
+/* GROW copies in the worker: the cache is busy until it is done, and an
+ * APPEND or RELEASE queued right behind it is refused with -EBUSY. */
+static void test_grow_busy(void)
+{
+	struct raw r;
+	struct rring x;
+	struct skv_cqe c[3];
+	struct skv_frame_hdr hh;
+	Snapkv__V1__RegisterBuffer rb = SNAPKV__V1__REGISTER_BUFFER__INIT;
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
+	Snapkv__V1__TensorRef q = SNAPKV__V1__TENSOR_REF__INIT, k = SNAPKV__V1__TENSOR_REF__INIT;
+	Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
+	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	Snapkv__V1__GrowRequest gr = SNAPKV__V1__GROW_REQUEST__INIT;
+	Snapkv__V1__AppendRequest ap = SNAPKV__V1__APPEND_REQUEST__INIT;
+	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
+	Snapkv__V1__RegisterReply *rr;
+	Snapkv__V1__Response *resp;
+	int mfd = memfd_create("g", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint64_t id, cache;
+	size_t n;
+
+	CU_ASSERT_EQUAL_FATAL(raw_connect(&r), 0);
+	CU_ASSERT_EQUAL_FATAL(raw_hello(&r), 0);
+	CU_ASSERT_EQUAL_FATAL(rring_map(&r, &x), 0);
+	/* a buffer of small values, registered by hand */
+	CU_ASSERT_EQUAL(ftruncate(mfd, 1 << 20), 0);
+	float *f = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	for (int i = 0; i < (1 << 18); i++)
+		f[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+	munmap(f, 1 << 20);
+	CU_ASSERT_EQUAL(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	n = snapkv__v1__register_buffer__pack(&rb, r.buf);
+	CU_ASSERT_EQUAL(
+	    skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r.buf, n, &mfd, 1, 0), 0);
+	close(mfd);
+	CU_ASSERT_FATAL(skv_frame_recv(r.fd, r.buf, sizeof(r.buf), &hh, NULL, NULL, 0) >= 0);
+	rr = snapkv__v1__register_reply__unpack(NULL, hh.length, r.buf + SKV_FRAME_HDR_SIZE);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(rr);
+	id = rr->buffer_id;
+	snapkv__v1__register_reply__free_unpacked(rr, NULL);
+	/* compact over the ring: 4 heads x 1024 tokens x 32 dims, C 512 */
+	q.buffer_id = k.buffer_id = id;
+	q.dtype = k.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
+	q.head_stride = 16 * 32;
+	q.token_stride = 32;
+	k.offset = 65536;
+	k.head_stride = 1024 * 32;
+	k.token_stride = 32;
+	l0.q = &q;
+	l0.k = l0.v = &k;
+	cr.layers = 1;
+	cr.h_q = cr.h_kv = 4;
+	cr.head_dim = 32;
+	cr.prompt_len = 1024;
+	cr.n_q = 16;
+	cr.n_layer = 1;
+	cr.layer = &lp;
+	pm.window = 16;
+	pm.capacity = 512;
+	cr.params = &pm;
+	cr.decode_reserve = 1;
+	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
+	req.compact = &cr;
+	rring_request(&r, &x, 0, &req, true);
+	CU_ASSERT_EQUAL_FATAL(rring_pop(&x, &c[0], 5000), 0);
+	CU_ASSERT_EQUAL_FATAL(c[0].res, 0);
+	resp = snapkv__v1__response__unpack(NULL, c[0].len, x.map + x.l.arg_off);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(resp);
+	cache = resp->cache->cache_id;
+	snapkv__v1__response__free_unpacked(resp, NULL);
+	/* GROW, then APPEND and RELEASE right behind it, in one go */
+	gr.cache_id = cache;
+	gr.extra = 4096;
+	req.op_case = SNAPKV__V1__REQUEST__OP_GROW;
+	req.grow = &gr;
+	rring_request(&r, &x, 0, &req, false);
+	ap.cache_id = cache;
+	ap.tokens = 1;
+	req.op_case = SNAPKV__V1__REQUEST__OP_APPEND;
+	req.append = &ap;
+	rring_request(&r, &x, 1, &req, false);
+	rl.cache_id = cache;
+	req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
+	req.release = &rl;
+	rring_request(&r, &x, 2, &req, true); /* all three visible at once */
+	for (int i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL_FATAL(rring_pop(&x, &c[i], 5000), 0);
+	/* the two refusals come first: the copy completes later */
+	CU_ASSERT_EQUAL(c[0].user_data, 101);
+	CU_ASSERT_EQUAL(c[0].res, -EBUSY);
+	CU_ASSERT_EQUAL(c[1].user_data, 102);
+	CU_ASSERT_EQUAL(c[1].res, -EBUSY);
+	CU_ASSERT_EQUAL(c[2].user_data, 100);
+	CU_ASSERT_EQUAL_FATAL(c[2].res, 0);
+	resp = snapkv__v1__response__unpack(NULL, c[2].len, x.map + x.l.arg_off);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(resp);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(resp->cache);
+	CU_ASSERT_EQUAL(resp->cache->capacity, 512 + 1 + 4096);
+	snapkv__v1__response__free_unpacked(resp, NULL);
+	/* afterwards both work */
+	req.op_case = SNAPKV__V1__REQUEST__OP_APPEND;
+	rring_request(&r, &x, 1, &req, true);
+	CU_ASSERT_EQUAL_FATAL(rring_pop(&x, &c[0], 5000), 0);
+	CU_ASSERT_EQUAL(c[0].res, 0);
+	req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
+	rring_request(&r, &x, 2, &req, true);
+	CU_ASSERT_EQUAL_FATAL(rring_pop(&x, &c[0], 5000), 0);
+	CU_ASSERT_EQUAL(c[0].res, 0);
+	munmap(x.map, x.size);
+	raw_close(&r);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 1000), 0);
+}
+
+/* utime + stime of a process, in clock ticks. */
+static long cpu_ticks(pid_t pid)
+{
+	char p[64], buf[1024], *q;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	f = fopen(p, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f)) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	q = strrchr(buf, ')');
+	/* after the comm: state, then utime and stime are the 12th and 13th */
+	if (!q ||
+	    sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
 /* A client that stops reading completions is back-pressured, never dropped. */
 static void test_cq_full(void)
 {
@@ -452,6 +678,13 @@ static void test_cq_full(void)
 	CU_ASSERT_EQUAL(skv_ring_ready(&x.cq), (int)cqn); /* full, nothing overwritten */
 	CU_ASSERT_EQUAL(skv_ring_space(&x.sq), 0);	  /* the rest waits in the SQ */
 	bystander_ok();					  /* the loop is not blocked */
+	/* ...and not spinning on the SQEs it may not take: it sleeps */
+	long t0 = cpu_ticks(H.pid);
+	h_sleep_ms(400);
+	long used = cpu_ticks(H.pid) - t0;
+	CU_ASSERT(used < 20); /* a spinning loop burns ~40 ticks of 10 ms here */
+	if (used >= 20)
+		fprintf(stderr, "daemon used %ld ticks while the CQ was full\n", used);
 	/* read everything: the daemon resumes and loses nothing */
 	int bad = 0;
 	while (got < pushed && rring_pop(&x, &c, 1000) == 0) {
@@ -496,6 +729,7 @@ int main(void)
 	CU_add_test(s, "bad messages", test_messages);
 	CU_add_test(s, "bad requests", test_requests);
 	CU_add_test(s, "bad ring entries, corrupt tail", test_ring);
+	CU_add_test(s, "GROW in the worker: busy meanwhile", test_grow_busy);
 	CU_add_test(s, "CQ full: back-pressure", test_cq_full);
 	CU_add_test(s, "fds and pool back to baseline", test_baseline);
 	CU_basic_set_mode(CU_BRM_VERBOSE);

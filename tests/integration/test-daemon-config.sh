@@ -58,6 +58,28 @@ grep -q "keeping the old limits" "$tmp/log" || fail "bad reload not reported"
 	--decode 2 >/dev/null || fail "engine after reload"
 stop "${pids[-1]}"
 
+# allow list (SO_PEERCRED) and per-tenant quota
+me=$(id -u)
+printf 'allow_uids = %s\n' $((me + 4242)) >"$tmp/allow.conf"
+"$D" --config "$tmp/allow.conf" --socket "$tmp/d.sock" --log-level warning 2>"$tmp/log" &
+pids+=($!)
+wait_sock "$tmp/d.sock" || fail "did not start with an allow list"
+rc=0; "$BUILD/snapkv-engine" --socket "$tmp/d.sock" --layers 1 --prompt 128 --capacity 64 \
+	--decode 1 >/dev/null 2>"$tmp/eng" || rc=$?
+[ "$rc" -ne 0 ] && grep -q "Permission denied" "$tmp/eng" || fail "uid not in allow_uids got in: $(cat "$tmp/eng")"
+stop "${pids[-1]}"
+printf 'allow_uids = %s\ntenant_quota_bytes = 64K\n' "$me" >"$tmp/quota.conf"
+"$D" --config "$tmp/quota.conf" --socket "$tmp/e.sock" --log-level warning 2>"$tmp/log" &
+pids+=($!)
+wait_sock "$tmp/e.sock" || fail "did not start with a quota"
+rc=0; "$BUILD/snapkv-engine" --socket "$tmp/e.sock" --layers 4 --prompt 512 --capacity 256 \
+	--decode 1 >/dev/null 2>"$tmp/eng" || rc=$?
+[ "$rc" -ne 0 ] && grep -q "quota" "$tmp/eng" || fail "quota not enforced: $(cat "$tmp/eng")"
+"$BUILD/snapkv-engine" --socket "$tmp/e.sock" --layers 1 --h-q 2 --h-kv 2 --head-dim 16 \
+	--prompt 64 --window 8 --capacity 32 --reserve 4 --decode 2 >/dev/null ||
+	fail "a cache within the quota was refused"
+stop "${pids[-1]}"
+
 # sd_notify protocol
 python3 - "$tmp/notify" >"$tmp/notes" <<'PY' &
 import socket, sys, time

@@ -68,7 +68,11 @@ static void test_config(void)
 	CU_ASSERT_EQUAL(parse(&c, "slot_bytes = 5000\n", err), -EINVAL);
 	CU_ASSERT_EQUAL(parse(&c, "pool_bytes = 1K\n", err), -EINVAL); /* below the minimum */
 	CU_ASSERT_EQUAL(parse(&c, "socket = relative.sock\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "backend = cuda\n", err), -EINVAL);
+	CU_ASSERT_EQUAL(parse(&c, "backend = gpu\n", err), -EINVAL);
+	/* cuda is a valid name; whether the plugin loads is decided at start-up */
+	CU_ASSERT_EQUAL(parse(&c, "backend = cuda\n", err), 0);
+	CU_ASSERT_STRING_EQUAL(c.backend, "cuda");
+	CU_ASSERT_EQUAL(parse(&c, "backend = host\n", err), 0);
 	CU_ASSERT_EQUAL(parse(&c, "max_layers = 99999999\n", err), -EINVAL);
 	char ids[600] = "allow_uids =";
 	for (int i = 0; i < 70; i++)

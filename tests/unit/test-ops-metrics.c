@@ -156,7 +156,7 @@ static int parse_exposition(const char *text, struct parsed *ps)
 					return fail(ps, line, "TYPE without HELP or twice");
 				if (f->n_samples)
 					return fail(ps, line, "TYPE after samples");
-				snprintf(f->type, sizeof(f->type), "%s", rest);
+				snprintf(f->type, sizeof(f->type), "%.15s", rest);
 				cur = f;
 			} else {
 				return fail(ps, line, "unknown comment keyword");
@@ -323,7 +323,7 @@ static void test_round_trip(void)
 	    .pressure_transitions_total = 5,
 	    .sessions = 2,
 	    .caches = 3,
-	    .cache_bytes = {2214592512ull, 805306368ull, 6291456ull, 131072ull},
+	    .cache_bytes = {2214592512ull, 805306368ull, 6291456ull, 131072ull, 815000000ull},
 	    .compactions_total = 18446744073709551615ull,
 	    .compactions_scaled_total = 7,
 	    .refusals_total = 1,
@@ -383,6 +383,7 @@ static void test_round_trip(void)
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_cache_bytes", "kind=compact"), 805306368.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_cache_bytes", "kind=index"), 6291456.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_cache_bytes", "kind=reserved"), 131072.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_cache_bytes", "kind=allocated"), 815000000.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_tenant_used_bytes", "tenant=alice,uid=1000"),
 			       123456789.0, 0);
 	snprintf(lbl, sizeof(lbl), "tenant=%s,uid=4294967294", tenants[1].name);

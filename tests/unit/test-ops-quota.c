@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* test-ops-quota: reserve-then-commit never over-commits, with 8 threads racing for the last bytes.
- */
+/* test-ops-quota: the pool's reserve-then-commit with per-tenant quotas never over-commits, 8
+ * threads racing for the last bytes. */
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <pthread.h>
@@ -9,182 +9,143 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/snapkvd-quota.h"
+#include "daemon/snapkvd-pool.h"
 
-static void test_reserve_commit_cancel(void)
+static void usage(struct snapkvd_pool *p, uint64_t *used, uint64_t *reserved)
 {
-	struct snapkvd_quota *q = NULL;
-	struct snapkvd_quota_account *a = NULL, *b = NULL;
-	struct snapkvd_reservation r1, r2, r3;
-	struct snapkvd_quota_usage u;
+	pthread_mutex_lock(&p->mu);
+	*used = p->used;
+	*reserved = p->reserved;
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void test_quota_and_message(void)
+{
+	struct snapkvd_pool p;
+	struct snapkvd_tenant *a = NULL, *b = NULL;
+	struct snapkvd_resv r1, r2, r3;
+	uint64_t used, resv;
 	char msg[256];
 
-	CU_ASSERT_EQUAL_FATAL(snapkvd_quota_new(1000, &q), 0);
-	CU_ASSERT_EQUAL_FATAL(snapkvd_quota_account_new(q, "alice", 600, &a), 0);
-	CU_ASSERT_EQUAL_FATAL(snapkvd_quota_account_new(q, "bob", 0, &b), 0);
-
-	CU_ASSERT_EQUAL(snapkvd_quota_reserve(a, 0, &r1, msg, sizeof(msg)), -EINVAL);
-	CU_ASSERT_EQUAL(snapkvd_quota_reserve(a, 500, &r1, msg, sizeof(msg)), 0);
-	CU_ASSERT_EQUAL(r1.bytes, 500);
-	snapkvd_quota_get_usage(q, &u);
-	CU_ASSERT_EQUAL(u.charged, 500);
-	CU_ASSERT_EQUAL(u.reserved, 500);
-	/* 500 + 101 > 600: quota, with the numbers. */
-	CU_ASSERT_EQUAL(snapkvd_quota_reserve(a, 101, &r2, msg, sizeof(msg)), -EDQUOT);
-	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "alice"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "101"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "500"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "600"));
-	CU_ASSERT_EQUAL(snapkvd_quota_reserve(a, 100, &r2, msg, sizeof(msg)), 0);
-	/* Pool: 600 charged, bob's 401 does not fit, 400 does. */
-	CU_ASSERT_EQUAL(snapkvd_quota_reserve(b, 401, &r3, msg, sizeof(msg)), -ENOSPC);
-	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "pool"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "401"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "1000"));
-	snapkvd_quota_account_get_usage(b, &u);
-	CU_ASSERT_EQUAL(u.charged, 0); /* the failed pool step was undone */
-	CU_ASSERT_EQUAL(u.rejected, 1);
-	CU_ASSERT_EQUAL(snapkvd_quota_reserve(b, 400, &r3, msg, sizeof(msg)), 0);
-
-	/* Commit less than reserved: the rest goes back to tenant and pool. */
-	CU_ASSERT_EQUAL(snapkvd_quota_commit(&r1, 501), -EINVAL);
-	CU_ASSERT_EQUAL(snapkvd_quota_commit(&r1, 300), 0);
-	snapkvd_quota_account_get_usage(a, &u);
-	CU_ASSERT_EQUAL(u.charged, 400);
-	CU_ASSERT_EQUAL(u.reserved, 100);
-	snapkvd_quota_cancel(&r2);
-	snapkvd_quota_cancel(&r2); /* twice is harmless */
-	snapkvd_quota_account_get_usage(a, &u);
-	CU_ASSERT_EQUAL(u.charged, 300);
-	CU_ASSERT_EQUAL(u.reserved, 0);
-	CU_ASSERT_EQUAL(u.rejected, 1);
-	snapkvd_quota_get_usage(q, &u);
-	CU_ASSERT_EQUAL(u.charged, 700);
-	CU_ASSERT_EQUAL(u.reserved, 400);
-	CU_ASSERT_EQUAL(u.rejected, 2);
-
-	CU_ASSERT_EQUAL(snapkvd_quota_release(a, 100), 100);
-	CU_ASSERT_EQUAL(snapkvd_quota_release(a, 1000), 200); /* clamped */
-	/* Shrinking the pool below use refuses new work but takes nothing. */
-	snapkvd_quota_set_total(q, 300);
-	CU_ASSERT_EQUAL(snapkvd_quota_reserve(a, 1, &r1, msg, sizeof(msg)), -ENOSPC);
-	snapkvd_quota_get_usage(q, &u);
-	CU_ASSERT_EQUAL(u.charged, 400);
-	/* Freeing an account returns what it held. */
-	snapkvd_quota_account_free(b);
-	snapkvd_quota_get_usage(q, &u);
-	CU_ASSERT_EQUAL(u.charged, 0);
-	CU_ASSERT_EQUAL(u.reserved, 0);
-	snapkvd_quota_account_set_limit(a, 10);
-	snapkvd_quota_set_total(q, 1000);
-	CU_ASSERT_EQUAL(snapkvd_quota_reserve(a, 11, &r1, NULL, 0), -EDQUOT);
-	snapkvd_quota_account_free(a);
-	snapkvd_quota_account_free(NULL);
-	snapkvd_quota_free(q);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_init(&p, 1000, 0), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_tenant_get(&p, 1000, &a), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_tenant_get(&p, 1001, &b), 0);
+	a->quota = 600; /* tenant_quota = 1000:600 */
+	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 500, &r1), 0);
+	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 101, &r2), -EDQUOT);
+	CU_ASSERT_EQUAL(a->quota_rejections, 1);
+	snapkvd_pool_explain(&p, a, 101, -EDQUOT, msg, sizeof(msg));
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "over quota"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "wants 101 bytes, holds 500 of its 600 (100 free)"));
+	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 100, &r2), 0);
+	/* b has no quota of its own: only the pool bounds it. */
+	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, 401, &r3), -ENOSPC);
+	snapkvd_pool_explain(&p, b, 401, -ENOSPC, msg, sizeof(msg));
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "wants 401 bytes, pool holds 600 of 1000 (400 free)"));
+	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, 400, &r3), 0);
+	snapkvd_pool_commit(&p, &r1);
+	snapkvd_pool_cancel(&p, &r2);
+	snapkvd_pool_commit(&p, &r3);
+	usage(&p, &used, &resv);
+	CU_ASSERT_EQUAL(used, 900);
+	CU_ASSERT_EQUAL(resv, 0);
+	/* The per-tenant quota wins over the pool-wide one. */
+	snapkvd_pool_set_limits(&p, 1000, 50);
+	snapkvd_pool_free(&p, a, 500);
+	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 60, &r1), 0);
+	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, 1, &r2), -EDQUOT);
+	snapkvd_pool_cancel(&p, &r1);
+	snapkvd_pool_free(&p, b, 400);
+	snapkvd_pool_tenant_put(&p, a);
+	snapkvd_pool_tenant_put(&p, b);
+	snapkvd_pool_destroy(&p);
 }
 
 #define THREADS 8
+#define ROUNDS	40
 
 struct race {
-	struct snapkvd_quota *q;
-	struct snapkvd_quota_account *acct[THREADS];
-	uint64_t pool_total;
+	struct snapkvd_pool pool;
+	struct snapkvd_tenant *t[THREADS];
 	uint64_t quota;
+	int shared;
 	pthread_barrier_t start;
 	_Atomic int done;
-	uint64_t committed[THREADS];
-	uint64_t reserve_fail[THREADS];
 	_Atomic int violations;
-	int shared_account;
+	uint64_t committed[THREADS];
 };
 
-struct worker_arg {
+struct warg {
 	struct race *r;
 	int id;
 };
 
 static void *worker(void *p)
 {
-	struct worker_arg *w = p;
+	struct warg *w = p;
 	struct race *r = w->r;
-	struct snapkvd_quota_account *a = r->acct[r->shared_account ? 0 : w->id];
+	struct snapkvd_tenant *t = r->t[r->shared ? 0 : w->id];
 	unsigned seed = (unsigned)w->id * 7919u + 1;
 
 	pthread_barrier_wait(&r->start);
-	/* Race for the last bytes: reserve odd sizes, commit most, sometimes
-	 * cancel or shrink, until several refusals in a row. */
 	for (int misses = 0; misses < 200;) {
-		struct snapkvd_reservation res;
+		struct snapkvd_resv res;
 		uint64_t want = 1 + (uint64_t)(rand_r(&seed) % 97);
-		int rc = snapkvd_quota_reserve(a, want, &res, NULL, 0);
+		int rc = snapkvd_pool_reserve(&r->pool, t, want, &res);
 
 		if (rc < 0) {
 			if (rc != -ENOSPC && rc != -EDQUOT)
 				atomic_fetch_add(&r->violations, 1);
-			r->reserve_fail[w->id]++;
 			misses++;
 			continue;
 		}
-		switch (rand_r(&seed) % 4) {
-		case 0:
-			snapkvd_quota_cancel(&res);
-			break;
-		case 1:
-			snapkvd_quota_commit(&res, want / 2);
-			r->committed[w->id] += want / 2;
-			break;
-		default:
-			snapkvd_quota_commit(&res, want);
+		if (rand_r(&seed) % 4 == 0) {
+			snapkvd_pool_cancel(&r->pool, &res);
+		} else {
+			snapkvd_pool_commit(&r->pool, &res);
 			r->committed[w->id] += want;
 		}
 	}
 	return NULL;
 }
 
-/* Watches the counters while the workers race: they must never pass a limit. */
+/* Reads the counters while the workers race: no limit is ever passed. */
 static void *watcher(void *p)
 {
 	struct race *r = p;
 
 	while (!atomic_load(&r->done)) {
-		struct snapkvd_quota_usage u;
-
-		snapkvd_quota_get_usage(r->q, &u);
-		if (u.charged > r->pool_total)
+		pthread_mutex_lock(&r->pool.mu);
+		if (r->pool.used + r->pool.reserved > r->pool.total)
 			atomic_fetch_add(&r->violations, 1);
-		for (int i = 0; i < (r->shared_account ? 1 : THREADS); i++) {
-			snapkvd_quota_account_get_usage(r->acct[i], &u);
-			if (r->quota && u.charged > r->quota)
+		for (int i = 0; i < (r->shared ? 1 : THREADS); i++)
+			if (r->quota && r->t[i]->used + r->t[i]->reserved > r->quota)
 				atomic_fetch_add(&r->violations, 1);
-		}
+		pthread_mutex_unlock(&r->pool.mu);
 	}
 	return NULL;
 }
 
-static void run_race(uint64_t pool_total, uint64_t quota, int shared)
+static void run_race(uint64_t total, uint64_t quota, int shared)
 {
 	static struct race r;
-	struct worker_arg args[THREADS];
+	struct warg args[THREADS];
 	pthread_t th[THREADS], wt;
-	struct snapkvd_quota_usage u;
-	uint64_t sum = 0;
-	int n_acct = shared ? 1 : THREADS;
+	uint64_t sum = 0, tsum = 0, used, resv;
+	int n_t = shared ? 1 : THREADS;
 
 	memset(&r, 0, sizeof(r));
-	r.pool_total = pool_total;
 	r.quota = quota;
-	r.shared_account = shared;
-	CU_ASSERT_EQUAL_FATAL(snapkvd_quota_new(pool_total, &r.q), 0);
-	for (int i = 0; i < n_acct; i++) {
-		char name[16];
-
-		snprintf(name, sizeof(name), "t%d", i);
-		CU_ASSERT_EQUAL_FATAL(snapkvd_quota_account_new(r.q, name, quota, &r.acct[i]), 0);
+	r.shared = shared;
+	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_init(&r.pool, total, 0), 0);
+	for (int i = 0; i < n_t; i++) {
+		CU_ASSERT_EQUAL_FATAL(snapkvd_pool_tenant_get(&r.pool, 2000 + i, &r.t[i]), 0);
+		r.t[i]->quota = quota;
 	}
 	pthread_barrier_init(&r.start, NULL, THREADS);
 	CU_ASSERT_EQUAL_FATAL(pthread_create(&wt, NULL, watcher, &r), 0);
 	for (int i = 0; i < THREADS; i++) {
-		args[i] = (struct worker_arg){.r = &r, .id = i};
+		args[i] = (struct warg){.r = &r, .id = i};
 		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, worker, &args[i]), 0);
 	}
 	for (int i = 0; i < THREADS; i++)
@@ -192,37 +153,30 @@ static void run_race(uint64_t pool_total, uint64_t quota, int shared)
 	atomic_store(&r.done, 1);
 	pthread_join(wt, NULL);
 	pthread_barrier_destroy(&r.start);
-
 	CU_ASSERT_EQUAL(atomic_load(&r.violations), 0);
 	for (int i = 0; i < THREADS; i++)
 		sum += r.committed[i];
-	snapkvd_quota_get_usage(r.q, &u);
+	usage(&r.pool, &used, &resv);
 	/* What the threads believe they hold is exactly what is charged. */
-	CU_ASSERT_EQUAL(u.charged, sum);
-	CU_ASSERT_EQUAL(u.reserved, 0);
-	CU_ASSERT(u.charged <= pool_total);
-	/* They raced to the end: less than one largest request is left over
-	 * (without quotas, only the pool can stop them). */
-	if (!quota)
-		CU_ASSERT(pool_total - u.charged < 97 * THREADS);
-	for (int i = 0; i < n_acct; i++) {
-		struct snapkvd_quota_usage au;
-
-		snapkvd_quota_account_get_usage(r.acct[i], &au);
-		if (quota)
-			CU_ASSERT(au.charged <= quota);
+	CU_ASSERT_EQUAL(used, sum);
+	CU_ASSERT_EQUAL(resv, 0);
+	CU_ASSERT(used <= total);
+	for (int i = 0; i < n_t; i++) {
+		CU_ASSERT(!quota || r.t[i]->used <= quota);
+		tsum += r.t[i]->used;
 		if (!shared)
-			CU_ASSERT_EQUAL(au.charged, r.committed[i]);
-		snapkvd_quota_account_free(r.acct[i]);
+			CU_ASSERT_EQUAL(r.t[i]->used, r.committed[i]);
 	}
-	snapkvd_quota_get_usage(r.q, &u);
-	CU_ASSERT_EQUAL(u.charged, 0);
-	snapkvd_quota_free(r.q);
+	CU_ASSERT_EQUAL(tsum, used);
+	/* Without quotas only the pool stops them: they raced to its end. */
+	if (!quota)
+		CU_ASSERT(total - used < 97);
+	for (int i = 0; i < n_t; i++) {
+		snapkvd_pool_free(&r.pool, r.t[i], r.t[i]->used);
+		snapkvd_pool_tenant_put(&r.pool, r.t[i]);
+	}
+	snapkvd_pool_destroy(&r.pool);
 }
-
-/* Many short rounds: each ends in a scramble for the last bytes, which is
- * where a check-then-charge race would show. */
-#define ROUNDS 100
 
 static void test_race_pool(void)
 {
@@ -232,14 +186,12 @@ static void test_race_pool(void)
 
 static void test_race_tenant_quota(void)
 {
-	/* Eight tenants, quotas that together exceed the pool. */
 	for (int i = 0; i < ROUNDS; i++)
 		run_race(100000, 20000, 0);
 }
 
-static void test_race_shared_account(void)
+static void test_race_shared_tenant(void)
 {
-	/* Eight engines of one tenant against its quota, pool larger. */
 	for (int i = 0; i < ROUNDS; i++)
 		run_race(1000000, 50000, 1);
 }
@@ -251,11 +203,11 @@ int main(void)
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
-	s = CU_add_suite("quota", NULL, NULL);
-	CU_add_test(s, "reserve, commit, cancel, release", test_reserve_commit_cancel);
+	s = CU_add_suite("ops-quota", NULL, NULL);
+	CU_add_test(s, "per-tenant quota and the numbers in the message", test_quota_and_message);
 	CU_add_test(s, "8 threads race for the pool's last bytes", test_race_pool);
 	CU_add_test(s, "8 tenants race against quotas and pool", test_race_tenant_quota);
-	CU_add_test(s, "8 engines of one tenant race for its quota", test_race_shared_account);
+	CU_add_test(s, "8 engines of one tenant race for its quota", test_race_shared_tenant);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();

@@ -200,6 +200,15 @@ static void test_order_and_reentrant_eviction(void)
 	F.trace[0] = '\0';
 	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, 860, F.total), 0);
 	CU_ASSERT_STRING_EQUAL(F.trace, "evict:111 ");
+	/* Nothing moved: the loop may call every round, nothing is scanned. */
+	F.trace[0] = '\0';
+	for (int i = 0; i < 5; i++)
+		CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, 860, F.total), 0);
+	CU_ASSERT_STRING_EQUAL(F.trace, "");
+	/* A cache starts lingering: looked at again. */
+	snapkvd_ops_mark_dirty(&ops);
+	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, 860, F.total), 0);
+	CU_ASSERT_STRING_EQUAL(F.trace, "evict:111 ");
 	snapkvd_ops_fini(&ops);
 }
 

@@ -17,6 +17,8 @@
 
 static char tmpdir[256];
 
+static int files_equal(const char *a, const char *b);
+
 static int count_dir_entries(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -494,7 +496,8 @@ static void test_write_compact(void)
 				       .h_store = 2};
 	struct skv_st_layer_result res[2];
 	for (int l = 0; l < 2; l++)
-		res[l] = (struct skv_st_layer_result){k[l], v[l], pos[l], mass[l]};
+		res[l] = (struct skv_st_layer_result){
+		    .k = k[l], .v = v[l], .positions = pos[l], .retained_mass = mass[l]};
 	res[1].retained_mass = NULL;
 	char path[300];
 	struct skv_st_error err = {{0}};
@@ -559,15 +562,165 @@ static void test_write_compact(void)
 	char path2[300];
 	snprintf(path2, sizeof(path2), "%s/c2.safetensors", tmpdir);
 	CU_ASSERT_EQUAL_FATAL(skv_st_write_compact(path2, &d, res, &err), 0);
-	char cmd[700];
-	snprintf(cmd, sizeof(cmd), "cmp -s %s %s", path, path2);
-	CU_ASSERT_EQUAL(system(cmd), 0);
+	CU_ASSERT(files_equal(path, path2));
 	unlink(path);
 	unlink(path2);
 
 	d.params.policy = (enum skv_policy)42;
 	CU_ASSERT_EQUAL(skv_st_write_compact(path, &d, res, &err), -EINVAL);
 	CU_ASSERT_EQUAL(count_dir_entries(tmpdir), 0);
+}
+
+static void test_desc_init(void)
+{
+	/* SPEC.md's ledger example at g = 0, by hand: B 1, N 32, H_q 32, H_kv 8,
+	 * D 128, s 2, L 16384, C 1024. */
+	struct skv_params p;
+	struct skv_st_compact_desc d;
+	struct skv_error err = {.layer = -1, .head = -1};
+	skv_params_init(&p);
+	p.capacity = 1024;
+	struct skv_shape sh = {
+	    .prompt_len = 16384, .head_dim = 128, .h_q = 32, .h_kv = 8, .n_q = 32};
+	CU_ASSERT_EQUAL_FATAL(skv_st_compact_desc_init(&d, &p, &sh, SKV_DTYPE_BF16, 32, &err), 0);
+	CU_ASSERT_EQUAL(d.ledger.native_full, 2ull * 32 * 8 * 16384 * 128 * 2);
+	CU_ASSERT_EQUAL(d.ledger.compact, 2ull * 32 * 32 * 1024 * 128 * 2);
+	CU_ASSERT_EQUAL(d.ledger.index, 4ull * 32 * 32 * 1024);
+	CU_ASSERT_EQUAL(d.ledger.reserved, 0);
+	CU_ASSERT_EQUAL(d.plan.kept, 1024);
+	CU_ASSERT_EQUAL(d.plan.h_store, 32);
+	CU_ASSERT_EQUAL(d.n_layers, 32);
+	p.gqa = SKV_GQA_GROUP;
+	CU_ASSERT_EQUAL_FATAL(skv_st_compact_desc_init(&d, &p, &sh, SKV_DTYPE_BF16, 32, &err), 0);
+	CU_ASSERT_EQUAL(d.ledger.compact, 2ull * 32 * 8 * 1024 * 128 * 2);
+	CU_ASSERT_EQUAL(d.plan.h_store, 8);
+	/* Invalid parameters: -EINVAL with libskv's reason. */
+	p.kernel = 4;
+	err.msg[0] = '\0';
+	CU_ASSERT_EQUAL(skv_st_compact_desc_init(&d, &p, &sh, SKV_DTYPE_BF16, 32, &err), -EINVAL);
+	CU_ASSERT(err.msg[0] != '\0');
+	p.kernel = 5;
+	CU_ASSERT_EQUAL(skv_st_compact_desc_init(&d, &p, &sh, SKV_DTYPE_UNSPECIFIED, 32, &err),
+			-EINVAL);
+	CU_ASSERT_EQUAL(skv_st_compact_desc_init(&d, &p, &sh, SKV_DTYPE_F32, 0, &err), -EINVAL);
+}
+
+static int files_equal(const char *a, const char *b)
+{
+	char cmd[700];
+	snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", a, b);
+	return system(cmd) == 0;
+}
+
+/*
+ * The daemon writes into a cache with decode headroom, possibly NHD; the
+ * offline CLI into packed buffers. Both must give the same file: run one
+ * real compaction into both layouts and compare the bytes.
+ */
+static void test_strided_results_same_bytes(void)
+{
+	enum { L = 40, D = 8, HQ = 4, HKV = 2, W = 4, C = 12, NL = 2, RES = 5 };
+	struct skv_params p;
+	skv_params_init(&p);
+	p.window = W;
+	p.capacity = C;
+	p.kernel = 3;
+	struct skv_shape sh = {.prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HKV, .n_q = W};
+	struct skv_st_compact_desc desc;
+	struct skv_error kerr;
+	CU_ASSERT_EQUAL_FATAL(skv_st_compact_desc_init(&desc, &p, &sh, SKV_DTYPE_F16, NL, &kerr),
+			      0);
+	const uint32_t hs = desc.plan.h_store, kept = desc.plan.kept, cap = kept + RES;
+	CU_ASSERT_EQUAL_FATAL(kept, C);
+
+	static uint16_t q[NL][HQ * W * D], k[NL][HKV * L * D], v[NL][HKV * L * D];
+	unsigned seed = 7;
+	for (int l = 0; l < NL; l++) {
+		for (int i = 0; i < HQ * W * D; i++)
+			q[l][i] = skv_f32_to_f16((float)(rand_r(&seed) % 2001 - 1000) / 300.0f);
+		for (int i = 0; i < HKV * L * D; i++) {
+			k[l][i] = skv_f32_to_f16((float)(rand_r(&seed) % 2001 - 1000) / 300.0f);
+			v[l][i] = skv_f32_to_f16((float)(rand_r(&seed) % 2001 - 1000) / 300.0f);
+		}
+	}
+	/* Packed [hs, kept, D] outputs and NHD outputs with headroom. */
+	static uint16_t pk[NL][HQ * C * D], pv[NL][HQ * C * D];
+	static uint16_t nk[NL][(C + RES) * HQ * D], nv[NL][(C + RES) * HQ * D];
+	static int32_t ppos[NL][HQ * C], npos[NL][HQ * (C + RES)];
+	static float pm[NL][HQ], nm[NL][HQ];
+	struct skv_layer_in in[NL];
+	struct skv_layer_out po[NL], no[NL];
+	struct skv_st_layer_result pr[NL], nr[NL];
+	for (int l = 0; l < NL; l++) {
+		in[l].q = (struct skv_tensor){
+		    .data = q[l], .dtype = SKV_DTYPE_F16, .head_stride = W * D, .token_stride = D};
+		in[l].k = (struct skv_tensor){
+		    .data = k[l], .dtype = SKV_DTYPE_F16, .head_stride = L * D, .token_stride = D};
+		in[l].v = in[l].k;
+		in[l].v.data = v[l];
+		po[l].k = (struct skv_tensor){.data = pk[l],
+					      .dtype = SKV_DTYPE_F16,
+					      .head_stride = (int64_t)kept * D,
+					      .token_stride = D};
+		po[l].v = po[l].k;
+		po[l].v.data = pv[l];
+		po[l].positions = ppos[l];
+		po[l].pos_stride = kept;
+		po[l].retained_mass = pm[l];
+		no[l].k = (struct skv_tensor){.data = nk[l],
+					      .dtype = SKV_DTYPE_F16,
+					      .head_stride = D,
+					      .token_stride = (int64_t)hs * D};
+		no[l].v = no[l].k;
+		no[l].v.data = nv[l];
+		no[l].positions = npos[l];
+		no[l].pos_stride = cap;
+		no[l].retained_mass = nm[l];
+		pr[l] = (struct skv_st_layer_result){
+		    .k = pk[l], .v = pv[l], .positions = ppos[l], .retained_mass = pm[l]};
+		nr[l] = (struct skv_st_layer_result){.k = nk[l],
+						     .v = nv[l],
+						     .positions = npos[l],
+						     .retained_mass = nm[l],
+						     .head_stride = D,
+						     .token_stride = (int64_t)hs * D,
+						     .pos_stride = cap};
+	}
+	struct skv_ctx *ctx;
+	CU_ASSERT_EQUAL_FATAL(skv_ctx_new(1, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_compact(ctx, &sh, &p, NL, in, po, &kerr), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_compact(ctx, &sh, &p, NL, in, no, &kerr), 0);
+	skv_ctx_free(ctx);
+
+	char a[300], b[300];
+	struct skv_st_error err;
+	snprintf(a, sizeof(a), "%s/packed.st", tmpdir);
+	snprintf(b, sizeof(b), "%s/nhd.st", tmpdir);
+	CU_ASSERT_EQUAL_FATAL(skv_st_write_compact(a, &desc, pr, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_st_write_compact(b, &desc, nr, &err), 0);
+	CU_ASSERT(files_equal(a, b));
+
+	/* And the file holds the input rows at the kept positions. */
+	struct skv_st_file *f = NULL;
+	CU_ASSERT_EQUAL_FATAL(skv_st_open(b, &f, &err), 0);
+	const struct skv_st_tensor *tk = skv_st_find(f, "layers.1.k");
+	const struct skv_st_tensor *ti = skv_st_find(f, "layers.1.indices");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tk);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ti);
+	const uint16_t *fk = tk->data;
+	const int32_t *fi = ti->data;
+	for (uint32_t h = 0; h < hs; h++)
+		for (uint32_t i = 0; i < kept; i++) {
+			int32_t j = fi[h * kept + i];
+			CU_ASSERT(j >= 0 && j < L);
+			CU_ASSERT(i == 0 || j > fi[h * kept + i - 1]);
+			uint32_t kvh = h / (HQ / HKV);
+			CU_ASSERT(memcmp(fk + ((size_t)h * kept + i) * D,
+					 k[1] + ((size_t)kvh * L + (uint32_t)j) * D, D * 2) == 0);
+		}
+	skv_st_close(f);
+	unlink(a);
+	unlink(b);
 }
 
 int main(void)
@@ -589,6 +742,9 @@ int main(void)
 	CU_add_test(s, "truncations and byte flips never crash", test_truncations_and_flips);
 	CU_add_test(s, "writer errors leave nothing behind", test_writer_errors);
 	CU_add_test(s, "compact-cache file contents and metadata", test_write_compact);
+	CU_add_test(s, "desc_init: plan and SPEC.md ledger", test_desc_init);
+	CU_add_test(s, "strided (daemon) and packed (CLI) results give the same file",
+		    test_strided_results_same_bytes);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failures = CU_get_number_of_failures();

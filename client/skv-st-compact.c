@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: MIT
+/*
+ * skv-st-compact.c - the compact-cache file of a compaction (libskvst):
+ * one definition of its tensors and metadata, used by the offline CLI and
+ * the daemon alike so that both write the same bytes. A separate object so
+ * that plain safetensors users do not pull in libskv.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "skv-safetensors.h"
+
+static int fail(struct skv_st_error *err, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct skv_st_error *err, int r, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		va_end(ap);
+	}
+	return r;
+}
+
+/* ---- compaction results ------------------------------------------------- */
+
+static const char *const policy_names[] = {
+    [SKV_POLICY_SNAPKV] = "snapkv",
+    [SKV_POLICY_H2O] = "h2o",
+    [SKV_POLICY_STREAMINGLLM] = "streamingllm",
+    [SKV_POLICY_WINDOW] = "window",
+};
+static const char *const pooling_names[] = {
+    [SKV_POOL_AVG] = "avg",
+    [SKV_POOL_MAX] = "max",
+};
+static const char *const gqa_names[] = {
+    [SKV_GQA_EXPAND] = "expand",
+    [SKV_GQA_GROUP] = "group",
+};
+
+#define NAME_OF(tab, v) ((unsigned)(v) < sizeof(tab) / sizeof(tab[0]) ? tab[v] : NULL)
+
+const char *skv_st_policy_name(enum skv_policy p)
+{
+	return NAME_OF(policy_names, p);
+}
+
+const char *skv_st_pooling_name(enum skv_pooling p)
+{
+	return NAME_OF(pooling_names, p);
+}
+
+const char *skv_st_gqa_name(enum skv_gqa g)
+{
+	return NAME_OF(gqa_names, g);
+}
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+#define N_META	 32
+#define META_VAL 160
+
+static bool is_packed(const struct skv_st_layer_result *lr, uint64_t kept, uint64_t hd)
+{
+	return (lr->head_stride == 0 || (uint64_t)lr->head_stride == kept * hd) &&
+	       (lr->token_stride == 0 || (uint64_t)lr->token_stride == hd);
+}
+
+/* Copy a strided [hs, kept, hd] tensor into a packed one. */
+static int pack_kv(const void *src, const struct skv_st_layer_result *lr, uint64_t hs,
+		   uint64_t kept, uint64_t hd, size_t es, void **ret)
+{
+	uint64_t hst = lr->head_stride ? (uint64_t)lr->head_stride : kept * hd;
+	uint64_t tst = lr->token_stride ? (uint64_t)lr->token_stride : hd;
+	uint64_t n = hs * kept * hd * es;
+	uint8_t *dst = malloc(n > 0 ? n : 1);
+	if (!dst)
+		return -ENOMEM;
+	for (uint64_t h = 0; h < hs; h++)
+		for (uint64_t i = 0; i < kept; i++)
+			memcpy(dst + ((h * kept + i) * hd) * es,
+			       (const uint8_t *)src + (h * hst + i * tst) * es, hd * es);
+	*ret = dst;
+	return 0;
+}
+
+int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
+			 const struct skv_st_layer_result *layers, struct skv_st_error *err)
+{
+	struct skv_st_meta meta[N_META];
+	char vals[N_META][META_VAL];
+	struct skv_st_tensor *ts = NULL;
+	char(*names)[32] = NULL;
+	float *nan_mass = NULL;
+	void **packed = NULL;
+	size_t nm = 0, n_packed = 0;
+	enum skv_st_dtype st_dt;
+	int r;
+
+	if (!d || !layers || d->n_layers == 0)
+		return fail(err, -EINVAL, "no layers to write");
+	const char *pol = skv_st_policy_name(d->params.policy);
+	const char *pool = skv_st_pooling_name(d->params.pooling);
+	const char *gqa = skv_st_gqa_name(d->params.gqa);
+	const char *dtn = d->dtype == SKV_DTYPE_F32    ? "f32"
+			  : d->dtype == SKV_DTYPE_F16  ? "f16"
+			  : d->dtype == SKV_DTYPE_BF16 ? "bf16"
+						       : NULL;
+	if (!pol || !pool || !gqa || !dtn)
+		return fail(err, -EINVAL, "unknown policy, pooling, gqa mode or dtype");
+	switch (d->dtype) {
+	case SKV_DTYPE_F32:
+		st_dt = SKV_ST_F32;
+		break;
+	case SKV_DTYPE_F16:
+		st_dt = SKV_ST_F16;
+		break;
+	default:
+		st_dt = SKV_ST_BF16;
+		break;
+	}
+	if (d->params.n_protected > SKV_MAX_PROTECTED || d->ledger.native_full == 0)
+		return fail(err, -EINVAL, "invalid protected ranges or ledger");
+
+#define META(k, ...)                                                                               \
+	do {                                                                                       \
+		snprintf(vals[nm], META_VAL, __VA_ARGS__);                                         \
+		meta[nm].key = (k);                                                                \
+		meta[nm].value = vals[nm];                                                         \
+		nm++;                                                                              \
+	} while (0)
+
+	META("format", "snapkv-compact");
+	META("version", "1");
+	META("policy", "%s", pol);
+	META("window", "%" PRIu32, d->params.window);
+	META("capacity", "%" PRIu32, d->params.capacity);
+	META("kernel", "%" PRIu32, d->params.kernel);
+	META("pooling", "%s", pool);
+	META("gqa", "%s", gqa);
+	META("sinks", "%" PRIu32, d->params.sinks);
+	{
+		/* Half-open ranges "A:B,C:D", empty when none. */
+		size_t o = 0;
+		vals[nm][0] = '\0';
+		for (uint32_t i = 0; i < d->params.n_protected && o < META_VAL; i++)
+			o += (size_t)snprintf(vals[nm] + o, META_VAL - o, "%s%" PRIu32 ":%" PRIu32,
+					      i ? "," : "", d->params.protected_ranges[i].begin,
+					      d->params.protected_ranges[i].end);
+		if (o >= META_VAL)
+			return fail(err, -EINVAL, "protected ranges too long for metadata");
+		meta[nm].key = "protected";
+		meta[nm].value = vals[nm];
+		nm++;
+	}
+	META("L", "%" PRIu32, d->shape.prompt_len);
+	META("layers", "%" PRIu32, d->n_layers);
+	META("h_q", "%" PRIu32, d->shape.h_q);
+	META("h_kv", "%" PRIu32, d->shape.h_kv);
+	META("head_dim", "%" PRIu32, d->shape.head_dim);
+	META("n_q", "%" PRIu32, d->shape.n_q);
+	META("dtype", "%s", dtn);
+	META("h_store", "%" PRIu32, d->plan.h_store);
+	META("kept", "%" PRIu32, d->plan.kept);
+	META("bypass", "%d", d->plan.bypass ? 1 : 0);
+	META("plan.sinks", "%" PRIu32, d->plan.sinks);
+	META("plan.w_obs", "%" PRIu32, d->plan.w_obs);
+	META("plan.w_keep", "%" PRIu32, d->plan.w_keep);
+	META("ledger.batch", "1");
+	META("ledger.appended", "0");
+	META("ledger.native_full", "%" PRIu64, d->ledger.native_full);
+	META("ledger.compact", "%" PRIu64, d->ledger.compact);
+	META("ledger.index", "%" PRIu64, d->ledger.index);
+	META("ledger.reserved", "%" PRIu64, d->ledger.reserved);
+	META("ledger.ratio", "%.6f", (double)d->ledger.compact / (double)d->ledger.native_full);
+	{
+		uint64_t g = gcd_u64(d->ledger.compact, d->ledger.native_full);
+		META("ledger.ratio_exact", "%" PRIu64 "/%" PRIu64, d->ledger.compact / g,
+		     d->ledger.native_full / g);
+	}
+#undef META
+
+	uint64_t hs = d->plan.h_store, kept = d->plan.kept, hd = d->shape.head_dim;
+	size_t nt = (size_t)d->n_layers * 4;
+	ts = calloc(nt, sizeof(*ts));
+	names = calloc(nt, sizeof(*names));
+	packed = calloc(nt, sizeof(*packed));
+	nan_mass = malloc((hs ? hs : 1) * sizeof(float));
+	if (!ts || !names || !packed || !nan_mass) {
+		r = fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (uint64_t h = 0; h < hs; h++)
+		nan_mass[h] = NAN;
+	for (uint32_t i = 0; i < d->n_layers; i++) {
+		const struct skv_st_layer_result *lr = &layers[i];
+		struct skv_st_tensor *t = &ts[(size_t)i * 4];
+		char(*nmv)[32] = &names[(size_t)i * 4];
+		snprintf(nmv[0], 32, "layers.%" PRIu32 ".k", i);
+		snprintf(nmv[1], 32, "layers.%" PRIu32 ".v", i);
+		snprintf(nmv[2], 32, "layers.%" PRIu32 ".indices", i);
+		snprintf(nmv[3], 32, "layers.%" PRIu32 ".retained_mass", i);
+		const void *kv[2] = {lr->k, lr->v};
+		const int32_t *pos = lr->positions;
+		if (lr->head_stride < 0 || lr->token_stride < 0) {
+			r = fail(err, -EINVAL, "layer %" PRIu32 ": negative stride", i);
+			goto out;
+		}
+		if (!is_packed(lr, kept, hd)) {
+			for (int j = 0; j < 2; j++) {
+				if (!kv[j])
+					continue;
+				r = pack_kv(kv[j], lr, hs, kept, hd, skv_dtype_size(d->dtype),
+					    &packed[n_packed]);
+				if (r < 0) {
+					r = fail(err, r, "out of memory");
+					goto out;
+				}
+				kv[j] = packed[n_packed++];
+			}
+		}
+		if (pos && lr->pos_stride && lr->pos_stride != kept) {
+			uint64_t n = hs * kept;
+			int32_t *pp = malloc((n > 0 ? n : 1) * sizeof(int32_t));
+			if (!pp) {
+				r = fail(err, -ENOMEM, "out of memory");
+				goto out;
+			}
+			for (uint64_t h = 0; h < hs; h++)
+				memcpy(pp + h * kept, pos + h * lr->pos_stride,
+				       kept * sizeof(int32_t));
+			packed[n_packed++] = pp;
+			pos = pp;
+		}
+		for (int j = 0; j < 2; j++) {
+			t[j] = (struct skv_st_tensor){.name = nmv[j],
+						      .dtype = st_dt,
+						      .rank = 3,
+						      .shape = {hs, kept, hd},
+						      .data = kv[j]};
+		}
+		t[2] = (struct skv_st_tensor){.name = nmv[2],
+					      .dtype = SKV_ST_I32,
+					      .rank = 2,
+					      .shape = {hs, kept},
+					      .data = pos};
+		t[3] = (struct skv_st_tensor){.name = nmv[3],
+					      .dtype = SKV_ST_F32,
+					      .rank = 1,
+					      .shape = {hs},
+					      .data =
+						  lr->retained_mass ? lr->retained_mass : nan_mass};
+	}
+	r = skv_st_write(path, ts, nt, meta, nm, err);
+out:
+	for (size_t i = 0; i < n_packed; i++)
+		free(packed[i]);
+	free(packed);
+	free(ts);
+	free(names);
+	free(nan_mass);
+	return r;
+}
+
+int skv_st_compact_desc_init(struct skv_st_compact_desc *ret_desc, const struct skv_params *params,
+			     const struct skv_shape *shape, enum skv_dtype dtype, uint32_t n_layers,
+			     struct skv_error *err)
+{
+	struct skv_st_compact_desc d = {0};
+	int r;
+
+	if (!ret_desc || !params || !shape || n_layers == 0 || !skv_dtype_size(dtype)) {
+		if (err)
+			snprintf(err->msg, sizeof(err->msg), "no layers, or unknown dtype");
+		return -EINVAL;
+	}
+	r = skv_plan(shape, params, &d.plan, err);
+	if (r < 0)
+		return r;
+	struct skv_ledger_in li = {
+	    .batch = 1,
+	    .layers = n_layers,
+	    .h_q = shape->h_q,
+	    .h_kv = shape->h_kv,
+	    .head_dim = shape->head_dim,
+	    .dtype_bytes = skv_dtype_size(dtype),
+	    .prompt_len = shape->prompt_len,
+	    .capacity = params->capacity,
+	    .appended = 0,
+	    .reserve = 0,
+	    .gqa = params->gqa,
+	};
+	r = skv_ledger_compute(&li, &d.ledger);
+	if (r < 0) {
+		if (err)
+			snprintf(err->msg, sizeof(err->msg), "ledger: %s",
+				 r == -EOVERFLOW ? "byte counts overflow 64 bits"
+						 : "invalid sizes");
+		return r;
+	}
+	d.params = *params;
+	d.shape = *shape;
+	d.dtype = dtype;
+	d.n_layers = n_layers;
+	*ret_desc = d;
+	return 0;
+}

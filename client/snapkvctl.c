@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+/*
+ * snapkvctl.c - entry point of the snapkvctl CLI: global options and the
+ * subcommand table. Each subcommand lives in its own client/ctl-*.c.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl-daemon.h"
+#include "snapkvctl.h"
+
+static const struct ctl_cmd cmds[] = {
+    {"compact", "compact a safetensors K/V dump (in snapkvd, or --offline here)", ctl_compact},
+    {"inspect", "tensors, metadata and kept positions of a safetensors file", ctl_inspect},
+    {"status", "the daemon's version, pool, sessions and request counts", ctl_status},
+    {"caches", "compact caches the daemon holds", ctl_caches},
+    {"ledger", "capacity ledger per cache, tenant and pool (--json)", ctl_ledger},
+    {"metrics", "Prometheus text exposition of the daemon's metrics", ctl_metrics},
+    {"pressure", "memory pressure: level, watermarks, transitions; `set` changes them", ctl_pressure},
+    {"top", "live view: pool, tenants, compactions/s, p50/p99, retained mass", ctl_top},
+};
+
+#define N_CMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+void ctl_err(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "snapkvctl%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int ctl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (const char *p = s; *p; p++) {
+		if (!isdigit((unsigned char)*p))
+			return -EINVAL;
+		if (__builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v))
+			return -ERANGE;
+	}
+	if (v < min || v > max)
+		return -ERANGE;
+	*ret = v;
+	return 0;
+}
+
+int ctl_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret)
+{
+	uint64_t v;
+	int r = ctl_parse_u64(s, min, max, &v);
+	if (r < 0)
+		return r;
+	*ret = (uint32_t)v;
+	return 0;
+}
+
+int ctl_parse_choice(const char *s, const char *const *names)
+{
+	for (int i = 0; names[i]; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -EINVAL;
+}
+
+void ctl_print_ranges(FILE *f, const int32_t *pos, uint32_t n, uint32_t max_ranges)
+{
+	uint32_t shown = 0, i = 0;
+
+	while (i < n) {
+		uint32_t e = i;
+		while (e + 1 < n && (int64_t)pos[e + 1] == (int64_t)pos[e] + 1)
+			e++;
+		if (shown == max_ranges) {
+			uint32_t rest = 0;
+			for (uint32_t k = i; k < n; k++)
+				rest += (k == i || (int64_t)pos[k] != (int64_t)pos[k - 1] + 1);
+			fprintf(f, " ... (%" PRIu32 " more ranges)", rest);
+			break;
+		}
+		if (e == i)
+			fprintf(f, "%s%" PRId32, shown ? ", " : "", pos[i]);
+		else
+			fprintf(f, "%s%" PRId32 "-%" PRId32, shown ? ", " : "", pos[i], pos[e]);
+		shown++;
+		i = e + 1;
+	}
+	fputc('\n', f);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: snapkvctl [--help] [--version] <command> [options]\n\ncommands:\n");
+	for (size_t i = 0; i < N_CMDS; i++)
+		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
+	fprintf(f, "\n`snapkvctl <command> --help` describes a command's options.\n"
+		   "Exit status: 0 success, 1 run-time failure, 2 bad usage or bad input.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+		usage(stdout);
+		return CTL_EXIT_OK;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("snapkvctl 0.1\n");
+		return CTL_EXIT_OK;
+	}
+	for (size_t i = 0; i < N_CMDS; i++)
+		if (strcmp(argv[1], cmds[i].name) == 0)
+			return cmds[i].run(argc - 1, argv + 1);
+	ctl_err(NULL, "unknown command \"%s\" (see snapkvctl --help)", argv[1]);
+	return CTL_EXIT_USAGE;
+}

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapkvctl.h - subcommands of the snapkvctl CLI and the helpers they share.
+ *
+ * To add a subcommand: write `int ctl_<name>(int argc, char **argv)` in its
+ * own client/ctl-<name>.c (picked up by client/build.mk), declare it below
+ * and add one line to the table in client/snapkvctl.c. argv[0] is the
+ * subcommand name; the function returns the process exit code:
+ * CTL_EXIT_OK, CTL_EXIT_FAIL (the operation failed at run time: I/O, out of
+ * memory, daemon unreachable) or CTL_EXIT_USAGE (bad options or bad input:
+ * malformed file, invalid parameters). Errors are one line on stderr,
+ * "snapkvctl <cmd>: <what>: <why>", printed with ctl_err().
+ */
+#ifndef SNAPKVCTL_H
+#define SNAPKVCTL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define CTL_EXIT_OK    0
+#define CTL_EXIT_FAIL  1
+#define CTL_EXIT_USAGE 2
+
+struct ctl_cmd {
+	const char *name;
+	const char *summary; /* one line for `snapkvctl --help` */
+	int (*run)(int argc, char **argv);
+};
+
+/* Subcommands (one file each; others declare theirs in their own header,
+ * e.g. ctl-daemon.h). */
+int ctl_compact(int argc, char **argv); /* ctl-compact.c */
+int ctl_inspect(int argc, char **argv); /* ctl-inspect.c */
+int ctl_pressure(int argc, char **argv); /* ctl-ops.c */
+int ctl_top(int argc, char **argv);	 /* ctl-ops.c */
+
+/* "snapkvctl <cmd>: " + message + newline on stderr. */
+void ctl_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Strict decimal parse of `s` into [min, max]: no sign, no spaces, no
+ * trailing junk, no overflow. 0 or -EINVAL/-ERANGE.
+ */
+int ctl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
+int ctl_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret);
+
+/* Index of `s` in the NULL-terminated `names`, or -EINVAL. */
+int ctl_parse_choice(const char *s, const char *const *names);
+
+/* Positions as "0-2, 7, 9-40", at most max_ranges ranges, then a count. */
+void ctl_print_ranges(FILE *f, const int32_t *pos, uint32_t n, uint32_t max_ranges);
+
+#endif /* SNAPKVCTL_H */

@@ -1,0 +1,635 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cuda-emu.cpp - a CPU stand-in for the CUDA runtime and for the execution
+ * of kernels, so that the kernels of kernels/cuda can be checked against the
+ * host backend where no GPU is (make check on CI).
+ *
+ * Kernels: blocks run one after another; the threads of a block are
+ * coroutines (ucontext) switched only at __syncthreads() and warp
+ * intrinsics, which are real barriers (a barrier that can never complete is
+ * reported as a deadlock). Fresh "device" memory and shared memory are
+ * filled with 0xff bytes (NaN as floats) so reads of unwritten memory show.
+ * Runtime: memory calls work on host memory, streams and events complete at
+ * once. VMM allocations are memfds (exported and imported as real fds,
+ * mapped MAP_SHARED), large cudaMalloc buffers are memfds too so that a
+ * legacy IPC handle (pid, fd) can be opened through /proc by another
+ * process, and cuStreamWaitValue32 polls the flag: the two-process test
+ * runs unchanged on it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <map>
+
+#include <vector>
+
+#include <cuda.h>
+
+#include "cuda_runtime.h"
+
+namespace emu
+{
+struct thr {
+	ucontext_t ctx;
+	dim3 tid;
+	int done;
+	int wait; /* 0 runnable, 1 block barrier, 2 warp barrier */
+	unsigned gen;
+};
+struct warp {
+	int arrived;
+	unsigned gen;
+	uint64_t vals[32];
+	uint64_t snap[32];
+};
+
+static const size_t STACK = 256 * 1024;
+static ucontext_t sched;
+static std::vector<thr> thrs;
+static std::vector<warp> warps;
+static char *stacks;
+static size_t stacks_n;
+static thr *cur;
+static std::vector<unsigned char> smem;
+static const std::function<void()> *body;
+static int live, bar_arrived;
+static unsigned bar_gen;
+dim3 block_idx;
+
+const dim3 &thread_idx()
+{
+	return cur->tid;
+}
+
+unsigned char *dyn_smem()
+{
+	return smem.data();
+}
+
+static void yield_to_sched()
+{
+	swapcontext(&cur->ctx, &sched);
+}
+
+void syncthreads()
+{
+	unsigned g = bar_gen;
+	if (++bar_arrived == live) {
+		bar_arrived = 0;
+		bar_gen++;
+		return;
+	}
+	cur->wait = 1;
+	cur->gen = g;
+	yield_to_sched();
+	cur->wait = 0;
+}
+
+void warp_exchange(uint64_t v, uint64_t *all)
+{
+	warp &w = warps[cur->tid.x / 32];
+	unsigned g = w.gen;
+	w.vals[cur->tid.x % 32] = v;
+	if (++w.arrived == 32) {
+		w.arrived = 0;
+		memcpy(w.snap, w.vals, sizeof(w.snap));
+		w.gen++;
+	} else {
+		cur->wait = 2;
+		cur->gen = g;
+		yield_to_sched();
+		cur->wait = 0;
+	}
+	memcpy(all, w.snap, sizeof(w.snap));
+}
+
+static void entry()
+{
+	(*body)();
+	cur->done = 1;
+	live--;
+	if (bar_arrived > 0 && bar_arrived == live) {
+		bar_arrived = 0;
+		bar_gen++;
+	}
+	/* returning resumes uc_link: the scheduler */
+}
+
+static bool ready(const thr &t)
+{
+	if (t.done)
+		return false;
+	if (t.wait == 1)
+		return bar_gen != t.gen;
+	if (t.wait == 2)
+		return warps[t.tid.x / 32].gen != t.gen;
+	return true;
+}
+
+void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn)
+{
+	const unsigned n = block.x * block.y * block.z;
+	if (block.y != 1 || block.z != 1 || n % 32) {
+		fprintf(stderr, "emu: only 1-D blocks of whole warps\n");
+		abort();
+	}
+	if (stacks_n < n) {
+		if (stacks)
+			munmap(stacks, stacks_n * STACK);
+		stacks = (char *)mmap(NULL, n * STACK, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (stacks == MAP_FAILED) {
+			perror("emu: mmap");
+			abort();
+		}
+		stacks_n = n;
+	}
+	body = &fn;
+	thrs.assign(n, thr());
+	warps.assign(n / 32, warp());
+	for (unsigned bz = 0; bz < grid.z; bz++)
+		for (unsigned by = 0; by < grid.y; by++)
+			for (unsigned bx = 0; bx < grid.x; bx++) {
+				block_idx = dim3(bx, by, bz);
+				smem.assign(smem_bytes + 16, 0xff);
+				live = (int)n;
+				bar_arrived = 0;
+				for (unsigned i = 0; i < n; i++) {
+					thr &t = thrs[i];
+					t.tid = dim3(i, 0, 0);
+					t.done = 0;
+					t.wait = 0;
+					getcontext(&t.ctx);
+					t.ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK;
+					t.ctx.uc_stack.ss_size = STACK;
+					t.ctx.uc_link = &sched;
+					makecontext(&t.ctx, entry, 0);
+				}
+				for (auto &w : warps)
+					w.arrived = 0;
+				for (;;) {
+					bool any = false, all_done = true;
+					for (unsigned i = 0; i < n; i++) {
+						if (!thrs[i].done)
+							all_done = false;
+						if (!ready(thrs[i]))
+							continue;
+						any = true;
+						cur = &thrs[i];
+						swapcontext(&sched, &thrs[i].ctx);
+					}
+					if (all_done)
+						break;
+					if (!any) {
+						fprintf(
+						    stderr,
+						    "emu: deadlock in block (%u,%u,%u): a barrier "
+						    "no thread can complete\n",
+						    bx, by, bz);
+						abort();
+					}
+				}
+			}
+}
+} /* namespace emu */
+
+/* ------------------------------------------------------------- driver */
+
+static CUresult CUDAAPI emu_cuGetErrorName(CUresult, const char **s)
+{
+	*s = "CUDA_ERROR (emulator)";
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuDeviceGet(CUdevice *d, int o)
+{
+	*d = o;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice)
+{
+	*v = a == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuStreamWaitValue32(CUstream, CUdeviceptr addr, cuuint32_t value,
+						unsigned int)
+{
+	/* streams run at once here, so the wait happens now: poll for up to 60 s */
+	for (int i = 0; i < 60000; i++) {
+		if (__atomic_load_n((uint32_t *)(uintptr_t)addr, __ATOMIC_ACQUIRE) >= value)
+			return CUDA_SUCCESS;
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return CUDA_ERROR_NOT_READY;
+}
+
+/* VMM: a generic allocation handle is a memfd (an fd of this process, + 1) */
+static const size_t EMU_GRANULARITY = 2u << 20;
+static CUresult CUDAAPI emu_cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *,
+							  CUmemAllocationGranularity_flags)
+{
+	*g = EMU_GRANULARITY;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+					const CUmemAllocationProp *, unsigned long long)
+{
+	if (size == 0 || size % EMU_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	int fd = memfd_create("emu-vmm", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*h = (CUmemGenericAllocationHandle)fd + 1;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	return close((int)(h - 1)) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI emu_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t, CUdeviceptr,
+						unsigned long long)
+{
+	void *a = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (a == MAP_FAILED)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (CUdeviceptr)(uintptr_t)a;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+	return munmap((void *)(uintptr_t)p, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI emu_cuMemMap(CUdeviceptr p, size_t size, size_t off,
+				     CUmemGenericAllocationHandle h, unsigned long long)
+{
+	struct stat st;
+	int fd = (int)(h - 1);
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < off + size)
+		return CUDA_ERROR_INVALID_VALUE;
+	void *a = mmap((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		       fd, (off_t)off);
+	return a == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemUnmap(CUdeviceptr p, size_t size)
+{
+	void *a = mmap((void *)(uintptr_t)p, size, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	return a == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)
+{
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
+							 CUmemAllocationHandleType,
+							 unsigned long long)
+{
+	int fd = fcntl((int)(h - 1), F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*(int *)out = fd;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h,
+							   void *osh, CUmemAllocationHandleType)
+{
+	int fd = fcntl((int)(intptr_t)osh, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*h = (CUmemGenericAllocationHandle)fd + 1;
+	return CUDA_SUCCESS;
+}
+
+/* cudaMalloc buffers: memfd-backed from 64 KiB on, so IPC handles can name them */
+struct emu_buf {
+	size_t size;
+	int fd; /* -1: plain malloc */
+};
+static std::map<uintptr_t, emu_buf> emu_bufs;
+struct emu_ipc_handle {
+	uint32_t magic, pid;
+	int32_t fd;
+	uint32_t pad;
+	uint64_t size, offset;
+};
+
+static CUresult CUDAAPI emu_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+	auto it = emu_bufs.upper_bound((uintptr_t)p);
+	if (it == emu_bufs.begin())
+		return CUDA_ERROR_INVALID_VALUE;
+	--it;
+	if ((uintptr_t)p >= it->first + it->second.size)
+		return CUDA_ERROR_INVALID_VALUE;
+	*base = it->first;
+	*size = it->second.size;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuNotSupported()
+{
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+extern "C" {
+
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int,
+						       unsigned long long,
+						       cudaDriverEntryPointQueryResult *q)
+{
+	static const struct {
+		const char *name;
+		void *fn;
+	} tab[] = {
+	    {"cuGetErrorName", (void *)emu_cuGetErrorName},
+	    {"cuDeviceGet", (void *)emu_cuDeviceGet},
+	    {"cuDeviceGetAttribute", (void *)emu_cuDeviceGetAttribute},
+	    {"cuStreamWaitValue32", (void *)emu_cuStreamWaitValue32},
+	    {"cuMemGetAllocationGranularity", (void *)emu_cuMemGetAllocationGranularity},
+	    {"cuMemCreate", (void *)emu_cuMemCreate},
+	    {"cuMemRelease", (void *)emu_cuMemRelease},
+	    {"cuMemAddressReserve", (void *)emu_cuMemAddressReserve},
+	    {"cuMemAddressFree", (void *)emu_cuMemAddressFree},
+	    {"cuMemMap", (void *)emu_cuMemMap},
+	    {"cuMemUnmap", (void *)emu_cuMemUnmap},
+	    {"cuMemSetAccess", (void *)emu_cuMemSetAccess},
+	    {"cuMemExportToShareableHandle", (void *)emu_cuMemExportToShareableHandle},
+	    {"cuMemImportFromShareableHandle", (void *)emu_cuMemImportFromShareableHandle},
+	    {"cuMemGetAddressRange", (void *)emu_cuMemGetAddressRange},
+	};
+	*fn = (void *)emu_cuNotSupported;
+	for (const auto &t : tab)
+		if (!strcmp(sym, t.name))
+			*fn = t.fn;
+	if (q)
+		*q = cudaDriverEntryPointSuccess;
+	return cudaSuccess;
+}
+
+const char *CUDARTAPI cudaGetErrorString(cudaError_t e)
+{
+	return e == cudaSuccess ? "no error" : "error (CUDA emulator)";
+}
+const char *CUDARTAPI cudaGetErrorName(cudaError_t e)
+{
+	return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulator";
+}
+cudaError_t CUDARTAPI cudaGetLastError(void)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDeviceCount(int *n)
+{
+	*n = 1;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaSetDevice(int)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *p, int)
+{
+	memset(p, 0, sizeof(*p));
+	snprintf(p->name, sizeof(p->name), "CUDA CPU emulator");
+	p->major = 9;
+	p->minor = 0;
+	p->multiProcessorCount = 1;
+	p->totalGlobalMem = 1ull << 30;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr, int)
+{
+	*v = 0;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDriverGetVersion(int *v)
+{
+	*v = 13000;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaRuntimeGetVersion(int *v)
+{
+	*v = 13000;
+	return cudaSuccess;
+}
+
+static void *dev_alloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (p)
+		memset(p, 0xff, n); /* NaN: unwritten memory shows */
+	return p;
+}
+cudaError_t CUDARTAPI cudaMalloc(void **p, size_t n)
+{
+	if (n < (64u << 10)) {
+		*p = dev_alloc(n);
+		if (!*p)
+			return cudaErrorMemoryAllocation;
+		emu_bufs[(uintptr_t)*p] = emu_buf{n, -1};
+		return cudaSuccess;
+	}
+	int fd = memfd_create("emu-malloc", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)n) < 0)
+		return cudaErrorMemoryAllocation;
+	void *a = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (a == MAP_FAILED) {
+		close(fd);
+		return cudaErrorMemoryAllocation;
+	}
+	memset(a, 0xff, n);
+	emu_bufs[(uintptr_t)a] = emu_buf{n, fd};
+	*p = a;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaFree(void *p)
+{
+	auto it = emu_bufs.find((uintptr_t)p);
+	if (it == emu_bufs.end())
+		return p ? cudaErrorInvalidValue : cudaSuccess;
+	if (it->second.fd < 0) {
+		free(p);
+	} else {
+		munmap(p, it->second.size);
+		close(it->second.fd);
+	}
+	emu_bufs.erase(it);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMallocHost(void **p, size_t n)
+{
+	*p = dev_alloc(n);
+	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t CUDARTAPI cudaFreeHost(void *p)
+{
+	free(p);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMallocAsync(void **p, size_t n, cudaStream_t)
+{
+	return cudaMalloc(p, n);
+}
+cudaError_t CUDARTAPI cudaFreeAsync(void *p, cudaStream_t)
+{
+	return cudaFree(p);
+}
+cudaError_t CUDARTAPI cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
+{
+	memcpy(d, s, n);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind,
+				      cudaStream_t)
+{
+	memcpy(d, s, n);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemset(void *d, int v, size_t n)
+{
+	memset(d, v, n);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t)
+{
+	memset(d, v, n);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int)
+{
+	*s = (cudaStream_t)dev_alloc(64);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s)
+{
+	free((void *)s);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int)
+{
+	*e = (cudaEvent_t)dev_alloc(64);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t *e)
+{
+	return cudaEventCreateWithFlags(e, 0);
+}
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e)
+{
+	free((void *)e);
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t, cudaStream_t)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
+{
+	*ms = 0;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int)
+{
+	*p = (cudaMemPool_t)1;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAttr, void *)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+	CUdeviceptr base;
+	size_t size;
+	if (emu_cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+		return cudaErrorInvalidValue;
+	const emu_buf &b = emu_bufs[(uintptr_t)base];
+	if (b.fd < 0)
+		return cudaErrorNotSupported; /* small buffers are plain malloc here */
+	emu_ipc_handle e = {
+	    0x454d5531u, (uint32_t)getpid(), b.fd, 0, size, (uint64_t)((uintptr_t)p - base)};
+	static_assert(sizeof(e) <= sizeof(*h), "handle size");
+	memset(h, 0, sizeof(*h));
+	memcpy(h, &e, sizeof(e));
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int)
+{
+	emu_ipc_handle e;
+	char path[64];
+	memcpy(&e, &h, sizeof(e));
+	if (e.magic != 0x454d5531u)
+		return cudaErrorInvalidValue;
+	snprintf(path, sizeof(path), "/proc/%u/fd/%d", e.pid, e.fd);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return cudaErrorInvalidValue;
+	void *a = mmap(NULL, e.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (a == MAP_FAILED) {
+		close(fd);
+		return cudaErrorMemoryAllocation;
+	}
+	emu_bufs[(uintptr_t)a] = emu_buf{e.size, fd};
+	*p = (char *)a + e.offset;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void *p)
+{
+	CUdeviceptr base;
+	size_t size;
+	if (emu_cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+		return cudaErrorInvalidValue;
+	return cudaFree((void *)(uintptr_t)base);
+}
+/* host memory is device memory here */
+cudaError_t CUDARTAPI cudaHostRegister(void *, size_t, unsigned int)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaHostUnregister(void *)
+{
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **d, void *h, unsigned int)
+{
+	*d = h;
+	return cudaSuccess;
+}
+/* streams complete at once, so an event handle needs no content */
+cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t)
+{
+	memset(h, 0, sizeof(*h));
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t)
+{
+	return cudaEventCreateWithFlags(e, 0);
+}
+
+} /* extern "C" */

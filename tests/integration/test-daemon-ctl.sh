@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# test-daemon-ctl: snapkvctl against a live snapkvd. `compact IN OUT` through
+# the daemon writes the same bytes as `compact --offline` (several policies,
+# dtypes and GQA modes); status, caches, ledger (table and --json, whose
+# schema and numbers are checked independently against SPEC.md's formulas)
+# and metrics answer; an unreachable daemon is a clean exit 1.
+set -euo pipefail
+BUILD=${BUILD:-build}
+CTL=$BUILD/snapkvctl
+GEN=$BUILD/examples/gen-layer
+tmp=$(mktemp -d /tmp/snapkvd-ctl-XXXXXX)
+dpid=
+cleanup() {
+	[ -n "$dpid" ] && kill -KILL "$dpid" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+sock=$tmp/s.sock
+"$BUILD/snapkvd" --socket "$sock" --threads 2 --log-level warning &
+dpid=$!
+for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.01; done
+export SNAPKV_SOCKET=$sock
+
+# daemon path == offline path, byte for byte
+i=0
+for args in "--dtype bf16 --len 512|--capacity 128" \
+	"--dtype f16 --len 300 --layers 3|--capacity 64 --gqa group --kernel 7 --pooling max" \
+	"--dtype f32 --len 200 --h-q 8 --h-kv 8|--policy streamingllm --capacity 48 --sinks 4" \
+	"--dtype bf16 --len 100|--capacity 256"; do
+	i=$((i + 1))
+	g=${args%%|*}
+	c=${args#*|}
+	# shellcheck disable=SC2086
+	"$GEN" "$tmp/in$i.st" --quiet $g --h-q 8 --h-kv 2 --head-dim 32 2>/dev/null ||
+		"$GEN" "$tmp/in$i.st" --quiet $g
+	# shellcheck disable=SC2086
+	"$CTL" compact --offline "$tmp/in$i.st" "$tmp/off$i.st" -q $c || fail "offline $i"
+	# shellcheck disable=SC2086
+	"$CTL" compact "$tmp/in$i.st" "$tmp/dmn$i.st" -q $c || fail "daemon $i"
+	cmp "$tmp/off$i.st" "$tmp/dmn$i.st" || fail "daemon and offline outputs differ ($c)"
+done
+# the daemon path reports the daemon's errors as such
+rc=0
+"$CTL" compact "$tmp/in1.st" "$tmp/bad.st" -q --capacity 16 --window 32 2>"$tmp/err" || rc=$?
+[ "$rc" -ne 0 ] && [ ! -e "$tmp/bad.st" ] || fail "invalid parameters accepted"
+
+# the example engine on a safetensors dump: planted spans keep most of the mass
+"$BUILD/snapkv-engine" --name fromfile --in "$tmp/in1.st" --window 16 --capacity 128 \
+	--decode 4 >"$tmp/file.out" || fail "engine --in"
+python3 - "$tmp/file.out" <<'PY' || fail "engine --in: $(cat "$tmp/file.out")"
+import re, sys
+line = open(sys.argv[1]).read()
+m = re.search(r"L=(\d+) kept=(\d+) g=(\d+) next_pos=(\d+).*mass_mean=([0-9.]+)", line)
+L, kept, g, nxt, mass = int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])
+assert (L, kept, g, nxt) == (512, 128, 4, 516), line
+assert 0.0 < mass <= 1.0, line
+PY
+
+# online subcommands while an engine holds a cache
+"$BUILD/snapkv-engine" --name held --layers 3 --h-q 8 --h-kv 2 --head-dim 32 --prompt 700 \
+	--window 16 --capacity 128 --decode 5 --reserve 8 --gqa group \
+	--hold-until "$tmp/go" >"$tmp/eng.out" &
+epid=$!
+for _ in $(seq 500); do [ -s "$tmp/eng.out" ] && break; sleep 0.01; done
+"$CTL" status | grep -q "sessions  1" || fail "status: $("$CTL" status)"
+"$CTL" status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["sessions"]==1'
+"$CTL" caches | grep -q "held" || fail "caches does not list the engine's cache"
+"$CTL" ledger | grep -q "held" || fail "ledger table"
+"$CTL" ledger --json >"$tmp/ledger.json"
+python3 - "$tmp/ledger.json" <<'PY' || fail "ledger --json: $(cat "$tmp/ledger.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert set(d) == {"pool", "tenants", "caches"}, d.keys()
+assert set(d["pool"]) == {"total_bytes", "used_bytes"}
+assert d["pool"]["used_bytes"] > 0
+for t in d["tenants"]:
+    assert set(t) == {"name", "uid", "used_bytes", "caches"}, t.keys()
+assert len(d["caches"]) == 1
+c = d["caches"][0]
+assert set(c) == {"id", "tenant", "layers", "h_q", "h_kv", "head_dim", "dtype_bytes",
+                  "prompt_len", "capacity", "appended", "gqa", "bytes"}, c.keys()
+assert set(c["bytes"]) == {"native_full", "compact", "index", "reserved"}
+# SPEC.md ledger, computed here: B=1, group stores H_kv heads
+N, Hq, Hkv, D, s, L, C, g = 3, 8, 2, 32, 4, 700, 128, 5
+assert (c["layers"], c["h_q"], c["h_kv"], c["head_dim"], c["dtype_bytes"]) == (N, Hq, Hkv, D, s)
+assert (c["prompt_len"], c["capacity"], c["appended"], c["gqa"]) == (L, C, g, "group")
+b = c["bytes"]
+assert b["native_full"] == 2 * N * Hkv * (L + g) * D * s, b
+assert b["compact"] == 2 * N * Hkv * (min(L, C) + g) * D * s, b
+assert b["index"] == 4 * N * Hkv * (min(L, C) + g), b
+assert b["reserved"] == 2 * N * Hkv * (8 - g) * D * s, b
+assert sum(t["used_bytes"] for t in d["tenants"]) == d["pool"]["used_bytes"]
+PY
+"$CTL" metrics >"$tmp/metrics"
+grep -q "^snapkvd_pool_total_bytes [0-9]" "$tmp/metrics" || fail "metrics"
+grep -q "^snapkvd_caches 1$" "$tmp/metrics" || fail "metrics cache count"
+touch "$tmp/go"
+wait "$epid" || fail "engine"
+kill -TERM "$dpid"
+rc=0
+wait "$dpid" || rc=$?
+dpid=
+[ "$rc" -eq 0 ] || fail "snapkvd exited $rc"
+rc=0
+"$CTL" status 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "cannot reach snapkvd" "$tmp/err" || fail "no daemon: rc $rc"
+echo "snapkvctl online subcommands and daemon compaction OK"

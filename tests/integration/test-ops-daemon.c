@@ -1,0 +1,630 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test-ops-daemon: the pressure policy through a real snapkvd: watermark
+ * crossings up and down, PRESSURE events on the engines' rings, budget
+ * scaling in the result, LRU eviction of caches released with linger (held
+ * ones untouched), refusal at critical and the guaranteed share, pressure
+ * settings changed at run time, hooks (environment, ledger snapshot, failing
+ * and hanging ones), the metrics textfile, and eight engine processes
+ * racing for the last bytes of a tenant quota.
+ */
+#include <CUnit/Basic.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pwd.h>
+#include <sys/stat.h>
+
+#include "client/ctl-ops.h"
+#include "daemon-harness.h"
+#include "skv.h"
+#include "snapkv.h"
+
+static struct harness H;
+static char tmp[64], cfg_path[128], hooks_log[128], prom_path[128];
+
+/* One layer, one head: the region of a cache is known from C alone. */
+#define P_D 64
+#define P_L 256
+#define P_W 8
+#define P_C 128
+
+struct engine {
+	struct skv_client *c;
+	struct skv_buffer *b;
+	struct skv_layer_ref lr;
+	struct skv_compact_desc d;
+};
+
+/* No CUnit asserts here: also used from the suite's set-up. */
+static int write_file(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -1;
+	fputs(text, f);
+	fclose(f);
+	return chmod(path, mode);
+}
+
+static int engine_open(struct engine *e, const char *name)
+{
+	struct skv_client_opts o = {.opts_size = sizeof(o), .name = name};
+	size_t q = (size_t)P_W * P_D * 4, kv = (size_t)P_L * P_D * 4;
+	uint64_t seed = 7;
+	float *f;
+
+	memset(e, 0, sizeof(*e));
+	if (skv_client_connect(H.sock, &o, &e->c) < 0)
+		return -1;
+	if (skv_buffer_alloc(e->c, q + 2 * kv, &e->b) < 0)
+		return -1;
+	f = skv_buffer_data(e->b);
+	for (size_t i = 0; i < (q + 2 * kv) / 4; i++)
+		f[i] = h_rand(&seed);
+	e->lr.q = (struct skv_tensor_ref){e->b, 0, SKV_DTYPE_F32, (int64_t)P_W * P_D, P_D, 0, 0};
+	e->lr.k = (struct skv_tensor_ref){e->b, q, SKV_DTYPE_F32, (int64_t)P_L * P_D, P_D, 0, 0};
+	e->lr.v =
+	    (struct skv_tensor_ref){e->b, q + kv, SKV_DTYPE_F32, (int64_t)P_L * P_D, P_D, 0, 0};
+	e->d.desc_size = sizeof(e->d);
+	e->d.shape =
+	    (struct skv_shape){.prompt_len = P_L, .head_dim = P_D, .h_q = 1, .h_kv = 1, .n_q = P_W};
+	e->d.layers = 1;
+	skv_client_params_init(&e->d.params);
+	e->d.params.window = P_W;
+	e->d.params.capacity = P_C;
+	e->d.layer = &e->lr;
+	return 0;
+}
+
+static void engine_close(struct engine *e)
+{
+	skv_buffer_free(e->b);
+	skv_client_close(e->c);
+}
+
+static Snapkv__V1__AdminReply *admin_req(Snapkv__V1__AdminRequest *ar)
+{
+	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
+	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
+	struct skv_frame_hdr hdr;
+	Snapkv__V1__AdminReply *rep = NULL;
+	int fd = h_connect_raw(H.sock), r;
+	size_t n;
+
+	if (fd < 0)
+		return NULL;
+	hello.client_version = SKV_PROTO_VERSION;
+	hello.admin = 1;
+	hello.name = "test-ops";
+	n = snapkv__v1__hello__pack(&hello, buf);
+	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0) < 0)
+		goto out;
+	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
+	if (r < 0 || hdr.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
+		goto out;
+	n = snapkv__v1__admin_request__pack(ar, buf);
+	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, 0) < 0)
+		goto out;
+	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
+	if (r >= 0 && hdr.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY)
+		rep = snapkv__v1__admin_reply__unpack(NULL, hdr.length, buf + SKV_FRAME_HDR_SIZE);
+out:
+	close(fd);
+	return rep;
+}
+
+static int level_now(void)
+{
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	Snapkv__V1__AdminReply *r;
+	int lv = -1;
+
+	ar.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE;
+	r = admin_req(&ar);
+	if (r && r->pressure)
+		lv = r->pressure->level;
+	if (r)
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return lv;
+}
+
+static int set_share(const char *share, char *err, size_t errlen)
+{
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	Snapkv__V1__PressureSettings ps = SNAPKV__V1__PRESSURE_SETTINGS__INIT;
+	Snapkv__V1__AdminReply *r;
+	int st;
+
+	ps.guaranteed_share = (char *)share;
+	ar.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE_SET;
+	ar.pressure = &ps;
+	r = admin_req(&ar);
+	if (!r)
+		return -EIO;
+	st = r->status;
+	snprintf(err, errlen, "%s", r->error ? r->error : "");
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return st;
+}
+
+/* Is the cache with this id still in the daemon's ledger? */
+static int cache_listed(uint64_t id, int *ret_lingering)
+{
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	Snapkv__V1__AdminReply *r;
+	int found = 0;
+
+	ar.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER;
+	r = admin_req(&ar);
+	for (size_t i = 0; r && i < r->n_caches; i++)
+		if (r->caches[i]->id == id) {
+			found = 1;
+			if (ret_lingering)
+				*ret_lingering = r->caches[i]->lingering;
+		}
+	if (r)
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return found;
+}
+
+/* Wait for the engine to see a PRESSURE event with this level. */
+static int wait_event(struct engine *e, uint32_t level, struct skv_pressure *ret)
+{
+	for (int i = 0; i < 300; i++) {
+		if (skv_client_pressure(e->c, ret) == 0 && ret->level == level)
+			return 0;
+		h_sleep_ms(10);
+	}
+	return -1;
+}
+
+static double metric_label(const char *name, const char *lname, const char *lvalue)
+{
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	Snapkv__V1__AdminReply *r;
+	struct ctl_prom p;
+	double v = NAN;
+
+	ar.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS;
+	r = admin_req(&ar);
+	if (r && r->text && ctl_prom_parse(r->text, strlen(r->text), &p, NULL) == 0) {
+		v = ctl_prom_get(&p, name, lname, lvalue);
+		ctl_prom_free(&p);
+	}
+	if (r)
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return v;
+}
+
+static double metric(const char *name)
+{
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	Snapkv__V1__AdminReply *r;
+	struct ctl_prom p;
+	double v = NAN;
+
+	ar.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS;
+	r = admin_req(&ar);
+	if (r && r->text && ctl_prom_parse(r->text, strlen(r->text), &p, NULL) == 0) {
+		v = ctl_prom_get(&p, name, NULL, NULL);
+		ctl_prom_free(&p);
+	}
+	if (r)
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return v;
+}
+
+static int ctl_exists(void)
+{
+	char p[256];
+
+	snprintf(p, sizeof(p), "%s/snapkvctl", getenv("BUILD") ? getenv("BUILD") : "build");
+	return access(p, X_OK) == 0;
+}
+
+/* Run snapkvctl with args against our daemon; its stdout into out. */
+static int run_ctl(const char *args, char *out, size_t len)
+{
+	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+	char cmd[512];
+	size_t n;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "%s/snapkvctl %s --socket %s", build, args, H.sock);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	n = fread(out, 1, len - 1, p);
+	out[n] = '\0';
+	return pclose(p) == 0 ? 0 : -1;
+}
+
+static int suite_init(void)
+{
+	char conf[2048], path[160];
+	const char *argv[] = {"--config", cfg_path, NULL};
+
+	snprintf(tmp, sizeof(tmp), "/tmp/snapkvd-ops-XXXXXX");
+	if (!mkdtemp(tmp))
+		return -1;
+	snprintf(cfg_path, sizeof(cfg_path), "%s/snapkvd.conf", tmp);
+	snprintf(hooks_log, sizeof(hooks_log), "%s/hooks.log", tmp);
+	snprintf(prom_path, sizeof(prom_path), "%s/snapkvd.prom", tmp);
+	snprintf(path, sizeof(path), "%s/hooks", tmp);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/hooks/10-record", tmp);
+	snprintf(conf, sizeof(conf),
+		 "#!/bin/sh\n"
+		 "grep -q '\"pool\"' \"$SNAPKV_LEDGER_JSON\" && j=json || j=nojson\n"
+		 "echo \"$SNAPKV_EVENT $SNAPKV_PREV_LEVEL>$SNAPKV_LEVEL $SNAPKV_POOL_USED_BYTES "
+		 "$SNAPKV_POOL_TOTAL_BYTES $j\" >> '%s'\n",
+		 hooks_log);
+	write_file(path, conf, 0755);
+	snprintf(path, sizeof(path), "%s/hooks/20-fail", tmp);
+	write_file(path, "#!/bin/sh\necho failing on purpose\nexit 3\n", 0755);
+	snprintf(path, sizeof(path), "%s/hooks/30-hang", tmp);
+	write_file(path, "#!/bin/sh\nexec sleep 60\n", 0755);
+	snprintf(path, sizeof(path), "%s/hooks/40-not-executable", tmp);
+	write_file(path, "#!/bin/sh\necho never >> /dev/null\n", 0644);
+	snprintf(conf, sizeof(conf),
+		 "pool_bytes = 1M\n"
+		 "session_arena_bytes = 1M\n"
+		 "pressure_high = 50%%\n"
+		 "pressure_high_leave = 40%%\n"
+		 "pressure_critical = 75%%\n"
+		 "pressure_critical_leave = 65%%\n"
+		 "pressure_actions = notify,hooks,scale,evict,refuse\n"
+		 "hook_dir = %s/hooks\n"
+		 "hook_timeout_ms = 1000\n"
+		 "hook_ledger_json = %s/ledger.json\n"
+		 "metrics_textfile = %s\n"
+		 "metrics_interval_s = 1\n",
+		 tmp, tmp, prom_path);
+	write_file(cfg_path, conf, 0644);
+	return h_start(&H, argv) == 0 ? 0 : -1;
+}
+
+static int suite_clean(void)
+{
+	char cmd[160];
+	int st = h_stop(&H);
+
+	h_cleanup(&H);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+	if (system(cmd) != 0)
+		st = -1;
+	return st == 0 ? 0 : -1;
+}
+
+#define MAXC 64
+
+static void test_pressure_policy(void)
+{
+	struct engine e;
+	struct skv_cache *k[MAXC] = {0};
+	uint64_t id[MAXC] = {0};
+	int n = 0, lingering_from = 0;
+	long long R, used, high, leave;
+	struct skv_pressure ev;
+	const struct skv_cache_info *ci;
+	char err[256];
+	int r, lg = 0;
+
+	CU_ASSERT_EQUAL_FATAL(engine_open(&e, "pressure"), 0);
+	/* One cache tells the region size R of a C=128 cache. */
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(e.c, &e.d, &k[n]), 0);
+	id[n] = skv_cache_info(k[n])->id;
+	n++;
+	R = h_pool_used(H.sock);
+	CU_ASSERT_FATAL(R > 0 && R < (1 << 20) / 10);
+	high = (1 << 20) / 2;
+	leave = (long long)ceil((1 << 20) * 0.40);
+	/* Fill up to just below high: still normal, nothing scaled. */
+	while ((n + 1) * R < high) {
+		CU_ASSERT_EQUAL_FATAL(skv_client_compact(e.c, &e.d, &k[n]), 0);
+		CU_ASSERT_EQUAL(skv_cache_info(k[n])->budget_scaled, 0);
+		id[n] = skv_cache_info(k[n])->id;
+		n++;
+	}
+	CU_ASSERT_EQUAL(level_now(), SNAPKV__V1__PRESSURE_LEVEL__PRESSURE_LEVEL_NORMAL);
+	CU_ASSERT_FATAL(n >= 4);
+	/* The three oldest are released with linger: still counted. */
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL(skv_cache_release_linger(k[i]), 0);
+		k[i] = NULL;
+	}
+	lingering_from = 0;
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), n * R);
+	CU_ASSERT(cache_listed(id[0], &lg) && lg);
+	/* One more crosses high: eviction frees lingering caches, oldest first,
+	 * until the pool is below high's leave mark. */
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(e.c, &e.d, &k[n]), 0);
+	id[n] = skv_cache_info(k[n])->id;
+	n++;
+	{
+		long long need = n * R - leave + 1;
+		int evict = (int)((need + R - 1) / R);
+
+		if (evict > 3)
+			evict = 3;
+		used = (n - evict) * R;
+		CU_ASSERT_EQUAL(h_wait_pool(H.sock, used, 2000), 0);
+		for (int i = 0; i < 3; i++)
+			CU_ASSERT_EQUAL(cache_listed(id[i], NULL), i >= evict);
+		/* Held caches are never touched. */
+		for (int i = 3; i < n; i++)
+			CU_ASSERT(cache_listed(id[i], &lg) && !lg);
+		lingering_from = evict;
+		/* The engine saw high, then the level the eviction left. */
+		CU_ASSERT_EQUAL(wait_event(&e, used < leave ? 1 : 2, &ev), 0);
+		CU_ASSERT(ev.events >= 1);
+	}
+	/* Keep going until high holds. */
+	for (int guard = 0; level_now() != SNAPKV__V1__PRESSURE_LEVEL__PRESSURE_LEVEL_HIGH;
+	     guard++) {
+		CU_ASSERT_FATAL(guard < 20 && n < MAXC);
+		CU_ASSERT_EQUAL_FATAL(skv_client_compact(e.c, &e.d, &k[n]), 0);
+		id[n] = skv_cache_info(k[n])->id;
+		n++;
+	}
+	for (int i = lingering_from; i < 3; i++)
+		CU_ASSERT_EQUAL(cache_listed(id[i], NULL), 0); /* all evicted by now */
+	CU_ASSERT_EQUAL(wait_event(&e, 2, &ev), 0);
+	CU_ASSERT_EQUAL(ev.suggested_capacity, 1024); /* default C 2048 x 0.5 */
+	CU_ASSERT_EQUAL(ev.scale_permille, 500);
+	/* At high the budget of new requests is halved, and the result says so. */
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(e.c, &e.d, &k[n]), 0);
+	ci = skv_cache_info(k[n]);
+	CU_ASSERT_EQUAL(ci->budget_scaled, 1);
+	CU_ASSERT_EQUAL(ci->budget, P_C / 2);
+	CU_ASSERT_EQUAL(ci->requested_budget, P_C);
+	CU_ASSERT_EQUAL(ci->pressure, 2);
+	id[n] = ci->id;
+	n++;
+	/* On to critical: then new compactions are refused with ENOSPC. */
+	for (;;) {
+		CU_ASSERT_FATAL(n < MAXC);
+		r = skv_client_compact(e.c, &e.d, &k[n]);
+		if (r < 0)
+			break;
+		id[n] = skv_cache_info(k[n])->id;
+		n++;
+	}
+	CU_ASSERT_EQUAL(r, -ENOSPC);
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(e.c), "critical"));
+	CU_ASSERT_EQUAL(level_now(), SNAPKV__V1__PRESSURE_LEVEL__PRESSURE_LEVEL_CRITICAL);
+	CU_ASSERT_EQUAL(wait_event(&e, 3, &ev), 0);
+	/* An engine that connects now learns the level at once. */
+	{
+		struct engine late;
+
+		CU_ASSERT_EQUAL_FATAL(engine_open(&late, "late"), 0);
+		CU_ASSERT_EQUAL(wait_event(&late, 3, &ev), 0);
+		CU_ASSERT_EQUAL(ev.events, 1);
+		CU_ASSERT_EQUAL(ev.suggested_capacity, 512);
+		CU_ASSERT_EQUAL(ev.scale_permille, 250);
+		engine_close(&late);
+	}
+	/* What an operator sees now (once snapkvctl is built). */
+	if (ctl_exists()) {
+		char out[8192];
+
+		CU_ASSERT_EQUAL(run_ctl("pressure", out, sizeof(out)), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "level             critical\n"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "high     -> critical"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "normal   -> high"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "suggested C now 512"));
+		CU_ASSERT_EQUAL(run_ctl("top --once", out, sizeof(out)), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "snapkvd  pressure critical  sessions "));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "p50 "));
+		CU_ASSERT_PTR_NULL(strstr(out, "p50 -"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "<= 1     ["));
+	}
+	/* A tenant within its guaranteed share is still admitted (C x 0.25). */
+	CU_ASSERT_EQUAL(set_share("100%", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(e.c, &e.d, &k[n]), 0);
+	CU_ASSERT_EQUAL(skv_cache_info(k[n])->budget, P_C / 4);
+	n++;
+	CU_ASSERT_EQUAL(set_share("0", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(skv_client_compact(e.c, &e.d, &k[n]), -ENOSPC);
+	CU_ASSERT_EQUAL(set_share("150%", err, sizeof(err)), -EINVAL);
+	CU_ASSERT(strlen(err) > 0);
+	CU_ASSERT(metric("snapkvd_pressure_refusals_total") >= 2);
+	/* Real vs padded: the caches' arena regions are exactly the pool in use
+	 * (nothing reserved now), and at least the ledger's compact + index. */
+	{
+		double alloc = metric_label("snapkvd_cache_bytes", "kind", "allocated");
+		double real = metric_label("snapkvd_cache_bytes", "kind", "compact") +
+			      metric_label("snapkvd_cache_bytes", "kind", "index");
+
+		CU_ASSERT_EQUAL(alloc, (double)h_pool_used(H.sock));
+		CU_ASSERT(real > 0 && alloc >= real);
+	}
+	/* Everything released: back to normal, and the engine hears it. */
+	for (int i = 0; i < n; i++)
+		if (k[i])
+			CU_ASSERT_EQUAL(skv_cache_release(k[i]), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	CU_ASSERT_EQUAL(level_now(), SNAPKV__V1__PRESSURE_LEVEL__PRESSURE_LEVEL_NORMAL);
+	CU_ASSERT_EQUAL(wait_event(&e, 1, &ev), 0);
+	engine_close(&e);
+}
+
+static void test_hooks_and_textfile(void)
+{
+	static char buf[1 << 16];
+	FILE *f;
+	size_t len;
+	int ok = 0;
+
+	/* Hooks ran on every change, with the event in their environment. */
+	for (int i = 0; i < 300 && !ok; i++) {
+		f = fopen(hooks_log, "r");
+		if (f) {
+			len = fread(buf, 1, sizeof(buf) - 1, f);
+			buf[len] = '\0';
+			fclose(f);
+			ok = strstr(buf, "critical>") != NULL;
+		}
+		if (!ok)
+			h_sleep_ms(10);
+	}
+	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "pressure normal>high "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(buf, "pressure high>critical "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(buf, " 1048576 json\n"));
+	CU_ASSERT_PTR_NULL(strstr(buf, "nojson"));
+	/* The failing and the hanging hook were counted, and killed in time:
+	 * the daemon kept serving all along. */
+	for (int i = 0; i < 600 && metric("snapkvd_hooks_timed_out_total") < 1; i++)
+		h_sleep_ms(10);
+	CU_ASSERT(metric("snapkvd_hooks_timed_out_total") >= 1);
+	CU_ASSERT(metric("snapkvd_hooks_failed_total") >= 2);
+	CU_ASSERT(metric("snapkvd_pressure_transitions_total") >= 4);
+	/* The textfile is rewritten on the timer and parses. */
+	for (int i = 0; i < 300; i++) {
+		struct ctl_prom p;
+
+		f = fopen(prom_path, "r");
+		if (f) {
+			len = fread(buf, 1, sizeof(buf) - 1, f);
+			fclose(f);
+			if (ctl_prom_parse(buf, len, &p, NULL) == 0) {
+				double t = ctl_prom_get(&p, "snapkvd_pressure_transitions_total",
+							NULL, NULL);
+
+				ctl_prom_free(&p);
+				if (t >= 4) {
+					ok = 2;
+					break;
+				}
+			}
+		}
+		h_sleep_ms(10);
+	}
+	CU_ASSERT_EQUAL(ok, 2);
+}
+
+/* Eight engine processes race for the last bytes of one tenant's quota. */
+static void test_quota_race(void)
+{
+	struct engine e;
+	struct skv_cache *k = NULL;
+	long long R;
+	char conf[4300], buf[4096];
+	int fds[8][2], go[2], total = 0;
+	pid_t pids[8];
+	FILE *f;
+	size_t len;
+
+	/* Region of one cache, then a quota of 5.5 of them for this uid. */
+	CU_ASSERT_EQUAL_FATAL(engine_open(&e, "probe"), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(e.c, &e.d, &k), 0);
+	R = h_pool_used(H.sock);
+	skv_cache_release(k);
+	engine_close(&e);
+	CU_ASSERT_EQUAL_FATAL(h_wait_pool(H.sock, 0, 2000), 0);
+	f = fopen(cfg_path, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	len = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[len] = '\0';
+	fclose(f);
+	snprintf(conf, sizeof(conf), "%stenant_quota = %u:%lld\n", buf, (unsigned)getuid(),
+		 5 * R + R / 2);
+	CU_ASSERT_EQUAL_FATAL(write_file(cfg_path, conf, 0644), 0);
+	kill(H.pid, SIGHUP);
+	for (int i = 0; i < 300; i++) {
+		Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+		Snapkv__V1__AdminReply *rep;
+		struct ctl_prom p;
+		int have = 0;
+
+		ar.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS;
+		rep = admin_req(&ar);
+		if (rep && rep->text &&
+		    ctl_prom_parse(rep->text, strlen(rep->text), &p, NULL) == 0) {
+			for (size_t j = 0; j < p.n; j++)
+				if (!strcmp(p.s[j].name, "snapkvd_tenant_quota_bytes") &&
+				    p.s[j].value == (double)(5 * R + R / 2))
+					have = 1;
+			ctl_prom_free(&p);
+		}
+		if (rep)
+			snapkv__v1__admin_reply__free_unpacked(rep, NULL);
+		if (have)
+			break;
+		CU_ASSERT_FATAL(i < 299);
+		h_sleep_ms(10);
+	}
+	CU_ASSERT_EQUAL_FATAL(pipe(go), 0);
+	for (int i = 0; i < 8; i++) {
+		CU_ASSERT_EQUAL_FATAL(pipe(fds[i]), 0);
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			struct skv_cache *mine[16];
+			int got = 0, r = 0;
+			char c;
+
+			close(go[1]);
+			if (engine_open(&e, "racer") < 0)
+				_exit(100);
+			/* all start together */
+			if (read(go[0], &c, 1) != 0)
+				_exit(101);
+			while (got < 16 && (r = skv_client_compact(e.c, &e.d, &mine[got])) == 0)
+				got++;
+			/* -EDQUOT with the numbers, nothing else */
+			if (r != -EDQUOT || !strstr(skv_client_error(e.c), "over quota"))
+				_exit(102);
+			c = (char)got;
+			if (write(fds[i][1], &c, 1) != 1)
+				_exit(103);
+			/* hold the caches until the parent has counted */
+			h_sleep_ms(60000);
+			_exit(0);
+		}
+		close(fds[i][1]);
+	}
+	close(go[0]);
+	h_sleep_ms(200); /* let every engine connect and register */
+	close(go[1]);
+	for (int i = 0; i < 8; i++) {
+		char c = 0;
+
+		CU_ASSERT_EQUAL(read(fds[i][0], &c, 1), 1);
+		total += c;
+		close(fds[i][0]);
+	}
+	/* Exactly five fit: never a sixth, and no half-used last slot. */
+	CU_ASSERT_EQUAL(total, 5);
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), 5 * R);
+	CU_ASSERT(metric("snapkvd_pool_used_bytes") <= 5 * R + R / 2);
+	for (int i = 0; i < 8; i++) {
+		int st = 0;
+
+		kill(pids[i], SIGKILL);
+		waitpid(pids[i], &st, 0);
+		CU_ASSERT(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) == 0));
+	}
+	/* Killed engines give everything back. */
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 3000), 0);
+}
+
+int main(void)
+{
+	CU_pSuite s;
+	unsigned fails;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 2;
+	s = CU_add_suite("ops-daemon", suite_init, suite_clean);
+	CU_add_test(s, "pressure: crossings, events, scaling, eviction, refusal",
+		    test_pressure_policy);
+	CU_add_test(s, "hooks and metrics textfile", test_hooks_and_textfile);
+	CU_add_test(s, "8 engines race for a tenant quota", test_quota_race);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
+	CU_cleanup_registry();
+	return fails ? 1 : 0;
+}
