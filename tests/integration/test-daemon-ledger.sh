@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # test-daemon-ledger: the capacity ledger of real caches through snapkvd.
-# Four example engines hold caches in expand and group mode (one bypassed,
-# L < C; two GROW their decode headroom while APPENDing g tokens; one has no
-# headroom at all). Every number of `snapkvctl ledger --json` (per cache, per
+# Five example engines hold caches in expand and group mode (one bypassed,
+# L < C; three GROW their decode headroom while APPENDing g tokens; one has
+# no headroom at all; one released its cache with linger, so the daemon keeps
+# and counts it while the session lives). Every number of `snapkvctl ledger --json` (per cache, per
 # tenant, for the pool) and of the human table (IEC and --bytes) is compared
 # with values computed here from SPEC.md's formulas and the arena layout
 # (per layer K and V [h_store][slots][D] and positions [h_store][slots], each
@@ -41,14 +42,18 @@ export SNAPKV_SOCKET=$sock
 specs="ex1 expand 2 8 2 32 300 16 64 13 4
 gr1 group 3 8 2 16 100 8 128 5 8
 gr2 group 2 6 3 8 500 8 40 7 3
-ex2 expand 1 4 1 16 64 8 32 0 0"
+ex2 expand 1 4 1 16 64 8 32 0 0
+lg1 expand 1 4 2 16 200 8 48 3 2"
 while read -r name gqa n hq hkv d L w C g r; do
-	"$ENG" --name "$name" --gqa "$gqa" --layers "$n" --h-q "$hq" --h-kv "$hkv" \
+	linger=
+	[ "$name" = lg1 ] && linger=--linger
+	# shellcheck disable=SC2086
+	"$ENG" --name "$name" $linger --gqa "$gqa" --layers "$n" --h-q "$hq" --h-kv "$hkv" \
 		--head-dim "$d" --prompt "$L" --window "$w" --capacity "$C" --decode "$g" \
 		--reserve "$r" --hold-until "$tmp/go" >"$tmp/$name.out" &
 	epids+=($!)
 done <<<"$specs"
-for name in ex1 gr1 gr2 ex2; do
+for name in ex1 gr1 gr2 ex2 lg1; do
 	for _ in $(seq 1000); do [ -s "$tmp/$name.out" ] && break; sleep 0.01; done
 	[ -s "$tmp/$name.out" ] || fail "engine $name did not get its cache"
 done
@@ -104,7 +109,7 @@ for line in specs.splitlines():
     want[name] = dict(gqa=gqa, N=N, Hq=Hq, Hkv=Hkv, D=D, s=s, L=L, C=C, g=g, kept=kept,
                       slots=slots, hs=hs, bytes=b, ratio=b["compact"] / b["native_full"])
 assert want["ex1"]["bytes"]["reserved"] > 0 and want["ex2"]["bytes"]["reserved"] == 0
-assert [want[n]["slots"] - want[n]["kept"] for n in ("ex1", "gr2")] == [16, 9]  # grown
+assert [want[n]["slots"] - want[n]["kept"] for n in ("ex1", "gr2", "lg1")] == [16, 9, 4]
 
 KEYS = ["native_full", "compact", "index", "reserved", "real", "allocated", "padding"]
 def total(names):
@@ -128,23 +133,24 @@ for name, w in want.items():
     assert c["bytes"] == w["bytes"], (name, c["bytes"], w["bytes"])
     assert abs(c["ratio"] - w["ratio"]) < 1e-12, (name, c["ratio"], w["ratio"])
     assert (c["kept"], c["slots"], c["h_store"]) == (w["kept"], w["slots"], w["hs"]), name
-    assert c["requested_capacity"] == w["C"] and c["lingering"] is False, name
+    assert c["requested_capacity"] == w["C"], name
+    assert c["lingering"] is (name == "lg1"), (name, c["lingering"])
     assert isinstance(c["id"], int) and c["tenant"] == d["tenants"][0]["name"], name
 all_b = total(want)
 assert len(d["tenants"]) == 1, d["tenants"]
 t = d["tenants"][0]
 for k in ("name", "uid", "used_bytes", "caches"):
     assert k in t, k
-assert t["uid"] == uid and t["caches"] == 4 and t["quota_bytes"] == quota, t
+assert t["uid"] == uid and t["caches"] == 5 and t["quota_bytes"] == quota, t
 assert t["bytes"] == all_b, (t["bytes"], all_b)
 # nothing is in flight: the tenant's pool bytes are exactly its regions
 assert t["used_bytes"] == all_b["allocated"], (t["used_bytes"], all_b)
-assert t["lingering_caches"] == 0
+assert t["lingering_caches"] == 1, t
 assert abs(t["ratio"] - all_b["compact"] / all_b["native_full"]) < 1e-12, t
 p = d["pool"]
 assert p["total_bytes"] == pool and p["used_bytes"] == all_b["allocated"], p
 assert p["reserved_bytes"] == 0 and p["free_bytes"] == pool - all_b["allocated"], p
-assert p["caches"] == 4 and p["lingering_caches"] == 0, p
+assert p["caches"] == 5 and p["lingering_caches"] == 1, p
 assert p["bytes"] == all_b, (p["bytes"], all_b)
 assert abs(p["ratio"] - all_b["compact"] / all_b["native_full"]) < 1e-12, p
 
@@ -168,13 +174,15 @@ for path, fmt in ((tmp + "/ledger.txt", human), (tmp + "/ledger.bytes", str)):
     assert len(tot) == 2, lines
     for l in tot:
         row_ok(l, all_b, fmt, "total")
+    assert "5 caches (1 lingering)" in lines[0], lines[0]
     prow = [l for l in lines if l.startswith("pool ")]
-    assert len(prow) == 1, lines
+    assert len(prow) == 1 and "1 lingering" in prow[0], lines
     row_ok(prow[0], all_b, fmt, "pool")
     for name, w in want.items():
         r = [l for l in lines if re.match(r"\s*\d+ %s " % name, l)]
         assert len(r) == 1, (name, lines)
-        assert " %s " % w["gqa"] in r[0] and " held " in r[0], r[0]
+        state = "lingering" if name == "lg1" else "held"
+        assert " %s %s " % (w["gqa"], state) in re.sub(r"\s+", " ", r[0]), r[0]
         row_ok(r[0], w["bytes"], fmt, name)
 print("ledger: %d caches, pool %d B allocated for %d B real" %
       (len(want), all_b["allocated"], all_b["real"]))
