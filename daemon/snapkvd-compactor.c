@@ -348,23 +348,28 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		goto fail;
 	}
 	/* The working set grows with G * L whatever the buffer's size: refuse
-	 * before any work rather than let one request take gigabytes. */
+	 * before any work rather than let one request take gigabytes. The
+	 * default (0) scales with the thread count, since each thread holds
+	 * its own scratch: a long prompt on a many-core host is not absurd. */
 	{
 		unsigned nth = skv_ctx_threads(s->srv->compactor->ctx);
-		uint64_t scratch;
+		uint64_t scratch, max = cfg->max_scratch_bytes;
+
+		if (!max)
+			max = (uint64_t)SNAPKVD_SCRATCH_PER_THREAD * (nth ? nth : 1);
 
 		r = skv_scratch_bytes(&j->shape, &j->params, req->layers, nth, &scratch, &kerr);
 		if (r < 0) {
 			snprintf(err, errlen, "%s", kerr.msg[0] ? kerr.msg : "invalid parameters");
 			goto fail;
 		}
-		if (scratch > cfg->max_scratch_bytes) {
+		if (scratch > max) {
 			snprintf(err, errlen,
 				 "compaction needs %llu bytes of scratch (G %u, L %u, D %u, %u "
-				 "layers, %u threads), over max_scratch_bytes %llu",
+				 "layers, %u threads), over max_scratch_bytes %llu%s",
 				 (unsigned long long)scratch, req->h_q / req->h_kv, req->prompt_len,
-				 req->head_dim, req->layers, nth,
-				 (unsigned long long)cfg->max_scratch_bytes);
+				 req->head_dim, req->layers, nth, (unsigned long long)max,
+				 cfg->max_scratch_bytes ? "" : " (default: 512 MiB per thread)");
 			r = -E2BIG;
 			goto fail;
 		}

@@ -383,6 +383,15 @@ static void test_requests(void)
 	d.decode_reserve = 1u << 30;
 	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -E2BIG);
 	d.decode_reserve = 0;
+	/* within every shape limit, but G 512 at L 2^18 needs > 1 GiB of scratch
+	 * per thread: over the default bound (512 MiB per thread, 2 threads
+	 * here), refused before any work */
+	d.shape.h_q = 1024;
+	d.shape.prompt_len = 1u << 18;
+	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -E2BIG);
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "(default: 512 MiB per thread)"));
+	d.shape.h_q = NH;
+	d.shape.prompt_len = L;
 	/* NaN logits: -EDOM for that request only */
 	f[3] = NAN;
 	CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -EDOM);
