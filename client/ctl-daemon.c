@@ -186,13 +186,14 @@ int ctl_status(int argc, char **argv)
 	if (admin_ask("status", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS, &r) < 0)
 		return CTL_EXIT_FAIL;
 	if (json) {
-		json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
-				      r->version, "pid", (json_int_t)r->pid, "backend", r->backend,
-				      "uptime_ms", (json_int_t)r->uptime_ms, "sessions",
-				      (json_int_t)r->sessions, "pool_total_bytes",
-				      (json_int_t)r->pool_total, "pool_used_bytes",
-				      (json_int_t)r->pool_used, "requests", (json_int_t)r->requests,
-				      "errors", (json_int_t)r->errors);
+		json_t *o = json_pack(
+		    "{s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
+		    r->version, "pid", (json_int_t)r->pid, "backend", r->backend, "uptime_ms",
+		    (json_int_t)r->uptime_ms, "sessions", (json_int_t)r->sessions,
+		    "pool_total_bytes", (json_int_t)r->pool_total, "pool_used_bytes",
+		    (json_int_t)r->pool_used, "requests", (json_int_t)r->requests, "errors",
+		    (json_int_t)r->errors, "workers", (json_int_t)r->workers, "threads_per_worker",
+		    (json_int_t)r->threads_per_worker);
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(o);
@@ -201,6 +202,8 @@ int ctl_status(int argc, char **argv)
 		printf("  backend   %s\n", r->backend);
 		printf("  uptime    %.1f s\n", r->uptime_ms / 1000.0);
 		printf("  sessions  %u\n", r->sessions);
+		if (r->workers) /* an older daemon does not say */
+			printf("  workers   %u x %u threads\n", r->workers, r->threads_per_worker);
 		printf("  pool      %s used of %s\n", human(r->pool_used, a, sizeof(a)),
 		       human(r->pool_total, b, sizeof(b)));
 		printf("  requests  %" PRIu64 " (%" PRIu64 " errors)\n", r->requests, r->errors);

@@ -100,6 +100,8 @@ ifneq ($(wildcard client/snapkvctl.c),)
 TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
 # the ledger of real caches (expand, group, APPEND, GROW) per cache, tenant, pool
 TEST_SCRIPTS += tests/integration/test-daemon-ledger.sh
+# the worker pool: the suites above again with 3 workers, engines at once
+TEST_SCRIPTS += tests/integration/test-daemon-workers.sh
 endif
 TEST_SCRIPTS += tests/integration/test-libsnapkv-abi.sh
 

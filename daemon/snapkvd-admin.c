@@ -90,6 +90,8 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 		if (!x->admin && !x->closing && x->greeted)
 			r.sessions++;
 	r.threads = srv->cfg.threads;
+	r.workers = snapkvd_compactor_workers(srv->compactor);
+	r.threads_per_worker = snapkvd_compactor_threads(srv->compactor);
 	r.pool_total = srv->pool.total;
 	r.pool_used = snapkvd_pool_used(&srv->pool);
 	r.requests = srv->requests;

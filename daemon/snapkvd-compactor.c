@@ -3,16 +3,25 @@
  * snapkvd-compactor.c - validating a COMPACT request into a job, and the
  * worker that runs jobs on the kernels.
  *
- * One worker thread owns one skv_ctx whose own thread pool spreads a
- * compaction over (layer, head) items: compactions run one at a time, each
- * using every core, which gives the lowest latency per request and keeps the
- * result independent of how requests interleave.
+ * A pool of workers takes jobs (compactions and GROW copies) from one FIFO
+ * queue. Each worker owns one skv_ctx whose own thread pool spreads a
+ * compaction over (layer, head) items; `threads` is split among the workers
+ * (each at least one), so with several engines a small request runs beside a
+ * large one instead of behind it. One worker is one compaction at a time
+ * using every thread: the lowest latency per request. Results do not depend
+ * on the thread count (the kernels reduce in a fixed order), so which worker
+ * ran a job never shows in its output.
+ *
+ * Workers never touch a session or its CQ: a finished job goes on the done
+ * list and the loop thread, the only producer of every CQ, posts it.
  *
  * With --backend cuda the worker runs the same jobs through the CUDA plugin
  * instead (kernels/cuda, dlopen()ed by main): the memfd buffers and the
  * output region are page-locked and mapped for the GPU for the job's
  * duration (zero-copy over the bus; transport "memfd, cuda host-mapped"),
- * one stream, synchronised before the completion is posted.
+ * one stream, synchronised before the completion is posted. The CUDA path
+ * runs one worker: host registrations are per range, and two jobs sharing a
+ * buffer on two workers would unregister it under each other.
  */
 #include <errno.h>
 #include <math.h>
@@ -28,18 +37,25 @@
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
 
-struct snapkvd_compactor {
-	struct snapkvd_server *srv;
+struct snapkvd_worker {
+	struct snapkvd_compactor *c;
 	struct skv_ctx *ctx;
 	struct skv_cuda_ctx *gctx; /* --backend cuda */
-	char gpu_desc[320];
 	pthread_t thread;
 	bool started;
+};
+
+struct snapkvd_compactor {
+	struct snapkvd_server *srv;
+	unsigned n_workers;
+	struct snapkvd_worker *w; /* [n_workers]; w[0] has the most threads */
+	char gpu_desc[320];
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	struct snapkvd_job *queue, **queue_tail;
 	struct snapkvd_job *done;
 	unsigned pending; /* queued + running + done-not-reaped */
+	unsigned queued;  /* not yet taken by a worker */
 	bool stop;
 };
 
@@ -352,7 +368,8 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	 * default (0) scales with the thread count, since each thread holds
 	 * its own scratch: a long prompt on a many-core host is not absurd. */
 	{
-		unsigned nth = skv_ctx_threads(s->srv->compactor->ctx);
+		/* the worker with the most threads: a job may land on any */
+		unsigned nth = snapkvd_compactor_threads(s->srv->compactor);
 		uint64_t scratch, max = cfg->max_scratch_bytes;
 
 		if (!max)
@@ -570,10 +587,10 @@ static void run_grow(struct snapkvd_job *j)
  * output region, the mass array) is registered for the job and unregistered
  * after it; under unified addressing the kernels use the host addresses.
  */
-static int run_gpu(struct snapkvd_compactor *c, struct snapkvd_job *j, struct skv_error *kerr)
+static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_error *kerr)
 {
-	const struct skv_backend_ops *o = c->srv->gpu->ops;
-	struct skv_cuda_dev *dev = c->srv->gpu->dev;
+	const struct skv_backend_ops *o = w->c->srv->gpu->ops;
+	struct skv_cuda_dev *dev = w->c->srv->gpu->dev;
 	struct snapkvd_cache *ca = j->cache;
 	struct {
 		void *p;
@@ -608,15 +625,15 @@ static int run_gpu(struct snapkvd_compactor *c, struct snapkvd_job *j, struct sk
 		}
 	}
 	if (r == 0)
-		r = o->compact(c->gctx, &j->shape, &j->params, ca->layers, j->in, j->out, kerr);
+		r = o->compact(w->gctx, &j->shape, &j->params, ca->layers, j->in, j->out, kerr);
 	if (r == 0)
-		r = o->ctx_sync(c->gctx, kerr);
+		r = o->ctx_sync(w->gctx, kerr);
 	while (n_done)
 		o->host_unregister(dev, done[--n_done]);
 	return r;
 }
 
-static void run_job(struct snapkvd_compactor *c, struct snapkvd_job *j)
+static void run_job(struct snapkvd_worker *w, struct snapkvd_job *j)
 {
 	struct skv_error kerr = {{0}, -1, -1};
 	struct snapkvd_cache *ca = j->cache;
@@ -626,11 +643,11 @@ static void run_job(struct snapkvd_compactor *c, struct snapkvd_job *j)
 		run_grow(j);
 		return;
 	}
-	if (c->gctx)
-		j->status = run_gpu(c, j, &kerr);
+	if (w->gctx)
+		j->status = run_gpu(w, j, &kerr);
 	else
 		j->status =
-		    skv_compact(c->ctx, &j->shape, &j->params, ca->layers, j->in, j->out, &kerr);
+		    skv_compact(w->ctx, &j->shape, &j->params, ca->layers, j->in, j->out, &kerr);
 	if (j->status < 0) {
 		snprintf(j->err, sizeof(j->err), "%s",
 			 kerr.msg[0] ? kerr.msg : "compaction failed");
@@ -641,12 +658,13 @@ static void run_job(struct snapkvd_compactor *c, struct snapkvd_job *j)
 		for (uint32_t h = 0; h < ca->h_store; h++)
 			for (uint32_t i = ca->kept; i < ca->slots; i++)
 				j->out[l].positions[(size_t)h * ca->slots + i] = -1;
-	__atomic_add_fetch(&c->srv->compact_ns, snapkvd_now_ns() - t0, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&w->c->srv->compact_ns, snapkvd_now_ns() - t0, __ATOMIC_RELAXED);
 }
 
 static void *worker(void *arg)
 {
-	struct snapkvd_compactor *c = arg;
+	struct snapkvd_worker *w = arg;
+	struct snapkvd_compactor *c = w->c;
 
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
@@ -655,14 +673,16 @@ static void *worker(void *arg)
 		while (!c->queue && !c->stop)
 			pthread_cond_wait(&c->cond, &c->mu);
 		if (!c->queue)
-			break;
+			break; /* stop, and every queued job taken: drain is complete */
 		j = c->queue;
 		c->queue = j->next;
 		if (!c->queue)
 			c->queue_tail = &c->queue;
+		c->queued--;
 		pthread_mutex_unlock(&c->mu);
-		run_job(c, j);
+		run_job(w, j);
 		pthread_mutex_lock(&c->mu);
+		/* the mutex orders the job's writes before the loop's reap */
 		j->next = c->done;
 		c->done = j;
 		(void)!eventfd_write(c->srv->jobs_efd, 1);
@@ -671,10 +691,27 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads,
+/*
+ * Default worker count: min(4, max(1, cores / 8)). Up to 15 cores one
+ * worker (every thread on one request) gives each request the lowest
+ * latency, and few cores split between workers slow every request; from 16
+ * cores on, a compaction's (layer, head) items rarely scale to all threads
+ * and a second engine's request gains more from its own 8+ threads than it
+ * loses; beyond 4 workers the per-worker scratch grows with no latency gain.
+ */
+static unsigned default_workers(long cores)
+{
+	unsigned n = cores > 0 ? (unsigned)(cores / 8) : 1;
+
+	return n < 1 ? 1 : n > 4 ? 4 : n;
+}
+
+int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads, unsigned workers,
 			  struct snapkvd_compactor **ret)
 {
 	struct snapkvd_compactor *c = calloc(1, sizeof(*c));
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned total;
 	int r;
 
 	if (!c)
@@ -683,25 +720,47 @@ int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads,
 	c->queue_tail = &c->queue;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cond, NULL);
-	r = skv_ctx_new(threads, &c->ctx);
-	if (r < 0)
+	total = threads ? threads : cores > 0 ? (unsigned)cores : 1;
+	if (!workers)
+		workers = default_workers(cores);
+	if (srv->gpu)
+		workers = 1; /* see the top of this file */
+	if (workers > total) /* asked for explicitly: every worker gets one thread */
+		total = workers;
+	c->w = calloc(workers, sizeof(*c->w));
+	if (!c->w) {
+		r = -ENOMEM;
 		goto fail;
-	if (srv->gpu) {
-		const struct skv_backend_ops *o = srv->gpu->ops;
-		struct skv_error kerr = {{0}, -1, -1};
-		struct skv_cuda_info info;
+	}
+	c->n_workers = workers;
+	for (unsigned i = 0; i < workers; i++) {
+		struct snapkvd_worker *w = &c->w[i];
 
-		r = o->ctx_new(srv->gpu->dev, &c->gctx, &kerr);
+		w->c = c;
+		/* the remainder goes to the first workers: w[0] has the most */
+		r = skv_ctx_new(total / workers + (i < total % workers), &w->ctx);
 		if (r < 0)
 			goto fail;
-		o->dev_info(srv->gpu->dev, &info);
-		snprintf(c->gpu_desc, sizeof(c->gpu_desc), "%s sm_%d%d, memfd cuda host-mapped",
-			 info.name, info.cc_major, info.cc_minor);
+		if (srv->gpu) {
+			const struct skv_backend_ops *o = srv->gpu->ops;
+			struct skv_error kerr = {{0}, -1, -1};
+			struct skv_cuda_info info;
+
+			r = o->ctx_new(srv->gpu->dev, &w->gctx, &kerr);
+			if (r < 0)
+				goto fail;
+			o->dev_info(srv->gpu->dev, &info);
+			snprintf(c->gpu_desc, sizeof(c->gpu_desc),
+				 "%s sm_%d%d, memfd cuda host-mapped", info.name, info.cc_major,
+				 info.cc_minor);
+		}
 	}
-	r = -pthread_create(&c->thread, NULL, worker, c);
-	if (r < 0)
-		goto fail;
-	c->started = true;
+	for (unsigned i = 0; i < workers; i++) {
+		r = -pthread_create(&c->w[i].thread, NULL, worker, &c->w[i]);
+		if (r < 0)
+			goto fail;
+		c->w[i].started = true;
+	}
 	*ret = c;
 	return 0;
 fail:
@@ -713,16 +772,19 @@ void snapkvd_compactor_free(struct snapkvd_compactor *c)
 {
 	if (!c)
 		return;
-	if (c->started) {
-		pthread_mutex_lock(&c->mu);
-		c->stop = true;
-		pthread_cond_signal(&c->cond);
-		pthread_mutex_unlock(&c->mu);
-		pthread_join(c->thread, NULL);
+	pthread_mutex_lock(&c->mu);
+	c->stop = true;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+	for (unsigned i = 0; c->w && i < c->n_workers; i++)
+		if (c->w[i].started)
+			pthread_join(c->w[i].thread, NULL);
+	for (unsigned i = 0; c->w && i < c->n_workers; i++) {
+		if (c->w[i].gctx)
+			c->srv->gpu->ops->ctx_free(c->w[i].gctx);
+		skv_ctx_free(c->w[i].ctx);
 	}
-	if (c->gctx)
-		c->srv->gpu->ops->ctx_free(c->gctx);
-	skv_ctx_free(c->ctx);
+	free(c->w);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cond);
 	free(c);
@@ -735,6 +797,7 @@ void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j
 	*c->queue_tail = j;
 	c->queue_tail = &j->next;
 	c->pending++;
+	c->queued++;
 	pthread_cond_signal(&c->cond);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -749,7 +812,7 @@ struct snapkvd_job *snapkvd_compactor_reap(struct snapkvd_compactor *c)
 	for (struct snapkvd_job *j = list; j; j = j->next)
 		c->pending--;
 	pthread_mutex_unlock(&c->mu);
-	/* oldest first */
+	/* in the order they finished */
 	while (list) {
 		struct snapkvd_job *n = list->next;
 
@@ -770,9 +833,29 @@ unsigned snapkvd_compactor_pending(struct snapkvd_compactor *c)
 	return n;
 }
 
+unsigned snapkvd_compactor_queued(struct snapkvd_compactor *c)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&c->mu);
+	n = c->queued;
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+unsigned snapkvd_compactor_workers(struct snapkvd_compactor *c)
+{
+	return c ? c->n_workers : 0;
+}
+
+unsigned snapkvd_compactor_threads(struct snapkvd_compactor *c)
+{
+	return c && c->n_workers ? skv_ctx_threads(c->w[0].ctx) : 0;
+}
+
 const char *snapkvd_compactor_isa(struct snapkvd_compactor *c)
 {
-	if (c && c->gctx)
+	if (c && c->n_workers && c->w[0].gctx)
 		return c->gpu_desc;
-	return c && c->ctx ? skv_ctx_isa(c->ctx) : "none";
+	return c && c->n_workers && c->w[0].ctx ? skv_ctx_isa(c->w[0].ctx) : "none";
 }

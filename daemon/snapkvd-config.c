@@ -32,6 +32,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_buffer_bytes = 64ull << 30;
 	c->max_scratch_bytes = 0; /* 512 MiB per compaction thread */
 	c->threads = 0;
+	c->workers = 0; /* min(4, max(1, cores / 8)): snapkvd_compactor_new */
 	c->max_sessions = 256;
 	c->max_buffers = 256;
 	c->max_caches = 4096;
@@ -144,7 +145,7 @@ static const struct ukey ukeys[] = {
     U(max_caches, 1, 1u << 20), U(max_layers, 1, 4096),		U(max_heads, 1, 4096),
     U(max_head_dim, 1, 4096),	U(max_prompt_len, 1, 1u << 24), U(max_reserve, 0, 1u << 24),
     U(sq_entries, 2, 4096),	U(slot_bytes, 4096, 1u << 20),	U(poll_idle_us, 0, 1000000),
-    U(watchdog_ms, 10, 60000),
+    U(watchdog_ms, 10, 60000),	U(workers, 0, 64),
 };
 
 struct skey {

@@ -31,6 +31,7 @@ struct snapkvd_config {
 	uint64_t max_scratch_bytes;   /* compaction scratch of one request
 				       * (0: SNAPKVD_SCRATCH_PER_THREAD x threads) */
 	unsigned threads;	      /* compaction threads (0: one per core)   */
+	unsigned workers;	      /* compaction workers sharing them (0: auto) */
 	unsigned max_sessions;
 	unsigned max_buffers; /* per session */
 	unsigned max_caches;  /* per session */

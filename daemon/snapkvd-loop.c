@@ -2,7 +2,7 @@
 /*
  * snapkvd-loop.c - the daemon thread: one io_uring for accept, recvmsg with
  * SCM_RIGHTS, eventfd doorbells, signalfd, timerfd and the compactor's
- * completion eventfd, plus polling of every session's SQ.
+ * completion eventfd (every worker's), plus polling of every session's SQ.
  *
  * While work arrives the loop spins over the rings without a syscall (peeking
  * io_uring's CQ is a memory read, submitting nothing is free). After
@@ -252,10 +252,11 @@ static void reload(struct snapkvd_server *srv)
 		log_error("SIGHUP: keeping the old limits: %s", err);
 		return;
 	}
-	/* limits only: socket, backend and threads need a restart */
+	/* limits only: socket, backend, threads and workers need a restart */
 	snprintf(c.socket_path, sizeof(c.socket_path), "%s", srv->cfg.socket_path);
 	snprintf(c.backend, sizeof(c.backend), "%s", srv->cfg.backend);
 	c.threads = srv->cfg.threads;
+	c.workers = srv->cfg.workers;
 	c.sq_entries = srv->cfg.sq_entries;
 	c.slot_bytes = srv->cfg.slot_bytes;
 	c.session_arena_bytes = srv->cfg.session_arena_bytes;

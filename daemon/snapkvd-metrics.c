@@ -277,6 +277,11 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 	fputc('\n', f);
 	scalar(f, "snapkvd_compactions_total", "counter", "Compactions completed.",
 	       s->compactions_total);
+	if (s->workers) {
+		scalar(f, "snapkvd_workers", "gauge", "Compaction workers.", s->workers);
+		scalar(f, "snapkvd_queue_depth", "gauge",
+		       "Compactions and GROW copies waiting for a worker.", s->queue_depth);
+	}
 	scalar(f, "snapkvd_compactions_scaled_total", "counter",
 	       "Compactions whose budget C was scaled down under pressure.",
 	       s->compactions_scaled_total);

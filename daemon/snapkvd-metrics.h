@@ -91,6 +91,8 @@ struct snapkvd_stats {
 	uint64_t errors_total; /* requests answered with an error */
 	uint64_t sessions_total;
 	double kernel_seconds_total; /* time inside the compaction kernels */
+	uint64_t workers;	     /* compaction workers; 0 omits them and the queue */
+	uint64_t queue_depth;	     /* jobs submitted, not yet taken by a worker */
 	size_t n_tenants;
 	const struct snapkvd_stats_tenant *tenants;
 	size_t n_errors;

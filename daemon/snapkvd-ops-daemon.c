@@ -373,6 +373,8 @@ char *snapkvd_ops_metrics_text(struct snapkvd_server *srv)
 		for (struct snapkvd_cache *c = s->caches; c; c = c->next)
 			st.cache_bytes[SNAPKVD_CACHE_ALLOCATED] += c->region_bytes;
 	st.compactions_total = srv->compactions;
+	st.workers = snapkvd_compactor_workers(srv->compactor);
+	st.queue_depth = srv->compactor ? snapkvd_compactor_queued(srv->compactor) : 0;
 	st.requests_total = srv->requests;
 	st.errors_total = srv->errors;
 	st.sessions_total = srv->sessions_total;

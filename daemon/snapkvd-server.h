@@ -4,9 +4,10 @@
  * compaction job. One object per file (session, compactor, loop, admin,
  * ledger, pool, arena, config); this header ties them together.
  *
- * Threads: the loop thread owns every object here. The compactor thread only
+ * Threads: the loop thread owns every object here. A compaction worker only
  * touches a job (its private request copy, the buffers it holds references
- * on, the arena region reserved for it) and hands it back through a queue.
+ * on, the arena region reserved for it) and hands it back through a queue;
+ * the loop thread posts its completion, so every CQ keeps one producer.
  */
 #ifndef SNAPKVD_SERVER_H
 #define SNAPKVD_SERVER_H
@@ -183,7 +184,7 @@ struct snapkvd_server {
 	uint64_t next_session_id;
 	struct snapkvd_compactor *compactor;
 	struct skv_backend *gpu; /* --backend cuda: the loaded plugin and its device */
-	char backend_desc[400];  /* status: backend, device and transport actually used */
+	char backend_desc[400];	 /* status: backend, device and transport actually used */
 	bool draining, stop;
 	int exit_code;
 	uint64_t start_ns;
@@ -219,13 +220,19 @@ struct snapkvd_cache *snapkvd_session_find_cache(struct snapkvd_session *s, uint
 void snapkvd_cache_free(struct snapkvd_cache *c);
 
 /* compactor.c */
-int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads,
+/* `threads` (0: one per core) split among `workers` (0: auto), each at
+ * least one thread (more workers than threads: one each); --backend cuda
+ * runs one worker. */
+int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads, unsigned workers,
 			  struct snapkvd_compactor **ret);
 void snapkvd_compactor_free(struct snapkvd_compactor *c);
 void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j);
 /* Take every finished job (loop thread). */
 struct snapkvd_job *snapkvd_compactor_reap(struct snapkvd_compactor *c);
 unsigned snapkvd_compactor_pending(struct snapkvd_compactor *c);
+unsigned snapkvd_compactor_queued(struct snapkvd_compactor *c); /* not started yet */
+unsigned snapkvd_compactor_workers(struct snapkvd_compactor *c);
+unsigned snapkvd_compactor_threads(struct snapkvd_compactor *c); /* of the largest worker */
 const char *snapkvd_compactor_isa(struct snapkvd_compactor *c);
 /* Validate a CompactRequest against the session and limits and build a job
  * (buffer references taken, region reserved and placed). 0 or -errno with a

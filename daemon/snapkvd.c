@@ -33,7 +33,8 @@ static void forward_signal(int sig)
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: snapkvd [--config FILE] [--socket PATH] [--backend host|cuda]\n"
-		   "               [--pool-bytes SIZE] [--threads N] [--log-level LEVEL]\n"
+		   "               [--pool-bytes SIZE] [--threads N] [--workers N]\n"
+		   "               [--log-level LEVEL]\n"
 		   "Runs in the foreground. SIGTERM drains in-flight work and exits 0;\n"
 		   "SIGHUP reloads the limits of the config file.\n");
 }
@@ -46,6 +47,7 @@ int main(int argc, char **argv)
 	    {"backend", required_argument, NULL, 'b'},
 	    {"pool-bytes", required_argument, NULL, 'p'},
 	    {"threads", required_argument, NULL, 't'},
+	    {"workers", required_argument, NULL, 'w'},
 	    {"log-level", required_argument, NULL, 'l'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
@@ -53,11 +55,11 @@ int main(int argc, char **argv)
 	};
 	static struct snapkvd_server srv;
 	const char *socket_path = NULL, *backend = NULL, *pool = NULL, *threads = NULL,
-		   *level = NULL;
+		   *workers = NULL, *level = NULL;
 	char err[256];
 	int c, r;
 
-	while ((c = getopt_long(argc, argv, "c:s:b:p:t:l:hV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:s:b:p:t:w:l:hV", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			srv.config_path = optarg;
@@ -73,6 +75,9 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			threads = optarg;
+			break;
+		case 'w':
+			workers = optarg;
 			break;
 		case 'l':
 			level = optarg;
@@ -122,11 +127,8 @@ int main(int argc, char **argv)
 		char line[512];
 		struct {
 			const char *key, *val;
-		} ov[] = {{"socket", socket_path},
-			  {"backend", backend},
-			  {"pool_bytes", pool},
-			  {"threads", threads},
-			  {"log_level", level}};
+		} ov[] = {{"socket", socket_path}, {"backend", backend}, {"pool_bytes", pool},
+			  {"threads", threads},	   {"workers", workers}, {"log_level", level}};
 		for (size_t i = 0; i < sizeof(ov) / sizeof(ov[0]); i++) {
 			if (!ov[i].val)
 				continue;
@@ -154,11 +156,9 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	r = snapkvd_compactor_new(&srv, srv.cfg.threads, &srv.compactor);
+	r = snapkvd_compactor_new(&srv, srv.cfg.threads, srv.cfg.workers, &srv.compactor);
 	if (r < 0)
 		return log_error_errno(r, "Failed to start the compactor"), 1;
-	if (!srv.cfg.threads)
-		srv.cfg.threads = 0;
 	r = snapkvd_loop_init(&srv);
 	if (r < 0) {
 		snapkvd_loop_fini(&srv);
@@ -169,8 +169,10 @@ int main(int argc, char **argv)
 	if (srv.gpu)
 		snprintf(srv.backend_desc, sizeof(srv.backend_desc), "cuda: %s",
 			 snapkvd_compactor_isa(srv.compactor));
-	log_info("backend %s (%s), pool %llu bytes, ring %u entries x %u-byte slots",
+	log_info("backend %s (%s), %u workers x %u threads, pool %llu bytes, ring %u entries x "
+		 "%u-byte slots",
 		 srv.cfg.backend, snapkvd_compactor_isa(srv.compactor),
+		 snapkvd_compactor_workers(srv.compactor), snapkvd_compactor_threads(srv.compactor),
 		 (unsigned long long)srv.cfg.pool_bytes, srv.cfg.sq_entries, srv.cfg.slot_bytes);
 	r = snapkvd_loop_run(&srv);
 	sd_notify(0, "STOPPING=1");

@@ -133,6 +133,11 @@ static inline int h_start(struct harness *h, const char *const *extra)
 	argv[n++] = "2";
 	argv[n++] = "--log-level";
 	argv[n++] = getenv("SNAPKVD_TEST_LOG") ? getenv("SNAPKVD_TEST_LOG") : "warning";
+	/* the suites run again with a worker pool (test-daemon-workers.sh) */
+	if (getenv("SNAPKVD_TEST_WORKERS")) {
+		argv[n++] = "--workers";
+		argv[n++] = getenv("SNAPKVD_TEST_WORKERS");
+	}
 	for (int i = 0; extra && extra[i] && n < 30; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
