@@ -172,6 +172,20 @@ static const char *gqa_name(int g)
 	return g == SNAPKV__V1__GQA__GQA_GROUP ? "group" : "expand";
 }
 
+/* The transports actually used (buffers by kind, the arena): additive keys. */
+static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
+{
+	json_object_set_new(o, "buffers",
+			    json_pack("{s:I, s:I, s:I}", "memfd", (json_int_t)r->buffers_memfd,
+				      "cuda-vmm-fd", (json_int_t)r->buffers_cuda_vmm_fd,
+				      "cuda-ipc", (json_int_t)r->buffers_cuda_ipc));
+	json_object_set_new(o, "cuda_imports", json_integer(r->cuda_imports));
+	json_object_set_new(o, "arena_transport",
+			    json_string(r->arena_transport && r->arena_transport[0]
+					    ? r->arena_transport
+					    : "host-memfd"));
+}
+
 int ctl_status(int argc, char **argv)
 {
 	const char *sock = NULL;
@@ -193,6 +207,7 @@ int ctl_status(int argc, char **argv)
 				      (json_int_t)r->pool_total, "pool_used_bytes",
 				      (json_int_t)r->pool_used, "requests", (json_int_t)r->requests,
 				      "errors", (json_int_t)r->errors);
+		transport_json(o, r);
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(o);
@@ -204,6 +219,12 @@ int ctl_status(int argc, char **argv)
 		printf("  pool      %s used of %s\n", human(r->pool_used, a, sizeof(a)),
 		       human(r->pool_total, b, sizeof(b)));
 		printf("  requests  %" PRIu64 " (%" PRIu64 " errors)\n", r->requests, r->errors);
+		printf("  buffers   memfd %u, cuda-vmm-fd %u, cuda-ipc %u (%u CUDA imports live)\n",
+		       r->buffers_memfd, r->buffers_cuda_vmm_fd, r->buffers_cuda_ipc,
+		       r->cuda_imports);
+		printf("  arena     %s\n", r->arena_transport && r->arena_transport[0]
+						? r->arena_transport
+						: "host-memfd");
 	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return CTL_EXIT_OK;
@@ -267,6 +288,15 @@ static json_t *ledger_json(const Snapkv__V1__AdminReply *r)
 			      (json_int_t)(b ? b->index : 0), "reserved",
 			      (json_int_t)(b ? b->reserved : 0)));
 	}
+	/* per cache: the transports its inputs and its arena really used */
+	for (size_t i = 0; i < r->n_caches && i < json_array_size(caches); i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+		json_t *e = json_array_get(caches, i);
+
+		json_object_set_new(e, "transport", json_string(c->transport ? c->transport : ""));
+		json_object_set_new(e, "arena_transport",
+				    json_string(c->arena_transport ? c->arena_transport : ""));
+	}
 	return json_pack("{s:{s:I, s:I}, s:o, s:o}", "pool", "total_bytes",
 			 (json_int_t)r->pool_total, "used_bytes", (json_int_t)r->pool_used,
 			 "tenants", tenants, "caches", caches);
@@ -329,6 +359,16 @@ int ctl_ledger(int argc, char **argv)
 		       tn ? (double)tc / tn : 0.0);
 	else
 		printf("(no caches)\n");
+	if (r->n_caches)
+		printf("\n%5s %-24s %s\n", "ID", "TRANSPORT", "ARENA");
+	for (size_t i = 0; i < r->n_caches; i++)
+		printf("%5" PRIu64 " %-24s %s\n", r->caches[i]->id,
+		       r->caches[i]->transport && r->caches[i]->transport[0]
+			   ? r->caches[i]->transport
+			   : "-",
+		       r->caches[i]->arena_transport && r->caches[i]->arena_transport[0]
+			   ? r->caches[i]->arena_transport
+			   : "-");
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return CTL_EXIT_OK;
 }

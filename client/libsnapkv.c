@@ -80,6 +80,12 @@ struct skv_buffer {
 	size_t size;
 	uint64_t id;
 	bool own; /* allocated here: unmap on free */
+	/* CUDA buffers (SNAPKV_1.2): the kind and what re-registration needs */
+	int kind; /* Snapkv__V1__BufferKind */
+	uint8_t ipc_handle[64];
+	uint64_t offset;
+	int device;
+	char transport[16]; /* the daemon's answer */
 	struct skv_buffer *next;
 };
 
@@ -483,7 +489,14 @@ static int do_register(struct skv_client *c, struct skv_buffer *b)
 
 	m.generation = ++c->generation;
 	m.size = b->size;
-	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, &m.base, &b->fd, 1,
+	m.kind = (Snapkv__V1__BufferKind)b->kind;
+	if (b->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC) {
+		m.ipc_handle.data = b->ipc_handle;
+		m.ipc_handle.len = sizeof(b->ipc_handle);
+		m.offset = b->offset;
+	}
+	m.device = b->device;
+	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, &m.base, &b->fd, b->fd >= 0 ? 1 : 0,
 		SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, (ProtobufCMessage **)&rr, NULL,
 		NULL);
 	if (r < 0)
@@ -491,20 +504,25 @@ static int do_register(struct skv_client *c, struct skv_buffer *b)
 	r = rr->status;
 	if (r < 0)
 		fail(c, r, "register: %s", rr->error ? rr->error : "failed");
-	else
+	else {
 		b->id = rr->buffer_id;
+		snprintf(b->transport, sizeof(b->transport), "%s",
+			 rr->transport && rr->transport[0] ? rr->transport : "memfd");
+	}
 	snapkv__v1__register_reply__free_unpacked(rr, NULL);
 	return r;
 }
 
-static int buffer_add(struct skv_client *c, int fd, void *data, size_t size, bool own,
-		      struct skv_buffer **ret)
+static int buffer_add_kind(struct skv_client *c, int fd, void *data, size_t size, bool own,
+			   const struct skv_buffer *proto, struct skv_buffer **ret)
 {
 	struct skv_buffer *b = calloc(1, sizeof(*b));
 	int r;
 
 	if (!b)
 		return fail(c, -ENOMEM, "out of memory");
+	if (proto)
+		*b = *proto;
 	b->c = c;
 	b->fd = fd;
 	b->data = data;
@@ -523,6 +541,12 @@ static int buffer_add(struct skv_client *c, int fd, void *data, size_t size, boo
 	}
 	*ret = b;
 	return 0;
+}
+
+static int buffer_add(struct skv_client *c, int fd, void *data, size_t size, bool own,
+		      struct skv_buffer **ret)
+{
+	return buffer_add_kind(c, fd, data, size, own, NULL, ret);
 }
 
 SKV_EXPORT int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_buffer **ret_buf)
@@ -569,6 +593,43 @@ SKV_EXPORT int skv_buffer_register_fd(struct skv_client *c, int memfd, size_t si
 	if (r < 0)
 		close(fd);
 	return r;
+}
+
+SKV_EXPORT int skv_buffer_register_cuda_fd(struct skv_client *c, int vmm_fd, size_t size,
+					   int device, struct skv_buffer **ret_buf)
+{
+	struct skv_buffer k = {.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD,
+			       .device = device};
+	int fd, r;
+
+	if (!c || vmm_fd < 0 || !size || !ret_buf)
+		return fail(c, -EINVAL, "bad arguments");
+	fd = fcntl(vmm_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return fail(c, -errno, "dup: %s", strerror(errno));
+	r = buffer_add_kind(c, fd, NULL, size, false, &k, ret_buf);
+	if (r < 0)
+		close(fd);
+	return r;
+}
+
+SKV_EXPORT int skv_buffer_register_cuda_ipc(struct skv_client *c, const void *ipc_handle64,
+					    size_t offset, size_t size, int device,
+					    struct skv_buffer **ret_buf)
+{
+	struct skv_buffer k = {.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC,
+			       .offset = offset,
+			       .device = device};
+
+	if (!c || !ipc_handle64 || !size || !ret_buf)
+		return fail(c, -EINVAL, "bad arguments");
+	memcpy(k.ipc_handle, ipc_handle64, sizeof(k.ipc_handle));
+	return buffer_add_kind(c, -1, NULL, size, false, &k, ret_buf);
+}
+
+SKV_EXPORT const char *skv_buffer_transport(const struct skv_buffer *b)
+{
+	return b && b->transport[0] ? b->transport : "";
 }
 
 SKV_EXPORT void *skv_buffer_data(const struct skv_buffer *b)

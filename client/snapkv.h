@@ -61,6 +61,26 @@ int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_buffer **ret_
 /* Register an engine-owned memfd (must carry F_SEAL_SHRINK); fd is dup'ed. */
 int skv_buffer_register_fd(struct skv_client *c, int memfd, size_t size,
 			   struct skv_buffer **ret_buf);
+/*
+ * GPU-resident K/V (SNAPKV_1.2; the daemon must run --backend cuda, else
+ * -ENOTSUP). libsnapkv never touches CUDA: the engine exports the memory and
+ * hands over what the daemon imports, once, on its own device.
+ * - cuda_fd: a VMM allocation (cuMemCreate with
+ *   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, cuMemExportToShareableHandle);
+ *   size is the allocation's (a granularity multiple). The fd is dup'ed.
+ * - cuda_ipc: the 64 bytes of a cudaIpcMemHandle_t of a cudaMalloc
+ *   allocation; the buffer is [offset, offset + size) of that allocation.
+ * device: the engine's device ordinal (for the daemon's log). TensorRef
+ * offsets count from the buffer start as for memfds; skv_buffer_data() is
+ * NULL for these buffers. Free with skv_buffer_free() (the daemon drops its
+ * import; it also does when the session ends).
+ */
+int skv_buffer_register_cuda_fd(struct skv_client *c, int vmm_fd, size_t size, int device,
+				struct skv_buffer **ret_buf);
+int skv_buffer_register_cuda_ipc(struct skv_client *c, const void *ipc_handle64, size_t offset,
+				 size_t size, int device, struct skv_buffer **ret_buf);
+/* How the daemon reached the buffer: "memfd", "cuda-vmm-fd", "cuda-ipc". */
+const char *skv_buffer_transport(const struct skv_buffer *b);
 void *skv_buffer_data(const struct skv_buffer *b); /* NULL for register_fd buffers */
 size_t skv_buffer_size(const struct skv_buffer *b);
 uint64_t skv_buffer_id(const struct skv_buffer *b);

@@ -36,7 +36,7 @@ SNAPKV_LINK := -L$(BUILD) -lsnapkv $(SNAPKV_RPATH) $(PBC_LIBS)
 SNAPKVD := $(BUILD)/snapkvd
 SNAPKVD_CORE_OBJS := $(addprefix $(BUILD)/daemon/, snapkvd-log.o snapkvd-config.o \
 	snapkvd-pool.o snapkvd-arena.o snapkvd-ledger.o snapkvd-session.o \
-	snapkvd-compactor.o snapkvd-admin.o snapkvd-loop.o snapkvd-ops-daemon.o)
+	snapkvd-compactor.o snapkvd-gpu.o snapkvd-admin.o snapkvd-loop.o snapkvd-ops-daemon.o)
 # pressure, hooks, metrics (daemon/ops/build.mk); named literally because
 # that fragment is read after this one
 SNAPKVD_OPS_LIB := $(BUILD)/libsnapkvd-ops.a

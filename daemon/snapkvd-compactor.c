@@ -47,7 +47,9 @@ void snapkvd_buffer_unref(struct snapkvd_buffer *b)
 {
 	if (!b || --b->refs)
 		return;
-	if (b->map)
+	if (b->imp)
+		snapkvd_gpu_buffer_release(b);
+	else if (b->map)
 		munmap((void *)b->map, b->size);
 	free(b);
 }
@@ -412,6 +414,14 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	c->requested_budget = requested_c;
 	c->pressure_level = (int)snapkvd_pressure_level(s->srv->ops.pressure);
 	c->evictable = req->evictable;
+	/* the ledger names the transports the inputs really came over */
+	for (unsigned i = 0; i < j->n_bufs; i++) {
+		const char *t = j->bufs[i]->transport ? j->bufs[i]->transport : "memfd";
+		size_t n = strlen(c->transport);
+
+		if (!strstr(c->transport, t))
+			snprintf(c->transport + n, sizeof(c->transport) - n, "%s%s", n ? "+" : "", t);
+	}
 	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
 		c->head_stride = (int64_t)slots * req->head_dim;
 		c->token_stride = req->head_dim;
@@ -552,7 +562,8 @@ static int run_gpu(struct snapkvd_compactor *c, struct snapkvd_job *j, struct sk
 		return -ENOTSUP;
 	}
 	for (unsigned i = 0; i < j->n_bufs; i++)
-		rg[n_rg++] = (typeof(rg[0])){(void *)j->bufs[i]->map, j->bufs[i]->size};
+		if (!j->bufs[i]->imp) /* CUDA imports are device memory already */
+			rg[n_rg++] = (typeof(rg[0])){(void *)j->bufs[i]->map, j->bufs[i]->size};
 	rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->region_off, ca->region_bytes};
 	rg[n_rg++] = (typeof(rg[0])){ca->mass, (uint64_t)ca->layers * ca->h_store * sizeof(float)};
 	for (unsigned i = 0; i < n_rg && r == 0; i++) {

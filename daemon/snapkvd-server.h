@@ -46,12 +46,21 @@ struct snapkvd_ev {
 	struct snapkvd_hook *hook; /* HOOK */
 };
 
+struct skv_cuda_import;
+
 struct snapkvd_buffer {
 	uint64_t id;
 	uint64_t generation;
 	uint64_t size; /* mapped bytes */
+	/* memfd: our read-only mapping; CUDA: the device address of the buffer
+	 * (import base + offset), valid on the daemon's device only */
 	const uint8_t *map;
 	unsigned refs; /* the session's + one per job using it */
+	/* CUDA buffers (snapkvd-gpu.c): the plugin's import, keyed by (session,
+	 * generation), dropped with the last reference */
+	struct skv_cuda_import *imp;
+	struct snapkvd_server *srv; /* imp != NULL */
+	const char *transport;	    /* "memfd", "cuda-vmm-fd", "cuda-ipc" */
 	struct snapkvd_buffer *next;
 };
 
@@ -75,6 +84,7 @@ struct snapkvd_cache {
 	uint64_t last_use_ns;	   /* CLOCK_MONOTONIC: eviction is LRU */
 	uint32_t requested_budget; /* C asked for; budget is after pressure scaling */
 	int pressure_level;	   /* snapkvd_pressure_level at admission */
+	char transport[48];	   /* of its inputs: "memfd", "cuda-vmm-fd+cuda-ipc", ... */
 	struct snapkvd_cache *next;
 };
 
@@ -181,6 +191,7 @@ struct snapkvd_server {
 	struct snapkvd_compactor *compactor;
 	struct skv_backend *gpu; /* --backend cuda: the loaded plugin and its device */
 	char backend_desc[400];  /* status: backend, device and transport actually used */
+	unsigned cuda_imports;	 /* live CUDA buffer imports (loop thread) */
 	bool draining, stop;
 	int exit_code;
 	uint64_t start_ns;
@@ -232,6 +243,14 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 			size_t errlen);
 void snapkvd_job_free(struct snapkvd_job *j);
 void snapkvd_buffer_unref(struct snapkvd_buffer *b);
+
+/* gpu.c: CUDA buffer registration (--backend cuda). Imports the VMM fd or
+ * IPC handle of `m` on the daemon's device, keyed by (session id,
+ * generation); fd (or -1) is closed. -ENOTSUP on a host-backend daemon. */
+int snapkvd_gpu_buffer_new(struct snapkvd_session *s, const Snapkv__V1__RegisterBuffer *m, int fd,
+			   struct snapkvd_buffer **ret, char *err, size_t errlen);
+/* Drop the import of a CUDA buffer (its last reference went). */
+void snapkvd_gpu_buffer_release(struct snapkvd_buffer *b);
 
 /* ledger.c */
 int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);

@@ -328,12 +328,13 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 
 /* ------------------------------------------------------------- registration */
 
-static void reg_reply(struct snapkvd_session *s, int status, const char *err, uint64_t id,
-		      uint64_t gen, uint64_t size)
+static void reg_reply_t(struct snapkvd_session *s, int status, const char *err, uint64_t id,
+			uint64_t gen, uint64_t size, const char *transport)
 {
 	Snapkv__V1__RegisterReply rr = SNAPKV__V1__REGISTER_REPLY__INIT;
 
 	rr.status = status;
+	rr.transport = (char *)(status ? "" : transport);
 	rr.error = (char *)(err ? err : "");
 	rr.buffer_id = id;
 	rr.generation = gen;
@@ -342,6 +343,42 @@ static void reg_reply(struct snapkvd_session *s, int status, const char *err, ui
 		s->errors++, s->srv->errors++;
 	if (send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, &rr.base, NULL, 0) < 0)
 		snapkvd_session_close(s, 0);
+}
+
+static void reg_reply(struct snapkvd_session *s, int status, const char *err, uint64_t id,
+		      uint64_t gen, uint64_t size)
+{
+	reg_reply_t(s, status, err, id, gen, size, "memfd");
+}
+
+/* A CUDA buffer (snapkvd-gpu.c); fd (or -1) is consumed. */
+static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBuffer *m, int fd)
+{
+	struct snapkvd_buffer *b = NULL;
+	char err[256];
+	int r;
+
+	if (s->admin || !s->arena) {
+		snprintf(err, sizeof(err), "admin sessions cannot register buffers");
+		r = -EPERM;
+	} else if (s->n_buffers >= s->srv->cfg.max_buffers) {
+		snprintf(err, sizeof(err), "too many buffers in this session");
+		r = -EMFILE;
+	} else {
+		r = snapkvd_gpu_buffer_new(s, m, fd, &b, err, sizeof(err));
+		fd = -1;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (r < 0) {
+		reg_reply(s, r, err, 0, m->generation, 0);
+		return;
+	}
+	b->id = ++s->next_buffer_id;
+	b->next = s->buffers;
+	s->buffers = b;
+	s->n_buffers++;
+	reg_reply_t(s, 0, NULL, b->id, b->generation, b->size, b->transport);
 }
 
 static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len, int *fds,
@@ -361,6 +398,20 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 		if (fd >= 0)
 			close(fd);
 		reg_reply(s, -EBADMSG, "malformed RegisterBuffer", 0, 0, 0);
+		return;
+	}
+	if (m->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD ||
+	    m->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC) {
+		register_gpu(s, m, fd);
+		snapkv__v1__register_buffer__free_unpacked(m, NULL);
+		return;
+	}
+	if (m->kind != SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_UNSPECIFIED &&
+	    m->kind != SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_MEMFD) {
+		if (fd >= 0)
+			close(fd);
+		reg_reply(s, -EINVAL, "unknown buffer kind", 0, m->generation, 0);
+		snapkv__v1__register_buffer__free_unpacked(m, NULL);
 		return;
 	}
 	size = m->size;

@@ -80,7 +80,9 @@ for t in d["tenants"]:
 assert len(d["caches"]) == 1
 c = d["caches"][0]
 assert set(c) == {"id", "tenant", "layers", "h_q", "h_kv", "head_dim", "dtype_bytes",
-                  "prompt_len", "capacity", "appended", "gqa", "bytes"}, c.keys()
+                  "prompt_len", "capacity", "appended", "gqa", "bytes",
+                  "transport", "arena_transport"}, c.keys()
+assert c["transport"] == "memfd" and c["arena_transport"] == "host-memfd", c
 assert set(c["bytes"]) == {"native_full", "compact", "index", "reserved"}
 # SPEC.md ledger, computed here: B=1, group stores H_kv heads
 N, Hq, Hkv, D, s, L, C, g = 3, 8, 2, 32, 4, 700, 128, 5
