@@ -177,8 +177,8 @@ static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
 {
 	json_object_set_new(o, "buffers",
 			    json_pack("{s:I, s:I, s:I}", "memfd", (json_int_t)r->buffers_memfd,
-				      "cuda-vmm-fd", (json_int_t)r->buffers_cuda_vmm_fd,
-				      "cuda-ipc", (json_int_t)r->buffers_cuda_ipc));
+				      "cuda-vmm-fd", (json_int_t)r->buffers_cuda_vmm_fd, "cuda-ipc",
+				      (json_int_t)r->buffers_cuda_ipc));
 	json_object_set_new(o, "cuda_imports", json_integer(r->cuda_imports));
 	json_object_set_new(o, "arena_transport",
 			    json_string(r->arena_transport && r->arena_transport[0]
@@ -223,8 +223,8 @@ int ctl_status(int argc, char **argv)
 		       r->buffers_memfd, r->buffers_cuda_vmm_fd, r->buffers_cuda_ipc,
 		       r->cuda_imports);
 		printf("  arena     %s\n", r->arena_transport && r->arena_transport[0]
-						? r->arena_transport
-						: "host-memfd");
+					       ? r->arena_transport
+					       : "host-memfd");
 	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return CTL_EXIT_OK;

@@ -246,6 +246,10 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 		*ret =
 		    (ProtobufCMessage *)snapkv__v1__response__unpack(NULL, h.length, c->rbuf + 16);
 		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY:
+		*ret = (ProtobufCMessage *)snapkv__v1__cuda_arena__unpack(NULL, h.length,
+									  c->rbuf + 16);
+		break;
 	default:
 		*ret = NULL;
 	}
@@ -625,6 +629,40 @@ SKV_EXPORT int skv_buffer_register_cuda_ipc(struct skv_client *c, const void *ip
 		return fail(c, -EINVAL, "bad arguments");
 	memcpy(k.ipc_handle, ipc_handle64, sizeof(k.ipc_handle));
 	return buffer_add_kind(c, -1, NULL, size, false, &k, ret_buf);
+}
+
+SKV_EXPORT int skv_client_cuda_arena(struct skv_client *c, int *ret_fd, uint64_t *ret_size,
+				     int *ret_device)
+{
+	Snapkv__V1__CudaArenaRequest m = SNAPKV__V1__CUDA_ARENA_REQUEST__INIT;
+	Snapkv__V1__CudaArena *a = NULL;
+	int fds[1] = {-1};
+	unsigned nf = 1;
+	int r;
+
+	if (!c || !ret_fd || !ret_size)
+		return fail(c, -EINVAL, "bad arguments");
+	pthread_mutex_lock(&c->mu);
+	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA, &m.base, NULL, 0,
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY, (ProtobufCMessage **)&a, fds, &nf);
+	pthread_mutex_unlock(&c->mu);
+	if (r < 0)
+		return r;
+	r = a->status;
+	if (r < 0)
+		fail(c, r, "GPU arena: %s", a->error ? a->error : "failed");
+	else if (nf != 1 || fds[0] < 0 || !a->size)
+		r = fail(c, -EPROTO, "GPU arena: reply without an fd");
+	if (r == 0) {
+		*ret_fd = fds[0];
+		*ret_size = a->size;
+		if (ret_device)
+			*ret_device = a->device;
+	} else if (nf == 1 && fds[0] >= 0) {
+		close(fds[0]);
+	}
+	snapkv__v1__cuda_arena__free_unpacked(a, NULL);
+	return r;
 }
 
 SKV_EXPORT const char *skv_buffer_transport(const struct skv_buffer *b)
@@ -1085,6 +1123,9 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	cr.n_block_table = d->block_table ? d->n_blocks : 0;
 	cr.block_table = (int32_t *)d->block_table;
 	cr.evictable = !!d->evictable;
+	if (d->desc_size >= offsetof(struct skv_compact_desc, out_arena) + sizeof(d->out_arena) &&
+	    d->out_arena == SKV_ARENA_CUDA)
+		cr.out_arena = SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM;
 	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
 	req.compact = &cr;
 	pthread_mutex_lock(&c->mu);
@@ -1206,6 +1247,9 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 	    .requested_budget = ci->requested_budget ? ci->requested_budget : ci->budget,
 	    .budget_scaled = ci->budget_scaled,
 	    .pressure = ci->pressure,
+	    .kv_arena = ci->kv_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM
+			    ? SKV_ARENA_CUDA
+			    : SKV_ARENA_HOST,
 	};
 	return 0;
 }
@@ -1301,12 +1345,31 @@ static uint8_t *cache_ptr(const struct skv_cache *k, const uint64_t *offs, uint3
 
 SKV_EXPORT void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
-	return k ? cache_ptr(k, k->k_off, layer, head) : NULL;
+	return k && k->info.kv_arena == SKV_ARENA_HOST ? cache_ptr(k, k->k_off, layer, head) : NULL;
 }
 
 SKV_EXPORT void *skv_cache_v(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
-	return k ? cache_ptr(k, k->v_off, layer, head) : NULL;
+	return k && k->info.kv_arena == SKV_ARENA_HOST ? cache_ptr(k, k->v_off, layer, head) : NULL;
+}
+
+static int64_t cache_off(const struct skv_cache *k, const uint64_t *offs, uint32_t layer,
+			 uint32_t head)
+{
+	if (!k || layer >= k->info.layers || head >= k->info.h_store)
+		return -1;
+	return (int64_t)(offs[layer] + (uint64_t)head * k->info.head_stride *
+					   (k->info.dtype == SKV_DTYPE_F32 ? 4 : 2));
+}
+
+SKV_EXPORT int64_t skv_cache_k_offset(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	return k ? cache_off(k, k->k_off, layer, head) : -1;
+}
+
+SKV_EXPORT int64_t skv_cache_v_offset(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	return k ? cache_off(k, k->v_off, layer, head) : -1;
 }
 
 SKV_EXPORT const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_t layer,

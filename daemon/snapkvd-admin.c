@@ -93,6 +93,9 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 		}
 	r.cuda_imports = srv->cuda_imports;
 	r.arena_transport = "host-memfd";
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (x->garena)
+			r.arena_transport = "host-memfd+cuda-vmm";
 	switch (req->kind) {
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS:
 		break;
@@ -162,7 +165,7 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 				cl[i].lingering = c->lingering;
 				cl[i].requested_budget = c->requested_budget;
 				cl[i].transport = c->transport;
-				cl[i].arena_transport = "host-memfd";
+				cl[i].arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
 				cl[i].mass_min = mn;
 				cl[i].mass_mean = nm ? sum / nm : 0;
 				lb[i].native_full = l.native_full;

@@ -243,6 +243,7 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	struct snapkvd_cache *c;
 	uint64_t kv_bytes, pos_bytes, layer_bytes, region, tmp;
 	uint32_t slots, requested_c;
+	uint8_t *kv_base;
 	enum skv_dtype odt;
 	int r;
 
@@ -420,7 +421,8 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		size_t n = strlen(c->transport);
 
 		if (!strstr(c->transport, t))
-			snprintf(c->transport + n, sizeof(c->transport) - n, "%s%s", n ? "+" : "", t);
+			snprintf(c->transport + n, sizeof(c->transport) - n, "%s%s", n ? "+" : "",
+				 t);
 	}
 	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
 		c->head_stride = (int64_t)slots * req->head_dim;
@@ -441,6 +443,24 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	region = snapkvd_arena_round(region);
 	if (!region || region > s->arena->size)
 		goto too_big;
+	if (req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM) {
+		if (!s->srv->gpu) {
+			snprintf(err, errlen, "out_arena CUDA_VMM needs snapkvd --backend cuda");
+			r = -ENOTSUP;
+			goto fail;
+		}
+		if (!s->garena) {
+			snprintf(err, errlen, "out_arena CUDA_VMM: ask for the GPU arena first");
+			r = -EINVAL;
+			goto fail;
+		}
+		c->gpu_kv = true;
+	} else if (req->out_arena != SNAPKV__V1__ARENA_KIND__ARENA_KIND_UNSPECIFIED &&
+		   req->out_arena != SNAPKV__V1__ARENA_KIND__ARENA_KIND_HOST_MEMFD) {
+		snprintf(err, errlen, "unknown out_arena %d", (int)req->out_arena);
+		r = -EINVAL;
+		goto fail;
+	}
 	c->k_off = calloc(req->layers, sizeof(uint64_t));
 	c->v_off = calloc(req->layers, sizeof(uint64_t));
 	c->pos_off = calloc(req->layers, sizeof(uint64_t));
@@ -474,16 +494,21 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		goto fail;
 	}
 	c->region_bytes = region;
+	/* GPU arena: the region's K/V at the same offsets there; positions stay
+	 * in the host arena, where APPEND and the decode slots write them */
+	kv_base = s->arena->base;
+	if (c->gpu_kv)
+		kv_base = snapkvd_gpu_arena_base(s);
 	for (uint32_t l = 0; l < req->layers; l++) {
 		c->k_off[l] = c->region_off + l * layer_bytes;
 		c->v_off[l] = c->k_off[l] + kv_bytes;
 		c->pos_off[l] = c->v_off[l] + kv_bytes;
 		j->out[l] = (struct skv_layer_out){
-		    .k = {.data = s->arena->base + c->k_off[l],
+		    .k = {.data = kv_base + c->k_off[l],
 			  .dtype = odt,
 			  .head_stride = c->head_stride,
 			  .token_stride = c->token_stride},
-		    .v = {.data = s->arena->base + c->v_off[l],
+		    .v = {.data = kv_base + c->v_off[l],
 			  .dtype = odt,
 			  .head_stride = c->head_stride,
 			  .token_stride = c->token_stride},

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kernels/cuda/skv-backend.h"
+#include "kernels/cuda/skv-cuda.h" /* struct skv_cuda_info */
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
 
@@ -129,4 +130,61 @@ void snapkvd_gpu_buffer_release(struct snapkvd_buffer *b)
 	srv->cuda_imports--;
 	log_info("%s buffer, generation %llu, released; %u CUDA imports live", b->transport,
 		 (unsigned long long)b->generation, srv->cuda_imports);
+}
+
+int snapkvd_gpu_arena_export(struct snapkvd_session *s, int *ret_fd, uint64_t *ret_size,
+			     int *ret_device, char *err, size_t errlen)
+{
+	struct snapkvd_server *srv = s->srv;
+	struct skv_error kerr = {{0}, -1, -1};
+	struct skv_cuda_info info;
+	int r, fd;
+
+	if (!srv->gpu) {
+		snprintf(
+		    err, errlen,
+		    "a GPU arena needs snapkvd --backend cuda; this daemon runs the %s backend",
+		    srv->cfg.backend);
+		return -ENOTSUP;
+	}
+	if (s->admin || !s->arena) {
+		snprintf(err, errlen, "admin sessions have no arena");
+		return -EPERM;
+	}
+	if (!s->garena) {
+		/* as large as the host arena: every region placed there fits here */
+		r = srv->gpu->ops->arena_new(srv->gpu->dev, s->arena->size, &s->garena, &kerr);
+		if (r < 0) {
+			s->garena = NULL;
+			snprintf(err, errlen, "GPU arena: %s",
+				 kerr.msg[0] ? kerr.msg : strerror(-r));
+			return r;
+		}
+		log_info("session %llu: GPU arena of %llu bytes (cuda-vmm)",
+			 (unsigned long long)s->id,
+			 (unsigned long long)srv->gpu->ops->arena_size(s->garena));
+	}
+	r = srv->gpu->ops->arena_export_fd(s->garena, &fd, &kerr);
+	if (r < 0) {
+		snprintf(err, errlen, "GPU arena export: %s",
+			 kerr.msg[0] ? kerr.msg : strerror(-r));
+		return r;
+	}
+	srv->gpu->ops->dev_info(srv->gpu->dev, &info);
+	*ret_fd = fd;
+	*ret_size = srv->gpu->ops->arena_size(s->garena);
+	*ret_device = info.device;
+	return 0;
+}
+
+uint8_t *snapkvd_gpu_arena_base(struct snapkvd_session *s)
+{
+	return s->garena ? s->srv->gpu->ops->arena_ptr(s->garena) : NULL;
+}
+
+void snapkvd_gpu_arena_free(struct snapkvd_session *s)
+{
+	if (s->garena)
+		s->srv->gpu->ops->arena_free(s->garena);
+	s->garena = NULL;
 }

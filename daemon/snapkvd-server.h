@@ -85,6 +85,7 @@ struct snapkvd_cache {
 	uint32_t requested_budget; /* C asked for; budget is after pressure scaling */
 	int pressure_level;	   /* snapkvd_pressure_level at admission */
 	char transport[48];	   /* of its inputs: "memfd", "cuda-vmm-fd+cuda-ipc", ... */
+	bool gpu_kv;		   /* K/V in the session's GPU arena (positions stay on host) */
 	struct snapkvd_cache *next;
 };
 
@@ -151,6 +152,9 @@ struct snapkvd_session {
 	uint8_t *scratch;  /* private copy of one argument slot */
 	/* memory */
 	struct snapkvd_arena *arena;
+	/* --backend cuda, on request: the GPU arena (snapkvd-gpu.c), offsets
+	 * shared with `arena` (a region placed there is the same in both) */
+	struct skv_cuda_arena *garena;
 	struct snapkvd_buffer *buffers;
 	unsigned n_buffers;
 	uint64_t next_buffer_id;
@@ -190,7 +194,7 @@ struct snapkvd_server {
 	uint64_t next_session_id;
 	struct snapkvd_compactor *compactor;
 	struct skv_backend *gpu; /* --backend cuda: the loaded plugin and its device */
-	char backend_desc[400];  /* status: backend, device and transport actually used */
+	char backend_desc[400];	 /* status: backend, device and transport actually used */
 	unsigned cuda_imports;	 /* live CUDA buffer imports (loop thread) */
 	bool draining, stop;
 	int exit_code;
@@ -251,6 +255,13 @@ int snapkvd_gpu_buffer_new(struct snapkvd_session *s, const Snapkv__V1__Register
 			   struct snapkvd_buffer **ret, char *err, size_t errlen);
 /* Drop the import of a CUDA buffer (its last reference went). */
 void snapkvd_gpu_buffer_release(struct snapkvd_buffer *b);
+/* The session's GPU arena, created on first use (as large as its host
+ * arena); a new fd for it in *ret_fd. -ENOTSUP on the host backend. */
+int snapkvd_gpu_arena_export(struct snapkvd_session *s, int *ret_fd, uint64_t *ret_size,
+			     int *ret_device, char *err, size_t errlen);
+/* Device address of the GPU arena's base (NULL: none yet). */
+uint8_t *snapkvd_gpu_arena_base(struct snapkvd_session *s);
+void snapkvd_gpu_arena_free(struct snapkvd_session *s);
 
 /* ledger.c */
 int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);

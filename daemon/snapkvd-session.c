@@ -140,6 +140,8 @@ static void session_free(struct snapkvd_session *s)
 	/* closed only now: the armed recvmsg held a reference until it came back */
 	if (s->fd >= 0)
 		close(s->fd);
+	/* no job runs any more: the last one held a session reference */
+	snapkvd_gpu_arena_free(s);
 	snapkvd_arena_free(s->arena);
 	free(s->scratch);
 	snapkvd_pool_tenant_put(&s->srv->pool, s->tenant);
@@ -520,6 +522,29 @@ static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t le
 		snapkvd_session_close(s, 0);
 }
 
+/* The session's GPU arena, exported to the engine (created on first ask). */
+static void on_cuda_arena(struct snapkvd_session *s)
+{
+	Snapkv__V1__CudaArena a = SNAPKV__V1__CUDA_ARENA__INIT;
+	char err[256] = "";
+	uint64_t size = 0;
+	int fd = -1, dev = -1, r;
+
+	r = snapkvd_gpu_arena_export(s, &fd, &size, &dev, err, sizeof(err));
+	a.status = r;
+	a.error = err;
+	a.size = size;
+	a.device = dev;
+	a.transport = (char *)(r ? "" : "cuda-vmm");
+	if (r)
+		s->errors++, s->srv->errors++;
+	if (send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY, &a.base, &fd,
+		     fd >= 0 ? 1 : 0) < 0)
+		snapkvd_session_close(s, 0);
+	if (fd >= 0)
+		close(fd);
+}
+
 void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
 			      const uint8_t *payload, int *fds, unsigned n_fds)
 {
@@ -555,6 +580,9 @@ void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN:
 		snapkvd_admin(s, payload, h->length);
 		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA:
+		on_cuda_arena(s);
+		break;
 	default: {
 		Snapkv__V1__ErrorNotice e = SNAPKV__V1__ERROR_NOTICE__INIT;
 
@@ -582,6 +610,8 @@ struct snapkvd_cache *snapkvd_session_find_cache(struct snapkvd_session *s, uint
 static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
 {
 	ci->cache_id = c->id;
+	ci->kv_arena = c->gpu_kv ? SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM
+				 : SNAPKV__V1__ARENA_KIND__ARENA_KIND_HOST_MEMFD;
 	ci->layers = c->layers;
 	ci->h_store = c->h_store;
 	ci->head_dim = c->head_dim;
@@ -672,6 +702,11 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	}
 	if (c->busy) {
 		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+		return;
+	}
+	if (c->gpu_kv) { /* the worker copies on the host */
+		snapkvd_session_complete(s, o, -ENOTSUP,
+					 "GROW of a cache in the GPU arena is not wired yet", NULL);
 		return;
 	}
 	if (g->extra == 0 || g->extra > s->srv->cfg.max_reserve ||

@@ -7,10 +7,14 @@
  * its allocation (legacy cudaIpcGetMemHandle: registered as cuda-ipc). The
  * daemon imports both on its device and compacts; the compact cache (in the
  * host arena) must equal libskv's host compaction of the same tensors:
- * positions and K/V rows bit-exact, masses within 1e-4.
+ * positions and K/V rows bit-exact, masses within 1e-4. Then the engine
+ * asks for the session's GPU arena (a VMM fd of the daemon's), imports it
+ * once and compacts again with the K/V going there: the rows it reads back
+ * from its mapping must be the same.
  *
  *   gpu-engine SOCKET            compact and check, exit 0 when all agree
- *   gpu-engine SOCKET --enotsup  both registrations must fail with -ENOTSUP
+ *   gpu-engine SOCKET --enotsup  both registrations and the GPU arena must
+ *                                fail with -ENOTSUP (host backend)
  *   ... --hold DIR               after the check, unregister the IPC buffer,
  *                                create DIR/ready and wait for DIR/go (the
  *                                script looks at snapkvctl status meanwhile);
@@ -55,6 +59,60 @@ static bool exists(const char *dir, const char *name)
 
 	snprintf(p, sizeof(p), "%s/%s", dir, name);
 	return stat(p, &st) == 0;
+}
+
+/*
+ * Compare a compact cache with the host reference (HND, [layer][head][kept]).
+ * gpu_base: K/V are in the GPU arena mapped there (copied back to compare).
+ * Returns the number of differing positions/rows.
+ */
+static unsigned check_cache(const struct skv_cache *cache, const char *gpu_base,
+			    const struct skv_plan *pl, const float *ok, const float *ov,
+			    const float *om, const int32_t *op)
+{
+	const struct skv_cache_info *ci = skv_cache_info(cache);
+	const size_t per = (size_t)pl->h_store * pl->kept * HD;
+	float *tk = calloc((size_t)pl->kept * HD, 4), *tv = calloc((size_t)pl->kept * HD, 4);
+	unsigned mism = 0;
+
+	EXPECT(ci->kept == pl->kept && ci->h_store == pl->h_store, "kept %u/%u h_store %u/%u",
+	       ci->kept, pl->kept, ci->h_store, pl->h_store);
+	EXPECT(ci->token_stride == HD, "HND token stride %lld", (long long)ci->token_stride);
+	for (int l = 0; l < LAYERS && !fails; l++)
+		for (uint32_t h = 0; h < pl->h_store; h++) {
+			const int32_t *gp = skv_cache_positions(cache, l, h);
+			const float *gk = skv_cache_k(cache, l, h), *gv = skv_cache_v(cache, l, h);
+			if (gpu_base) {
+				if (cudaMemcpy(tk, gpu_base + skv_cache_k_offset(cache, l, h),
+					       (size_t)pl->kept * HD * 4,
+					       cudaMemcpyDeviceToHost) != cudaSuccess ||
+				    cudaMemcpy(tv, gpu_base + skv_cache_v_offset(cache, l, h),
+					       (size_t)pl->kept * HD * 4,
+					       cudaMemcpyDeviceToHost) != cudaSuccess) {
+					EXPECT(0, "copy from the GPU arena");
+					return 1;
+				}
+				gk = tk, gv = tv;
+			}
+			for (uint32_t i = 0; i < pl->kept; i++) {
+				size_t hi = (size_t)l * pl->h_store * pl->kept + h * pl->kept + i;
+				mism += gp[i] != op[hi];
+				mism += memcmp(gk + (size_t)i * HD,
+					       ok + l * per + ((size_t)h * pl->kept + i) * HD,
+					       HD * 4) != 0;
+				mism += memcmp(gv + (size_t)i * HD,
+					       ov + l * per + ((size_t)h * pl->kept + i) * HD,
+					       HD * 4) != 0;
+			}
+			float gm = skv_cache_retained_mass(cache, l, h),
+			      hm = om[l * pl->h_store + h];
+			EXPECT(gm - hm < 1e-4f && hm - gm < 1e-4f, "layer %d head %u mass %g vs %g",
+			       l, h, gm, hm);
+		}
+	EXPECT(mism == 0, "%u positions/rows differ from the host compaction", mism);
+	free(tk);
+	free(tv);
+	return mism;
 }
 
 int main(int argc, char **argv)
@@ -122,6 +180,12 @@ int main(int argc, char **argv)
 		EXPECT(r == -ENOTSUP, "IPC registration on the host backend: %d (%s)", r,
 		       skv_client_error(c));
 		printf("engine: IPC handle on the host backend: %s\n", skv_client_error(c));
+		int afd = -1;
+		uint64_t asz = 0;
+		r = skv_client_cuda_arena(c, &afd, &asz, NULL);
+		EXPECT(r == -ENOTSUP, "GPU arena on the host backend: %d (%s)", r,
+		       skv_client_error(c));
+		printf("engine: GPU arena on the host backend: %s\n", skv_client_error(c));
 		goto out;
 	}
 	if (r < 0) {
@@ -179,6 +243,7 @@ int main(int argc, char **argv)
 					      .token_stride = HD};
 	}
 	struct skv_cache *cache = NULL;
+	unsigned mism;
 	r = skv_client_compact(c, &d, &cache);
 	if (r < 0) {
 		fprintf(stderr, "engine: compact: %s\n", skv_client_error(c));
@@ -211,32 +276,39 @@ int main(int argc, char **argv)
 		fprintf(stderr, "engine: host compaction: %s\n", err.msg);
 		return 1;
 	}
-	const struct skv_cache_info *ci = skv_cache_info(cache);
-	EXPECT(ci->kept == pl.kept && ci->h_store == pl.h_store, "kept %u/%u h_store %u/%u",
-	       ci->kept, pl.kept, ci->h_store, pl.h_store);
-	unsigned mism = 0;
-	for (int l = 0; l < LAYERS && !fails; l++)
-		for (uint32_t h = 0; h < pl.h_store; h++) {
-			const int32_t *gp = skv_cache_positions(cache, l, h);
-			const float *gk = skv_cache_k(cache, l, h), *gv = skv_cache_v(cache, l, h);
-			for (uint32_t i = 0; i < pl.kept; i++) {
-				size_t hi = (size_t)l * pl.h_store * pl.kept + h * pl.kept + i;
-				mism += gp[i] != op[hi];
-				mism += memcmp(gk + (size_t)i * ci->token_stride,
-					       ok + l * per + ((size_t)h * pl.kept + i) * HD,
-					       HD * 4) != 0;
-				mism += memcmp(gv + (size_t)i * ci->token_stride,
-					       ov + l * per + ((size_t)h * pl.kept + i) * HD,
-					       HD * 4) != 0;
-			}
-			float gm = skv_cache_retained_mass(cache, l, h),
-			      hm = om[l * pl.h_store + h];
-			EXPECT(gm - hm < 1e-4f && hm - gm < 1e-4f, "layer %d head %u mass %g vs %g",
-			       l, h, gm, hm);
-		}
-	EXPECT(mism == 0, "%u positions/rows differ from the host compaction", mism);
-	printf("engine: %u layers x %u heads, kept %u of %u: %s\n", LAYERS, pl.h_store, pl.kept,
-	       LEN, mism ? "DIFFERENT" : "equal to the host result");
+	mism = check_cache(cache, NULL, &pl, ok, ov, om, op);
+	printf("engine: host arena: %u layers x %u heads, kept %u of %u: %s\n", LAYERS, pl.h_store,
+	       pl.kept, LEN, mism ? "DIFFERENT" : "equal to the host result");
+
+	/* again with the K/V in the daemon's GPU arena, imported here once */
+	int afd = -1, adev = -1;
+	uint64_t asz = 0;
+	struct skv_cuda_import *ai = NULL;
+	struct skv_cache *gcache = NULL;
+	r = skv_client_cuda_arena(c, &afd, &asz, &adev);
+	if (r < 0) {
+		fprintf(stderr, "engine: GPU arena: %s\n", skv_client_error(c));
+		return 1;
+	}
+	if (skv_cuda_import_fd(dev, 1, 1, afd, asz, &ai, &err) < 0) {
+		fprintf(stderr, "engine: GPU arena import: %s\n", err.msg);
+		return 1;
+	}
+	close(afd);
+	d.out_arena = SKV_ARENA_CUDA;
+	r = skv_client_compact(c, &d, &gcache);
+	if (r < 0) {
+		fprintf(stderr, "engine: compact into the GPU arena: %s\n", skv_client_error(c));
+		return 1;
+	}
+	EXPECT(skv_cache_info(gcache)->kv_arena == SKV_ARENA_CUDA, "kv_arena %d",
+	       (int)skv_cache_info(gcache)->kv_arena);
+	EXPECT(skv_cache_k(gcache, 0, 0) == NULL, "skv_cache_k of a GPU-arena cache");
+	mism = check_cache(gcache, skv_cuda_import_ptr(ai), &pl, ok, ov, om, op);
+	printf("engine: GPU arena (%llu bytes, device %d): kept %u of %u: %s\n",
+	       (unsigned long long)asz, adev, pl.kept, LEN,
+	       mism ? "DIFFERENT" : "equal to the host result");
+	EXPECT(skv_cache_grow(gcache, 4) == -ENOTSUP, "GROW of a GPU-arena cache");
 
 	if (hold) {
 		char p[512];
@@ -258,6 +330,8 @@ int main(int argc, char **argv)
 		_exit(fails ? 1 : 0);
 	}
 	skv_cache_release(cache);
+	skv_cache_release(gcache);
+	skv_cuda_import_release(ai);
 	skv_ctx_free(ctx);
 	free(ok), free(ov), free(om), free(op);
 out:

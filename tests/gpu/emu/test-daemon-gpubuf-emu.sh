@@ -5,7 +5,8 @@
 # window, legacy IPC handle), registers both with snapkvd --backend cuda,
 # compacts and checks the compact cache against libskv's host result. The
 # daemon must name the transports (register reply, snapkvctl status and
-# ledger), drop the IPC import when the engine unregisters it and the VMM
+# ledger), put K/V into the session's GPU arena on request (the engine
+# imports its fd and reads them there), drop the IPC import when the engine unregisters it and the VMM
 # import when the session ends (status: 0 CUDA imports live), and a
 # host-backend daemon must answer both registrations with -ENOTSUP.
 # Default: the CPU emulation of CUDA (tests/gpu/emu); with
@@ -95,25 +96,30 @@ for _ in $(seq 1200); do
 	sleep 0.05
 done
 if [ -e "$tmp/hold/ready" ]; then
-	grep -q "equal to the host result" "$tmp/eng.out" &&
-		ok "compact cache == host: $(grep -m1 'kept' "$tmp/eng.out")" ||
+	grep -q "host arena: .*equal to the host result" "$tmp/eng.out" &&
+		ok "compact cache == host: $(grep -m1 'host arena' "$tmp/eng.out")" ||
 		not_ok "engine: $(cat "$tmp/eng.out")"
+	grep -q "GPU arena .*equal to the host result" "$tmp/eng.out" &&
+		ok "K/V in the GPU arena == host: $(grep -m1 'GPU arena' "$tmp/eng.out")" ||
+		not_ok "engine, GPU arena: $(cat "$tmp/eng.out")"
 	grep -q "cuda-vmm-fd buffer, generation .* imported" "$tmp/daemon.log" &&
 		grep -q "cuda-ipc buffer, generation .* imported" "$tmp/daemon.log" &&
 		ok "daemon imported a VMM fd and an IPC handle" ||
 		not_ok "imports not logged: $(cat "$tmp/daemon.log")"
 	status_has "buffers   memfd 0, cuda-vmm-fd 1, cuda-ipc 0 (1 CUDA imports live)" &&
+		grep -q "arena     host-memfd+cuda-vmm" "$tmp/status" &&
 		ok "status after unregistering the IPC buffer: $(grep buffers "$tmp/status")" ||
 		not_ok "status: $(cat "$tmp/status")"
 	"$CTL" ledger --socket "$sock" --json >"$tmp/ledger" 2>&1 &&
 		python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1]))["caches"]
-sys.exit(not (len(c) == 1 and c[0]["transport"] == "cuda-ipc+cuda-vmm-fd"
-              and c[0]["arena_transport"] == "host-memfd"))' "$tmp/ledger" &&
-		ok "ledger: transport cuda-ipc+cuda-vmm-fd, arena host-memfd" ||
+sys.exit(not (len(c) == 2 and all(x["transport"] == "cuda-ipc+cuda-vmm-fd" for x in c)
+              and sorted(x["arena_transport"] for x in c) == ["cuda-vmm", "host-memfd"]))
+' "$tmp/ledger" &&
+		ok "ledger: transport cuda-ipc+cuda-vmm-fd, arenas host-memfd and cuda-vmm" ||
 		not_ok "ledger: $(cat "$tmp/ledger")"
-	"$CTL" ledger --socket "$sock" | grep -q "cuda-ipc+cuda-vmm-fd *host-memfd" &&
+	"$CTL" ledger --socket "$sock" | grep -q "cuda-ipc+cuda-vmm-fd *cuda-vmm" &&
 		ok "ledger table names the transport" || not_ok "ledger table"
 else
 	not_ok "engine did not get ready: $(cat "$tmp/eng.out")"
