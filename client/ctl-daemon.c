@@ -257,36 +257,70 @@ int ctl_caches(int argc, char **argv)
 	return CTL_EXIT_OK;
 }
 
+/* compact / native-full; -1 when there is nothing to compare with */
+static double ratio_of(const Snapkv__V1__LedgerBytes *b)
+{
+	return b && b->native_full ? (double)b->compact / (double)b->native_full : -1.0;
+}
+
+static json_t *ratio_json(const Snapkv__V1__LedgerBytes *b)
+{
+	double x = ratio_of(b);
+
+	return x < 0 ? json_null() : json_real(x);
+}
+
+/* The four SPEC.md lines first (issue 3's schema), then the arena's view. */
+static json_t *bytes_json(const Snapkv__V1__LedgerBytes *b)
+{
+	static const Snapkv__V1__LedgerBytes zero = SNAPKV__V1__LEDGER_BYTES__INIT;
+
+	if (!b)
+		b = &zero;
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "native_full",
+			 (json_int_t)b->native_full, "compact", (json_int_t)b->compact, "index",
+			 (json_int_t)b->index, "reserved", (json_int_t)b->reserved, "real",
+			 (json_int_t)b->real, "allocated", (json_int_t)b->allocated, "padding",
+			 (json_int_t)b->padding);
+}
+
 static json_t *ledger_json(const Snapkv__V1__AdminReply *r)
 {
 	json_t *tenants = json_array(), *caches = json_array();
+	uint64_t free_b = r->pool_total > r->pool_used ? r->pool_total - r->pool_used : 0;
 
 	for (size_t i = 0; i < r->n_tenants; i++) {
 		const Snapkv__V1__TenantInfo *t = r->tenants[i];
 
-		json_array_append_new(tenants, json_pack("{s:s, s:I, s:I, s:I}", "name", t->name,
-							 "uid", (json_int_t)t->uid, "used_bytes",
-							 (json_int_t)t->used_bytes, "caches",
-							 (json_int_t)t->caches));
+		json_array_append_new(
+		    tenants, json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:o, s:o}", "name",
+				       t->name, "uid", (json_int_t)t->uid, "used_bytes",
+				       (json_int_t)t->used_bytes, "caches", (json_int_t)t->caches,
+				       "sessions", (json_int_t)t->sessions, "quota_bytes",
+				       t->quota_bytes ? json_integer((json_int_t)t->quota_bytes)
+						      : json_null(),
+				       "lingering_caches", (json_int_t)t->lingering_caches, "bytes",
+				       bytes_json(t->bytes), "ratio", ratio_json(t->bytes)));
 	}
 	for (size_t i = 0; i < r->n_caches; i++) {
 		const Snapkv__V1__CacheLedger *c = r->caches[i];
-		const Snapkv__V1__LedgerBytes *b = c->bytes;
 
 		json_array_append_new(
 		    caches,
-		    json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, "
-			      "s:{s:I, s:I, s:I, s:I}}",
+		    json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, "
+			      "s:s, s:I, s:I, s:I, s:I, s:I, s:b}",
 			      "id", (json_int_t)c->id, "tenant", c->tenant, "layers",
 			      (json_int_t)c->layers, "h_q", (json_int_t)c->h_q, "h_kv",
 			      (json_int_t)c->h_kv, "head_dim", (json_int_t)c->head_dim,
 			      "dtype_bytes", (json_int_t)c->dtype_bytes, "prompt_len",
 			      (json_int_t)c->prompt_len, "capacity", (json_int_t)c->capacity,
 			      "appended", (json_int_t)c->appended, "gqa", gqa_name(c->gqa), "bytes",
-			      "native_full", (json_int_t)(b ? b->native_full : 0), "compact",
-			      (json_int_t)(b ? b->compact : 0), "index",
-			      (json_int_t)(b ? b->index : 0), "reserved",
-			      (json_int_t)(b ? b->reserved : 0)));
+			      bytes_json(c->bytes), "ratio", ratio_json(c->bytes), "engine",
+			      c->engine, "session_id", (json_int_t)c->session_id, "h_store",
+			      (json_int_t)(c->gqa == SNAPKV__V1__GQA__GQA_GROUP ? c->h_kv : c->h_q),
+			      "kept", (json_int_t)c->kept, "slots", (json_int_t)c->slots,
+			      "requested_capacity", (json_int_t)c->requested_budget, "lingering",
+			      (int)c->lingering));
 	}
 	/* per cache: the transports its inputs and its arena really used */
 	for (size_t i = 0; i < r->n_caches && i < json_array_size(caches); i++) {
@@ -297,68 +331,134 @@ static json_t *ledger_json(const Snapkv__V1__AdminReply *r)
 		json_object_set_new(e, "arena_transport",
 				    json_string(c->arena_transport ? c->arena_transport : ""));
 	}
-	return json_pack("{s:{s:I, s:I}, s:o, s:o}", "pool", "total_bytes",
-			 (json_int_t)r->pool_total, "used_bytes", (json_int_t)r->pool_used,
-			 "tenants", tenants, "caches", caches);
+	return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}, s:o, s:o}", "pool",
+			 "total_bytes", (json_int_t)r->pool_total, "used_bytes",
+			 (json_int_t)r->pool_used, "reserved_bytes", (json_int_t)r->pool_reserved,
+			 "free_bytes", (json_int_t)free_b, "caches", (json_int_t)r->n_caches,
+			 "lingering_caches", (json_int_t)r->lingering_caches, "bytes",
+			 bytes_json(r->pool_bytes), "ratio", ratio_json(r->pool_bytes), "tenants",
+			 tenants, "caches", caches);
 }
 
-int ctl_ledger(int argc, char **argv)
+/* Byte columns of the ledger table: IEC units, or exact with --bytes. */
+struct ledger_fmt {
+	bool exact;
+	int w;
+};
+
+static void put_bytes(const struct ledger_fmt *f, uint64_t b)
 {
-	const char *sock = NULL;
-	bool json = false;
-	Snapkv__V1__AdminReply *r;
-	char a[32], b[32];
-	uint64_t tn = 0, tc = 0, ti = 0, tr = 0;
-	int rc = parse_common("ledger", argc, argv, &sock, &json,
-			      "usage: snapkvctl ledger [--socket PATH] [--json]\n"
-			      "Capacity ledger (SPEC.md) of every cache, per tenant and for the "
-			      "pool.\n");
+	char buf[32];
 
-	if (rc)
-		return rc < 0 ? CTL_EXIT_OK : rc;
-	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r) < 0)
-		return CTL_EXIT_FAIL;
-	if (json) {
-		json_t *o = ledger_json(r);
-
-		json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		putchar('\n');
-		json_decref(o);
-		snapkv__v1__admin_reply__free_unpacked(r, NULL);
-		return CTL_EXIT_OK;
-	}
-	printf("pool: %s used of %s\n", human(r->pool_used, a, sizeof(a)),
-	       human(r->pool_total, b, sizeof(b)));
-	printf("\n%-16s %8s %14s %8s\n", "TENANT", "UID", "USED_BYTES", "CACHES");
-	for (size_t i = 0; i < r->n_tenants; i++)
-		printf("%-16.16s %8u %14" PRIu64 " %8" PRIu64 "\n", r->tenants[i]->name,
-		       r->tenants[i]->uid, r->tenants[i]->used_bytes, r->tenants[i]->caches);
-	printf("\n%5s %-12s %-8s %4s %4s %4s %4s %2s %6s %5s %5s %6s %13s %13s %10s %10s %7s\n",
-	       "ID", "ENGINE", "TENANT", "N", "H_Q", "H_KV", "D", "S", "L", "C", "G", "GQA",
-	       "NATIVE_FULL", "COMPACT", "INDEX", "RESERVED", "RATIO");
-	for (size_t i = 0; i < r->n_caches; i++) {
-		const Snapkv__V1__CacheLedger *c = r->caches[i];
-		const Snapkv__V1__LedgerBytes *lb = c->bytes;
-		uint64_t nf = lb ? lb->native_full : 0, cp = lb ? lb->compact : 0;
-
-		printf("%5" PRIu64 " %-12.12s %-8.8s %4u %4u %4u %4u %2u %6u %5u %5u %6s %13" PRIu64
-		       " %13" PRIu64 " %10" PRIu64 " %10" PRIu64 " %7.4f\n",
-		       c->id, c->engine, c->tenant, c->layers, c->h_q, c->h_kv, c->head_dim,
-		       c->dtype_bytes, c->prompt_len, c->capacity, c->appended, gqa_name(c->gqa),
-		       nf, cp, lb ? lb->index : 0, lb ? lb->reserved : 0,
-		       nf ? (double)cp / nf : 0.0);
-		tn += nf;
-		tc += cp;
-		ti += lb ? lb->index : 0;
-		tr += lb ? lb->reserved : 0;
-	}
-	if (r->n_caches)
-		printf("%5s %-12s %-8s %4s %4s %4s %4s %2s %6s %5s %5s %6s %13" PRIu64 " %13" PRIu64
-		       " %10" PRIu64 " %10" PRIu64 " %7.4f\n",
-		       "total", "", "", "", "", "", "", "", "", "", "", "", tn, tc, ti, tr,
-		       tn ? (double)tc / tn : 0.0);
+	if (f->exact)
+		snprintf(buf, sizeof(buf), "%" PRIu64, b);
 	else
-		printf("(no caches)\n");
+		human(b, buf, sizeof(buf));
+	printf(" %*s", f->w, buf);
+}
+
+static void put_ratio(const Snapkv__V1__LedgerBytes *b)
+{
+	double x = ratio_of(b);
+
+	if (x < 0)
+		printf(" %6s\n", "-");
+	else
+		printf(" %6.4f\n", x);
+}
+
+/* native-full, compact, index, reserved, real, allocated, ratio */
+static void put_ledger(const struct ledger_fmt *f, const Snapkv__V1__LedgerBytes *b)
+{
+	static const Snapkv__V1__LedgerBytes zero = SNAPKV__V1__LEDGER_BYTES__INIT;
+
+	if (!b)
+		b = &zero;
+	put_bytes(f, b->native_full);
+	put_bytes(f, b->compact);
+	put_bytes(f, b->index);
+	put_bytes(f, b->reserved);
+	put_bytes(f, b->real);
+	put_bytes(f, b->allocated);
+	put_ratio(b);
+}
+
+static void put_ledger_head(const struct ledger_fmt *f)
+{
+	printf(" %*s %*s %*s %*s %*s %*s %6s\n", f->w, "NATIVE_FULL", f->w, "COMPACT", f->w,
+	       "INDEX", f->w, "RESERVED", f->w, "REAL", f->w, "ALLOCATED", "RATIO");
+}
+
+static void ledger_sum(Snapkv__V1__LedgerBytes *t, const Snapkv__V1__LedgerBytes *b)
+{
+	if (!b)
+		return;
+	t->native_full += b->native_full;
+	t->compact += b->compact;
+	t->index += b->index;
+	t->reserved += b->reserved;
+	t->real += b->real;
+	t->allocated += b->allocated;
+	t->padding += b->padding;
+}
+
+static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
+{
+	struct ledger_fmt f = {.exact = exact, .w = exact ? 14 : 11};
+	Snapkv__V1__LedgerBytes tt = SNAPKV__V1__LEDGER_BYTES__INIT;
+	Snapkv__V1__LedgerBytes tc = SNAPKV__V1__LEDGER_BYTES__INIT;
+	uint64_t ncache = 0, nused = 0;
+	char a[32], b[32], c[32];
+
+	printf("pool: %s used of %s (%.2f%%), %s reserved for admissions in flight, "
+	       "%zu cache%s (%" PRIu64 " lingering)\n",
+	       human(r->pool_used, a, sizeof(a)), human(r->pool_total, b, sizeof(b)),
+	       r->pool_total ? 100.0 * (double)r->pool_used / (double)r->pool_total : 0.0,
+	       human(r->pool_reserved, c, sizeof(c)), r->n_caches, r->n_caches == 1 ? "" : "s",
+	       r->lingering_caches);
+
+	printf("\n%-12s %6s %4s %6s %*s %*s", "TENANT", "UID", "SESS", "CACHES", f.w, "QUOTA", f.w,
+	       "USED");
+	put_ledger_head(&f);
+	for (size_t i = 0; i < r->n_tenants; i++) {
+		const Snapkv__V1__TenantInfo *t = r->tenants[i];
+
+		printf("%-12.12s %6u %4" PRIu64 " %6" PRIu64, t->name, t->uid, t->sessions,
+		       t->caches);
+		if (t->quota_bytes)
+			put_bytes(&f, t->quota_bytes);
+		else
+			printf(" %*s", f.w, "-");
+		put_bytes(&f, t->used_bytes);
+		put_ledger(&f, t->bytes);
+		ledger_sum(&tt, t->bytes);
+		ncache += t->caches;
+		nused += t->used_bytes;
+	}
+	printf("%-12s %6s %4s %6" PRIu64 " %*s", "total", "", "", ncache, f.w, "");
+	put_bytes(&f, nused);
+	put_ledger(&f, &tt);
+
+	printf("\n%5s %-12s %-8s %3s %4s %4s %4s %1s %7s %6s %6s %-6s %-9s", "ID", "ENGINE",
+	       "TENANT", "N", "H_Q", "H_KV", "D", "S", "L", "C", "G", "GQA", "STATE");
+	put_ledger_head(&f);
+	for (size_t i = 0; i < r->n_caches; i++) {
+		const Snapkv__V1__CacheLedger *x = r->caches[i];
+
+		printf("%5" PRIu64 " %-12.12s %-8.8s %3u %4u %4u %4u %1u %7u %6u %6u %-6s %-9s",
+		       x->id, x->engine, x->tenant, x->layers, x->h_q, x->h_kv, x->head_dim,
+		       x->dtype_bytes, x->prompt_len, x->capacity, x->appended, gqa_name(x->gqa),
+		       x->lingering ? "lingering" : "held");
+		put_ledger(&f, x->bytes);
+		ledger_sum(&tc, x->bytes);
+	}
+	snprintf(a, sizeof(a), "%zu cache%s", r->n_caches, r->n_caches == 1 ? "" : "s");
+	printf("%-5s %-81s", "total", a);
+	put_ledger(&f, &tc);
+	snprintf(a, sizeof(a), "%" PRIu64 " lingering", r->lingering_caches);
+	printf("%-5s %-81s", "pool", a);
+	put_ledger(&f, r->pool_bytes);
+	/* the transports each cache's inputs and arena really used */
 	if (r->n_caches)
 		printf("\n%5s %-24s %s\n", "ID", "TRANSPORT", "ARENA");
 	for (size_t i = 0; i < r->n_caches; i++)
@@ -369,6 +469,68 @@ int ctl_ledger(int argc, char **argv)
 		       r->caches[i]->arena_transport && r->caches[i]->arena_transport[0]
 			   ? r->caches[i]->arena_transport
 			   : "-");
+}
+
+int ctl_ledger(int argc, char **argv)
+{
+	static const struct option o[] = {{"socket", required_argument, NULL, 's'},
+					  {"json", no_argument, NULL, 'j'},
+					  {"bytes", no_argument, NULL, 'b'},
+					  {"help", no_argument, NULL, 'h'},
+					  {0}};
+	static const char usage[] =
+	    "usage: snapkvctl ledger [--socket PATH] [--json | --bytes]\n"
+	    "Capacity ledger (SPEC.md) of every cache, per tenant and for the pool:\n"
+	    "native-full, compact, index tables, reserved decode headroom, real (their\n"
+	    "formula bytes: compact + index + reserved) and allocated (what the arena\n"
+	    "really holds, alignment included), and compact / native-full. Sizes in\n"
+	    "IEC units; --bytes prints exact byte counts, --json the whole ledger.\n";
+	const char *sock = NULL;
+	bool json = false, exact = false;
+	Snapkv__V1__AdminReply *r;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "hs:", o, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			sock = optarg;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'b':
+			exact = true;
+			break;
+		case 'h':
+			printf("%s", usage);
+			return CTL_EXIT_OK;
+		default:
+			fprintf(stderr, "%s", usage);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind != argc) {
+		ctl_err("ledger", "unexpected argument \"%s\"", argv[optind]);
+		return CTL_EXIT_USAGE;
+	}
+	sock = ctl_daemon_socket(sock);
+	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r) < 0)
+		return CTL_EXIT_FAIL;
+	if (json) {
+		json_t *j = ledger_json(r);
+
+		if (!j) {
+			ctl_err("ledger", "out of memory");
+			snapkv__v1__admin_reply__free_unpacked(r, NULL);
+			return CTL_EXIT_FAIL;
+		}
+		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		putchar('\n');
+		json_decref(j);
+	} else {
+		ledger_table(r, exact);
+	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return CTL_EXIT_OK;
 }

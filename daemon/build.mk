@@ -94,6 +94,8 @@ TESTS += $(BUILD)/tests/test-daemon-units
 # snapkvctl against a live daemon (needs the cli's snapkvctl in the tree).
 ifneq ($(wildcard client/snapkvctl.c),)
 TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
+# the ledger of real caches (expand, group, APPEND, GROW) per cache, tenant, pool
+TEST_SCRIPTS += tests/integration/test-daemon-ledger.sh
 endif
 
 $(BUILD)/tests/integration/test-daemon-fuzz.o: | $(SKV_PB_H)

@@ -50,6 +50,18 @@ static void reply(struct snapkvd_session *s, Snapkv__V1__AdminReply *r)
 		snapkvd_session_close(s, 0);
 }
 
+static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger_total *t)
+{
+	snapkv__v1__ledger_bytes__init(b);
+	b->native_full = t->native_full;
+	b->compact = t->compact;
+	b->index = t->index;
+	b->reserved = t->reserved;
+	b->allocated = t->allocated;
+	b->real = t->real;
+	b->padding = t->padding;
+}
+
 void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len)
 {
 	struct snapkvd_server *srv = s->srv;
@@ -57,7 +69,8 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
 	Snapkv__V1__TenantInfo *ti = NULL, **tip = NULL;
 	Snapkv__V1__CacheLedger *cl = NULL, **clp = NULL;
-	Snapkv__V1__LedgerBytes *lb = NULL;
+	Snapkv__V1__LedgerBytes *lb = NULL, *tb = NULL, pool_lb;
+	struct snapkvd_ledger_total pt;
 	size_t nt = 0, nc = 0;
 	char *text = NULL;
 	struct snapkvd_admin_pressure_buf *pb = NULL;
@@ -108,24 +121,37 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 			nt++;
 		ti = calloc(nt ? nt : 1, sizeof(*ti));
 		tip = calloc(nt ? nt : 1, sizeof(*tip));
-		if (ti && tip)
+		tb = calloc(nt ? nt : 1, sizeof(*tb));
+		if (ti && tip && tb)
 			for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next, i++) {
+				struct snapkvd_ledger_total lt;
+
 				snapkv__v1__tenant_info__init(&ti[i]);
 				ti[i].name = t->name;
 				ti[i].uid = t->uid;
 				ti[i].used_bytes = t->used + t->reserved;
 				ti[i].caches = t->caches;
 				ti[i].sessions = t->sessions;
+				ti[i].quota_bytes = t->quota ? t->quota : srv->pool.tenant_quota;
+				snapkvd_ledger_tenant(srv, t, &lt);
+				ledger_bytes(&tb[i], &lt);
+				ti[i].bytes = &tb[i];
+				ti[i].lingering_caches = lt.lingering;
 				tip[i] = &ti[i];
 			}
+		r.pool_reserved = srv->pool.reserved;
 		pthread_mutex_unlock(&srv->pool.mu);
+		snapkvd_ledger_totals(srv, &pt);
+		ledger_bytes(&pool_lb, &pt);
+		r.pool_bytes = &pool_lb;
+		r.lingering_caches = pt.lingering;
 		for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
 			for (struct snapkvd_cache *c = x->caches; c; c = c->next)
 				nc++;
 		cl = calloc(nc ? nc : 1, sizeof(*cl));
 		clp = calloc(nc ? nc : 1, sizeof(*clp));
 		lb = calloc(nc ? nc : 1, sizeof(*lb));
-		if (!ti || !tip || !cl || !clp || !lb) {
+		if (!ti || !tip || !tb || !cl || !clp || !lb) {
 			r.status = -ENOMEM;
 			r.error = "out of memory";
 			break;
@@ -135,13 +161,12 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 		i = 0;
 		for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
 			for (struct snapkvd_cache *c = x->caches; c; c = c->next, i++) {
-				struct skv_ledger l = {0};
+				struct snapkvd_ledger_total l = {0};
 				float mn = 0, sum = 0;
 				size_t nm = (size_t)c->layers * c->h_store;
 
 				snapkv__v1__cache_ledger__init(&cl[i]);
-				snapkv__v1__ledger_bytes__init(&lb[i]);
-				(void)snapkvd_ledger_cache(c, &l);
+				snapkvd_ledger_add(&l, c);
 				cl[i].id = c->id;
 				cl[i].tenant = x->tenant->name;
 				cl[i].layers = c->layers;
@@ -168,11 +193,7 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 				cl[i].arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
 				cl[i].mass_min = mn;
 				cl[i].mass_mean = nm ? sum / nm : 0;
-				lb[i].native_full = l.native_full;
-				lb[i].compact = l.compact;
-				lb[i].index = l.index;
-				lb[i].reserved = l.reserved;
-				lb[i].allocated = c->region_bytes;
+				ledger_bytes(&lb[i], &l);
 				cl[i].bytes = &lb[i];
 				clp[i] = &cl[i];
 			}
@@ -210,6 +231,7 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 	free(cl);
 	free(clp);
 	free(lb);
+	free(tb);
 	free(text);
 	free(pb);
 }

@@ -27,19 +27,41 @@ int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret)
 	return skv_ledger_compute(&in, ret);
 }
 
+void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cache *c)
+{
+	struct skv_ledger l;
+	uint64_t real = 0;
+
+	t->caches++;
+	if (c->lingering)
+		t->lingering++;
+	t->allocated += c->region_bytes;
+	if (snapkvd_ledger_cache(c, &l) == 0) {
+		t->native_full += l.native_full;
+		t->compact += l.compact;
+		t->index += l.index;
+		t->reserved += l.reserved;
+		real = l.compact + l.index + l.reserved;
+		t->real += real;
+	}
+	/* a region always holds its formula bytes; never report negative padding */
+	t->padding += c->region_bytes > real ? c->region_bytes - real : 0;
+}
+
 void snapkvd_ledger_totals(struct snapkvd_server *srv, struct snapkvd_ledger_total *ret)
 {
 	memset(ret, 0, sizeof(*ret));
 	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
-		for (struct snapkvd_cache *c = s->caches; c; c = c->next) {
-			struct skv_ledger l;
+		for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+			snapkvd_ledger_add(ret, c);
+}
 
-			ret->caches++;
-			if (snapkvd_ledger_cache(c, &l) < 0)
-				continue;
-			ret->native_full += l.native_full;
-			ret->compact += l.compact;
-			ret->index += l.index;
-			ret->reserved += l.reserved;
-		}
+void snapkvd_ledger_tenant(struct snapkvd_server *srv, const struct snapkvd_tenant *t,
+			   struct snapkvd_ledger_total *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
+		if (s->tenant == t)
+			for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+				snapkvd_ledger_add(ret, c);
 }

@@ -11,6 +11,8 @@
  *          [--head-dim D] [--prompt L] [--window W] [--capacity C]
  *          [--decode N] [--reserve R] [--gqa expand|group] [--seed S]
  *          [--hold-until FILE]   (keep the cache until FILE exists, at most 30 s)
+ *          [--linger]            (release the cache with linger once decoded: the
+ *                                 daemon keeps it, counted, while the session lives)
  *          [--in FILE.safetensors] (prefill K/V from a dump: layers.N.q [H_q, rows, D],
  *                                   layers.N.k/.v [H_kv, L, D], as snapkvctl reads;
  *                                   converted to f32, shapes taken from the file)
@@ -37,6 +39,7 @@ struct cfg {
 	uint32_t layers, h_q, h_kv, d, L, w, C, decode, reserve;
 	enum skv_gqa gqa;
 	uint64_t seed;
+	int linger;
 };
 
 static int parse(int argc, char **argv, struct cfg *c)
@@ -57,6 +60,7 @@ static int parse(int argc, char **argv, struct cfg *c)
 	    {"seed", 1, 0, 'S'},
 	    {"hold-until", 1, 0, 'H'},
 	    {"in", 1, 0, 'i'},
+	    {"linger", 0, 0, 'Y'},
 	    {"help", 0, 0, 'h'},
 	    {0},
 	};
@@ -123,12 +127,16 @@ static int parse(int argc, char **argv, struct cfg *c)
 		case 'i':
 			c->in = optarg;
 			break;
+		case 'Y':
+			c->linger = 1;
+			break;
 		default:
 			fprintf(stderr,
 				"usage: engine [--socket PATH] [--name NAME] [--layers N] "
 				"[--h-q N] [--h-kv N] [--head-dim D] [--prompt L] [--window W] "
 				"[--capacity C] [--decode N] [--reserve R] [--gqa expand|group] "
-				"[--seed S] [--hold-until FILE] [--in FILE.safetensors]\n");
+				"[--seed S] [--hold-until FILE] [--in FILE.safetensors] "
+				"[--linger]\n");
 			return -EINVAL;
 		}
 	}
@@ -399,6 +407,13 @@ int main(int argc, char **argv)
 	       skv_cache_next_position(cache), ci->capacity, grows, mmin,
 	       msum / (ci->layers * ci->h_store), (unsigned long long)native,
 	       (unsigned long long)compact, (double)compact / (double)native, checksum);
+	if (c.linger) {
+		/* the handle goes; the daemon keeps the cache until the session ends */
+		r = skv_cache_release_linger(cache);
+		cache = NULL;
+		if (r < 0)
+			goto fail;
+	}
 	fflush(stdout);
 	/* the demo reads the ledger while we still hold the cache */
 	for (int i = 0; c.hold && i < 3000 && access(c.hold, F_OK) != 0; i++)

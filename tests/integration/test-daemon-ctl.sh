@@ -72,18 +72,19 @@ for _ in $(seq 500); do [ -s "$tmp/eng.out" ] && break; sleep 0.01; done
 python3 - "$tmp/ledger.json" <<'PY' || fail "ledger --json: $(cat "$tmp/ledger.json")"
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert set(d) == {"pool", "tenants", "caches"}, d.keys()
-assert set(d["pool"]) == {"total_bytes", "used_bytes"}
+# issue 3's schema, extended: its keys are all there (extra ones are allowed)
+assert {"pool", "tenants", "caches"} <= set(d), d.keys()
+assert {"total_bytes", "used_bytes"} <= set(d["pool"]), d["pool"].keys()
 assert d["pool"]["used_bytes"] > 0
 for t in d["tenants"]:
-    assert set(t) == {"name", "uid", "used_bytes", "caches"}, t.keys()
+    assert {"name", "uid", "used_bytes", "caches"} <= set(t), t.keys()
 assert len(d["caches"]) == 1
 c = d["caches"][0]
-assert set(c) == {"id", "tenant", "layers", "h_q", "h_kv", "head_dim", "dtype_bytes",
-                  "prompt_len", "capacity", "appended", "gqa", "bytes",
-                  "transport", "arena_transport"}, c.keys()
-assert c["transport"] == "memfd" and c["arena_transport"] == "host-memfd", c
-assert set(c["bytes"]) == {"native_full", "compact", "index", "reserved"}
+assert {"id", "tenant", "layers", "h_q", "h_kv", "head_dim", "dtype_bytes", "prompt_len",
+        "capacity", "appended", "gqa", "bytes"} <= set(c), c.keys()
+assert {"native_full", "compact", "index", "reserved"} <= set(c["bytes"]), c["bytes"].keys()
+assert isinstance(c["id"], int) and c["tenant"] == d["tenants"][0]["name"], c
+assert c.get("transport") == "memfd" and c.get("arena_transport") == "host-memfd", c
 # SPEC.md ledger, computed here: B=1, group stores H_kv heads
 N, Hq, Hkv, D, s, L, C, g = 3, 8, 2, 32, 4, 700, 128, 5
 assert (c["layers"], c["h_q"], c["h_kv"], c["head_dim"], c["dtype_bytes"]) == (N, Hq, Hkv, D, s)
@@ -93,6 +94,19 @@ assert b["native_full"] == 2 * N * Hkv * (L + g) * D * s, b
 assert b["compact"] == 2 * N * Hkv * (min(L, C) + g) * D * s, b
 assert b["index"] == 4 * N * Hkv * (min(L, C) + g), b
 assert b["reserved"] == 2 * N * Hkv * (8 - g) * D * s, b
+# the extension: real vs allocated (per layer K, V [h][slots][D] and positions
+# [h][slots], 64-byte aligned; the region in 4 KiB pages), ratio, state
+a64 = lambda x: (x + 63) // 64 * 64
+slots = min(L, C) + 8
+real = b["compact"] + b["index"] + b["reserved"]
+alloc = (N * (2 * a64(Hkv * slots * D * s) + a64(Hkv * slots * 4)) + 4095) // 4096 * 4096
+assert (b["real"], b["allocated"], b["padding"]) == (real, alloc, alloc - real), b
+assert b["allocated"] >= b["real"]
+assert abs(c["ratio"] - b["compact"] / b["native_full"]) < 1e-12, c
+assert c["lingering"] is False and c["engine"] == "held", c
+t = d["tenants"][0]
+assert t["bytes"] == b and t["used_bytes"] == alloc and t["caches"] == 1, t
+assert d["pool"]["bytes"] == b and d["pool"]["used_bytes"] == alloc, d["pool"]
 assert sum(t["used_bytes"] for t in d["tenants"]) == d["pool"]["used_bytes"]
 PY
 "$CTL" metrics >"$tmp/metrics"
