@@ -132,7 +132,22 @@ epid=
 status_has "(0 CUDA imports live)" &&
 	ok "session end released the VMM import: $(grep buffers "$tmp/status")" ||
 	not_ok "imports after session end: $(cat "$tmp/status")"
+# SIGTERM while an engine still holds GPU buffers, a GPU arena and caches:
+# the daemon drops them before unloading the plugin and exits 0
+rm -rf "$tmp/hold"
+mkdir "$tmp/hold"
+timeout 120 "$ENGINE" "$sock" --hold "$tmp/hold" >"$tmp/eng.out" 2>&1 &
+epid=$!
+for _ in $(seq 1200); do
+	[ -e "$tmp/hold/ready" ] && break
+	kill -0 "$epid" 2>/dev/null || break
+	sleep 0.05
+done
+[ -e "$tmp/hold/ready" ] || not_ok "second engine did not get ready: $(cat "$tmp/eng.out")"
 stop_daemon
+touch "$tmp/hold/go"
+wait "$epid"
+epid=
 
 echo "test-daemon-gpubuf-emu: $pass passed, $fail failed"
 [ $fail -eq 0 ]
