@@ -27,10 +27,10 @@ enum skv_dtype {
 
 enum skv_policy {
 	SKV_POLICY_UNSPECIFIED = 0,
-	SKV_POLICY_SNAPKV = 1,       /* S=0, W_obs=W, W_keep=W, pooled votes   */
-	SKV_POLICY_H2O = 2,          /* S=0, W_obs=L (all queries), W_keep=W   */
+	SKV_POLICY_SNAPKV = 1,	     /* S=0, W_obs=W, W_keep=W, pooled votes   */
+	SKV_POLICY_H2O = 2,	     /* S=0, W_obs=L (all queries), W_keep=W   */
 	SKV_POLICY_STREAMINGLLM = 3, /* S sinks + last C-S, no scoring         */
-	SKV_POLICY_WINDOW = 4,       /* last C positions, no scoring           */
+	SKV_POLICY_WINDOW = 4,	     /* last C positions, no scoring           */
 };
 
 enum skv_pooling {
@@ -92,11 +92,11 @@ void skv_params_init(struct skv_params *p);
 struct skv_shape {
 	uint32_t prompt_len; /* L                                         */
 	uint32_t head_dim;   /* D                                         */
-	uint32_t h_q;        /* query heads                               */
-	uint32_t h_kv;       /* K/V heads; h_q % h_kv == 0                */
-	uint32_t n_q;        /* query rows given: the LAST n_q positions
-	                        L-n_q .. L-1 (W for snapkv, L for h2o, 0 is
-	                        allowed for streamingllm and window)     */
+	uint32_t h_q;	     /* query heads                               */
+	uint32_t h_kv;	     /* K/V heads; h_q % h_kv == 0                */
+	uint32_t n_q;	     /* query rows given: the LAST n_q positions
+				L-n_q .. L-1 (W for snapkv, L for h2o, 0 is
+				allowed for streamingllm and window)     */
 };
 
 /*
@@ -105,11 +105,11 @@ struct skv_shape {
  */
 struct skv_plan {
 	uint32_t h_store; /* h_q (expand) or h_kv (group)                  */
-	uint32_t kept;    /* min(L, C) for scoring policies; see SPEC.md   */
-	uint32_t sinks;   /* effective S                                   */
-	uint32_t w_obs;   /* effective observation rows                    */
+	uint32_t kept;	  /* min(L, C) for scoring policies; see SPEC.md   */
+	uint32_t sinks;	  /* effective S                                   */
+	uint32_t w_obs;	  /* effective observation rows                    */
 	uint32_t w_keep;  /* effective recent keep                         */
-	int bypass;       /* 1 when L < C: nothing scored, all L kept      */
+	int bypass;	  /* 1 when L < C: nothing scored, all L kept      */
 };
 
 struct skv_error {
@@ -172,9 +172,9 @@ struct skv_tensor {
 	int64_t head_stride;
 	int64_t token_stride;
 	const int32_t *block_table; /* NULL: strided                */
-	uint32_t block_size;        /* tokens per block when paged  */
-	uint32_t n_blocks;          /* entries in block_table       */
-	int64_t block_stride;       /* elements between blocks      */
+	uint32_t block_size;	    /* tokens per block when paged  */
+	uint32_t n_blocks;	    /* entries in block_table       */
+	int64_t block_stride;	    /* elements between blocks      */
 };
 
 /* Inputs of one layer. q rows are positions L-n_q .. L-1, token index 0..n_q-1. */
@@ -218,14 +218,14 @@ const char *skv_ctx_isa(const struct skv_ctx *ctx);
  * a head's logits hold NaN/Inf (err names layer and head; outputs of other
  * items may have been written); -ENOMEM.
  */
-int skv_compact(struct skv_ctx *ctx, const struct skv_shape *shape,
-		const struct skv_params *params, uint32_t n_layers, const struct skv_layer_in *in,
-		const struct skv_layer_out *out, struct skv_error *err);
+int skv_compact(struct skv_ctx *ctx, const struct skv_shape *shape, const struct skv_params *params,
+		uint32_t n_layers, const struct skv_layer_in *in, const struct skv_layer_out *out,
+		struct skv_error *err);
 
 /* Capacity ledger of SPEC.md for one cache. */
 struct skv_ledger_in {
-	uint64_t batch;       /* B                          */
-	uint64_t layers;      /* N                          */
+	uint64_t batch;	 /* B                          */
+	uint64_t layers; /* N                          */
 	uint64_t h_q;
 	uint64_t h_kv;
 	uint64_t head_dim;    /* D                          */
@@ -240,9 +240,9 @@ struct skv_ledger_in {
 struct skv_ledger {
 	uint64_t native_full; /* 2*B*N*H_kv*(L+g)*D*s                   */
 	uint64_t compact;     /* 2*B*N*H_store*(min(L,C)+g)*D*s         */
-	uint64_t index;       /* 4*B*N*H_store*(min(L,C)+g)             */
+	uint64_t index;	      /* 4*B*N*H_store*(min(L,C)+g)             */
 	uint64_t reserved;    /* allocated-but-unused decode headroom:
-	                         2*B*N*H_store*(reserve-g)*D*s           */
+				 2*B*N*H_store*(reserve-g)*D*s           */
 	uint64_t h_store;
 };
 

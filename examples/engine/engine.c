@@ -45,24 +45,12 @@ struct cfg {
 static int parse(int argc, char **argv, struct cfg *c)
 {
 	static const struct option o[] = {
-	    {"socket", 1, 0, 's'},
-	    {"name", 1, 0, 'n'},
-	    {"layers", 1, 0, 'l'},
-	    {"h-q", 1, 0, 'q'},
-	    {"h-kv", 1, 0, 'k'},
-	    {"head-dim", 1, 0, 'd'},
-	    {"prompt", 1, 0, 'L'},
-	    {"window", 1, 0, 'w'},
-	    {"capacity", 1, 0, 'C'},
-	    {"decode", 1, 0, 'g'},
-	    {"reserve", 1, 0, 'r'},
-	    {"gqa", 1, 0, 'G'},
-	    {"seed", 1, 0, 'S'},
-	    {"hold-until", 1, 0, 'H'},
-	    {"in", 1, 0, 'i'},
-	    {"linger", 0, 0, 'Y'},
-	    {"help", 0, 0, 'h'},
-	    {0},
+	    {"socket", 1, 0, 's'}, {"name", 1, 0, 'n'},	      {"layers", 1, 0, 'l'},
+	    {"h-q", 1, 0, 'q'},	   {"h-kv", 1, 0, 'k'},	      {"head-dim", 1, 0, 'd'},
+	    {"prompt", 1, 0, 'L'}, {"window", 1, 0, 'w'},     {"capacity", 1, 0, 'C'},
+	    {"decode", 1, 0, 'g'}, {"reserve", 1, 0, 'r'},    {"gqa", 1, 0, 'G'},
+	    {"seed", 1, 0, 'S'},   {"hold-until", 1, 0, 'H'}, {"in", 1, 0, 'i'},
+	    {"linger", 0, 0, 'Y'}, {"help", 0, 0, 'h'},	      {0},
 	};
 	int ch;
 
