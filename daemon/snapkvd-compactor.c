@@ -503,6 +503,14 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		c->k_off[l] = c->region_off + l * layer_bytes;
 		c->v_off[l] = c->k_off[l] + kv_bytes;
 		c->pos_off[l] = c->v_off[l] + kv_bytes;
+		if (c->gpu_kv) {
+			/* every layer's K/V first, then the positions: the job
+			 * page-locks only that tail of the host region, and the
+			 * host pages under the K/V are never touched */
+			c->k_off[l] = c->region_off + l * 2 * kv_bytes;
+			c->v_off[l] = c->k_off[l] + kv_bytes;
+			c->pos_off[l] = c->region_off + req->layers * 2 * kv_bytes + l * pos_bytes;
+		}
 		j->out[l] = (struct skv_layer_out){
 		    .k = {.data = kv_base + c->k_off[l],
 			  .dtype = odt,
@@ -589,7 +597,11 @@ static int run_gpu(struct snapkvd_compactor *c, struct snapkvd_job *j, struct sk
 	for (unsigned i = 0; i < j->n_bufs; i++)
 		if (!j->bufs[i]->imp) /* CUDA imports are device memory already */
 			rg[n_rg++] = (typeof(rg[0])){(void *)j->bufs[i]->map, j->bufs[i]->size};
-	rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->region_off, ca->region_bytes};
+	if (ca->gpu_kv) /* K/V in the GPU arena: only the positions (the region's tail) */
+		rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->pos_off[0],
+					     ca->region_off + ca->region_bytes - ca->pos_off[0]};
+	else
+		rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->region_off, ca->region_bytes};
 	rg[n_rg++] = (typeof(rg[0])){ca->mass, (uint64_t)ca->layers * ca->h_store * sizeof(float)};
 	for (unsigned i = 0; i < n_rg && r == 0; i++) {
 		void *d = NULL;
