@@ -1097,6 +1097,9 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	pm.pooling = (Snapkv__V1__Pooling)d->params.pooling;
 	pm.gqa = (Snapkv__V1__Gqa)d->params.gqa;
 	pm.sinks = d->params.sinks;
+	/* The caller's params are complete (skv_client_params_init): a 0 is
+	 * meant, never "use the default". */
+	pm.explicit_fields = SKV_PARAMS_EXPLICIT_ALL;
 	pm.n_protected_ranges = d->params.n_protected;
 	pm.protected_ranges = rgp;
 	for (uint32_t i = 0; i < d->params.n_protected; i++) {

@@ -100,30 +100,61 @@ void ctl_print_ranges(FILE *f, const int32_t *pos, uint32_t n, uint32_t max_rang
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: snapkvctl [--help] [--version] <command> [options]\n\ncommands:\n");
+	fprintf(f, "usage: snapkvctl [--help] [--version] [--socket PATH] <command> [options]\n\n"
+		   "commands:\n");
 	for (size_t i = 0; i < N_CMDS; i++)
 		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
-	fprintf(f, "\n`snapkvctl <command> --help` describes a command's options.\n"
+	fprintf(f, "\n--socket PATH (before or after the command; else $SNAPKV_SOCKET) names\n"
+		   "the daemon's socket.\n"
+		   "`snapkvctl <command> --help` describes a command's options.\n"
 		   "Exit status: 0 success, 1 run-time failure, 2 bad usage or bad input.\n");
 }
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
+	int a = 1;
+
+	/* Global options before the command. --socket there means the same as
+	 * after it: it goes on as $SNAPKV_SOCKET, which every command that
+	 * talks to the daemon reads, and a --socket after the command still
+	 * wins. */
+	while (a < argc && argv[a][0] == '-') {
+		const char *sock = NULL;
+
+		if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
+			usage(stdout);
+			return CTL_EXIT_OK;
+		}
+		if (strcmp(argv[a], "--version") == 0) {
+			printf("snapkvctl 0.1\n");
+			return CTL_EXIT_OK;
+		}
+		if (strcmp(argv[a], "--socket") == 0) {
+			if (a + 1 >= argc || !argv[a + 1][0]) {
+				ctl_err(NULL, "--socket needs a PATH");
+				return CTL_EXIT_USAGE;
+			}
+			sock = argv[++a];
+		} else if (strncmp(argv[a], "--socket=", 9) == 0 && argv[a][9]) {
+			sock = argv[a] + 9;
+		} else {
+			ctl_err(NULL, "unknown option \"%s\" before the command (see snapkvctl --help)",
+				argv[a]);
+			return CTL_EXIT_USAGE;
+		}
+		if (setenv("SNAPKV_SOCKET", sock, 1) < 0) {
+			ctl_err(NULL, "setenv: %s", strerror(errno));
+			return CTL_EXIT_FAIL;
+		}
+		a++;
+	}
+	if (a >= argc) {
 		usage(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-		usage(stdout);
-		return CTL_EXIT_OK;
-	}
-	if (strcmp(argv[1], "--version") == 0) {
-		printf("snapkvctl 0.1\n");
-		return CTL_EXIT_OK;
-	}
 	for (size_t i = 0; i < N_CMDS; i++)
-		if (strcmp(argv[1], cmds[i].name) == 0)
-			return cmds[i].run(argc - 1, argv + 1);
-	ctl_err(NULL, "unknown command \"%s\" (see snapkvctl --help)", argv[1]);
+		if (strcmp(argv[a], cmds[i].name) == 0)
+			return cmds[i].run(argc - a, argv + a);
+	ctl_err(NULL, "unknown command \"%s\" (see snapkvctl --help)", argv[a]);
 	return CTL_EXIT_USAGE;
 }

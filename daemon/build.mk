@@ -8,7 +8,9 @@
 # so that order-only prerequisites below are not empty.
 SKV_PB_H := $(BUILD)/proto/snapkv.pb-c.h
 
-LIBSNAPKV_VER := 1.0.0
+# 1.MINOR.PATCH: MINOR is the newest SNAPKV_1.MINOR node of client/libsnapkv.map
+# (tests/integration/test-libsnapkv-abi.sh checks it).
+LIBSNAPKV_VER := 1.2.0
 LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
 LIBSNAPKV_A := $(BUILD)/libsnapkv.a
 LIBSNAPKV_OBJS := $(BUILD)/client/libsnapkv.o
@@ -20,7 +22,9 @@ $(LIBSNAPKV_REAL): $(LIBSNAPKV_OBJS) $(LIBSKVPROTO) client/libsnapkv.map
 	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,libsnapkv.so.1 \
 		-Wl,--version-script=client/libsnapkv.map -Wl,--no-undefined \
 		-o $@ $(LIBSNAPKV_OBJS) $(LIBSKVPROTO) $(PBC_LIBS) $(LDFLAGS)
-$(BUILD)/libsnapkv.so.1: $(LIBSNAPKV_REAL)
+# daemon/build.mk too: a version bump relinks in an existing build tree
+# (.SECONDARY would otherwise let the old real file satisfy the link).
+$(BUILD)/libsnapkv.so.1: $(LIBSNAPKV_REAL) daemon/build.mk
 	ln -sf libsnapkv.so.$(LIBSNAPKV_VER) $@
 $(LIBSNAPKV): $(BUILD)/libsnapkv.so.1
 	ln -sf libsnapkv.so.1 $@
@@ -97,6 +101,7 @@ TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
 # the ledger of real caches (expand, group, APPEND, GROW) per cache, tenant, pool
 TEST_SCRIPTS += tests/integration/test-daemon-ledger.sh
 endif
+TEST_SCRIPTS += tests/integration/test-libsnapkv-abi.sh
 
 $(BUILD)/tests/integration/test-daemon-fuzz.o: | $(SKV_PB_H)
 OBJS += $(BUILD)/tests/integration/test-daemon-fuzz.o

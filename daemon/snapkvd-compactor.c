@@ -232,6 +232,16 @@ static uint64_t align64(uint64_t v)
 	return (v + 63) & ~63ull;
 }
 
+/*
+ * A Params field flagged in explicit_fields is taken as sent, 0 included
+ * (SPEC: --sinks 0 keeps no sinks); unflagged (senders older than the flag),
+ * 0 means the default. Enums start at UNSPECIFIED = 0, so 0 is unset there.
+ */
+static bool param_given(const Snapkv__V1__Params *p, unsigned field_no, uint32_t v)
+{
+	return (p->explicit_fields & SKV_PARAMS_EXPLICIT(field_no)) || v;
+}
+
 int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *o,
 			Snapkv__V1__CompactRequest *req, struct snapkvd_job **ret, char *err,
 			size_t errlen)
@@ -291,17 +301,17 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 
 		if (p->policy)
 			j->params.policy = (enum skv_policy)p->policy;
-		if (p->window)
+		if (param_given(p, 2, p->window))
 			j->params.window = p->window;
-		if (p->capacity)
+		if (param_given(p, 3, p->capacity))
 			j->params.capacity = p->capacity;
-		if (p->kernel)
+		if (param_given(p, 4, p->kernel))
 			j->params.kernel = p->kernel;
 		if (p->pooling)
 			j->params.pooling = (enum skv_pooling)p->pooling;
 		if (p->gqa)
 			j->params.gqa = (enum skv_gqa)p->gqa;
-		if (p->sinks)
+		if (param_given(p, 7, p->sinks))
 			j->params.sinks = p->sinks;
 		if (p->n_protected_ranges > SKV_MAX_PROTECTED) {
 			snprintf(err, errlen, "%zu protected ranges, at most %d",
@@ -339,6 +349,33 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	if (r < 0) {
 		snprintf(err, errlen, "%s", kerr.msg[0] ? kerr.msg : "invalid parameters");
 		goto fail;
+	}
+	/* The working set grows with G * L whatever the buffer's size: refuse
+	 * before any work rather than let one request take gigabytes. The
+	 * default (0) scales with the thread count, since each thread holds
+	 * its own scratch: a long prompt on a many-core host is not absurd. */
+	{
+		unsigned nth = skv_ctx_threads(s->srv->compactor->ctx);
+		uint64_t scratch, max = cfg->max_scratch_bytes;
+
+		if (!max)
+			max = (uint64_t)SNAPKVD_SCRATCH_PER_THREAD * (nth ? nth : 1);
+
+		r = skv_scratch_bytes(&j->shape, &j->params, req->layers, nth, &scratch, &kerr);
+		if (r < 0) {
+			snprintf(err, errlen, "%s", kerr.msg[0] ? kerr.msg : "invalid parameters");
+			goto fail;
+		}
+		if (scratch > max) {
+			snprintf(err, errlen,
+				 "compaction needs %llu bytes of scratch (G %u, L %u, D %u, %u "
+				 "layers, %u threads), over max_scratch_bytes %llu%s",
+				 (unsigned long long)scratch, req->h_q / req->h_kv, req->prompt_len,
+				 req->head_dim, req->layers, nth, (unsigned long long)max,
+				 cfg->max_scratch_bytes ? "" : " (default: 512 MiB per thread)");
+			r = -E2BIG;
+			goto fail;
+		}
 	}
 	if (req->n_block_table) {
 		j->block_table = malloc(req->n_block_table * sizeof(int32_t));

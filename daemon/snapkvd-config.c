@@ -30,6 +30,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->session_arena_bytes = 1ull << 30;
 	c->tenant_quota_bytes = 0;
 	c->max_buffer_bytes = 64ull << 30;
+	c->max_scratch_bytes = 0; /* 512 MiB per compaction thread */
 	c->threads = 0;
 	c->max_sessions = 256;
 	c->max_buffers = 256;
@@ -160,6 +161,7 @@ static const struct skey skeys[] = {
     S(session_arena_bytes, 1 << 20),
     S(tenant_quota_bytes, 0),
     S(max_buffer_bytes, 4096),
+    S(max_scratch_bytes, 0),
 };
 
 static int set_key(struct snapkvd_config *c, const char *k, const char *v, const char **why)

@@ -15,6 +15,12 @@
 #define SNAPKVD_CONFIG_MAX_BYTES (64 * 1024)
 #define SNAPKVD_CONFIG_MAX_LINE	 1024
 
+/* Default scratch bound per compaction thread. One thread needs about
+ * L * (4 G + 100) bytes at long L (column sums per query head, at least 16
+ * logit rows, votes, ranking keys): G 16 at the default max_prompt_len 2^21
+ * is 311 MiB, G 4 at L 2^17 21 MiB; G 1024 at L 2^21 (8.2 GiB) is refused. */
+#define SNAPKVD_SCRATCH_PER_THREAD (512ull << 20)
+
 struct snapkvd_config {
 	char socket_path[108];
 	char backend[16];
@@ -22,6 +28,8 @@ struct snapkvd_config {
 	uint64_t session_arena_bytes; /* arena memfd size per session (virtual) */
 	uint64_t tenant_quota_bytes;  /* 0: the pool                            */
 	uint64_t max_buffer_bytes;    /* one registered buffer                  */
+	uint64_t max_scratch_bytes;   /* compaction scratch of one request
+				       * (0: SNAPKVD_SCRATCH_PER_THREAD x threads) */
 	unsigned threads;	      /* compaction threads (0: one per core)   */
 	unsigned max_sessions;
 	unsigned max_buffers; /* per session */

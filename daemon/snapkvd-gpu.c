@@ -105,6 +105,9 @@ int snapkvd_gpu_buffer_new(struct snapkvd_session *s, const Snapkv__V1__Register
 	b->srv = srv;
 	b->transport = srv->gpu->ops->import_transport(imp);
 	b->refs = 1;
+	b->regs = 1;
+	b->kind = (int)m->kind;
+	b->ipc_off = off;
 	srv->cuda_imports++;
 	log_info("session %llu: %s buffer, generation %llu, %llu bytes (engine device %d), "
 		 "imported; %u CUDA imports live",

@@ -56,11 +56,16 @@ struct snapkvd_buffer {
 	 * (import base + offset), valid on the daemon's device only */
 	const uint8_t *map;
 	unsigned refs; /* the session's + one per job using it */
+	unsigned regs; /* registrations of this generation not yet unregistered */
+	dev_t dev;     /* the memfd registered first: a repeat must name it */
+	ino_t ino;
 	/* CUDA buffers (snapkvd-gpu.c): the plugin's import, keyed by (session,
 	 * generation), dropped with the last reference */
 	struct skv_cuda_import *imp;
 	struct snapkvd_server *srv; /* imp != NULL */
 	const char *transport;	    /* "memfd", "cuda-vmm-fd", "cuda-ipc" */
+	int kind;		    /* Snapkv__V1__BufferKind of a CUDA buffer */
+	uint64_t ipc_off;	    /* CUDA_IPC: offset in the allocation */
 	struct snapkvd_buffer *next;
 };
 

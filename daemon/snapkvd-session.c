@@ -347,6 +347,16 @@ static void reg_reply_t(struct snapkvd_session *s, int status, const char *err, 
 		snapkvd_session_close(s, 0);
 }
 
+/* Imports are keyed by (session, generation); 0 is "no generation" and is
+ * never matched, so each such registration is a buffer of its own. */
+static struct snapkvd_buffer *buffer_by_generation(struct snapkvd_session *s, uint64_t gen)
+{
+	for (struct snapkvd_buffer *b = s->buffers; gen && b; b = b->next)
+		if (b->generation == gen)
+			return b;
+	return NULL;
+}
+
 static void reg_reply(struct snapkvd_session *s, int status, const char *err, uint64_t id,
 		      uint64_t gen, uint64_t size)
 {
@@ -356,13 +366,33 @@ static void reg_reply(struct snapkvd_session *s, int status, const char *err, ui
 /* A CUDA buffer (snapkvd-gpu.c); fd (or -1) is consumed. */
 static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBuffer *m, int fd)
 {
-	struct snapkvd_buffer *b = NULL;
+	struct snapkvd_buffer *b = NULL, *dup = buffer_by_generation(s, m->generation);
 	char err[256];
 	int r;
 
 	if (s->admin || !s->arena) {
 		snprintf(err, sizeof(err), "admin sessions cannot register buffers");
 		r = -EPERM;
+	} else if (dup) {
+		/* the same generation again: the import already made, one more
+		 * registration; it must name the same kind, size and window */
+		if (!dup->imp || dup->kind != (int)m->kind || dup->size != m->size ||
+		    (dup->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC &&
+		     dup->ipc_off != m->offset)) {
+			snprintf(err, sizeof(err),
+				 "generation %llu is already buffer %llu (%s, %llu bytes)",
+				 (unsigned long long)m->generation, (unsigned long long)dup->id,
+				 dup->transport ? dup->transport : "memfd",
+				 (unsigned long long)dup->size);
+			r = -EEXIST;
+		} else {
+			dup->regs++;
+			if (fd >= 0)
+				close(fd);
+			reg_reply_t(s, 0, NULL, dup->id, dup->generation, dup->size,
+				    dup->transport);
+			return;
+		}
 	} else if (s->n_buffers >= s->srv->cfg.max_buffers) {
 		snprintf(err, sizeof(err), "too many buffers in this session");
 		r = -EMFILE;
@@ -388,7 +418,7 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 {
 	Snapkv__V1__RegisterBuffer *m = snapkv__v1__register_buffer__unpack(NULL, len, p);
 	const struct snapkvd_config *cfg = &s->srv->cfg;
-	struct snapkvd_buffer *b;
+	struct snapkvd_buffer *b, *dup;
 	struct stat st;
 	char err[160];
 	uint64_t size, gen;
@@ -427,7 +457,8 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 		reg_reply(s, -EBADF, "RegisterBuffer needs exactly one fd", 0, gen, 0);
 		return;
 	}
-	if (s->n_buffers >= cfg->max_buffers) {
+	dup = buffer_by_generation(s, gen);
+	if (!dup && s->n_buffers >= cfg->max_buffers) {
 		close(fd);
 		reg_reply(s, -EMFILE, "too many buffers in this session", 0, gen, 0);
 		return;
@@ -460,6 +491,22 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 		reg_reply(s, -E2BIG, "buffer larger than max_buffer_bytes", 0, gen, 0);
 		return;
 	}
+	/* The same generation again: the import already made, one more ref. */
+	if (dup) {
+		close(fd);
+		if (dup->size != size || dup->dev != st.st_dev || dup->ino != st.st_ino) {
+			snprintf(err, sizeof(err),
+				 "generation %llu is already buffer %llu with %s (%llu bytes)",
+				 (unsigned long long)gen, (unsigned long long)dup->id,
+				 dup->size != size ? "another size" : "another memfd",
+				 (unsigned long long)dup->size);
+			reg_reply(s, -EEXIST, err, 0, gen, 0);
+			return;
+		}
+		dup->regs++;
+		reg_reply(s, 0, NULL, dup->id, gen, dup->size);
+		return;
+	}
 	b = calloc(1, sizeof(*b));
 	if (!b) {
 		close(fd);
@@ -480,6 +527,9 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 	b->generation = gen;
 	b->size = size;
 	b->refs = 1;
+	b->regs = 1;
+	b->dev = st.st_dev;
+	b->ino = st.st_ino;
 	b->next = s->buffers;
 	s->buffers = b;
 	s->n_buffers++;
@@ -509,11 +559,15 @@ static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t le
 				continue;
 			struct snapkvd_buffer *b = *pp;
 
+			rr.status = 0;
+			rr.error = "";
+			if (b->regs > 1) { /* registered again under its generation */
+				b->regs--;
+				break;
+			}
 			*pp = b->next;
 			s->n_buffers--;
 			snapkvd_buffer_unref(b); /* a running job keeps its own ref */
-			rr.status = 0;
-			rr.error = "";
 			break;
 		}
 		snapkv__v1__unregister__free_unpacked(m, NULL);

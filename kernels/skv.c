@@ -1170,6 +1170,103 @@ static void run_phase(struct skv_ctx *ctx, struct skv_job *jb, int phase, uint32
 
 /* --------------------------------------------------------------- compact */
 
+/* How a call is laid out: derived from shape, params and plan alone, so that
+ * skv_scratch_bytes() and skv_compact() cannot disagree. */
+struct skv_sizing {
+	bool split;   /* score query heads as separate units          */
+	unsigned nth; /* threads taking part, each with its scratch   */
+	size_t o_pos, o_errs, o_cs, o_uerrs;
+	size_t common; /* call-wide scratch bytes                      */
+};
+
+static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
+		       const struct skv_plan *pl, uint32_t n_layers, unsigned threads,
+		       struct skv_job *jb, struct skv_sizing *sz)
+{
+	const uint32_t L = sh->prompt_len, G = sh->h_q / sh->h_kv;
+
+	*jb = (struct skv_job){
+	    .sh = sh,
+	    .p = p,
+	    .pl = pl,
+	    .n_items = n_layers * sh->h_kv,
+	    .G = G,
+	    .scale = (float)(1.0 / __builtin_sqrt((double)sh->head_dim)),
+	};
+	jb->score = !pl->bypass && (policy_scores(p->policy) || sh->n_q > 0);
+	jb->select = !pl->bypass && policy_scores(p->policy);
+	jb->n_obs = !jb->score			     ? 0
+		    : p->policy == SKV_POLICY_SNAPKV ? p->window
+		    : p->policy == SKV_POLICY_H2O    ? L
+						     : sh->n_q;
+
+	/*
+	 * Fewer items than threads (one layer on a big machine): score the query
+	 * heads of each item as separate units, then select. Same bits as the
+	 * item-at-a-time path (score_item), G times the key traffic.
+	 */
+	sz->split = jb->score && G > 1 && jb->n_items < threads &&
+		    (uint64_t)jb->n_items * G * L * 4 <= SKV_SPLIT_BUDGET;
+
+	/* call-wide scratch, held by the context: forced positions, the full list
+	 * when nothing is chosen, per-item status, split mode's column sums */
+	sz->o_pos = align64(L);
+	sz->o_errs = sz->o_pos + align64((size_t)L * 4);
+	sz->o_cs = sz->o_errs + align64((size_t)jb->n_items * sizeof(struct skv_item_err));
+	sz->o_uerrs = sz->o_cs + (sz->split ? align64((size_t)jb->n_items * G * L * 4) : 0);
+	sz->common =
+	    sz->o_uerrs + (sz->split ? (size_t)jb->n_items * G * sizeof(struct skv_item_err) : 0);
+
+	/* rows per block: as many as keep the logit buffer in budget */
+	if (jb->score) {
+		uint64_t M = (uint64_t)G * jb->n_obs;
+		uint64_t rb = SKV_ZBUF_BUDGET / ((uint64_t)L * 4);
+		rb = rb / SKV_ROWPAD * SKV_ROWPAD;
+		if (rb < SKV_ROWPAD)
+			rb = SKV_ROWPAD;
+		uint64_t mp = (M + SKV_ROWPAD - 1) / SKV_ROWPAD * SKV_ROWPAD;
+		jb->rb = (uint32_t)(rb < mp ? rb : mp);
+	} else {
+		jb->rb = SKV_ROWPAD;
+	}
+	uint32_t max_units = sz->split ? jb->n_items * G : jb->n_items;
+	sz->nth = threads < max_units ? threads : max_units;
+}
+
+int skv_scratch_bytes(const struct skv_shape *sh, const struct skv_params *p, uint32_t n_layers,
+		      unsigned threads, uint64_t *ret_bytes, struct skv_error *err)
+{
+	struct skv_plan pl;
+	struct skv_job jb;
+	struct skv_sizing sz;
+	struct skv_ws w;
+	int r;
+
+	if (err) {
+		err->msg[0] = 0;
+		err->layer = -1;
+		err->head = -1;
+	}
+	r = skv_plan(sh, p, &pl, err);
+	if (r < 0)
+		return r;
+	if (n_layers > SKV_MAX_LAYERS)
+		return fail(err, -1, -1, "%u layers exceed %u", n_layers, SKV_MAX_LAYERS);
+	if (!ret_bytes)
+		return fail(err, -1, -1, "no result pointer");
+	if (threads == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = n > 0 ? (unsigned)n : 1;
+	}
+	if (n_layers == 0) {
+		*ret_bytes = 0;
+		return 0;
+	}
+	job_derive(sh, p, &pl, n_layers, threads, &jb, &sz);
+	*ret_bytes = (uint64_t)sz.common + (uint64_t)sz.nth * ws_layout(&w, &jb, NULL);
+	return 0;
+}
+
 int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct skv_params *p,
 		uint32_t n_layers, const struct skv_layer_in *in, const struct skv_layer_out *out,
 		struct skv_error *err)
@@ -1195,23 +1292,13 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 		return fail(err, -1, -1, "layer inputs and outputs are required");
 
 	const uint32_t L = sh->prompt_len, G = sh->h_q / sh->h_kv;
-	struct skv_job jb = {
-	    .sh = sh,
-	    .p = p,
-	    .pl = &pl,
-	    .in = in,
-	    .out = out,
-	    .isa = ctx->isa,
-	    .n_items = n_layers * sh->h_kv,
-	    .G = G,
-	    .scale = (float)(1.0 / __builtin_sqrt((double)sh->head_dim)),
-	};
-	jb.score = !pl.bypass && (policy_scores(p->policy) || sh->n_q > 0);
-	jb.select = !pl.bypass && policy_scores(p->policy);
-	jb.n_obs = !jb.score			    ? 0
-		   : p->policy == SKV_POLICY_SNAPKV ? p->window
-		   : p->policy == SKV_POLICY_H2O    ? L
-						    : sh->n_q;
+	struct skv_job jb;
+	struct skv_sizing sz;
+
+	job_derive(sh, p, &pl, n_layers, ctx->threads, &jb, &sz);
+	jb.in = in;
+	jb.out = out;
+	jb.isa = ctx->isa;
 
 	for (uint32_t l = 0; l < n_layers; l++) {
 		const struct skv_layer_out *o = &out[l];
@@ -1242,16 +1329,9 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 	 * heads of each item as separate units, then select. Same bits as the
 	 * item-at-a-time path (score_item), G times the key traffic.
 	 */
-	const bool split = !pl.bypass && (policy_scores(p->policy) || sh->n_q > 0) && G > 1 &&
-			   jb.n_items < ctx->threads &&
-			   (uint64_t)jb.n_items * G * L * 4 <= SKV_SPLIT_BUDGET;
-
-	/* call-wide scratch, held by the context: forced positions, the full list
-	 * when nothing is chosen, per-item status, split mode's column sums */
-	size_t o_pos = align64(L), o_errs = o_pos + align64((size_t)L * 4);
-	size_t o_cs = o_errs + align64((size_t)jb.n_items * sizeof(struct skv_item_err));
-	size_t o_uerrs = o_cs + (split ? align64((size_t)jb.n_items * G * L * 4) : 0);
-	size_t total = o_uerrs + (split ? (size_t)jb.n_items * G * sizeof(struct skv_item_err) : 0);
+	const bool split = sz.split;
+	size_t o_pos = sz.o_pos, o_errs = sz.o_errs, o_cs = sz.o_cs, o_uerrs = sz.o_uerrs;
+	size_t total = sz.common;
 	if (total > ctx->common_cap) {
 		void *m = NULL;
 		if (posix_memalign(&m, 64, total))
@@ -1291,20 +1371,7 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 	jb.base_keep = base_keep;
 	jb.base_pos = base_pos;
 
-	/* rows per block: as many as keep the logit buffer in budget */
-	if (jb.score) {
-		uint64_t M = (uint64_t)G * jb.n_obs;
-		uint64_t rb = SKV_ZBUF_BUDGET / ((uint64_t)L * 4);
-		rb = rb / SKV_ROWPAD * SKV_ROWPAD;
-		if (rb < SKV_ROWPAD)
-			rb = SKV_ROWPAD;
-		uint64_t mp = (M + SKV_ROWPAD - 1) / SKV_ROWPAD * SKV_ROWPAD;
-		jb.rb = (uint32_t)(rb < mp ? rb : mp);
-	} else {
-		jb.rb = SKV_ROWPAD;
-	}
-	uint32_t max_units = split ? jb.n_items * G : jb.n_items;
-	unsigned nth = ctx->threads < max_units ? ctx->threads : max_units;
+	unsigned nth = sz.nth;
 	for (unsigned t = 0; t < nth; t++)
 		if (ws_reserve(&ctx->ws[t], &jb) < 0)
 			return fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;

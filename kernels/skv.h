@@ -222,6 +222,17 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *shape, const struct
 		uint32_t n_layers, const struct skv_layer_in *in, const struct skv_layer_out *out,
 		struct skv_error *err);
 
+/*
+ * Bytes of scratch skv_compact() will hold for this call on a context of
+ * `threads` threads (0: one per online core), call-wide and per thread
+ * together, computed before any work so a caller can refuse a request whose
+ * working set is too large. It grows with G * L (per-query-head column sums)
+ * whatever the input's size. 0 or -EINVAL (the reasons of skv_plan()).
+ */
+int skv_scratch_bytes(const struct skv_shape *shape, const struct skv_params *params,
+		      uint32_t n_layers, unsigned threads, uint64_t *ret_bytes,
+		      struct skv_error *err);
+
 /* Capacity ledger of SPEC.md for one cache. */
 struct skv_ledger_in {
 	uint64_t batch;	 /* B                          */

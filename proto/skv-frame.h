@@ -27,6 +27,15 @@ extern "C" {
 /* No flag is defined yet: a peer setting one speaks something we do not. */
 #define SKV_FRAME_FLAGS_KNOWN 0u
 
+/*
+ * snapkv.v1.Params.explicit_fields: bit n stands for Params field number n.
+ * A flagged field is used as sent, 0 included; an unflagged 0 is "default".
+ */
+#define SKV_PARAMS_EXPLICIT(field_no) (1u << (field_no))
+#define SKV_PARAMS_EXPLICIT_ALL                                                                    \
+	(SKV_PARAMS_EXPLICIT(2) | SKV_PARAMS_EXPLICIT(3) | SKV_PARAMS_EXPLICIT(4) |                \
+	 SKV_PARAMS_EXPLICIT(7))
+
 struct skv_frame_hdr {
 	uint32_t magic;
 	uint16_t version;

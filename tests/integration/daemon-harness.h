@@ -54,6 +54,63 @@ static inline int h_connect_raw(const char *path)
 
 static inline pid_t h_daemon_pid(const char *sock);
 
+/*
+ * Every daemon a test process starts is listed here until it is reaped, and
+ * an atexit handler kills and reaps whatever is left: a suite whose init
+ * failed (CUnit then skips its cleanup), a _FATAL assert that jumped past a
+ * test's own h_stop, an early return. PR_SET_PDEATHSIG in the child covers
+ * the test process dying outright. Only the process that started a daemon
+ * touches it (forked engine children inherit the list, not the duty).
+ */
+#define H_MAX_LIVE 16
+static struct {
+	pid_t pid;
+	char dir[64];
+} h_live[H_MAX_LIVE];
+static pid_t h_owner;
+
+static inline void h_live_drop(pid_t pid)
+{
+	for (int i = 0; i < H_MAX_LIVE; i++)
+		if (h_live[i].pid == pid)
+			h_live[i].pid = 0;
+}
+
+static void h_reap_all(void)
+{
+	char p[128];
+
+	if (getpid() != h_owner)
+		return;
+	for (int i = 0; i < H_MAX_LIVE; i++) {
+		if (h_live[i].pid <= 0)
+			continue;
+		fprintf(stderr, "daemon-harness: reaping snapkvd %d left running\n",
+			(int)h_live[i].pid);
+		kill(h_live[i].pid, SIGKILL);
+		waitpid(h_live[i].pid, NULL, 0);
+		h_live[i].pid = 0;
+		snprintf(p, sizeof(p), "%s/s.sock", h_live[i].dir);
+		unlink(p);
+		rmdir(h_live[i].dir);
+	}
+}
+
+static inline void h_live_add(pid_t pid, const char *dir)
+{
+	if (h_owner != getpid()) {
+		h_owner = getpid();
+		memset(h_live, 0, sizeof(h_live));
+		atexit(h_reap_all);
+	}
+	for (int i = 0; i < H_MAX_LIVE; i++)
+		if (h_live[i].pid <= 0) {
+			h_live[i].pid = pid;
+			snprintf(h_live[i].dir, sizeof(h_live[i].dir), "%s", dir);
+			return;
+		}
+}
+
 /* Start snapkvd with extra args (NULL-terminated); wait until it accepts. */
 static inline int h_start(struct harness *h, const char *const *extra)
 {
@@ -79,23 +136,39 @@ static inline int h_start(struct harness *h, const char *const *extra)
 	for (int i = 0; extra && extra[i] && n < 30; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
+	pid_t parent = getpid();
 	h->pid = fork();
 	if (h->pid == 0) {
-		/* a test that crashes must not leave its daemon behind */
+		/* a test that crashes must not leave its daemon behind; if it
+		 * died before prctl took effect, do not start at all */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
-	for (int i = 0; i < 500; i++) {
+	if (h->pid < 0) {
+		h->pid = 0;
+		return -errno;
+	}
+	h_live_add(h->pid, h->dir);
+	/* 10 s: an ASan build on a loaded 2-core machine starts slowly */
+	for (int i = 0; i < 1000; i++) {
 		/* ours answering, not a killed predecessor's lingering socket */
 		if (h_daemon_pid(h->sock) == h->pid)
 			return 0;
 		if (waitpid(h->pid, NULL, WNOHANG) == h->pid) {
+			h_live_drop(h->pid);
 			h->pid = 0;
 			return -ECHILD;
 		}
 		h_sleep_ms(10);
 	}
+	/* not answering: kill and reap it here, the caller may not clean up */
+	kill(h->pid, SIGKILL);
+	waitpid(h->pid, NULL, 0);
+	h_live_drop(h->pid);
+	h->pid = 0;
 	return -ETIMEDOUT;
 }
 
@@ -109,6 +182,7 @@ static inline int h_stop(struct harness *h)
 	kill(h->pid, SIGTERM);
 	for (int i = 0; i < 500; i++) {
 		if (waitpid(h->pid, &st, WNOHANG) == h->pid) {
+			h_live_drop(h->pid);
 			h->pid = 0;
 			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 		}
@@ -116,8 +190,16 @@ static inline int h_stop(struct harness *h)
 	}
 	kill(h->pid, SIGKILL);
 	waitpid(h->pid, &st, 0);
+	h_live_drop(h->pid);
 	h->pid = 0;
 	return -1;
+}
+
+/* A test that reaped its daemon itself (waitpid after its own signal). */
+static inline void h_reaped(struct harness *h)
+{
+	h_live_drop(h->pid);
+	h->pid = 0;
 }
 
 static inline void h_kill(struct harness *h)
@@ -125,6 +207,7 @@ static inline void h_kill(struct harness *h)
 	if (h->pid > 0) {
 		kill(h->pid, SIGKILL);
 		waitpid(h->pid, NULL, 0);
+		h_live_drop(h->pid);
 		h->pid = 0;
 	}
 }

@@ -71,6 +71,12 @@ same "streamingllm, protected range" "$tmp/h2o.st" --policy streamingllm --sinks
 "$GEN" "$tmp/noq.st" --layers 2 --h-q 2 --h-kv 2 --head-dim 8 --len 40 --rows 0 --quiet
 same "window, no query rows" "$tmp/noq.st" --policy window --capacity 12
 same "bypass (L < C)" "$tmp/noq.st" --policy window --capacity 64
+# Explicit zeros are meant, not "use the default" (SPEC: S = 0 keeps no sinks,
+# h2o with r = 0 keeps no recent positions); the daemon must not substitute.
+same "streamingllm --sinks 0" "$tmp/h2o.st" --policy streamingllm --sinks 0 --capacity 16
+same "h2o --window 0" "$tmp/h2o.st" --policy h2o --window 0 --capacity 16
+same "window --window 0 --sinks 0" "$tmp/noq.st" --policy window --window 0 --sinks 0 \
+	--capacity 12
 
 echo "== errors"
 echo sentinel >"$tmp/out.st"
@@ -96,6 +102,23 @@ SNAPKV_SOCKET=$sock "$CTL" status >"$tmp/status" 2>&1 && grep -q "requests" "$tm
 	ok "snapkvctl status (via \$SNAPKV_SOCKET)" || not_ok "status: $(cat "$tmp/status")"
 "$CTL" ledger --socket "$sock" >/dev/null 2>"$tmp/err" && ok "snapkvctl ledger" ||
 	not_ok "ledger: $(cat "$tmp/err")"
+# --socket before the command as well as after it; after it wins, and both
+# beat $SNAPKV_SOCKET.
+"$CTL" --socket "$sock" status >"$tmp/status" 2>&1 && grep -q "requests" "$tmp/status" &&
+	ok "snapkvctl --socket PATH status" || not_ok "--socket before: $(cat "$tmp/status")"
+SNAPKV_SOCKET=$tmp/none.sock "$CTL" --socket="$sock" ledger >/dev/null 2>"$tmp/err" &&
+	ok "snapkvctl --socket=PATH ledger beats \$SNAPKV_SOCKET" ||
+	not_ok "--socket= before: $(cat "$tmp/err")"
+"$CTL" --socket "$tmp/none.sock" status --socket "$sock" >/dev/null 2>"$tmp/err" &&
+	ok "--socket after the command wins over one before it" ||
+	not_ok "--socket after: $(cat "$tmp/err")"
+"$CTL" --socket "$tmp/none.sock" status >/dev/null 2>&1
+rc=$?
+[ $rc -eq 1 ] && ok "--socket before names the daemon: none there, exit 1" ||
+	not_ok "--socket before to nowhere: rc $rc"
+"$CTL" --socket >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] && ok "--socket without PATH: exit 2" || not_ok "--socket without PATH: rc $rc"
 kill -TERM "$pid"
 wait "$pid"
 rc=$?

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# test-libsnapkv-abi.sh - libsnapkv's file names agree with its ABI: soname
+# libsnapkv.so.1, the real file libsnapkv.so.1.MINOR.PATCH with MINOR the
+# newest SNAPKV_1.MINOR version node the library defines (a node added to
+# client/libsnapkv.map must bump the file's minor), and every exported
+# function bound to a version node.
+set -u
+BUILD=${BUILD:-build}
+lib=$BUILD/libsnapkv.so
+pass=0
+fail=0
+ok() {
+	pass=$((pass + 1))
+	echo "  ok   $*"
+}
+not_ok() {
+	fail=$((fail + 1))
+	echo "  FAIL $*"
+}
+
+soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+[ "$soname" = libsnapkv.so.1 ] && ok "soname $soname" || not_ok "soname '$soname'"
+real=$(readlink "$BUILD/libsnapkv.so.1")
+nodes=$(readelf -V "$lib" | grep -o 'Name: SNAPKV_1\.[0-9]*' | sed 's/Name: SNAPKV_1\.//' |
+	sort -n -u)
+newest=$(echo "$nodes" | tail -1)
+mapnewest=$(grep -o '^SNAPKV_1\.[0-9]*' client/libsnapkv.map | sed 's/SNAPKV_1\.//' | sort -n |
+	tail -1)
+[ -n "$newest" ] && [ "$newest" = "$mapnewest" ] &&
+	ok "version nodes 1.{$(echo $nodes | tr ' ' ',')} as in libsnapkv.map" ||
+	not_ok "library nodes '$nodes', map's newest '$mapnewest'"
+case "$real" in
+libsnapkv.so.1."$newest".[0-9]*) ok "real file $real matches SNAPKV_1.$newest" ;;
+*) not_ok "real file $real, but the newest version node is SNAPKV_1.$newest" ;;
+esac
+unversioned=$(nm -D --defined-only "$lib" | awk '$2 == "T" && $3 !~ /@/ {print $3}')
+[ -z "$unversioned" ] && ok "every exported function has a version" ||
+	not_ok "unversioned exports: $unversioned"
+n=$(nm -D --defined-only "$lib" | awk '$2 == "T"' | grep -vc '@SNAPKV_1\.')
+[ "$n" -eq 0 ] && ok "exports only skv_* under SNAPKV_1.x" || not_ok "$n exports outside SNAPKV_1.x"
+
+echo "test-libsnapkv-abi: $pass passed, $fail failed"
+[ $fail -eq 0 ]
