@@ -15,6 +15,8 @@
  *   gpu-engine SOCKET            compact and check, exit 0 when all agree
  *   gpu-engine SOCKET --enotsup  both registrations and the GPU arena must
  *                                fail with -ENOTSUP (host backend)
+ *   gpu-engine SOCKET --generations  (session, generation) keying and the
+ *                                registration checks over raw frames
  *   ... --hold DIR               after the check, unregister the IPC buffer,
  *                                create DIR/ready and wait for DIR/go (the
  *                                script looks at snapkvctl status meanwhile);
@@ -29,13 +31,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
 #include "client/snapkv.h"
+#include "proto/skv-frame.h"
+#include "proto/snapkv.pb-c.h"
 #include "gpu-common.h"
 #include "kernels/cuda/skv-cuda.h"
 
@@ -115,10 +121,130 @@ static unsigned check_cache(const struct skv_cache *cache, const char *gpu_base,
 	return mism;
 }
 
+/* ----------------------------------------------- raw frames (--generations) */
+
+static uint8_t rbuf[SKV_FRAME_HDR_SIZE + 65536];
+
+/* One REGISTER over a raw session; the reply's status, id in *ret_id. */
+static int raw_reg(int s, const Snapkv__V1__RegisterBuffer *m, int fd, uint64_t *ret_id)
+{
+	Snapkv__V1__RegisterReply *rr;
+	struct skv_frame_hdr h;
+	size_t n = snapkv__v1__register_buffer__pack(m, rbuf);
+	int st;
+
+	if (skv_frame_send(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, rbuf, n, &fd,
+			   fd >= 0 ? 1 : 0, 0) < 0 ||
+	    skv_frame_recv(s, rbuf, sizeof(rbuf), &h, NULL, NULL, 0) < 0 ||
+	    h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY)
+		return -EPROTO;
+	rr = snapkv__v1__register_reply__unpack(NULL, h.length, rbuf + SKV_FRAME_HDR_SIZE);
+	if (!rr)
+		return -EBADMSG;
+	st = rr->status;
+	if (ret_id)
+		*ret_id = rr->buffer_id;
+	printf("engine: register kind %d generation %llu: %d %s%s\n", (int)m->kind,
+	       (unsigned long long)m->generation, st, rr->error, st ? "" : rr->transport);
+	snapkv__v1__register_reply__free_unpacked(rr, NULL);
+	return st;
+}
+
+static int raw_unreg(int s, uint64_t id)
+{
+	Snapkv__V1__Unregister m = SNAPKV__V1__UNREGISTER__INIT;
+	Snapkv__V1__UnregisterReply *rr;
+	struct skv_frame_hdr h;
+	size_t n;
+	int st;
+
+	m.buffer_id = id;
+	n = snapkv__v1__unregister__pack(&m, rbuf);
+	if (skv_frame_send(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER, rbuf, n, NULL, 0, 0) < 0 ||
+	    skv_frame_recv(s, rbuf, sizeof(rbuf), &h, NULL, NULL, 0) < 0 ||
+	    h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER_REPLY)
+		return -EPROTO;
+	rr = snapkv__v1__unregister_reply__unpack(NULL, h.length, rbuf + SKV_FRAME_HDR_SIZE);
+	if (!rr)
+		return -EBADMSG;
+	st = rr->status;
+	snapkv__v1__unregister_reply__free_unpacked(rr, NULL);
+	return st;
+}
+
+/*
+ * The daemon's keying by (session, generation), and its checks, over raw
+ * frames (libsnapkv never repeats a generation): the same VMM buffer under
+ * the same generation is the same buffer, one more registration; another
+ * size under it is -EEXIST; a VMM registration without its fd is -EBADF, an
+ * IPC handle of the wrong length -EINVAL. Each registration needs its own
+ * UNREGISTER; a third one is -ENOENT.
+ */
+static int run_generations(const char *sock, struct skv_cuda_dev *dev)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
+	Snapkv__V1__RegisterBuffer m = SNAPKV__V1__REGISTER_BUFFER__INIT;
+	struct skv_cuda_arena *mem = NULL;
+	struct skv_error err = {0};
+	struct skv_frame_hdr h;
+	int fds[4] = {-1, -1, -1, -1}, fd = -1, s;
+	unsigned nf = 4;
+	uint64_t id = 0, id2 = 0;
+	uint8_t shorthandle[10] = {0};
+	size_t n;
+
+	if (skv_cuda_arena_new(dev, 1 << 16, &mem, &err) < 0 ||
+	    skv_cuda_arena_export_fd(mem, &fd, &err) < 0) {
+		fprintf(stderr, "engine: VMM allocation: %s\n", err.msg);
+		return 1;
+	}
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	hello.client_version = SKV_PROTO_VERSION;
+	hello.name = "gpu-engine-raw";
+	n = snapkv__v1__hello__pack(&hello, rbuf);
+	if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    skv_frame_send(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, rbuf, n, NULL, 0, 0) < 0 ||
+	    skv_frame_recv(s, rbuf, sizeof(rbuf), &h, fds, &nf, 0) < 0 ||
+	    h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME) {
+		fprintf(stderr, "engine: raw handshake with %s failed\n", sock);
+		return 1;
+	}
+	for (unsigned i = 0; i < nf; i++)
+		close(fds[i]);
+	m.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD;
+	m.generation = 5;
+	m.size = skv_cuda_arena_size(mem);
+	EXPECT(raw_reg(s, &m, fd, &id) == 0, "first registration of generation 5");
+	EXPECT(raw_reg(s, &m, fd, &id2) == 0 && id2 == id,
+	       "generation 5 again: buffer %llu, not %llu", (unsigned long long)id2,
+	       (unsigned long long)id);
+	m.size *= 2;
+	EXPECT(raw_reg(s, &m, fd, NULL) == -EEXIST, "generation 5 with another size");
+	m.generation = 6;
+	EXPECT(raw_reg(s, &m, -1, NULL) == -EBADF, "VMM registration without its fd");
+	m.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC;
+	m.ipc_handle.data = shorthandle;
+	m.ipc_handle.len = sizeof(shorthandle);
+	m.size = 4096;
+	EXPECT(raw_reg(s, &m, -1, NULL) == -EINVAL, "IPC handle of 10 bytes");
+	m.kind = (Snapkv__V1__BufferKind)7;
+	EXPECT(raw_reg(s, &m, fd, NULL) == -EINVAL, "unknown buffer kind");
+	EXPECT(raw_unreg(s, id) == 0, "first unregister");
+	EXPECT(raw_unreg(s, id) == 0, "second unregister");
+	EXPECT(raw_unreg(s, id) == -ENOENT, "third unregister");
+	close(s);
+	close(fd);
+	skv_cuda_arena_free(mem);
+	printf("engine: generations: %d failures\n", fails);
+	return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = argc > 1 ? argv[1] : NULL, *hold = NULL;
-	bool enotsup = false;
+	bool enotsup = false, generations = false;
 	struct skv_cuda_dev *dev = NULL;
 	struct skv_cuda_arena *kvmem = NULL;
 	struct skv_error err = {0};
@@ -129,13 +255,16 @@ int main(int argc, char **argv)
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--enotsup"))
 			enotsup = true;
+		else if (!strcmp(argv[i], "--generations"))
+			generations = true;
 		else if (!strcmp(argv[i], "--hold") && i + 1 < argc)
 			hold = argv[++i];
 		else
 			sock = NULL;
 	}
 	if (!sock) {
-		fprintf(stderr, "usage: gpu-engine SOCKET [--enotsup] [--hold DIR]\n");
+		fprintf(stderr,
+			"usage: gpu-engine SOCKET [--enotsup | --generations] [--hold DIR]\n");
 		return 2;
 	}
 	/* the engine's own device memory, through the plugin's VMM allocator */
@@ -143,6 +272,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "engine: %s\n", err.msg);
 		return 1;
 	}
+	if (generations)
+		return run_generations(sock, dev);
 	const size_t kv_elems = (size_t)LAYERS * HKV * LEN * HD,
 		     q_elems = (size_t)LAYERS * HQ * WIN * HD;
 	const size_t kv_bytes = 2 * kv_elems * 4, q_bytes = q_elems * 4;

@@ -132,6 +132,12 @@ epid=
 status_has "(0 CUDA imports live)" &&
 	ok "session end released the VMM import: $(grep buffers "$tmp/status")" ||
 	not_ok "imports after session end: $(cat "$tmp/status")"
+timeout 60 "$ENGINE" "$sock" --generations >"$tmp/eng.out" 2>&1 &&
+	ok "(session, generation) keying: a repeat is the same buffer needing its own unregister; -EEXIST, -EBADF, -EINVAL" ||
+	not_ok "generations: $(cat "$tmp/eng.out")"
+status_has "(0 CUDA imports live)" &&
+	ok "after the raw session: 0 imports live" ||
+	not_ok "imports after the raw session: $(cat "$tmp/status")"
 # SIGTERM while an engine still holds GPU buffers, a GPU arena and caches:
 # the daemon drops them before unloading the plugin and exits 0
 rm -rf "$tmp/hold"
