@@ -323,6 +323,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "engine: register VMM fd: %s\n", skv_client_error(c));
 		return 1;
 	}
+	/* an IPC window reaching past its allocation is refused, and one larger
+	 * than max_buffer_bytes before any import (before the good registration:
+	 * each import opens the handle, and it is closed again on refusal) */
+	struct skv_buffer *bad = NULL;
+	r = skv_buffer_register_cuda_ipc(c, &mh, Q_OFF, (size_t)256 << 20, 0, &bad);
+	EXPECT(r == -ERANGE, "IPC window past its allocation: %d (%s)", r, skv_client_error(c));
+	r = skv_buffer_register_cuda_ipc(c, &mh, 0, (size_t)1 << 40, 0, &bad);
+	EXPECT(r == -E2BIG, "IPC window over max_buffer_bytes: %d (%s)", r, skv_client_error(c));
 	r = skv_buffer_register_cuda_ipc(c, &mh, Q_OFF, q_bytes, 0, &bq);
 	if (r < 0) {
 		fprintf(stderr, "engine: register IPC handle: %s\n", skv_client_error(c));
@@ -332,13 +340,6 @@ int main(int argc, char **argv)
 	       skv_buffer_transport(bkv));
 	EXPECT(!strcmp(skv_buffer_transport(bq), "cuda-ipc"), "transport %s",
 	       skv_buffer_transport(bq));
-	/* an IPC window reaching past its allocation is refused, and one larger
-	 * than max_buffer_bytes before any import */
-	struct skv_buffer *bad = NULL;
-	r = skv_buffer_register_cuda_ipc(c, &mh, Q_OFF, (size_t)256 << 20, 0, &bad);
-	EXPECT(r == -ERANGE, "IPC window past its allocation: %d (%s)", r, skv_client_error(c));
-	r = skv_buffer_register_cuda_ipc(c, &mh, 0, (size_t)1 << 40, 0, &bad);
-	EXPECT(r == -E2BIG, "IPC window over max_buffer_bytes: %d (%s)", r, skv_client_error(c));
 
 	/* HND everywhere: K of layer l at l*HKV*LEN*HD, V after all K */
 	struct skv_layer_ref lr[LAYERS];

@@ -46,8 +46,10 @@ fi
 "$NVCC" --version | tail -n 2
 
 # Step timeouts (seconds); keep their sum (with the fallback build) <= 480.
-T_BUILD=120 T_BUILD2=30 T_FULL=45 T_LOADER=15 T_AGREE=80 T_IPC=25 T_DAEMON=50 T_GPUBUF=25
+T_BUILD=120 T_BUILD2=30 T_FULL=45 T_LOADER=15 T_AGREE=65 T_IPC=25 T_DAEMON=50 T_GPUBUF=40
 T_BENCH=90
+echo "step timeouts: $((T_BUILD + T_BUILD2 + T_FULL + T_LOADER + T_AGREE + T_IPC + T_DAEMON + \
+	T_GPUBUF + T_BENCH)) s in all"
 note "build: make -j$JOBS gpu-tests (plugin, libskv, snapkvd, snapkvctl, test programs)"
 if ! timeout $T_BUILD make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 gpu-tests \
 	"$BUILD/kernels/cuda/test-skv-cuda-loader" "$BUILD/examples/gen-layer"; then
