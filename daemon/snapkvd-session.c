@@ -424,7 +424,8 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 	uint64_t size, gen;
 	int seals, fd = n_fds == 1 ? fds[0] : -1;
 
-	for (unsigned i = 1; i < n_fds; i++)
+	/* more than one fd: none is used (fd is -1), so every one is closed */
+	for (unsigned i = n_fds == 1 ? 1 : 0; i < n_fds; i++)
 		close(fds[i]);
 	if (!m) {
 		if (fd >= 0)

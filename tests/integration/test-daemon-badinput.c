@@ -351,7 +351,6 @@ static void test_cuda_on_host(void)
 	CU_ASSERT_EQUAL(raw_register(&r, &rb, mfd, err, sizeof(err)), -ENOTSUP);
 	rb.kind = (Snapkv__V1__BufferKind)9;
 	CU_ASSERT_EQUAL(raw_register(&r, &rb, mfd, err, sizeof(err)), -EINVAL);
-	close(mfd);
 	{
 		Snapkv__V1__CudaArenaRequest ar = SNAPKV__V1__CUDA_ARENA_REQUEST__INIT;
 		Snapkv__V1__CudaArena *a;
@@ -371,6 +370,20 @@ static void test_cuda_on_host(void)
 		CU_ASSERT_EQUAL(a->status, -ENOTSUP);
 		snapkv__v1__cuda_arena__free_unpacked(a, NULL);
 	}
+	/* a REGISTER with two fds: refused, both closed (the baseline test
+	 * counts the daemon's fds) */
+	{
+		int two[2] = {mfd, mfd};
+
+		rb = (Snapkv__V1__RegisterBuffer)SNAPKV__V1__REGISTER_BUFFER__INIT;
+		rb.size = 4096;
+		size_t n = snapkv__v1__register_buffer__pack(&rb, r.buf);
+		CU_ASSERT_EQUAL(skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r.buf,
+					       n, two, 2, 0),
+				0);
+		CU_ASSERT_EQUAL(raw_next(&r, NULL), SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY);
+	}
+	close(mfd);
 	/* the session still works */
 	rb = (Snapkv__V1__RegisterBuffer)SNAPKV__V1__REGISTER_BUFFER__INIT;
 	rb.size = 4096;
