@@ -172,6 +172,20 @@ static const char *gqa_name(int g)
 	return g == SNAPKV__V1__GQA__GQA_GROUP ? "group" : "expand";
 }
 
+/* The transports actually used (buffers by kind, the arena): additive keys. */
+static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
+{
+	json_object_set_new(o, "buffers",
+			    json_pack("{s:I, s:I, s:I}", "memfd", (json_int_t)r->buffers_memfd,
+				      "cuda-vmm-fd", (json_int_t)r->buffers_cuda_vmm_fd, "cuda-ipc",
+				      (json_int_t)r->buffers_cuda_ipc));
+	json_object_set_new(o, "cuda_imports", json_integer(r->cuda_imports));
+	json_object_set_new(o, "arena_transport",
+			    json_string(r->arena_transport && r->arena_transport[0]
+					    ? r->arena_transport
+					    : "host-memfd"));
+}
+
 int ctl_status(int argc, char **argv)
 {
 	const char *sock = NULL;
@@ -194,6 +208,7 @@ int ctl_status(int argc, char **argv)
 		    (json_int_t)r->pool_used, "requests", (json_int_t)r->requests, "errors",
 		    (json_int_t)r->errors, "workers", (json_int_t)r->workers, "threads_per_worker",
 		    (json_int_t)r->threads_per_worker);
+		transport_json(o, r);
 		json_dumpf(o, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(o);
@@ -207,6 +222,12 @@ int ctl_status(int argc, char **argv)
 		printf("  pool      %s used of %s\n", human(r->pool_used, a, sizeof(a)),
 		       human(r->pool_total, b, sizeof(b)));
 		printf("  requests  %" PRIu64 " (%" PRIu64 " errors)\n", r->requests, r->errors);
+		printf("  buffers   memfd %u, cuda-vmm-fd %u, cuda-ipc %u (%u CUDA imports live)\n",
+		       r->buffers_memfd, r->buffers_cuda_vmm_fd, r->buffers_cuda_ipc,
+		       r->cuda_imports);
+		printf("  arena     %s\n", r->arena_transport && r->arena_transport[0]
+					       ? r->arena_transport
+					       : "host-memfd");
 	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return CTL_EXIT_OK;
@@ -303,6 +324,15 @@ static json_t *ledger_json(const Snapkv__V1__AdminReply *r)
 			      "kept", (json_int_t)c->kept, "slots", (json_int_t)c->slots,
 			      "requested_capacity", (json_int_t)c->requested_budget, "lingering",
 			      (int)c->lingering));
+	}
+	/* per cache: the transports its inputs and its arena really used */
+	for (size_t i = 0; i < r->n_caches && i < json_array_size(caches); i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+		json_t *e = json_array_get(caches, i);
+
+		json_object_set_new(e, "transport", json_string(c->transport ? c->transport : ""));
+		json_object_set_new(e, "arena_transport",
+				    json_string(c->arena_transport ? c->arena_transport : ""));
 	}
 	return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}, s:o, s:o}", "pool",
 			 "total_bytes", (json_int_t)r->pool_total, "used_bytes",
@@ -431,6 +461,17 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 	snprintf(a, sizeof(a), "%" PRIu64 " lingering", r->lingering_caches);
 	printf("%-5s %-81s", "pool", a);
 	put_ledger(&f, r->pool_bytes);
+	/* the transports each cache's inputs and arena really used */
+	if (r->n_caches)
+		printf("\n%5s %-24s %s\n", "ID", "TRANSPORT", "ARENA");
+	for (size_t i = 0; i < r->n_caches; i++)
+		printf("%5" PRIu64 " %-24s %s\n", r->caches[i]->id,
+		       r->caches[i]->transport && r->caches[i]->transport[0]
+			   ? r->caches[i]->transport
+			   : "-",
+		       r->caches[i]->arena_transport && r->caches[i]->arena_transport[0]
+			   ? r->caches[i]->arena_transport
+			   : "-");
 }
 
 int ctl_ledger(int argc, char **argv)

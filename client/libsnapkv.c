@@ -80,6 +80,12 @@ struct skv_buffer {
 	size_t size;
 	uint64_t id;
 	bool own; /* allocated here: unmap on free */
+	/* CUDA buffers (SNAPKV_1.2): the kind and what re-registration needs */
+	int kind; /* Snapkv__V1__BufferKind */
+	uint8_t ipc_handle[64];
+	uint64_t offset;
+	int device;
+	char transport[16]; /* the daemon's answer */
 	struct skv_buffer *next;
 };
 
@@ -239,6 +245,10 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE:
 		*ret =
 		    (ProtobufCMessage *)snapkv__v1__response__unpack(NULL, h.length, c->rbuf + 16);
+		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY:
+		*ret = (ProtobufCMessage *)snapkv__v1__cuda_arena__unpack(NULL, h.length,
+									  c->rbuf + 16);
 		break;
 	default:
 		*ret = NULL;
@@ -483,7 +493,14 @@ static int do_register(struct skv_client *c, struct skv_buffer *b)
 
 	m.generation = ++c->generation;
 	m.size = b->size;
-	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, &m.base, &b->fd, 1,
+	m.kind = (Snapkv__V1__BufferKind)b->kind;
+	if (b->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC) {
+		m.ipc_handle.data = b->ipc_handle;
+		m.ipc_handle.len = sizeof(b->ipc_handle);
+		m.offset = b->offset;
+	}
+	m.device = b->device;
+	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, &m.base, &b->fd, b->fd >= 0 ? 1 : 0,
 		SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, (ProtobufCMessage **)&rr, NULL,
 		NULL);
 	if (r < 0)
@@ -491,20 +508,25 @@ static int do_register(struct skv_client *c, struct skv_buffer *b)
 	r = rr->status;
 	if (r < 0)
 		fail(c, r, "register: %s", rr->error ? rr->error : "failed");
-	else
+	else {
 		b->id = rr->buffer_id;
+		snprintf(b->transport, sizeof(b->transport), "%s",
+			 rr->transport && rr->transport[0] ? rr->transport : "memfd");
+	}
 	snapkv__v1__register_reply__free_unpacked(rr, NULL);
 	return r;
 }
 
-static int buffer_add(struct skv_client *c, int fd, void *data, size_t size, bool own,
-		      struct skv_buffer **ret)
+static int buffer_add_kind(struct skv_client *c, int fd, void *data, size_t size, bool own,
+			   const struct skv_buffer *proto, struct skv_buffer **ret)
 {
 	struct skv_buffer *b = calloc(1, sizeof(*b));
 	int r;
 
 	if (!b)
 		return fail(c, -ENOMEM, "out of memory");
+	if (proto)
+		*b = *proto;
 	b->c = c;
 	b->fd = fd;
 	b->data = data;
@@ -523,6 +545,12 @@ static int buffer_add(struct skv_client *c, int fd, void *data, size_t size, boo
 	}
 	*ret = b;
 	return 0;
+}
+
+static int buffer_add(struct skv_client *c, int fd, void *data, size_t size, bool own,
+		      struct skv_buffer **ret)
+{
+	return buffer_add_kind(c, fd, data, size, own, NULL, ret);
 }
 
 SKV_EXPORT int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_buffer **ret_buf)
@@ -569,6 +597,77 @@ SKV_EXPORT int skv_buffer_register_fd(struct skv_client *c, int memfd, size_t si
 	if (r < 0)
 		close(fd);
 	return r;
+}
+
+SKV_EXPORT int skv_buffer_register_cuda_fd(struct skv_client *c, int vmm_fd, size_t size,
+					   int device, struct skv_buffer **ret_buf)
+{
+	struct skv_buffer k = {.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD,
+			       .device = device};
+	int fd, r;
+
+	if (!c || vmm_fd < 0 || !size || !ret_buf)
+		return fail(c, -EINVAL, "bad arguments");
+	fd = fcntl(vmm_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return fail(c, -errno, "dup: %s", strerror(errno));
+	r = buffer_add_kind(c, fd, NULL, size, false, &k, ret_buf);
+	if (r < 0)
+		close(fd);
+	return r;
+}
+
+SKV_EXPORT int skv_buffer_register_cuda_ipc(struct skv_client *c, const void *ipc_handle64,
+					    size_t offset, size_t size, int device,
+					    struct skv_buffer **ret_buf)
+{
+	struct skv_buffer k = {.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC,
+			       .offset = offset,
+			       .device = device};
+
+	if (!c || !ipc_handle64 || !size || !ret_buf)
+		return fail(c, -EINVAL, "bad arguments");
+	memcpy(k.ipc_handle, ipc_handle64, sizeof(k.ipc_handle));
+	return buffer_add_kind(c, -1, NULL, size, false, &k, ret_buf);
+}
+
+SKV_EXPORT int skv_client_cuda_arena(struct skv_client *c, int *ret_fd, uint64_t *ret_size,
+				     int *ret_device)
+{
+	Snapkv__V1__CudaArenaRequest m = SNAPKV__V1__CUDA_ARENA_REQUEST__INIT;
+	Snapkv__V1__CudaArena *a = NULL;
+	int fds[1] = {-1};
+	unsigned nf = 1;
+	int r;
+
+	if (!c || !ret_fd || !ret_size)
+		return fail(c, -EINVAL, "bad arguments");
+	pthread_mutex_lock(&c->mu);
+	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA, &m.base, NULL, 0,
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY, (ProtobufCMessage **)&a, fds, &nf);
+	pthread_mutex_unlock(&c->mu);
+	if (r < 0)
+		return r;
+	r = a->status;
+	if (r < 0)
+		fail(c, r, "GPU arena: %s", a->error ? a->error : "failed");
+	else if (nf != 1 || fds[0] < 0 || !a->size)
+		r = fail(c, -EPROTO, "GPU arena: reply without an fd");
+	if (r == 0) {
+		*ret_fd = fds[0];
+		*ret_size = a->size;
+		if (ret_device)
+			*ret_device = a->device;
+	} else if (nf == 1 && fds[0] >= 0) {
+		close(fds[0]);
+	}
+	snapkv__v1__cuda_arena__free_unpacked(a, NULL);
+	return r;
+}
+
+SKV_EXPORT const char *skv_buffer_transport(const struct skv_buffer *b)
+{
+	return b && b->transport[0] ? b->transport : "";
 }
 
 SKV_EXPORT void *skv_buffer_data(const struct skv_buffer *b)
@@ -1027,6 +1126,9 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	cr.n_block_table = d->block_table ? d->n_blocks : 0;
 	cr.block_table = (int32_t *)d->block_table;
 	cr.evictable = !!d->evictable;
+	if (d->desc_size >= offsetof(struct skv_compact_desc, out_arena) + sizeof(d->out_arena) &&
+	    d->out_arena == SKV_ARENA_CUDA)
+		cr.out_arena = SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM;
 	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
 	req.compact = &cr;
 	pthread_mutex_lock(&c->mu);
@@ -1148,6 +1250,9 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 	    .requested_budget = ci->requested_budget ? ci->requested_budget : ci->budget,
 	    .budget_scaled = ci->budget_scaled,
 	    .pressure = ci->pressure,
+	    .kv_arena = ci->kv_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM
+			    ? SKV_ARENA_CUDA
+			    : SKV_ARENA_HOST,
 	};
 	return 0;
 }
@@ -1243,12 +1348,31 @@ static uint8_t *cache_ptr(const struct skv_cache *k, const uint64_t *offs, uint3
 
 SKV_EXPORT void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
-	return k ? cache_ptr(k, k->k_off, layer, head) : NULL;
+	return k && k->info.kv_arena == SKV_ARENA_HOST ? cache_ptr(k, k->k_off, layer, head) : NULL;
 }
 
 SKV_EXPORT void *skv_cache_v(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
-	return k ? cache_ptr(k, k->v_off, layer, head) : NULL;
+	return k && k->info.kv_arena == SKV_ARENA_HOST ? cache_ptr(k, k->v_off, layer, head) : NULL;
+}
+
+static int64_t cache_off(const struct skv_cache *k, const uint64_t *offs, uint32_t layer,
+			 uint32_t head)
+{
+	if (!k || layer >= k->info.layers || head >= k->info.h_store)
+		return -1;
+	return (int64_t)(offs[layer] + (uint64_t)head * k->info.head_stride *
+					   (k->info.dtype == SKV_DTYPE_F32 ? 4 : 2));
+}
+
+SKV_EXPORT int64_t skv_cache_k_offset(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	return k ? cache_off(k, k->k_off, layer, head) : -1;
+}
+
+SKV_EXPORT int64_t skv_cache_v_offset(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	return k ? cache_off(k, k->v_off, layer, head) : -1;
 }
 
 SKV_EXPORT const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_t layer,

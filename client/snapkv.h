@@ -61,6 +61,35 @@ int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_buffer **ret_
 /* Register an engine-owned memfd (must carry F_SEAL_SHRINK); fd is dup'ed. */
 int skv_buffer_register_fd(struct skv_client *c, int memfd, size_t size,
 			   struct skv_buffer **ret_buf);
+/*
+ * GPU-resident K/V (SNAPKV_1.2; the daemon must run --backend cuda, else
+ * -ENOTSUP). libsnapkv never touches CUDA: the engine exports the memory and
+ * hands over what the daemon imports, once, on its own device.
+ * - cuda_fd: a VMM allocation (cuMemCreate with
+ *   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, cuMemExportToShareableHandle);
+ *   size is the allocation's (a granularity multiple). The fd is dup'ed.
+ * - cuda_ipc: the 64 bytes of a cudaIpcMemHandle_t of a cudaMalloc
+ *   allocation; the buffer is [offset, offset + size) of that allocation.
+ * device: the engine's device ordinal (for the daemon's log). TensorRef
+ * offsets count from the buffer start as for memfds; skv_buffer_data() is
+ * NULL for these buffers. Free with skv_buffer_free() (the daemon drops its
+ * import; it also does when the session ends).
+ */
+int skv_buffer_register_cuda_fd(struct skv_client *c, int vmm_fd, size_t size, int device,
+				struct skv_buffer **ret_buf);
+int skv_buffer_register_cuda_ipc(struct skv_client *c, const void *ipc_handle64, size_t offset,
+				 size_t size, int device, struct skv_buffer **ret_buf);
+/*
+ * The session's GPU arena (SNAPKV_1.2; --backend cuda, else -ENOTSUP): a
+ * cuMemCreate allocation on the daemon's device, created on the first call.
+ * *ret_fd is a new VMM POSIX fd (the caller closes it) of *ret_size bytes:
+ * import it once (cuMemImportFromShareableHandle, cuMemAddressReserve,
+ * cuMemMap, cuMemSetAccess); caches compacted with out_arena SKV_ARENA_CUDA
+ * put their K/V there, at skv_cache_k_offset()/skv_cache_v_offset().
+ */
+int skv_client_cuda_arena(struct skv_client *c, int *ret_fd, uint64_t *ret_size, int *ret_device);
+/* How the daemon reached the buffer: "memfd", "cuda-vmm-fd", "cuda-ipc". */
+const char *skv_buffer_transport(const struct skv_buffer *b);
 void *skv_buffer_data(const struct skv_buffer *b); /* NULL for register_fd buffers */
 size_t skv_buffer_size(const struct skv_buffer *b);
 uint64_t skv_buffer_id(const struct skv_buffer *b);
@@ -90,6 +119,12 @@ enum skv_layout {
 	SKV_LAYOUT_NHD = 2, /* [slot][head][dim] */
 };
 
+/* Where a compact cache's K/V go (positions are always in the host arena). */
+enum skv_arena_kind {
+	SKV_ARENA_HOST = 0, /* the session's host memfd arena                  */
+	SKV_ARENA_CUDA = 2, /* the session's GPU arena (skv_client_cuda_arena) */
+};
+
 struct skv_compact_desc {
 	uint32_t desc_size; /* sizeof(struct skv_compact_desc) */
 	struct skv_shape shape;
@@ -101,6 +136,8 @@ struct skv_compact_desc {
 	const int32_t *block_table;	   /* paged tensors only */
 	uint32_t n_blocks;
 	int evictable;
+	/* since SNAPKV_1.2, read when desc_size covers it */
+	enum skv_arena_kind out_arena;
 };
 
 /* SPEC.md reference defaults: snapkvd, W 32, C 2048, k 5, avg, expand, S 4. */
@@ -140,6 +177,9 @@ struct skv_cache_info {
 	uint32_t requested_budget; /* C the request asked for */
 	int budget_scaled;	   /* budget < requested_budget: scaled under pressure */
 	uint32_t pressure;	   /* pool pressure at admission: 1 normal, 2 high, 3 critical */
+	/* since SNAPKV_1.2: SKV_ARENA_CUDA: K/V are in the GPU arena; use
+	 * skv_cache_k_offset()/skv_cache_v_offset() there (skv_cache_k/v: NULL) */
+	enum skv_arena_kind kv_arena;
 };
 
 /* Valid until the next grow/release of this cache. */
@@ -148,6 +188,10 @@ const struct skv_cache_info *skv_cache_info(const struct skv_cache *k);
  * base + i * token_stride elements. NULL when out of range. */
 void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head);
 void *skv_cache_v(const struct skv_cache *k, uint32_t layer, uint32_t head);
+/* Byte offset of (layer, head)'s first K/V slot in the arena kv_arena names
+ * (SNAPKV_1.2); -1 when out of range. */
+int64_t skv_cache_k_offset(const struct skv_cache *k, uint32_t layer, uint32_t head);
+int64_t skv_cache_v_offset(const struct skv_cache *k, uint32_t layer, uint32_t head);
 /* Original position of every slot; -1 for decode slots not yet appended. */
 const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_t layer, uint32_t head);
 float skv_cache_retained_mass(const struct skv_cache *k, uint32_t layer, uint32_t head);

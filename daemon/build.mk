@@ -10,7 +10,7 @@ SKV_PB_H := $(BUILD)/proto/snapkv.pb-c.h
 
 # 1.MINOR.PATCH: MINOR is the newest SNAPKV_1.MINOR node of client/libsnapkv.map
 # (tests/integration/test-libsnapkv-abi.sh checks it).
-LIBSNAPKV_VER := 1.1.0
+LIBSNAPKV_VER := 1.2.0
 LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
 LIBSNAPKV_A := $(BUILD)/libsnapkv.a
 LIBSNAPKV_OBJS := $(BUILD)/client/libsnapkv.o
@@ -40,7 +40,7 @@ SNAPKV_LINK := -L$(BUILD) -lsnapkv $(SNAPKV_RPATH) $(PBC_LIBS)
 SNAPKVD := $(BUILD)/snapkvd
 SNAPKVD_CORE_OBJS := $(addprefix $(BUILD)/daemon/, snapkvd-log.o snapkvd-config.o \
 	snapkvd-pool.o snapkvd-arena.o snapkvd-ledger.o snapkvd-session.o \
-	snapkvd-compactor.o snapkvd-admin.o snapkvd-loop.o snapkvd-ops-daemon.o)
+	snapkvd-compactor.o snapkvd-gpu.o snapkvd-admin.o snapkvd-loop.o snapkvd-ops-daemon.o)
 # pressure, hooks, metrics (daemon/ops/build.mk); named literally because
 # that fragment is read after this one
 SNAPKVD_OPS_LIB := $(BUILD)/libsnapkvd-ops.a

@@ -96,6 +96,21 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 	r.pool_used = snapkvd_pool_used(&srv->pool);
 	r.requests = srv->requests;
 	r.errors = srv->errors;
+	/* the transports actually used (snapkvd-gpu.c) */
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		for (struct snapkvd_buffer *b = x->buffers; b; b = b->next) {
+			if (!b->imp)
+				r.buffers_memfd++;
+			else if (!strcmp(b->transport, "cuda-ipc"))
+				r.buffers_cuda_ipc++;
+			else
+				r.buffers_cuda_vmm_fd++;
+		}
+	r.cuda_imports = srv->cuda_imports;
+	r.arena_transport = "host-memfd";
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (x->garena)
+			r.arena_transport = "host-memfd+cuda-vmm";
 	switch (req->kind) {
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS:
 		break;
@@ -176,6 +191,8 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 				}
 				cl[i].lingering = c->lingering;
 				cl[i].requested_budget = c->requested_budget;
+				cl[i].transport = c->transport;
+				cl[i].arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
 				cl[i].mass_min = mn;
 				cl[i].mass_mean = nm ? sum / nm : 0;
 				ledger_bytes(&lb[i], &l);

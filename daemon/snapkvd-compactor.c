@@ -63,7 +63,9 @@ void snapkvd_buffer_unref(struct snapkvd_buffer *b)
 {
 	if (!b || --b->refs)
 		return;
-	if (b->map)
+	if (b->imp)
+		snapkvd_gpu_buffer_release(b);
+	else if (b->map)
 		munmap((void *)b->map, b->size);
 	free(b);
 }
@@ -267,6 +269,7 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	struct snapkvd_cache *c;
 	uint64_t kv_bytes, pos_bytes, layer_bytes, region, tmp;
 	uint32_t slots, requested_c;
+	uint8_t *kv_base;
 	enum skv_dtype odt;
 	int r;
 
@@ -466,6 +469,15 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	c->requested_budget = requested_c;
 	c->pressure_level = (int)snapkvd_pressure_level(s->srv->ops.pressure);
 	c->evictable = req->evictable;
+	/* the ledger names the transports the inputs really came over */
+	for (unsigned i = 0; i < j->n_bufs; i++) {
+		const char *t = j->bufs[i]->transport ? j->bufs[i]->transport : "memfd";
+		size_t n = strlen(c->transport);
+
+		if (!strstr(c->transport, t))
+			snprintf(c->transport + n, sizeof(c->transport) - n, "%s%s", n ? "+" : "",
+				 t);
+	}
 	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND) {
 		c->head_stride = (int64_t)slots * req->head_dim;
 		c->token_stride = req->head_dim;
@@ -485,6 +497,24 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	region = snapkvd_arena_round(region);
 	if (!region || region > s->arena->size)
 		goto too_big;
+	if (req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM) {
+		if (!s->srv->gpu) {
+			snprintf(err, errlen, "out_arena CUDA_VMM needs snapkvd --backend cuda");
+			r = -ENOTSUP;
+			goto fail;
+		}
+		if (!s->garena) {
+			snprintf(err, errlen, "out_arena CUDA_VMM: ask for the GPU arena first");
+			r = -EINVAL;
+			goto fail;
+		}
+		c->gpu_kv = true;
+	} else if (req->out_arena != SNAPKV__V1__ARENA_KIND__ARENA_KIND_UNSPECIFIED &&
+		   req->out_arena != SNAPKV__V1__ARENA_KIND__ARENA_KIND_HOST_MEMFD) {
+		snprintf(err, errlen, "unknown out_arena %d", (int)req->out_arena);
+		r = -EINVAL;
+		goto fail;
+	}
 	c->k_off = calloc(req->layers, sizeof(uint64_t));
 	c->v_off = calloc(req->layers, sizeof(uint64_t));
 	c->pos_off = calloc(req->layers, sizeof(uint64_t));
@@ -518,16 +548,29 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		goto fail;
 	}
 	c->region_bytes = region;
+	/* GPU arena: the region's K/V at the same offsets there; positions stay
+	 * in the host arena, where APPEND and the decode slots write them */
+	kv_base = s->arena->base;
+	if (c->gpu_kv)
+		kv_base = snapkvd_gpu_arena_base(s);
 	for (uint32_t l = 0; l < req->layers; l++) {
 		c->k_off[l] = c->region_off + l * layer_bytes;
 		c->v_off[l] = c->k_off[l] + kv_bytes;
 		c->pos_off[l] = c->v_off[l] + kv_bytes;
+		if (c->gpu_kv) {
+			/* every layer's K/V first, then the positions: the job
+			 * page-locks only that tail of the host region, and the
+			 * host pages under the K/V are never touched */
+			c->k_off[l] = c->region_off + l * 2 * kv_bytes;
+			c->v_off[l] = c->k_off[l] + kv_bytes;
+			c->pos_off[l] = c->region_off + req->layers * 2 * kv_bytes + l * pos_bytes;
+		}
 		j->out[l] = (struct skv_layer_out){
-		    .k = {.data = s->arena->base + c->k_off[l],
+		    .k = {.data = kv_base + c->k_off[l],
 			  .dtype = odt,
 			  .head_stride = c->head_stride,
 			  .token_stride = c->token_stride},
-		    .v = {.data = s->arena->base + c->v_off[l],
+		    .v = {.data = kv_base + c->v_off[l],
 			  .dtype = odt,
 			  .head_stride = c->head_stride,
 			  .token_stride = c->token_stride},
@@ -606,8 +649,13 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 		return -ENOTSUP;
 	}
 	for (unsigned i = 0; i < j->n_bufs; i++)
-		rg[n_rg++] = (typeof(rg[0])){(void *)j->bufs[i]->map, j->bufs[i]->size};
-	rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->region_off, ca->region_bytes};
+		if (!j->bufs[i]->imp) /* CUDA imports are device memory already */
+			rg[n_rg++] = (typeof(rg[0])){(void *)j->bufs[i]->map, j->bufs[i]->size};
+	if (ca->gpu_kv) /* K/V in the GPU arena: only the positions (the region's tail) */
+		rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->pos_off[0],
+					     ca->region_off + ca->region_bytes - ca->pos_off[0]};
+	else
+		rg[n_rg++] = (typeof(rg[0])){j->s->arena->base + ca->region_off, ca->region_bytes};
 	rg[n_rg++] = (typeof(rg[0])){ca->mass, (uint64_t)ca->layers * ca->h_store * sizeof(float)};
 	for (unsigned i = 0; i < n_rg && r == 0; i++) {
 		void *d = NULL;

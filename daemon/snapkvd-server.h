@@ -47,15 +47,26 @@ struct snapkvd_ev {
 	struct snapkvd_hook *hook; /* HOOK */
 };
 
+struct skv_cuda_import;
+
 struct snapkvd_buffer {
 	uint64_t id;
 	uint64_t generation;
 	uint64_t size; /* mapped bytes */
+	/* memfd: our read-only mapping; CUDA: the device address of the buffer
+	 * (import base + offset), valid on the daemon's device only */
 	const uint8_t *map;
 	unsigned refs; /* the session's + one per job using it */
 	unsigned regs; /* registrations of this generation not yet unregistered */
 	dev_t dev;     /* the memfd registered first: a repeat must name it */
 	ino_t ino;
+	/* CUDA buffers (snapkvd-gpu.c): the plugin's import, keyed by (session,
+	 * generation), dropped with the last reference */
+	struct skv_cuda_import *imp;
+	struct snapkvd_server *srv; /* imp != NULL */
+	const char *transport;	    /* "memfd", "cuda-vmm-fd", "cuda-ipc" */
+	int kind;		    /* Snapkv__V1__BufferKind of a CUDA buffer */
+	uint64_t ipc_off;	    /* CUDA_IPC: offset in the allocation */
 	struct snapkvd_buffer *next;
 };
 
@@ -79,6 +90,8 @@ struct snapkvd_cache {
 	uint64_t last_use_ns;	   /* CLOCK_MONOTONIC: eviction is LRU */
 	uint32_t requested_budget; /* C asked for; budget is after pressure scaling */
 	int pressure_level;	   /* snapkvd_pressure_level at admission */
+	char transport[48];	   /* of its inputs: "memfd", "cuda-vmm-fd+cuda-ipc", ... */
+	bool gpu_kv;		   /* K/V in the session's GPU arena (positions stay on host) */
 	struct snapkvd_cache *next;
 };
 
@@ -145,6 +158,9 @@ struct snapkvd_session {
 	uint8_t *scratch;  /* private copy of one argument slot */
 	/* memory */
 	struct snapkvd_arena *arena;
+	/* --backend cuda, on request: the GPU arena (snapkvd-gpu.c), offsets
+	 * shared with `arena` (a region placed there is the same in both) */
+	struct skv_cuda_arena *garena;
 	struct snapkvd_buffer *buffers;
 	unsigned n_buffers;
 	uint64_t next_buffer_id;
@@ -185,6 +201,7 @@ struct snapkvd_server {
 	struct snapkvd_compactor *compactor;
 	struct skv_backend *gpu; /* --backend cuda: the loaded plugin and its device */
 	char backend_desc[400];	 /* status: backend, device and transport actually used */
+	unsigned cuda_imports;	 /* live CUDA buffer imports (loop thread) */
 	bool draining, stop;
 	int exit_code;
 	uint64_t start_ns;
@@ -242,6 +259,21 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 			size_t errlen);
 void snapkvd_job_free(struct snapkvd_job *j);
 void snapkvd_buffer_unref(struct snapkvd_buffer *b);
+
+/* gpu.c: CUDA buffer registration (--backend cuda). Imports the VMM fd or
+ * IPC handle of `m` on the daemon's device, keyed by (session id,
+ * generation); fd (or -1) is closed. -ENOTSUP on a host-backend daemon. */
+int snapkvd_gpu_buffer_new(struct snapkvd_session *s, const Snapkv__V1__RegisterBuffer *m, int fd,
+			   struct snapkvd_buffer **ret, char *err, size_t errlen);
+/* Drop the import of a CUDA buffer (its last reference went). */
+void snapkvd_gpu_buffer_release(struct snapkvd_buffer *b);
+/* The session's GPU arena, created on first use (as large as its host
+ * arena); a new fd for it in *ret_fd. -ENOTSUP on the host backend. */
+int snapkvd_gpu_arena_export(struct snapkvd_session *s, int *ret_fd, uint64_t *ret_size,
+			     int *ret_device, char *err, size_t errlen);
+/* Device address of the GPU arena's base (NULL: none yet). */
+uint8_t *snapkvd_gpu_arena_base(struct snapkvd_session *s);
+void snapkvd_gpu_arena_free(struct snapkvd_session *s);
 
 /* ledger.c */
 int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);

@@ -140,6 +140,8 @@ static void session_free(struct snapkvd_session *s)
 	/* closed only now: the armed recvmsg held a reference until it came back */
 	if (s->fd >= 0)
 		close(s->fd);
+	/* no job runs any more: the last one held a session reference */
+	snapkvd_gpu_arena_free(s);
 	snapkvd_arena_free(s->arena);
 	free(s->scratch);
 	snapkvd_pool_tenant_put(&s->srv->pool, s->tenant);
@@ -328,12 +330,13 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 
 /* ------------------------------------------------------------- registration */
 
-static void reg_reply(struct snapkvd_session *s, int status, const char *err, uint64_t id,
-		      uint64_t gen, uint64_t size)
+static void reg_reply_t(struct snapkvd_session *s, int status, const char *err, uint64_t id,
+			uint64_t gen, uint64_t size, const char *transport)
 {
 	Snapkv__V1__RegisterReply rr = SNAPKV__V1__REGISTER_REPLY__INIT;
 
 	rr.status = status;
+	rr.transport = (char *)(status ? "" : transport);
 	rr.error = (char *)(err ? err : "");
 	rr.buffer_id = id;
 	rr.generation = gen;
@@ -354,6 +357,62 @@ static struct snapkvd_buffer *buffer_by_generation(struct snapkvd_session *s, ui
 	return NULL;
 }
 
+static void reg_reply(struct snapkvd_session *s, int status, const char *err, uint64_t id,
+		      uint64_t gen, uint64_t size)
+{
+	reg_reply_t(s, status, err, id, gen, size, "memfd");
+}
+
+/* A CUDA buffer (snapkvd-gpu.c); fd (or -1) is consumed. */
+static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBuffer *m, int fd)
+{
+	struct snapkvd_buffer *b = NULL, *dup = buffer_by_generation(s, m->generation);
+	char err[256];
+	int r;
+
+	if (s->admin || !s->arena) {
+		snprintf(err, sizeof(err), "admin sessions cannot register buffers");
+		r = -EPERM;
+	} else if (dup) {
+		/* the same generation again: the import already made, one more
+		 * registration; it must name the same kind, size and window */
+		if (!dup->imp || dup->kind != (int)m->kind || dup->size != m->size ||
+		    (dup->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC &&
+		     dup->ipc_off != m->offset)) {
+			snprintf(err, sizeof(err),
+				 "generation %llu is already buffer %llu (%s, %llu bytes)",
+				 (unsigned long long)m->generation, (unsigned long long)dup->id,
+				 dup->transport ? dup->transport : "memfd",
+				 (unsigned long long)dup->size);
+			r = -EEXIST;
+		} else {
+			dup->regs++;
+			if (fd >= 0)
+				close(fd);
+			reg_reply_t(s, 0, NULL, dup->id, dup->generation, dup->size,
+				    dup->transport);
+			return;
+		}
+	} else if (s->n_buffers >= s->srv->cfg.max_buffers) {
+		snprintf(err, sizeof(err), "too many buffers in this session");
+		r = -EMFILE;
+	} else {
+		r = snapkvd_gpu_buffer_new(s, m, fd, &b, err, sizeof(err));
+		fd = -1;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (r < 0) {
+		reg_reply(s, r, err, 0, m->generation, 0);
+		return;
+	}
+	b->id = ++s->next_buffer_id;
+	b->next = s->buffers;
+	s->buffers = b;
+	s->n_buffers++;
+	reg_reply_t(s, 0, NULL, b->id, b->generation, b->size, b->transport);
+}
+
 static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len, int *fds,
 			unsigned n_fds)
 {
@@ -365,12 +424,27 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 	uint64_t size, gen;
 	int seals, fd = n_fds == 1 ? fds[0] : -1;
 
-	for (unsigned i = 1; i < n_fds; i++)
+	/* more than one fd: none is used (fd is -1), so every one is closed */
+	for (unsigned i = n_fds == 1 ? 1 : 0; i < n_fds; i++)
 		close(fds[i]);
 	if (!m) {
 		if (fd >= 0)
 			close(fd);
 		reg_reply(s, -EBADMSG, "malformed RegisterBuffer", 0, 0, 0);
+		return;
+	}
+	if (m->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD ||
+	    m->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC) {
+		register_gpu(s, m, fd);
+		snapkv__v1__register_buffer__free_unpacked(m, NULL);
+		return;
+	}
+	if (m->kind != SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_UNSPECIFIED &&
+	    m->kind != SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_MEMFD) {
+		if (fd >= 0)
+			close(fd);
+		reg_reply(s, -EINVAL, "unknown buffer kind", 0, m->generation, 0);
+		snapkv__v1__register_buffer__free_unpacked(m, NULL);
 		return;
 	}
 	size = m->size;
@@ -503,6 +577,29 @@ static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t le
 		snapkvd_session_close(s, 0);
 }
 
+/* The session's GPU arena, exported to the engine (created on first ask). */
+static void on_cuda_arena(struct snapkvd_session *s)
+{
+	Snapkv__V1__CudaArena a = SNAPKV__V1__CUDA_ARENA__INIT;
+	char err[256] = "";
+	uint64_t size = 0;
+	int fd = -1, dev = -1, r;
+
+	r = snapkvd_gpu_arena_export(s, &fd, &size, &dev, err, sizeof(err));
+	a.status = r;
+	a.error = err;
+	a.size = size;
+	a.device = dev;
+	a.transport = (char *)(r ? "" : "cuda-vmm");
+	if (r)
+		s->errors++, s->srv->errors++;
+	if (send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY, &a.base, &fd,
+		     fd >= 0 ? 1 : 0) < 0)
+		snapkvd_session_close(s, 0);
+	if (fd >= 0)
+		close(fd);
+}
+
 void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
 			      const uint8_t *payload, int *fds, unsigned n_fds)
 {
@@ -538,6 +635,9 @@ void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN:
 		snapkvd_admin(s, payload, h->length);
 		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA:
+		on_cuda_arena(s);
+		break;
 	default: {
 		Snapkv__V1__ErrorNotice e = SNAPKV__V1__ERROR_NOTICE__INIT;
 
@@ -565,6 +665,8 @@ struct snapkvd_cache *snapkvd_session_find_cache(struct snapkvd_session *s, uint
 static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
 {
 	ci->cache_id = c->id;
+	ci->kv_arena = c->gpu_kv ? SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM
+				 : SNAPKV__V1__ARENA_KIND__ARENA_KIND_HOST_MEMFD;
 	ci->layers = c->layers;
 	ci->h_store = c->h_store;
 	ci->head_dim = c->head_dim;
@@ -655,6 +757,11 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	}
 	if (c->busy) {
 		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+		return;
+	}
+	if (c->gpu_kv) { /* the worker copies on the host */
+		snapkvd_session_complete(s, o, -ENOTSUP,
+					 "GROW of a cache in the GPU arena is not wired yet", NULL);
 		return;
 	}
 	if (g->extra == 0 || g->extra > s->srv->cfg.max_reserve ||

@@ -177,8 +177,10 @@ int main(int argc, char **argv)
 	r = snapkvd_loop_run(&srv);
 	sd_notify(0, "STOPPING=1");
 	snapkvd_compactor_free(srv.compactor);
-	skv_backend_unload(srv.gpu);
+	/* sessions still open drop their CUDA imports and GPU arenas here:
+	 * before the plugin goes */
 	snapkvd_loop_fini(&srv);
+	skv_backend_unload(srv.gpu);
 	snapkvd_pool_destroy(&srv.pool);
 	log_info("stopped");
 	return r < 0 ? 1 : 0;

@@ -15,8 +15,18 @@ $(GPU_TESTS): $(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBSKVCUDA) $(LIBSK
 	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lskv-cuda $(LIBSKV) $(CUDART_STATIC) -lm \
 		-Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS)
 
+# An engine process on libsnapkv whose K/V are GPU memory (VMM fd, IPC handle)
+GPU_ENGINE := $(BUILD)/tests/gpu/gpu-engine
+OBJS += $(GPU_ENGINE).o
+BINS += $(GPU_ENGINE)
+$(GPU_ENGINE).o: CFLAGS_BASE += $(CUDA_INC)
+$(GPU_ENGINE).o: | $(SKV_PB_H)
+$(GPU_ENGINE): $(GPU_ENGINE).o $(LIBSKVCUDA) $(LIBSKV) $(LIBSNAPKV_A) $(LIBSKVPROTO)
+	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lskv-cuda $(LIBSNAPKV_A) $(LIBSKVPROTO) $(LIBSKV) \
+		$(PBC_LIBS) $(CUDART_STATIC) -lm -Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS)
+
 .PHONY: gpu-tests
-gpu-tests: $(GPU_TESTS)
+gpu-tests: $(GPU_TESTS) $(GPU_ENGINE) $(BUILD)/snapkvd $(BUILD)/snapkvctl
 endif
 
 # The same kernels compiled as host C++ against tests/gpu/emu (a CPU
@@ -56,7 +66,14 @@ $(EMU_PLUGIN): $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_DIR)/cuda-emu.o $(LIBSKV) kernel
 	$(CXX) -shared -o $@ $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_DIR)/cuda-emu.o $(LIBSKV) \
 		-Wl,--version-script=kernels/cuda/skv-cuda.map -Wl,-soname,libskv-cuda-emu.so \
 		-lm -pthread $(LDFLAGS)
-BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN)
+# The engine process on the emulator: its VMM memory is a memfd, its IPC
+# handle names a memfd through /proc (tests/gpu/emu/test-daemon-gpubuf-emu.sh)
+EMU_ENGINE := $(EMU_DIR)/gpu-engine-emu
+$(EMU_ENGINE): $(BUILD)/tests/gpu/gpu-engine.o $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_DIR)/cuda-emu.o \
+		$(LIBSNAPKV_A) $(LIBSKVPROTO) $(LIBSKV)
+	$(CXX) -o $@ $^ $(PBC_LIBS) -lm -pthread $(LDFLAGS)
+BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN) $(EMU_ENGINE)
 endif
 TEST_SCRIPTS += tests/gpu/emu/run-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
+TEST_SCRIPTS += tests/gpu/emu/test-daemon-gpubuf-emu.sh

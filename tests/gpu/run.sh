@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # One prepared run of the CUDA backend on a GPU machine (sized for an H200
-# with 16 cores; under 8 minutes): build, host-vs-CUDA agreement on random
+# with 16 cores; under 8 minutes: every step, builds included, runs under a
+# timeout and the timeouts sum to 480 s, inside the machine's 600 s cap per
+# command): build, host-vs-CUDA agreement on random
 # tensors, the two-process engine/daemon IPC test, and the Llama-3-8B-shape
 # benchmark beside the HBM roofline. Everything goes to a log file as well
 # as to stdout; the closing summary names device, date and numbers.
@@ -43,16 +45,22 @@ if [ -z "$NVCC" ]; then
 fi
 "$NVCC" --version | tail -n 2
 
-note "build: make -j$JOBS gpu-tests (plugin, libskv, test programs)"
-if ! make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 gpu-tests "$BUILD/kernels/cuda/test-skv-cuda-loader"; then
+# Step timeouts (seconds); keep their sum (with the fallback build) <= 480.
+T_BUILD=120 T_BUILD2=30 T_FULL=45 T_LOADER=15 T_AGREE=65 T_IPC=25 T_DAEMON=50 T_GPUBUF=40
+T_BENCH=90
+echo "step timeouts: $((T_BUILD + T_BUILD2 + T_FULL + T_LOADER + T_AGREE + T_IPC + T_DAEMON + \
+	T_GPUBUF + T_BENCH)) s in all"
+note "build: make -j$JOBS gpu-tests (plugin, libskv, snapkvd, snapkvctl, test programs)"
+if ! timeout $T_BUILD make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 gpu-tests \
+	"$BUILD/kernels/cuda/test-skv-cuda-loader" "$BUILD/examples/gen-layer"; then
 	# the loader test needs CUnit; the GPU programs do not
-	make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 gpu-tests || {
+	timeout $T_BUILD2 make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 gpu-tests || {
 		echo "FATAL: build of the GPU programs failed"
 		exit 1
 	}
 fi
 note "build: make -j$JOBS (everything else; reported, not required here)"
-if make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 >"$BUILD/gpu-run-make.log" 2>&1; then
+if timeout $T_FULL make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 >"$BUILD/gpu-run-make.log" 2>&1; then
 	echo "full build: ok"
 	record "full build" 0
 else
@@ -73,20 +81,23 @@ run_step() { # name timeout command...
 }
 
 if [ -x "$BUILD/kernels/cuda/test-skv-cuda-loader" ]; then
-	run_step "loader (dlopen of the plugin, device open)" 60 \
+	run_step "loader (dlopen of the plugin, device open)" $T_LOADER \
 		env BUILD="$BUILD" "$BUILD/kernels/cuda/test-skv-cuda-loader"
 fi
-run_step "agreement: host libskv vs CUDA on random tensors" 240 "$BUILD/tests/gpu/gpu-agree"
+run_step "agreement: host libskv vs CUDA on random tensors" $T_AGREE "$BUILD/tests/gpu/gpu-agree"
 agree_rc=$?
 if [ $agree_rc -eq 2 ]; then
 	echo "FATAL: no usable CUDA device"
 	exit 2
 fi
-run_step "two processes: engine VMM fd + IPC handle -> daemon -> arena fd" 120 \
+run_step "two processes: engine VMM fd + IPC handle -> daemon -> arena fd" $T_IPC \
 	"$BUILD/tests/gpu/gpu-ipc"
-run_step "daemon: snapkvd --backend cuda == host bytes (snapkvctl)" 120 \
+run_step "daemon: snapkvd --backend cuda == host bytes (snapkvctl)" $T_DAEMON \
 	env BUILD="$BUILD" PLUGIN="$BUILD/libskv-cuda.so" bash tests/gpu/emu/test-daemon-cuda-emu.sh
-run_step "benchmark: Llama-3-8B shape, L = 8192 and 32768" 240 "$BUILD/tests/gpu/gpu-bench" 8192 32768
+run_step "daemon: engine GPU buffers (VMM fd, IPC) registered, compacted == host" $T_GPUBUF \
+	env BUILD="$BUILD" PLUGIN="$BUILD/libskv-cuda.so" ENGINE="$BUILD/tests/gpu/gpu-engine" \
+	bash tests/gpu/emu/test-daemon-gpubuf-emu.sh
+run_step "benchmark: Llama-3-8B shape, L = 8192 and 32768" $T_BENCH "$BUILD/tests/gpu/gpu-bench" 8192 32768
 
 note "summary"
 echo "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"

@@ -297,6 +297,105 @@ static void test_messages(void)
 }
 
 /* Requests through libsnapkv with bad shapes, offsets, ids and values. */
+/* Send one RegisterBuffer (with fd, or -1) and return the reply's status. */
+static int raw_register(struct raw *r, const Snapkv__V1__RegisterBuffer *rb, int fd, char *ret_err,
+			size_t errlen)
+{
+	Snapkv__V1__RegisterReply *rr;
+	struct skv_frame_hdr hh;
+	size_t n = snapkv__v1__register_buffer__pack(rb, r->buf);
+	int st;
+
+	if (skv_frame_send(r->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r->buf, n, &fd,
+			   fd >= 0 ? 1 : 0, 0) < 0)
+		return -EIO;
+	if (skv_frame_recv(r->fd, r->buf, sizeof(r->buf), &hh, NULL, NULL, 0) < 0 ||
+	    hh.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY)
+		return -EPROTO;
+	rr = snapkv__v1__register_reply__unpack(NULL, hh.length, r->buf + SKV_FRAME_HDR_SIZE);
+	if (!rr)
+		return -EBADMSG;
+	st = rr->status;
+	snprintf(ret_err, errlen, "%s", rr->error ? rr->error : "");
+	snapkv__v1__register_reply__free_unpacked(rr, NULL);
+	return st;
+}
+
+/*
+ * CUDA registrations reach a host-backend daemon: -ENOTSUP naming --backend
+ * cuda, the fd closed (the baseline test counts them), the session alive;
+ * an unknown kind is -EINVAL; the GPU arena request is -ENOTSUP too.
+ */
+static void test_cuda_on_host(void)
+{
+	struct raw r;
+	char err[256];
+	uint8_t handle[64] = {1, 2, 3};
+	int mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	CU_ASSERT_FATAL(mfd >= 0);
+	CU_ASSERT_EQUAL(ftruncate(mfd, 1 << 16), 0);
+	CU_ASSERT_FATAL(raw_connect(&r) == 0);
+	CU_ASSERT_FATAL(raw_hello(&r) == 0);
+	Snapkv__V1__RegisterBuffer rb = SNAPKV__V1__REGISTER_BUFFER__INIT;
+	rb.size = 1 << 16;
+	rb.generation = 7;
+	rb.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD;
+	CU_ASSERT_EQUAL(raw_register(&r, &rb, mfd, err, sizeof(err)), -ENOTSUP);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err, "--backend cuda"));
+	rb.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC;
+	rb.ipc_handle.data = handle;
+	rb.ipc_handle.len = sizeof(handle);
+	CU_ASSERT_EQUAL(raw_register(&r, &rb, -1, err, sizeof(err)), -ENOTSUP);
+	/* an IPC registration carrying an fd: still refused, the fd closed */
+	CU_ASSERT_EQUAL(raw_register(&r, &rb, mfd, err, sizeof(err)), -ENOTSUP);
+	rb.kind = (Snapkv__V1__BufferKind)9;
+	CU_ASSERT_EQUAL(raw_register(&r, &rb, mfd, err, sizeof(err)), -EINVAL);
+	{
+		Snapkv__V1__CudaArenaRequest ar = SNAPKV__V1__CUDA_ARENA_REQUEST__INIT;
+		Snapkv__V1__CudaArena *a;
+		struct skv_frame_hdr hh;
+		int fds[1] = {-1};
+		unsigned nf = 1;
+		size_t n = snapkv__v1__cuda_arena_request__pack(&ar, r.buf);
+
+		CU_ASSERT_EQUAL(skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA,
+					       r.buf, n, NULL, 0, 0),
+				0);
+		CU_ASSERT_FATAL(skv_frame_recv(r.fd, r.buf, sizeof(r.buf), &hh, fds, &nf, 0) >= 0);
+		CU_ASSERT_EQUAL(hh.type, SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY);
+		CU_ASSERT_EQUAL(nf, 0);
+		a = snapkv__v1__cuda_arena__unpack(NULL, hh.length, r.buf + SKV_FRAME_HDR_SIZE);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+		CU_ASSERT_EQUAL(a->status, -ENOTSUP);
+		snapkv__v1__cuda_arena__free_unpacked(a, NULL);
+	}
+	/* a REGISTER with two fds: refused, both closed (the baseline test
+	 * counts the daemon's fds) */
+	{
+		int two[2] = {mfd, mfd};
+
+		rb = (Snapkv__V1__RegisterBuffer)SNAPKV__V1__REGISTER_BUFFER__INIT;
+		rb.size = 4096;
+		size_t n = snapkv__v1__register_buffer__pack(&rb, r.buf);
+		CU_ASSERT_EQUAL(skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, r.buf,
+					       n, two, 2, 0),
+				0);
+		CU_ASSERT_EQUAL(raw_next(&r, NULL), SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY);
+	}
+	close(mfd);
+	/* the session still works */
+	rb = (Snapkv__V1__RegisterBuffer)SNAPKV__V1__REGISTER_BUFFER__INIT;
+	rb.size = 4096;
+	mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	CU_ASSERT_EQUAL(ftruncate(mfd, 1 << 16), 0);
+	CU_ASSERT_EQUAL(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	CU_ASSERT_EQUAL(raw_register(&r, &rb, mfd, err, sizeof(err)), 0);
+	close(mfd);
+	raw_close(&r);
+	bystander_ok();
+}
+
 static void test_requests(void)
 {
 	struct skv_client *c = NULL;
@@ -823,6 +922,7 @@ int main(void)
 	CU_add_test(s, "malformed frames", test_frames);
 	CU_add_test(s, "bad messages", test_messages);
 	CU_add_test(s, "bad requests", test_requests);
+	CU_add_test(s, "CUDA registrations on the host backend", test_cuda_on_host);
 	CU_add_test(s, "scratch over max_scratch_bytes: -E2BIG before work", test_scratch_limit);
 	CU_add_test(s, "bad ring entries, corrupt tail", test_ring);
 	CU_add_test(s, "GROW in the worker: busy meanwhile", test_grow_busy);

@@ -84,6 +84,7 @@ assert {"id", "tenant", "layers", "h_q", "h_kv", "head_dim", "dtype_bytes", "pro
         "capacity", "appended", "gqa", "bytes"} <= set(c), c.keys()
 assert {"native_full", "compact", "index", "reserved"} <= set(c["bytes"]), c["bytes"].keys()
 assert isinstance(c["id"], int) and c["tenant"] == d["tenants"][0]["name"], c
+assert c.get("transport") == "memfd" and c.get("arena_transport") == "host-memfd", c
 # SPEC.md ledger, computed here: B=1, group stores H_kv heads
 N, Hq, Hkv, D, s, L, C, g = 3, 8, 2, 32, 4, 700, 128, 5
 assert (c["layers"], c["h_q"], c["h_kv"], c["head_dim"], c["dtype_bytes"]) == (N, Hq, Hkv, D, s)

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Engine K/V in GPU memory: an engine process (gpu-engine) allocates VMM
+# memory (K/V, exported as a POSIX fd) and cudaMalloc memory (the query
+# window, legacy IPC handle), registers both with snapkvd --backend cuda,
+# compacts and checks the compact cache against libskv's host result. The
+# daemon must name the transports (register reply, snapkvctl status and
+# ledger), put K/V into the session's GPU arena on request (the engine
+# imports its fd and reads them there), drop the IPC import when the engine unregisters it and the VMM
+# import when the session ends (status: 0 CUDA imports live), and a
+# host-backend daemon must answer both registrations with -ENOTSUP.
+# Default: the CPU emulation of CUDA (tests/gpu/emu); with
+# PLUGIN=build/libskv-cuda.so ENGINE=build/tests/gpu/gpu-engine the same
+# runs on a GPU (tests/gpu/run.sh).
+# ok never fails, so `A && ok || not_ok` is an if-then-else here
+# shellcheck disable=SC2015
+set -u
+BUILD=${BUILD:-build}
+SNAPKVD=$BUILD/snapkvd
+CTL=$BUILD/snapkvctl
+PLUGIN=${PLUGIN:-$BUILD/tests/gpu/emu/libskv-cuda-emu.so}
+ENGINE=${ENGINE:-$BUILD/tests/gpu/emu/gpu-engine-emu}
+for f in "$SNAPKVD" "$CTL" "$ENGINE" "$PLUGIN"; do
+	if [ ! -e "$f" ]; then
+		echo "skip: $f not built (CUDA=0?)"
+		exit 0
+	fi
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-daemon-gpubuf.XXXXXX")
+pid=
+epid=
+cleanup() {
+	[ -n "$epid" ] && kill -KILL "$epid" 2>/dev/null
+	[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+pass=0
+fail=0
+ok() {
+	pass=$((pass + 1))
+	echo "  ok   $*"
+}
+not_ok() {
+	fail=$((fail + 1))
+	echo "  FAIL $*"
+}
+# start_daemon SOCKET ARGS...: snapkvd in the background, pid in $pid
+start_daemon() {
+	local s=$1
+	shift
+	SKV_CUDA_PLUGIN=$(realpath "$PLUGIN") "$SNAPKVD" --socket "$s" --pool-bytes 64M \
+		--threads 1 --log-level info "$@" 2>"$tmp/daemon.log" &
+	pid=$!
+	for _ in $(seq 250); do
+		[ -S "$s" ] && return 0
+		sleep 0.02
+	done
+	echo "snapkvd did not start: $(cat "$tmp/daemon.log")"
+	exit 1
+}
+stop_daemon() {
+	kill -TERM "$pid"
+	wait "$pid"
+	local rc=$?
+	pid=
+	[ $rc -eq 0 ] && ok "SIGTERM: snapkvd exits 0" || not_ok "SIGTERM: snapkvd exited $rc"
+}
+# status_has PATTERN: snapkvctl status matches within 5 s (session end is async)
+status_has() {
+	for _ in $(seq 100); do
+		"$CTL" status --socket "$sock" >"$tmp/status" 2>&1 && grep -q "$1" "$tmp/status" &&
+			return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+echo "== host backend: CUDA registrations are refused"
+sock=$tmp/host.sock
+start_daemon "$sock" --backend host
+timeout 60 "$ENGINE" "$sock" --enotsup >"$tmp/eng.out" 2>&1 &&
+	ok "-ENOTSUP for VMM fd and IPC handle: $(grep -m1 'host backend' "$tmp/eng.out")" ||
+	not_ok "host backend: $(cat "$tmp/eng.out")"
+stop_daemon
+
+echo "== --backend cuda on $(basename "$PLUGIN")"
+sock=$tmp/cuda.sock
+start_daemon "$sock" --backend cuda
+mkdir "$tmp/hold"
+timeout 120 "$ENGINE" "$sock" --hold "$tmp/hold" >"$tmp/eng.out" 2>&1 &
+epid=$!
+for _ in $(seq 1200); do
+	[ -e "$tmp/hold/ready" ] && break
+	kill -0 "$epid" 2>/dev/null || break
+	sleep 0.05
+done
+if [ -e "$tmp/hold/ready" ]; then
+	grep -q "host arena: .*equal to the host result" "$tmp/eng.out" &&
+		ok "compact cache == host: $(grep -m1 'host arena' "$tmp/eng.out")" ||
+		not_ok "engine: $(cat "$tmp/eng.out")"
+	grep -q "GPU arena .*equal to the host result" "$tmp/eng.out" &&
+		ok "K/V in the GPU arena == host: $(grep -m1 'GPU arena' "$tmp/eng.out")" ||
+		not_ok "engine, GPU arena: $(cat "$tmp/eng.out")"
+	grep -q "cuda-vmm-fd buffer, generation .* imported" "$tmp/daemon.log" &&
+		grep -q "cuda-ipc buffer, generation .* imported" "$tmp/daemon.log" &&
+		ok "daemon imported a VMM fd and an IPC handle" ||
+		not_ok "imports not logged: $(cat "$tmp/daemon.log")"
+	status_has "buffers   memfd 0, cuda-vmm-fd 1, cuda-ipc 0 (1 CUDA imports live)" &&
+		grep -q "arena     host-memfd+cuda-vmm" "$tmp/status" &&
+		ok "status after unregistering the IPC buffer: $(grep buffers "$tmp/status")" ||
+		not_ok "status: $(cat "$tmp/status")"
+	"$CTL" ledger --socket "$sock" --json >"$tmp/ledger" 2>&1 &&
+		python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["caches"]
+sys.exit(not (len(c) == 2 and all(x["transport"] == "cuda-ipc+cuda-vmm-fd" for x in c)
+              and sorted(x["arena_transport"] for x in c) == ["cuda-vmm", "host-memfd"]))
+' "$tmp/ledger" &&
+		ok "ledger: transport cuda-ipc+cuda-vmm-fd, arenas host-memfd and cuda-vmm" ||
+		not_ok "ledger: $(cat "$tmp/ledger")"
+	"$CTL" ledger --socket "$sock" | grep -q "cuda-ipc+cuda-vmm-fd *cuda-vmm" &&
+		ok "ledger table names the transport" || not_ok "ledger table"
+else
+	not_ok "engine did not get ready: $(cat "$tmp/eng.out")"
+fi
+touch "$tmp/hold/go"
+wait "$epid"
+rc=$?
+epid=
+[ $rc -eq 0 ] && ok "engine exits 0" || not_ok "engine exited $rc: $(cat "$tmp/eng.out")"
+status_has "(0 CUDA imports live)" &&
+	ok "session end released the VMM import: $(grep buffers "$tmp/status")" ||
+	not_ok "imports after session end: $(cat "$tmp/status")"
+timeout 60 "$ENGINE" "$sock" --generations >"$tmp/eng.out" 2>&1 &&
+	ok "(session, generation) keying: a repeat is the same buffer needing its own unregister; -EEXIST, -EBADF, -EINVAL" ||
+	not_ok "generations: $(cat "$tmp/eng.out")"
+status_has "(0 CUDA imports live)" &&
+	ok "after the raw session: 0 imports live" ||
+	not_ok "imports after the raw session: $(cat "$tmp/status")"
+# SIGTERM while an engine still holds GPU buffers, a GPU arena and caches:
+# the daemon drops them before unloading the plugin and exits 0
+rm -rf "$tmp/hold"
+mkdir "$tmp/hold"
+timeout 120 "$ENGINE" "$sock" --hold "$tmp/hold" >"$tmp/eng.out" 2>&1 &
+epid=$!
+for _ in $(seq 1200); do
+	[ -e "$tmp/hold/ready" ] && break
+	kill -0 "$epid" 2>/dev/null || break
+	sleep 0.05
+done
+[ -e "$tmp/hold/ready" ] || not_ok "second engine did not get ready: $(cat "$tmp/eng.out")"
+stop_daemon
+touch "$tmp/hold/go"
+wait "$epid"
+epid=
+
+echo "test-daemon-gpubuf-emu: $pass passed, $fail failed"
+[ $fail -eq 0 ]
