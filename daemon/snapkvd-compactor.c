@@ -740,16 +740,17 @@ static void *worker(void *arg)
 }
 
 /*
- * Default worker count: min(4, max(1, cores / 8)). Up to 15 cores one
- * worker (every thread on one request) gives each request the lowest
- * latency, and few cores split between workers slow every request; from 16
- * cores on, a compaction's (layer, head) items rarely scale to all threads
- * and a second engine's request gains more from its own 8+ threads than it
- * loses; beyond 4 workers the per-worker scratch grows with no latency gain.
+ * Default worker count: min(4, max(1, threads / 8)), threads being
+ * `threads` or one per core. Up to 15 threads one worker (every thread on
+ * one request) gives each request the lowest latency, and few threads split
+ * between workers slow every request; from 16 on, a compaction's (layer,
+ * head) items rarely keep all threads busy and a second engine's request
+ * gains more from its own 8+ threads than the first loses; beyond 4 workers
+ * the scratch held at once grows with no latency gain.
  */
-static unsigned default_workers(long cores)
+static unsigned default_workers(unsigned threads)
 {
-	unsigned n = cores > 0 ? (unsigned)(cores / 8) : 1;
+	unsigned n = threads / 8;
 
 	return n < 1 ? 1 : n > 4 ? 4 : n;
 }
@@ -770,7 +771,7 @@ int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads, unsigned
 	pthread_cond_init(&c->cond, NULL);
 	total = threads ? threads : cores > 0 ? (unsigned)cores : 1;
 	if (!workers)
-		workers = default_workers(cores);
+		workers = default_workers(total);
 	if (srv->gpu)
 		workers = 1; /* see the top of this file */
 	if (workers > total) /* asked for explicitly: every worker gets one thread */

@@ -32,7 +32,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_buffer_bytes = 64ull << 30;
 	c->max_scratch_bytes = 0; /* 512 MiB per compaction thread */
 	c->threads = 0;
-	c->workers = 0; /* min(4, max(1, cores / 8)): snapkvd_compactor_new */
+	c->workers = 0; /* min(4, max(1, threads / 8)): snapkvd_compactor_new */
 	c->max_sessions = 256;
 	c->max_buffers = 256;
 	c->max_caches = 4096;

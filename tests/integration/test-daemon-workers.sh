@@ -58,6 +58,13 @@ rc=0; "$D" --config "$tmp/bad.conf" --socket "$tmp/x.sock" 2>"$tmp/err" || rc=$?
 start --threads 2 --workers 1
 "$CTL" status | grep -q "workers   1 x 2 threads" || fail "status: $("$CTL" status)"
 stop
+# the default: min(4, max(1, threads / 8))
+start --threads 2
+"$CTL" status | grep -q "workers   1 x 2 threads" || fail "default, 2 threads: $("$CTL" status)"
+stop
+start --threads 17
+"$CTL" status | grep -q "workers   2 x 9 threads" || fail "default, 17 threads: $("$CTL" status)"
+stop
 start --threads 2 --workers 3
 "$CTL" status | grep -q "workers   3 x 1 threads" || fail "status: $("$CTL" status)"
 "$CTL" status --json | python3 -c '
