@@ -20,10 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(struct tl_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct tl_err *err, int code, const char *fmt, ...)
+int tl_fail(struct tl_err *err, int code, const char *fmt, ...)
 {
 	if (err) {
 		va_list ap;
@@ -49,7 +46,7 @@ static uint64_t remaining(const struct cursor *c)
 static int take(struct cursor *c, uint64_t n, const uint8_t **ret_p, const char *what)
 {
 	if (n > remaining(c))
-		return fail(c->err, -EBADMSG,
+		return tl_fail(c->err, -EBADMSG,
 			    "gguf: %s: needs %llu bytes at offset %llu, file has %llu", what,
 			    (unsigned long long)n, (unsigned long long)c->off,
 			    (unsigned long long)c->size);
@@ -86,10 +83,10 @@ static int rd_str(struct cursor *c, struct tl_str *ret_s, uint64_t max, const ch
 	if (r < 0)
 		return r;
 	if (n > max)
-		return fail(c->err, -EBADMSG, "gguf: %s: string length %llu over limit %llu", what,
+		return tl_fail(c->err, -EBADMSG, "gguf: %s: string length %llu over limit %llu", what,
 			    (unsigned long long)n, (unsigned long long)max);
 	if (n > remaining(c))
-		return fail(c->err, -EBADMSG,
+		return tl_fail(c->err, -EBADMSG,
 			    "gguf: %s: string length %llu at offset %llu runs past end of file "
 			    "(%llu bytes)",
 			    what, (unsigned long long)n, (unsigned long long)c->off,
@@ -156,7 +153,7 @@ static int rd_scalar(struct cursor *c, enum tl_gguf_type t, struct tl_gguf_value
 		break;
 	case TL_GGUF_BOOL:
 		if (p[0] > 1)
-			return fail(c->err, -EBADMSG, "gguf: bool value %u is neither 0 nor 1",
+			return tl_fail(c->err, -EBADMSG, "gguf: bool value %u is neither 0 nor 1",
 				    p[0]);
 		v->u = p[0];
 		break;
@@ -200,7 +197,7 @@ static int rd_scalar(struct cursor *c, enum tl_gguf_type t, struct tl_gguf_value
 		memcpy(&v->f, p, 8);
 		break;
 	default:
-		return fail(c->err, -EBADMSG, "gguf: bad scalar type %u", (unsigned)t);
+		return tl_fail(c->err, -EBADMSG, "gguf: bad scalar type %u", (unsigned)t);
 	}
 	return 0;
 }
@@ -213,17 +210,17 @@ static int skip_array(struct cursor *c, unsigned depth)
 	int r;
 
 	if (depth > TL_GGUF_MAX_DEPTH)
-		return fail(c->err, -EBADMSG, "gguf: arrays nested deeper than %u",
+		return tl_fail(c->err, -EBADMSG, "gguf: arrays nested deeper than %u",
 			    TL_GGUF_MAX_DEPTH);
 	if ((r = rd_u32(c, &et, "array type")) < 0 || (r = rd_u64(c, &n, "array count")) < 0)
 		return r;
 	if (et >= TL_GGUF_TYPE_COUNT)
-		return fail(c->err, -EBADMSG, "gguf: array element type %u unknown", et);
+		return tl_fail(c->err, -EBADMSG, "gguf: array element type %u unknown", et);
 	if (et == TL_GGUF_STRING || et == TL_GGUF_ARRAY) {
 		/* Each element needs at least 8 (string) or 12 (array) bytes. */
 		uint64_t min = et == TL_GGUF_STRING ? 8 : 12;
 		if (n > remaining(c) / min)
-			return fail(c->err, -EBADMSG,
+			return tl_fail(c->err, -EBADMSG,
 				    "gguf: array count %llu cannot fit in the %llu bytes left",
 				    (unsigned long long)n, (unsigned long long)remaining(c));
 		for (uint64_t i = 0; i < n; i++) {
@@ -238,7 +235,7 @@ static int skip_array(struct cursor *c, unsigned depth)
 	const uint8_t *p = NULL;
 	uint64_t sz = scalar_size(et);
 	if (n > remaining(c) / sz)
-		return fail(c->err, -EBADMSG, "gguf: array of %llu %s runs past end of file",
+		return tl_fail(c->err, -EBADMSG, "gguf: array of %llu %s runs past end of file",
 			    (unsigned long long)n, tl_gguf_type_name(et));
 	return take(c, n * sz, &p, "array data");
 }
@@ -248,7 +245,7 @@ static int rd_value(struct tl_gguf *g, struct cursor *c, uint32_t type, struct t
 	int r;
 
 	if (type >= TL_GGUF_TYPE_COUNT)
-		return fail(c->err, -EBADMSG, "gguf: metadata value type %u unknown", type);
+		return tl_fail(c->err, -EBADMSG, "gguf: metadata value type %u unknown", type);
 	if (type == TL_GGUF_STRING) {
 		v->type = TL_GGUF_STRING;
 		return rd_str(c, &v->s, UINT64_MAX, "metadata string");
@@ -262,7 +259,7 @@ static int rd_value(struct tl_gguf *g, struct cursor *c, uint32_t type, struct t
 	if ((r = rd_u32(c, &et, "array type")) < 0 || (r = rd_u64(c, &n, "array count")) < 0)
 		return r;
 	if (et >= TL_GGUF_TYPE_COUNT)
-		return fail(c->err, -EBADMSG, "gguf: array element type %u unknown", et);
+		return tl_fail(c->err, -EBADMSG, "gguf: array element type %u unknown", et);
 	v->type = TL_GGUF_ARRAY;
 	v->arr.type = et;
 	v->arr.n = n;
@@ -270,13 +267,13 @@ static int rd_value(struct tl_gguf *g, struct cursor *c, uint32_t type, struct t
 	start = c->off;
 	if (et == TL_GGUF_STRING) {
 		if (n > remaining(c) / 8)
-			return fail(
+			return tl_fail(
 			    c->err, -EBADMSG,
 			    "gguf: string array count %llu cannot fit in the %llu bytes left",
 			    (unsigned long long)n, (unsigned long long)remaining(c));
 		struct tl_str *strs = calloc(n ? n : 1, sizeof(*strs));
 		if (!strs)
-			return fail(c->err, -ENOMEM, "gguf: out of memory for %llu strings",
+			return tl_fail(c->err, -ENOMEM, "gguf: out of memory for %llu strings",
 				    (unsigned long long)n);
 		for (uint64_t i = 0; i < n; i++) {
 			r = rd_str(c, &strs[i], UINT64_MAX, "array string");
@@ -290,7 +287,7 @@ static int rd_value(struct tl_gguf *g, struct cursor *c, uint32_t type, struct t
 		v->arr.strs = strs;
 	} else if (et == TL_GGUF_ARRAY) {
 		if (n > remaining(c) / 12)
-			return fail(c->err, -EBADMSG,
+			return tl_fail(c->err, -EBADMSG,
 				    "gguf: array count %llu cannot fit in the %llu bytes left",
 				    (unsigned long long)n, (unsigned long long)remaining(c));
 		for (uint64_t i = 0; i < n; i++)
@@ -300,7 +297,7 @@ static int rd_value(struct tl_gguf *g, struct cursor *c, uint32_t type, struct t
 		const uint8_t *p = NULL;
 		uint64_t sz = scalar_size(et);
 		if (n > remaining(c) / sz)
-			return fail(c->err, -EBADMSG,
+			return tl_fail(c->err, -EBADMSG,
 				    "gguf: array of %llu %s at offset %llu runs past end of file",
 				    (unsigned long long)n, tl_gguf_type_name(et),
 				    (unsigned long long)c->off);
@@ -334,21 +331,21 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 	if ((r = rd_u32(&c, &magic, "magic")) < 0)
 		return r;
 	if (magic != TL_GGUF_MAGIC)
-		return fail(err, -EBADMSG, "gguf: bad magic 0x%08x (not a GGUF file)", magic);
+		return tl_fail(err, -EBADMSG, "gguf: bad magic 0x%08x (not a GGUF file)", magic);
 	if ((r = rd_u32(&c, &g->version, "version")) < 0)
 		return r;
 	if (g->version != 3)
-		return fail(err, -ENOTSUP, "gguf: version %u not supported (only 3)", g->version);
+		return tl_fail(err, -ENOTSUP, "gguf: version %u not supported (only 3)", g->version);
 	if ((r = rd_u64(&c, &g->n_tensors, "tensor count")) < 0 ||
 	    (r = rd_u64(&c, &g->n_kv, "metadata count")) < 0)
 		return r;
 	/* A key/value takes at least 8 + 4 + 1 bytes, a tensor info at least 8 + 4 + 4 + 8. */
 	if (g->n_kv > TL_GGUF_MAX_KV || g->n_kv > remaining(&c) / 13)
-		return fail(err, -EBADMSG,
+		return tl_fail(err, -EBADMSG,
 			    "gguf: metadata count %llu impossible for a %llu-byte file",
 			    (unsigned long long)g->n_kv, (unsigned long long)g->size);
 	if (g->n_tensors > TL_GGUF_MAX_TENSORS || g->n_tensors > remaining(&c) / 24)
-		return fail(err, -EBADMSG,
+		return tl_fail(err, -EBADMSG,
 			    "gguf: tensor count %llu impossible for a %llu-byte file",
 			    (unsigned long long)g->n_tensors, (unsigned long long)g->size);
 
@@ -356,7 +353,7 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 	g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*g->tensors));
 	g->str_pool = calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->str_pool));
 	if (!g->kv || !g->tensors || !g->str_pool)
-		return fail(err, -ENOMEM, "gguf: out of memory");
+		return tl_fail(err, -ENOMEM, "gguf: out of memory");
 
 	g->alignment = 32;
 	for (uint64_t i = 0; i < g->n_kv; i++) {
@@ -365,12 +362,12 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 		if ((r = rd_str(&c, &kv->key, TL_GGUF_MAX_KEY, "metadata key")) < 0)
 			return r;
 		if (kv->key.n == 0)
-			return fail(err, -EBADMSG, "gguf: metadata key %llu is empty",
+			return tl_fail(err, -EBADMSG, "gguf: metadata key %llu is empty",
 				    (unsigned long long)i);
 		for (uint64_t j = 0; j < i; j++)
 			if (g->kv[j].key.n == kv->key.n &&
 			    !memcmp(g->kv[j].key.p, kv->key.p, kv->key.n))
-				return fail(err, -EBADMSG, "gguf: duplicate metadata key '%.*s'",
+				return tl_fail(err, -EBADMSG, "gguf: duplicate metadata key '%.*s'",
 					    (int)kv->key.n, kv->key.p);
 		if ((r = rd_u32(&c, &type, "metadata type")) < 0)
 			return r;
@@ -384,12 +381,12 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 		}
 		if (tl_str_eq(kv->key, "general.alignment")) {
 			if (kv->val.type != TL_GGUF_UINT32)
-				return fail(err, -EBADMSG,
+				return tl_fail(err, -EBADMSG,
 					    "gguf: general.alignment is %s, not uint32",
 					    tl_gguf_type_name(kv->val.type));
 			uint64_t a = kv->val.u;
 			if (a == 0 || (a & (a - 1)) || a > TL_GGUF_MAX_ALIGN)
-				return fail(
+				return tl_fail(
 				    err, -EBADMSG,
 				    "gguf: general.alignment %llu is not a power of two <= %u",
 				    (unsigned long long)a, TL_GGUF_MAX_ALIGN);
@@ -404,7 +401,7 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 		if ((r = rd_u32(&c, &t->n_dims, "tensor dims")) < 0)
 			return r;
 		if (t->n_dims == 0 || t->n_dims > TL_GGUF_MAX_DIMS)
-			return fail(err, -EBADMSG,
+			return tl_fail(err, -EBADMSG,
 				    "gguf: tensor '%.*s' has %u dims (1..%u allowed)",
 				    (int)t->name.n, t->name.p, t->n_dims, TL_GGUF_MAX_DIMS);
 		t->n_elems = 1;
@@ -416,7 +413,7 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 				return r;
 			if (t->ne[d] == 0 || t->ne[d] > INT64_MAX ||
 			    t->n_elems > UINT64_MAX / t->ne[d])
-				return fail(
+				return tl_fail(
 				    err, -EBADMSG, "gguf: tensor '%.*s' dim %u = %llu invalid",
 				    (int)t->name.n, t->name.p, d, (unsigned long long)t->ne[d]);
 			t->n_elems *= t->ne[d];
@@ -427,7 +424,7 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 		for (uint64_t j = 0; j < i; j++)
 			if (g->tensors[j].name.n == t->name.n &&
 			    !memcmp(g->tensors[j].name.p, t->name.p, t->name.n))
-				return fail(err, -EBADMSG, "gguf: duplicate tensor '%.*s'",
+				return tl_fail(err, -EBADMSG, "gguf: duplicate tensor '%.*s'",
 					    (int)t->name.n, t->name.p);
 	}
 
@@ -435,7 +432,7 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 	uint64_t a = g->alignment;
 	g->data_offset = (c.off + a - 1) / a * a;
 	if (g->data_offset > g->size)
-		return fail(err, -EBADMSG,
+		return tl_fail(err, -EBADMSG,
 			    "gguf: data section at %llu starts past end of file (%llu)",
 			    (unsigned long long)g->data_offset, (unsigned long long)g->size);
 	uint64_t data_size = g->size - g->data_offset;
@@ -443,14 +440,14 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 	for (uint64_t i = 0; i < g->n_tensors; i++) {
 		struct tl_gguf_tensor *t = &g->tensors[i];
 		if (t->offset % a)
-			return fail(err, -EBADMSG,
+			return tl_fail(err, -EBADMSG,
 				    "gguf: tensor '%.*s' offset %llu not aligned to %llu",
 				    (int)t->name.n, t->name.p, (unsigned long long)t->offset,
 				    (unsigned long long)a);
 		if (t->type != TL_GGML_F32) {
 			/* Size unknown to this reader: only the start is checked. */
 			if (t->offset > data_size)
-				return fail(
+				return tl_fail(
 				    err, -EBADMSG,
 				    "gguf: tensor '%.*s' offset %llu past end of data (%llu)",
 				    (int)t->name.n, t->name.p, (unsigned long long)t->offset,
@@ -458,17 +455,17 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 			continue;
 		}
 		if (t->n_elems > UINT64_MAX / 4)
-			return fail(err, -EBADMSG, "gguf: tensor '%.*s' size overflows",
+			return tl_fail(err, -EBADMSG, "gguf: tensor '%.*s' size overflows",
 				    (int)t->name.n, t->name.p);
 		t->nbytes = t->n_elems * 4;
 		if (t->offset > data_size || t->nbytes > data_size - t->offset)
-			return fail(err, -EBADMSG,
+			return tl_fail(err, -EBADMSG,
 				    "gguf: tensor '%.*s' [%llu, +%llu) runs past end of data (%llu "
 				    "bytes)",
 				    (int)t->name.n, t->name.p, (unsigned long long)t->offset,
 				    (unsigned long long)t->nbytes, (unsigned long long)data_size);
 		if ((g->data_offset + t->offset) % 4)
-			return fail(err, -ENOTSUP,
+			return tl_fail(err, -ENOTSUP,
 				    "gguf: tensor '%.*s' data not 4-byte aligned (alignment %llu)",
 				    (int)t->name.n, t->name.p, (unsigned long long)a);
 		t->data = g->buf + g->data_offset + t->offset;
@@ -482,17 +479,17 @@ int tl_gguf_open_mem(const void *buf, size_t len, struct tl_gguf **ret_g, struct
 	int r;
 
 	if (!buf && len)
-		return fail(err, -EINVAL, "gguf: NULL buffer");
+		return tl_fail(err, -EINVAL, "gguf: NULL buffer");
 	if (len > TL_GGUF_MAX_FILE)
-		return fail(err, -EFBIG, "gguf: file of %zu bytes over limit", len);
+		return tl_fail(err, -EFBIG, "gguf: file of %zu bytes over limit", len);
 	g = calloc(1, sizeof(*g));
 	if (!g)
-		return fail(err, -ENOMEM, "gguf: out of memory");
+		return tl_fail(err, -ENOMEM, "gguf: out of memory");
 	/* 64-byte aligned copy: tensor data then sits where the file's alignment puts it. */
 	g->buf = aligned_alloc(64, (len + 64) / 64 * 64);
 	if (!g->buf) {
 		free(g);
-		return fail(err, -ENOMEM, "gguf: out of memory for %zu bytes", len);
+		return tl_fail(err, -ENOMEM, "gguf: out of memory for %zu bytes", len);
 	}
 	if (len)
 		memcpy(g->buf, buf, len);
@@ -514,18 +511,18 @@ int tl_gguf_open(const char *path, struct tl_gguf **ret_g, struct tl_err *err)
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, -errno, "gguf: cannot open %s: %s", path, strerror(errno));
+		return tl_fail(err, -errno, "gguf: cannot open %s: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0) {
-		r = fail(err, -errno, "gguf: cannot stat %s: %s", path, strerror(errno));
+		r = tl_fail(err, -errno, "gguf: cannot stat %s: %s", path, strerror(errno));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > TL_GGUF_MAX_FILE) {
-		r = fail(err, -EBADMSG, "gguf: %s is not a regular file of sane size", path);
+		r = tl_fail(err, -EBADMSG, "gguf: %s is not a regular file of sane size", path);
 		goto out;
 	}
 	buf = malloc(st.st_size ? st.st_size : 1);
 	if (!buf) {
-		r = fail(err, -ENOMEM, "gguf: out of memory");
+		r = tl_fail(err, -ENOMEM, "gguf: out of memory");
 		goto out;
 	}
 	for (size_t got = 0; got < (size_t)st.st_size;) {
@@ -533,7 +530,7 @@ int tl_gguf_open(const char *path, struct tl_gguf **ret_g, struct tl_err *err)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			r = fail(err, n < 0 ? -errno : -EIO, "gguf: short read of %s", path);
+			r = tl_fail(err, n < 0 ? -errno : -EIO, "gguf: short read of %s", path);
 			goto out;
 		}
 		got += n;
@@ -565,7 +562,7 @@ int tl_gguf_get_u32(const struct tl_gguf *g, const char *key, uint32_t *ret_v, s
 {
 	const struct tl_gguf_kv *kv = tl_gguf_find_kv(g, key);
 	if (!kv)
-		return fail(err, -ENOENT, "gguf: metadata '%s' missing", key);
+		return tl_fail(err, -ENOENT, "gguf: metadata '%s' missing", key);
 	switch (kv->val.type) {
 	case TL_GGUF_UINT8:
 	case TL_GGUF_UINT16:
@@ -584,19 +581,19 @@ int tl_gguf_get_u32(const struct tl_gguf *g, const char *key, uint32_t *ret_v, s
 		*ret_v = (uint32_t)kv->val.i;
 		return 0;
 	default:
-		return fail(err, -EBADMSG, "gguf: metadata '%s' is %s, not an integer", key,
+		return tl_fail(err, -EBADMSG, "gguf: metadata '%s' is %s, not an integer", key,
 			    tl_gguf_type_name(kv->val.type));
 	}
-	return fail(err, -EBADMSG, "gguf: metadata '%s' out of range", key);
+	return tl_fail(err, -EBADMSG, "gguf: metadata '%s' out of range", key);
 }
 
 int tl_gguf_get_f32(const struct tl_gguf *g, const char *key, float *ret_v, struct tl_err *err)
 {
 	const struct tl_gguf_kv *kv = tl_gguf_find_kv(g, key);
 	if (!kv)
-		return fail(err, -ENOENT, "gguf: metadata '%s' missing", key);
+		return tl_fail(err, -ENOENT, "gguf: metadata '%s' missing", key);
 	if (kv->val.type != TL_GGUF_FLOAT32 && kv->val.type != TL_GGUF_FLOAT64)
-		return fail(err, -EBADMSG, "gguf: metadata '%s' is %s, not a float", key,
+		return tl_fail(err, -EBADMSG, "gguf: metadata '%s' is %s, not a float", key,
 			    tl_gguf_type_name(kv->val.type));
 	*ret_v = (float)kv->val.f;
 	return 0;

@@ -112,6 +112,10 @@ struct tl_err {
  * (malformed), -ENOTSUP (version != 3, unsupported alignment), -ENOMEM, or
  * the -errno of open/read. *ret untouched on failure.
  */
+/* Writes the message into err (when not NULL) and returns code. */
+int tl_fail(struct tl_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 int tl_gguf_open_mem(const void *buf, size_t len, struct tl_gguf **ret_g, struct tl_err *err);
 int tl_gguf_open(const char *path, struct tl_gguf **ret_g, struct tl_err *err);
 void tl_gguf_free(struct tl_gguf *g);

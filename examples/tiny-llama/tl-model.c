@@ -8,20 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(struct tl_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct tl_err *err, int code, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
 void tl_model_free(struct tl_model *m)
 {
 	if (!m)
@@ -38,13 +24,13 @@ static int get_w(const struct tl_gguf *g, const char *name, uint64_t ne0, uint64
 {
 	const struct tl_gguf_tensor *t = tl_gguf_find_tensor(g, name);
 	if (!t)
-		return fail(err, -EBADMSG, "model: tensor '%s' missing", name);
+		return tl_fail(err, -EBADMSG, "model: tensor '%s' missing", name);
 	if (t->type != TL_GGML_F32 || !t->data)
-		return fail(err, -EBADMSG, "model: tensor '%s' is ggml type %u, only F32 supported",
+		return tl_fail(err, -EBADMSG, "model: tensor '%s' is ggml type %u, only F32 supported",
 			    name, t->type);
 	uint32_t want_dims = ne1 ? 2 : 1;
 	if (t->n_dims != want_dims || t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1))
-		return fail(err, -EBADMSG,
+		return tl_fail(err, -EBADMSG,
 			    "model: tensor '%s' has shape [%llu, %llu] (%u dims), expected "
 			    "[%llu, %llu]",
 			    name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
@@ -62,13 +48,13 @@ int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err
 
 	if (!m) {
 		tl_gguf_free(g);
-		return fail(err, -ENOMEM, "model: out of memory");
+		return tl_fail(err, -ENOMEM, "model: out of memory");
 	}
 	m->gguf = g;
 	c = &m->cfg;
 	const struct tl_gguf_kv *arch = tl_gguf_find_kv(g, "general.architecture");
 	if (!arch || arch->val.type != TL_GGUF_STRING || !tl_str_eq(arch->val.s, "llama")) {
-		r = fail(err, -EBADMSG, "model: general.architecture is not 'llama'");
+		r = tl_fail(err, -EBADMSG, "model: general.architecture is not 'llama'");
 		goto fail;
 	}
 	if ((r = tl_gguf_get_u32(g, "llama.embedding_length", &c->dim, err)) < 0 ||
@@ -94,7 +80,7 @@ int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err
 	    c->n_heads == 0 || c->n_heads > TL_MAX_HEADS || c->n_kv_heads == 0 ||
 	    c->n_heads % c->n_kv_heads || c->dim % c->n_heads || c->hidden_dim == 0 ||
 	    c->hidden_dim > 4 * TL_MAX_DIM) {
-		r = fail(err, -EBADMSG,
+		r = tl_fail(err, -EBADMSG,
 			 "model: inconsistent shape dim %u layers %u heads %u/%u "
 			 "hidden %u",
 			 c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->hidden_dim);
@@ -107,7 +93,7 @@ int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err
 		goto fail;
 	if (c->head_dim % 2 || rope_dims != c->head_dim || !(c->norm_eps > 0) ||
 	    !(c->rope_base > 1)) {
-		r = fail(err, -EBADMSG,
+		r = tl_fail(err, -EBADMSG,
 			 "model: head_dim %u / rope dims %u / eps / base unsupported", c->head_dim,
 			 rope_dims);
 		goto fail;
@@ -129,7 +115,7 @@ int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err
 	}
 	m->layers = calloc(c->n_layers, sizeof(*m->layers));
 	if (!m->layers) {
-		r = fail(err, -ENOMEM, "model: out of memory");
+		r = tl_fail(err, -ENOMEM, "model: out of memory");
 		goto fail;
 	}
 	for (uint32_t l = 0; l < c->n_layers; l++) {

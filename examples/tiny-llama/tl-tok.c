@@ -10,20 +10,6 @@
 #define SPACE_MARK     "\xe2\x96\x81" /* U+2581 '▁' */
 #define SPACE_MARK_LEN 3
 
-static int fail(struct tl_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct tl_err *err, int code, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
 void tl_tok_free(struct tl_tok *t)
 {
 	if (!t)
@@ -82,9 +68,9 @@ static int get_arr(const struct tl_gguf *g, const char *key, enum tl_gguf_type e
 {
 	const struct tl_gguf_kv *kv = tl_gguf_find_kv(g, key);
 	if (!kv)
-		return fail(err, -EBADMSG, "tokenizer: '%s' missing", key);
+		return tl_fail(err, -EBADMSG, "tokenizer: '%s' missing", key);
 	if (kv->val.type != TL_GGUF_ARRAY || kv->val.arr.type != et)
-		return fail(err, -EBADMSG, "tokenizer: '%s' is not an array of %s", key,
+		return tl_fail(err, -EBADMSG, "tokenizer: '%s' is not an array of %s", key,
 			    tl_gguf_type_name(et));
 	*ret = &kv->val;
 	return 0;
@@ -103,16 +89,16 @@ int tl_tok_load(const struct tl_gguf *g, struct tl_tok **ret_tok, struct tl_err 
 	    (r = get_arr(g, "tokenizer.ggml.token_type", TL_GGUF_INT32, &types, err)) < 0)
 		return r;
 	if (toks->arr.n == 0 || toks->arr.n > TL_TOK_MAX_VOCAB)
-		return fail(err, -EBADMSG, "tokenizer: vocabulary of %llu tokens (1..%u allowed)",
+		return tl_fail(err, -EBADMSG, "tokenizer: vocabulary of %llu tokens (1..%u allowed)",
 			    (unsigned long long)toks->arr.n, TL_TOK_MAX_VOCAB);
 	if (scores->arr.n != toks->arr.n || (types && types->arr.n != toks->arr.n))
-		return fail(err, -EBADMSG, "tokenizer: %llu tokens but %llu scores / %llu types",
+		return tl_fail(err, -EBADMSG, "tokenizer: %llu tokens but %llu scores / %llu types",
 			    (unsigned long long)toks->arr.n, (unsigned long long)scores->arr.n,
 			    types ? (unsigned long long)types->arr.n : 0ull);
 
 	t = calloc(1, sizeof(*t));
 	if (!t)
-		return fail(err, -ENOMEM, "tokenizer: out of memory");
+		return tl_fail(err, -ENOMEM, "tokenizer: out of memory");
 	t->n_vocab = (uint32_t)toks->arr.n;
 	t->pieces = calloc(t->n_vocab, sizeof(*t->pieces));
 	t->piece_len = calloc(t->n_vocab, sizeof(*t->piece_len));
@@ -120,19 +106,19 @@ int tl_tok_load(const struct tl_gguf *g, struct tl_tok **ret_tok, struct tl_err 
 	t->types = calloc(t->n_vocab, sizeof(*t->types));
 	t->sorted = calloc(t->n_vocab, sizeof(*t->sorted));
 	if (!t->pieces || !t->piece_len || !t->scores || !t->types || !t->sorted) {
-		r = fail(err, -ENOMEM, "tokenizer: out of memory");
+		r = tl_fail(err, -ENOMEM, "tokenizer: out of memory");
 		goto fail;
 	}
 	for (uint32_t i = 0; i < t->n_vocab; i++) {
 		struct tl_str s = toks->arr.strs[i];
 		if (s.n > TL_TOK_MAX_PIECE) {
-			r = fail(err, -EBADMSG, "tokenizer: token %u is %llu bytes long", i,
+			r = tl_fail(err, -EBADMSG, "tokenizer: token %u is %llu bytes long", i,
 				 (unsigned long long)s.n);
 			goto fail;
 		}
 		t->pieces[i] = malloc(s.n + 1);
 		if (!t->pieces[i]) {
-			r = fail(err, -ENOMEM, "tokenizer: out of memory");
+			r = tl_fail(err, -ENOMEM, "tokenizer: out of memory");
 			goto fail;
 		}
 		memcpy(t->pieces[i], s.p, s.n);
@@ -169,7 +155,7 @@ int tl_tok_load(const struct tl_gguf *g, struct tl_tok **ret_tok, struct tl_err 
 	    (r = tl_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &t->eos, err)) < 0)
 		goto fail;
 	if (t->unk >= t->n_vocab || t->bos >= t->n_vocab || t->eos >= t->n_vocab) {
-		r = fail(err, -EBADMSG, "tokenizer: special token id out of vocabulary");
+		r = tl_fail(err, -EBADMSG, "tokenizer: special token id out of vocabulary");
 		goto fail;
 	}
 	*ret_tok = t;
