@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ctl-daemon.h"
+#include "ctl-ledger-json.h"
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
 #include "snapkv.h"
@@ -167,11 +168,6 @@ static const char *human(uint64_t b, char *buf, size_t len)
 	return buf;
 }
 
-static const char *gqa_name(int g)
-{
-	return g == SNAPKV__V1__GQA__GQA_GROUP ? "group" : "expand";
-}
-
 /* The transports actually used (buffers by kind, the arena): additive keys. */
 static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
 {
@@ -252,95 +248,12 @@ int ctl_caches(int argc, char **argv)
 
 		printf("%6" PRIu64 " %-16.16s %-10.10s %6u %6u %7u %7u %7u %6u %6s %8.4f %8.4f\n",
 		       c->id, c->engine, c->tenant, c->layers, hs, c->prompt_len, c->kept, c->slots,
-		       c->appended, gqa_name(c->gqa), c->mass_min, c->mass_mean);
+		       c->appended, ctl_gqa_name(c->gqa), c->mass_min, c->mass_mean);
 	}
 	if (!r->n_caches)
 		printf("(no caches)\n");
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return CTL_EXIT_OK;
-}
-
-/* compact / native-full; -1 when there is nothing to compare with */
-static double ratio_of(const Snapkv__V1__LedgerBytes *b)
-{
-	return b && b->native_full ? (double)b->compact / (double)b->native_full : -1.0;
-}
-
-static json_t *ratio_json(const Snapkv__V1__LedgerBytes *b)
-{
-	double x = ratio_of(b);
-
-	return x < 0 ? json_null() : json_real(x);
-}
-
-/* The four SPEC.md lines first (issue 3's schema), then the arena's view. */
-static json_t *bytes_json(const Snapkv__V1__LedgerBytes *b)
-{
-	static const Snapkv__V1__LedgerBytes zero = SNAPKV__V1__LEDGER_BYTES__INIT;
-
-	if (!b)
-		b = &zero;
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "native_full",
-			 (json_int_t)b->native_full, "compact", (json_int_t)b->compact, "index",
-			 (json_int_t)b->index, "reserved", (json_int_t)b->reserved, "real",
-			 (json_int_t)b->real, "allocated", (json_int_t)b->allocated, "padding",
-			 (json_int_t)b->padding);
-}
-
-static json_t *ledger_json(const Snapkv__V1__AdminReply *r)
-{
-	json_t *tenants = json_array(), *caches = json_array();
-	uint64_t free_b = r->pool_total > r->pool_used ? r->pool_total - r->pool_used : 0;
-
-	for (size_t i = 0; i < r->n_tenants; i++) {
-		const Snapkv__V1__TenantInfo *t = r->tenants[i];
-
-		json_array_append_new(
-		    tenants, json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:o, s:o}", "name",
-				       t->name, "uid", (json_int_t)t->uid, "used_bytes",
-				       (json_int_t)t->used_bytes, "caches", (json_int_t)t->caches,
-				       "sessions", (json_int_t)t->sessions, "quota_bytes",
-				       t->quota_bytes ? json_integer((json_int_t)t->quota_bytes)
-						      : json_null(),
-				       "lingering_caches", (json_int_t)t->lingering_caches, "bytes",
-				       bytes_json(t->bytes), "ratio", ratio_json(t->bytes)));
-	}
-	for (size_t i = 0; i < r->n_caches; i++) {
-		const Snapkv__V1__CacheLedger *c = r->caches[i];
-
-		json_array_append_new(
-		    caches,
-		    json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, "
-			      "s:s, s:I, s:I, s:I, s:I, s:I, s:b}",
-			      "id", (json_int_t)c->id, "tenant", c->tenant, "layers",
-			      (json_int_t)c->layers, "h_q", (json_int_t)c->h_q, "h_kv",
-			      (json_int_t)c->h_kv, "head_dim", (json_int_t)c->head_dim,
-			      "dtype_bytes", (json_int_t)c->dtype_bytes, "prompt_len",
-			      (json_int_t)c->prompt_len, "capacity", (json_int_t)c->capacity,
-			      "appended", (json_int_t)c->appended, "gqa", gqa_name(c->gqa), "bytes",
-			      bytes_json(c->bytes), "ratio", ratio_json(c->bytes), "engine",
-			      c->engine, "session_id", (json_int_t)c->session_id, "h_store",
-			      (json_int_t)(c->gqa == SNAPKV__V1__GQA__GQA_GROUP ? c->h_kv : c->h_q),
-			      "kept", (json_int_t)c->kept, "slots", (json_int_t)c->slots,
-			      "requested_capacity", (json_int_t)c->requested_budget, "lingering",
-			      (int)c->lingering));
-	}
-	/* per cache: the transports its inputs and its arena really used */
-	for (size_t i = 0; i < r->n_caches && i < json_array_size(caches); i++) {
-		const Snapkv__V1__CacheLedger *c = r->caches[i];
-		json_t *e = json_array_get(caches, i);
-
-		json_object_set_new(e, "transport", json_string(c->transport ? c->transport : ""));
-		json_object_set_new(e, "arena_transport",
-				    json_string(c->arena_transport ? c->arena_transport : ""));
-	}
-	return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}, s:o, s:o}", "pool",
-			 "total_bytes", (json_int_t)r->pool_total, "used_bytes",
-			 (json_int_t)r->pool_used, "reserved_bytes", (json_int_t)r->pool_reserved,
-			 "free_bytes", (json_int_t)free_b, "caches", (json_int_t)r->n_caches,
-			 "lingering_caches", (json_int_t)r->lingering_caches, "bytes",
-			 bytes_json(r->pool_bytes), "ratio", ratio_json(r->pool_bytes), "tenants",
-			 tenants, "caches", caches);
 }
 
 /* Byte columns of the ledger table: IEC units, or exact with --bytes. */
@@ -362,7 +275,7 @@ static void put_bytes(const struct ledger_fmt *f, uint64_t b)
 
 static void put_ratio(const Snapkv__V1__LedgerBytes *b)
 {
-	double x = ratio_of(b);
+	double x = ctl_ledger_ratio(b);
 
 	if (x < 0)
 		printf(" %6s\n", "-");
@@ -450,8 +363,8 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 
 		printf("%5" PRIu64 " %-12.12s %-8.8s %3u %4u %4u %4u %1u %7u %6u %6u %-6s %-9s",
 		       x->id, x->engine, x->tenant, x->layers, x->h_q, x->h_kv, x->head_dim,
-		       x->dtype_bytes, x->prompt_len, x->capacity, x->appended, gqa_name(x->gqa),
-		       x->lingering ? "lingering" : "held");
+		       x->dtype_bytes, x->prompt_len, x->capacity, x->appended,
+		       ctl_gqa_name(x->gqa), x->lingering ? "lingering" : "held");
 		put_ledger(&f, x->bytes);
 		ledger_sum(&tc, x->bytes);
 	}
@@ -521,7 +434,7 @@ int ctl_ledger(int argc, char **argv)
 	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r) < 0)
 		return CTL_EXIT_FAIL;
 	if (json) {
-		json_t *j = ledger_json(r);
+		json_t *j = ctl_ledger_json(r);
 
 		if (!j) {
 			ctl_err("ledger", "out of memory");

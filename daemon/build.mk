@@ -45,14 +45,17 @@ SNAPKVD_CORE_OBJS := $(addprefix $(BUILD)/daemon/, snapkvd-log.o snapkvd-config.
 # that fragment is read after this one
 SNAPKVD_OPS_LIB := $(BUILD)/libsnapkvd-ops.a
 SNAPKVD_EXTRA_OBJS ?=
-SNAPKVD_OBJS := $(SNAPKVD_CORE_OBJS) $(SNAPKVD_EXTRA_OBJS) $(BUILD)/daemon/snapkvd.o
+# the ledger's JSON form is snapkvctl's (client/ctl-ledger-json.c): the hooks'
+# snapshot and `snapkvctl ledger --json` share one builder
+SNAPKVD_OBJS := $(SNAPKVD_CORE_OBJS) $(SNAPKVD_EXTRA_OBJS) $(BUILD)/daemon/snapkvd.o \
+	$(BUILD)/client/ctl-ledger-json.o
 OBJS += $(SNAPKVD_OBJS)
 $(SNAPKVD_OBJS): | $(SKV_PB_H)
 
 $(SNAPKVD): $(SNAPKVD_OBJS) $(SNAPKVD_OPS_LIB) $(LIBSKVPROTO) $(LIBSKV) $(BUILD)/libskv-backend.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(SNAPKVD_OBJS) $(SNAPKVD_OPS_LIB) $(LIBSKVPROTO) $(LIBSKV) \
 		$(BUILD)/libskv-backend.a \
-		$(URING_LIBS) $(PBC_LIBS) $(SYSTEMD_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
+		$(URING_LIBS) $(PBC_LIBS) $(SYSTEMD_LIBS) $(BLAS_LIBS) $(JSON_LIBS) -lm $(LDFLAGS)
 BINS += $(SNAPKVD)
 INSTALL_BINS += $(SNAPKVD)
 

@@ -62,16 +62,119 @@ static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger
 	b->padding = t->padding;
 }
 
+int snapkvd_admin_ledger_fill(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			      struct snapkvd_admin_ledger_buf *b)
+{
+	struct snapkvd_ledger_total pt;
+	size_t nt = 0, nc = 0, i = 0;
+
+	memset(b, 0, sizeof(*b));
+	pthread_mutex_lock(&srv->pool.mu);
+	for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next)
+		nt++;
+	b->ti = calloc(nt ? nt : 1, sizeof(*b->ti));
+	b->tip = calloc(nt ? nt : 1, sizeof(*b->tip));
+	b->tb = calloc(nt ? nt : 1, sizeof(*b->tb));
+	if (b->ti && b->tip && b->tb)
+		for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next, i++) {
+			Snapkv__V1__TenantInfo *ti = &b->ti[i];
+			struct snapkvd_ledger_total lt;
+
+			snapkv__v1__tenant_info__init(ti);
+			ti->name = t->name;
+			ti->uid = t->uid;
+			ti->used_bytes = t->used + t->reserved;
+			ti->caches = t->caches;
+			ti->sessions = t->sessions;
+			ti->quota_bytes = t->quota ? t->quota : srv->pool.tenant_quota;
+			snapkvd_ledger_tenant(srv, t, &lt);
+			ledger_bytes(&b->tb[i], &lt);
+			ti->bytes = &b->tb[i];
+			ti->lingering_caches = lt.lingering;
+			b->tip[i] = ti;
+		}
+	r->pool_total = srv->pool.total;
+	r->pool_used = srv->pool.used + srv->pool.reserved;
+	r->pool_reserved = srv->pool.reserved;
+	pthread_mutex_unlock(&srv->pool.mu);
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		for (struct snapkvd_cache *c = x->caches; c; c = c->next)
+			nc++;
+	b->cl = calloc(nc ? nc : 1, sizeof(*b->cl));
+	b->clp = calloc(nc ? nc : 1, sizeof(*b->clp));
+	b->lb = calloc(nc ? nc : 1, sizeof(*b->lb));
+	if (!b->ti || !b->tip || !b->tb || !b->cl || !b->clp || !b->lb) {
+		snapkvd_admin_ledger_free(b);
+		return -ENOMEM;
+	}
+	snapkvd_ledger_totals(srv, &pt);
+	ledger_bytes(&b->pool, &pt);
+	r->pool_bytes = &b->pool;
+	r->lingering_caches = pt.lingering;
+	r->n_tenants = nt;
+	r->tenants = b->tip;
+	i = 0;
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		for (struct snapkvd_cache *c = x->caches; c; c = c->next, i++) {
+			Snapkv__V1__CacheLedger *cl = &b->cl[i];
+			struct snapkvd_ledger_total l = {0};
+			float mn = 0, sum = 0;
+			size_t nm = (size_t)c->layers * c->h_store;
+
+			snapkv__v1__cache_ledger__init(cl);
+			snapkvd_ledger_add(&l, c);
+			cl->id = c->id;
+			cl->tenant = x->tenant->name;
+			cl->layers = c->layers;
+			cl->h_q = c->h_q;
+			cl->h_kv = c->h_kv;
+			cl->head_dim = c->head_dim;
+			cl->dtype_bytes = c->dtype_bytes;
+			cl->prompt_len = c->prompt_len;
+			cl->capacity = c->budget;
+			cl->appended = c->appended;
+			cl->gqa = (Snapkv__V1__Gqa)c->gqa;
+			cl->session_id = x->id;
+			cl->engine = x->name;
+			cl->kept = c->kept;
+			cl->slots = c->slots;
+			for (size_t k = 0; k < nm; k++) {
+				if (k == 0 || c->mass[k] < mn)
+					mn = c->mass[k];
+				sum += c->mass[k];
+			}
+			cl->lingering = c->lingering;
+			cl->requested_budget = c->requested_budget;
+			cl->transport = c->transport;
+			cl->arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
+			cl->mass_min = mn;
+			cl->mass_mean = nm ? sum / nm : 0;
+			ledger_bytes(&b->lb[i], &l);
+			cl->bytes = &b->lb[i];
+			b->clp[i] = cl;
+		}
+	r->n_caches = nc;
+	r->caches = b->clp;
+	return 0;
+}
+
+void snapkvd_admin_ledger_free(struct snapkvd_admin_ledger_buf *b)
+{
+	free(b->ti);
+	free(b->tip);
+	free(b->cl);
+	free(b->clp);
+	free(b->lb);
+	free(b->tb);
+	memset(b, 0, sizeof(*b));
+}
+
 void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len)
 {
 	struct snapkvd_server *srv = s->srv;
 	Snapkv__V1__AdminRequest *req = snapkv__v1__admin_request__unpack(NULL, len, payload);
 	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
-	Snapkv__V1__TenantInfo *ti = NULL, **tip = NULL;
-	Snapkv__V1__CacheLedger *cl = NULL, **clp = NULL;
-	Snapkv__V1__LedgerBytes *lb = NULL, *tb = NULL, pool_lb;
-	struct snapkvd_ledger_total pt;
-	size_t nt = 0, nc = 0;
+	struct snapkvd_admin_ledger_buf lbuf = {0};
 	char *text = NULL;
 	struct snapkvd_admin_pressure_buf *pb = NULL;
 
@@ -115,94 +218,12 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS:
 		break;
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES:
-	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER: {
-		size_t i = 0;
-
-		pthread_mutex_lock(&srv->pool.mu);
-		for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next)
-			nt++;
-		ti = calloc(nt ? nt : 1, sizeof(*ti));
-		tip = calloc(nt ? nt : 1, sizeof(*tip));
-		tb = calloc(nt ? nt : 1, sizeof(*tb));
-		if (ti && tip && tb)
-			for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next, i++) {
-				struct snapkvd_ledger_total lt;
-
-				snapkv__v1__tenant_info__init(&ti[i]);
-				ti[i].name = t->name;
-				ti[i].uid = t->uid;
-				ti[i].used_bytes = t->used + t->reserved;
-				ti[i].caches = t->caches;
-				ti[i].sessions = t->sessions;
-				ti[i].quota_bytes = t->quota ? t->quota : srv->pool.tenant_quota;
-				snapkvd_ledger_tenant(srv, t, &lt);
-				ledger_bytes(&tb[i], &lt);
-				ti[i].bytes = &tb[i];
-				ti[i].lingering_caches = lt.lingering;
-				tip[i] = &ti[i];
-			}
-		r.pool_reserved = srv->pool.reserved;
-		pthread_mutex_unlock(&srv->pool.mu);
-		snapkvd_ledger_totals(srv, &pt);
-		ledger_bytes(&pool_lb, &pt);
-		r.pool_bytes = &pool_lb;
-		r.lingering_caches = pt.lingering;
-		for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-			for (struct snapkvd_cache *c = x->caches; c; c = c->next)
-				nc++;
-		cl = calloc(nc ? nc : 1, sizeof(*cl));
-		clp = calloc(nc ? nc : 1, sizeof(*clp));
-		lb = calloc(nc ? nc : 1, sizeof(*lb));
-		if (!ti || !tip || !tb || !cl || !clp || !lb) {
+	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER:
+		if (snapkvd_admin_ledger_fill(srv, &r, &lbuf) < 0) {
 			r.status = -ENOMEM;
 			r.error = "out of memory";
-			break;
 		}
-		r.n_tenants = nt;
-		r.tenants = tip;
-		i = 0;
-		for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-			for (struct snapkvd_cache *c = x->caches; c; c = c->next, i++) {
-				struct snapkvd_ledger_total l = {0};
-				float mn = 0, sum = 0;
-				size_t nm = (size_t)c->layers * c->h_store;
-
-				snapkv__v1__cache_ledger__init(&cl[i]);
-				snapkvd_ledger_add(&l, c);
-				cl[i].id = c->id;
-				cl[i].tenant = x->tenant->name;
-				cl[i].layers = c->layers;
-				cl[i].h_q = c->h_q;
-				cl[i].h_kv = c->h_kv;
-				cl[i].head_dim = c->head_dim;
-				cl[i].dtype_bytes = c->dtype_bytes;
-				cl[i].prompt_len = c->prompt_len;
-				cl[i].capacity = c->budget;
-				cl[i].appended = c->appended;
-				cl[i].gqa = (Snapkv__V1__Gqa)c->gqa;
-				cl[i].session_id = x->id;
-				cl[i].engine = x->name;
-				cl[i].kept = c->kept;
-				cl[i].slots = c->slots;
-				for (size_t k = 0; k < nm; k++) {
-					if (k == 0 || c->mass[k] < mn)
-						mn = c->mass[k];
-					sum += c->mass[k];
-				}
-				cl[i].lingering = c->lingering;
-				cl[i].requested_budget = c->requested_budget;
-				cl[i].transport = c->transport;
-				cl[i].arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
-				cl[i].mass_min = mn;
-				cl[i].mass_mean = nm ? sum / nm : 0;
-				ledger_bytes(&lb[i], &l);
-				cl[i].bytes = &lb[i];
-				clp[i] = &cl[i];
-			}
-		r.n_caches = nc;
-		r.caches = clp;
 		break;
-	}
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS:
 		text = snapkvd_admin_metrics_text(srv);
 		if (!text) {
@@ -228,12 +249,7 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 	}
 	reply(s, &r);
 	snapkv__v1__admin_request__free_unpacked(req, NULL);
-	free(ti);
-	free(tip);
-	free(cl);
-	free(clp);
-	free(lb);
-	free(tb);
+	snapkvd_admin_ledger_free(&lbuf);
 	free(text);
 	free(pb);
 }

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctl-ledger-json.h"
 #include "snapkvd-ledger.h"
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
@@ -164,80 +165,39 @@ out:
 	return freed;
 }
 
-struct jbuf {
-	char *p;
-	size_t len;
-	FILE *f;
-};
-
-static void jstr(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
-/* The ledger --json schema of `snapkvctl ledger --json`, plus pressure. */
+/*
+ * The hooks' ledger snapshot: the admin LEDGER reply rendered by the very
+ * builder of `snapkvctl ledger --json` (client/ctl-ledger-json.c), plus
+ * "pressure". Same keys, same values as snapkvctl would print now.
+ */
 char *snapkvd_ops_ledger_json(struct snapkvd_server *srv)
 {
-	struct jbuf b = {0};
-	int first = 1;
+	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
+	struct snapkvd_admin_ledger_buf b;
+	json_t *j = NULL;
+	char *text = NULL;
 
-	b.f = open_memstream(&b.p, &b.len);
-	if (!b.f)
+	if (snapkvd_admin_ledger_fill(srv, &r, &b) < 0)
 		return NULL;
-	pthread_mutex_lock(&srv->pool.mu);
-	fprintf(b.f, "{\"pool\":{\"total_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64 "},",
-		srv->pool.total, srv->pool.used + srv->pool.reserved);
-	fprintf(b.f, "\"pressure\":{\"level\":");
-	jstr(b.f, snapkvd_pressure_level_name(snapkvd_pressure_level(srv->ops.pressure)));
-	fprintf(b.f, "},\"tenants\":[");
-	for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next) {
-		fprintf(b.f, "%s{\"name\":", first ? "" : ",");
-		jstr(b.f, t->name);
-		fprintf(b.f, ",\"uid\":%u,\"used_bytes\":%" PRIu64 ",\"caches\":%" PRIu64 "}",
-			(unsigned)t->uid, t->used + t->reserved, t->caches);
-		first = 0;
-	}
-	pthread_mutex_unlock(&srv->pool.mu);
-	fprintf(b.f, "],\"caches\":[");
-	first = 1;
-	for (struct snapkvd_session *s = srv->sessions; s; s = s->next) {
-		for (struct snapkvd_cache *c = s->caches; c; c = c->next) {
-			struct skv_ledger l = {0};
+	j = ctl_ledger_json(&r);
+	if (j && json_object_set_new(j, "pressure",
+				     json_pack("{s:s}", "level",
+					       snapkvd_pressure_level_name(snapkvd_pressure_level(
+						   srv->ops.pressure)))) == 0)
+		text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	if (text) { /* a text file, ending in a newline like snapkvctl's output */
+		size_t n = strlen(text);
+		char *t = realloc(text, n + 2);
 
-			(void)snapkvd_ledger_cache(c, &l);
-			fprintf(b.f, "%s{\"id\":%" PRIu64 ",\"tenant\":", first ? "" : ",", c->id);
-			jstr(b.f, s->tenant ? s->tenant->name : "");
-			fprintf(b.f,
-				",\"layers\":%u,\"h_q\":%u,\"h_kv\":%u,\"head_dim\":%u,"
-				"\"dtype_bytes\":%u,\"prompt_len\":%u,\"capacity\":%u,"
-				"\"appended\":%u,\"gqa\":\"%s\",\"lingering\":%s,\"bytes\":{"
-				"\"native_full\":%" PRIu64 ",\"compact\":%" PRIu64
-				",\"index\":%" PRIu64 ",\"reserved\":%" PRIu64 "}}",
-				c->layers, c->h_q, c->h_kv, c->head_dim, c->dtype_bytes,
-				c->prompt_len, c->budget, c->appended,
-				c->gqa == SKV_GQA_GROUP ? "group" : "expand",
-				c->lingering ? "true" : "false", l.native_full, l.compact, l.index,
-				l.reserved);
-			first = 0;
+		if (t) {
+			t[n] = '\n';
+			t[n + 1] = '\0';
+			text = t;
 		}
 	}
-	fprintf(b.f, "]}\n");
-	if (fclose(b.f) != 0) {
-		free(b.p);
-		return NULL;
-	}
-	return b.p;
+	snapkvd_admin_ledger_free(&b);
+	return text;
 }
 
 static char *cb_ledger_json(void *opaque)

@@ -282,6 +282,21 @@ int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);
 void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len);
 /* Prometheus text exposition of the server; caller frees. */
 char *snapkvd_admin_metrics_text(struct snapkvd_server *srv);
+/*
+ * The ledger part of an admin CACHES/LEDGER reply (pool, tenants, caches),
+ * filled into *r with its arrays in *b; free them with
+ * snapkvd_admin_ledger_free() once *r is no longer used. Also what the hooks'
+ * ledger snapshot is rendered from (snapkvd_ops_ledger_json). 0 or -ENOMEM
+ * (then *r holds no pointer into *b).
+ */
+struct snapkvd_admin_ledger_buf {
+	Snapkv__V1__TenantInfo *ti, **tip;
+	Snapkv__V1__CacheLedger *cl, **clp;
+	Snapkv__V1__LedgerBytes *lb, *tb, pool;
+};
+int snapkvd_admin_ledger_fill(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			      struct snapkvd_admin_ledger_buf *b);
+void snapkvd_admin_ledger_free(struct snapkvd_admin_ledger_buf *b);
 
 /* ops-daemon.c: the operations runtime wired to the server */
 int snapkvd_server_ops_init(struct snapkvd_server *srv);

@@ -37,14 +37,15 @@ OBJS += $(OPS_TESTS:%=$(BUILD)/tests/unit/test-ops-%.o)
 $(OPS_TEST_BINS): $(BUILD)/tests/unit/test-ops-%: $(BUILD)/tests/unit/test-ops-%.o $(LIBSNAPKVD_OPS)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDFLAGS) $(CUNIT_LIBS) -lm
 
-# The policy through a real snapkvd, eight engine processes included.
+# The policy through a real snapkvd, eight engine processes included (jansson:
+# the hooks' ledger snapshot is compared with `snapkvctl ledger --json`).
 OPS_ITEST := $(BUILD)/tests/test-ops-daemon
 OBJS += $(BUILD)/tests/integration/test-ops-daemon.o
 $(BUILD)/tests/integration/test-ops-daemon.o: | $(SKV_PB_H)
 $(OPS_ITEST): $(BUILD)/tests/integration/test-ops-daemon.o $(BUILD)/client/ctl-ops-view.o \
 		$(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD) $(SNAPKVCTL)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/client/ctl-ops-view.o $(SNAPKV_LINK) $(LIBSKVPROTO) \
-		$(LIBSKV) $(PBC_LIBS) $(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+		$(LIBSKV) $(PBC_LIBS) $(BLAS_LIBS) $(JSON_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(OPS_ITEST)
 
 # snapkvctl pressure/top (client/ctl-ops.c, compiled by client/build.mk with

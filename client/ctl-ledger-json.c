@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ctl-ledger-json.c - the capacity ledger as JSON, from an admin LEDGER
+ * reply. snapkvctl renders the reply it received; snapkvd renders the reply
+ * it would send (snapkvd_admin_ledger_fill) into the hooks' snapshot, so the
+ * two cannot drift apart.
+ */
+#include "ctl-ledger-json.h"
+
+const char *ctl_gqa_name(int g)
+{
+	return g == SNAPKV__V1__GQA__GQA_GROUP ? "group" : "expand";
+}
+
+double ctl_ledger_ratio(const Snapkv__V1__LedgerBytes *b)
+{
+	return b && b->native_full ? (double)b->compact / (double)b->native_full : -1.0;
+}
+
+static json_t *ratio_json(const Snapkv__V1__LedgerBytes *b)
+{
+	double x = ctl_ledger_ratio(b);
+
+	return x < 0 ? json_null() : json_real(x);
+}
+
+/* The four SPEC.md lines first (issue 3's schema), then the arena's view. */
+static json_t *bytes_json(const Snapkv__V1__LedgerBytes *b)
+{
+	static const Snapkv__V1__LedgerBytes zero = SNAPKV__V1__LEDGER_BYTES__INIT;
+
+	if (!b)
+		b = &zero;
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "native_full",
+			 (json_int_t)b->native_full, "compact", (json_int_t)b->compact, "index",
+			 (json_int_t)b->index, "reserved", (json_int_t)b->reserved, "real",
+			 (json_int_t)b->real, "allocated", (json_int_t)b->allocated, "padding",
+			 (json_int_t)b->padding);
+}
+
+json_t *ctl_ledger_json(const Snapkv__V1__AdminReply *r)
+{
+	json_t *tenants = json_array(), *caches = json_array();
+	uint64_t free_b = r->pool_total > r->pool_used ? r->pool_total - r->pool_used : 0;
+
+	for (size_t i = 0; i < r->n_tenants; i++) {
+		const Snapkv__V1__TenantInfo *t = r->tenants[i];
+
+		json_array_append_new(
+		    tenants, json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:o, s:o}", "name",
+				       t->name, "uid", (json_int_t)t->uid, "used_bytes",
+				       (json_int_t)t->used_bytes, "caches", (json_int_t)t->caches,
+				       "sessions", (json_int_t)t->sessions, "quota_bytes",
+				       t->quota_bytes ? json_integer((json_int_t)t->quota_bytes)
+						      : json_null(),
+				       "lingering_caches", (json_int_t)t->lingering_caches, "bytes",
+				       bytes_json(t->bytes), "ratio", ratio_json(t->bytes)));
+	}
+	for (size_t i = 0; i < r->n_caches; i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+
+		json_array_append_new(
+		    caches,
+		    json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, "
+			      "s:s, s:I, s:I, s:I, s:I, s:I, s:b}",
+			      "id", (json_int_t)c->id, "tenant", c->tenant, "layers",
+			      (json_int_t)c->layers, "h_q", (json_int_t)c->h_q, "h_kv",
+			      (json_int_t)c->h_kv, "head_dim", (json_int_t)c->head_dim,
+			      "dtype_bytes", (json_int_t)c->dtype_bytes, "prompt_len",
+			      (json_int_t)c->prompt_len, "capacity", (json_int_t)c->capacity,
+			      "appended", (json_int_t)c->appended, "gqa", ctl_gqa_name(c->gqa),
+			      "bytes", bytes_json(c->bytes), "ratio", ratio_json(c->bytes),
+			      "engine", c->engine, "session_id", (json_int_t)c->session_id,
+			      "h_store",
+			      (json_int_t)(c->gqa == SNAPKV__V1__GQA__GQA_GROUP ? c->h_kv : c->h_q),
+			      "kept", (json_int_t)c->kept, "slots", (json_int_t)c->slots,
+			      "requested_capacity", (json_int_t)c->requested_budget, "lingering",
+			      (int)c->lingering));
+	}
+	/* per cache: the transports its inputs and its arena really used */
+	for (size_t i = 0; i < r->n_caches && i < json_array_size(caches); i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+		json_t *e = json_array_get(caches, i);
+
+		json_object_set_new(e, "transport", json_string(c->transport ? c->transport : ""));
+		json_object_set_new(e, "arena_transport",
+				    json_string(c->arena_transport ? c->arena_transport : ""));
+	}
+	return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}, s:o, s:o}", "pool",
+			 "total_bytes", (json_int_t)r->pool_total, "used_bytes",
+			 (json_int_t)r->pool_used, "reserved_bytes", (json_int_t)r->pool_reserved,
+			 "free_bytes", (json_int_t)free_b, "caches", (json_int_t)r->n_caches,
+			 "lingering_caches", (json_int_t)r->lingering_caches, "bytes",
+			 bytes_json(r->pool_bytes), "ratio", ratio_json(r->pool_bytes), "tenants",
+			 tenants, "caches", caches);
+}
