@@ -20,7 +20,8 @@ static const struct ctl_cmd cmds[] = {
     {"caches", "compact caches the daemon holds", ctl_caches},
     {"ledger", "capacity ledger per cache, tenant and pool (--json)", ctl_ledger},
     {"metrics", "Prometheus text exposition of the daemon's metrics", ctl_metrics},
-    {"pressure", "memory pressure: level, watermarks, transitions; `set` changes them", ctl_pressure},
+    {"pressure", "memory pressure: level, watermarks, transitions; `set` changes them",
+     ctl_pressure},
     {"top", "live view: pool, tenants, compactions/s, p50/p99, retained mass", ctl_top},
 };
 
@@ -138,7 +139,8 @@ int main(int argc, char **argv)
 		} else if (strncmp(argv[a], "--socket=", 9) == 0 && argv[a][9]) {
 			sock = argv[a] + 9;
 		} else {
-			ctl_err(NULL, "unknown option \"%s\" before the command (see snapkvctl --help)",
+			ctl_err(NULL,
+				"unknown option \"%s\" before the command (see snapkvctl --help)",
 				argv[a]);
 			return CTL_EXIT_USAGE;
 		}

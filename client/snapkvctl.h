@@ -29,8 +29,8 @@ struct ctl_cmd {
 
 /* Subcommands (one file each; others declare theirs in their own header,
  * e.g. ctl-daemon.h). */
-int ctl_compact(int argc, char **argv); /* ctl-compact.c */
-int ctl_inspect(int argc, char **argv); /* ctl-inspect.c */
+int ctl_compact(int argc, char **argv);	 /* ctl-compact.c */
+int ctl_inspect(int argc, char **argv);	 /* ctl-inspect.c */
 int ctl_pressure(int argc, char **argv); /* ctl-ops.c */
 int ctl_top(int argc, char **argv);	 /* ctl-ops.c */
 

@@ -47,9 +47,9 @@ static int take(struct cursor *c, uint64_t n, const uint8_t **ret_p, const char 
 {
 	if (n > remaining(c))
 		return tl_fail(c->err, -EBADMSG,
-			    "gguf: %s: needs %llu bytes at offset %llu, file has %llu", what,
-			    (unsigned long long)n, (unsigned long long)c->off,
-			    (unsigned long long)c->size);
+			       "gguf: %s: needs %llu bytes at offset %llu, file has %llu", what,
+			       (unsigned long long)n, (unsigned long long)c->off,
+			       (unsigned long long)c->size);
 	*ret_p = c->buf + c->off;
 	c->off += n;
 	return 0;
@@ -83,14 +83,14 @@ static int rd_str(struct cursor *c, struct tl_str *ret_s, uint64_t max, const ch
 	if (r < 0)
 		return r;
 	if (n > max)
-		return tl_fail(c->err, -EBADMSG, "gguf: %s: string length %llu over limit %llu", what,
-			    (unsigned long long)n, (unsigned long long)max);
+		return tl_fail(c->err, -EBADMSG, "gguf: %s: string length %llu over limit %llu",
+			       what, (unsigned long long)n, (unsigned long long)max);
 	if (n > remaining(c))
 		return tl_fail(c->err, -EBADMSG,
-			    "gguf: %s: string length %llu at offset %llu runs past end of file "
-			    "(%llu bytes)",
-			    what, (unsigned long long)n, (unsigned long long)c->off,
-			    (unsigned long long)c->size);
+			       "gguf: %s: string length %llu at offset %llu runs past end of file "
+			       "(%llu bytes)",
+			       what, (unsigned long long)n, (unsigned long long)c->off,
+			       (unsigned long long)c->size);
 	r = take(c, n, &p, what);
 	if (r < 0)
 		return r;
@@ -154,7 +154,7 @@ static int rd_scalar(struct cursor *c, enum tl_gguf_type t, struct tl_gguf_value
 	case TL_GGUF_BOOL:
 		if (p[0] > 1)
 			return tl_fail(c->err, -EBADMSG, "gguf: bool value %u is neither 0 nor 1",
-				    p[0]);
+				       p[0]);
 		v->u = p[0];
 		break;
 	case TL_GGUF_UINT16: {
@@ -211,7 +211,7 @@ static int skip_array(struct cursor *c, unsigned depth)
 
 	if (depth > TL_GGUF_MAX_DEPTH)
 		return tl_fail(c->err, -EBADMSG, "gguf: arrays nested deeper than %u",
-			    TL_GGUF_MAX_DEPTH);
+			       TL_GGUF_MAX_DEPTH);
 	if ((r = rd_u32(c, &et, "array type")) < 0 || (r = rd_u64(c, &n, "array count")) < 0)
 		return r;
 	if (et >= TL_GGUF_TYPE_COUNT)
@@ -221,8 +221,8 @@ static int skip_array(struct cursor *c, unsigned depth)
 		uint64_t min = et == TL_GGUF_STRING ? 8 : 12;
 		if (n > remaining(c) / min)
 			return tl_fail(c->err, -EBADMSG,
-				    "gguf: array count %llu cannot fit in the %llu bytes left",
-				    (unsigned long long)n, (unsigned long long)remaining(c));
+				       "gguf: array count %llu cannot fit in the %llu bytes left",
+				       (unsigned long long)n, (unsigned long long)remaining(c));
 		for (uint64_t i = 0; i < n; i++) {
 			struct tl_str s;
 			r = et == TL_GGUF_STRING ? rd_str(c, &s, UINT64_MAX, "array string")
@@ -236,7 +236,7 @@ static int skip_array(struct cursor *c, unsigned depth)
 	uint64_t sz = scalar_size(et);
 	if (n > remaining(c) / sz)
 		return tl_fail(c->err, -EBADMSG, "gguf: array of %llu %s runs past end of file",
-			    (unsigned long long)n, tl_gguf_type_name(et));
+			       (unsigned long long)n, tl_gguf_type_name(et));
 	return take(c, n * sz, &p, "array data");
 }
 
@@ -274,7 +274,7 @@ static int rd_value(struct tl_gguf *g, struct cursor *c, uint32_t type, struct t
 		struct tl_str *strs = calloc(n ? n : 1, sizeof(*strs));
 		if (!strs)
 			return tl_fail(c->err, -ENOMEM, "gguf: out of memory for %llu strings",
-				    (unsigned long long)n);
+				       (unsigned long long)n);
 		for (uint64_t i = 0; i < n; i++) {
 			r = rd_str(c, &strs[i], UINT64_MAX, "array string");
 			if (r < 0) {
@@ -288,8 +288,8 @@ static int rd_value(struct tl_gguf *g, struct cursor *c, uint32_t type, struct t
 	} else if (et == TL_GGUF_ARRAY) {
 		if (n > remaining(c) / 12)
 			return tl_fail(c->err, -EBADMSG,
-				    "gguf: array count %llu cannot fit in the %llu bytes left",
-				    (unsigned long long)n, (unsigned long long)remaining(c));
+				       "gguf: array count %llu cannot fit in the %llu bytes left",
+				       (unsigned long long)n, (unsigned long long)remaining(c));
 		for (uint64_t i = 0; i < n; i++)
 			if ((r = skip_array(c, 2)) < 0)
 				return r;
@@ -297,10 +297,11 @@ static int rd_value(struct tl_gguf *g, struct cursor *c, uint32_t type, struct t
 		const uint8_t *p = NULL;
 		uint64_t sz = scalar_size(et);
 		if (n > remaining(c) / sz)
-			return tl_fail(c->err, -EBADMSG,
-				    "gguf: array of %llu %s at offset %llu runs past end of file",
-				    (unsigned long long)n, tl_gguf_type_name(et),
-				    (unsigned long long)c->off);
+			return tl_fail(
+			    c->err, -EBADMSG,
+			    "gguf: array of %llu %s at offset %llu runs past end of file",
+			    (unsigned long long)n, tl_gguf_type_name(et),
+			    (unsigned long long)c->off);
 		if ((r = take(c, n * sz, &p, "array data")) < 0)
 			return r;
 	}
@@ -335,19 +336,20 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 	if ((r = rd_u32(&c, &g->version, "version")) < 0)
 		return r;
 	if (g->version != 3)
-		return tl_fail(err, -ENOTSUP, "gguf: version %u not supported (only 3)", g->version);
+		return tl_fail(err, -ENOTSUP, "gguf: version %u not supported (only 3)",
+			       g->version);
 	if ((r = rd_u64(&c, &g->n_tensors, "tensor count")) < 0 ||
 	    (r = rd_u64(&c, &g->n_kv, "metadata count")) < 0)
 		return r;
 	/* A key/value takes at least 8 + 4 + 1 bytes, a tensor info at least 8 + 4 + 4 + 8. */
 	if (g->n_kv > TL_GGUF_MAX_KV || g->n_kv > remaining(&c) / 13)
 		return tl_fail(err, -EBADMSG,
-			    "gguf: metadata count %llu impossible for a %llu-byte file",
-			    (unsigned long long)g->n_kv, (unsigned long long)g->size);
+			       "gguf: metadata count %llu impossible for a %llu-byte file",
+			       (unsigned long long)g->n_kv, (unsigned long long)g->size);
 	if (g->n_tensors > TL_GGUF_MAX_TENSORS || g->n_tensors > remaining(&c) / 24)
 		return tl_fail(err, -EBADMSG,
-			    "gguf: tensor count %llu impossible for a %llu-byte file",
-			    (unsigned long long)g->n_tensors, (unsigned long long)g->size);
+			       "gguf: tensor count %llu impossible for a %llu-byte file",
+			       (unsigned long long)g->n_tensors, (unsigned long long)g->size);
 
 	g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->kv));
 	g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*g->tensors));
@@ -363,12 +365,12 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 			return r;
 		if (kv->key.n == 0)
 			return tl_fail(err, -EBADMSG, "gguf: metadata key %llu is empty",
-				    (unsigned long long)i);
+				       (unsigned long long)i);
 		for (uint64_t j = 0; j < i; j++)
 			if (g->kv[j].key.n == kv->key.n &&
 			    !memcmp(g->kv[j].key.p, kv->key.p, kv->key.n))
 				return tl_fail(err, -EBADMSG, "gguf: duplicate metadata key '%.*s'",
-					    (int)kv->key.n, kv->key.p);
+					       (int)kv->key.n, kv->key.p);
 		if ((r = rd_u32(&c, &type, "metadata type")) < 0)
 			return r;
 		if ((r = rd_value(g, &c, type, &kv->val)) < 0) {
@@ -382,8 +384,8 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 		if (tl_str_eq(kv->key, "general.alignment")) {
 			if (kv->val.type != TL_GGUF_UINT32)
 				return tl_fail(err, -EBADMSG,
-					    "gguf: general.alignment is %s, not uint32",
-					    tl_gguf_type_name(kv->val.type));
+					       "gguf: general.alignment is %s, not uint32",
+					       tl_gguf_type_name(kv->val.type));
 			uint64_t a = kv->val.u;
 			if (a == 0 || (a & (a - 1)) || a > TL_GGUF_MAX_ALIGN)
 				return tl_fail(
@@ -402,8 +404,8 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 			return r;
 		if (t->n_dims == 0 || t->n_dims > TL_GGUF_MAX_DIMS)
 			return tl_fail(err, -EBADMSG,
-				    "gguf: tensor '%.*s' has %u dims (1..%u allowed)",
-				    (int)t->name.n, t->name.p, t->n_dims, TL_GGUF_MAX_DIMS);
+				       "gguf: tensor '%.*s' has %u dims (1..%u allowed)",
+				       (int)t->name.n, t->name.p, t->n_dims, TL_GGUF_MAX_DIMS);
 		t->n_elems = 1;
 		for (uint32_t d = 0; d < TL_GGUF_MAX_DIMS; d++) {
 			t->ne[d] = 1;
@@ -425,7 +427,7 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 			if (g->tensors[j].name.n == t->name.n &&
 			    !memcmp(g->tensors[j].name.p, t->name.p, t->name.n))
 				return tl_fail(err, -EBADMSG, "gguf: duplicate tensor '%.*s'",
-					    (int)t->name.n, t->name.p);
+					       (int)t->name.n, t->name.p);
 	}
 
 	/* The data section starts at the next multiple of the alignment. */
@@ -433,17 +435,17 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 	g->data_offset = (c.off + a - 1) / a * a;
 	if (g->data_offset > g->size)
 		return tl_fail(err, -EBADMSG,
-			    "gguf: data section at %llu starts past end of file (%llu)",
-			    (unsigned long long)g->data_offset, (unsigned long long)g->size);
+			       "gguf: data section at %llu starts past end of file (%llu)",
+			       (unsigned long long)g->data_offset, (unsigned long long)g->size);
 	uint64_t data_size = g->size - g->data_offset;
 
 	for (uint64_t i = 0; i < g->n_tensors; i++) {
 		struct tl_gguf_tensor *t = &g->tensors[i];
 		if (t->offset % a)
 			return tl_fail(err, -EBADMSG,
-				    "gguf: tensor '%.*s' offset %llu not aligned to %llu",
-				    (int)t->name.n, t->name.p, (unsigned long long)t->offset,
-				    (unsigned long long)a);
+				       "gguf: tensor '%.*s' offset %llu not aligned to %llu",
+				       (int)t->name.n, t->name.p, (unsigned long long)t->offset,
+				       (unsigned long long)a);
 		if (t->type != TL_GGML_F32) {
 			/* Size unknown to this reader: only the start is checked. */
 			if (t->offset > data_size)
@@ -456,18 +458,20 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 		}
 		if (t->n_elems > UINT64_MAX / 4)
 			return tl_fail(err, -EBADMSG, "gguf: tensor '%.*s' size overflows",
-				    (int)t->name.n, t->name.p);
+				       (int)t->name.n, t->name.p);
 		t->nbytes = t->n_elems * 4;
 		if (t->offset > data_size || t->nbytes > data_size - t->offset)
-			return tl_fail(err, -EBADMSG,
-				    "gguf: tensor '%.*s' [%llu, +%llu) runs past end of data (%llu "
-				    "bytes)",
-				    (int)t->name.n, t->name.p, (unsigned long long)t->offset,
-				    (unsigned long long)t->nbytes, (unsigned long long)data_size);
+			return tl_fail(
+			    err, -EBADMSG,
+			    "gguf: tensor '%.*s' [%llu, +%llu) runs past end of data (%llu "
+			    "bytes)",
+			    (int)t->name.n, t->name.p, (unsigned long long)t->offset,
+			    (unsigned long long)t->nbytes, (unsigned long long)data_size);
 		if ((g->data_offset + t->offset) % 4)
-			return tl_fail(err, -ENOTSUP,
-				    "gguf: tensor '%.*s' data not 4-byte aligned (alignment %llu)",
-				    (int)t->name.n, t->name.p, (unsigned long long)a);
+			return tl_fail(
+			    err, -ENOTSUP,
+			    "gguf: tensor '%.*s' data not 4-byte aligned (alignment %llu)",
+			    (int)t->name.n, t->name.p, (unsigned long long)a);
 		t->data = g->buf + g->data_offset + t->offset;
 	}
 	return 0;
@@ -582,7 +586,7 @@ int tl_gguf_get_u32(const struct tl_gguf *g, const char *key, uint32_t *ret_v, s
 		return 0;
 	default:
 		return tl_fail(err, -EBADMSG, "gguf: metadata '%s' is %s, not an integer", key,
-			    tl_gguf_type_name(kv->val.type));
+			       tl_gguf_type_name(kv->val.type));
 	}
 	return tl_fail(err, -EBADMSG, "gguf: metadata '%s' out of range", key);
 }
@@ -594,7 +598,7 @@ int tl_gguf_get_f32(const struct tl_gguf *g, const char *key, float *ret_v, stru
 		return tl_fail(err, -ENOENT, "gguf: metadata '%s' missing", key);
 	if (kv->val.type != TL_GGUF_FLOAT32 && kv->val.type != TL_GGUF_FLOAT64)
 		return tl_fail(err, -EBADMSG, "gguf: metadata '%s' is %s, not a float", key,
-			    tl_gguf_type_name(kv->val.type));
+			       tl_gguf_type_name(kv->val.type));
 	*ret_v = (float)kv->val.f;
 	return 0;
 }

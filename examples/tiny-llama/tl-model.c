@@ -26,15 +26,16 @@ static int get_w(const struct tl_gguf *g, const char *name, uint64_t ne0, uint64
 	if (!t)
 		return tl_fail(err, -EBADMSG, "model: tensor '%s' missing", name);
 	if (t->type != TL_GGML_F32 || !t->data)
-		return tl_fail(err, -EBADMSG, "model: tensor '%s' is ggml type %u, only F32 supported",
-			    name, t->type);
+		return tl_fail(err, -EBADMSG,
+			       "model: tensor '%s' is ggml type %u, only F32 supported", name,
+			       t->type);
 	uint32_t want_dims = ne1 ? 2 : 1;
 	if (t->n_dims != want_dims || t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1))
 		return tl_fail(err, -EBADMSG,
-			    "model: tensor '%s' has shape [%llu, %llu] (%u dims), expected "
-			    "[%llu, %llu]",
-			    name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-			    t->n_dims, (unsigned long long)ne0, (unsigned long long)ne1);
+			       "model: tensor '%s' has shape [%llu, %llu] (%u dims), expected "
+			       "[%llu, %llu]",
+			       name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+			       t->n_dims, (unsigned long long)ne0, (unsigned long long)ne1);
 	*ret = t->data;
 	return 0;
 }
@@ -81,9 +82,9 @@ int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err
 	    c->n_heads % c->n_kv_heads || c->dim % c->n_heads || c->hidden_dim == 0 ||
 	    c->hidden_dim > 4 * TL_MAX_DIM) {
 		r = tl_fail(err, -EBADMSG,
-			 "model: inconsistent shape dim %u layers %u heads %u/%u "
-			 "hidden %u",
-			 c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->hidden_dim);
+			    "model: inconsistent shape dim %u layers %u heads %u/%u "
+			    "hidden %u",
+			    c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->hidden_dim);
 		goto fail;
 	}
 	c->head_dim = c->dim / c->n_heads;
@@ -94,8 +95,8 @@ int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err
 	if (c->head_dim % 2 || rope_dims != c->head_dim || !(c->norm_eps > 0) ||
 	    !(c->rope_base > 1)) {
 		r = tl_fail(err, -EBADMSG,
-			 "model: head_dim %u / rope dims %u / eps / base unsupported", c->head_dim,
-			 rope_dims);
+			    "model: head_dim %u / rope dims %u / eps / base unsupported",
+			    c->head_dim, rope_dims);
 		goto fail;
 	}
 	if ((r = tl_tok_load(g, &m->tok, err)) < 0)

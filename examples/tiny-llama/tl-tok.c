@@ -71,7 +71,7 @@ static int get_arr(const struct tl_gguf *g, const char *key, enum tl_gguf_type e
 		return tl_fail(err, -EBADMSG, "tokenizer: '%s' missing", key);
 	if (kv->val.type != TL_GGUF_ARRAY || kv->val.arr.type != et)
 		return tl_fail(err, -EBADMSG, "tokenizer: '%s' is not an array of %s", key,
-			    tl_gguf_type_name(et));
+			       tl_gguf_type_name(et));
 	*ret = &kv->val;
 	return 0;
 }
@@ -89,12 +89,13 @@ int tl_tok_load(const struct tl_gguf *g, struct tl_tok **ret_tok, struct tl_err 
 	    (r = get_arr(g, "tokenizer.ggml.token_type", TL_GGUF_INT32, &types, err)) < 0)
 		return r;
 	if (toks->arr.n == 0 || toks->arr.n > TL_TOK_MAX_VOCAB)
-		return tl_fail(err, -EBADMSG, "tokenizer: vocabulary of %llu tokens (1..%u allowed)",
-			    (unsigned long long)toks->arr.n, TL_TOK_MAX_VOCAB);
+		return tl_fail(err, -EBADMSG,
+			       "tokenizer: vocabulary of %llu tokens (1..%u allowed)",
+			       (unsigned long long)toks->arr.n, TL_TOK_MAX_VOCAB);
 	if (scores->arr.n != toks->arr.n || (types && types->arr.n != toks->arr.n))
 		return tl_fail(err, -EBADMSG, "tokenizer: %llu tokens but %llu scores / %llu types",
-			    (unsigned long long)toks->arr.n, (unsigned long long)scores->arr.n,
-			    types ? (unsigned long long)types->arr.n : 0ull);
+			       (unsigned long long)toks->arr.n, (unsigned long long)scores->arr.n,
+			       types ? (unsigned long long)types->arr.n : 0ull);
 
 	t = calloc(1, sizeof(*t));
 	if (!t)
@@ -113,7 +114,7 @@ int tl_tok_load(const struct tl_gguf *g, struct tl_tok **ret_tok, struct tl_err 
 		struct tl_str s = toks->arr.strs[i];
 		if (s.n > TL_TOK_MAX_PIECE) {
 			r = tl_fail(err, -EBADMSG, "tokenizer: token %u is %llu bytes long", i,
-				 (unsigned long long)s.n);
+				    (unsigned long long)s.n);
 			goto fail;
 		}
 		t->pieces[i] = malloc(s.n + 1);
