@@ -1059,12 +1059,29 @@ static void tensor_msg(const struct skv_tensor_ref *t, Snapkv__V1__TensorRef *m)
 	m->block_stride = t->block_stride;
 }
 
+SKV_EXPORT int skv_compact_desc_wait_flag(struct skv_compact_desc *d,
+					  const struct skv_buffer *flag_buf, uint64_t offset,
+					  uint32_t value, uint32_t timeout_ms)
+{
+	if (!d || !flag_buf || offset % 4 ||
+	    d->desc_size <
+		offsetof(struct skv_compact_desc, wait_ipc_event) + sizeof(d->wait_ipc_event))
+		return -EINVAL;
+	d->prefill_wait = SKV_WAIT_CUDA_FLAG;
+	d->wait_buffer = flag_buf;
+	d->wait_offset = offset;
+	d->wait_value = value;
+	d->wait_timeout_ms = timeout_ms;
+	return 0;
+}
+
 SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 				  struct skv_request **ret_req)
 {
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
 	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
 	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	Snapkv__V1__PrefillWait pw;
 	Snapkv__V1__Range rg[SKV_MAX_PROTECTED], *rgp[SKV_MAX_PROTECTED];
 	Snapkv__V1__LayerRef *lr = NULL, **lrp = NULL;
 	Snapkv__V1__TensorRef *tr = NULL;
@@ -1129,6 +1146,21 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	if (d->desc_size >= offsetof(struct skv_compact_desc, out_arena) + sizeof(d->out_arena) &&
 	    d->out_arena == SKV_ARENA_CUDA)
 		cr.out_arena = SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM;
+	if (d->desc_size >=
+		offsetof(struct skv_compact_desc, wait_ipc_event) + sizeof(d->wait_ipc_event) &&
+	    d->prefill_wait != SKV_WAIT_NONE) {
+		snapkv__v1__prefill_wait__init(&pw);
+		pw.kind = (Snapkv__V1__PrefillWaitKind)d->prefill_wait;
+		pw.buffer_id = d->wait_buffer ? d->wait_buffer->id : 0;
+		pw.offset = d->wait_offset;
+		pw.value = d->wait_value;
+		pw.timeout_ms = d->wait_timeout_ms;
+		if (d->prefill_wait == SKV_WAIT_CUDA_IPC_EVENT) {
+			pw.ipc_event.data = (uint8_t *)d->wait_ipc_event;
+			pw.ipc_event.len = sizeof(d->wait_ipc_event);
+		}
+		cr.prefill_wait = &pw;
+	}
 	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
 	req.compact = &cr;
 	pthread_mutex_lock(&c->mu);
@@ -1290,6 +1322,10 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 	}
 	r = collect(c, rq->slot, &resp);
 result:
+	/* the daemon's -ETIMEDOUT (a prefill wait not signalled in time) is
+	 * -ETIME here: -ETIMEDOUT from this call means "not freed, wait again" */
+	if (r == -ETIMEDOUT)
+		r = -ETIME;
 	if (r < 0)
 		goto out;
 	if (resp->result_case != SNAPKV__V1__RESPONSE__RESULT_CACHE) {

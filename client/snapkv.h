@@ -125,6 +125,12 @@ enum skv_arena_kind {
 	SKV_ARENA_CUDA = 2, /* the session's GPU arena (skv_client_cuda_arena) */
 };
 
+enum skv_prefill_wait {
+	SKV_WAIT_NONE = 0,
+	SKV_WAIT_CUDA_IPC_EVENT = 1,
+	SKV_WAIT_CUDA_FLAG = 2,
+};
+
 struct skv_compact_desc {
 	uint32_t desc_size; /* sizeof(struct skv_compact_desc) */
 	struct skv_shape shape;
@@ -138,7 +144,29 @@ struct skv_compact_desc {
 	int evictable;
 	/* since SNAPKV_1.2, read when desc_size covers it */
 	enum skv_arena_kind out_arena;
+	/* since SNAPKV_1.3, read when desc_size covers them (--backend cuda):
+	 * run only once the engine's prefill is done, without synchronising
+	 * first. SKV_WAIT_CUDA_FLAG: the daemon's stream waits until the u32 at
+	 * byte wait_offset (4-aligned) of the registered CUDA buffer wait_buffer
+	 * is >= wait_value; not reached within wait_timeout_ms (0: the daemon's
+	 * prefill_wait_max_ms, default 10 s), the daemon writes wait_value there
+	 * itself and the request fails (-ETIMEDOUT on the wire, -ETIME from
+	 * skv_request_wait/skv_client_compact). Use a fresh value per
+	 * request (a sequence number), since a flag at >= value releases at once.
+	 * SKV_WAIT_CUDA_IPC_EVENT (wait_ipc_event: cudaIpcGetEventHandle's 64
+	 * bytes) is refused with -ENOTSUP by this daemon version. */
+	enum skv_prefill_wait prefill_wait;
+	const struct skv_buffer *wait_buffer;
+	uint64_t wait_offset;
+	uint32_t wait_value;
+	uint32_t wait_timeout_ms;
+	uint8_t wait_ipc_event[64];
 };
+
+/* Fill the SNAPKV_1.3 wait fields of d for a CUDA_FLAG wait (desc_size must
+ * cover them). -EINVAL for a NULL desc/buffer or an unaligned offset. */
+int skv_compact_desc_wait_flag(struct skv_compact_desc *d, const struct skv_buffer *flag_buf,
+			       uint64_t offset, uint32_t value, uint32_t timeout_ms);
 
 /* SPEC.md reference defaults: snapkvd, W 32, C 2048, k 5, avg, expand, S 4. */
 void skv_client_params_init(struct skv_params *p);
@@ -155,7 +183,9 @@ int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 int skv_request_poll(struct skv_request *r);
 /*
  * Wait (timeout_ms < 0: forever) for a compaction; on success *ret_cache is
- * the new cache. The request is freed unless -ETIMEDOUT is returned.
+ * the new cache. The request is freed unless -ETIMEDOUT is returned. A
+ * prefill wait the engine did not signal in time (the daemon's -ETIMEDOUT)
+ * is returned as -ETIME, the request freed.
  */
 int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **ret_cache);
 /* submit + wait */

@@ -21,7 +21,10 @@
  * duration (zero-copy over the bus; transport "memfd, cuda host-mapped"),
  * one stream, synchronised before the completion is posted. The CUDA path
  * runs one worker: host registrations are per range, and two jobs sharing a
- * buffer on two workers would unregister it under each other.
+ * buffer on two workers would unregister it under each other. A request may
+ * carry a prefill wait (a flag word in an engine buffer): the stream waits
+ * on it before the kernels, and a waiter thread writes the flag itself when
+ * the engine has not by the deadline, failing the job with -ETIMEDOUT.
  */
 #include <errno.h>
 #include <math.h>
@@ -30,6 +33,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/cuda/skv-backend.h"
@@ -41,6 +45,12 @@ struct snapkvd_worker {
 	struct snapkvd_compactor *c;
 	struct skv_ctx *ctx;
 	struct skv_cuda_ctx *gctx; /* --backend cuda */
+	/* a prefill wait in progress (under c->mu): the timer releases it at
+	 * wait_deadline by writing wait_value into wait_flag */
+	void *wait_flag;
+	uint32_t wait_value;
+	uint64_t wait_deadline;
+	bool wait_fired;
 	pthread_t thread;
 	bool started;
 };
@@ -52,6 +62,12 @@ struct snapkvd_compactor {
 	char gpu_desc[320];
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
+	/* --backend cuda: the thread that releases prefill waits past their
+	 * deadline (its own thread: the loop thread may block in a device-wide
+	 * synchronisation, e.g. releasing an import, behind the very wait) */
+	pthread_cond_t wcond; /* CLOCK_MONOTONIC */
+	pthread_t waiter;
+	bool waiter_started, waiter_stop; /* stopped after the workers */
 	struct snapkvd_job *queue, **queue_tail;
 	struct snapkvd_job *done;
 	unsigned pending; /* queued + running + done-not-reaped */
@@ -230,6 +246,63 @@ overflow:
 	return -ERANGE;
 }
 
+/*
+ * CompactRequest.prefill_wait: a CUDA_FLAG is a 4-aligned word inside a
+ * registered CUDA buffer of the session, held by the job like its tensors.
+ */
+static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w, char *err,
+			size_t errlen)
+{
+	const struct snapkvd_server *srv = j->s->srv;
+	struct snapkvd_buffer *b;
+
+	if (!srv->gpu) {
+		snprintf(err, errlen,
+			 "prefill_wait needs snapkvd --backend cuda; this daemon runs the %s "
+			 "backend (synchronise before submitting instead)",
+			 srv->cfg.backend);
+		return -ENOTSUP;
+	}
+	if (w->timeout_ms > srv->cfg.prefill_wait_max_ms) {
+		snprintf(err, errlen, "prefill_wait timeout_ms %u exceeds prefill_wait_max_ms %u",
+			 w->timeout_ms, srv->cfg.prefill_wait_max_ms);
+		return -E2BIG;
+	}
+	if (w->kind == SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_IPC_EVENT) {
+		snprintf(err, errlen,
+			 "prefill_wait CUDA_IPC_EVENT is not wired yet: use CUDA_FLAG");
+		return -ENOTSUP;
+	}
+	if (w->kind != SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_FLAG) {
+		snprintf(err, errlen, "unknown prefill_wait kind %d", (int)w->kind);
+		return -EINVAL;
+	}
+	b = find_buffer(j->s, w->buffer_id);
+	if (!b) {
+		snprintf(err, errlen, "prefill_wait: buffer %llu is not registered",
+			 (unsigned long long)w->buffer_id);
+		return -ENOENT;
+	}
+	if (!b->imp) {
+		snprintf(err, errlen, "prefill_wait: buffer %llu is not a CUDA buffer",
+			 (unsigned long long)w->buffer_id);
+		return -EINVAL;
+	}
+	if (w->offset % 4 || b->size < 4 || w->offset > b->size - 4) {
+		snprintf(err, errlen,
+			 "prefill_wait: offset %llu is not a 4-aligned word inside buffer %llu "
+			 "(%llu bytes)",
+			 (unsigned long long)w->offset, (unsigned long long)b->id,
+			 (unsigned long long)b->size);
+		return -ERANGE;
+	}
+	hold_buffer(j, b);
+	j->wait_flag = (void *)(b->map + w->offset); /* a device address */
+	j->wait_value = w->value;
+	j->wait_ms = w->timeout_ms ? w->timeout_ms : srv->cfg.prefill_wait_max_ms;
+	return 0;
+}
+
 static int limit(uint32_t v, uint32_t lo, uint32_t hi, const char *what, char *err, size_t errlen)
 {
 	if (v < lo) {
@@ -402,7 +475,7 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 		}
 		memcpy(j->block_table, req->block_table, req->n_block_table * sizeof(int32_t));
 	}
-	j->bufs = calloc((size_t)req->layers * 3, sizeof(*j->bufs));
+	j->bufs = calloc((size_t)req->layers * 3 + 1, sizeof(*j->bufs)); /* + the wait flag's */
 	j->in = calloc(req->layers, sizeof(*j->in));
 	j->out = calloc(req->layers, sizeof(*j->out));
 	c = j->cache = calloc(1, sizeof(*c));
@@ -440,6 +513,12 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 			r = -EINVAL;
 			goto fail;
 		}
+	}
+	if (req->prefill_wait && req->prefill_wait->kind !=
+				     SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_UNSPECIFIED) {
+		r = resolve_wait(j, req->prefill_wait, err, errlen);
+		if (r < 0)
+			goto fail;
 	}
 	if (req->out_dtype && (enum skv_dtype)req->out_dtype != odt) {
 		snprintf(err, errlen, "out_dtype must equal the K/V dtype");
@@ -672,10 +751,35 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 			r = -ENOTSUP;
 		}
 	}
+	if (r == 0 && j->wait_flag) {
+		/* armed before the wait: the emulator's stream wait blocks here */
+		pthread_mutex_lock(&w->c->mu);
+		w->wait_flag = j->wait_flag;
+		w->wait_value = j->wait_value;
+		w->wait_deadline = snapkvd_now_ns() + (uint64_t)j->wait_ms * 1000000u;
+		w->wait_fired = false;
+		pthread_cond_signal(&w->c->wcond);
+		pthread_mutex_unlock(&w->c->mu);
+		r = o->ctx_wait_value(w->gctx, j->wait_flag, j->wait_value, kerr);
+	}
 	if (r == 0)
 		r = o->compact(w->gctx, &j->shape, &j->params, ca->layers, j->in, j->out, kerr);
 	if (r == 0)
 		r = o->ctx_sync(w->gctx, kerr);
+	if (j->wait_flag) {
+		bool fired;
+
+		pthread_mutex_lock(&w->c->mu);
+		fired = w->wait_fired;
+		w->wait_flag = NULL;
+		pthread_mutex_unlock(&w->c->mu);
+		if (fired) { /* the kernels ran on unsignalled input: discard */
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "prefill_wait: flag not reached (>= %u) within %u ms",
+				 j->wait_value, j->wait_ms);
+			r = -ETIMEDOUT;
+		}
+	}
 	while (n_done)
 		o->host_unregister(dev, done[--n_done]);
 	return r;
@@ -740,6 +844,54 @@ static void *worker(void *arg)
 }
 
 /*
+ * An engine that never sets its flag must not hold a worker forever: at the
+ * deadline the flag gets the value from here (under c->mu, so the worker
+ * cannot drop the buffer meanwhile), the stream runs on and the job fails
+ * with -ETIMEDOUT.
+ */
+static void *waiter(void *arg)
+{
+	struct snapkvd_compactor *c = arg;
+	const struct skv_backend_ops *o = c->srv->gpu->ops;
+
+	pthread_mutex_lock(&c->mu);
+	while (!c->waiter_stop) {
+		uint64_t now = snapkvd_now_ns(), next = UINT64_MAX;
+
+		for (unsigned i = 0; i < c->n_workers; i++) {
+			struct snapkvd_worker *w = &c->w[i];
+			struct skv_error kerr = {{0}, -1, -1};
+			int r;
+
+			if (!w->wait_flag || w->wait_fired)
+				continue;
+			if (now < w->wait_deadline) {
+				next = w->wait_deadline < next ? w->wait_deadline : next;
+				continue;
+			}
+			w->wait_fired = true;
+			r = o->signal_value(c->srv->gpu->dev, w->wait_flag, w->wait_value, &kerr);
+			if (r < 0)
+				log_error_errno(r, "prefill wait: could not release the stream: %s",
+						kerr.msg);
+			else
+				log_warning("prefill wait: engine did not signal in time; stream "
+					    "released");
+		}
+		if (next == UINT64_MAX) {
+			pthread_cond_wait(&c->wcond, &c->mu);
+		} else {
+			struct timespec ts = {(time_t)(next / 1000000000u),
+					      (long)(next % 1000000000u)};
+
+			pthread_cond_timedwait(&c->wcond, &c->mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+/*
  * Default worker count: min(4, max(1, threads / 8)), threads being
  * `threads` or one per core. Up to 15 threads one worker (every thread on
  * one request) gives each request the lowest latency, and few threads split
@@ -769,6 +921,14 @@ int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads, unsigned
 	c->queue_tail = &c->queue;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cond, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* snapkvd_now_ns() */
+		pthread_cond_init(&c->wcond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	total = threads ? threads : cores > 0 ? (unsigned)cores : 1;
 	if (!workers)
 		workers = default_workers(total);
@@ -810,6 +970,12 @@ int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads, unsigned
 			goto fail;
 		c->w[i].started = true;
 	}
+	if (srv->gpu) {
+		r = -pthread_create(&c->waiter, NULL, waiter, c);
+		if (r < 0)
+			goto fail;
+		c->waiter_started = true;
+	}
 	*ret = c;
 	return 0;
 fail:
@@ -825,9 +991,18 @@ void snapkvd_compactor_free(struct snapkvd_compactor *c)
 	c->stop = true;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);
+	/* workers first: one may still wait on a flag only the waiter releases
+	 * (at its deadline, so shutdown takes at most prefill_wait_max_ms more) */
 	for (unsigned i = 0; c->w && i < c->n_workers; i++)
 		if (c->w[i].started)
 			pthread_join(c->w[i].thread, NULL);
+	if (c->waiter_started) {
+		pthread_mutex_lock(&c->mu);
+		c->waiter_stop = true;
+		pthread_cond_broadcast(&c->wcond);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->waiter, NULL);
+	}
 	for (unsigned i = 0; c->w && i < c->n_workers; i++) {
 		if (c->w[i].gctx)
 			c->srv->gpu->ops->ctx_free(c->w[i].gctx);
@@ -836,6 +1011,7 @@ void snapkvd_compactor_free(struct snapkvd_compactor *c)
 	free(c->w);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cond);
+	pthread_cond_destroy(&c->wcond);
 	free(c);
 }
 

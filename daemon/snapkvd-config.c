@@ -45,6 +45,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->slot_bytes = 64 * 1024;
 	c->poll_idle_us = 50;
 	c->watchdog_ms = 250;
+	c->prefill_wait_max_ms = 10000;
 	c->log_level = SNAPKVD_LOG_INFO;
 	snapkvd_ops_config_init(&c->ops);
 }
@@ -141,11 +142,21 @@ struct ukey {
 #n, offsetof(struct snapkvd_config, n), lo, hi                                     \
 	}
 static const struct ukey ukeys[] = {
-    U(threads, 0, 1024),	U(max_sessions, 1, 65536),	U(max_buffers, 1, 65536),
-    U(max_caches, 1, 1u << 20), U(max_layers, 1, 4096),		U(max_heads, 1, 4096),
-    U(max_head_dim, 1, 4096),	U(max_prompt_len, 1, 1u << 24), U(max_reserve, 0, 1u << 24),
-    U(sq_entries, 2, 4096),	U(slot_bytes, 4096, 1u << 20),	U(poll_idle_us, 0, 1000000),
-    U(watchdog_ms, 10, 60000),	U(workers, 0, 64),
+    U(threads, 0, 1024),
+    U(max_sessions, 1, 65536),
+    U(max_buffers, 1, 65536),
+    U(max_caches, 1, 1u << 20),
+    U(max_layers, 1, 4096),
+    U(max_heads, 1, 4096),
+    U(max_head_dim, 1, 4096),
+    U(max_prompt_len, 1, 1u << 24),
+    U(max_reserve, 0, 1u << 24),
+    U(sq_entries, 2, 4096),
+    U(slot_bytes, 4096, 1u << 20),
+    U(poll_idle_us, 0, 1000000),
+    U(watchdog_ms, 10, 60000),
+    U(workers, 0, 64),
+    U(prefill_wait_max_ms, 1, 600000),
 };
 
 struct skey {
@@ -158,11 +169,8 @@ struct skey {
 #n, offsetof(struct snapkvd_config, n), lo                                         \
 	}
 static const struct skey skeys[] = {
-    S(pool_bytes, 1 << 20),
-    S(session_arena_bytes, 1 << 20),
-    S(tenant_quota_bytes, 0),
-    S(max_buffer_bytes, 4096),
-    S(max_scratch_bytes, 0),
+    S(pool_bytes, 1 << 20),    S(session_arena_bytes, 1 << 20), S(tenant_quota_bytes, 0),
+    S(max_buffer_bytes, 4096), S(max_scratch_bytes, 0),
 };
 
 static int set_key(struct snapkvd_config *c, const char *k, const char *v, const char **why)

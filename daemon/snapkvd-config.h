@@ -36,10 +36,11 @@ struct snapkvd_config {
 	unsigned max_buffers; /* per session */
 	unsigned max_caches;  /* per session */
 	unsigned max_layers, max_heads, max_head_dim, max_prompt_len, max_reserve;
-	unsigned sq_entries;   /* per session ring, power of two */
-	unsigned slot_bytes;   /* argument slot per SQ entry     */
-	unsigned poll_idle_us; /* spin on the rings this long before sleeping */
-	unsigned watchdog_ms;  /* timer period for housekeeping */
+	unsigned sq_entries;	      /* per session ring, power of two */
+	unsigned slot_bytes;	      /* argument slot per SQ entry     */
+	unsigned poll_idle_us;	      /* spin on the rings this long before sleeping */
+	unsigned watchdog_ms;	      /* timer period for housekeeping */
+	unsigned prefill_wait_max_ms; /* bound on CompactRequest.prefill_wait */
 	int log_level;
 	unsigned n_allow_uids, n_allow_gids;
 	uid_t allow_uids[SNAPKVD_MAX_ALLOW];

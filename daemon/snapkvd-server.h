@@ -116,6 +116,11 @@ struct snapkvd_job {
 	struct snapkvd_cache *cache; /* filled in; becomes visible on success */
 	struct snapkvd_resv resv;
 	int32_t *block_table;
+	/* CompactRequest.prefill_wait CUDA_FLAG: the stream waits until the
+	 * word at device address wait_flag is >= wait_value (wait_flag NULL: no
+	 * wait); past wait_ms the loop's timer writes the value itself */
+	void *wait_flag;
+	uint32_t wait_value, wait_ms;
 	int status;
 	char err[256];
 	uint64_t t_start; /* admission, CLOCK_MONOTONIC */

@@ -71,6 +71,8 @@ struct skv_backend_ops {
 	void (*host_unregister)(struct skv_cuda_dev *dev, void *ptr);
 	/* 1: a CPU emulation (tests/gpu/emu), which needs no driver */
 	int emulated;
+	int (*signal_value)(struct skv_cuda_dev *dev, void *flag, uint32_t value,
+			    struct skv_error *err);
 };
 
 /* The one symbol the loader looks up in the plugin. */

@@ -135,6 +135,23 @@ extern "C" int skv_cuda_ctx_wait_value(struct skv_cuda_ctx *c, const void *flag,
 	return 0;
 }
 
+extern "C" int skv_cuda_signal_value(struct skv_cuda_dev *dev, void *flag, uint32_t value,
+				     struct skv_error *err)
+{
+	if (!dev || !flag || ((uintptr_t)flag & 3))
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "device and a 4-byte aligned flag address are required");
+	int r = skv_cuda_dev_enter(dev, err);
+	if (r < 0)
+		return r;
+	/* the legacy default stream does not wait for our non-blocking streams,
+	 * so this lands while a context's stream still waits on the word */
+	cudaError_t e = cudaMemcpy(flag, &value, sizeof(value), cudaMemcpyHostToDevice);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, "cudaMemcpy (signal)");
+	return 0;
+}
+
 static int status_result(skv_cuda_ctx *c, struct skv_error *err)
 {
 	c->pending = 0;

@@ -639,6 +639,7 @@ static const struct skv_backend_ops ops = {
 #ifdef SKV_CUDA_EMU
     .emulated = 1,
 #endif
+    .signal_value = skv_cuda_signal_value,
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

@@ -77,6 +77,14 @@ int skv_cuda_ctx_wait_ipc_event(struct skv_cuda_ctx *ctx, const void *handle64,
 				struct skv_error *err);
 int skv_cuda_ctx_wait_value(struct skv_cuda_ctx *ctx, const void *flag, uint32_t value,
 			    struct skv_error *err);
+/*
+ * Store `value` into the 32-bit word at device address `flag` from the host
+ * (a synchronous copy, ordered after no stream of this library): releases a
+ * stream left in skv_cuda_ctx_wait_value() by an engine that never signals.
+ * Safe to call from any thread. 0, -EINVAL (unaligned), -EIO.
+ */
+int skv_cuda_signal_value(struct skv_cuda_dev *dev, void *flag, uint32_t value,
+			  struct skv_error *err);
 
 /*
  * Enqueue a compaction of n_layers layers on the context's stream; returns

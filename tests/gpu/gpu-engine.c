@@ -12,9 +12,15 @@
  * once and compacts again with the K/V going there: the rows it reads back
  * from its mapping must be the same.
  *
- *   gpu-engine SOCKET            compact and check, exit 0 when all agree
- *   gpu-engine SOCKET --enotsup  both registrations and the GPU arena must
- *                                fail with -ENOTSUP (host backend)
+ *   gpu-engine SOCKET            compact and check, exit 0 when all agree;
+ *                                then the prefill waits (CUDA_FLAG in the
+ *                                K/V buffer): set 100 ms after submitting,
+ *                                never set (-ETIME, flag written by the
+ *                                daemon, pool back to its baseline), bad
+ *                                offset (-ERANGE), unknown buffer (-ENOENT)
+ *   gpu-engine SOCKET --enotsup  both registrations, the GPU arena and a
+ *                                prefill wait must fail with -ENOTSUP (host
+ *                                backend)
  *   gpu-engine SOCKET --generations  (session, generation) keying and the
  *                                registration checks over raw frames
  *   ... --hold DIR               after the check, unregister the IPC buffer,
@@ -241,6 +247,156 @@ static int run_generations(const char *sock, struct skv_cuda_dev *dev)
 	return fails ? 1 : 0;
 }
 
+/* HND everywhere: K of layer l at l*HKV*LEN*HD, V after all K; Q at q_base */
+static void fill_desc(struct skv_compact_desc *d, struct skv_layer_ref *lr, struct skv_buffer *bkv,
+		      struct skv_buffer *bq, size_t q_base)
+{
+	const size_t kv_elems = (size_t)LAYERS * HKV * LEN * HD;
+
+	d->layers = LAYERS;
+	d->shape = (struct skv_shape){
+	    .prompt_len = LEN, .head_dim = HD, .h_q = HQ, .h_kv = HKV, .n_q = WIN};
+	skv_client_params_init(&d->params);
+	d->params.window = WIN;
+	d->params.capacity = CAP;
+	d->params.kernel = 3;
+	d->params.sinks = 2;
+	d->layer = lr;
+	for (int l = 0; l < LAYERS; l++) {
+		size_t ko = (size_t)l * HKV * LEN * HD, vo = kv_elems + ko,
+		       qo = (size_t)l * HQ * WIN * HD;
+		struct skv_tensor_ref kv = {.buf = bkv,
+					    .dtype = SKV_DTYPE_F32,
+					    .head_stride = LEN * HD,
+					    .token_stride = HD};
+		lr[l].k = kv, lr[l].k.offset = ko * 4;
+		lr[l].v = kv, lr[l].v.offset = vo * 4;
+		lr[l].q = (struct skv_tensor_ref){.buf = bq,
+						  .offset = q_base + qo * 4,
+						  .dtype = SKV_DTYPE_F32,
+						  .head_stride = WIN * HD,
+						  .token_stride = HD};
+	}
+}
+
+static uint32_t read_flag(const char *dflag)
+{
+	uint32_t v = 0;
+
+	if (cudaMemcpy(&v, dflag, 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+		EXPECT(0, "read the flag back");
+	return v;
+}
+
+static void set_flag(char *dflag, uint32_t v)
+{
+	if (cudaMemcpy(dflag, &v, 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+	    cudaDeviceSynchronize() != cudaSuccess)
+		EXPECT(0, "set the flag");
+}
+
+/*
+ * CompactRequest.prefill_wait with a CUDA_FLAG at byte flag_off of bkv
+ * (device address dflag here): the daemon must not finish before the flag
+ * is set, must time out (and write the flag itself) when it never is, keep
+ * serving afterwards with its pool back where it was, and refuse a bad
+ * offset or an unknown buffer.
+ */
+static void prefill_waits(struct skv_client *c, const struct skv_compact_desc *d0,
+			  struct skv_buffer *bkv, uint64_t flag_off, char *dflag,
+			  const struct skv_plan *pl, const float *ok, const float *ov,
+			  const float *om, const int32_t *op)
+{
+	struct skv_compact_desc d = *d0;
+	struct skv_request *rq = NULL;
+	struct skv_cache *k = NULL;
+	struct skv_stats st0, st1;
+	double t0, t_set;
+	int r;
+
+	set_flag(dflag, 0);
+	EXPECT(skv_client_stats(c, &st0) == 0, "stats");
+	/* how long one compaction takes without a wait (the emulator is slow):
+	 * the flag is set well after that, so an ignored wait shows */
+	t0 = now_s();
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == 0, "compaction without a wait: %d (%s)", r, skv_client_error(c));
+	if (r == 0)
+		skv_cache_release(k);
+	k = NULL;
+	double t_plain = now_s() - t0, hold = 0.1 + 3 * t_plain;
+	/* 1: the engine signals 100 ms (+ 3 plain compactions) after submitting */
+	EXPECT(skv_compact_desc_wait_flag(&d, bkv, flag_off, 1, 5000) == 0, "wait_flag");
+	r = skv_compact_submit(c, &d, &rq);
+	EXPECT(r == 0, "submit with a flag wait: %d (%s)", r, skv_client_error(c));
+	if (r < 0)
+		return;
+	t0 = now_s();
+	usleep((useconds_t)(hold * 1e6));
+	r = skv_request_poll(rq);
+	EXPECT(r == 0, "completed before the flag was set: poll %d", r);
+	t_set = now_s();
+	set_flag(dflag, 1);
+	r = skv_request_wait(rq, 20000, &k);
+	EXPECT(r == 0, "flag wait: %d (%s)", r, skv_client_error(c));
+	if (r == 0) {
+		unsigned mism = check_cache(k, NULL, pl, ok, ov, om, op);
+		printf("engine: prefill wait: flag set after %.0f ms (a compaction takes %.0f ms), "
+		       "completed after it: %s\n",
+		       (t_set - t0) * 1e3, t_plain * 1e3,
+		       mism ? "DIFFERENT" : "equal to the host result");
+		skv_cache_release(k);
+		k = NULL;
+	}
+	/* 2: never set: the daemon times out, releases its stream by writing
+	 * the value itself, and fails the request */
+	t0 = now_s();
+	EXPECT(skv_compact_desc_wait_flag(&d, bkv, flag_off, 2, 200) == 0, "wait_flag");
+	r = skv_client_compact(c, &d, &k);
+	/* the daemon answers -ETIMEDOUT; libsnapkv reports it as -ETIME */
+	EXPECT(r == -ETIME, "flag never set: %d (%s)", r, skv_client_error(c));
+	EXPECT(strstr(skv_client_error(c), "prefill_wait"), "error text: %s", skv_client_error(c));
+	EXPECT(read_flag(dflag) == 2, "the daemon wrote the flag: %u", read_flag(dflag));
+	printf("engine: prefill wait: never set, timeout 200 ms: %s after %.0f ms (%s)\n",
+	       r == -ETIME ? "-ETIMEDOUT (-ETIME from libsnapkv)" : "WRONG", (now_s() - t0) * 1e3,
+	       skv_client_error(c));
+	if (r == 0)
+		skv_cache_release(k);
+	k = NULL;
+	/* 3: bad offsets and an unknown buffer are refused before any work */
+	EXPECT(skv_compact_desc_wait_flag(&d, bkv, skv_buffer_size(bkv), 1, 200) == 0, "wf");
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == -ERANGE, "flag past the buffer: %d (%s)", r, skv_client_error(c));
+	d.wait_offset = 2; /* unaligned: the library refuses it, the daemon too */
+	EXPECT(skv_compact_desc_wait_flag(&d, bkv, 2, 1, 200) == -EINVAL, "unaligned (lib)");
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == -ERANGE, "unaligned flag: %d (%s)", r, skv_client_error(c));
+	d.wait_offset = flag_off;
+	d.wait_buffer = NULL; /* buffer id 0: never registered */
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == -ENOENT, "flag in an unknown buffer: %d (%s)", r, skv_client_error(c));
+	d.wait_buffer = bkv;
+	d.wait_timeout_ms = 3600u * 1000;
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == -E2BIG, "timeout over prefill_wait_max_ms: %d (%s)", r, skv_client_error(c));
+	/* 4: still serving, and nothing held back */
+	d = *d0;
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == 0, "compaction after the timeout: %d (%s)", r, skv_client_error(c));
+	if (r == 0) {
+		EXPECT(check_cache(k, NULL, pl, ok, ov, om, op) == 0, "after the timeout");
+		skv_cache_release(k);
+	}
+	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
+	EXPECT(st1.pool_used == st0.pool_used && st1.arena_used == st0.arena_used,
+	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0.pool_used,
+	       (unsigned long long)st1.pool_used, (unsigned long long)st0.arena_used,
+	       (unsigned long long)st1.arena_used);
+	printf("engine: prefill wait: -ERANGE, -ENOENT, -E2BIG refused; served after the "
+	       "timeout; pool %llu bytes as before: %s\n",
+	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = argc > 1 ? argv[1] : NULL, *hold = NULL;
@@ -317,6 +473,30 @@ int main(int argc, char **argv)
 		EXPECT(r == -ENOTSUP, "GPU arena on the host backend: %d (%s)", r,
 		       skv_client_error(c));
 		printf("engine: GPU arena on the host backend: %s\n", skv_client_error(c));
+		/* a prefill wait: valid memfd tensors, so only the wait is refused */
+		struct skv_buffer *hb = NULL;
+		if (skv_buffer_alloc(c, kv_bytes + q_bytes, &hb) < 0) {
+			fprintf(stderr, "engine: memfd buffer: %s\n", skv_client_error(c));
+			return 1;
+		}
+		struct skv_layer_ref hlr[LAYERS];
+		struct skv_compact_desc hd = {.desc_size = sizeof(hd)};
+		struct skv_cache *hk = NULL;
+		fill_desc(&hd, hlr, hb, hb, kv_bytes);
+		EXPECT(skv_compact_desc_wait_flag(&hd, hb, 0, 1, 100) == 0, "wait_flag");
+		r = skv_client_compact(c, &hd, &hk);
+		EXPECT(r == -ENOTSUP, "prefill wait on the host backend: %d (%s)", r,
+		       skv_client_error(c));
+		EXPECT(strstr(skv_client_error(c), "--backend cuda"), "error text: %s",
+		       skv_client_error(c));
+		printf("engine: prefill wait on the host backend: %s\n", skv_client_error(c));
+		hd.prefill_wait = SKV_WAIT_NONE; /* and the same request without it runs */
+		r = skv_client_compact(c, &hd, &hk);
+		EXPECT(r == 0, "the same request without the wait: %d (%s)", r,
+		       skv_client_error(c));
+		if (r == 0)
+			skv_cache_release(hk);
+		skv_buffer_free(hb);
 		goto out;
 	}
 	if (r < 0) {
@@ -344,29 +524,11 @@ int main(int argc, char **argv)
 	/* HND everywhere: K of layer l at l*HKV*LEN*HD, V after all K */
 	struct skv_layer_ref lr[LAYERS];
 	struct skv_layer_in in[LAYERS];
-	struct skv_compact_desc d = {.desc_size = sizeof(d), .layers = LAYERS};
-	d.shape = (struct skv_shape){
-	    .prompt_len = LEN, .head_dim = HD, .h_q = HQ, .h_kv = HKV, .n_q = WIN};
-	skv_client_params_init(&d.params);
-	d.params.window = WIN;
-	d.params.capacity = CAP;
-	d.params.kernel = 3;
-	d.params.sinks = 2;
-	d.layer = lr;
+	struct skv_compact_desc d = {.desc_size = sizeof(d)};
+	fill_desc(&d, lr, bkv, bq, 0);
 	for (int l = 0; l < LAYERS; l++) {
 		size_t ko = (size_t)l * HKV * LEN * HD, vo = kv_elems + ko,
 		       qo = (size_t)l * HQ * WIN * HD;
-		struct skv_tensor_ref kv = {.buf = bkv,
-					    .dtype = SKV_DTYPE_F32,
-					    .head_stride = LEN * HD,
-					    .token_stride = HD};
-		lr[l].k = kv, lr[l].k.offset = ko * 4;
-		lr[l].v = kv, lr[l].v.offset = vo * 4;
-		lr[l].q = (struct skv_tensor_ref){.buf = bq,
-						  .offset = qo * 4,
-						  .dtype = SKV_DTYPE_F32,
-						  .head_stride = WIN * HD,
-						  .token_stride = HD};
 		in[l].k = (struct skv_tensor){.data = hkv + ko,
 					      .dtype = SKV_DTYPE_F32,
 					      .head_stride = LEN * HD,
@@ -414,6 +576,8 @@ int main(int argc, char **argv)
 	mism = check_cache(cache, NULL, &pl, ok, ov, om, op);
 	printf("engine: host arena: %u layers x %u heads, kept %u of %u: %s\n", LAYERS, pl.h_store,
 	       pl.kept, LEN, mism ? "DIFFERENT" : "equal to the host result");
+	/* the flag: the first word after the K/V, inside the registered VMM buffer */
+	prefill_waits(c, &d, bkv, kv_bytes, dkv + kv_bytes, &pl, ok, ov, om, op);
 
 	/* again with the K/V in the daemon's GPU arena, imported here once */
 	int afd = -1, adev = -1;

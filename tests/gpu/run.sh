@@ -94,7 +94,8 @@ run_step "two processes: engine VMM fd + IPC handle -> daemon -> arena fd" $T_IP
 	"$BUILD/tests/gpu/gpu-ipc"
 run_step "daemon: snapkvd --backend cuda == host bytes (snapkvctl)" $T_DAEMON \
 	env BUILD="$BUILD" PLUGIN="$BUILD/libskv-cuda.so" bash tests/gpu/emu/test-daemon-cuda-emu.sh
-run_step "daemon: engine GPU buffers (VMM fd, IPC) registered, compacted == host" $T_GPUBUF \
+run_step "daemon: engine GPU buffers (VMM fd, IPC), compacted == host; prefill flag waits" \
+	$T_GPUBUF \
 	env BUILD="$BUILD" PLUGIN="$BUILD/libskv-cuda.so" ENGINE="$BUILD/tests/gpu/gpu-engine" \
 	bash tests/gpu/emu/test-daemon-gpubuf-emu.sh
 run_step "benchmark: Llama-3-8B shape, L = 8192 and 32768" $T_BENCH "$BUILD/tests/gpu/gpu-bench" 8192 32768

@@ -9,6 +9,12 @@
 # imports its fd and reads them there), drop the IPC import when the engine unregisters it and the VMM
 # import when the session ends (status: 0 CUDA imports live), and a
 # host-backend daemon must answer both registrations with -ENOTSUP.
+# Prefill waits (CompactRequest.prefill_wait, CUDA_FLAG): a compaction
+# submitted before the engine sets its flag completes only after it, with the
+# right result; a flag never set fails with -ETIMEDOUT after the bound (the
+# daemon writes the flag itself to release its stream) and the daemon keeps
+# serving with its pool back to the baseline; bad offset -ERANGE, unknown
+# buffer -ENOENT, timeout over the max -E2BIG; host backend -ENOTSUP.
 # Default: the CPU emulation of CUDA (tests/gpu/emu); with
 # PLUGIN=build/libskv-cuda.so ENGINE=build/tests/gpu/gpu-engine the same
 # runs on a GPU (tests/gpu/run.sh).
@@ -82,6 +88,9 @@ start_daemon "$sock" --backend host
 timeout 60 "$ENGINE" "$sock" --enotsup >"$tmp/eng.out" 2>&1 &&
 	ok "-ENOTSUP for VMM fd and IPC handle: $(grep -m1 'host backend' "$tmp/eng.out")" ||
 	not_ok "host backend: $(cat "$tmp/eng.out")"
+grep -q "prefill wait on the host backend: .*--backend cuda" "$tmp/eng.out" &&
+	ok "prefill wait -ENOTSUP: $(grep -m1 'prefill wait on' "$tmp/eng.out")" ||
+	not_ok "prefill wait on the host backend: $(cat "$tmp/eng.out")"
 stop_daemon
 
 echo "== --backend cuda on $(basename "$PLUGIN")"
@@ -102,6 +111,19 @@ if [ -e "$tmp/hold/ready" ]; then
 	grep -q "GPU arena .*equal to the host result" "$tmp/eng.out" &&
 		ok "K/V in the GPU arena == host: $(grep -m1 'GPU arena' "$tmp/eng.out")" ||
 		not_ok "engine, GPU arena: $(cat "$tmp/eng.out")"
+	grep -q "prefill wait: flag set after .*completed after it: equal to the host result" \
+		"$tmp/eng.out" &&
+		ok "flag wait: $(grep -m1 'flag set after' "$tmp/eng.out")" ||
+		not_ok "flag wait: $(cat "$tmp/eng.out")"
+	grep -q "prefill wait: never set, timeout 200 ms: -ETIMEDOUT" "$tmp/eng.out" &&
+		grep -q "prefill wait: engine did not signal in time; stream released" \
+			"$tmp/daemon.log" &&
+		ok "flag never set: $(grep -m1 'never set' "$tmp/eng.out")" ||
+		not_ok "flag never set: $(cat "$tmp/eng.out") $(cat "$tmp/daemon.log")"
+	grep -q "prefill wait: -ERANGE, -ENOENT, -E2BIG refused; served after .*: ok" \
+		"$tmp/eng.out" &&
+		ok "$(grep -m1 'served after' "$tmp/eng.out" | sed 's/^engine: //')" ||
+		not_ok "after the timeout: $(cat "$tmp/eng.out")"
 	grep -q "cuda-vmm-fd buffer, generation .* imported" "$tmp/daemon.log" &&
 		grep -q "cuda-ipc buffer, generation .* imported" "$tmp/daemon.log" &&
 		ok "daemon imported a VMM fd and an IPC handle" ||
