@@ -328,6 +328,56 @@ static inline int h_wait_pool(const char *sock, long long want, int ms)
 }
 
 /* Deterministic pseudo-random floats in [-1, 1). */
+/*
+ * A one-layer f32 COMPACT request as raw protobuf, for tests that speak the
+ * wire protocol themselves: `heads` heads (H_q = H_kv), Q rows at offset 0
+ * ([heads, n_q, d]), K = V at k_offset ([heads, L, d]), both HND, in buffer
+ * buffer_id. The struct points into itself: build it where it is used.
+ */
+struct h_compact {
+	Snapkv__V1__Request req;
+	Snapkv__V1__CompactRequest cr;
+	Snapkv__V1__TensorRef q, k;
+	Snapkv__V1__LayerRef l0, *lp;
+	Snapkv__V1__Params pm;
+};
+
+static inline void h_compact_init(struct h_compact *c, uint64_t buffer_id, uint32_t heads,
+				  uint32_t L, uint32_t d, uint32_t n_q, uint64_t k_offset,
+				  uint32_t window, uint32_t capacity)
+{
+	*c = (struct h_compact){
+	    .req = SNAPKV__V1__REQUEST__INIT,
+	    .cr = SNAPKV__V1__COMPACT_REQUEST__INIT,
+	    .q = SNAPKV__V1__TENSOR_REF__INIT,
+	    .k = SNAPKV__V1__TENSOR_REF__INIT,
+	    .l0 = SNAPKV__V1__LAYER_REF__INIT,
+	    .pm = SNAPKV__V1__PARAMS__INIT,
+	};
+	c->q.buffer_id = c->k.buffer_id = buffer_id;
+	c->q.dtype = c->k.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
+	c->q.head_stride = (int64_t)n_q * d;
+	c->q.token_stride = d;
+	c->k.offset = k_offset;
+	c->k.head_stride = (int64_t)L * d;
+	c->k.token_stride = d;
+	c->l0.q = &c->q;
+	c->l0.k = c->l0.v = &c->k;
+	c->lp = &c->l0;
+	c->cr.layers = 1;
+	c->cr.h_q = c->cr.h_kv = heads;
+	c->cr.head_dim = d;
+	c->cr.prompt_len = L;
+	c->cr.n_q = n_q;
+	c->cr.n_layer = 1;
+	c->cr.layer = &c->lp;
+	c->pm.window = window;
+	c->pm.capacity = capacity;
+	c->cr.params = &c->pm;
+	c->req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
+	c->req.compact = &c->cr;
+}
+
 static inline float h_rand(uint64_t *s)
 {
 	*s = *s * 6364136223846793005ull + 1442695040888963407ull;

@@ -257,28 +257,10 @@ static void test_messages(void)
 			CU_ASSERT_EQUAL(ur->status, i == 0 ? 0 : -ENOENT);
 			snapkv__v1__unregister_reply__free_unpacked(ur, NULL);
 		}
-		Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
-		Snapkv__V1__TensorRef t = SNAPKV__V1__TENSOR_REF__INIT;
-		Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
-		Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+		struct h_compact c;
 
-		t.buffer_id = id;
-		t.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
-		t.head_stride = 64 * 16;
-		t.token_stride = 16;
-		l0.q = l0.k = l0.v = &t;
-		cr.layers = cr.h_q = cr.h_kv = 1;
-		cr.head_dim = 16;
-		cr.prompt_len = 64;
-		cr.n_q = 8;
-		cr.n_layer = 1;
-		cr.layer = &lp;
-		pm.window = 8;
-		pm.capacity = 24;
-		cr.params = &pm;
-		req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
-		req.compact = &cr;
-		n = snapkv__v1__request__pack(&req, r.buf);
+		h_compact_init(&c, id, 1, 64, 16, 8, 0, 8, 24);
+		n = snapkv__v1__request__pack(&c.req, r.buf);
 		CU_ASSERT_EQUAL(skv_frame_send(r.fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, r.buf,
 					       n, NULL, 0, 0),
 				0);
@@ -704,10 +686,7 @@ static void test_grow_busy(void)
 	struct skv_frame_hdr hh;
 	Snapkv__V1__RegisterBuffer rb = SNAPKV__V1__REGISTER_BUFFER__INIT;
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
-	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
-	Snapkv__V1__TensorRef q = SNAPKV__V1__TENSOR_REF__INIT, k = SNAPKV__V1__TENSOR_REF__INIT;
-	Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
-	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	struct h_compact hc;
 	Snapkv__V1__GrowRequest gr = SNAPKV__V1__GROW_REQUEST__INIT;
 	Snapkv__V1__AppendRequest ap = SNAPKV__V1__APPEND_REQUEST__INIT;
 	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
@@ -737,29 +716,9 @@ static void test_grow_busy(void)
 	id = rr->buffer_id;
 	snapkv__v1__register_reply__free_unpacked(rr, NULL);
 	/* compact over the ring: 4 heads x 1024 tokens x 32 dims, C 512 */
-	q.buffer_id = k.buffer_id = id;
-	q.dtype = k.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
-	q.head_stride = 16 * 32;
-	q.token_stride = 32;
-	k.offset = 65536;
-	k.head_stride = 1024 * 32;
-	k.token_stride = 32;
-	l0.q = &q;
-	l0.k = l0.v = &k;
-	cr.layers = 1;
-	cr.h_q = cr.h_kv = 4;
-	cr.head_dim = 32;
-	cr.prompt_len = 1024;
-	cr.n_q = 16;
-	cr.n_layer = 1;
-	cr.layer = &lp;
-	pm.window = 16;
-	pm.capacity = 512;
-	cr.params = &pm;
-	cr.decode_reserve = 1;
-	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
-	req.compact = &cr;
-	rring_request(&r, &x, 0, &req, true);
+	h_compact_init(&hc, id, 4, 1024, 32, 16, 65536, 16, 512);
+	hc.cr.decode_reserve = 1;
+	rring_request(&r, &x, 0, &hc.req, true);
 	CU_ASSERT_EQUAL_FATAL(rring_pop(&x, &c[0], 5000), 0);
 	CU_ASSERT_EQUAL_FATAL(c[0].res, 0);
 	resp = snapkv__v1__response__unpack(NULL, c[0].len, x.map + x.l.arg_off);

@@ -701,11 +701,7 @@ static void test_register_generation(void)
 	struct raw r;
 	uint64_t x = 0, y = 0, z = 0, z2 = 0, e = 0;
 	int fa = sealed_memfd(16384), fb = sealed_memfd(16384);
-	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
-	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
-	Snapkv__V1__TensorRef q = SNAPKV__V1__TENSOR_REF__INIT, k = SNAPKV__V1__TENSOR_REF__INIT;
-	Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
-	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	struct h_compact c;
 	char err[256];
 
 	CU_ASSERT_FATAL(fa >= 0 && fb >= 0);
@@ -723,30 +719,10 @@ static void test_register_generation(void)
 	CU_ASSERT(z != z2 && z != x && z != y);
 	/* two registrations of generation 7: the first unregister leaves it usable */
 	CU_ASSERT_EQUAL(raw_unregister(&r, x), 0);
-	q.buffer_id = k.buffer_id = x;
-	q.dtype = k.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
-	q.head_stride = 8 * 16;
-	q.token_stride = 16;
-	k.offset = 4096;
-	k.head_stride = 64 * 16;
-	k.token_stride = 16;
-	l0.q = &q;
-	l0.k = l0.v = &k;
-	cr.layers = 1;
-	cr.h_q = cr.h_kv = 1;
-	cr.head_dim = 16;
-	cr.prompt_len = 64;
-	cr.n_q = 8;
-	cr.n_layer = 1;
-	cr.layer = &lp;
-	pm.window = 8;
-	pm.capacity = 24;
-	cr.params = &pm;
-	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
-	req.compact = &cr;
-	CU_ASSERT_EQUAL(raw_request(&r, &req, err, sizeof(err)), 0);
+	h_compact_init(&c, x, 1, 64, 16, 8, 4096, 8, 24);
+	CU_ASSERT_EQUAL(raw_request(&r, &c.req, err, sizeof(err)), 0);
 	CU_ASSERT_EQUAL(raw_unregister(&r, x), 0);
-	CU_ASSERT_EQUAL(raw_request(&r, &req, err, sizeof(err)), -ENOENT);
+	CU_ASSERT_EQUAL(raw_request(&r, &c.req, err, sizeof(err)), -ENOENT);
 	CU_ASSERT_EQUAL(raw_unregister(&r, x), -ENOENT);
 	/* a fresh registration of the generation is a new import */
 	CU_ASSERT_EQUAL(raw_register(&r, fa, 7, 16384, &e), 0);
@@ -769,9 +745,7 @@ static void test_isolation(void)
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
 	Snapkv__V1__AppendRequest ap = SNAPKV__V1__APPEND_REQUEST__INIT;
 	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
-	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
-	Snapkv__V1__TensorRef t = SNAPKV__V1__TENSOR_REF__INIT;
-	Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
+	struct h_compact c;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
 	prob_init(&p, 64);
@@ -791,25 +765,8 @@ static void test_isolation(void)
 	req.release = &rl;
 	CU_ASSERT_EQUAL(raw_request(&r, &req, NULL, 0), -ENOENT);
 	/* B names A's buffer */
-	t.buffer_id = skv_buffer_id(b);
-	t.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
-	t.head_stride = 64 * 16;
-	t.token_stride = 16;
-	l0.q = l0.k = l0.v = &t;
-	cr.layers = 1;
-	cr.h_q = cr.h_kv = 1;
-	cr.head_dim = 16;
-	cr.prompt_len = 64;
-	cr.n_q = 8;
-	cr.n_layer = 1;
-	cr.layer = &lp;
-	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
-	pm.window = 8;
-	pm.capacity = 24;
-	cr.params = &pm;
-	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
-	req.compact = &cr;
-	CU_ASSERT_EQUAL(raw_request(&r, &req, NULL, 0), -ENOENT);
+	h_compact_init(&c, skv_buffer_id(b), 1, 64, 16, 8, 0, 8, 24);
+	CU_ASSERT_EQUAL(raw_request(&r, &c.req, NULL, 0), -ENOENT);
 	raw_close(&r);
 	/* A is untouched */
 	CU_ASSERT_EQUAL(skv_cache_append(k, 1), 0);

@@ -51,37 +51,14 @@ static void drain(int fd)
 /* A valid COMPACT request naming buffer 1, packed. */
 static size_t valid_compact(uint8_t *out)
 {
-	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
-	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
-	Snapkv__V1__TensorRef q = SNAPKV__V1__TENSOR_REF__INIT, k = SNAPKV__V1__TENSOR_REF__INIT;
-	Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
-	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	struct h_compact c;
 	int32_t bt[2] = {1, 0};
 
-	q.buffer_id = k.buffer_id = 1;
-	q.dtype = k.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
-	q.head_stride = 8 * 16;
-	q.token_stride = 16;
-	k.offset = 4096;
-	k.head_stride = 64 * 16;
-	k.token_stride = 16;
-	l0.q = &q;
-	l0.k = l0.v = &k;
-	cr.layers = cr.h_q = cr.h_kv = 1;
-	cr.head_dim = 16;
-	cr.prompt_len = 64;
-	cr.n_q = 8;
-	cr.n_layer = 1;
-	cr.layer = &lp;
-	pm.window = 8;
-	pm.capacity = 24;
-	cr.params = &pm;
-	cr.decode_reserve = 4;
-	cr.n_block_table = 2;
-	cr.block_table = bt;
-	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
-	req.compact = &cr;
-	return snapkv__v1__request__pack(&req, out);
+	h_compact_init(&c, 1, 1, 64, 16, 8, 4096, 8, 24);
+	c.cr.decode_reserve = 4;
+	c.cr.n_block_table = 2;
+	c.cr.block_table = bt;
+	return snapkv__v1__request__pack(&c.req, out);
 }
 
 static int hello(int fd, int *fds)
