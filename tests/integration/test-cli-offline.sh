@@ -12,17 +12,7 @@ CTL=$BUILD/snapkvctl
 GEN=$BUILD/examples/gen-layer
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-cli-offline.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() {
-	pass=$((pass + 1))
-	echo "  ok   $*"
-}
-not_ok() {
-	fail=$((fail + 1))
-	echo "  FAIL $*"
-}
+. "$(dirname "$0")/../tally.sh"
 
 # ---- an independent safetensors reader and checker (standard library only) ----
 cat >"$tmp/st.py" <<'PY'

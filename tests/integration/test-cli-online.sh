@@ -17,16 +17,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-pass=0
-fail=0
-ok() {
-	pass=$((pass + 1))
-	echo "  ok   $*"
-}
-not_ok() {
-	fail=$((fail + 1))
-	echo "  FAIL $*"
-}
+. "$(dirname "$0")/../tally.sh"
 
 "$BUILD/snapkvd" --socket "$sock" --backend host --pool-bytes 64M --threads 2 \
 	--log-level warning 2>"$tmp/daemon.log" &

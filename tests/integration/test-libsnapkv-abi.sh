@@ -8,16 +8,7 @@
 set -u
 BUILD=${BUILD:-build}
 lib=$BUILD/libsnapkv.so
-pass=0
-fail=0
-ok() {
-	pass=$((pass + 1))
-	echo "  ok   $*"
-}
-not_ok() {
-	fail=$((fail + 1))
-	echo "  FAIL $*"
-}
+. "$(dirname "$0")/../tally.sh"
 
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
 [ "$soname" = libsnapkv.so.1 ] && ok "soname $soname" || not_ok "soname '$soname'"

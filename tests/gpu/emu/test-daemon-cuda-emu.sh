@@ -27,16 +27,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-pass=0
-fail=0
-ok() {
-	pass=$((pass + 1))
-	echo "  ok   $*"
-}
-not_ok() {
-	fail=$((fail + 1))
-	echo "  FAIL $*"
-}
+. "$(dirname "$0")/../../tally.sh"
 
 echo "== refusals"
 SKV_CUDA_PLUGIN=/nonexistent/libskv-cuda.so timeout 20 "$SNAPKVD" --socket "$tmp/a.sock" \

@@ -41,16 +41,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-pass=0
-fail=0
-ok() {
-	pass=$((pass + 1))
-	echo "  ok   $*"
-}
-not_ok() {
-	fail=$((fail + 1))
-	echo "  FAIL $*"
-}
+. "$(dirname "$0")/../../tally.sh"
 # start_daemon SOCKET ARGS...: snapkvd in the background, pid in $pid
 start_daemon() {
 	local s=$1
