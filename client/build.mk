@@ -51,3 +51,15 @@ TEST_SCRIPTS += tests/integration/test-cli-offline.sh tests/integration/test-cli
 .PHONY: _demo_offline
 _demo_offline: $(SNAPKVCTL) $(GEN_LAYER)
 	@BUILD=$(BUILD) SHARED=$(SHARED) examples/demo-offline.sh
+
+# libsnapkv's deadlines against fake daemons that hang (and snapkvctl
+# --timeout). The generated header is named literally: proto/build.mk, which
+# defines SKV_PB_H, is read after this file.
+TEST_LIBSNAPKV_DEADLINE := $(BUILD)/tests/test-libsnapkv-deadline
+OBJS += $(BUILD)/tests/integration/test-libsnapkv-deadline.o
+$(BUILD)/tests/integration/test-libsnapkv-deadline.o: | $(BUILD)/proto/snapkv.pb-c.h
+$(TEST_LIBSNAPKV_DEADLINE): $(BUILD)/tests/integration/test-libsnapkv-deadline.o $(LIBSNAPKV) \
+		$(LIBSKVPROTO) $(SNAPKVCTL)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
+		$(LDFLAGS)
+TESTS += $(TEST_LIBSNAPKV_DEADLINE)

@@ -23,6 +23,7 @@
 #include "ctl-ledger-json.h"
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
+#include "skv-io.h"
 #include "snapkv.h"
 #include "snapkvctl.h"
 
@@ -43,7 +44,21 @@ const char *ctl_daemon_socket(const char *opt)
 	return "/run/snapkvd/snapkvd.sock";
 }
 
-/* One admin question over a fresh admin session. 0 or -errno. */
+uint32_t ctl_daemon_timeout_ms(void)
+{
+	uint32_t ms;
+
+	/* main() refused a malformed value before any command ran */
+	return skv_io_timeout_env(&ms) < 0 ? SKV_IO_DEFAULT_TIMEOUT_MS : ms;
+}
+
+uint64_t ctl_daemon_deadline(void)
+{
+	return skv_io_deadline(ctl_daemon_timeout_ms());
+}
+
+/* One admin question over a fresh admin session, all of it (connect
+ * included) within one deadline. 0 or -errno. */
 static int admin_ask(const char *cmd, const char *path, Snapkv__V1__AdminKind kind,
 		     Snapkv__V1__AdminReply **ret)
 {
@@ -53,6 +68,7 @@ static int admin_ask(const char *cmd, const char *path, Snapkv__V1__AdminKind ki
 	struct skv_frame_hdr h;
 	uint8_t *buf = NULL;
 	size_t cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, n;
+	uint64_t dl = ctl_daemon_deadline();
 	int fd = -1, r;
 
 	if (strlen(path) >= sizeof(sa.sun_path)) {
@@ -66,31 +82,44 @@ static int admin_ask(const char *cmd, const char *path, Snapkv__V1__AdminKind ki
 		r = -errno;
 		goto out;
 	}
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
-		ctl_err(cmd, "cannot reach snapkvd at %s: %s", path, strerror(errno));
+	r = skv_io_connect(fd, &sa, dl);
+	if (r < 0) {
+		if (r == -ETIMEDOUT)
+			ctl_err(cmd, "cannot reach snapkvd at %s: not accepted within %u ms", path,
+				ctl_daemon_timeout_ms());
+		else
+			ctl_err(cmd, "cannot reach snapkvd at %s: %s", path, strerror(-r));
 		goto out;
 	}
 	hello.client_version = SKV_PROTO_VERSION;
 	hello.name = "snapkvctl";
 	hello.admin = 1;
 	n = snapkv__v1__hello__pack(&hello, buf);
-	r = skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0);
+	r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, dl);
 	if (r == 0)
-		r = skv_frame_recv(fd, buf, cap, &h, NULL, NULL, 0);
+		r = skv_io_recv(fd, buf, cap, &h, NULL, NULL, dl);
 	if (r >= 0 && h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
 		r = -EPROTO;
+	if (r == -ETIMEDOUT) {
+		ctl_err(cmd, "handshake with snapkvd failed: no answer within %u ms",
+			ctl_daemon_timeout_ms());
+		goto out;
+	}
 	if (r < 0) {
 		ctl_err(cmd, "handshake with snapkvd failed: %s", strerror(-r));
 		goto out;
 	}
 	ar.kind = kind;
 	n = snapkv__v1__admin_request__pack(&ar, buf);
-	r = skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, 0);
+	r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, dl);
 	if (r == 0)
-		r = skv_frame_recv(fd, buf, cap, &h, NULL, NULL, 0);
+		r = skv_io_recv(fd, buf, cap, &h, NULL, NULL, dl);
 	if (r >= 0 && h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY)
 		r = -EPROTO;
+	if (r == -ETIMEDOUT) {
+		ctl_err(cmd, "snapkvd did not answer within %u ms", ctl_daemon_timeout_ms());
+		goto out;
+	}
 	if (r < 0) {
 		ctl_err(cmd, "snapkvd did not answer: %s", strerror(-r));
 		goto out;
@@ -491,7 +520,9 @@ int ctl_daemon_compact(const char *socket_path, const struct skv_shape *shape,
 	struct skv_client *c = NULL;
 	struct skv_buffer *b = NULL;
 	struct skv_cache *k = NULL;
+	struct skv_request *rq = NULL;
 	struct skv_layer_ref *lr = NULL;
+	uint64_t dl = ctl_daemon_deadline();
 	struct skv_compact_desc d;
 	uint32_t D = shape->head_dim, L = shape->prompt_len, nq = shape->n_q;
 	size_t total = 0, *qo, *ko, *vo;
@@ -549,7 +580,19 @@ int ctl_daemon_compact(const char *socket_path, const struct skv_shape *shape,
 	d.params = *params;
 	d.layer = lr;
 	d.out_layout = SKV_LAYOUT_HND;
-	r = skv_client_compact(c, &d, &k);
+	/* not skv_client_compact: --timeout bounds the compaction's wait too */
+	r = skv_compact_submit(c, &d, &rq);
+	if (r == 0) {
+		int ms = skv_io_poll_ms(dl);
+
+		r = skv_request_wait(rq, ms, &k);
+		if (r == -ETIMEDOUT) {
+			/* the request stays pending in the daemon; snapkvctl exits */
+			snprintf(err, errlen, "snapkvd did not finish the compaction within %u ms",
+				 ctl_daemon_timeout_ms());
+			goto out;
+		}
+	}
 	if (r < 0) {
 		snprintf(err, errlen, "%s", skv_client_error(c));
 		goto out;

@@ -20,6 +20,15 @@ int ctl_metrics(int argc, char **argv);
 const char *ctl_daemon_socket(const char *opt);
 
 /*
+ * The deadline (client/skv-io.h: CLOCK_MONOTONIC ns, 0 for none) of one
+ * exchange with the daemon starting now: --timeout MS, which main() passes
+ * on as $SNAPKV_TIMEOUT_MS (checked there), else libsnapkv's default.
+ */
+uint64_t ctl_daemon_deadline(void);
+/* The same as milliseconds (0: none), for messages. */
+uint32_t ctl_daemon_timeout_ms(void);
+
+/*
  * Run one compaction through snapkvd with exactly skv_compact()'s contract:
  * the inputs (any strides, strided only) are copied into a registered buffer,
  * the daemon compacts them with the same kernels, and the compact cache is

@@ -26,9 +26,11 @@
 #include "ctl-ops.h"
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
+#include "skv-io.h"
 #include "snapkvctl.h"
 
-/* One admin round trip. 0 and *ret (free with ..._free_unpacked) or -errno. */
+/* One admin round trip, connect included, within one deadline (--timeout).
+ * 0 and *ret (free with ..._free_unpacked) or -errno. */
 static int admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__AdminReply **ret,
 		      char *err, size_t errlen)
 {
@@ -37,6 +39,7 @@ static int admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct skv_frame_hdr hdr;
 	Snapkv__V1__AdminReply *rep;
+	uint64_t dl = ctl_daemon_deadline();
 	size_t n;
 	int fd, r;
 
@@ -46,9 +49,14 @@ static int admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V
 	}
 	memcpy(sa.sun_path, sock, strlen(sock) + 1);
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
-		snprintf(err, errlen, "cannot reach snapkvd at %s: %s", sock, strerror(-r));
+	r = fd < 0 ? -errno : skv_io_connect(fd, &sa, dl);
+	if (r < 0) {
+		if (r == -ETIMEDOUT)
+			snprintf(err, errlen,
+				 "cannot reach snapkvd at %s: not accepted within %u ms", sock,
+				 ctl_daemon_timeout_ms());
+		else
+			snprintf(err, errlen, "cannot reach snapkvd at %s: %s", sock, strerror(-r));
 		if (fd >= 0)
 			close(fd);
 		return r;
@@ -57,9 +65,9 @@ static int admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V
 	hello.admin = 1;
 	hello.name = "snapkvctl";
 	n = snapkv__v1__hello__pack(&hello, buf);
-	r = skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0);
+	r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, dl);
 	if (r >= 0)
-		r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
+		r = skv_io_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, dl);
 	if (r >= 0 && hdr.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
 		r = -EPROTO;
 	if (r >= 0) {
@@ -67,12 +75,17 @@ static int admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V
 		if (n > SKV_FRAME_MAX_PAYLOAD)
 			r = -EMSGSIZE;
 		else
-			r = skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf,
-					   snapkv__v1__admin_request__pack(req, buf), NULL, 0, 0);
+			r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf,
+					snapkv__v1__admin_request__pack(req, buf), NULL, 0, dl);
 	}
 	if (r >= 0)
-		r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
+		r = skv_io_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, dl);
 	close(fd);
+	if (r == -ETIMEDOUT) {
+		snprintf(err, errlen, "snapkvd at %s did not answer within %u ms", sock,
+			 ctl_daemon_timeout_ms());
+		return r;
+	}
 	if (r < 0) {
 		snprintf(err, errlen, "talking to snapkvd at %s: %s", sock, strerror(-r));
 		return r;

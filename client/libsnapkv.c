@@ -28,6 +28,7 @@
 #include "proto/skv-frame.h"
 #include "proto/skv-ring.h"
 #include "proto/snapkv.pb-c.h"
+#include "skv-io.h"
 
 #define SKV_EXPORT __attribute__((visibility("default")))
 
@@ -52,6 +53,9 @@ struct skv_client {
 	char path[108];
 	char name[64];
 	uint32_t want_sq, spin_us;
+	/* deadline of one call in ms, 0: none; atomic so that setting it never
+	 * waits for a call in progress (__atomic builtins) */
+	uint32_t timeout_ms;
 	int fd;
 	int dead; /* 0, or the -errno every call returns */
 	uint64_t session_id;
@@ -152,11 +156,51 @@ static void mark_dead(struct skv_client *c, int r)
 		c->dead = r == -EPIPE ? -ECONNRESET : r;
 }
 
+static uint32_t timeout_of(const struct skv_client *c)
+{
+	return __atomic_load_n(&c->timeout_ms, __ATOMIC_RELAXED);
+}
+
+/* The deadline of a call starting now (0: none). */
+static uint64_t call_deadline(const struct skv_client *c)
+{
+	return skv_io_deadline(timeout_of(c));
+}
+
+/*
+ * The daemon did not answer on the socket in time. A reply may still come,
+ * and the next call would read it as its own: the connection is unusable,
+ * so every later call fails with -ENOTCONN until skv_client_reconnect().
+ */
+static int socket_timeout(struct skv_client *c, const char *what)
+{
+	mark_dead(c, -ENOTCONN);
+	return fail(c, -ETIMEDOUT, "snapkvd did not %s within %u ms (connection dropped)", what,
+		    timeout_of(c));
+}
+
+SKV_EXPORT int skv_client_set_timeout(struct skv_client *c, uint32_t timeout_ms)
+{
+	if (!c)
+		return -EINVAL;
+	if (timeout_ms > SKV_IO_MAX_TIMEOUT_MS)
+		return fail(c, -EINVAL, "timeout of %u ms is too long", timeout_ms);
+	__atomic_store_n(&c->timeout_ms, timeout_ms, __ATOMIC_RELAXED);
+	return 0;
+}
+
+SKV_EXPORT uint32_t skv_client_timeout(const struct skv_client *c)
+{
+	return c ? timeout_of(c) : 0;
+}
+
 /* ------------------------------------------------------------ socket RPCs */
 
+/* One request and its reply over the socket, both by deadline dl (0: none).
+ * Locked. */
 static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, const int *fds,
 	       unsigned n_fds, uint16_t want, ProtobufCMessage **ret, int *ret_fds,
-	       unsigned *n_ret_fds)
+	       unsigned *n_ret_fds, uint64_t dl)
 {
 	size_t n = protobuf_c_message_get_packed_size(m);
 	uint8_t *buf;
@@ -171,8 +215,10 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 	if (!buf)
 		return fail(c, -ENOMEM, "out of memory");
 	protobuf_c_message_pack(m, buf);
-	r = skv_frame_send(c->fd, type, buf, n, fds, n_fds, 0);
+	r = skv_io_send(c->fd, type, buf, n, fds, n_fds, dl);
 	free(buf);
+	if (r == -ETIMEDOUT)
+		return socket_timeout(c, "take a request");
 	if (r < 0) {
 		struct skv_frame_hdr eh;
 		unsigned nf = 0;
@@ -200,8 +246,11 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 	for (;;) {
 		unsigned nf = n_ret_fds ? *n_ret_fds : 0;
 
-		r = skv_frame_recv(c->fd, c->rbuf, SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, &h,
-				   ret_fds, &nf, 0);
+		/* one deadline for the whole reply: stray frames do not extend it */
+		r = skv_io_recv(c->fd, c->rbuf, SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, &h,
+				ret_fds, &nf, dl);
+		if (r == -ETIMEDOUT)
+			return socket_timeout(c, "answer");
 		if (r < 0) {
 			mark_dead(c, r == -ECONNRESET ? -ECONNRESET : r);
 			return fail(c, c->dead, "receive from snapkvd: %s", strerror(-r));
@@ -302,9 +351,10 @@ static void session_drop(struct skv_client *c)
 	c->session_id = 0;
 }
 
-static int do_register(struct skv_client *c, struct skv_buffer *b);
+static int do_register(struct skv_client *c, struct skv_buffer *b, uint64_t dl);
 
-static int session_open(struct skv_client *c)
+/* Connect, handshake and register the buffers again, all by deadline dl. */
+static int session_open(struct skv_client *c, uint64_t dl)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	Snapkv__V1__Hello h = SNAPKV__V1__HELLO__INIT;
@@ -318,8 +368,15 @@ static int session_open(struct skv_client *c)
 	if (c->fd < 0)
 		return fail(c, -errno, "socket: %s", strerror(errno));
 	strcpy(sa.sun_path, c->path);
-	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
+	r = skv_io_connect(c->fd, &sa, dl);
+	if (r == -ETIMEDOUT) {
+		close(c->fd);
+		c->fd = -1;
+		c->dead = -ENOTCONN;
+		return fail(c, r, "connect %s: snapkvd did not accept within %u ms", c->path,
+			    timeout_of(c));
+	}
+	if (r < 0) {
 		close(c->fd);
 		c->fd = -1;
 		c->dead = r == -ENOENT || r == -ECONNREFUSED ? -ENOTCONN : r;
@@ -329,7 +386,7 @@ static int session_open(struct skv_client *c)
 	h.name = c->name;
 	h.sq_entries = c->want_sq;
 	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, &h.base, NULL, 0,
-		SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME, (ProtobufCMessage **)&w, fds, &nf);
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME, (ProtobufCMessage **)&w, fds, &nf, dl);
 	if (r < 0)
 		goto fail;
 	if (nf != 4 || w->ring_bytes < sizeof(struct skv_ring_layout) || !w->arena_bytes) {
@@ -376,7 +433,7 @@ static int session_open(struct skv_client *c)
 	snapkv__v1__welcome__free_unpacked(w, NULL);
 	/* buffers the engine still holds are registered again */
 	for (struct skv_buffer *b = c->buffers; b; b = b->next) {
-		r = do_register(c, b);
+		r = do_register(c, b, dl);
 		if (r < 0)
 			return r;
 	}
@@ -399,10 +456,19 @@ SKV_EXPORT int skv_client_connect(const char *path, const struct skv_client_opts
 	struct skv_client *c;
 	const char *p = path, *rt;
 	char def[108];
+	uint32_t timeout_ms;
 	int r;
 
 	if (!ret_client)
 		return -EINVAL;
+	if (opts && opts->opts_size >= offsetof(struct skv_client_opts, timeout_ms) + 4 &&
+	    opts->timeout_ms) {
+		timeout_ms = opts->timeout_ms < 0 ? 0 : (uint32_t)opts->timeout_ms;
+	} else {
+		r = skv_io_timeout_env(&timeout_ms);
+		if (r < 0)
+			return r;
+	}
 	if (!p)
 		p = getenv("SNAPKV_SOCKET");
 	if (!p) {
@@ -429,12 +495,13 @@ SKV_EXPORT int skv_client_connect(const char *path, const struct skv_client_opts
 			     opts->spin_us
 			 ? opts->spin_us
 			 : 50;
+	c->timeout_ms = timeout_ms;
 	c->rbuf = malloc(SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD);
 	if (!c->rbuf) {
 		skv_client_close(c);
 		return -ENOMEM;
 	}
-	r = session_open(c);
+	r = session_open(c, call_deadline(c));
 	if (r < 0) {
 		skv_client_close(c);
 		return r;
@@ -478,14 +545,14 @@ SKV_EXPORT int skv_client_reconnect(struct skv_client *c)
 		return -EINVAL;
 	pthread_mutex_lock(&c->mu);
 	session_drop(c);
-	r = session_open(c);
+	r = session_open(c, call_deadline(c));
 	pthread_mutex_unlock(&c->mu);
 	return r;
 }
 
 /* ---------------------------------------------------------------- buffers */
 
-static int do_register(struct skv_client *c, struct skv_buffer *b)
+static int do_register(struct skv_client *c, struct skv_buffer *b, uint64_t dl)
 {
 	Snapkv__V1__RegisterBuffer m = SNAPKV__V1__REGISTER_BUFFER__INIT;
 	Snapkv__V1__RegisterReply *rr = NULL;
@@ -501,8 +568,8 @@ static int do_register(struct skv_client *c, struct skv_buffer *b)
 	}
 	m.device = b->device;
 	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, &m.base, &b->fd, b->fd >= 0 ? 1 : 0,
-		SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, (ProtobufCMessage **)&rr, NULL,
-		NULL);
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, (ProtobufCMessage **)&rr, NULL, NULL,
+		dl);
 	if (r < 0)
 		return r;
 	r = rr->status;
@@ -533,7 +600,7 @@ static int buffer_add_kind(struct skv_client *c, int fd, void *data, size_t size
 	b->size = size;
 	b->own = own;
 	pthread_mutex_lock(&c->mu);
-	r = do_register(c, b);
+	r = do_register(c, b, call_deadline(c));
 	if (r == 0) {
 		b->next = c->buffers;
 		c->buffers = b;
@@ -644,7 +711,8 @@ SKV_EXPORT int skv_client_cuda_arena(struct skv_client *c, int *ret_fd, uint64_t
 		return fail(c, -EINVAL, "bad arguments");
 	pthread_mutex_lock(&c->mu);
 	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA, &m.base, NULL, 0,
-		SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY, (ProtobufCMessage **)&a, fds, &nf);
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY, (ProtobufCMessage **)&a, fds, &nf,
+		call_deadline(c));
 	pthread_mutex_unlock(&c->mu);
 	if (r < 0)
 		return r;
@@ -707,7 +775,7 @@ SKV_EXPORT int skv_buffer_free(struct skv_buffer *b)
 		m.buffer_id = b->id;
 		r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER, &m.base, NULL, 0,
 			SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER_REPLY, (ProtobufCMessage **)&rr,
-			NULL, NULL);
+			NULL, NULL, call_deadline(c));
 		if (r == 0) {
 			r = rr->status;
 			snapkv__v1__unregister_reply__free_unpacked(rr, NULL);
@@ -806,10 +874,11 @@ static uint64_t now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Wait until slot i is done. Called locked; may drop the lock to sleep. */
-static int wait_slot(struct skv_client *c, uint32_t i, int timeout_ms)
+/* Wait until slot i is done or deadline dl (0: none) passes (-ETIMEDOUT, the
+ * slot still pending). Called locked; may drop the lock to sleep. */
+static int wait_slot(struct skv_client *c, uint32_t i, uint64_t dl)
 {
-	uint64_t start = now_us(), spin_end = start + c->spin_us;
+	uint64_t spin_end = now_us() + c->spin_us;
 
 	for (;;) {
 		int r = reap(c);
@@ -820,10 +889,9 @@ static int wait_slot(struct skv_client *c, uint32_t i, int timeout_ms)
 			return 0;
 		if (c->dead)
 			return fail(c, c->dead, "snapkvd connection lost");
-		uint64_t now = now_us();
-		if (timeout_ms >= 0 && now - start >= (uint64_t)timeout_ms * 1000)
-			return fail(c, -ETIMEDOUT, "timed out");
-		if (now < spin_end)
+		if (dl && skv_io_now_ns() >= dl)
+			return fail(c, -ETIMEDOUT, "snapkvd did not complete the request in time");
+		if (now_us() < spin_end)
 			continue;
 		/* W1 on the CQ: the daemon writes cq_efd only if it sees the flag */
 		r = skv_ring_prepare_sleep(&c->cq);
@@ -834,12 +902,10 @@ static int wait_slot(struct skv_client *c, uint32_t i, int timeout_ms)
 		if (r == 0)
 			continue;
 		struct pollfd p[2] = {{c->cq_efd, POLLIN, 0}, {c->fd, POLLIN, 0}};
-		int to = 1000;
+		int to = skv_io_poll_ms(dl);
 
-		if (timeout_ms >= 0) {
-			uint64_t left = (uint64_t)timeout_ms * 1000 - (now - start);
-			to = (int)(left / 1000) + 1;
-		}
+		if (to < 0 || to > 1000)
+			to = 1000;
 		pthread_mutex_unlock(&c->mu);
 		r = poll(p, 2, to);
 		pthread_mutex_lock(&c->mu);
@@ -879,9 +945,20 @@ static int stall(struct skv_client *c)
 	return 0;
 }
 
-/* Take a slot and submit. Locked. For SKV_OP_REQUEST the Request is packed
- * into the slot. */
-static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint32_t *ret_slot)
+/* The ring had no room for us until deadline dl: the daemon stopped taking
+ * requests. Nothing was submitted; the ring itself is fine. */
+static int ring_full_timeout(struct skv_client *c, uint64_t dl)
+{
+	if (!dl || skv_io_now_ns() < dl)
+		return 0;
+	return fail(c, -ETIMEDOUT, "snapkvd took no request within %u ms (ring full)",
+		    timeout_of(c));
+}
+
+/* Take a slot and submit, waiting for room at most until dl (0: none).
+ * Locked. For SKV_OP_REQUEST the Request is packed into the slot. */
+static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint64_t dl,
+		  uint32_t *ret_slot)
 {
 	struct skv_sqe sqe = {.opcode = op};
 	uint32_t i;
@@ -898,7 +975,7 @@ static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, ui
 		r = reap(c);
 		if (r < 0)
 			return r;
-		if (r == 0 && (r = stall(c)) < 0)
+		if (r == 0 && ((r = ring_full_timeout(c, dl)) < 0 || (r = stall(c)) < 0))
 			return r;
 	}
 	sqe.slot = i;
@@ -919,7 +996,7 @@ static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, ui
 	c->slots[i] = (struct slot){.state = SLOT_PENDING, .user_data = sqe.user_data};
 	while ((r = skv_ring_produce(&c->sq, &sqe)) == -EAGAIN) {
 		/* the daemon is behind (or back-pressuring us): make room */
-		if ((r = reap(c)) < 0 || (r = stall(c)) < 0)
+		if ((r = reap(c)) < 0 || (r = ring_full_timeout(c, dl)) < 0 || (r = stall(c)) < 0)
 			break;
 	}
 	if (r < 0) {
@@ -951,15 +1028,27 @@ static int collect(struct skv_client *c, uint32_t i, Snapkv__V1__Response **ret_
 	return r;
 }
 
-/* Submit and wait. Locked. */
+/* The ring did not complete a request by its deadline. The slot is left to
+ * complete later (and be freed then); the ring stays usable. */
+static int ring_timeout(struct skv_client *c, uint32_t i)
+{
+	c->slots[i].orphan = true;
+	return fail(c, -ETIMEDOUT, "snapkvd did not complete the request within %u ms",
+		    timeout_of(c));
+}
+
+/* Submit and wait, both by the client's deadline. Locked. */
 static int call(struct skv_client *c, Snapkv__V1__Request *req, Snapkv__V1__Response **ret)
 {
+	uint64_t dl = call_deadline(c);
 	uint32_t i;
-	int r = submit(c, SKV_OP_REQUEST, req, &i);
+	int r = submit(c, SKV_OP_REQUEST, req, dl, &i);
 
 	if (r < 0)
 		return r;
-	r = wait_slot(c, i, -1);
+	r = wait_slot(c, i, dl);
+	if (r == -ETIMEDOUT)
+		return ring_timeout(c, i);
 	if (r < 0) {
 		c->slots[i].orphan = true;
 		if (c->slots[i].state == SLOT_DONE)
@@ -971,17 +1060,21 @@ static int call(struct skv_client *c, Snapkv__V1__Request *req, Snapkv__V1__Resp
 
 SKV_EXPORT int skv_client_nop(struct skv_client *c)
 {
+	uint64_t dl;
 	uint32_t i;
 	int r;
 
 	if (!c)
 		return -EINVAL;
 	pthread_mutex_lock(&c->mu);
-	r = submit(c, SKV_OP_NOP, NULL, &i);
+	dl = call_deadline(c);
+	r = submit(c, SKV_OP_NOP, NULL, dl, &i);
 	if (r == 0) {
-		r = wait_slot(c, i, -1);
+		r = wait_slot(c, i, dl);
 		if (r == 0)
 			r = collect(c, i, NULL);
+		else if (r == -ETIMEDOUT)
+			r = ring_timeout(c, i);
 		else
 			c->slots[i].orphan = true;
 	}
@@ -1002,7 +1095,8 @@ SKV_EXPORT int skv_client_nop_socket(struct skv_client *c)
 	req.nop = &nop;
 	pthread_mutex_lock(&c->mu);
 	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, &req.base, NULL, 0,
-		SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE, (ProtobufCMessage **)&resp, NULL, NULL);
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE, (ProtobufCMessage **)&resp, NULL, NULL,
+		call_deadline(c));
 	if (r == 0) {
 		r = resp->status;
 		snapkv__v1__response__free_unpacked(resp, NULL);
@@ -1173,7 +1267,7 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 		rq->sync = true;
 		r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, &req.base, NULL, 0,
 			SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE, (ProtobufCMessage **)&resp, NULL,
-			NULL);
+			NULL, call_deadline(c));
 		if (r == 0) {
 			rq->sync_res = resp->status;
 			rq->sync_resp = resp;
@@ -1183,7 +1277,7 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 								   : strerror(-resp->status));
 		}
 	} else {
-		r = submit(c, SKV_OP_REQUEST, &req, &slot);
+		r = submit(c, SKV_OP_REQUEST, &req, call_deadline(c), &slot);
 		if (r == 0) {
 			rq->slot = slot;
 			rq->user_data = c->slots[slot].user_data;
@@ -1309,7 +1403,8 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 			     resp && resp->error && resp->error[0] ? resp->error : strerror(-r));
 		goto result;
 	}
-	r = wait_slot(c, rq->slot, timeout_ms);
+	r = wait_slot(c, rq->slot,
+		      timeout_ms < 0 ? 0 : skv_io_now_ns() + (uint64_t)timeout_ms * 1000000u);
 	if (r == -ETIMEDOUT) {
 		pthread_mutex_unlock(&c->mu);
 		return r;

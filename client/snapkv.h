@@ -2,7 +2,7 @@
 /*
  * snapkv.h - libsnapkv: the engine side of snapkvd.
  *
- * The one public header of libsnapkv.so.1 (symbols versioned SNAPKV_1.0).
+ * The one public header of libsnapkv.so.1 (symbols versioned SNAPKV_1.x).
  * An engine connects, registers memfd buffers holding its prefill K/V (and
  * the window's Q), submits compactions, maps the compact cache the daemon
  * writes into the engine's own arena, appends decode tokens in place and
@@ -14,6 +14,28 @@
  * When the daemon dies every call returns -ENOTCONN or -ECONNRESET; mapped
  * caches stay readable; skv_client_reconnect() starts a new session (buffers
  * must be registered again, old caches are gone from the daemon).
+ *
+ * Deadlines (SNAPKV_1.4). A daemon that is alive but hung (stopped,
+ * deadlocked) must not block an engine forever, so every call that waits
+ * for the daemon is bounded by the client's deadline: 30 s by default,
+ * $SNAPKV_TIMEOUT_MS (milliseconds, 0: none) when set at connect time,
+ * skv_client_opts.timeout_ms, or skv_client_set_timeout(). Past it the call
+ * returns -ETIMEDOUT. The deadline counts from when the call starts talking
+ * to the daemon (calls of other threads on the same client go first).
+ * - Socket calls (skv_client_connect and _reconnect as a whole: connect,
+ *   handshake, registering buffers again; skv_buffer_alloc/_register_*,
+ *   skv_buffer_free, skv_client_cuda_arena, skv_client_nop_socket, and
+ *   compactions too large for a ring slot): after a timeout a late reply
+ *   could be taken for the next call's, so the connection is dropped: every
+ *   later call fails with -ENOTCONN until skv_client_reconnect(). Mapped
+ *   caches stay readable.
+ * - Ring calls (skv_client_stats, skv_client_nop, skv_cache_append/_grow/
+ *   _release, and skv_compact_submit waiting for a free ring slot): the
+ *   connection stays usable; the request may still take effect in the
+ *   daemon later (its completion is then discarded).
+ * - Compaction waits are not bounded by it (their time grows with the
+ *   prompt): skv_request_wait() takes its own timeout; skv_client_compact()
+ *   waits until the daemon answers or dies.
  */
 #ifndef SNAPKV_H
 #define SNAPKV_H
@@ -37,12 +59,17 @@ struct skv_client_opts {
 	const char *name;    /* engine name shown in the ledger  */
 	uint32_t sq_entries; /* 0: the daemon's default         */
 	uint32_t spin_us;    /* spin on the CQ this long before sleeping (default 50) */
+	/* since SNAPKV_1.4, read when opts_size covers it: the deadline of each
+	 * call in ms; 0: $SNAPKV_TIMEOUT_MS if set, else 30 s; < 0: none */
+	int32_t timeout_ms;
 };
 
 /*
  * Connect to snapkvd at path (NULL: $SNAPKV_SOCKET, else
  * $XDG_RUNTIME_DIR/snapkvd.sock, else /run/snapkvd/snapkvd.sock), handshake
- * and map the session's ring and arena. opts may be NULL.
+ * and map the session's ring and arena. opts may be NULL. -ETIMEDOUT when
+ * the daemon does not accept or answer within the deadline; -EINVAL when
+ * $SNAPKV_TIMEOUT_MS is needed but is not a number of milliseconds.
  */
 int skv_client_connect(const char *path, const struct skv_client_opts *opts,
 		       struct skv_client **ret_client);
@@ -54,6 +81,11 @@ const char *skv_client_error(const struct skv_client *c);
 /* Drop the current session (if any) and connect again to the same path. */
 int skv_client_reconnect(struct skv_client *c);
 uint64_t skv_client_session_id(const struct skv_client *c);
+/* Set the deadline of each later call in ms (0: none; at most INT32_MAX).
+ * Never waits for a call in progress. Since SNAPKV_1.4. */
+int skv_client_set_timeout(struct skv_client *c, uint32_t timeout_ms);
+/* The deadline in ms, 0 for none. Since SNAPKV_1.4. */
+uint32_t skv_client_timeout(const struct skv_client *c);
 
 /* Allocate a sealed memfd buffer of `size` bytes, map it read-write and
  * register it with the daemon. */

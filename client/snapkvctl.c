@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ctl-daemon.h"
+#include "skv-io.h"
 #include "snapkvctl.h"
 
 static const struct ctl_cmd cmds[] = {
@@ -107,13 +108,67 @@ static void usage(FILE *f)
 		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
 	fprintf(f, "\n--socket PATH (before or after the command; else $SNAPKV_SOCKET) names\n"
 		   "the daemon's socket.\n"
+		   "--timeout MS (before or after the command; else $SNAPKV_TIMEOUT_MS, else\n"
+		   "30000) bounds each exchange with the daemon; 0 waits forever.\n"
 		   "`snapkvctl <command> --help` describes a command's options.\n"
 		   "Exit status: 0 success, 1 run-time failure, 2 bad usage or bad input.\n");
 }
 
+/*
+ * --timeout MS / --timeout=MS anywhere before a "--" (no subcommand has an
+ * option of that name): checked, passed on as $SNAPKV_TIMEOUT_MS, which
+ * libsnapkv and the admin calls read, and taken out of argv. A malformed
+ * $SNAPKV_TIMEOUT_MS is refused here too, before any command runs.
+ * 0, or the exit code.
+ */
+static int take_timeout(int *argc, char **argv)
+{
+	const char *val = NULL;
+	int out = 1;
+	uint32_t ms;
+
+	for (int a = 1; a < *argc; a++) {
+		if (strcmp(argv[a], "--") == 0) {
+			while (a < *argc)
+				argv[out++] = argv[a++];
+			break;
+		}
+		if (strcmp(argv[a], "--timeout") == 0) {
+			if (a + 1 >= *argc) {
+				ctl_err(NULL, "--timeout needs a number of milliseconds");
+				return CTL_EXIT_USAGE;
+			}
+			val = argv[++a];
+		} else if (strncmp(argv[a], "--timeout=", 10) == 0) {
+			val = argv[a] + 10;
+		} else {
+			argv[out++] = argv[a];
+			continue;
+		}
+		if (!*val || setenv("SNAPKV_TIMEOUT_MS", val, 1) < 0 ||
+		    skv_io_timeout_env(&ms) < 0) {
+			ctl_err(NULL, "--timeout \"%s\": expected milliseconds, 0 to %u", val,
+				SKV_IO_MAX_TIMEOUT_MS);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	argv[out] = NULL;
+	*argc = out;
+	if (skv_io_timeout_env(&ms) < 0) {
+		ctl_err(NULL, "SNAPKV_TIMEOUT_MS=\"%s\": expected milliseconds, 0 to %u",
+			getenv("SNAPKV_TIMEOUT_MS"), SKV_IO_MAX_TIMEOUT_MS);
+		return CTL_EXIT_USAGE;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	int a = 1;
+	int a = 1, r;
+
+	r = take_timeout(&argc, argv);
+	if (r)
+		return r;
 
 	/* Global options before the command. --socket there means the same as
 	 * after it: it goes on as $SNAPKV_SOCKET, which every command that

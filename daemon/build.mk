@@ -10,7 +10,7 @@ SKV_PB_H := $(BUILD)/proto/snapkv.pb-c.h
 
 # 1.MINOR.PATCH: MINOR is the newest SNAPKV_1.MINOR node of client/libsnapkv.map
 # (tests/integration/test-libsnapkv-abi.sh checks it).
-LIBSNAPKV_VER := 1.3.0
+LIBSNAPKV_VER := 1.4.0
 LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
 LIBSNAPKV_A := $(BUILD)/libsnapkv.a
 LIBSNAPKV_OBJS := $(BUILD)/client/libsnapkv.o
