@@ -53,6 +53,26 @@ all:
 
 include $(sort $(wildcard */build.mk */*/build.mk))
 
+# check-sanitize: every CUnit program (unit tests, libsnapkv, the daemon's
+# bad-input and fuzz suites, end to end) and the scripts that drive a daemon,
+# built with ASan+UBSan in their own tree (never mixing with $(BUILD)'s
+# objects) and run by scripts/run-sanitize.sh. No CUDA: nvcc objects and the
+# emulator's C++ are not instrumented. test-cli-offline.sh runs valgrind
+# (which cannot run ASan binaries); test-daemon-workers.sh (the suites again
+# with 3 workers) takes minutes here: SAN_TEST_SCRIPTS+=... adds it.
+SAN_BUILD ?= build-san
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_TESTS ?= $(TESTS)
+SAN_TEST_SCRIPTS ?= $(filter $(addprefix tests/integration/,test-cli-online.sh \
+	test-daemon-ctl.sh test-daemon-ledger.sh test-ops-ctl.sh test-llama-daemon.sh \
+	test-daemon-config.sh),$(TEST_SCRIPTS))
+.PHONY: check-sanitize _check_sanitize
+check-sanitize: deps
+	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) CUDA=0 CFLAGS="$(SAN_FLAGS)" \
+		LDFLAGS="$(SAN_FLAGS)" _check_sanitize
+_check_sanitize: all
+	@BUILD=$(BUILD) SHARED=$(SHARED) scripts/run-sanitize.sh $(SAN_TESTS) -- $(SAN_TEST_SCRIPTS)
+
 all: $(LIBS) $(BINS) $(TESTS) $(BENCHES)
 
 $(BUILD)/%.o: %.c
@@ -91,7 +111,7 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD)
 
 # Keep intermediate objects (e.g. the CUDA emulator's) so a second make
 # does not rebuild them.
