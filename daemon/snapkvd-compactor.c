@@ -730,6 +730,15 @@ static void run_grow(struct snapkvd_job *j)
  * launched afterwards, so no stream wait follows either (one would also wait
  * for a later record of the same event, an engine's next prefill).
  */
+static void wait_msg_prefix(struct skv_error *kerr)
+{
+	char m[sizeof(kerr->msg)];
+
+	snprintf(m, sizeof(m), "%s", kerr->msg);
+	snprintf(kerr->msg, sizeof(kerr->msg), "prefill_wait: %.*s",
+		 (int)sizeof(m) - (int)sizeof("prefill_wait: "), m);
+}
+
 static int wait_event(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_error *kerr)
 {
 	const struct skv_backend_ops *o = w->c->srv->gpu->ops;
@@ -740,11 +749,7 @@ static int wait_event(struct snapkvd_worker *w, struct snapkvd_job *j, struct sk
 
 	r = o->event_open(w->c->srv->gpu->dev, j->wait_event, &ev, kerr);
 	if (r < 0) {
-		char m[sizeof(kerr->msg)];
-
-		snprintf(m, sizeof(m), "%s", kerr->msg);
-		snprintf(kerr->msg, sizeof(kerr->msg), "prefill_wait: %.*s",
-			 (int)sizeof(m) - (int)sizeof("prefill_wait: "), m);
+		wait_msg_prefix(kerr);
 		return r;
 	}
 	for (;;) {
@@ -753,6 +758,8 @@ static int wait_event(struct snapkvd_worker *w, struct snapkvd_job *j, struct sk
 
 		r = o->event_query(ev, kerr);
 		polls++;
+		if (r < 0 && r != -EAGAIN)
+			wait_msg_prefix(kerr);
 		if (r != -EAGAIN)
 			break;
 		now = snapkvd_now_ns();
