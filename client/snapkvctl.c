@@ -117,9 +117,8 @@ static void usage(FILE *f)
 /*
  * --timeout MS / --timeout=MS anywhere before a "--" (no subcommand has an
  * option of that name): checked, passed on as $SNAPKV_TIMEOUT_MS, which
- * libsnapkv and the admin calls read, and taken out of argv. A malformed
- * $SNAPKV_TIMEOUT_MS is refused here too, before any command runs.
- * 0, or the exit code.
+ * libsnapkv and the admin calls read, and taken out of argv. 0, or the exit
+ * code.
  */
 static int take_timeout(int *argc, char **argv)
 {
@@ -154,16 +153,12 @@ static int take_timeout(int *argc, char **argv)
 	}
 	argv[out] = NULL;
 	*argc = out;
-	if (skv_io_timeout_env(&ms) < 0) {
-		ctl_err(NULL, "SNAPKV_TIMEOUT_MS=\"%s\": expected milliseconds, 0 to %u",
-			getenv("SNAPKV_TIMEOUT_MS"), SKV_IO_MAX_TIMEOUT_MS);
-		return CTL_EXIT_USAGE;
-	}
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
+	uint32_t ms;
 	int a = 1, r;
 
 	r = take_timeout(&argc, argv);
@@ -207,6 +202,12 @@ int main(int argc, char **argv)
 	}
 	if (a >= argc) {
 		usage(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	/* from the environment too: a typo must not mean "wait forever" */
+	if (skv_io_timeout_env(&ms) < 0) {
+		ctl_err(NULL, "SNAPKV_TIMEOUT_MS=\"%s\": expected milliseconds, 0 to %u",
+			getenv("SNAPKV_TIMEOUT_MS"), SKV_IO_MAX_TIMEOUT_MS);
 		return CTL_EXIT_USAGE;
 	}
 	for (size_t i = 0; i < N_CMDS; i++)
