@@ -32,7 +32,9 @@
  * - Ring calls (skv_client_stats, skv_client_nop, skv_cache_append/_grow/
  *   _release, and skv_compact_submit waiting for a free ring slot): the
  *   connection stays usable; the request may still take effect in the
- *   daemon later (its completion is then discarded).
+ *   daemon later (its completion is then discarded), so after a timeout of
+ *   skv_cache_append or skv_cache_grow the handle may no longer match the
+ *   daemon's cache (a late GROW moves it): release the cache.
  * - Compaction waits are not bounded by it (their time grows with the
  *   prompt): skv_request_wait() takes its own timeout; skv_client_compact()
  *   waits until the daemon answers or dies.
