@@ -57,15 +57,14 @@ include $(sort $(wildcard */build.mk */*/build.mk))
 # bad-input and fuzz suites, end to end) and the scripts that drive a daemon,
 # built with ASan+UBSan in their own tree (never mixing with $(BUILD)'s
 # objects) and run by scripts/run-sanitize.sh. No CUDA: nvcc objects and the
-# emulator's C++ are not instrumented. test-cli-offline.sh runs valgrind
-# (which cannot run ASan binaries); test-daemon-workers.sh (the suites again
-# with 3 workers) takes minutes here: SAN_TEST_SCRIPTS+=... adds it.
+# emulator's C++ are not instrumented. Not test-cli-offline.sh: it runs
+# valgrind, which cannot run ASan binaries.
 SAN_BUILD ?= build-san
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_TESTS ?= $(TESTS)
 SAN_TEST_SCRIPTS ?= $(filter $(addprefix tests/integration/,test-cli-online.sh \
 	test-daemon-ctl.sh test-daemon-ledger.sh test-ops-ctl.sh test-llama-daemon.sh \
-	test-daemon-config.sh),$(TEST_SCRIPTS))
+	test-daemon-config.sh test-daemon-workers.sh),$(TEST_SCRIPTS))
 .PHONY: check-sanitize _check_sanitize
 check-sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) CUDA=0 CFLAGS="$(SAN_FLAGS)" \
