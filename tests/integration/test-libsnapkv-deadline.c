@@ -186,7 +186,7 @@ static int fake_start(struct fake *f, enum fake_mode mode)
 	if (mode == FAKE_NOACCEPT) {
 		/* backlog 0 holds one pending connection: take it, so the next
 		 * connect waits for room that never comes */
-		f->filler = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		f->filler = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 		if (f->filler < 0 || connect(f->filler, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 			close(ls);
 			return -errno;
