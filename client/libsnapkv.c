@@ -866,19 +866,11 @@ static int check_socket(struct skv_client *c, short revents)
 	return 0;
 }
 
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Wait until slot i is done or deadline dl (0: none) passes (-ETIMEDOUT, the
  * slot still pending). Called locked; may drop the lock to sleep. */
 static int wait_slot(struct skv_client *c, uint32_t i, uint64_t dl)
 {
-	uint64_t spin_end = now_us() + c->spin_us;
+	uint64_t spin_end = skv_io_now_ns() + (uint64_t)c->spin_us * 1000;
 
 	for (;;) {
 		int r = reap(c);
@@ -889,9 +881,12 @@ static int wait_slot(struct skv_client *c, uint32_t i, uint64_t dl)
 			return 0;
 		if (c->dead)
 			return fail(c, c->dead, "snapkvd connection lost");
-		if (dl && skv_io_now_ns() >= dl)
+		/* one clock read per turn: this loop spins on the hot path */
+		uint64_t now = skv_io_now_ns();
+
+		if (dl && now >= dl)
 			return fail(c, -ETIMEDOUT, "snapkvd did not complete the request in time");
-		if (now_us() < spin_end)
+		if (now < spin_end)
 			continue;
 		/* W1 on the CQ: the daemon writes cq_efd only if it sees the flag */
 		r = skv_ring_prepare_sleep(&c->cq);
@@ -924,7 +919,7 @@ static int wait_slot(struct skv_client *c, uint32_t i, uint64_t dl)
 				return r;
 			}
 		}
-		spin_end = now_us() + c->spin_us;
+		spin_end = skv_io_now_ns() + (uint64_t)c->spin_us * 1000;
 	}
 }
 
