@@ -640,6 +640,8 @@ static const struct skv_backend_ops ops = {
     .emulated = 1,
 #endif
     .signal_value = skv_cuda_signal_value,
+    .ctx_copy = skv_cuda_ctx_copy,
+    .ctx_upload = skv_cuda_ctx_upload,
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

@@ -495,6 +495,16 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void *d, const void *s, size_t n, enum cud
 	memcpy(d, s, n);
 	return cudaSuccess;
 }
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch,
+					size_t width, size_t height, enum cudaMemcpyKind,
+					cudaStream_t)
+{
+	if (height > 1 && (dpitch < width || spitch < width))
+		return cudaErrorInvalidPitchValue;
+	for (size_t y = 0; y < height; y++)
+		memcpy((char *)d + y * dpitch, (const char *)s + y * spitch, width);
+	return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaMemset(void *d, int v, size_t n)
 {
 	memset(d, v, n);
