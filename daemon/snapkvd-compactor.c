@@ -769,11 +769,6 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 	unsigned n_rg = 0, n_done = 0;
 	int r = 0;
 
-	if (j->block_table) {
-		snprintf(kerr->msg, sizeof(kerr->msg),
-			 "paged layouts are not wired to the CUDA backend yet");
-		return -ENOTSUP;
-	}
 	for (unsigned i = 0; i < j->n_bufs; i++)
 		if (!j->bufs[i]->imp) /* CUDA imports are device memory already */
 			rg[n_rg++] = (typeof(rg[0])){(void *)j->bufs[i]->map, j->bufs[i]->size};
@@ -796,6 +791,22 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 			snprintf(kerr->msg, sizeof(kerr->msg),
 				 "the GPU does not see host memory at its host address");
 			r = -ENOTSUP;
+		}
+	}
+	if (r == 0 && j->block_table) {
+		/* the kernels read the block table once per token: into device
+		 * memory of the context, on the stream, before any wait (a copy
+		 * from pageable memory waits for the stream); its entries were
+		 * range-checked when the job was prepared */
+		void *dbt = NULL;
+
+		r = o->ctx_upload(w->gctx, j->block_table, (uint64_t)j->req->n_block_table * 4,
+				  &dbt, kerr);
+		for (uint32_t l = 0; r == 0 && l < ca->layers; l++) {
+			if (j->in[l].k.block_table)
+				j->in[l].k.block_table = dbt;
+			if (j->in[l].v.block_table)
+				j->in[l].v.block_table = dbt;
 		}
 	}
 	if (r == 0 && j->wait_flag) {
