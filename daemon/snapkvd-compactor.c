@@ -25,6 +25,10 @@
  * carry a prefill wait (a flag word in an engine buffer): the stream waits
  * on it before the kernels, and a waiter thread writes the flag itself when
  * the engine has not by the deadline, failing the job with -ETIMEDOUT.
+ *
+ * On the CUDA path a paged job's block table is copied into device memory
+ * of the worker's context, and a GROW of a cache in the GPU arena copies its
+ * rows device to device on the worker's stream.
  */
 #include <errno.h>
 #include <math.h>
