@@ -31,6 +31,10 @@
  *                                reference; bad block tables refused, pool
  *                                at baseline). Daemon: --pool-bytes 64M,
  *                                tenant_quota_bytes 40M.
+ *   gpu-engine SOCKET --grow-fail  a GROW whose device copy fails (emulator,
+ *                                SKV_EMU_FAIL_COPY2D in the daemon): -EIO,
+ *                                the cache intact and usable, pool at its
+ *                                baseline.
  *   ... --hold DIR               after the check, unregister the IPC buffer,
  *                                create DIR/ready and wait for DIR/go (the
  *                                script looks at snapkvctl status meanwhile);
@@ -811,7 +815,52 @@ out:
 	free(paged);
 }
 
-static int run_grow_paged(const char *sock, struct skv_cuda_dev *dev)
+/*
+ * --grow-fail (emulator with SKV_EMU_FAIL_COPY2D set in the daemon: every
+ * 2-D device copy fails): a GROW of an HND cache in the GPU arena fails with
+ * -EIO, the cache as it was (capacity, positions, rows), still usable, and
+ * the pool back at its baseline after the release.
+ */
+static void gp_grow_fail(struct skv_client *c, struct skv_compact_desc *d, char *abase,
+			 const struct gp_expect *e0)
+{
+	struct gp_expect e = *e0;
+	struct skv_cache *k = NULL;
+	struct skv_stats st0, st1;
+	unsigned bad = 0;
+	int r;
+
+	EXPECT(skv_client_stats(c, &st0) == 0, "stats");
+	d->out_layout = SKV_LAYOUT_HND;
+	d->decode_reserve = GP_RESERVE;
+	d->out_arena = SKV_ARENA_CUDA;
+	r = skv_client_compact(c, d, &k);
+	EXPECT(r == 0, "compact: %d (%s)", r, skv_client_error(c));
+	if (r < 0)
+		return;
+	EXPECT(gp_decode(k, abase, 0, 1) == 0, "decode");
+	e.g = 1;
+	r = skv_cache_grow(k, 8);
+	EXPECT(r == -EIO && strstr(skv_client_error(c), "GROW in the GPU arena"),
+	       "GROW with a failing copy: %d (%s)", r, skv_client_error(c));
+	printf("engine: GROW with a failing device copy: %d (%s)\n", r, skv_client_error(c));
+	bad += gp_check(k, abase, e.pl->kept + GP_RESERVE, &e);
+	EXPECT(gp_decode(k, abase, 1, GP_RESERVE) == 0, "decode after the failed GROW");
+	e.g = GP_RESERVE;
+	bad += gp_check(k, abase, e.pl->kept + GP_RESERVE, &e);
+	EXPECT(bad == 0, "%u positions/K/V elements differ after the failed GROW", bad);
+	EXPECT(skv_cache_release(k) == 0, "release");
+	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
+	EXPECT(st1.pool_used == st0.pool_used && st1.arena_used == st0.arena_used,
+	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0.pool_used,
+	       (unsigned long long)st1.pool_used, (unsigned long long)st0.arena_used,
+	       (unsigned long long)st1.arena_used);
+	printf("engine: failed GROW: the cache as it was and usable, pool %llu bytes as before: "
+	       "%s\n",
+	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+}
+
+static int run_grow_paged(const char *sock, struct skv_cuda_dev *dev, bool fail_copy)
 {
 	const size_t kv_elems = (size_t)LAYERS * HKV * LEN * HD,
 		     q_elems = (size_t)LAYERS * HQ * WIN * HD;
@@ -855,8 +904,12 @@ static int run_grow_paged(const char *sock, struct skv_cuda_dev *dev)
 	}
 	close(afd);
 	struct gp_expect e = {.pl = &pl, .ok = ok, .ov = ov, .op = op, .g = 0};
-	gp_grow(c, &d, skv_cuda_import_ptr(ai), &e);
-	gp_paged(c, dev, &d, lr, hkv, skv_cuda_import_ptr(ai), &e, om);
+	if (fail_copy) {
+		gp_grow_fail(c, &d, skv_cuda_import_ptr(ai), &e);
+	} else {
+		gp_grow(c, &d, skv_cuda_import_ptr(ai), &e);
+		gp_paged(c, dev, &d, lr, hkv, skv_cuda_import_ptr(ai), &e, om);
+	}
 	skv_cuda_import_release(ai);
 	skv_buffer_free(b);
 	skv_client_close(c);
@@ -868,7 +921,7 @@ static int run_grow_paged(const char *sock, struct skv_cuda_dev *dev)
 int main(int argc, char **argv)
 {
 	const char *sock = argc > 1 ? argv[1] : NULL, *hold = NULL;
-	bool enotsup = false, generations = false, grow_paged = false;
+	bool enotsup = false, generations = false, grow_paged = false, grow_fail = false;
 	struct skv_cuda_dev *dev = NULL;
 	struct skv_cuda_arena *kvmem = NULL;
 	struct skv_error err = {0};
@@ -883,6 +936,8 @@ int main(int argc, char **argv)
 			generations = true;
 		else if (!strcmp(argv[i], "--grow-paged"))
 			grow_paged = true;
+		else if (!strcmp(argv[i], "--grow-fail"))
+			grow_fail = true;
 		else if (!strcmp(argv[i], "--hold") && i + 1 < argc)
 			hold = argv[++i];
 		else
@@ -890,8 +945,8 @@ int main(int argc, char **argv)
 	}
 	if (!sock) {
 		fprintf(stderr,
-			"usage: gpu-engine SOCKET [--enotsup | --generations | --grow-paged] "
-			"[--hold DIR]\n");
+			"usage: gpu-engine SOCKET [--enotsup | --generations | --grow-paged | "
+			"--grow-fail] [--hold DIR]\n");
 		return 2;
 	}
 	/* the engine's own device memory, through the plugin's VMM allocator */
@@ -901,8 +956,8 @@ int main(int argc, char **argv)
 	}
 	if (generations)
 		return run_generations(sock, dev);
-	if (grow_paged)
-		return run_grow_paged(sock, dev);
+	if (grow_paged || grow_fail)
+		return run_grow_paged(sock, dev, grow_fail);
 	const size_t kv_elems = (size_t)LAYERS * HKV * LEN * HD,
 		     q_elems = (size_t)LAYERS * HQ * WIN * HD;
 	const size_t kv_bytes = 2 * kv_elems * 4, q_bytes = q_elems * 4;

@@ -501,6 +501,9 @@ cudaError_t CUDARTAPI cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, s
 {
 	if (height > 1 && (dpitch < width || spitch < width))
 		return cudaErrorInvalidPitchValue;
+	/* a failing copy on demand: the daemon's error path of a GPU GROW */
+	if (getenv("SKV_EMU_FAIL_COPY2D"))
+		return cudaErrorInvalidValue;
 	for (size_t y = 0; y < height; y++)
 		memcpy((char *)d + y * dpitch, (const char *)s + y * spitch, width);
 	return cudaSuccess;

@@ -205,6 +205,17 @@ grep -q "paged: out-of-range -ERANGE, negative and short table -EINVAL; .*: ok" 
 status_has "(0 CUDA imports live)" && ok "grow/paged: 0 imports live after the session" ||
 	not_ok "imports after grow/paged: $(cat "$tmp/status")"
 stop_daemon
+# a device copy that fails (the emulator only: SKV_EMU_FAIL_COPY2D)
+if [ "$(basename "$PLUGIN")" = libskv-cuda-emu.so ]; then
+	SKV_EMU_FAIL_COPY2D=1 start_daemon "$sock" --backend cuda
+	timeout 60 "$ENGINE" "$sock" --grow-fail >"$tmp/eng.out" 2>&1
+	rc=$?
+	[ $rc -eq 0 ] && grep -q "failed GROW: the cache as it was and usable, .*: ok" \
+		"$tmp/eng.out" &&
+		ok "$(grep -m1 'failing device copy' "$tmp/eng.out" | sed 's/^engine: //')" ||
+		not_ok "failed GROW (rc $rc): $(cat "$tmp/eng.out")"
+	stop_daemon
+fi
 
 echo "test-daemon-gpubuf-emu: $pass passed, $fail failed"
 [ $fail -eq 0 ]
