@@ -28,6 +28,7 @@ struct skv_cuda_ctx;
 struct skv_cuda_import;
 struct skv_cuda_arena;
 struct skv_cuda_info;
+struct skv_cuda_event;
 struct skv_cuda_copy;
 
 struct skv_backend_ops {
@@ -74,6 +75,13 @@ struct skv_backend_ops {
 	int emulated;
 	int (*signal_value)(struct skv_cuda_dev *dev, void *flag, uint32_t value,
 			    struct skv_error *err);
+	/* CUDA_IPC_EVENT prefill waits: an engine's interprocess event, opened
+	 * once per request and polled from the host (never waited on by a
+	 * stream, so no wait can outlive its deadline) */
+	int (*event_open)(struct skv_cuda_dev *dev, const void *handle64,
+			  struct skv_cuda_event **ret_ev, struct skv_error *err);
+	int (*event_query)(struct skv_cuda_event *ev, struct skv_error *err);
+	void (*event_close)(struct skv_cuda_event *ev);
 	/* copies on a context's stream: GROW of a cache in a GPU arena (device
 	 * to device), and a paged layout's block table put in device memory */
 	int (*ctx_copy)(struct skv_cuda_ctx *ctx, const struct skv_cuda_copy *copies, uint32_t n,
