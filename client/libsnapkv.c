@@ -1291,6 +1291,20 @@ out:
 	return 0;
 }
 
+/*
+ * The request's slot, or NULL when the session it was submitted on is gone
+ * (skv_client_reconnect after a timeout or the daemon's death): it can never
+ * complete, and its slot index may belong to a request of the new session
+ * (user_data, unique across sessions, tells them apart) or to no ring at all.
+ * Locked.
+ */
+static struct slot *request_slot(struct skv_client *c, const struct skv_request *rq)
+{
+	if (!c->slots || rq->slot >= c->n_slots || c->slots[rq->slot].user_data != rq->user_data)
+		return NULL;
+	return &c->slots[rq->slot];
+}
+
 SKV_EXPORT int skv_request_poll(struct skv_request *rq)
 {
 	struct skv_client *c;
@@ -1302,9 +1316,13 @@ SKV_EXPORT int skv_request_poll(struct skv_request *rq)
 	if (rq->sync)
 		return rq->sync_res < 0 ? rq->sync_res : 1;
 	pthread_mutex_lock(&c->mu);
-	r = reap(c);
-	if (r >= 0)
-		r = c->slots[rq->slot].state == SLOT_DONE ? 1 : (c->dead ? c->dead : 0);
+	if (!request_slot(c, rq)) {
+		r = fail(c, c->dead ? c->dead : -ENOTCONN, "the request's session is gone");
+	} else {
+		r = reap(c);
+		if (r >= 0)
+			r = c->slots[rq->slot].state == SLOT_DONE ? 1 : (c->dead ? c->dead : 0);
+	}
 	pthread_mutex_unlock(&c->mu);
 	return r;
 }
@@ -1397,6 +1415,10 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 			fail(c, r, "%s",
 			     resp && resp->error && resp->error[0] ? resp->error : strerror(-r));
 		goto result;
+	}
+	if (!request_slot(c, rq)) {
+		r = fail(c, c->dead ? c->dead : -ENOTCONN, "the request's session is gone");
+		goto out;
 	}
 	r = wait_slot(c, rq->slot,
 		      timeout_ms < 0 ? 0 : skv_io_now_ns() + (uint64_t)timeout_ms * 1000000u);

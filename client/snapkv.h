@@ -225,7 +225,8 @@ int skv_request_poll(struct skv_request *r);
  * Wait (timeout_ms < 0: forever) for a compaction; on success *ret_cache is
  * the new cache. The request is freed unless -ETIMEDOUT is returned. A
  * prefill wait the engine did not signal in time (the daemon's -ETIMEDOUT)
- * is returned as -ETIME, the request freed.
+ * is returned as -ETIME, the request freed. A request of a session that
+ * skv_client_reconnect() replaced fails with -ENOTCONN (freed).
  */
 int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **ret_cache);
 /* submit + wait */

@@ -468,6 +468,63 @@ static void test_hung_session(void)
 	fake_stop(&f);
 }
 
+/* One strided layer of a tiny shape in no buffer: the fake never looks. */
+static struct skv_request *submit_one(struct skv_client *c)
+{
+	static struct skv_layer_ref lr;
+	struct skv_compact_desc d = {.desc_size = sizeof(d)};
+	struct skv_request *rq = NULL;
+
+	d.shape =
+	    (struct skv_shape){.h_q = 1, .h_kv = 1, .head_dim = 8, .prompt_len = 64, .n_q = 8};
+	d.layers = 1;
+	skv_client_params_init(&d.params);
+	d.params.window = 8;
+	d.params.capacity = 16;
+	lr.k = lr.v = lr.q = (struct skv_tensor_ref){.dtype = SKV_DTYPE_F32, .token_stride = 8};
+	d.layer = &lr;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), 0);
+	return rq;
+}
+
+static void test_stale_request(void)
+{
+	struct fake f;
+	struct skv_client *c = NULL;
+	struct skv_client_opts o = opts_ms((int32_t)DL_MS);
+	struct skv_request *rq;
+	struct skv_cache *k = NULL;
+	int fds0 = count_fds();
+	double t0;
+
+	CU_ASSERT_EQUAL_FATAL(fake_start(&f, FAKE_WELCOME), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_client_connect(f.sock, &o, &c), 0);
+	/* a compaction the hung daemon never finishes: the wait times out and
+	 * the request stays the caller's */
+	rq = submit_one(c);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(rq);
+	CU_ASSERT_EQUAL(skv_request_wait(rq, 50, &k), -ETIMEDOUT);
+	CU_ASSERT_EQUAL(skv_request_poll(rq), 0);
+	/* a new session: the old request can never complete, and its slot
+	 * index now belongs to the new ring (here: to a new request) */
+	CU_ASSERT_EQUAL(skv_client_reconnect(c), 0);
+	struct skv_request *fresh = submit_one(c);
+	CU_ASSERT_EQUAL(skv_request_poll(rq), -ENOTCONN);
+	t0 = now_ms();
+	CU_ASSERT_EQUAL(skv_request_wait(rq, 5000, &k), -ENOTCONN); /* and freed */
+	CU_ASSERT(now_ms() - t0 < 1000);
+	CU_ASSERT_PTR_NULL(k);
+	CU_ASSERT_EQUAL(skv_request_poll(fresh), 0); /* still its own */
+	/* the daemon gone and reconnecting failed: no ring at all any more */
+	fake_stop(&f);
+	CU_ASSERT(skv_client_reconnect(c) < 0);
+	CU_ASSERT(skv_request_poll(fresh) < 0);
+	CU_ASSERT(skv_request_wait(fresh, 5000, &k) < 0);
+	CU_ASSERT_PTR_NULL(k);
+	skv_client_close(c);
+	CU_ASSERT_EQUAL(count_fds(), fds0);
+}
+
 static void test_snapkvctl(void)
 {
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
@@ -534,6 +591,7 @@ int main(void)
 	CU_add_test(s, "handshake: half a frame is an error, not a wait", test_half_frame);
 	CU_add_test(s, "a session that hangs: ring and socket calls, then -ENOTCONN",
 		    test_hung_session);
+	CU_add_test(s, "a request of a session replaced by reconnect", test_stale_request);
 	CU_add_test(s, "snapkvctl --timeout", test_snapkvctl);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
