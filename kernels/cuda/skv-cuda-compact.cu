@@ -39,6 +39,10 @@ struct skv_cuda_ctx {
 	int pending;	      /* a compaction awaits sync/query    */
 	enum score_path score;
 	int fused_grid; /* 0: the device's resident capacity */
+	/* resident capacity of the fused kernel for (dtype, head_dim), asked once */
+	int cap_dt;
+	uint32_t cap_d;
+	int cap;
 };
 
 /*
@@ -66,6 +70,7 @@ static int parse_score_path(struct skv_cuda_ctx *c, struct skv_error *err)
 	else
 		return skv_cuda_fail(err, -EINVAL, -1, -1,
 				     "SKV_CUDA_SCORE=%.32s: expected twopass, fused or auto", v);
+	c->cap_dt = -1;
 	const char *g = getenv("SKV_CUDA_FUSED_GRID");
 	c->fused_grid = g ? atoi(g) : 0;
 	if (c->fused_grid < 0 || c->fused_grid > 1 << 20)
@@ -334,9 +339,14 @@ static int plan_fused(struct skv_cuda_ctx *c, launch_params *b, enum skv_dtype d
 	const sel_consts &k = b->c;
 	const uint32_t nsub = (k.L + SUBCHUNK - 1) / SUBCHUNK;
 	const uint64_t items = (uint64_t)n_layers * k.h_kv * b->row_tiles;
-	const int cap = c->dev->device >= 0 && c->dev->device < FUSED_GATE_DEVICES
-			    ? score_fused_capacity(dt, k.D, c->dev->info.sm_count)
-			    : 0;
+	if (c->cap_dt != (int)dt || c->cap_d != k.D) {
+		c->cap = c->dev->device >= 0 && c->dev->device < FUSED_GATE_DEVICES
+			     ? score_fused_capacity(dt, k.D, c->dev->info.sm_count)
+			     : 0;
+		c->cap_dt = (int)dt;
+		c->cap_d = k.D;
+	}
+	const int cap = c->cap;
 	const char *why = NULL;
 	if (cap <= 0)
 		why = "the kernel does not fit this device for this dtype and head_dim";
