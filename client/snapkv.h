@@ -153,8 +153,14 @@ struct skv_compact_desc {
 	 * itself and the request fails (-ETIMEDOUT on the wire, -ETIME from
 	 * skv_request_wait/skv_client_compact). Use a fresh value per
 	 * request (a sequence number), since a flag at >= value releases at once.
-	 * SKV_WAIT_CUDA_IPC_EVENT (wait_ipc_event: cudaIpcGetEventHandle's 64
-	 * bytes) is refused with -ENOTSUP by this daemon version. */
+	 * SKV_WAIT_CUDA_IPC_EVENT: wait_ipc_event holds cudaIpcGetEventHandle's
+	 * 64 bytes for an event created with cudaEventInterprocess |
+	 * cudaEventDisableTiming and recorded after the prefill; the daemon polls
+	 * it from the host and starts only once it has completed (up to 1 ms
+	 * later), with the same wait_timeout_ms bound: not complete by then, the
+	 * request fails (-ETIME here) having run nothing. A handle the daemon
+	 * cannot open is -EINVAL. Set prefill_wait, wait_ipc_event and
+	 * wait_timeout_ms directly (wait_buffer/offset/value are not used). */
 	enum skv_prefill_wait prefill_wait;
 	const struct skv_buffer *wait_buffer;
 	uint64_t wait_offset;

@@ -22,9 +22,11 @@
  * one stream, synchronised before the completion is posted. The CUDA path
  * runs one worker: host registrations are per range, and two jobs sharing a
  * buffer on two workers would unregister it under each other. A request may
- * carry a prefill wait (a flag word in an engine buffer): the stream waits
+ * carry a prefill wait. A flag word in an engine buffer: the stream waits
  * on it before the kernels, and a waiter thread writes the flag itself when
- * the engine has not by the deadline, failing the job with -ETIMEDOUT.
+ * the engine has not by the deadline, failing the job with -ETIMEDOUT. An
+ * engine's IPC event: the worker polls it from the host and enqueues the
+ * kernels once it has completed, or fails the job at the deadline.
  */
 #include <errno.h>
 #include <math.h>
@@ -246,9 +248,12 @@ overflow:
 	return -ERANGE;
 }
 
+#define IPC_EVENT_BYTES 64 /* sizeof(cudaIpcEventHandle_t) */
+
 /*
  * CompactRequest.prefill_wait: a CUDA_FLAG is a 4-aligned word inside a
- * registered CUDA buffer of the session, held by the job like its tensors.
+ * registered CUDA buffer of the session, held by the job like its tensors;
+ * a CUDA_IPC_EVENT is the 64 bytes of the engine's event handle.
  */
 static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w, char *err,
 			size_t errlen)
@@ -269,9 +274,17 @@ static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w,
 		return -E2BIG;
 	}
 	if (w->kind == SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_IPC_EVENT) {
-		snprintf(err, errlen,
-			 "prefill_wait CUDA_IPC_EVENT is not wired yet: use CUDA_FLAG");
-		return -ENOTSUP;
+		/* opened and polled by the worker: a bad handle fails the job there */
+		if (w->ipc_event.len != IPC_EVENT_BYTES || !w->ipc_event.data) {
+			snprintf(err, errlen,
+				 "prefill_wait: ipc_event has %zu bytes, not %d (the bytes of a "
+				 "cudaIpcEventHandle_t)",
+				 w->ipc_event.len, IPC_EVENT_BYTES);
+			return -EINVAL;
+		}
+		j->wait_event = w->ipc_event.data; /* inside j->req, freed with the job */
+		j->wait_ms = w->timeout_ms ? w->timeout_ms : srv->cfg.prefill_wait_max_ms;
+		return 0;
 	}
 	if (w->kind != SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_FLAG) {
 		snprintf(err, errlen, "unknown prefill_wait kind %d", (int)w->kind);
@@ -705,6 +718,85 @@ static void run_grow(struct snapkvd_job *j)
 }
 
 /*
+ * CUDA_IPC_EVENT: poll the engine's event from the worker, and return only
+ * once it has completed (0), at the deadline (-ETIMEDOUT), or when the
+ * compactor stops. Nothing is on the stream meanwhile: an event cannot be
+ * released from here the way a flag can, so a stream wait on it could hold
+ * the worker (and any device-wide synchronisation behind it) past every
+ * bound. Host polling costs at most one backoff period (1 ms) of latency; it
+ * runs on the worker because the job can do nothing else until the event
+ * completes, and it keeps the loop thread out of it. Once the query has seen
+ * the work complete, its writes are in device memory before any kernel
+ * launched afterwards, so no stream wait follows either (one would also wait
+ * for a later record of the same event, an engine's next prefill).
+ */
+static void wait_msg_prefix(struct skv_error *kerr)
+{
+	char m[sizeof(kerr->msg)];
+
+	snprintf(m, sizeof(m), "%s", kerr->msg);
+	snprintf(kerr->msg, sizeof(kerr->msg), "prefill_wait: %.*s",
+		 (int)sizeof(m) - (int)sizeof("prefill_wait: "), m);
+}
+
+static int wait_event(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_error *kerr)
+{
+	const struct skv_backend_ops *o = w->c->srv->gpu->ops;
+	const uint64_t deadline = snapkvd_now_ns() + (uint64_t)j->wait_ms * 1000000u;
+	struct skv_cuda_event *ev = NULL;
+	uint64_t nap_ns = 50000, polls = 0;
+	int r;
+
+	r = o->event_open(w->c->srv->gpu->dev, j->wait_event, &ev, kerr);
+	if (r < 0) {
+		wait_msg_prefix(kerr);
+		return r;
+	}
+	for (;;) {
+		bool stop;
+		uint64_t now;
+
+		r = o->event_query(ev, kerr);
+		polls++;
+		if (r < 0 && r != -EAGAIN)
+			wait_msg_prefix(kerr);
+		if (r != -EAGAIN)
+			break;
+		now = snapkvd_now_ns();
+		if (now >= deadline) {
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "prefill_wait: IPC event not complete within %u ms (nothing was "
+				 "run)",
+				 j->wait_ms);
+			log_warning("prefill wait: engine's IPC event not complete within %u ms "
+				    "(%llu polls); job failed, nothing run",
+				    j->wait_ms, (unsigned long long)polls);
+			r = -ETIMEDOUT;
+			break;
+		}
+		pthread_mutex_lock(&w->c->mu);
+		stop = w->c->stop;
+		pthread_mutex_unlock(&w->c->mu);
+		if (stop) {
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "prefill_wait: the daemon is stopping");
+			r = -ECANCELED;
+			break;
+		}
+		/* 50 us, doubling to 1 ms: a prefill that ends soon costs little
+		 * latency, a long one little CPU; never past the deadline */
+		uint64_t nap = deadline - now < nap_ns ? deadline - now : nap_ns;
+		struct timespec ts = {(time_t)(nap / 1000000000u), (long)(nap % 1000000000u)};
+
+		nanosleep(&ts, NULL);
+		if (nap_ns < 1000000)
+			nap_ns = nap_ns * 2 > 1000000 ? 1000000 : nap_ns * 2;
+	}
+	o->event_close(ev);
+	return r;
+}
+
+/*
  * One job on the GPU: every host range the kernels touch (input buffers, the
  * output region, the mass array) is registered for the job and unregistered
  * after it; under unified addressing the kernels use the host addresses.
@@ -726,6 +818,11 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 		snprintf(kerr->msg, sizeof(kerr->msg),
 			 "paged layouts are not wired to the CUDA backend yet");
 		return -ENOTSUP;
+	}
+	if (j->wait_event) { /* before anything is page-locked for the job */
+		r = wait_event(w, j, kerr);
+		if (r < 0)
+			return r;
 	}
 	for (unsigned i = 0; i < j->n_bufs; i++)
 		if (!j->bufs[i]->imp) /* CUDA imports are device memory already */

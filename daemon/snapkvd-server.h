@@ -118,8 +118,12 @@ struct snapkvd_job {
 	int32_t *block_table;
 	/* CompactRequest.prefill_wait CUDA_FLAG: the stream waits until the
 	 * word at device address wait_flag is >= wait_value (wait_flag NULL: no
-	 * wait); past wait_ms the loop's timer writes the value itself */
+	 * wait); past wait_ms the compactor's waiter thread writes the value
+	 * itself. CUDA_IPC_EVENT: wait_event is the handle's 64 bytes (inside
+	 * req); the worker polls the event and enqueues nothing before it has
+	 * completed, failing the job at wait_ms */
 	void *wait_flag;
+	const uint8_t *wait_event;
 	uint32_t wait_value, wait_ms;
 	int status;
 	char err[256];

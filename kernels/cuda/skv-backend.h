@@ -28,6 +28,7 @@ struct skv_cuda_ctx;
 struct skv_cuda_import;
 struct skv_cuda_arena;
 struct skv_cuda_info;
+struct skv_cuda_event;
 
 struct skv_backend_ops {
 	uint32_t abi;  /* SKV_CUDA_ABI of the plugin                        */
@@ -73,6 +74,13 @@ struct skv_backend_ops {
 	int emulated;
 	int (*signal_value)(struct skv_cuda_dev *dev, void *flag, uint32_t value,
 			    struct skv_error *err);
+	/* CUDA_IPC_EVENT prefill waits: an engine's interprocess event, opened
+	 * once per request and polled from the host (never waited on by a
+	 * stream, so no wait can outlive its deadline) */
+	int (*event_open)(struct skv_cuda_dev *dev, const void *handle64,
+			  struct skv_cuda_event **ret_ev, struct skv_error *err);
+	int (*event_query)(struct skv_cuda_event *ev, struct skv_error *err);
+	void (*event_close)(struct skv_cuda_event *ev);
 };
 
 /* The one symbol the loader looks up in the plugin. */

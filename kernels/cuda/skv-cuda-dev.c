@@ -605,6 +605,74 @@ void skv_cuda_host_unregister(struct skv_cuda_dev *dev, void *ptr)
 	cudaHostUnregister((void *)((uintptr_t)ptr & ~(uintptr_t)4095));
 }
 
+/* ------------------------------------------------ interprocess events */
+
+struct skv_cuda_event {
+	struct skv_cuda_dev *dev;
+	cudaEvent_t ev;
+};
+
+int skv_cuda_event_open(struct skv_cuda_dev *dev, const void *handle64,
+			struct skv_cuda_event **ret_ev, struct skv_error *err)
+{
+	struct skv_cuda_event *e;
+	cudaIpcEventHandle_t h;
+	cudaError_t ce;
+
+	if (!dev || !handle64 || !ret_ev)
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "device, event handle and ret_ev are required");
+	int r = skv_cuda_dev_enter(dev, err);
+	if (r < 0)
+		return r;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
+	e->dev = dev;
+	memcpy(&h, handle64, sizeof(h));
+	ce = cudaIpcOpenEventHandle(&e->ev, h);
+	if (ce != cudaSuccess) {
+		/* not sticky: clear it, so that no later launch check reports it */
+		cudaGetLastError();
+		free(e);
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "cudaIpcOpenEventHandle: %s (%s); the handle must come from "
+				     "cudaIpcGetEventHandle of a live process's event created "
+				     "with cudaEventInterprocess | cudaEventDisableTiming",
+				     cudaGetErrorString(ce), cudaGetErrorName(ce));
+	}
+	*ret_ev = e;
+	return 0;
+}
+
+int skv_cuda_event_query(struct skv_cuda_event *e, struct skv_error *err)
+{
+	cudaError_t ce;
+
+	if (!e)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "no event");
+	int r = skv_cuda_dev_enter(e->dev, err);
+	if (r < 0)
+		return r;
+	ce = cudaEventQuery(e->ev);
+	if (ce == cudaSuccess)
+		return 0;
+	cudaGetLastError(); /* "not ready" is an answer, not an error to keep */
+	if (ce == cudaErrorNotReady)
+		return -EAGAIN;
+	return skv_cuda_fail(err, -EIO, -1, -1, "cudaEventQuery: %s (%s)", cudaGetErrorString(ce),
+			     cudaGetErrorName(ce));
+}
+
+void skv_cuda_event_close(struct skv_cuda_event *e)
+{
+	if (!e)
+		return;
+	cudaSetDevice(e->dev->device);
+	cudaEventDestroy(e->ev);
+	free(e);
+}
+
 /* ------------------------------------------------------ backend table */
 
 static const struct skv_backend_ops ops = {
@@ -640,6 +708,10 @@ static const struct skv_backend_ops ops = {
     .emulated = 1,
 #endif
     .signal_value = skv_cuda_signal_value,
+    /* CUDA_IPC_EVENT prefill waits */
+    .event_open = skv_cuda_event_open,
+    .event_query = skv_cuda_event_query,
+    .event_close = skv_cuda_event_close,
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

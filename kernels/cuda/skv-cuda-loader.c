@@ -101,8 +101,12 @@ int skv_backend_load(const char *path, int device, struct skv_backend **ret_be,
 			 SKV_BACKEND_SYMBOL);
 		goto fail;
 	}
+	/* ops are only ever appended (the IPC event ones last): a shorter table
+	 * is a plugin older than this daemon, which would miss some of them */
 	if (be->ops->abi != 1 || be->ops->size < sizeof(struct skv_backend_ops)) {
-		r = fail(err, -ENOENT, "%s: backend ABI %u (table %u bytes), expected 1 (%zu)",
+		r = fail(err, -ENOENT,
+			 "%s: backend ABI %u (table %u bytes), expected 1 (%zu): a plugin of "
+			 "another snapkvd version; rebuild it",
 			 path, be->ops->abi, be->ops->size, sizeof(struct skv_backend_ops));
 		be->ops = NULL;
 		goto fail;

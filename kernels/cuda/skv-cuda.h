@@ -87,6 +87,23 @@ int skv_cuda_signal_value(struct skv_cuda_dev *dev, void *flag, uint32_t value,
 			  struct skv_error *err);
 
 /*
+ * An engine's interprocess event (the 64 bytes of a cudaIpcEventHandle_t
+ * from cudaIpcGetEventHandle of an event created with cudaEventInterprocess |
+ * cudaEventDisableTiming), opened on dev for polling from the host: a caller
+ * that must bound the wait polls skv_cuda_event_query() and enqueues its
+ * work once it returns 0, instead of a stream wait that nothing but the
+ * engine could end. Open: 0, -EINVAL (not a valid handle: the message says
+ * why), -EIO. Query never blocks: 0 once the work recorded in the event has
+ * completed (also for an event never recorded), -EAGAIN while it has not,
+ * -EIO on a CUDA error. Not thread-safe per event; close accepts NULL.
+ */
+struct skv_cuda_event;
+int skv_cuda_event_open(struct skv_cuda_dev *dev, const void *handle64,
+			struct skv_cuda_event **ret_ev, struct skv_error *err);
+int skv_cuda_event_query(struct skv_cuda_event *ev, struct skv_error *err);
+void skv_cuda_event_close(struct skv_cuda_event *ev);
+
+/*
  * Enqueue a compaction of n_layers layers on the context's stream; returns
  * once every kernel is queued, never waiting for the GPU. Validation errors
  * (-EINVAL; -ENOTSUP for what the GPU path does not take: head_dim > 256, q

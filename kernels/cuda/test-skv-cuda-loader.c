@@ -105,6 +105,19 @@ static void test_emulated_plugin(void)
 	CU_ASSERT_EQUAL_FATAL(r, 0);
 	CU_ASSERT_EQUAL(be->ops->emulated, 1);
 	CU_ASSERT_PTR_NULL(be->libcuda);
+	/* the IPC event ops (appended last): 64 bytes naming no event are
+	 * refused by the open, with the call named; NULLs are -EINVAL / no-ops */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(be->ops->event_open);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(be->ops->event_query);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(be->ops->event_close);
+	unsigned char zeros[64] = {0};
+	struct skv_cuda_event *ev = NULL;
+	CU_ASSERT_EQUAL(be->ops->event_open(be->dev, zeros, &ev, &err), -EINVAL);
+	CU_ASSERT_PTR_NULL(ev);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "cudaIpcOpenEventHandle"));
+	CU_ASSERT_EQUAL(be->ops->event_open(be->dev, NULL, &ev, &err), -EINVAL);
+	CU_ASSERT_EQUAL(be->ops->event_query(NULL, &err), -EINVAL);
+	be->ops->event_close(NULL);
 	skv_backend_unload(be);
 }
 

@@ -17,12 +17,20 @@
  *                                K/V buffer): set 100 ms after submitting,
  *                                never set (-ETIME, flag written by the
  *                                daemon, pool back to its baseline), bad
- *                                offset (-ERANGE), unknown buffer (-ENOENT)
+ *                                offset (-ERANGE), unknown buffer (-ENOENT);
+ *                                and the CUDA_IPC_EVENT waits: recorded after
+ *                                an async upload, completed well after
+ *                                submitting, never completed (-ETIME), a
+ *                                handle of zeros (-EINVAL)
  *   gpu-engine SOCKET --enotsup  both registrations, the GPU arena and a
  *                                prefill wait must fail with -ENOTSUP (host
  *                                backend)
  *   gpu-engine SOCKET --generations  (session, generation) keying and the
- *                                registration checks over raw frames
+ *                                registration checks over raw frames; an
+ *                                event handle not of 64 bytes (-EINVAL)
+ *   gpu-engine SOCKET --event-hang DIR  an event wait never completed
+ *                                while the daemon gets SIGTERM: -ETIME at
+ *                                its bound (DIR/submitted tells the script)
  *   ... --hold DIR               after the check, unregister the IPC buffer,
  *                                create DIR/ready and wait for DIR/go (the
  *                                script looks at snapkvctl status meanwhile);
@@ -179,6 +187,56 @@ static int raw_unreg(int s, uint64_t id)
 }
 
 /*
+ * A one-layer COMPACT over raw frames with a CUDA_IPC_EVENT wait whose
+ * ipc_event has `len` bytes (libsnapkv always sends 64): the reply's status.
+ */
+static int raw_compact_event(int s, uint64_t buffer_id, size_t len)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
+	Snapkv__V1__TensorRef q = SNAPKV__V1__TENSOR_REF__INIT, k = SNAPKV__V1__TENSOR_REF__INIT;
+	Snapkv__V1__LayerRef l0 = SNAPKV__V1__LAYER_REF__INIT, *lp = &l0;
+	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	Snapkv__V1__PrefillWait pw = SNAPKV__V1__PREFILL_WAIT__INIT;
+	Snapkv__V1__Response *resp;
+	struct skv_frame_hdr h;
+	uint8_t ev[80] = {0};
+	size_t n;
+	int st;
+
+	q.buffer_id = k.buffer_id = buffer_id;
+	q.dtype = k.dtype = SNAPKV__V1__DTYPE__D_TYPE_F32;
+	q.head_stride = 4 * 8, q.token_stride = 8;
+	k.offset = 1024, k.head_stride = 16 * 8, k.token_stride = 8;
+	l0.q = &q, l0.k = l0.v = &k;
+	cr.layers = cr.h_q = cr.h_kv = 1;
+	cr.head_dim = 8, cr.prompt_len = 16, cr.n_q = 4;
+	cr.n_layer = 1, cr.layer = &lp;
+	pm.window = 4, pm.capacity = 8;
+	cr.params = &pm;
+	pw.kind = SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_IPC_EVENT;
+	pw.ipc_event.data = ev;
+	pw.ipc_event.len = len;
+	pw.timeout_ms = 100;
+	cr.prefill_wait = &pw;
+	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
+	req.compact = &cr;
+	n = snapkv__v1__request__pack(&req, rbuf);
+	if (skv_frame_send(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, rbuf, n, NULL, 0, 0) < 0 ||
+	    skv_frame_recv(s, rbuf, sizeof(rbuf), &h, NULL, NULL, 0) < 0 ||
+	    h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE)
+		return -EPROTO;
+	resp = snapkv__v1__response__unpack(NULL, h.length, rbuf + SKV_FRAME_HDR_SIZE);
+	if (!resp)
+		return -EBADMSG;
+	st = resp->status;
+	printf("engine: event handle of %zu bytes: %d %s\n", len, st, resp->error);
+	EXPECT(st >= 0 || strstr(resp->error, "prefill_wait"), "error text: %s", resp->error);
+	snapkv__v1__response__free_unpacked(resp, NULL);
+	return st;
+}
+
+/*
  * The daemon's keying by (session, generation), and its checks, over raw
  * frames (libsnapkv never repeats a generation): the same VMM buffer under
  * the same generation is the same buffer, one more registration; another
@@ -226,6 +284,10 @@ static int run_generations(const char *sock, struct skv_cuda_dev *dev)
 	EXPECT(raw_reg(s, &m, fd, &id2) == 0 && id2 == id,
 	       "generation 5 again: buffer %llu, not %llu", (unsigned long long)id2,
 	       (unsigned long long)id);
+	/* an event handle of any length but 64 is refused before any work */
+	EXPECT(raw_compact_event(s, id, 10) == -EINVAL, "IPC event handle of 10 bytes");
+	EXPECT(raw_compact_event(s, id, 80) == -EINVAL, "IPC event handle of 80 bytes");
+	EXPECT(raw_compact_event(s, id, 0) == -EINVAL, "IPC event handle of 0 bytes");
 	m.size *= 2;
 	EXPECT(raw_reg(s, &m, fd, NULL) == -EEXIST, "generation 5 with another size");
 	m.generation = 6;
@@ -293,6 +355,277 @@ static void set_flag(char *dflag, uint32_t v)
 	if (cudaMemcpy(dflag, &v, 4, cudaMemcpyHostToDevice) != cudaSuccess ||
 	    cudaDeviceSynchronize() != cudaSuccess)
 		EXPECT(0, "set the flag");
+}
+
+/*
+ * tests/gpu/emu's hook: there a stream runs at once, so an event can only be
+ * kept pending by asking the emulator. Absent (NULL) on a real GPU, where a
+ * stream held by a flag this process sets later does it instead.
+ */
+extern int cuda_emu_event_hold(cudaEvent_t ev, int hold) __attribute__((weak));
+
+/*
+ * The engine's side of a CUDA_IPC_EVENT wait: an interprocess event recorded
+ * after an asynchronous upload of the K/V (from pinned memory), like a
+ * prefill ending. pending_upload() zeroes the K/V and starts an upload that
+ * completes only at complete_upload(): on a GPU it is queued on a stream
+ * waiting for a flag word of ours (the 64th byte after the K/V), on the
+ * emulator it happens at completion.
+ */
+struct engine_event {
+	struct skv_cuda_dev *dev;
+	cudaEvent_t ev;
+	cudaStream_t st;	   /* plain uploads */
+	struct skv_cuda_ctx *gctx; /* GPU: the stream the flag holds */
+	char *dkv, *gate;	   /* device K/V and the gate word */
+	void *pinned;		   /* the K/V, page-locked */
+	size_t kv_bytes;
+	uint32_t seq;
+	bool zeroed; /* complete_upload() must upload (emulator) */
+	cudaIpcEventHandle_t handle;
+};
+
+static int event_setup(struct engine_event *e, struct skv_cuda_dev *dev, char *dkv, size_t kv_bytes,
+		       const void *hkv)
+{
+	struct skv_error err = {0};
+
+	memset(e, 0, sizeof(*e));
+	e->dev = dev;
+	e->dkv = dkv;
+	e->gate = dkv + kv_bytes + 64;
+	e->kv_bytes = kv_bytes;
+	CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
+	CK(cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming | cudaEventInterprocess));
+	CK(cudaIpcGetEventHandle(&e->handle, e->ev));
+	CK(cudaMallocHost(&e->pinned, kv_bytes));
+	memcpy(e->pinned, hkv, kv_bytes);
+	CK(cudaMemset(e->gate, 0, 4));
+	CK(cudaDeviceSynchronize());
+	if (!cuda_emu_event_hold && skv_cuda_ctx_new(dev, &e->gctx, &err) < 0) {
+		fprintf(stderr, "engine: gate stream: %s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static void event_teardown(struct engine_event *e)
+{
+	skv_cuda_ctx_free(e->gctx);
+	if (e->ev)
+		cudaEventDestroy(e->ev);
+	if (e->st)
+		cudaStreamDestroy(e->st);
+	cudaFreeHost(e->pinned);
+}
+
+/* A prefill that ends at once: async upload, then the record, no sync. */
+static int plain_upload(struct engine_event *e)
+{
+	CK(cudaMemsetAsync(e->dkv, 0, e->kv_bytes, e->st));
+	CK(cudaMemcpyAsync(e->dkv, e->pinned, e->kv_bytes, cudaMemcpyHostToDevice, e->st));
+	CK(cudaEventRecord(e->ev, e->st));
+	return 0;
+}
+
+/* A prefill still running: the event stays pending until complete_upload(). */
+static int pending_upload(struct engine_event *e, bool zero)
+{
+	struct skv_error err = {0};
+
+	if (zero) {
+		CK(cudaMemset(e->dkv, 0, e->kv_bytes));
+		CK(cudaDeviceSynchronize());
+	}
+	if (cuda_emu_event_hold) {
+		e->zeroed = zero;
+		cuda_emu_event_hold(e->ev, 1);
+		CK(cudaEventRecord(e->ev, e->st));
+		return 0;
+	}
+	void *gs = skv_cuda_ctx_stream(e->gctx);
+	if (skv_cuda_ctx_wait_value(e->gctx, e->gate, ++e->seq, &err) < 0) {
+		fprintf(stderr, "engine: gate: %s\n", err.msg);
+		return -1;
+	}
+	CK(cudaMemcpyAsync(e->dkv, e->pinned, e->kv_bytes, cudaMemcpyHostToDevice,
+			   (cudaStream_t)gs));
+	CK(cudaEventRecord(e->ev, (cudaStream_t)gs));
+	return 0;
+}
+
+static int complete_upload(struct engine_event *e)
+{
+	if (cuda_emu_event_hold) {
+		if (e->zeroed)
+			CK(cudaMemcpy(e->dkv, e->pinned, e->kv_bytes, cudaMemcpyHostToDevice));
+		cuda_emu_event_hold(e->ev, 0);
+		return 0;
+	}
+	/* the legacy stream does not wait for the held one: the word lands */
+	CK(cudaMemcpy(e->gate, &e->seq, 4, cudaMemcpyHostToDevice));
+	CK(cudaDeviceSynchronize());
+	return 0;
+}
+
+static void desc_wait_event(struct skv_compact_desc *d, const struct engine_event *e,
+			    uint32_t timeout_ms)
+{
+	d->prefill_wait = SKV_WAIT_CUDA_IPC_EVENT;
+	memcpy(d->wait_ipc_event, &e->handle, sizeof(d->wait_ipc_event));
+	d->wait_timeout_ms = timeout_ms;
+}
+
+/*
+ * CompactRequest.prefill_wait with the engine's IPC event: recorded after an
+ * async upload (no sync before submitting); completed only well after the
+ * submission (the result not before, equal to the host after); never
+ * completed (-ETIME at the bound, nothing held back after); a handle that is
+ * no event -EINVAL; then the daemon serves on with its pool at the baseline.
+ */
+static void event_waits(struct skv_client *c, const struct skv_compact_desc *d0,
+			struct skv_cuda_dev *dev, char *dkv, size_t kv_bytes, const float *hkv,
+			const struct skv_plan *pl, const float *ok, const float *ov,
+			const float *om, const int32_t *op)
+{
+	struct skv_compact_desc d = *d0;
+	struct skv_request *rq = NULL;
+	struct skv_cache *k = NULL;
+	struct engine_event e;
+	struct skv_stats st0, st1;
+	double t0, t_set, t_plain;
+	unsigned mism;
+	int r;
+
+	if (event_setup(&e, dev, dkv, kv_bytes, hkv) < 0) {
+		EXPECT(0, "event setup");
+		return;
+	}
+	EXPECT(skv_client_stats(c, &st0) == 0, "stats");
+	/* 1: recorded after an async upload; submitted without synchronising */
+	EXPECT(plain_upload(&e) == 0, "async upload");
+	desc_wait_event(&d, &e, 5000);
+	t0 = now_s();
+	r = skv_client_compact(c, &d, &k);
+	t_plain = now_s() - t0;
+	EXPECT(r == 0, "event wait after an async upload: %d (%s)", r, skv_client_error(c));
+	if (r == 0) {
+		mism = check_cache(k, NULL, pl, ok, ov, om, op);
+		printf("engine: event wait: recorded after an async upload: %s\n",
+		       mism ? "DIFFERENT" : "equal to the host result");
+		skv_cache_release(k);
+		k = NULL;
+	}
+	if (cudaStreamSynchronize(e.st) != cudaSuccess)
+		EXPECT(0, "synchronise the upload stream");
+	/* 2: the prefill ends 100 ms + 3 compaction times after submitting; the
+	 * K/V are zero until then, so running early shows in the result too */
+	EXPECT(pending_upload(&e, true) == 0, "pending upload");
+	r = skv_compact_submit(c, &d, &rq);
+	EXPECT(r == 0, "submit with an event wait: %d (%s)", r, skv_client_error(c));
+	if (r == 0) {
+		t0 = now_s();
+		usleep((useconds_t)((0.1 + 3 * t_plain) * 1e6));
+		r = skv_request_poll(rq);
+		EXPECT(r == 0, "completed before the event: poll %d", r);
+		t_set = now_s();
+		EXPECT(complete_upload(&e) == 0, "complete the upload");
+		r = skv_request_wait(rq, 20000, &k);
+		EXPECT(r == 0, "event wait: %d (%s)", r, skv_client_error(c));
+		if (r == 0) {
+			mism = check_cache(k, NULL, pl, ok, ov, om, op);
+			printf("engine: event wait: completed after %.0f ms (a compaction takes "
+			       "%.0f ms), compaction after it: %s\n",
+			       (t_set - t0) * 1e3, t_plain * 1e3,
+			       mism ? "DIFFERENT" : "equal to the host result");
+			skv_cache_release(k);
+			k = NULL;
+		}
+	} else {
+		complete_upload(&e);
+	}
+	/* 3: never completed in time: -ETIMEDOUT from the daemon (-ETIME here) */
+	EXPECT(pending_upload(&e, false) == 0, "pending event");
+	desc_wait_event(&d, &e, 200);
+	t0 = now_s();
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == -ETIME, "event never completed: %d (%s)", r, skv_client_error(c));
+	EXPECT(strstr(skv_client_error(c), "prefill_wait"), "error text: %s", skv_client_error(c));
+	printf("engine: event wait: never completed, timeout 200 ms: %s after %.0f ms (%s)\n",
+	       r == -ETIME ? "-ETIMEDOUT (-ETIME from libsnapkv)" : "WRONG", (now_s() - t0) * 1e3,
+	       skv_client_error(c));
+	if (r == 0)
+		skv_cache_release(k);
+	k = NULL;
+	EXPECT(complete_upload(&e) == 0, "complete the upload");
+	/* 4: 64 bytes that name no event: the open fails, clearly */
+	desc_wait_event(&d, &e, 200);
+	memset(d.wait_ipc_event, 0, sizeof(d.wait_ipc_event));
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == -EINVAL && strstr(skv_client_error(c), "cudaIpcOpenEventHandle"),
+	       "a handle that is no event: %d (%s)", r, skv_client_error(c));
+	printf("engine: event wait: a handle of zeros: %s\n", skv_client_error(c));
+	desc_wait_event(&d, &e, 3600u * 1000);
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == -E2BIG, "event timeout over prefill_wait_max_ms: %d (%s)", r,
+	       skv_client_error(c));
+	/* 5: still serving, and nothing held back */
+	d = *d0;
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == 0, "compaction after the event timeout: %d (%s)", r, skv_client_error(c));
+	if (r == 0) {
+		EXPECT(check_cache(k, NULL, pl, ok, ov, om, op) == 0, "after the event timeout");
+		skv_cache_release(k);
+	}
+	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
+	EXPECT(st1.pool_used == st0.pool_used && st1.arena_used == st0.arena_used,
+	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0.pool_used,
+	       (unsigned long long)st1.pool_used, (unsigned long long)st0.arena_used,
+	       (unsigned long long)st1.arena_used);
+	printf("engine: event wait: -EINVAL, -E2BIG refused; served after the timeout; pool "
+	       "%llu bytes as before: %s\n",
+	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+	event_teardown(&e);
+}
+
+/*
+ * --event-hang DIR: submit with an event wait (1500 ms) that this process
+ * never completes, create DIR/submitted (the script sends SIGTERM then) and
+ * wait: the draining daemon must fail it at the bound (-ETIME here) and exit.
+ */
+static int event_hang(struct skv_client *c, struct skv_compact_desc *d, struct skv_cuda_dev *dev,
+		      char *dkv, size_t kv_bytes, const float *hkv, const char *dir)
+{
+	struct skv_request *rq = NULL;
+	struct skv_cache *k = NULL;
+	struct engine_event e;
+	char p[512];
+	FILE *f;
+	int r;
+
+	if (event_setup(&e, dev, dkv, kv_bytes, hkv) < 0 || pending_upload(&e, false) < 0)
+		return 1;
+	desc_wait_event(d, &e, 1500);
+	r = skv_compact_submit(c, d, &rq);
+	EXPECT(r == 0, "submit: %d (%s)", r, skv_client_error(c));
+	if (r < 0)
+		return 1;
+	double t0 = now_s();
+	snprintf(p, sizeof(p), "%s/submitted", dir);
+	f = fopen(p, "w");
+	if (f)
+		fclose(f);
+	r = skv_request_wait(rq, 30000, &k);
+	EXPECT(r == -ETIME, "event never completed, daemon stopping: %d (%s)", r,
+	       skv_client_error(c));
+	printf("engine: event wait across SIGTERM: %s after %.0f ms (%s)\n",
+	       r == -ETIME ? "-ETIME" : "WRONG", (now_s() - t0) * 1e3, skv_client_error(c));
+	if (r == 0)
+		skv_cache_release(k);
+	complete_upload(&e);
+	event_teardown(&e);
+	fflush(stdout);
+	return fails ? 1 : 0;
 }
 
 /*
@@ -400,6 +733,7 @@ static void prefill_waits(struct skv_client *c, const struct skv_compact_desc *d
 int main(int argc, char **argv)
 {
 	const char *sock = argc > 1 ? argv[1] : NULL, *hold = NULL;
+	const char *hang = NULL;
 	bool enotsup = false, generations = false;
 	struct skv_cuda_dev *dev = NULL;
 	struct skv_cuda_arena *kvmem = NULL;
@@ -415,12 +749,15 @@ int main(int argc, char **argv)
 			generations = true;
 		else if (!strcmp(argv[i], "--hold") && i + 1 < argc)
 			hold = argv[++i];
+		else if (!strcmp(argv[i], "--event-hang") && i + 1 < argc)
+			hang = argv[++i];
 		else
 			sock = NULL;
 	}
 	if (!sock) {
 		fprintf(stderr,
-			"usage: gpu-engine SOCKET [--enotsup | --generations] [--hold DIR]\n");
+			"usage: gpu-engine SOCKET [--enotsup | --generations | --event-hang DIR] "
+			"[--hold DIR]\n");
 		return 2;
 	}
 	/* the engine's own device memory, through the plugin's VMM allocator */
@@ -526,6 +863,8 @@ int main(int argc, char **argv)
 	struct skv_layer_in in[LAYERS];
 	struct skv_compact_desc d = {.desc_size = sizeof(d)};
 	fill_desc(&d, lr, bkv, bq, 0);
+	if (hang)
+		return event_hang(c, &d, dev, dkv, kv_bytes, hkv, hang);
 	for (int l = 0; l < LAYERS; l++) {
 		size_t ko = (size_t)l * HKV * LEN * HD, vo = kv_elems + ko,
 		       qo = (size_t)l * HQ * WIN * HD;
@@ -578,6 +917,7 @@ int main(int argc, char **argv)
 	       pl.kept, LEN, mism ? "DIFFERENT" : "equal to the host result");
 	/* the flag: the first word after the K/V, inside the registered VMM buffer */
 	prefill_waits(c, &d, bkv, kv_bytes, dkv + kv_bytes, &pl, ok, ov, om, op);
+	event_waits(c, &d, dev, dkv, kv_bytes, hkv, &pl, ok, ov, om, op);
 
 	/* again with the K/V in the daemon's GPU arena, imported here once */
 	int afd = -1, adev = -1;

@@ -9,7 +9,8 @@
  *   round 1: by a device memory flag the engine sets (cuStreamWaitValue32):
  *            the daemon queues the compaction BEFORE the engine uploads;
  *   round 2: by an interprocess CUDA event the engine records after an async
- *            upload of new data.
+ *            upload of new data (polled from the host with
+ *            skv_cuda_event_query(), as snapkvd does, then waited on).
  * The engine maps the arena and checks the compact cache against libskv's
  * host result on the same data: positions equal, K/V rows bit-equal (f32).
  */
@@ -232,9 +233,30 @@ static int run_daemon(int s)
 	fails += daemon_round(ctx, kv, q, ap, &done) != 0;
 	send_msg(s, &done, -1);
 
-	/* round 2: ordered by the engine's interprocess event */
+	/* round 2: ordered by the engine's interprocess event, polled from the
+	 * host first as snapkvd does (bounded: 10 s here), then also waited on
+	 * by the stream (complete by then: the wait passes at once) */
 	if (recv_msg(s, &m, NULL) < 0 || m.type != MSG_ROUND2)
 		return 1;
+	struct skv_cuda_event *ev = NULL;
+	unsigned long polls = 0;
+	if (skv_cuda_event_open(dev, m.event_handle, &ev, &err) < 0) {
+		fprintf(stderr, "daemon: open event: %s\n", err.msg);
+		return 1;
+	}
+	double t0 = now_s();
+	while ((r = skv_cuda_event_query(ev, &err)) == -EAGAIN && now_s() - t0 < 10) {
+		polls++;
+		usleep(50);
+	}
+	skv_cuda_event_close(ev);
+	if (r < 0) {
+		fprintf(stderr, "daemon: event query: %s\n",
+			r == -EAGAIN ? "not complete in 10 s" : err.msg);
+		return 1;
+	}
+	printf("daemon: round 2: the engine's event completed (%lu polls, %.2f ms)\n", polls,
+	       (now_s() - t0) * 1e3);
 	if (skv_cuda_ctx_wait_ipc_event(ctx, m.event_handle, &err) < 0) {
 		fprintf(stderr, "daemon: wait event: %s\n", err.msg);
 		return 1;

@@ -97,7 +97,10 @@ run_step "two processes: engine VMM fd + IPC handle -> daemon -> arena fd" $T_IP
 	"$BUILD/tests/gpu/gpu-ipc"
 run_step "daemon: snapkvd --backend cuda == host bytes (snapkvctl)" $T_DAEMON \
 	env BUILD="$BUILD" PLUGIN="$BUILD/libskv-cuda.so" bash tests/gpu/emu/test-daemon-cuda-emu.sh
-run_step "daemon: engine GPU buffers (VMM fd, IPC), compacted == host; prefill flag waits" \
+# gpu-engine's prefill waits run for real here: a flag word, and an IPC event
+# recorded after an async upload (cudaMemcpyAsync from pinned memory, then
+# cudaEventRecord), one held pending on a stream waiting for a flag
+run_step "daemon: engine GPU buffers == host; prefill flag + IPC event waits" \
 	$T_GPUBUF \
 	env BUILD="$BUILD" PLUGIN="$BUILD/libskv-cuda.so" ENGINE="$BUILD/tests/gpu/gpu-engine" \
 	bash tests/gpu/emu/test-daemon-gpubuf-emu.sh

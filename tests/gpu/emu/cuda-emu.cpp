@@ -14,10 +14,12 @@
  * reported as a deadlock and aborts. Fresh "device" memory and shared memory are
  * filled with 0xff bytes (NaN as floats) so reads of unwritten memory show.
  * Runtime: memory calls work on host memory, streams and events complete at
- * once. VMM allocations are memfds (exported and imported as real fds,
+ * once (a test hook, cuda_emu_event_hold(), can hold an event pending).
+ * VMM allocations are memfds (exported and imported as real fds,
  * mapped MAP_SHARED), large cudaMalloc buffers are memfds too so that a
  * legacy IPC handle (pid, fd) can be opened through /proc by another
- * process, and cuStreamWaitValue32 polls the flag: the two-process test
+ * process, interprocess events are one memfd word named the same way, and
+ * cuStreamWaitValue32 and stream waits on events poll: the two-process test
  * runs unchanged on it.
  */
 #include <stdio.h>
@@ -483,11 +485,29 @@ cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *sym, void **f
 
 const char *CUDARTAPI cudaGetErrorString(cudaError_t e)
 {
-	return e == cudaSuccess ? "no error" : "error (CUDA emulator)";
+	switch (e) {
+	case cudaSuccess:
+		return "no error";
+	case cudaErrorNotReady:
+		return "device not ready";
+	case cudaErrorInvalidResourceHandle:
+		return "invalid resource handle";
+	default:
+		return "error (CUDA emulator)";
+	}
 }
 const char *CUDARTAPI cudaGetErrorName(cudaError_t e)
 {
-	return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulator";
+	switch (e) {
+	case cudaSuccess:
+		return "cudaSuccess";
+	case cudaErrorNotReady:
+		return "cudaErrorNotReady";
+	case cudaErrorInvalidResourceHandle:
+		return "cudaErrorInvalidResourceHandle";
+	default:
+		return "cudaErrorEmulator";
+	}
 }
 cudaError_t CUDARTAPI cudaGetLastError(void)
 {
@@ -628,13 +648,74 @@ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t)
 {
 	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int)
+/*
+ * Events: a completion word (1 complete, 0 pending). Interprocess events
+ * keep it in a one-page memfd, so that a handle (pid, fd) opened through
+ * /proc by another process sees the same word. Streams run at once here, so
+ * cudaEventRecord completes the event at once, unless the test hook
+ * cuda_emu_event_hold() left it pending for the engine to complete later.
+ */
+struct emu_event {
+	uint32_t magic;
+	int fd;		/* memfd of an interprocess event; -1 otherwise */
+	uint32_t *word; /* 1 complete, 0 pending */
+	uint32_t local; /* the word of a process-local event */
+	bool opened;	/* opened from a handle (not the creator's) */
+	bool hold;	/* records leave it pending (cuda_emu_event_hold) */
+};
+static const uint32_t EMU_EVENT_MAGIC = 0x454d5545u; /* "EMUE" */
+struct emu_ipc_event_handle {
+	uint32_t magic, pid;
+	int32_t fd;
+};
+static emu_event *emu_ev(cudaEvent_t e)
 {
-	return cudaSuccess;
+	emu_event *v = (emu_event *)e;
+	return v && v->magic == EMU_EVENT_MAGIC ? v : NULL;
 }
-cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int)
+static bool emu_ev_done(const emu_event *v)
 {
-	*e = (cudaEvent_t)dev_alloc(64);
+	return __atomic_load_n(v->word, __ATOMIC_ACQUIRE) != 0;
+}
+/* a stream (or the host) waiting on an event: it runs now, so poll up to 60 s */
+static cudaError_t emu_ev_wait(cudaEvent_t e)
+{
+	emu_event *v = emu_ev(e);
+	if (!v)
+		return cudaErrorInvalidResourceHandle;
+	for (int i = 0; i < 60000 && !emu_ev_done(v); i++) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return emu_ev_done(v) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int)
+{
+	return emu_ev_wait(e);
+}
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
+{
+	emu_event *v = (emu_event *)calloc(1, sizeof(*v));
+	if (!v)
+		return cudaErrorMemoryAllocation;
+	v->magic = EMU_EVENT_MAGIC;
+	v->fd = -1;
+	v->word = &v->local;
+	if (flags & cudaEventInterprocess) {
+		void *a = MAP_FAILED;
+		v->fd = memfd_create("emu-event", MFD_CLOEXEC);
+		if (v->fd >= 0 && ftruncate(v->fd, 4096) == 0)
+			a = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, v->fd, 0);
+		if (a == MAP_FAILED) {
+			if (v->fd >= 0)
+				close(v->fd);
+			free(v);
+			return cudaErrorMemoryAllocation;
+		}
+		v->word = (uint32_t *)a;
+	}
+	*v->word = 1; /* never recorded: complete, as in CUDA */
+	*e = (cudaEvent_t)v;
 	return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t *e)
@@ -643,20 +724,51 @@ cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t *e)
 }
 cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e)
 {
-	free((void *)e);
+	emu_event *v = emu_ev(e);
+	if (!v)
+		return cudaErrorInvalidResourceHandle;
+	if (v->fd >= 0) {
+		munmap(v->word, 4096);
+		close(v->fd);
+	}
+	v->magic = 0;
+	free(v);
 	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t, cudaStream_t)
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t)
 {
+	emu_event *v = emu_ev(e);
+	if (!v)
+		return cudaErrorInvalidResourceHandle;
+	__atomic_store_n(v->word, v->hold ? 0u : 1u, __ATOMIC_RELEASE);
 	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t)
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e)
 {
-	return cudaSuccess;
+	return emu_ev_wait(e);
 }
-cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t)
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e)
 {
-	return cudaSuccess;
+	emu_event *v = emu_ev(e);
+	if (!v)
+		return cudaErrorInvalidResourceHandle;
+	return emu_ev_done(v) ? cudaSuccess : cudaErrorNotReady;
+}
+/*
+ * Test hook (emulator only; gpu-engine finds it through a weak reference):
+ * hold 1: from now on cudaEventRecord leaves the event pending, as if the
+ * recorded work were still running; hold 0: that work completes now, and
+ * later records complete at once again.
+ */
+int cuda_emu_event_hold(cudaEvent_t e, int hold)
+{
+	emu_event *v = emu_ev(e);
+	if (!v)
+		return -1;
+	v->hold = hold != 0;
+	if (!hold)
+		__atomic_store_n(v->word, 1u, __ATOMIC_RELEASE);
+	return 0;
 }
 cudaError_t CUDARTAPI cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
 {
@@ -730,15 +842,44 @@ cudaError_t CUDARTAPI cudaHostGetDevicePointer(void **d, void *h, unsigned int)
 	*d = h;
 	return cudaSuccess;
 }
-/* streams complete at once, so an event handle needs no content */
-cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t)
+/* an interprocess event's handle names its memfd, like a legacy memory handle */
+cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t e)
 {
+	emu_event *v = emu_ev(e);
+	if (!v || v->fd < 0 || v->opened)
+		return cudaErrorInvalidResourceHandle; /* not cudaEventInterprocess */
+	emu_ipc_event_handle eh = {EMU_EVENT_MAGIC, (uint32_t)getpid(), v->fd};
+	static_assert(sizeof(eh) <= sizeof(*h), "handle size");
 	memset(h, 0, sizeof(*h));
+	memcpy(h, &eh, sizeof(eh));
 	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t)
+cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t h)
 {
-	return cudaEventCreateWithFlags(e, 0);
+	emu_ipc_event_handle eh;
+	char path[64];
+	memcpy(&eh, &h, sizeof(eh));
+	if (eh.magic != EMU_EVENT_MAGIC)
+		return cudaErrorInvalidResourceHandle;
+	snprintf(path, sizeof(path), "/proc/%u/fd/%d", eh.pid, eh.fd);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return cudaErrorInvalidResourceHandle;
+	void *a = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	emu_event *v = (emu_event *)calloc(1, sizeof(*v));
+	if (a == MAP_FAILED || !v) {
+		if (a != MAP_FAILED)
+			munmap(a, 4096);
+		close(fd);
+		free(v);
+		return cudaErrorMemoryAllocation;
+	}
+	v->magic = EMU_EVENT_MAGIC;
+	v->fd = fd;
+	v->word = (uint32_t *)a;
+	v->opened = true;
+	*e = (cudaEvent_t)v;
+	return cudaSuccess;
 }
 
 } /* extern "C" */

@@ -15,6 +15,12 @@
 # daemon writes the flag itself to release its stream) and the daemon keeps
 # serving with its pool back to the baseline; bad offset -ERANGE, unknown
 # buffer -ENOENT, timeout over the max -E2BIG; host backend -ENOTSUP.
+# CUDA_IPC_EVENT waits: an event recorded after an async upload; one
+# completed well after submitting (not complete before, equal to the host
+# after); one never completed (-ETIMEDOUT at the bound, nothing run, pool
+# back to the baseline); a handle of zeros -EINVAL naming the open; a handle
+# not of 64 bytes -EINVAL (raw frames); SIGTERM with an event wait pending:
+# the drain fails it at its bound and the daemon exits 0, no later.
 # Default: the CPU emulation of CUDA (tests/gpu/emu); with
 # PLUGIN=build/libskv-cuda.so ENGINE=build/tests/gpu/gpu-engine the same
 # runs on a GPU (tests/gpu/run.sh).
@@ -115,6 +121,25 @@ if [ -e "$tmp/hold/ready" ]; then
 		"$tmp/eng.out" &&
 		ok "$(grep -m1 'served after' "$tmp/eng.out" | sed 's/^engine: //')" ||
 		not_ok "after the timeout: $(cat "$tmp/eng.out")"
+	grep -q "event wait: recorded after an async upload: equal to the host result" \
+		"$tmp/eng.out" &&
+		ok "event wait after an async upload == host" ||
+		not_ok "event wait after an async upload: $(cat "$tmp/eng.out")"
+	grep -q "event wait: completed after .*compaction after it: equal to the host result" \
+		"$tmp/eng.out" &&
+		ok "$(grep -m1 'event wait: completed after' "$tmp/eng.out" | sed 's/^engine: //')" ||
+		not_ok "event completed later: $(cat "$tmp/eng.out")"
+	grep -q "event wait: never completed, timeout 200 ms: -ETIMEDOUT" "$tmp/eng.out" &&
+		grep -q "prefill wait: engine's IPC event not complete within 200 ms" \
+			"$tmp/daemon.log" &&
+		ok "$(grep -m1 'event wait: never' "$tmp/eng.out" | sed 's/^engine: //')" ||
+		not_ok "event never completed: $(cat "$tmp/eng.out") $(cat "$tmp/daemon.log")"
+	grep -q "event wait: a handle of zeros: prefill_wait: cudaIpcOpenEventHandle" \
+		"$tmp/eng.out" &&
+		grep -q "event wait: -EINVAL, -E2BIG refused; served after the timeout; pool .* as before: ok" \
+			"$tmp/eng.out" &&
+		ok "event wait: bad handle -EINVAL, -E2BIG; served after; pool at its baseline" ||
+		not_ok "event wait errors: $(cat "$tmp/eng.out")"
 	grep -q "cuda-vmm-fd buffer, generation .* imported" "$tmp/daemon.log" &&
 		grep -q "cuda-ipc buffer, generation .* imported" "$tmp/daemon.log" &&
 		ok "daemon imported a VMM fd and an IPC handle" ||
@@ -148,9 +173,46 @@ status_has "(0 CUDA imports live)" &&
 timeout 60 "$ENGINE" "$sock" --generations >"$tmp/eng.out" 2>&1 &&
 	ok "(session, generation) keying: a repeat is the same buffer needing its own unregister; -EEXIST, -EBADF, -EINVAL" ||
 	not_ok "generations: $(cat "$tmp/eng.out")"
+grep -q "event handle of 10 bytes: -22 prefill_wait: ipc_event has 10 bytes, not 64" \
+	"$tmp/eng.out" &&
+	ok "event handle of 10, 80, 0 bytes: -EINVAL ($(grep -m1 'of 10 bytes' "$tmp/eng.out" |
+		sed 's/^.*-22 //'))" ||
+	not_ok "event handle length: $(cat "$tmp/eng.out")"
 status_has "(0 CUDA imports live)" &&
 	ok "after the raw session: 0 imports live" ||
 	not_ok "imports after the raw session: $(cat "$tmp/status")"
+# SIGTERM while an event wait is pending (the engine never completes it,
+# 1500 ms bound): the drain ends it at its bound, not later, and exits 0
+mkdir "$tmp/hang"
+timeout 60 "$ENGINE" "$sock" --event-hang "$tmp/hang" >"$tmp/hang.out" 2>&1 &
+epid=$!
+for _ in $(seq 1200); do
+	[ -e "$tmp/hang/submitted" ] && break
+	kill -0 "$epid" 2>/dev/null || break
+	sleep 0.05
+done
+if [ -e "$tmp/hang/submitted" ]; then
+	t0=$(date +%s%N)
+	stop_daemon
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	# the bound counts from when the worker took the job, before SIGTERM;
+	# 3 s of slack for a loaded machine, far below prefill_wait_max_ms
+	[ $ms -lt 4500 ] &&
+		ok "SIGTERM with an event wait pending (1500 ms bound): exited after $ms ms" ||
+		not_ok "SIGTERM with an event wait pending: $ms ms (bound 1500 ms)"
+	wait "$epid"
+	rc=$?
+	epid=
+	[ $rc -eq 0 ] && grep -q "event wait across SIGTERM: -ETIME" "$tmp/hang.out" &&
+		ok "$(grep -m1 'across SIGTERM' "$tmp/hang.out" | sed 's/^engine: //')" ||
+		not_ok "engine across SIGTERM ($rc): $(cat "$tmp/hang.out")"
+else
+	not_ok "event-hang engine did not submit: $(cat "$tmp/hang.out")"
+	wait "$epid"
+	epid=
+	stop_daemon
+fi
+start_daemon "$sock" --backend cuda
 # SIGTERM while an engine still holds GPU buffers, a GPU arena and caches:
 # the daemon drops them before unloading the plugin and exits 0
 rm -rf "$tmp/hold"
