@@ -142,8 +142,8 @@ enum score_mode { PASS1 = 1, PASS2 = 2, FUSED = 3 };
  *   PASS2: key chunk `piece`: merge the chunk partials, recompute the
  *          logits, sum the normalised probabilities into votes;
  *   FUSED: sub-chunk `piece` (SUBCHUNK keys): logits once, kept in shared
- *          memory; the sub-chunk's partial published; the item's row
- *          statistics awaited (fused_sync); votes from the kept logits.
+ *          memory; the sub-chunk's partial published (fused_publish); the
+ *          item's row statistics awaited; votes from the kept logits.
  * p.layers[].q: [H_q, n_q, D], rows n_q - W_obs .. n_q - 1 are used
  * p.layers[].k: [H_kv, L, D]
  * PASS1 writes p.partials [N][H_kv][row_tiles][chunks][RT] (max, sum of exp(z - max));
@@ -594,7 +594,9 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
  * blocks go on, and by induction every item completes. The host launches
  * this kernel only when nsub <= capacity (else the two passes), and never
  * two of them at once on one device (they would share the resident slots:
- * skv-cuda-compact.cu chains them with an event).
+ * skv-cuda-compact.cu chains them with an event). Other kernels that share
+ * the device finish on their own, so they only delay the argument. Not
+ * covered: two daemon processes whose fused grids share SMs under MPS.
  */
 template <typename T, int D_, bool TC>
 __global__ void __launch_bounds__(256, 1)

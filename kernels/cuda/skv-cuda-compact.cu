@@ -24,7 +24,9 @@ using namespace skvcuda;
 /*
  * Scoring path, from $SKV_CUDA_SCORE when the context is created:
  *   twopass (or unset): two kernels over K (the path that has run on GPUs);
- *   fused, auto: the fused kernel wherever it applies, else two-pass;
+ *   fused, auto: the fused kernel wherever it applies, else two-pass (auto is
+ *     meant to choose per shape, and to become the default, once a GPU run
+ *     has measured both: bench/README-gpu.md);
  *   fused-only: the fused kernel or -ENOTSUP (tests: proves which ran).
  * $SKV_CUDA_FUSED_GRID (tests only) overrides the fused grid's block count.
  */
