@@ -11,7 +11,8 @@
  * cudaOccupancyMaxActiveBlocksPerMultiprocessor says $SKV_EMU_BLOCKS_PER_SM
  * (default 4) on the one emulated SM. A launch in which no thread can make
  * progress (a barrier nobody completes, or every live block spinning) is
- * reported as a deadlock and aborts. Fresh "device" memory and shared memory are
+ * reported as a deadlock and aborts; $SKV_EMU_SCHED_SEED shuffles the order
+ * in which resident blocks take turns. Fresh "device" memory and shared memory are
  * filled with 0xff bytes (NaN as floats) so reads of unwritten memory show.
  * Runtime: memory calls work on host memory, streams and events complete at
  * once (a test hook, cuda_emu_event_hold(), can hold an event pending).
@@ -33,6 +34,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <utility>
 
 #include <vector>
 
@@ -216,11 +218,22 @@ static void run_resident(unsigned nb, unsigned n, size_t smem_bytes)
 			init_thread(thrs[(size_t)bi * n + i], &b, i,
 				    stacks + ((size_t)bi * n + i) * STACK);
 	}
-	const size_t nt = (size_t)nb * n;
+	/* $SKV_EMU_SCHED_SEED (not 0): blocks take turns in a new random order each pass */
+	const char *sv = getenv("SKV_EMU_SCHED_SEED");
+	uint64_t seed = sv ? strtoull(sv, NULL, 0) : 0;
+	std::vector<unsigned> order(nb);
+	for (unsigned bi = 0; bi < nb; bi++)
+		order[bi] = bi;
 	for (;;) {
 		bool progress = false, all_done = true;
-		for (size_t i = 0; i < nt; i++) {
-			thr &t = thrs[i];
+		for (unsigned bi = nb - 1; seed && bi > 0; bi--) {
+			seed ^= seed << 13;
+			seed ^= seed >> 7;
+			seed ^= seed << 17;
+			std::swap(order[bi], order[seed % (bi + 1)]);
+		}
+		for (size_t i = 0; i < (size_t)nb * n; i++) {
+			thr &t = thrs[(size_t)order[i / n] * n + i % n];
 			if (!t.done)
 				all_done = false;
 			if (!ready(t))

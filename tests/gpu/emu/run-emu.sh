@@ -16,8 +16,9 @@ fi
 # both scoring paths (fused bit-identical to two-pass) where the fused kernel
 # runs on the emulator's 4 resident blocks (L <= 1024; 100 layers: several
 # items per block, two launches), and its fallbacks: 12 sub-chunks per item
-# (grp-max7), shared memory (bf16-d256)
-"$dir/gpu-agree-emu" --paths twopass,fused snapkv-f32-expand snapkv-f32-mha-d80 \
+# (grp-max7), shared memory (bf16-d256); the fused grid's blocks take turns
+# in a shuffled order (seed 1, or $SKV_EMU_SCHED_SEED)
+SKV_EMU_SCHED_SEED=${SKV_EMU_SCHED_SEED:-1} "$dir/gpu-agree-emu" --paths twopass,fused snapkv-f32-expand snapkv-f32-mha-d80 \
 	snapkv-f32-100-layers streaming-f32-rows nan-f32 h2o-bf16 snapkv-bf16-grp-1k \
 	snapkv-f16-d64-1k snapkv-bf16-d256 snapkv-f32-grp-max7 || exit 1
 # two-pass only for the rest
