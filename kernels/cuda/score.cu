@@ -535,9 +535,16 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 		uint32_t *ready = p.sync + p.n_launches + item * sync_words(p.chunks);
 		if (tid == 0) {
 			unsigned ns = 32;
+			const uint64_t t0 = globaltimer_ns();
 			while (ld_acquire(ready) == 0) {
 				__nanosleep(ns);
 				ns = ns < 512 ? 2 * ns : ns;
+				if (globaltimer_ns() - t0 > p.wait_limit_ns) {
+					/* never expected: fail the request rather than hang */
+					set_status(p.status, STATUS_STALLED, (int32_t)layer,
+						   (int32_t)(kvh * G));
+					break;
+				}
 			}
 			__threadfence();
 		}
@@ -596,7 +603,9 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
  * two of them at once on one device (they would share the resident slots:
  * skv-cuda-compact.cu chains them with an event). Other kernels that share
  * the device finish on their own, so they only delay the argument. Not
- * covered: two daemon processes whose fused grids share SMs under MPS.
+ * covered: two daemon processes whose fused grids share SMs under MPS. As a
+ * safety net every wait is bounded (p.wait_limit_ns): a block that gives
+ * up marks the request failed (-EIO) and goes on, so the grid still ends.
  */
 template <typename T, int D_, bool TC>
 __global__ void __launch_bounds__(256, 1)

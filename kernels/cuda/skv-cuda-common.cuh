@@ -59,7 +59,16 @@ enum status_code {
 	STATUS_OK = 0,
 	STATUS_NONFINITE = 1, /* a logit was NaN/Inf: -EDOM                 */
 	STATUS_INTERNAL = 2,  /* a selection did not produce `kept` slots   */
+	STATUS_STALLED = 3,   /* fused scoring: a block gave up waiting     */
 };
+/*
+ * How long a fused-scoring block waits for the rest of its item before it
+ * gives up (STATUS_STALLED: the request fails with -EIO instead of the
+ * stream hanging; the grid still finishes, every wait being bounded).
+ * Legitimate waits are microseconds (the item's other blocks compute one
+ * sub-chunk each), or a time slice when another context shares the GPU.
+ */
+constexpr uint64_t FUSED_WAIT_LIMIT_NS = 10ull * 1000 * 1000 * 1000; /* default */
 struct dev_status {
 	int32_t code;
 	int32_t layer;
@@ -141,10 +150,11 @@ struct launch_params {
 	float *votes;	  /* [N][H_q][L] column sums of probabilities         */
 	float2 *partials; /* [N][H_kv][row_tiles][chunks][RT] (max, sum)       */
 	/* fused scoring only (else null) */
-	float2 *sub_partials; /* [N][H_kv][row_tiles][nsub][RT] (max, sum)          */
-	float2 *row_stats;    /* [N][H_kv][row_tiles][RT] merged (max, sum)         */
-	uint32_t *sync;	      /* [n_launches] tickets, then per item sync_words()   */
-	uint32_t *keys;	      /* [N][H_store][L] ordered selection keys            */
+	float2 *sub_partials;	/* [N][H_kv][row_tiles][nsub][RT] (max, sum)          */
+	float2 *row_stats;	/* [N][H_kv][row_tiles][RT] merged (max, sum)         */
+	uint32_t *sync;		/* [n_launches] tickets, then per item sync_words()   */
+	uint64_t wait_limit_ns; /* fused: a block gives up waiting after this      */
+	uint32_t *keys;		/* [N][H_store][L] ordered selection keys            */
 	dev_status *status;
 	dlayer layers[LPL];
 };
@@ -226,6 +236,18 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p)
 	uint32_t v;
 	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
 	return v;
+#endif
+}
+
+/* Nanoseconds of the GPU's global timer (on the emulator: its virtual clock). */
+__device__ __forceinline__ uint64_t globaltimer_ns()
+{
+#ifdef SKV_CUDA_EMU
+	return emu::globaltimer_ns();
+#else
+	uint64_t t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
 #endif
 }
 

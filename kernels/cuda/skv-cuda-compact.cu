@@ -28,7 +28,8 @@ using namespace skvcuda;
  *     meant to choose per shape, and to become the default, once a GPU run
  *     has measured both: bench/README-gpu.md);
  *   fused-only: the fused kernel or -ENOTSUP (tests: proves which ran).
- * $SKV_CUDA_FUSED_GRID (tests only) overrides the fused grid's block count.
+ * Tests only: $SKV_CUDA_FUSED_GRID overrides the fused grid's block count,
+ * $SKV_CUDA_FUSED_WAIT_MS the bound on a block's wait (default 10 s).
  */
 enum score_path { SCORE_TWOPASS, SCORE_FUSED, SCORE_AUTO, SCORE_FUSED_ONLY };
 
@@ -40,7 +41,8 @@ struct skv_cuda_ctx {
 	dev_status *h_status; /* pinned: copied back at the end    */
 	int pending;	      /* a compaction awaits sync/query    */
 	enum score_path score;
-	int fused_grid; /* 0: the device's resident capacity */
+	int fused_grid;		/* 0: the device's resident capacity */
+	uint64_t wait_limit_ns; /* fused: bound on a block's wait    */
 	/* resident capacity of the fused kernel for (dtype, head_dim), asked once */
 	int cap_dt;
 	uint32_t cap_d;
@@ -78,6 +80,12 @@ static int parse_score_path(struct skv_cuda_ctx *c, struct skv_error *err)
 	if (c->fused_grid < 0 || c->fused_grid > 1 << 20)
 		return skv_cuda_fail(err, -EINVAL, -1, -1,
 				     "SKV_CUDA_FUSED_GRID=%.32s: 0 .. 1048576", g);
+	const char *w = getenv("SKV_CUDA_FUSED_WAIT_MS");
+	long long ms = w ? atoll(w) : 0;
+	if (ms < 0 || ms > 86400000)
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "SKV_CUDA_FUSED_WAIT_MS=%.32s: 0 .. 86400000", w);
+	c->wait_limit_ns = ms ? (uint64_t)ms * 1000000u : FUSED_WAIT_LIMIT_NS;
 	return 0;
 }
 
@@ -221,6 +229,13 @@ static int status_result(skv_cuda_ctx *c, struct skv_error *err)
 		return skv_cuda_fail(err, -EDOM, st.layer, st.head,
 				     "layer %d, head %d: logits hold NaN or Inf", st.layer,
 				     st.head);
+	case STATUS_STALLED:
+		return skv_cuda_fail(
+		    err, -EIO, st.layer, st.head,
+		    "layer %d: fused scoring stalled (a block waited over %llu ms for "
+		    "the rest of its item; resident blocks taken by another "
+		    "spinning grid?): the result is void",
+		    st.layer, (unsigned long long)(c->wait_limit_ns / 1000000u));
 	default:
 		return skv_cuda_fail(err, -EIO, st.layer, st.head,
 				     "layer %d, head %d: selection did not fill the plan "
@@ -504,6 +519,7 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	k.scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
 	k.bypass_mass = 1.0f;
 	base.vec16 = kvec;
+	base.wait_limit_ns = c->wait_limit_ns;
 
 	r = skv_cuda_dev_enter(c->dev, err);
 	if (r < 0)

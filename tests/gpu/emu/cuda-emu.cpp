@@ -10,18 +10,17 @@
  * runs all its blocks at once, interleaved, so blocks can wait for each other;
  * cudaOccupancyMaxActiveBlocksPerMultiprocessor says $SKV_EMU_BLOCKS_PER_SM
  * (default 4) on the one emulated SM. A launch in which no thread can make
- * progress (a barrier nobody completes, or every live block spinning) is
- * reported as a deadlock and aborts; $SKV_EMU_SCHED_SEED shuffles the order
- * in which resident blocks take turns. Fresh "device" memory and shared memory are
- * filled with 0xff bytes (NaN as floats) so reads of unwritten memory show.
- * Runtime: memory calls work on host memory, streams and events complete at
- * once (a test hook, cuda_emu_event_hold(), can hold an event pending).
- * VMM allocations are memfds (exported and imported as real fds,
- * mapped MAP_SHARED), large cudaMalloc buffers are memfds too so that a
- * legacy IPC handle (pid, fd) can be opened through /proc by another
- * process, interprocess events are one memfd word named the same way, and
- * cuStreamWaitValue32 and stream waits on events poll: the two-process test
- * runs unchanged on it.
+ * progress (a barrier nobody completes, or every live block spinning for
+ * 120 s of virtual time: each pass of spinners alone advances
+ * %globaltimer by 1 ms) is reported as a deadlock and aborts; $SKV_EMU_SCHED_SEED shuffles the
+ * order in which resident blocks take turns. Fresh "device" memory and shared memory are filled
+ * with 0xff bytes (NaN as floats) so reads of unwritten memory show. Runtime: memory calls work on
+ * host memory, streams and events complete at once (a test hook, cuda_emu_event_hold(), can hold an
+ * event pending). VMM allocations are memfds (exported and imported as real fds, mapped
+ * MAP_SHARED), large cudaMalloc buffers are memfds too so that a legacy IPC handle (pid, fd) can be
+ * opened through /proc by another process, interprocess events are one memfd word named the same
+ * way, and cuStreamWaitValue32 and stream waits on events poll: the two-process test runs unchanged
+ * on it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +120,16 @@ void syncthreads()
 	cur->wait = 0;
 }
 
+/* virtual time added by passes in which only spinners ran */
+static uint64_t slept_ns;
+
+uint64_t globaltimer_ns()
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + slept_ns;
+}
+
 void spin_yield()
 {
 	cur->wait = 3;
@@ -198,12 +207,21 @@ static __attribute__((noinline)) void init_thread(thr &t, blk *b, unsigned i, ch
 	makecontext(&t.ctx, entry, 0);
 }
 
+static bool spinners_left(unsigned nb, unsigned n)
+{
+	for (size_t i = 0; i < (size_t)nb * n; i++)
+		if (!thrs[i].done && thrs[i].wait == 3)
+			return true;
+	return false;
+}
+
 /*
  * Run blocks blks[0 .. nb) to completion, their threads interleaved. A thread
  * runs until a barrier, a warp intrinsic or a spin (__nanosleep) yields. A
  * pass over every thread in which nothing but spinners ran, each polling
- * again without having done anything else, changes no state, so no later
- * pass can either: that is a deadlock, reported with the blocks' states.
+ * again without having done anything else, changes no state but the clock
+ * (1 ms of virtual time per such pass): after 120 s of it, or at once when
+ * nobody spins, that is a deadlock, reported with the blocks' states.
  */
 static void run_resident(unsigned nb, unsigned n, size_t smem_bytes)
 {
@@ -224,6 +242,7 @@ static void run_resident(unsigned nb, unsigned n, size_t smem_bytes)
 	std::vector<unsigned> order(nb);
 	for (unsigned bi = 0; bi < nb; bi++)
 		order[bi] = bi;
+	uint64_t idle_ns = 0;
 	for (;;) {
 		bool progress = false, all_done = true;
 		for (unsigned bi = nb - 1; seed && bi > 0; bi--) {
@@ -246,8 +265,20 @@ static void run_resident(unsigned nb, unsigned n, size_t smem_bytes)
 		}
 		if (all_done)
 			return;
-		if (progress)
+		if (progress) {
+			idle_ns = 0;
 			continue;
+		}
+		/*
+		 * Only spinners ran: let them sleep 1 ms of virtual time (a
+		 * kernel may bound its waits with %globaltimer); after 120 s
+		 * of it, or with nobody spinning, nothing will ever change.
+		 */
+		if (spinners_left(nb, n) && idle_ns < 120000000000ull) {
+			slept_ns += 1000000;
+			idle_ns += 1000000;
+			continue;
+		}
 		fprintf(stderr,
 			"emu: deadlock in a launch of %u resident block(s): no thread can "
 			"make progress\n",

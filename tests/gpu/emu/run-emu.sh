@@ -24,13 +24,23 @@ SKV_EMU_SCHED_SEED=${SKV_EMU_SCHED_SEED:-1} "$dir/gpu-agree-emu" --paths twopass
 # two-pass only for the rest
 "$dir/gpu-agree-emu" --paths twopass snapkv-f32-W64-G8 streamingllm-f32 window-f32 bypass-f32 \
 	snapkv-f16-d64-paged snapkv-bf16-d96 snapkv-bf16-to-f32 || exit 1
-# a fused grid smaller than an item's sub-chunks can never finish: the
-# emulator must say so (deadlock report, abort) rather than hang or pass
-out=$( (ulimit -c 0; SKV_CUDA_FUSED_GRID=3 exec "$dir/gpu-agree-emu" --paths fused \
-	snapkv-f32-mha-d80) 2>&1)
+# a fused grid smaller than an item's sub-chunks can never finish an item:
+# its blocks give up after their bound (10 s of the emulator's virtual time)
+# and the request fails with -EIO instead of hanging; with the bound out of
+# reach (1000 s) the emulator must report the deadlock and abort
+out=$(SKV_CUDA_FUSED_GRID=3 "$dir/gpu-agree-emu" --paths fused snapkv-f32-mha-d80 2>&1)
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "cuda -5 (layer 0: fused scoring stalled" <<<"$out"; then
+	echo "FAIL: a 3-block fused grid for 4 sub-chunks per item did not fail with -EIO (rc $rc)"
+	echo "$out" | tail -n 5
+	exit 1
+fi
+echo "fused stall bound: PASS ($(grep -o 'fused scoring stalled[^:]*' <<<"$out"))"
+out=$( (ulimit -c 0; SKV_CUDA_FUSED_GRID=3 SKV_CUDA_FUSED_WAIT_MS=1000000 \
+	exec "$dir/gpu-agree-emu" --paths fused snapkv-f32-mha-d80) 2>&1)
 rc=$?
 if [ $rc -eq 0 ] || ! grep -q "emu: deadlock" <<<"$out"; then
-	echo "FAIL: a 3-block fused grid for 4 sub-chunks per item was not reported (rc $rc)"
+	echo "FAIL: an unbounded fused wait that cannot end was not reported (rc $rc)"
 	echo "$out" | tail -n 5
 	exit 1
 fi

@@ -47,6 +47,11 @@ int blocks_per_sm();
 void syncthreads();
 /* the calling thread polls again later: other threads and blocks run meanwhile */
 void spin_yield();
+/*
+ * %globaltimer: the monotonic clock plus the time spinners have "slept"
+ * (1 ms for each scheduler pass in which only they ran).
+ */
+uint64_t globaltimer_ns();
 /* every lane of the calling warp publishes v and receives all 32 values */
 void warp_exchange(uint64_t v, uint64_t *all);
 } /* namespace emu */
