@@ -27,6 +27,10 @@
  * the engine has not by the deadline, failing the job with -ETIMEDOUT. An
  * engine's IPC event: the worker polls it from the host and enqueues the
  * kernels once it has completed, or fails the job at the deadline.
+ *
+ * On the CUDA path a paged job's block table is copied into device memory
+ * of the worker's context, and a GROW of a cache in the GPU arena copies its
+ * rows device to device on the worker's stream.
  */
 #include <errno.h>
 #include <math.h>
@@ -646,17 +650,8 @@ int snapkvd_job_prepare(struct snapkvd_session *s, const struct snapkvd_origin *
 	if (c->gpu_kv)
 		kv_base = snapkvd_gpu_arena_base(s);
 	for (uint32_t l = 0; l < req->layers; l++) {
-		c->k_off[l] = c->region_off + l * layer_bytes;
-		c->v_off[l] = c->k_off[l] + kv_bytes;
-		c->pos_off[l] = c->v_off[l] + kv_bytes;
-		if (c->gpu_kv) {
-			/* every layer's K/V first, then the positions: the job
-			 * page-locks only that tail of the host region, and the
-			 * host pages under the K/V are never touched */
-			c->k_off[l] = c->region_off + l * 2 * kv_bytes;
-			c->v_off[l] = c->k_off[l] + kv_bytes;
-			c->pos_off[l] = c->region_off + req->layers * 2 * kv_bytes + l * pos_bytes;
-		}
+		snapkvd_region_layer(c->region_off, req->layers, l, kv_bytes, pos_bytes, c->gpu_kv,
+				     &c->k_off[l], &c->v_off[l], &c->pos_off[l]);
 		j->out[l] = (struct skv_layer_out){
 		    .k = {.data = kv_base + c->k_off[l],
 			  .dtype = odt,
@@ -684,29 +679,19 @@ fail:
 	return r;
 }
 
-/* GROW: copy the filled slots of every (layer, head) into the new region. */
-static void run_grow(struct snapkvd_job *j)
+/* GROW: the positions of every (layer, head) (host arena); decode slots -1. */
+static void grow_positions(struct snapkvd_job *j)
 {
 	uint8_t *base = j->s->arena->base;
-	size_t row = j->g.row;
 
 	for (uint32_t l = 0; l < j->g.layers; l++) {
-		uint8_t *nk = base + j->g.off + l * j->g.layer_bytes, *nv = nk + j->g.kv_bytes;
-		int32_t *np = (int32_t *)(nv + j->g.kv_bytes);
-		const uint8_t *ok = base + j->g.old_k[l], *ov = base + j->g.old_v[l];
+		uint64_t k, v, p;
+
+		snapkvd_region_layer(j->g.off, j->g.layers, l, j->g.kv_bytes, j->g.pos_bytes,
+				     j->g.gpu, &k, &v, &p);
+		int32_t *np = (int32_t *)(base + p);
 		const int32_t *op = (const int32_t *)(base + j->g.old_pos[l]);
 
-		if (j->g.hnd) {
-			for (uint32_t h = 0; h < j->g.h_store; h++) {
-				memcpy(nk + (size_t)h * j->g.slots * row,
-				       ok + (size_t)h * j->g.old_slots * row, j->g.used * row);
-				memcpy(nv + (size_t)h * j->g.slots * row,
-				       ov + (size_t)h * j->g.old_slots * row, j->g.used * row);
-			}
-		} else {
-			memcpy(nk, ok, (size_t)j->g.used * j->g.h_store * row);
-			memcpy(nv, ov, (size_t)j->g.used * j->g.h_store * row);
-		}
 		for (uint32_t h = 0; h < j->g.h_store; h++) {
 			memcpy(np + (size_t)h * j->g.slots, op + (size_t)h * j->g.old_slots,
 			       j->g.used * 4);
@@ -714,7 +699,73 @@ static void run_grow(struct snapkvd_job *j)
 				np[(size_t)h * j->g.slots + i] = -1;
 		}
 	}
+}
+
+/*
+ * The filled K/V rows of layer l, old region to new, as one 2-D copy per
+ * tensor: HND has h_store rows of `used` slots, each head `slots` apart;
+ * NHD's first `used` slots hold every head and are contiguous.
+ */
+static void grow_copies(const struct snapkvd_job *j, uint32_t l, uint8_t *base,
+			struct skv_cuda_copy *ret_k, struct skv_cuda_copy *ret_v)
+{
+	size_t row = j->g.row;
+	uint64_t k, v, p;
+
+	snapkvd_region_layer(j->g.off, j->g.layers, l, j->g.kv_bytes, j->g.pos_bytes, j->g.gpu, &k,
+			     &v, &p);
+	*ret_k = (struct skv_cuda_copy){
+	    .dst = base + k,
+	    .src = base + j->g.old_k[l],
+	    .width = (uint64_t)j->g.used * row * (j->g.hnd ? 1 : j->g.h_store),
+	    .height = j->g.hnd ? j->g.h_store : 1,
+	    .dpitch = (uint64_t)j->g.slots * row,
+	    .spitch = (uint64_t)j->g.old_slots * row,
+	};
+	*ret_v = *ret_k;
+	ret_v->dst = base + v;
+	ret_v->src = base + j->g.old_v[l];
+}
+
+/* GROW in the host arena: copy the filled slots of every (layer, head). */
+static void run_grow(struct snapkvd_job *j)
+{
+	for (uint32_t l = 0; l < j->g.layers; l++) {
+		struct skv_cuda_copy cp[2];
+
+		grow_copies(j, l, j->s->arena->base, &cp[0], &cp[1]);
+		for (unsigned t = 0; t < 2; t++)
+			for (uint64_t y = 0; y < cp[t].height; y++)
+				memcpy((uint8_t *)cp[t].dst + y * cp[t].dpitch,
+				       (const uint8_t *)cp[t].src + y * cp[t].spitch, cp[t].width);
+	}
+	grow_positions(j);
 	j->status = 0;
+}
+
+/*
+ * GROW in the GPU arena: the K/V rows are copied device to device on the
+ * worker's stream, the positions on the host meanwhile. The job completes
+ * only once the stream has, so the loop frees the old region after the copy.
+ */
+static int run_grow_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_error *kerr)
+{
+	const struct skv_backend_ops *o = w->c->srv->gpu->ops;
+	struct skv_cuda_copy *cp = calloc((size_t)j->g.layers * 2, sizeof(*cp));
+	int r;
+
+	if (!cp) {
+		snprintf(kerr->msg, sizeof(kerr->msg), "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t l = 0; l < j->g.layers; l++)
+		grow_copies(j, l, j->g.kv_base, &cp[2 * l], &cp[2 * l + 1]);
+	r = o->ctx_copy(w->gctx, cp, j->g.layers * 2, kerr);
+	free(cp);
+	if (r < 0)
+		return r;
+	grow_positions(j);
+	return o->ctx_sync(w->gctx, kerr);
 }
 
 /*
@@ -814,11 +865,6 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 	unsigned n_rg = 0, n_done = 0;
 	int r = 0;
 
-	if (j->block_table) {
-		snprintf(kerr->msg, sizeof(kerr->msg),
-			 "paged layouts are not wired to the CUDA backend yet");
-		return -ENOTSUP;
-	}
 	if (j->wait_event) { /* before anything is page-locked for the job */
 		r = wait_event(w, j, kerr);
 		if (r < 0)
@@ -846,6 +892,22 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 			snprintf(kerr->msg, sizeof(kerr->msg),
 				 "the GPU does not see host memory at its host address");
 			r = -ENOTSUP;
+		}
+	}
+	if (r == 0 && j->block_table) {
+		/* the kernels read the block table once per token: into device
+		 * memory of the context, on the stream, before any wait (a copy
+		 * from pageable memory waits for the stream); its entries were
+		 * range-checked when the job was prepared */
+		void *dbt = NULL;
+
+		r = o->ctx_upload(w->gctx, j->block_table, (uint64_t)j->req->n_block_table * 4,
+				  &dbt, kerr);
+		for (uint32_t l = 0; r == 0 && l < ca->layers; l++) {
+			if (j->in[l].k.block_table)
+				j->in[l].k.block_table = dbt;
+			if (j->in[l].v.block_table)
+				j->in[l].v.block_table = dbt;
 		}
 	}
 	if (r == 0 && j->wait_flag) {
@@ -888,8 +950,15 @@ static void run_job(struct snapkvd_worker *w, struct snapkvd_job *j)
 	struct snapkvd_cache *ca = j->cache;
 	uint64_t t0 = snapkvd_now_ns();
 
-	if (j->grow) {
+	if (j->grow && !j->g.gpu) {
 		run_grow(j);
+		return;
+	}
+	if (j->grow) {
+		j->status = w->gctx ? run_grow_gpu(w, j, &kerr) : -ENOTSUP;
+		if (j->status < 0)
+			snprintf(j->err, sizeof(j->err), "GROW in the GPU arena: %.200s",
+				 kerr.msg[0] ? kerr.msg : "no CUDA context");
 		return;
 	}
 	if (w->gctx)

@@ -95,6 +95,27 @@ struct snapkvd_cache {
 	struct snapkvd_cache *next;
 };
 
+/*
+ * Where layer l of a cache region at `off` keeps its K, V and positions.
+ * Host arena: K, V and positions of each layer in turn. GPU arena (whose
+ * offsets are the host arena's): the K/V of every layer first, then the
+ * positions of every layer in the host arena, so that a job page-locks only
+ * that tail and the host pages under the K/V are never touched.
+ */
+static inline void snapkvd_region_layer(uint64_t off, uint32_t layers, uint32_t l,
+					uint64_t kv_bytes, uint64_t pos_bytes, bool gpu_kv,
+					uint64_t *ret_k, uint64_t *ret_v, uint64_t *ret_pos)
+{
+	if (gpu_kv) {
+		*ret_k = off + (uint64_t)l * 2 * kv_bytes;
+		*ret_pos = off + (uint64_t)layers * 2 * kv_bytes + (uint64_t)l * pos_bytes;
+	} else {
+		*ret_k = off + (uint64_t)l * (2 * kv_bytes + pos_bytes);
+		*ret_pos = *ret_k + 2 * kv_bytes;
+	}
+	*ret_v = *ret_k + kv_bytes;
+}
+
 /* Where a request came from and where its answer goes. */
 struct snapkvd_origin {
 	bool ring;     /* ring: CQE + slot; else a RESPONSE frame */
@@ -129,13 +150,16 @@ struct snapkvd_job {
 	char err[256];
 	uint64_t t_start; /* admission, CLOCK_MONOTONIC */
 	/* GROW: the worker copies `target` into a larger region; everything it
-	 * needs is copied here, so the cache object is never touched off-loop. */
+	 * needs is copied here, so the cache object is never touched off-loop.
+	 * gpu: the K/V are in the session's GPU arena at kv_base (copied device
+	 * to device on the worker's stream), the positions on the host. */
 	bool grow;
 	struct snapkvd_cache *target;
 	struct {
-		uint64_t off, region, kv_bytes, layer_bytes;
+		uint64_t off, region, kv_bytes, pos_bytes;
 		uint32_t slots, old_slots, used, layers, h_store, row;
-		bool hnd;
+		bool hnd, gpu;
+		uint8_t *kv_base;
 		uint64_t *old_k, *old_v, *old_pos; /* [layers] */
 	} g;
 	struct snapkvd_job *next;

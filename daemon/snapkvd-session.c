@@ -748,6 +748,7 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	struct snapkvd_cache *c = snapkvd_session_find_cache(s, g->cache_id);
 	struct snapkvd_job *j;
 	uint64_t kv_bytes, pos_bytes, layer_bytes, region, off;
+	uint8_t *kv_base = NULL;
 	uint32_t slots;
 	int r;
 
@@ -757,11 +758,6 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	}
 	if (c->busy) {
 		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
-		return;
-	}
-	if (c->gpu_kv) { /* the worker copies on the host */
-		snapkvd_session_complete(s, o, -ENOTSUP,
-					 "GROW of a cache in the GPU arena is not wired yet", NULL);
 		return;
 	}
 	if (g->extra == 0 || g->extra > s->srv->cfg.max_reserve ||
@@ -777,6 +773,11 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	region = snapkvd_arena_round(layer_bytes * c->layers);
 	if (!region || region > s->arena->size) {
 		snapkvd_session_complete(s, o, -E2BIG, "grown cache does not fit the arena", NULL);
+		return;
+	}
+	/* K/V in the GPU arena: the same offsets there, copied on the device */
+	if (c->gpu_kv && !(kv_base = snapkvd_gpu_arena_base(s))) {
+		snapkvd_session_complete(s, o, -EIO, "the session's GPU arena is gone", NULL);
 		return;
 	}
 	j = calloc(1, sizeof(*j));
@@ -815,7 +816,9 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	j->g.off = off;
 	j->g.region = region;
 	j->g.kv_bytes = kv_bytes;
-	j->g.layer_bytes = layer_bytes;
+	j->g.pos_bytes = pos_bytes;
+	j->g.gpu = c->gpu_kv;
+	j->g.kv_base = kv_base;
 	j->g.slots = slots;
 	j->g.old_slots = c->slots;
 	j->g.used = c->kept + c->appended;
@@ -846,6 +849,14 @@ static void grow_done(struct snapkvd_job *j)
 		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
 		return;
 	}
+	if (j->status < 0) {
+		/* the copy failed (GPU arena): the cache stays as it was */
+		snapkvd_arena_release(s->arena, j->g.off, j->g.region);
+		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
+		c->busy = false;
+		snapkvd_session_complete(s, &j->origin, j->status, j->err, NULL);
+		return;
+	}
 	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
 	snapkvd_pool_free(&s->srv->pool, s->tenant, c->region_bytes);
 	snapkvd_pool_commit(&s->srv->pool, &j->resv);
@@ -856,11 +867,9 @@ static void grow_done(struct snapkvd_job *j)
 	c->last_use_ns = snapkvd_now_ns();
 	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND)
 		c->head_stride = (int64_t)c->slots * c->head_dim;
-	for (uint32_t l = 0; l < c->layers; l++) {
-		c->k_off[l] = j->g.off + l * j->g.layer_bytes;
-		c->v_off[l] = c->k_off[l] + j->g.kv_bytes;
-		c->pos_off[l] = c->v_off[l] + j->g.kv_bytes;
-	}
+	for (uint32_t l = 0; l < c->layers; l++)
+		snapkvd_region_layer(j->g.off, c->layers, l, j->g.kv_bytes, j->g.pos_bytes,
+				     j->g.gpu, &c->k_off[l], &c->v_off[l], &c->pos_off[l]);
 	complete_cache(s, &j->origin, c);
 }
 

@@ -29,6 +29,7 @@ struct skv_cuda_import;
 struct skv_cuda_arena;
 struct skv_cuda_info;
 struct skv_cuda_event;
+struct skv_cuda_copy;
 
 struct skv_backend_ops {
 	uint32_t abi;  /* SKV_CUDA_ABI of the plugin                        */
@@ -81,6 +82,12 @@ struct skv_backend_ops {
 			  struct skv_cuda_event **ret_ev, struct skv_error *err);
 	int (*event_query)(struct skv_cuda_event *ev, struct skv_error *err);
 	void (*event_close)(struct skv_cuda_event *ev);
+	/* copies on a context's stream: GROW of a cache in a GPU arena (device
+	 * to device), and a paged layout's block table put in device memory */
+	int (*ctx_copy)(struct skv_cuda_ctx *ctx, const struct skv_cuda_copy *copies, uint32_t n,
+			struct skv_error *err);
+	int (*ctx_upload)(struct skv_cuda_ctx *ctx, const void *host, uint64_t bytes,
+			  void **ret_dev, struct skv_error *err);
 };
 
 /* The one symbol the loader looks up in the plugin. */

@@ -47,6 +47,8 @@ struct skv_cuda_ctx {
 	int cap_dt;
 	uint32_t cap_d;
 	int cap;
+	void *up; /* skv_cuda_ctx_upload()'s device copy */
+	uint64_t up_cap;
 };
 
 /*
@@ -147,6 +149,8 @@ extern "C" void skv_cuda_ctx_free(struct skv_cuda_ctx *c)
 		cudaStreamSynchronize(c->stream);
 	if (c->d_status)
 		cudaFree(c->d_status);
+	if (c->up)
+		cudaFree(c->up);
 	if (c->h_status)
 		cudaFreeHost(c->h_status);
 	if (c->done)
@@ -272,6 +276,94 @@ extern "C" int skv_cuda_ctx_query(struct skv_cuda_ctx *c, struct skv_error *err)
 		return cuda_fail(err, e, "compaction");
 	}
 	return status_result(c, err);
+}
+
+/* ------------------------------------------------------------- copies */
+
+extern "C" int skv_cuda_ctx_copy(struct skv_cuda_ctx *c, const struct skv_cuda_copy *cp, uint32_t n,
+				 struct skv_error *err)
+{
+	if (!c || (n && !cp))
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "context and copies are required");
+	if (c->pending)
+		return skv_cuda_fail(err, -EBUSY, -1, -1,
+				     "the previous operation of this context was not synced");
+	for (uint32_t i = 0; i < n; i++) {
+		if (!cp[i].width || !cp[i].height)
+			continue;
+		if (!cp[i].dst || !cp[i].src)
+			return skv_cuda_fail(err, -EINVAL, -1, -1, "copy %u: no address", i);
+		if (cp[i].height > 1 && (cp[i].dpitch < cp[i].width || cp[i].spitch < cp[i].width))
+			return skv_cuda_fail(
+			    err, -EINVAL, -1, -1, "copy %u: pitch %llu/%llu below the width %llu",
+			    i, (unsigned long long)cp[i].dpitch, (unsigned long long)cp[i].spitch,
+			    (unsigned long long)cp[i].width);
+	}
+	int r = skv_cuda_dev_enter(c->dev, err);
+	if (r < 0)
+		return r;
+	/* no kernel reports here: sync/query read a clean status word */
+	memset(c->h_status, 0, sizeof(dev_status));
+	cudaError_t e = cudaSuccess;
+	/* the 2-D copy takes pitches below 2^31 (cudaDevAttrMaxPitch) */
+	const uint64_t max_pitch = INT32_MAX;
+	for (uint32_t i = 0; i < n && e == cudaSuccess; i++) {
+		const skv_cuda_copy &x = cp[i];
+		if (!x.width || !x.height)
+			continue;
+		if (x.height == 1)
+			e = cudaMemcpyAsync(x.dst, x.src, x.width, cudaMemcpyDefault, c->stream);
+		else if (x.dpitch <= max_pitch && x.spitch <= max_pitch)
+			e = cudaMemcpy2DAsync(x.dst, x.dpitch, x.src, x.spitch, x.width, x.height,
+					      cudaMemcpyDefault, c->stream);
+		else
+			for (uint64_t y = 0; y < x.height && e == cudaSuccess; y++)
+				e = cudaMemcpyAsync((char *)x.dst + y * x.dpitch,
+						    (const char *)x.src + y * x.spitch, x.width,
+						    cudaMemcpyDefault, c->stream);
+	}
+	cudaEventRecord(c->done, c->stream);
+	if (e != cudaSuccess) {
+		/* drain what was queued so the context is reusable */
+		cudaEventSynchronize(c->done);
+		return cuda_fail(err, e, "device copy");
+	}
+	c->pending = 1;
+	return 0;
+}
+
+extern "C" int skv_cuda_ctx_upload(struct skv_cuda_ctx *c, const void *host, uint64_t bytes,
+				   void **ret_dev, struct skv_error *err)
+{
+	if (!c || !host || !bytes || !ret_dev)
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "context, host range and ret_dev are required");
+	if (c->pending)
+		return skv_cuda_fail(err, -EBUSY, -1, -1,
+				     "the previous operation of this context was not synced");
+	int r = skv_cuda_dev_enter(c->dev, err);
+	if (r < 0)
+		return r;
+	if (bytes > c->up_cap) {
+		/* grown in steps of 64 KiB; nothing queued still reads the old one
+		 * (the previous operation was synced) */
+		uint64_t cap = (bytes + 65535) & ~(uint64_t)65535;
+		void *p = NULL;
+		cudaError_t e = cudaMalloc(&p, cap);
+		if (e != cudaSuccess)
+			return cuda_fail(err, e, "device memory for an upload");
+		if (c->up)
+			cudaFree(c->up);
+		c->up = p;
+		c->up_cap = cap;
+	}
+	cudaError_t e = cudaMemcpyAsync(c->up, host, bytes, cudaMemcpyHostToDevice, c->stream);
+	if (e != cudaSuccess) {
+		cudaStreamSynchronize(c->stream);
+		return cuda_fail(err, e, "upload to the device");
+	}
+	*ret_dev = c->up;
+	return 0;
 }
 
 /* --------------------------------------------------------- validation */

@@ -712,6 +712,9 @@ static const struct skv_backend_ops ops = {
     .event_open = skv_cuda_event_open,
     .event_query = skv_cuda_event_query,
     .event_close = skv_cuda_event_close,
+    /* GROW in a GPU arena, paged block tables */
+    .ctx_copy = skv_cuda_ctx_copy,
+    .ctx_upload = skv_cuda_ctx_upload,
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

@@ -101,7 +101,7 @@ int skv_backend_load(const char *path, int device, struct skv_backend **ret_be,
 			 SKV_BACKEND_SYMBOL);
 		goto fail;
 	}
-	/* ops are only ever appended (the IPC event ones last): a shorter table
+	/* ops are only ever appended (the copy ones last): a shorter table
 	 * is a plugin older than this daemon, which would miss some of them */
 	if (be->ops->abi != 1 || be->ops->size < sizeof(struct skv_backend_ops)) {
 		r = fail(err, -ENOENT,

@@ -123,6 +123,38 @@ int skv_cuda_ctx_sync(struct skv_cuda_ctx *ctx, struct skv_error *err);
 /* As sync, but -EAGAIN while it still runs. */
 int skv_cuda_ctx_query(struct skv_cuda_ctx *ctx, struct skv_error *err);
 
+/* One 2-D copy: `height` rows of `width` bytes, rows `spitch`/`dpitch` apart. */
+struct skv_cuda_copy {
+	void *dst;
+	const void *src;
+	uint64_t width;	 /* bytes per row                              */
+	uint64_t height; /* rows (1: one plain copy of width bytes)    */
+	uint64_t dpitch; /* bytes from one row to the next (>= width)  */
+	uint64_t spitch;
+};
+/*
+ * Enqueue n copies on the context's stream as one operation that
+ * skv_cuda_ctx_sync()/query() wait for, like a compaction (device memory,
+ * imports, arenas or registered host memory: the direction is taken from the
+ * addresses). Returns once queued. A copy with no bytes is skipped. 0;
+ * -EINVAL (a NULL address, a pitch below its width); -EBUSY while the
+ * context's previous operation has not been synced; -EIO (the context is
+ * drained and reusable).
+ */
+int skv_cuda_ctx_copy(struct skv_cuda_ctx *ctx, const struct skv_cuda_copy *copies, uint32_t n,
+		      struct skv_error *err);
+/*
+ * Copy `bytes` of host memory into device memory the context owns, on its
+ * stream, so that the next compaction reads them from there (a paged
+ * layout's block table, which the kernels read once per token). Call it
+ * before any stream wait: a copy from pageable memory waits for the stream.
+ * The host memory may be reused on return; *ret_dev stays valid until the
+ * next upload or skv_cuda_ctx_free(). 0, -EINVAL, -EBUSY (previous operation
+ * not synced), -ENOMEM, -EIO.
+ */
+int skv_cuda_ctx_upload(struct skv_cuda_ctx *ctx, const void *host, uint64_t bytes, void **ret_dev,
+			struct skv_error *err);
+
 /*
  * Import an engine buffer, keyed by (tenant, generation): a second import
  * with the same key returns the same object with its refcount raised (the fd

@@ -13,6 +13,7 @@
 #include <CUnit/Basic.h>
 
 #include "kernels/cuda/skv-backend.h"
+#include "kernels/cuda/skv-cuda.h" /* struct skv_cuda_copy */
 
 static void test_missing_plugin(void)
 {
@@ -121,6 +122,58 @@ static void test_emulated_plugin(void)
 	skv_backend_unload(be);
 }
 
+/*
+ * ctx_copy and ctx_upload of the emulated plugin (device memory is host
+ * memory there): a 2-D copy honours both pitches and leaves the gaps alone,
+ * an upload lands in the context's memory, a second operation before the
+ * sync is -EBUSY, a pitch below its width -EINVAL.
+ */
+static void test_emulated_copy_ops(void)
+{
+	const char *b = getenv("BUILD");
+	char path[512];
+	struct skv_backend *be = NULL;
+	struct skv_cuda_ctx *ctx = NULL;
+	struct skv_error err = {0};
+	unsigned char src[4 * 16], dst[4 * 24];
+	int32_t table[5] = {4, 0, 3, 1, 2};
+	void *dtab = NULL;
+	int diff = 0;
+
+	snprintf(path, sizeof(path), "%s/tests/gpu/emu/libskv-cuda-emu.so", b && *b ? b : "build");
+	if (access(path, R_OK) != 0) {
+		printf("\n  skip: %s not built (CUDA=0)\n", path);
+		return;
+	}
+	CU_ASSERT_EQUAL_FATAL(skv_backend_load(path, -1, &be, &err), 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(be->ops->ctx_copy);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(be->ops->ctx_upload);
+	CU_ASSERT_EQUAL_FATAL(be->ops->ctx_new(be->dev, &ctx, &err), 0);
+	for (unsigned i = 0; i < sizeof(src); i++)
+		src[i] = (unsigned char)(i + 1);
+	memset(dst, 0xee, sizeof(dst));
+	/* 4 rows of 10 bytes, 16 apart in the source, 24 in the destination */
+	struct skv_cuda_copy cp = {dst, src, 10, 4, 24, 16};
+	CU_ASSERT_EQUAL(be->ops->ctx_copy(ctx, &cp, 1, &err), 0);
+	CU_ASSERT_EQUAL(be->ops->ctx_copy(ctx, &cp, 1, &err), -EBUSY);
+	CU_ASSERT_EQUAL(be->ops->ctx_upload(ctx, table, sizeof(table), &dtab, &err), -EBUSY);
+	CU_ASSERT_EQUAL(be->ops->ctx_sync(ctx, &err), 0);
+	for (unsigned y = 0; y < 4; y++)
+		for (unsigned x = 0; x < 24; x++)
+			diff += dst[y * 24 + x] != (x < 10 ? src[y * 16 + x] : 0xee);
+	CU_ASSERT_EQUAL(diff, 0);
+	cp.dpitch = 8; /* below the width */
+	CU_ASSERT_EQUAL(be->ops->ctx_copy(ctx, &cp, 1, &err), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "pitch"));
+	CU_ASSERT_EQUAL(be->ops->ctx_upload(ctx, table, sizeof(table), &dtab, &err), 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dtab);
+	CU_ASSERT(dtab != (void *)table);
+	CU_ASSERT_EQUAL(memcmp(dtab, table, sizeof(table)), 0);
+	CU_ASSERT_EQUAL(be->ops->ctx_upload(ctx, NULL, 4, &dtab, &err), -EINVAL);
+	be->ops->ctx_free(ctx);
+	skv_backend_unload(be);
+}
+
 /* $SKV_CUDA_PLUGIN names the plugin when no path is given. */
 static void test_env_path(void)
 {
@@ -144,6 +197,7 @@ int main(void)
 	    !CU_add_test(s, "bad arguments", test_bad_args) ||
 	    !CU_add_test(s, "built plugin", test_built_plugin) ||
 	    !CU_add_test(s, "emulated plugin", test_emulated_plugin) ||
+	    !CU_add_test(s, "emulated plugin: copies on a context", test_emulated_copy_ops) ||
 	    !CU_add_test(s, "plugin path from environment", test_env_path)) {
 		CU_cleanup_registry();
 		return 1;

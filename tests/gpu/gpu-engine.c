@@ -31,6 +31,18 @@
  *   gpu-engine SOCKET --event-hang DIR  an event wait never completed
  *                                while the daemon gets SIGTERM: -ETIME at
  *                                its bound (DIR/submitted tells the script)
+ *   gpu-engine SOCKET --grow-paged  GROW of GPU-arena caches (HND, NHD:
+ *                                decode rows, two GROWs, == the host arena
+ *                                and the reference; -EINVAL, -E2BIG, -EDQUOT,
+ *                                -ENOSPC leave it intact) and paged K/V in a
+ *                                memfd and a VMM buffer (== the strided
+ *                                reference; bad block tables refused, pool
+ *                                at baseline). Daemon: --pool-bytes 64M,
+ *                                tenant_quota_bytes 40M.
+ *   gpu-engine SOCKET --grow-fail  a GROW whose device copy fails (emulator,
+ *                                SKV_EMU_FAIL_COPY2D in the daemon): -EIO,
+ *                                the cache intact and usable, pool at its
+ *                                baseline.
  *   ... --hold DIR               after the check, unregister the IPC buffer,
  *                                create DIR/ready and wait for DIR/go (the
  *                                script looks at snapkvctl status meanwhile);
@@ -730,11 +742,520 @@ static void prefill_waits(struct skv_client *c, const struct skv_compact_desc *d
 	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
 }
 
+/* ------------------------------------------------ GROW and paged layouts */
+
+/*
+ * --grow-paged expects a daemon with --pool-bytes 64M and tenant_quota_bytes
+ * 40M: a GROW to about 52 MB is over the quota, one to about 100 MB over the
+ * pool.
+ */
+enum { GP_RESERVE = 2, GP_BS = 16, GP_NB = LEN / GP_BS };
+
+/* The compact cache a GROW must preserve: the host reference of the kept
+ * slots ([layer][head][kept]) and g decode rows the engine wrote. */
+struct gp_expect {
+	const struct skv_plan *pl;
+	const float *ok, *ov;
+	const int32_t *op;
+	uint32_t g;
+};
+
+/* K (v = 0) or V row element x of decode token t: distinct everywhere */
+static float dec_val(uint32_t t, uint32_t l, uint32_t h, uint32_t x, int v)
+{
+	return 1000.0f * (float)(t + 1) + 100.0f * (float)l + 10.0f * (float)h + 0.01f * (float)x +
+	       (v ? 0.5f : 0.0f);
+}
+
+/* Row `slot` of (l, h): K (v = 0) or V; gbase: the cache is in the GPU arena
+ * mapped there. to_dev: write row, else read it. */
+static int gp_row(struct skv_cache *k, char *gbase, uint32_t l, uint32_t h, uint32_t slot, int v,
+		  float *row, bool to_dev)
+{
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	size_t off = (size_t)slot * ci->token_stride * 4, n = HD * 4;
+
+	if (gbase) {
+		char *p =
+		    gbase + (v ? skv_cache_v_offset(k, l, h) : skv_cache_k_offset(k, l, h)) + off;
+		cudaError_t e = to_dev ? cudaMemcpy(p, row, n, cudaMemcpyHostToDevice)
+				       : cudaMemcpy(row, p, n, cudaMemcpyDeviceToHost);
+		return e == cudaSuccess ? 0 : -EIO;
+	}
+	char *p = (char *)(v ? skv_cache_v(k, l, h) : skv_cache_k(k, l, h));
+	if (!p)
+		return -EINVAL;
+	if (to_dev)
+		memcpy(p + off, row, n);
+	else
+		memcpy(row, p + off, n);
+	return 0;
+}
+
+/* Write decode tokens [t0, t1) at their slots and APPEND them. */
+static int gp_decode(struct skv_cache *k, char *gbase, uint32_t t0, uint32_t t1)
+{
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	float row[HD];
+
+	for (uint32_t t = t0; t < t1; t++)
+		for (uint32_t l = 0; l < ci->layers; l++)
+			for (uint32_t h = 0; h < ci->h_store; h++)
+				for (int v = 0; v < 2; v++) {
+					for (uint32_t x = 0; x < HD; x++)
+						row[x] = dec_val(t, l, h, x, v);
+					if (gp_row(k, gbase, l, h, ci->kept + t, v, row, true) < 0)
+						return -EIO;
+				}
+	/* the rows must have landed before the daemon copies them */
+	if (gbase && cudaDeviceSynchronize() != cudaSuccess)
+		return -EIO;
+	return skv_cache_append(k, t1 - t0);
+}
+
+/* Mismatches of a cache against e: capacity, g, positions (kept, L + i,
+ * then -1) and every filled K/V row. */
+static unsigned gp_check(struct skv_cache *k, char *gbase, uint32_t capacity,
+			 const struct gp_expect *e)
+{
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	const struct skv_plan *pl = e->pl;
+	unsigned bad = 0;
+	float row[HD];
+
+	EXPECT(ci->capacity == capacity && ci->appended == e->g && ci->kept == pl->kept,
+	       "capacity %u/%u appended %u/%u kept %u/%u", ci->capacity, capacity, ci->appended,
+	       e->g, ci->kept, pl->kept);
+	if (ci->capacity != capacity || ci->appended != e->g)
+		return 1;
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < pl->h_store; h++) {
+			const int32_t *pos = skv_cache_positions(k, l, h);
+			const size_t ref = ((size_t)l * pl->h_store + h) * pl->kept;
+
+			for (uint32_t i = 0; i < capacity; i++) {
+				int32_t want = -1; /* headroom */
+
+				if (i < pl->kept)
+					want = e->op[ref + i];
+				else if (i < pl->kept + e->g)
+					want = (int32_t)(LEN + i - pl->kept);
+				bad += pos[i] != want;
+			}
+			for (uint32_t i = 0; i < pl->kept + e->g; i++)
+				for (int v = 0; v < 2; v++) {
+					const float *rr = v ? e->ov : e->ok;
+
+					if (gp_row(k, gbase, l, h, i, v, row, false) < 0)
+						return bad + 1;
+					for (uint32_t x = 0; x < HD; x++) {
+						float want = i < pl->kept ? rr[(ref + i) * HD + x]
+									  : dec_val(i - pl->kept, l,
+										    h, x, v);
+						bad += memcmp(&row[x], &want, 4) != 0;
+					}
+				}
+		}
+	return bad;
+}
+
+/* retained masses off the reference's by more than 1e-4 */
+static unsigned gp_mass(const struct skv_cache *k, const struct skv_plan *pl, const float *om)
+{
+	unsigned bad = 0;
+
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < pl->h_store; h++)
+			bad += !(fabsf(skv_cache_retained_mass(k, l, h) -
+				       om[l * pl->h_store + h]) <= 1e-4f);
+	return bad;
+}
+
+/* the host reference of d's compaction (HND, [layer][head][kept]) */
+static int gp_reference(const struct skv_compact_desc *d, const float *hkv, const float *hq,
+			struct skv_plan *pl, float **ok, float **ov, float **om, int32_t **op)
+{
+	const size_t kv_elems = (size_t)LAYERS * HKV * LEN * HD;
+	struct skv_layer_in in[LAYERS];
+	struct skv_layer_out out[LAYERS];
+	struct skv_error err = {0};
+	struct skv_ctx *ctx = NULL;
+	int r;
+
+	if (skv_plan(&d->shape, &d->params, pl, &err) < 0 || skv_ctx_new(1, &ctx) < 0)
+		return -EINVAL;
+	const size_t per = (size_t)pl->h_store * pl->kept * HD;
+	*ok = calloc(LAYERS * per, 4), *ov = calloc(LAYERS * per, 4);
+	*om = calloc((size_t)LAYERS * pl->h_store, 4);
+	*op = calloc((size_t)LAYERS * pl->h_store * pl->kept, 4);
+	for (int l = 0; l < LAYERS; l++) {
+		size_t ko = (size_t)l * HKV * LEN * HD, qo = (size_t)l * HQ * WIN * HD;
+		struct skv_tensor t = {.dtype = SKV_DTYPE_F32,
+				       .head_stride = (int64_t)pl->kept * HD,
+				       .token_stride = HD};
+		in[l].k = (struct skv_tensor){.data = (float *)hkv + ko,
+					      .dtype = SKV_DTYPE_F32,
+					      .head_stride = LEN * HD,
+					      .token_stride = HD};
+		in[l].v = in[l].k, in[l].v.data = (float *)hkv + kv_elems + ko;
+		in[l].q = (struct skv_tensor){.data = (float *)hq + qo,
+					      .dtype = SKV_DTYPE_F32,
+					      .head_stride = WIN * HD,
+					      .token_stride = HD};
+		out[l].k = t, out[l].k.data = *ok + l * per;
+		out[l].v = t, out[l].v.data = *ov + l * per;
+		out[l].positions = *op + (size_t)l * pl->h_store * pl->kept;
+		out[l].pos_stride = pl->kept;
+		out[l].retained_mass = *om + (size_t)l * pl->h_store;
+	}
+	r = skv_compact(ctx, &d->shape, &d->params, LAYERS, in, out, &err);
+	skv_ctx_free(ctx);
+	return r;
+}
+
+/*
+ * GROW of caches whose K/V are in the GPU arena (device-to-device copy in
+ * the daemon), in both layouts, beside the same caches in the host arena
+ * (host copy): decode rows written and APPENDed, GROWn twice, every position
+ * and K/V row equal to the reference; the GROW errors leave the cache as it
+ * was; the pool back at its baseline after the release.
+ */
+static void gp_grow(struct skv_client *c, struct skv_compact_desc *d, char *abase,
+		    const struct gp_expect *e0)
+{
+	const enum skv_layout lay[2] = {SKV_LAYOUT_HND, SKV_LAYOUT_NHD};
+	struct skv_stats st0, st1;
+	struct gp_expect e = *e0;
+	int r;
+
+	EXPECT(skv_client_stats(c, &st0) == 0, "stats");
+	for (int li = 0; li < 2; li++) {
+		struct skv_cache *kc[2] = {NULL, NULL}; /* GPU arena, host arena */
+		char *gb[2] = {abase, NULL};
+		uint32_t kept = e.pl->kept, cap = kept + GP_RESERVE;
+		unsigned bad = 0;
+
+		d->out_layout = lay[li];
+		d->decode_reserve = GP_RESERVE;
+		for (int a = 0; a < 2; a++) {
+			d->out_arena = a ? SKV_ARENA_HOST : SKV_ARENA_CUDA;
+			r = skv_client_compact(c, d, &kc[a]);
+			EXPECT(r == 0, "compact (layout %d, arena %d): %d (%s)", lay[li], a, r,
+			       skv_client_error(c));
+			if (r < 0)
+				return;
+		}
+		EXPECT(skv_cache_info(kc[0])->kv_arena == SKV_ARENA_CUDA, "kv_arena");
+		for (int a = 0; a < 2; a++) {
+			e.g = GP_RESERVE;
+			EXPECT(gp_decode(kc[a], gb[a], 0, GP_RESERVE) == 0, "decode");
+			EXPECT(skv_cache_append(kc[a], 1) == -ENOSPC, "append past the headroom");
+			r = skv_cache_grow(kc[a], 3);
+			EXPECT(r == 0, "GROW by 3 (arena %d): %d (%s)", a, r, skv_client_error(c));
+			bad += gp_check(kc[a], gb[a], cap + 3, &e);
+			EXPECT(gp_decode(kc[a], gb[a], GP_RESERVE, GP_RESERVE + 3) == 0, "decode");
+			e.g = GP_RESERVE + 3;
+			r = skv_cache_grow(kc[a], 4);
+			EXPECT(r == 0, "GROW by 4 (arena %d): %d (%s)", a, r, skv_client_error(c));
+			bad += gp_check(kc[a], gb[a], cap + 7, &e);
+		}
+		/* errors on the GPU-arena cache: refused, the cache as it was */
+		const struct skv_cache_info *ci = skv_cache_info(kc[0]);
+		uint64_t slot_b = (uint64_t)ci->layers * ci->h_store * (2 * ci->head_dim * 4 + 4);
+		r = skv_cache_grow(kc[0], 0);
+		EXPECT(r == -EINVAL, "GROW by 0: %d", r);
+		r = skv_cache_grow(kc[0], 1u << 24);
+		EXPECT(r == -E2BIG, "GROW past max_reserve: %d (%s)", r, skv_client_error(c));
+		r = skv_cache_grow(kc[0], (uint32_t)((52u << 20) / slot_b));
+		EXPECT(r == -EDQUOT && strstr(skv_client_error(c), "quota"),
+		       "GROW to 52 MB, quota 40 MB: %d (%s)", r, skv_client_error(c));
+		r = skv_cache_grow(kc[0], (uint32_t)((100u << 20) / slot_b));
+		EXPECT(r == -ENOSPC && strstr(skv_client_error(c), "pool exhausted"),
+		       "GROW to 100 MB, pool 64 MB: %d (%s)", r, skv_client_error(c));
+		bad += gp_check(kc[0], abase, cap + 7, &e);
+		/* and it still serves: one more decode row in the headroom */
+		EXPECT(gp_decode(kc[0], abase, e.g, e.g + 1) == 0, "decode after the errors");
+		e.g++;
+		bad += gp_check(kc[0], abase, cap + 7, &e);
+		e.g = e0->g;
+		EXPECT(bad == 0, "layout %d: %u positions/K/V elements differ", lay[li], bad);
+		printf("engine: GROW %s, K/V in the GPU arena: 2 GROWs, %u decode rows, kept %u: "
+		       "%s\n",
+		       li ? "NHD" : "HND", GP_RESERVE + 4, kept,
+		       bad ? "DIFFERENT" : "equal to the host arena and the reference");
+		for (int a = 0; a < 2; a++)
+			EXPECT(skv_cache_release(kc[a]) == 0, "release");
+	}
+	d->out_layout = SKV_LAYOUT_UNSPECIFIED;
+	d->decode_reserve = 0;
+	d->out_arena = SKV_ARENA_HOST;
+	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
+	EXPECT(st1.pool_used == st0.pool_used && st1.arena_used == st0.arena_used,
+	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0.pool_used,
+	       (unsigned long long)st1.pool_used, (unsigned long long)st0.arena_used,
+	       (unsigned long long)st1.arena_used);
+	printf("engine: GROW errors -EINVAL, -E2BIG, -EDQUOT, -ENOSPC left the cache intact; "
+	       "pool %llu bytes as before: %s\n",
+	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+}
+
+/* K/V of every layer in vLLM's paged layout [block][token][head][dim]:
+ * logical token j of head h at block bt[j / BS], row j % BS */
+static void gp_page(const float *hkv, const int32_t *bt, float *paged)
+{
+	const size_t blk = (size_t)GP_BS * HKV * HD, kv_elems = (size_t)LAYERS * HKV * LEN * HD;
+
+	for (int kv = 0; kv < 2; kv++)
+		for (int l = 0; l < LAYERS; l++)
+			for (uint32_t h = 0; h < HKV; h++)
+				for (uint32_t j = 0; j < LEN; j++)
+					memcpy(paged + (size_t)kv * LAYERS * GP_NB * blk +
+						   (size_t)l * GP_NB * blk + bt[j / GP_BS] * blk +
+						   ((size_t)(j % GP_BS) * HKV + h) * HD,
+					       hkv + kv * kv_elems +
+						   ((size_t)l * HKV + h) * LEN * HD +
+						   (size_t)j * HD,
+					       HD * 4);
+}
+
+/* d's K/V paged in buffer b at byte 0, with table bt */
+static void gp_paged_desc(struct skv_compact_desc *d, struct skv_layer_ref *lr,
+			  const struct skv_buffer *b, const int32_t *bt)
+{
+	const size_t blk = (size_t)GP_BS * HKV * HD;
+
+	for (int l = 0; l < LAYERS; l++) {
+		struct skv_tensor_ref t = {.buf = b,
+					   .dtype = SKV_DTYPE_F32,
+					   .head_stride = HD,
+					   .token_stride = HKV * HD,
+					   .block_size = GP_BS,
+					   .block_stride = (int64_t)blk};
+		lr[l].k = t, lr[l].k.offset = (size_t)l * GP_NB * blk * 4;
+		lr[l].v = t, lr[l].v.offset = ((size_t)LAYERS + l) * GP_NB * blk * 4;
+	}
+	d->block_table = bt;
+	d->n_blocks = GP_NB;
+}
+
+/*
+ * Paged K/V through the CUDA backend: in a memfd buffer (host-mapped for the
+ * GPU) and in an engine VMM buffer (cuda-vmm-fd), the block table shuffled;
+ * the compact cache must be the strided reference's. Out-of-range and
+ * negative entries, and a short table, are refused before any work, the pool
+ * untouched, and the next request served.
+ */
+static void gp_paged(struct skv_client *c, struct skv_cuda_dev *dev, struct skv_compact_desc *d0,
+		     struct skv_layer_ref *lr0, const float *hkv, char *abase,
+		     const struct gp_expect *e, const float *om)
+{
+	static const int32_t bt[GP_NB] = {4, 0, 5, 2, 1, 3};
+	const size_t paged_b = 2 * (size_t)LAYERS * GP_NB * GP_BS * HKV * HD * 4;
+	struct skv_layer_ref lr[LAYERS];
+	struct skv_compact_desc d = *d0;
+	struct skv_buffer *bm = NULL, *bv = NULL;
+	struct skv_cuda_arena *vmem = NULL;
+	struct skv_error err = {0};
+	struct skv_stats st0, st1;
+	int32_t bad_bt[GP_NB];
+	float *paged = calloc(paged_b / 4, 4);
+	int fd = -1, r;
+
+	memcpy(lr, lr0, sizeof(lr));
+	d.layer = lr;
+	gp_page(hkv, bt, paged);
+	if (skv_buffer_alloc(c, paged_b, &bm) < 0 ||
+	    skv_cuda_arena_new(dev, paged_b, &vmem, &err) < 0 ||
+	    skv_cuda_arena_export_fd(vmem, &fd, &err) < 0 ||
+	    cudaMemcpy(skv_cuda_arena_ptr(vmem), paged, paged_b, cudaMemcpyHostToDevice) !=
+		cudaSuccess ||
+	    cudaDeviceSynchronize() != cudaSuccess ||
+	    skv_buffer_register_cuda_fd(c, fd, skv_cuda_arena_size(vmem), 0, &bv) < 0) {
+		EXPECT(0, "paged buffers: %s / %s", skv_client_error(c), err.msg);
+		goto out;
+	}
+	memcpy(skv_buffer_data(bm), paged, paged_b);
+	EXPECT(skv_client_stats(c, &st0) == 0, "stats");
+	for (int b = 0; b < 2; b++) {
+		const struct skv_buffer *buf = b ? bv : bm;
+		const char *name = b ? "cuda-vmm-fd" : "memfd";
+		unsigned bad = 0;
+
+		gp_paged_desc(&d, lr, buf, bt);
+		for (int a = 0; a < 2; a++) {
+			struct skv_cache *k = NULL;
+
+			d.out_arena = a ? SKV_ARENA_CUDA : SKV_ARENA_HOST;
+			r = skv_client_compact(c, &d, &k);
+			EXPECT(r == 0, "paged %s compaction: %d (%s)", name, r,
+			       skv_client_error(c));
+			if (r < 0)
+				continue;
+			bad +=
+			    gp_check(k, a ? abase : NULL, e->pl->kept, e) + gp_mass(k, e->pl, om);
+			skv_cache_release(k);
+		}
+		d.out_arena = SKV_ARENA_HOST;
+		printf("engine: paged %s K/V (blocks of %d, table %d %d %d %d %d %d): %s\n", name,
+		       GP_BS, bt[0], bt[1], bt[2], bt[3], bt[4], bt[5],
+		       bad ? "DIFFERENT" : "equal to the host result, host and GPU arena");
+		EXPECT(bad == 0, "paged %s: %u positions/K/V elements/masses differ", name, bad);
+		/* refused before anything is queued */
+		struct skv_cache *k = NULL;
+		memcpy(bad_bt, bt, sizeof(bad_bt));
+		bad_bt[3] = 1 << 20;
+		gp_paged_desc(&d, lr, buf, bad_bt);
+		r = skv_client_compact(c, &d, &k);
+		EXPECT(r == -ERANGE && strstr(skv_client_error(c), "reaches byte"),
+		       "%s: entry 1<<20: %d (%s)", name, r, skv_client_error(c));
+		printf("engine: paged %s, block table entry %d: %s\n", name, bad_bt[3],
+		       skv_client_error(c));
+		bad_bt[3] = -2;
+		r = skv_client_compact(c, &d, &k);
+		EXPECT(r == -EINVAL && strstr(skv_client_error(c), "negative"),
+		       "%s: entry -2: %d (%s)", name, r, skv_client_error(c));
+		bad_bt[3] = bt[3];
+		d.n_blocks = GP_NB - 1;
+		r = skv_client_compact(c, &d, &k);
+		EXPECT(r == -EINVAL && strstr(skv_client_error(c), "blocks needed"),
+		       "%s: short table: %d (%s)", name, r, skv_client_error(c));
+	}
+	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
+	EXPECT(st1.pool_used == st0.pool_used && st1.arena_used == st0.arena_used,
+	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0.pool_used,
+	       (unsigned long long)st1.pool_used, (unsigned long long)st0.arena_used,
+	       (unsigned long long)st1.arena_used);
+	/* and the next request is served */
+	gp_paged_desc(&d, lr, bv, bt);
+	{
+		struct skv_cache *k = NULL;
+
+		r = skv_client_compact(c, &d, &k);
+		EXPECT(r == 0 && gp_check(k, NULL, e->pl->kept, e) + gp_mass(k, e->pl, om) == 0,
+		       "paged after the refusals: %d (%s)", r, skv_client_error(c));
+		if (r == 0)
+			skv_cache_release(k);
+	}
+	printf("engine: paged: out-of-range -ERANGE, negative and short table -EINVAL; pool %llu "
+	       "bytes as before; served after: %s\n",
+	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+out:
+	skv_buffer_free(bv);
+	skv_buffer_free(bm);
+	if (fd >= 0)
+		close(fd);
+	skv_cuda_arena_free(vmem);
+	free(paged);
+}
+
+/*
+ * --grow-fail (emulator with SKV_EMU_FAIL_COPY2D set in the daemon: every
+ * 2-D device copy fails): a GROW of an HND cache in the GPU arena fails with
+ * -EIO, the cache as it was (capacity, positions, rows), still usable, and
+ * the pool back at its baseline after the release.
+ */
+static void gp_grow_fail(struct skv_client *c, struct skv_compact_desc *d, char *abase,
+			 const struct gp_expect *e0)
+{
+	struct gp_expect e = *e0;
+	struct skv_cache *k = NULL;
+	struct skv_stats st0, st1;
+	unsigned bad = 0;
+	int r;
+
+	EXPECT(skv_client_stats(c, &st0) == 0, "stats");
+	d->out_layout = SKV_LAYOUT_HND;
+	d->decode_reserve = GP_RESERVE;
+	d->out_arena = SKV_ARENA_CUDA;
+	r = skv_client_compact(c, d, &k);
+	EXPECT(r == 0, "compact: %d (%s)", r, skv_client_error(c));
+	if (r < 0)
+		return;
+	EXPECT(gp_decode(k, abase, 0, 1) == 0, "decode");
+	e.g = 1;
+	r = skv_cache_grow(k, 8);
+	EXPECT(r == -EIO && strstr(skv_client_error(c), "GROW in the GPU arena"),
+	       "GROW with a failing copy: %d (%s)", r, skv_client_error(c));
+	printf("engine: GROW with a failing device copy: %d (%s)\n", r, skv_client_error(c));
+	bad += gp_check(k, abase, e.pl->kept + GP_RESERVE, &e);
+	EXPECT(gp_decode(k, abase, 1, GP_RESERVE) == 0, "decode after the failed GROW");
+	e.g = GP_RESERVE;
+	bad += gp_check(k, abase, e.pl->kept + GP_RESERVE, &e);
+	EXPECT(bad == 0, "%u positions/K/V elements differ after the failed GROW", bad);
+	EXPECT(skv_cache_release(k) == 0, "release");
+	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
+	EXPECT(st1.pool_used == st0.pool_used && st1.arena_used == st0.arena_used,
+	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0.pool_used,
+	       (unsigned long long)st1.pool_used, (unsigned long long)st0.arena_used,
+	       (unsigned long long)st1.arena_used);
+	printf("engine: failed GROW: the cache as it was and usable, pool %llu bytes as before: "
+	       "%s\n",
+	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+}
+
+static int run_grow_paged(const char *sock, struct skv_cuda_dev *dev, bool fail_copy)
+{
+	const size_t kv_elems = (size_t)LAYERS * HKV * LEN * HD,
+		     q_elems = (size_t)LAYERS * HQ * WIN * HD;
+	const size_t kv_bytes = 2 * kv_elems * 4, q_bytes = q_elems * 4;
+	struct skv_client *c = NULL;
+	struct skv_buffer *b = NULL;
+	struct skv_layer_ref lr[LAYERS];
+	struct skv_compact_desc d = {.desc_size = sizeof(d)};
+	struct skv_cuda_import *ai = NULL;
+	struct skv_error err = {0};
+	struct skv_plan pl;
+	struct rng rg = {777};
+	float *ok = NULL, *ov = NULL, *om = NULL;
+	int32_t *op = NULL;
+	int afd = -1, r;
+	uint64_t asz = 0;
+
+	r = skv_client_connect(sock, NULL, &c);
+	if (r < 0) {
+		fprintf(stderr, "engine: connect %s: %s\n", sock, strerror(-r));
+		return 1;
+	}
+	/* strided K/V then Q in one memfd buffer */
+	float *hkv = rand_tensor(&rg, SKV_DTYPE_F32, 2 * kv_elems, 1.0f);
+	float *hq = rand_tensor(&rg, SKV_DTYPE_F32, q_elems, 1.0f);
+	if (skv_buffer_alloc(c, kv_bytes + q_bytes, &b) < 0) {
+		fprintf(stderr, "engine: memfd buffer: %s\n", skv_client_error(c));
+		return 1;
+	}
+	memcpy(skv_buffer_data(b), hkv, kv_bytes);
+	memcpy((char *)skv_buffer_data(b) + kv_bytes, hq, q_bytes);
+	fill_desc(&d, lr, b, b, kv_bytes);
+	if (gp_reference(&d, hkv, hq, &pl, &ok, &ov, &om, &op) < 0) {
+		fprintf(stderr, "engine: host reference failed\n");
+		return 1;
+	}
+	r = skv_client_cuda_arena(c, &afd, &asz, NULL);
+	if (r < 0 || skv_cuda_import_fd(dev, 1, 1, afd, asz, &ai, &err) < 0) {
+		fprintf(stderr, "engine: GPU arena: %s %s\n", skv_client_error(c), err.msg);
+		return 1;
+	}
+	close(afd);
+	struct gp_expect e = {.pl = &pl, .ok = ok, .ov = ov, .op = op, .g = 0};
+	if (fail_copy) {
+		gp_grow_fail(c, &d, skv_cuda_import_ptr(ai), &e);
+	} else {
+		gp_grow(c, &d, skv_cuda_import_ptr(ai), &e);
+		gp_paged(c, dev, &d, lr, hkv, skv_cuda_import_ptr(ai), &e, om);
+	}
+	skv_cuda_import_release(ai);
+	skv_buffer_free(b);
+	skv_client_close(c);
+	free(ok), free(ov), free(om), free(op), free(hkv), free(hq);
+	printf("engine: grow/paged: %d failures\n", fails);
+	return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = argc > 1 ? argv[1] : NULL, *hold = NULL;
 	const char *hang = NULL;
-	bool enotsup = false, generations = false;
+	bool enotsup = false, generations = false, grow_paged = false, grow_fail = false;
 	struct skv_cuda_dev *dev = NULL;
 	struct skv_cuda_arena *kvmem = NULL;
 	struct skv_error err = {0};
@@ -747,6 +1268,10 @@ int main(int argc, char **argv)
 			enotsup = true;
 		else if (!strcmp(argv[i], "--generations"))
 			generations = true;
+		else if (!strcmp(argv[i], "--grow-paged"))
+			grow_paged = true;
+		else if (!strcmp(argv[i], "--grow-fail"))
+			grow_fail = true;
 		else if (!strcmp(argv[i], "--hold") && i + 1 < argc)
 			hold = argv[++i];
 		else if (!strcmp(argv[i], "--event-hang") && i + 1 < argc)
@@ -756,8 +1281,8 @@ int main(int argc, char **argv)
 	}
 	if (!sock) {
 		fprintf(stderr,
-			"usage: gpu-engine SOCKET [--enotsup | --generations | --event-hang DIR] "
-			"[--hold DIR]\n");
+			"usage: gpu-engine SOCKET [--enotsup | --generations | --grow-paged | "
+			"--grow-fail | --event-hang DIR] [--hold DIR]\n");
 		return 2;
 	}
 	/* the engine's own device memory, through the plugin's VMM allocator */
@@ -767,6 +1292,8 @@ int main(int argc, char **argv)
 	}
 	if (generations)
 		return run_generations(sock, dev);
+	if (grow_paged || grow_fail)
+		return run_grow_paged(sock, dev, grow_fail);
 	const size_t kv_elems = (size_t)LAYERS * HKV * LEN * HD,
 		     q_elems = (size_t)LAYERS * HQ * WIN * HD;
 	const size_t kv_bytes = 2 * kv_elems * 4, q_bytes = q_elems * 4;
@@ -947,7 +1474,8 @@ int main(int argc, char **argv)
 	printf("engine: GPU arena (%llu bytes, device %d): kept %u of %u: %s\n",
 	       (unsigned long long)asz, adev, pl.kept, LEN,
 	       mism ? "DIFFERENT" : "equal to the host result");
-	EXPECT(skv_cache_grow(gcache, 4) == -ENOTSUP, "GROW of a GPU-arena cache");
+	r = skv_cache_grow(gcache, 4);
+	EXPECT(r == 0, "GROW of a GPU-arena cache: %d (%s)", r, skv_client_error(c));
 
 	if (hold) {
 		char p[512];

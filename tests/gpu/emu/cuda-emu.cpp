@@ -668,6 +668,19 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void *d, const void *s, size_t n, enum cud
 	memcpy(d, s, n);
 	return cudaSuccess;
 }
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch,
+					size_t width, size_t height, enum cudaMemcpyKind,
+					cudaStream_t)
+{
+	if (height > 1 && (dpitch < width || spitch < width))
+		return cudaErrorInvalidPitchValue;
+	/* a failing copy on demand: the daemon's error path of a GPU GROW */
+	if (getenv("SKV_EMU_FAIL_COPY2D"))
+		return cudaErrorInvalidValue;
+	for (size_t y = 0; y < height; y++)
+		memcpy((char *)d + y * dpitch, (const char *)s + y * spitch, width);
+	return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaMemset(void *d, int v, size_t n)
 {
 	memset(d, v, n);

@@ -21,6 +21,11 @@
 # back to the baseline); a handle of zeros -EINVAL naming the open; a handle
 # not of 64 bytes -EINVAL (raw frames); SIGTERM with an event wait pending:
 # the drain fails it at its bound and the daemon exits 0, no later.
+# GROW of caches in the GPU arena (device-to-device copy; HND and NHD, decode
+# rows, equal to the host arena's and the reference; -EINVAL, -E2BIG,
+# -EDQUOT, -ENOSPC leave the cache intact) and paged K/V in memfd and VMM
+# buffers (equal to the reference; bad block tables refused before any work,
+# pool at its baseline).
 # Default: the CPU emulation of CUDA (tests/gpu/emu); with
 # PLUGIN=build/libskv-cuda.so ENGINE=build/tests/gpu/gpu-engine the same
 # runs on a GPU (tests/gpu/run.sh).
@@ -229,6 +234,50 @@ stop_daemon
 touch "$tmp/hold/go"
 wait "$epid"
 epid=
+
+# --- GROW of GPU-arena caches and paged layouts (gpu-engine --grow-paged):
+# a daemon with a 64M pool and a 40M tenant quota, so that GROW can be
+# refused both ways
+echo "== GROW in the GPU arena, paged layouts"
+sock=$tmp/grow.sock
+printf 'tenant_quota_bytes = 40M\n' >"$tmp/grow.conf"
+start_daemon "$sock" --backend cuda --config "$tmp/grow.conf"
+timeout 60 "$ENGINE" "$sock" --grow-paged >"$tmp/eng.out" 2>&1
+rc=$?
+for lay in HND NHD; do
+	grep -q "GROW $lay, K/V in the GPU arena: .*equal to the host arena and the reference" \
+		"$tmp/eng.out" &&
+		ok "$(grep -m1 "GROW $lay" "$tmp/eng.out" | sed 's/^engine: //')" ||
+		not_ok "GROW $lay: $(cat "$tmp/eng.out")"
+done
+grep -q "GROW errors -EINVAL, -E2BIG, -EDQUOT, -ENOSPC left the cache intact; .*: ok" \
+	"$tmp/eng.out" && ok "$(grep -m1 'GROW errors' "$tmp/eng.out" | sed 's/^engine: //')" ||
+	not_ok "GROW errors: $(cat "$tmp/eng.out")"
+for t in memfd cuda-vmm-fd; do
+	grep -q "paged $t K/V .*: equal to the host result, host and GPU arena" "$tmp/eng.out" &&
+		ok "$(grep -m1 "paged $t K/V" "$tmp/eng.out" | sed 's/^engine: //')" ||
+		not_ok "paged $t: $(cat "$tmp/eng.out")"
+done
+grep -q "paged: out-of-range -ERANGE, negative and short table -EINVAL; .*: ok" \
+	"$tmp/eng.out" &&
+	ok "$(grep -m1 'paged: out-of-range' "$tmp/eng.out" | sed 's/^engine: //')" ||
+	not_ok "paged refusals: $(cat "$tmp/eng.out")"
+[ $rc -eq 0 ] && ok "grow/paged engine exits 0" ||
+	not_ok "grow/paged engine exited $rc: $(cat "$tmp/eng.out")"
+status_has "(0 CUDA imports live)" && ok "grow/paged: 0 imports live after the session" ||
+	not_ok "imports after grow/paged: $(cat "$tmp/status")"
+stop_daemon
+# a device copy that fails (the emulator only: SKV_EMU_FAIL_COPY2D)
+if [ "$(basename "$PLUGIN")" = libskv-cuda-emu.so ]; then
+	SKV_EMU_FAIL_COPY2D=1 start_daemon "$sock" --backend cuda
+	timeout 60 "$ENGINE" "$sock" --grow-fail >"$tmp/eng.out" 2>&1
+	rc=$?
+	[ $rc -eq 0 ] && grep -q "failed GROW: the cache as it was and usable, .*: ok" \
+		"$tmp/eng.out" &&
+		ok "$(grep -m1 'failing device copy' "$tmp/eng.out" | sed 's/^engine: //')" ||
+		not_ok "failed GROW (rc $rc): $(cat "$tmp/eng.out")"
+	stop_daemon
+fi
 
 echo "test-daemon-gpubuf-emu: $pass passed, $fail failed"
 [ $fail -eq 0 ]
