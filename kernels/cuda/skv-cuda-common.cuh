@@ -234,7 +234,7 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p)
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 #else
 	uint32_t v;
-	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
 	return v;
 #endif
 }
