@@ -352,7 +352,11 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 	const uint32_t my_r = tid / TPR, sub = tid % TPR;
 	const uint32_t my_pos = qbase + (r0 + my_r) % W;
 	float run_m = -INFINITY, run_s = 0.f; /* this thread, this sub-chunk */
-	float cm = -INFINITY, cs = 0.f;	      /* PASS1: the chunk so far     */
+	/* PASS1: the chunk so far, per row, in the (otherwise unused) row arrays */
+	if (MODE == PASS1 && sub == 0) {
+		rowm[my_r] = -INFINITY;
+		rowis[my_r] = 0.f;
+	}
 	int bad = 0;
 
 	/* one read per logit: rescale the running sum when the max moves */
@@ -390,7 +394,7 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 		}
 		if (sub == 0 && my_r < nr) {
 			if (MODE == PASS1)
-				merge_part(cm, cs, make_float2(run_m, run_s));
+				merge_part(rowm[my_r], rowis[my_r], make_float2(run_m, run_s));
 			else
 				part[my_r] = make_float2(run_m, run_s);
 		}
@@ -522,7 +526,7 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 
 	if (MODE != PASS2) {
 		if (MODE == PASS1 && sub == 0 && my_r < nr)
-			part[my_r] = make_float2(cm, cs);
+			part[my_r] = make_float2(rowm[my_r], rowis[my_r]);
 		if (bad && sub == 0 && my_r < nr) {
 			uint32_t g = (r0 + my_r) / W;
 			set_status(p.status, STATUS_NONFINITE, (int32_t)layer,
