@@ -1074,7 +1074,7 @@ static unsigned default_workers(unsigned threads)
 }
 
 int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads, unsigned workers,
-			  struct snapkvd_compactor **ret)
+			  struct skv_error *err, struct snapkvd_compactor **ret)
 {
 	struct snapkvd_compactor *c = calloc(1, sizeof(*c));
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1118,10 +1118,9 @@ int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads, unsigned
 			goto fail;
 		if (srv->gpu) {
 			const struct skv_backend_ops *o = srv->gpu->ops;
-			struct skv_error kerr = {{0}, -1, -1};
 			struct skv_cuda_info info;
 
-			r = o->ctx_new(srv->gpu->dev, &w->gctx, &kerr);
+			r = o->ctx_new(srv->gpu->dev, &w->gctx, err);
 			if (r < 0)
 				goto fail;
 			o->dev_info(srv->gpu->dev, &info);

@@ -272,9 +272,10 @@ void snapkvd_cache_free(struct snapkvd_cache *c);
 /* compactor.c */
 /* `threads` (0: one per core) split among `workers` (0: auto), each at
  * least one thread (more workers than threads: one each); --backend cuda
- * runs one worker. */
+ * runs one worker. On failure err->msg says why where the CUDA plugin
+ * gave a reason (e.g. a bad SKV_CUDA_SCORE), else it is left empty. */
 int snapkvd_compactor_new(struct snapkvd_server *srv, unsigned threads, unsigned workers,
-			  struct snapkvd_compactor **ret);
+			  struct skv_error *err, struct snapkvd_compactor **ret);
 void snapkvd_compactor_free(struct snapkvd_compactor *c);
 void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j);
 /* Take every finished job (loop thread). */

@@ -156,9 +156,16 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	r = snapkvd_compactor_new(&srv, srv.cfg.threads, srv.cfg.workers, &srv.compactor);
-	if (r < 0)
-		return log_error_errno(r, "Failed to start the compactor"), 1;
+	{
+		struct skv_error kerr = {.msg = "", .layer = -1, .head = -1};
+
+		r = snapkvd_compactor_new(&srv, srv.cfg.threads, srv.cfg.workers, &kerr,
+					  &srv.compactor);
+		if (r < 0 && kerr.msg[0])
+			return log_error_errno(r, "Failed to start the compactor: %s", kerr.msg), 1;
+		if (r < 0)
+			return log_error_errno(r, "Failed to start the compactor"), 1;
+	}
 	r = snapkvd_loop_init(&srv);
 	if (r < 0) {
 		snapkvd_loop_fini(&srv);

@@ -1,23 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * score.cu - fused SnapKV scoring on the GPU: full causal softmax of the
+ * score.cu - SnapKV scoring on the GPU: full causal softmax of the
  * observation rows over every visible key, summed into per-query-head votes,
  * without ever writing a rows x L logit or probability tensor to memory.
  *
- * One work item is (layer, K/V head): its G query heads share the keys, so
- * the G * W_obs rows of the group are scored together and K is streamed once
- * per pass for all of them. Two passes, both over key chunks in parallel:
- *   pass 1: per row, online-softmax (max, sum) over the chunk's keys; the
- *           per-chunk partials are merged by pass 2 (a few floats per row);
- *   pass 2: recompute the logits, turn them into normalised probabilities
- *           a[t][j] = exp(z - max) / sum and sum them over the rows of each
- *           query head: votes[layer][q head][j], L floats per head.
+ * One work item is (layer, K/V head, row tile): its G query heads share the
+ * keys, so the G * W_obs rows of the group are scored together and K is
+ * streamed once per pass for all of them. Two ways to run it:
+ *   two-pass (default), over key chunks in parallel:
+ *     pass 1: per row, online-softmax (max, sum) over the chunk's keys; the
+ *             per-chunk partials are merged by pass 2 (a few floats per row);
+ *     pass 2: recompute the logits, turn them into normalised probabilities
+ *             a[t][j] = exp(z - max) / sum and sum them over the rows of each
+ *             query head: votes[layer][q head][j], L floats per head.
+ *   fused (SKV_CUDA_SCORE=fused|auto): one persistent kernel that computes
+ *     the logits of a sub-chunk once, keeps them in shared memory while the
+ *     item's row statistics are completed by its other blocks, and writes the
+ *     votes from them: K read once, MMAs once (score_fused_kernel below).
+ * Both compute and merge the row statistics per SUBCHUNK keys in the same
+ * order, so their results are bit-identical.
  * The softmax runs in base 2 (logits pre-scaled by log2(e) / sqrt(D), exp2f:
  * one ex2 instruction per element); the probabilities are the same.
  * Logits accumulate in fp32: tensor-core MMA (bf16/f16 inputs, fp32
  * accumulate) for head_dim 64/128/256, plain fp32 FMAs otherwise and for f32
  * storage (so f32 results follow the host's arithmetic as closely as possible).
  */
+#include <string.h>
+
 #include <type_traits>
 
 #include <cuda_pipeline.h>
@@ -29,15 +38,17 @@ namespace skvcuda
 {
 
 template <bool TC> struct tile_shape {
-	static constexpr int RT = TC ? 128 : 64; /* rows per block          */
-	static constexpr int TK = 64;		 /* keys per tile           */
-	static constexpr int SP = TK + 4;	 /* logit tile row pitch    */
+	static constexpr int RT = TC ? 128 : 64;   /* rows per block          */
+	static constexpr int TK = 64;		   /* keys per tile           */
+	static constexpr int SP = TK + 4;	   /* logit tile row pitch    */
+	static constexpr int FSP = SUBCHUNK + 4;   /* fused: logits of a sub-chunk, row pitch */
+	static constexpr int SUBT = SUBCHUNK / TK; /* key tiles per sub-chunk */
 	static constexpr int THREADS = 256;
 	static constexpr int TPR = THREADS / RT; /* threads per row, pass 1 */
 };
 
 struct smem_layout {
-	size_t q, k, s, rows, red, total;
+	size_t q, k, s, rows, red, misc, total;
 	int dp; /* row pitch of the Q and K tiles, elements */
 };
 
@@ -47,12 +58,14 @@ __host__ __device__ constexpr size_t align128(size_t x)
 }
 
 /*
- * Q tile [RT][dp], K tiles [2 or 1][TK][dp], logits [RT][SP] fp32, row
- * max and 1/sum [2][RT], partial column sums [THREADS]. Tensor-core tiles keep the storage type
- * (pitch D + 8 keeps WMMA loads 32-byte aligned and spreads banks); the fp32 path converts on load
- * (pitch D + 1 for conflict-free column reads).
+ * Q tile [RT][dp], K tiles [2 or 1][TK][dp], logits [RT][SP] fp32 (the fused
+ * kernel keeps a whole sub-chunk: [RT][FSP]), row max and 1/sum [2][RT],
+ * partial column sums [THREADS], a few words to broadcast (tickets, flags).
+ * Tensor-core tiles keep the storage type (pitch D + 8 keeps WMMA loads
+ * 32-byte aligned and spreads banks); the fp32 path converts on load (pitch
+ * D + 1 for conflict-free column reads).
  */
-template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32_t D)
+template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32_t D, bool fused)
 {
 	using sh = tile_shape<TC>;
 	smem_layout l{};
@@ -61,10 +74,25 @@ template <typename T, bool TC> __host__ __device__ smem_layout score_smem(uint32
 	l.q = 0;
 	l.k = align128(l.q + (size_t)sh::RT * l.dp * es);
 	l.s = align128(l.k + (size_t)(TC ? 2 : 1) * sh::TK * l.dp * es);
-	l.rows = align128(l.s + (size_t)sh::RT * sh::SP * sizeof(float));
+	l.rows = align128(l.s + (size_t)sh::RT * (fused ? sh::FSP : sh::SP) * sizeof(float));
 	l.red = align128(l.rows + 2 * sh::RT * sizeof(float));
-	l.total = align128(l.red + sh::THREADS * sizeof(float));
+	l.misc = align128(l.red + sh::THREADS * sizeof(float));
+	l.total = align128(l.misc + 4 * sizeof(uint32_t));
 	return l;
+}
+
+/*
+ * Merge a partial (max, sum of exp2(z - max)) into a running one. Both paths
+ * merge the same partials in the same order with this, so their row
+ * statistics are bit-identical.
+ */
+__device__ __forceinline__ void merge_part(float &m, float &s, float2 ms)
+{
+	if (ms.x == -INFINITY)
+		return;
+	float nm = fmaxf(m, ms.x);
+	s = s * exp2f(m - nm) + ms.y * exp2f(ms.x - nm);
+	m = nm;
 }
 
 /*
@@ -104,33 +132,42 @@ template <typename T, int D_> struct q_frags<T, D_, true> {
 	}
 };
 
+enum score_mode { PASS1 = 1, PASS2 = 2, FUSED = 3 };
+
 /*
- * grid:  x = key chunk (CHUNK keys), y = row tile, z = layer-in-launch * H_kv + K/V head
- * block: 256 threads
+ * The work of one block on one piece of one item (layer-in-launch ll, K/V
+ * head kvh, row tile rt):
+ *   PASS1: key chunk `piece` (CHUNK keys): per row, the online-softmax (max,
+ *          sum) of each SUBCHUNK, merged in order into the chunk's partial;
+ *   PASS2: key chunk `piece`: merge the chunk partials, recompute the
+ *          logits, sum the normalised probabilities into votes;
+ *   FUSED: sub-chunk `piece` (SUBCHUNK keys): logits once, kept in shared
+ *          memory; the sub-chunk's partial published (fused_publish); the
+ *          item's row statistics awaited; votes from the kept logits.
  * p.layers[].q: [H_q, n_q, D], rows n_q - W_obs .. n_q - 1 are used
  * p.layers[].k: [H_kv, L, D]
- * pass 1 writes p.partials [N][H_kv][row_tiles][chunks][RT] (max, sum of exp(z - max))
- * pass 2 writes p.votes    [N][H_q][L] (stores with one row tile, atomics otherwise)
+ * PASS1 writes p.partials [N][H_kv][row_tiles][chunks][RT] (max, sum of exp(z - max));
+ * FUSED writes p.sub_partials, and p.partials / p.row_stats where it merges
+ * PASS2 and FUSED write p.votes [N][H_q][L] (stores with one row tile, atomics otherwise)
  */
-/* Two blocks per SM where shared memory allows (head_dim <= 128): registers capped at 128. */
-template <typename T, int D_, bool TC, int PASS>
-__global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
-    score_kernel(const __grid_constant__ launch_params p)
+template <typename T, int D_, bool TC, int MODE>
+__device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll, uint32_t kvh,
+					    uint32_t rt, uint32_t piece, unsigned char *smem)
 {
 	using sh = tile_shape<TC>;
 	using E = typename std::conditional<TC, T, float>::type;
-	constexpr int RT = sh::RT, TK = sh::TK, SP = sh::SP, NT = sh::THREADS, TPR = sh::TPR;
+	constexpr int RT = sh::RT, TK = sh::TK, NT = sh::THREADS, TPR = sh::TPR;
+	constexpr int SP = MODE == FUSED ? sh::FSP : sh::SP;
+	constexpr uint32_t KEYS = MODE == FUSED ? SUBCHUNK : CHUNK;
 	const sel_consts &c = p.c;
 	const uint32_t D = D_ ? (uint32_t)D_ : c.D;
 	const uint32_t L = c.L, G = c.G, W = c.w_obs;
-	const uint32_t ll = blockIdx.z / c.h_kv, kvh = blockIdx.z % c.h_kv;
 	const uint32_t layer = p.layer0 + ll;
 	const dlayer &ly = p.layers[ll];
-	const uint32_t rt = blockIdx.y, chunk = blockIdx.x;
 	const uint32_t r0 = rt * RT;
 	const uint32_t nr = min((uint32_t)RT, G * W - r0);
-	const uint32_t k0 = chunk * CHUNK;
-	const uint32_t k1 = min(L, k0 + CHUNK);
+	const uint32_t k0 = piece * KEYS;
+	const uint32_t k1 = min(L, k0 + KEYS);
 	const uint32_t tid = threadIdx.x;
 	const uint32_t qbase = L - W;	  /* position of row t = 0       */
 	const uint32_t qtok0 = c.n_q - W; /* its token index in q        */
@@ -138,9 +175,20 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 	/* the last key any row of this tile may see */
 	const uint32_t tfirst = r0 % W, tlast = (r0 + nr - 1) % W;
 	const uint32_t maxpos = (nr >= W || tlast < tfirst) ? L - 1 : qbase + tlast;
-	float2 *part =
-	    p.partials +
-	    ((((size_t)layer * c.h_kv + kvh) * p.row_tiles + rt) * p.chunks + chunk) * RT;
+	const size_t item = ((size_t)layer * c.h_kv + kvh) * p.row_tiles + rt;
+	float2 *part = MODE == PASS1   ? p.partials + (item * p.chunks + piece) * RT
+		       : MODE == FUSED ? p.sub_partials + (item * p.nsub + piece) * RT
+				       : nullptr;
+
+	const smem_layout lay = score_smem<T, TC>(D, MODE == FUSED);
+	const int dp = lay.dp;
+	E *qs = (E *)(smem + lay.q);
+	E *ks = (E *)(smem + lay.k);
+	float *ss = (float *)(smem + lay.s);
+	float *rowm = (float *)(smem + lay.rows);
+	float *rowis = rowm + RT;
+	float *red = (float *)(smem + lay.red);
+	uint32_t *misc = (uint32_t *)(smem + lay.misc);
 
 	auto zero_votes = [&](uint32_t from, uint32_t to) {
 		uint32_t n = to > from ? to - from : 0;
@@ -160,25 +208,68 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 			atomicAdd(vp, sum);
 	};
 
-	if (k0 > maxpos) { /* no row sees any key of this chunk */
-		if (PASS == 1) {
+	/*
+	 * FUSED: publish this sub-chunk's partial (written by the caller); the
+	 * last sub-chunk of a chunk to arrive merges the chunk's partials in
+	 * order, the last chunk merges the chunks in order into the item's row
+	 * statistics and raises the item's flag. Nobody waits here.
+	 */
+	auto fused_publish = [&]() {
+		uint32_t *isync = p.sync + p.n_launches + item * sync_words(p.chunks);
+		const uint32_t ch = piece / SUBS_PER_CHUNK;
+		const uint32_t s0 = ch * SUBS_PER_CHUNK,
+			       ns = min((uint32_t)SUBS_PER_CHUNK, p.nsub - s0);
+		__syncthreads();
+		if (tid == 0) {
+			__threadfence();
+			misc[1] = atomicAdd(&isync[2 + ch], 1u) == ns - 1;
+		}
+		__syncthreads();
+		if (!misc[1])
+			return;
+		__threadfence();
+		for (uint32_t r = tid; r < nr; r += NT) {
+			float m = -INFINITY, s = 0.f;
+			for (uint32_t i = 0; i < ns; i++)
+				merge_part(
+				    m, s,
+				    __ldcg(&p.sub_partials[(item * p.nsub + s0 + i) * RT + r]));
+			p.partials[(item * p.chunks + ch) * RT + r] = make_float2(m, s);
+		}
+		__syncthreads();
+		if (tid == 0) {
+			__threadfence();
+			misc[2] = atomicAdd(&isync[1], 1u) == p.chunks - 1;
+		}
+		__syncthreads();
+		if (!misc[2])
+			return;
+		__threadfence();
+		for (uint32_t r = tid; r < nr; r += NT) {
+			float m = -INFINITY, s = 0.f;
+			for (uint32_t ch2 = 0; ch2 < p.chunks; ch2++)
+				merge_part(m, s,
+					   __ldcg(&p.partials[(item * p.chunks + ch2) * RT + r]));
+			p.row_stats[item * RT + r] = make_float2(m, s);
+		}
+		__syncthreads();
+		if (tid == 0) {
+			__threadfence();
+			atomicExch(&isync[0], 1u);
+		}
+	};
+
+	if (k0 > maxpos) { /* no row sees any key of this piece */
+		if (MODE != PASS2) {
 			for (uint32_t r = tid; r < nr; r += NT)
 				part[r] = make_float2(-INFINITY, 0.f);
-		} else if (p.row_tiles == 1) {
-			zero_votes(k0, k1);
 		}
+		if (MODE != PASS1 && p.row_tiles == 1)
+			zero_votes(k0, k1);
+		if (MODE == FUSED)
+			fused_publish();
 		return;
 	}
-
-	SKV_DYNAMIC_SMEM(smem);
-	const smem_layout lay = score_smem<T, TC>(D);
-	const int dp = lay.dp;
-	E *qs = (E *)(smem + lay.q);
-	E *ks = (E *)(smem + lay.k);
-	float *ss = (float *)(smem + lay.s);
-	float *rowm = (float *)(smem + lay.rows);
-	float *rowis = rowm + RT;
-	float *red = (float *)(smem + lay.red);
 
 	/* Q rows of the tile; rows past nr are zero */
 	const T *qd = (const T *)ly.q.data;
@@ -196,23 +287,14 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 		qs[r * dp + d] = val;
 	}
 
-	if (PASS == 2) {
+	if (MODE == PASS2) {
 		/* merge the chunk partials of pass 1 into each row's max and 1/sum */
-		const float2 *rp =
-		    p.partials +
-		    (((size_t)layer * c.h_kv + kvh) * p.row_tiles + rt) * p.chunks * RT;
+		const float2 *rp = p.partials + item * p.chunks * RT;
 		for (uint32_t r = tid; r < RT; r += NT) {
 			float m = -INFINITY, s = 0.f;
-			if (r < nr) {
-				for (uint32_t ch = 0; ch < p.chunks; ch++) {
-					float2 ms = rp[(size_t)ch * RT + r];
-					if (ms.x == -INFINITY)
-						continue;
-					float nm = fmaxf(m, ms.x);
-					s = s * exp2f(m - nm) + ms.y * exp2f(ms.x - nm);
-					m = nm;
-				}
-			}
+			if (r < nr)
+				for (uint32_t ch = 0; ch < p.chunks; ch++)
+					merge_part(m, s, rp[(size_t)ch * RT + r]);
 			rowm[r] = m;
 			rowis[r] = s > 0.f ? 1.f / s : 0.f;
 		}
@@ -266,11 +348,96 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 			__pipeline_commit();
 	};
 
-	/* pass 1 state: thread owns row tid / TPR, keys kk = sub (mod TPR) */
+	/* row statistics: thread owns row tid / TPR, keys kk = sub (mod TPR) */
 	const uint32_t my_r = tid / TPR, sub = tid % TPR;
 	const uint32_t my_pos = qbase + (r0 + my_r) % W;
-	float run_m = -INFINITY, run_s = 0.f;
+	float run_m = -INFINITY, run_s = 0.f; /* this thread, this sub-chunk */
+	/* PASS1: the chunk so far, per row, in the (otherwise unused) row arrays */
+	if (MODE == PASS1 && sub == 0) {
+		rowm[my_r] = -INFINITY;
+		rowis[my_r] = 0.f;
+	}
 	int bad = 0;
+
+	/* one read per logit: rescale the running sum when the max moves */
+	auto stats_tile = [&](const float *st, uint32_t j0) {
+		if (my_r >= nr)
+			return;
+		for (uint32_t kk = sub; kk < TK; kk += TPR) {
+			uint32_t j = j0 + kk;
+			if (j >= k1 || j > my_pos)
+				continue;
+			float z = st[my_r * SP + kk] * c.scale_log2;
+			if (!isfinite(z)) {
+				bad = 1;
+			} else if (z > run_m) {
+				run_s = run_s * exp2f(run_m - z) + 1.f;
+				run_m = z;
+			} else {
+				run_s += exp2f(z - run_m);
+			}
+		}
+	};
+
+	/* end of a sub-chunk: merge the TPR threads of a row (adjacent lanes) */
+	auto flush_sub = [&]() {
+#pragma unroll
+		for (int off = 1; off < TPR; off <<= 1) {
+			float om = __shfl_xor_sync(0xffffffffu, run_m, off);
+			float os = __shfl_xor_sync(0xffffffffu, run_s, off);
+			bad |= __shfl_xor_sync(0xffffffffu, bad, off);
+			float nm = fmaxf(run_m, om);
+			float a = run_m == -INFINITY ? 0.f : run_s * exp2f(run_m - nm);
+			float b = om == -INFINITY ? 0.f : os * exp2f(om - nm);
+			run_m = nm;
+			run_s = a + b;
+		}
+		if (sub == 0 && my_r < nr) {
+			if (MODE == PASS1)
+				merge_part(rowm[my_r], rowis[my_r], make_float2(run_m, run_s));
+			else
+				part[my_r] = make_float2(run_m, run_s);
+		}
+		run_m = -INFINITY;
+		run_s = 0.f;
+	};
+
+	/*
+	 * Column sums of a[t][j] = exp(z - max) / sum straight from the logits,
+	 * one read each: a thread owns (query head, key) items; when there are
+	 * fewer items than threads (one head, or h2o's long rows) S threads share
+	 * an item's rows and add up in `red`.
+	 */
+	auto votes_tile = [&](const float *st, uint32_t j0) {
+		const uint32_t items = (g_hi - g_lo + 1) * TK;
+		const uint32_t S = items >= NT ? 1 : min(NT / items, 8u);
+		for (uint32_t idx = tid; idx < items * S; idx += NT) {
+			const uint32_t it2 = idx % items, slice = idx / items;
+			const uint32_t g = g_lo + it2 / TK, kk = it2 % TK, j = j0 + kk;
+			const uint32_t rlo = max(g * W, r0) - r0;
+			const uint32_t rhi = min((g + 1) * W, r0 + nr) - r0;
+			float sum = 0.f;
+			if (j < k1)
+				for (uint32_t r = rlo + slice; r < rhi; r += S)
+					if (j <= qbase + (r0 + r) % W)
+						sum += exp2f(st[r * SP + kk] * c.scale_log2 -
+							     rowm[r]) *
+						       rowis[r];
+			if (S == 1)
+				add_vote(g, j, sum);
+			else
+				red[slice * items + it2] = sum;
+		}
+		if (S > 1) {
+			__syncthreads();
+			for (uint32_t it2 = tid; it2 < items; it2 += NT) {
+				float sum = 0.f;
+				for (uint32_t sl = 0; sl < S; sl++)
+					sum += red[sl * items + it2];
+				add_vote(g_lo + it2 / TK, j0 + it2 % TK, sum);
+			}
+		}
+	};
 
 	const uint32_t kend = min(k1, maxpos + 1);
 	const int ntile = (int)((kend - k0 + TK - 1) / TK);
@@ -291,7 +458,8 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 		}
 		__syncthreads();
 
-		/* logits (unscaled dot products) of the tile: ss[r][kk] */
+		/* logits (unscaled dot products) of the tile: st[r][kk] */
+		float *st = ss + (MODE == FUSED ? it * TK : 0);
 		const E *kb = ks + (size_t)buf * TK * dp;
 		if constexpr (TC) {
 			using namespace nvcuda;
@@ -323,7 +491,7 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 #pragma unroll
 					for (int n = 0; n < NK; n++)
 						wmma::store_matrix_sync(
-						    ss + (wr0 + 16 * m) * SP + wk0 + n * 16,
+						    st + (wr0 + 16 * m) * SP + wk0 + n * 16,
 						    acc[m][n], SP, wmma::mem_row_major);
 			}
 		} else {
@@ -342,91 +510,129 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
 			}
 #pragma unroll
 			for (int i = 0; i < RPT; i++)
-				ss[(rg + i * (NT / TK)) * SP + kk] = acc[i];
+				st[(rg + i * (NT / TK)) * SP + kk] = acc[i];
 		}
 		__syncthreads();
 
-		if (PASS == 1) {
-			/* one read per logit: rescale the running sum when the max moves */
-			if (my_r < nr) {
-				for (uint32_t kk = sub; kk < TK; kk += TPR) {
-					uint32_t j = j0 + kk;
-					if (j >= k1 || j > my_pos)
-						continue;
-					float z = ss[my_r * SP + kk] * c.scale_log2;
-					if (!isfinite(z)) {
-						bad = 1;
-					} else if (z > run_m) {
-						run_s = run_s * exp2f(run_m - z) + 1.f;
-						run_m = z;
-					} else {
-						run_s += exp2f(z - run_m);
-					}
-				}
-			}
+		if (MODE == PASS2) {
+			votes_tile(st, j0);
 		} else {
-			/*
-			 * Column sums of a[t][j] = exp(z - max) / sum straight from the
-			 * logits, one read each: a thread owns (query head, key) items;
-			 * when there are fewer items than threads (one head, or h2o's
-			 * long rows) S threads share an item's rows and add up in `red`.
-			 */
-			const uint32_t items = (g_hi - g_lo + 1) * TK;
-			const uint32_t S = items >= NT ? 1 : min(NT / items, 8u);
-			for (uint32_t idx = tid; idx < items * S; idx += NT) {
-				const uint32_t item = idx % items, part = idx / items;
-				const uint32_t g = g_lo + item / TK, kk = item % TK, j = j0 + kk;
-				const uint32_t rlo = max(g * W, r0) - r0;
-				const uint32_t rhi = min((g + 1) * W, r0 + nr) - r0;
-				float sum = 0.f;
-				if (j < k1)
-					for (uint32_t r = rlo + part; r < rhi; r += S)
-						if (j <= qbase + (r0 + r) % W)
-							sum +=
-							    exp2f(ss[r * SP + kk] * c.scale_log2 -
-								  rowm[r]) *
-							    rowis[r];
-				if (S == 1)
-					add_vote(g, j, sum);
-				else
-					red[part * items + item] = sum;
-			}
-			if (S > 1) {
-				__syncthreads();
-				for (uint32_t item = tid; item < items; item += NT) {
-					float sum = 0.f;
-					for (uint32_t part = 0; part < S; part++)
-						sum += red[part * items + item];
-					add_vote(g_lo + item / TK, j0 + item % TK, sum);
-				}
-			}
+			stats_tile(st, j0);
+			if ((it + 1) % sh::SUBT == 0 || it + 1 == ntile)
+				flush_sub();
 		}
 		__syncthreads();
 	}
 
-	if (PASS == 1) {
-		/* merge the TPR threads of a row (adjacent lanes) */
-#pragma unroll
-		for (int off = 1; off < TPR; off <<= 1) {
-			float om = __shfl_xor_sync(0xffffffffu, run_m, off);
-			float os = __shfl_xor_sync(0xffffffffu, run_s, off);
-			bad |= __shfl_xor_sync(0xffffffffu, bad, off);
-			float nm = fmaxf(run_m, om);
-			float a = run_m == -INFINITY ? 0.f : run_s * exp2f(run_m - nm);
-			float b = om == -INFINITY ? 0.f : os * exp2f(om - nm);
-			run_m = nm;
-			run_s = a + b;
+	if (MODE != PASS2) {
+		if (MODE == PASS1 && sub == 0 && my_r < nr)
+			part[my_r] = make_float2(rowm[my_r], rowis[my_r]);
+		if (bad && sub == 0 && my_r < nr) {
+			uint32_t g = (r0 + my_r) / W;
+			set_status(p.status, STATUS_NONFINITE, (int32_t)layer,
+				   (int32_t)(kvh * G + g));
 		}
-		if (sub == 0 && my_r < nr) {
-			part[my_r] = make_float2(run_m, run_s);
-			if (bad) {
-				uint32_t g = (r0 + my_r) / W;
-				set_status(p.status, STATUS_NONFINITE, (int32_t)layer,
-					   (int32_t)(kvh * G + g));
+	}
+	if (MODE == FUSED) {
+		fused_publish();
+		/* wait for the item's row statistics: every block of the item has published */
+		uint32_t *ready = p.sync + p.n_launches + item * sync_words(p.chunks);
+		if (tid == 0) {
+			unsigned ns = 32;
+			const uint64_t t0 = globaltimer_ns();
+			while (ld_acquire(ready) == 0) {
+				__nanosleep(ns);
+				ns = ns < 512 ? 2 * ns : ns;
+				if (globaltimer_ns() - t0 > p.wait_limit_ns) {
+					/* never expected: fail the request rather than hang */
+					set_status(p.status, STATUS_STALLED, (int32_t)layer,
+						   (int32_t)(kvh * G));
+					break;
+				}
 			}
+			__threadfence();
 		}
-	} else if (p.row_tiles == 1) {
+		__syncthreads();
+		for (uint32_t r = tid; r < RT; r += NT) {
+			float2 ms = r < nr ? __ldcg(&p.row_stats[item * RT + r])
+					   : make_float2(-INFINITY, 0.f);
+			rowm[r] = ms.x;
+			rowis[r] = ms.y > 0.f ? 1.f / ms.y : 0.f;
+		}
+		__syncthreads();
+		for (int it = 0; it < ntile; it++) {
+			votes_tile(ss + it * TK, k0 + it * TK);
+			__syncthreads();
+		}
+	}
+	if (MODE != PASS1 && p.row_tiles == 1)
 		zero_votes(k0 + (uint32_t)ntile * TK, k1);
+}
+
+/*
+ * Two-pass scoring.
+ * grid:  x = key chunk (CHUNK keys), y = row tile, z = layer-in-launch * H_kv + K/V head
+ * block: 256 threads
+ * Two blocks per SM where shared memory allows (head_dim <= 128): registers capped at 128.
+ */
+template <typename T, int D_, bool TC, int PASS>
+__global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
+    score_kernel(const __grid_constant__ launch_params p)
+{
+	SKV_DYNAMIC_SMEM(smem);
+	score_block<T, D_, TC, PASS>(p, blockIdx.z / p.c.h_kv, blockIdx.z % p.c.h_kv, blockIdx.y,
+				     blockIdx.x, smem);
+}
+
+/*
+ * Fused scoring: a persistent grid (at most the blocks the device keeps
+ * resident at once); each block takes tickets in order from an atomic
+ * counter, ticket t = (item t / nsub, sub-chunk t % nsub), items ordered
+ * (layer, K/V head, row tile). A block computes the logits of its sub-chunk
+ * for all rows of the item once, keeps them in shared memory, publishes the
+ * sub-chunk's (max, sum) per row, waits until the item's row statistics are
+ * complete, and writes its votes from the kept logits: K is read once, the
+ * MMAs run once, nothing of size rows x L reaches memory.
+ *
+ * Why it cannot deadlock: a block only ever waits for the other sub-chunks
+ * of its own item, and only after publishing its own. Tickets are taken in
+ * order, so when some ticket of the lowest unfinished item i is not taken
+ * yet, every ticket below it is finished or held by a block of item i: at
+ * most nsub - 1 blocks are waiting, all on item i. With nsub <= the resident
+ * capacity, a resident slot is free of waiters: a block of this grid there
+ * (or one that a finishing kernel makes room for) takes the next ticket,
+ * which is item i's. So item i's tickets are all taken, all publish, its
+ * blocks go on, and by induction every item completes. The host launches
+ * this kernel only when nsub <= capacity (else the two passes), and never
+ * two of them at once on one device (they would share the resident slots:
+ * skv-cuda-compact.cu chains them with an event). Other kernels that share
+ * the device finish on their own, so they only delay the argument. Not
+ * covered: two daemon processes whose fused grids share SMs under MPS. As a
+ * safety net every wait is bounded (p.wait_limit_ns): a block that gives
+ * up marks the request failed (-EIO) and goes on, so the grid still ends.
+ */
+template <typename T, int D_, bool TC>
+__global__ void __launch_bounds__(256, 1)
+    score_fused_kernel(const __grid_constant__ launch_params p)
+{
+	SKV_DYNAMIC_SMEM(smem);
+	const smem_layout lay = score_smem<T, TC>(D_ ? (uint32_t)D_ : p.c.D, true);
+	uint32_t *misc = (uint32_t *)(smem + lay.misc);
+	uint32_t *ticket = p.sync + p.layer0 / LPL;
+	const uint32_t total = p.n_layers * p.c.h_kv * p.row_tiles * p.nsub;
+	for (;;) {
+		if (threadIdx.x == 0)
+			misc[0] = atomicAdd(ticket, 1u);
+		__syncthreads();
+		const uint32_t t = misc[0];
+		__syncthreads();
+		if (t >= total)
+			return;
+		uint32_t rest = t / p.nsub;
+		const uint32_t rt = rest % p.row_tiles;
+		rest /= p.row_tiles;
+		score_block<T, D_, TC, FUSED>(p, rest / p.c.h_kv, rest % p.c.h_kv, rt, t % p.nsub,
+					      smem);
 	}
 }
 
@@ -434,7 +640,7 @@ template <typename T, int D, bool TC>
 static cudaError_t score_launch_one(const launch_params &p, int pass, cudaStream_t s)
 {
 	using sh = tile_shape<TC>;
-	const smem_layout lay = score_smem<T, TC>(p.c.D);
+	const smem_layout lay = score_smem<T, TC>(p.c.D, false);
 	auto kern = pass == 1 ? score_kernel<T, D, TC, 1> : score_kernel<T, D, TC, 2>;
 	cudaError_t e =
 	    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lay.total);
@@ -442,6 +648,34 @@ static cudaError_t score_launch_one(const launch_params &p, int pass, cudaStream
 		return e;
 	dim3 grid(p.chunks, p.row_tiles, p.n_layers * p.c.h_kv);
 	SKV_LAUNCH(kern, grid, sh::THREADS, lay.total, s, p);
+	return cudaGetLastError();
+}
+
+/* blocks < 0: only report the resident capacity in *ret_cap; else launch that many */
+template <typename T, int D, bool TC>
+static cudaError_t score_fused_one(const launch_params &p, uint32_t head_dim, int sm_count,
+				   int blocks, cudaStream_t s, int *ret_cap)
+{
+	using sh = tile_shape<TC>;
+	const smem_layout lay = score_smem<T, TC>(head_dim, true);
+	auto kern = score_fused_kernel<T, D, TC>;
+	cudaError_t e =
+	    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lay.total);
+	if (blocks < 0) {
+		int per_sm = 0;
+		if (e == cudaSuccess)
+			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern,
+									  sh::THREADS, lay.total);
+		if (e != cudaSuccess) {
+			(void)cudaGetLastError(); /* not covered: not an error of the stream */
+			per_sm = 0;
+		}
+		*ret_cap = per_sm * sm_count;
+		return cudaSuccess;
+	}
+	if (e != cudaSuccess)
+		return e;
+	SKV_LAUNCH_PERSISTENT(kern, blocks, sh::THREADS, lay.total, s, p);
 	return cudaGetLastError();
 }
 
@@ -469,6 +703,46 @@ cudaError_t score_launch(const launch_params &p, enum skv_dtype dt, int pass, cu
 {
 	return SKV_DISPATCH_DTYPE(
 	    dt, T, [&]() -> cudaError_t { return score_launch_typed<T>(p, pass, s); });
+}
+
+/* The same dtype / head_dim choice as score_launch_typed(). */
+template <typename T>
+static cudaError_t score_fused_typed(const launch_params &p, uint32_t head_dim, int sm_count,
+				     int blocks, cudaStream_t s, int *ret_cap)
+{
+	return SKV_DISPATCH_HEAD_DIM(head_dim, D, [&]() -> cudaError_t {
+		return score_fused_one<T, D, (D != 0)>(p, head_dim, sm_count, blocks, s, ret_cap);
+	});
+}
+
+template <>
+cudaError_t score_fused_typed<float>(const launch_params &p, uint32_t head_dim, int sm_count,
+				     int blocks, cudaStream_t s, int *ret_cap)
+{
+	return score_fused_one<float, 0, false>(p, head_dim, sm_count, blocks, s, ret_cap);
+}
+
+int score_fused_capacity(enum skv_dtype dt, uint32_t head_dim, int sm_count)
+{
+	launch_params none;
+	int cap = 0;
+	memset(&none, 0, sizeof(none));
+	if (head_dim == 0 || head_dim > MAX_HEAD_DIM)
+		return 0;
+	cudaError_t e = SKV_DISPATCH_DTYPE(dt, T, [&]() -> cudaError_t {
+		return score_fused_typed<T>(none, head_dim, sm_count, -1, nullptr, &cap);
+	});
+	return e == cudaSuccess ? cap : 0;
+}
+
+cudaError_t score_fused_launch(const launch_params &p, enum skv_dtype dt, int blocks,
+			       cudaStream_t s)
+{
+	if (blocks <= 0)
+		return cudaErrorInvalidValue;
+	return SKV_DISPATCH_DTYPE(dt, T, [&]() -> cudaError_t {
+		return score_fused_typed<T>(p, p.c.D, 0, blocks, s, nullptr);
+	});
 }
 
 } /* namespace skvcuda */

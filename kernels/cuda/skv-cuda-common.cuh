@@ -25,9 +25,12 @@
  * CPU emulation of the CUDA execution model (no GPU needed).
  */
 #ifndef SKV_CUDA_EMU
-#define SKV_LAUNCH(kern, grid, block, smem, stream, ...)                                          \
+#define SKV_LAUNCH(kern, grid, block, smem, stream, ...)                                           \
 	kern<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #define SKV_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+/* A grid whose blocks may wait for each other: the emulator runs them all at once. */
+#define SKV_LAUNCH_PERSISTENT(kern, grid, block, smem, stream, ...)                                \
+	kern<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #endif
 
 namespace skvcuda
@@ -41,14 +44,31 @@ namespace skvcuda
 constexpr int LPL = 96;
 /* Largest head_dim the CUDA backend handles (shared-memory tiles). */
 constexpr uint32_t MAX_HEAD_DIM = 256;
-/* Keys one scoring block streams (a multiple of the key tile). */
+/* Keys one two-pass scoring block streams (a multiple of the key tile). */
 constexpr int CHUNK = 1024;
+/*
+ * Row statistics are computed per SUBCHUNK keys and merged in a fixed order
+ * (the sub-chunks of a chunk, then the chunks), by both scoring paths: the
+ * fused kernel's blocks take one sub-chunk each and still reproduce the
+ * two-pass path's arithmetic exactly.
+ */
+constexpr int SUBCHUNK = 256;
+constexpr int SUBS_PER_CHUNK = CHUNK / SUBCHUNK;
 /* Status words written by the kernels, read back by the host after the stream. */
 enum status_code {
 	STATUS_OK = 0,
 	STATUS_NONFINITE = 1, /* a logit was NaN/Inf: -EDOM                 */
 	STATUS_INTERNAL = 2,  /* a selection did not produce `kept` slots   */
+	STATUS_STALLED = 3,   /* fused scoring: a block gave up waiting     */
 };
+/*
+ * How long a fused-scoring block waits for the rest of its item before it
+ * gives up (STATUS_STALLED: the request fails with -EIO instead of the
+ * stream hanging; the grid still finishes, every wait being bounded).
+ * Legitimate waits are microseconds (the item's other blocks compute one
+ * sub-chunk each), or a time slice when another context shares the GPU.
+ */
+constexpr uint64_t FUSED_WAIT_LIMIT_NS = 10ull * 1000 * 1000 * 1000; /* default */
 struct dev_status {
 	int32_t code;
 	int32_t layer;
@@ -123,15 +143,32 @@ struct launch_params {
 	uint32_t n_layers; /* valid entries of layers[]                          */
 	uint32_t row_tiles;
 	uint32_t chunks;
-	uint32_t vec16; /* 1: K, V and outputs allow 16-byte vector access */
+	uint32_t vec16;	     /* 1: K, V and outputs allow 16-byte vector access  */
+	uint32_t nsub;	     /* fused: SUBCHUNK-key sub-chunks per item           */
+	uint32_t n_launches; /* fused: ticket counters at the head of `sync`      */
 	uint32_t pad;
 	float *votes;	  /* [N][H_q][L] column sums of probabilities         */
 	float2 *partials; /* [N][H_kv][row_tiles][chunks][RT] (max, sum)       */
-	uint32_t *keys;	  /* [N][H_store][L] ordered selection keys            */
+	/* fused scoring only (else null) */
+	float2 *sub_partials;	/* [N][H_kv][row_tiles][nsub][RT] (max, sum)          */
+	float2 *row_stats;	/* [N][H_kv][row_tiles][RT] merged (max, sum)         */
+	uint32_t *sync;		/* [n_launches] tickets, then per item sync_words()   */
+	uint64_t wait_limit_ns; /* fused: a block gives up waiting after this      */
+	uint32_t *keys;		/* [N][H_store][L] ordered selection keys            */
 	dev_status *status;
 	dlayer layers[LPL];
 };
 static_assert(sizeof(launch_params) <= 32764, "kernel parameters are limited to 32764 bytes");
+
+/*
+ * Counters of one fused item (layer, K/V head, row tile): [0] its row
+ * statistics are final, [1] chunks merged, [2 + c] sub-chunks of chunk c
+ * published. Zeroed per request on the stream.
+ */
+__host__ __device__ constexpr uint32_t sync_words(uint32_t chunks)
+{
+	return 2 + chunks;
+}
 
 /* Scratch layout sizes, shared by host and device code. */
 struct scratch_sizes {
@@ -184,8 +221,46 @@ __device__ __forceinline__ void set_status(dev_status *st, int32_t code, int32_t
 	}
 }
 
+/*
+ * Inter-block signalling of the fused scoring kernel, at GPU scope: a block
+ * publishes with (all threads store; __syncthreads(); one thread
+ * __threadfence() then atomic), and observes with (one thread polls with
+ * ld_acquire() and __nanosleep(), then __threadfence(); __syncthreads()), the
+ * pattern of a cooperative-groups grid barrier.
+ */
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p)
+{
+#ifdef SKV_CUDA_EMU
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#else
+	uint32_t v;
+	asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+#endif
+}
+
+/* Nanoseconds of the GPU's global timer (on the emulator: its virtual clock). */
+__device__ __forceinline__ uint64_t globaltimer_ns()
+{
+#ifdef SKV_CUDA_EMU
+	return emu::globaltimer_ns();
+#else
+	uint64_t t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+#endif
+}
+
 /* Host launchers (one per topic file). All return the launch's cudaError_t. */
 cudaError_t score_launch(const launch_params &p, enum skv_dtype dt, int pass, cudaStream_t s);
+/*
+ * Fused scoring (one launch instead of passes 1 and 2): blocks the device
+ * keeps resident at once for this dtype/head_dim (occupancy x SMs, 0 when
+ * the kernel does not fit), and the launch of a persistent grid of `blocks`.
+ */
+int score_fused_capacity(enum skv_dtype dt, uint32_t head_dim, int sm_count);
+cudaError_t score_fused_launch(const launch_params &p, enum skv_dtype dt, int blocks,
+			       cudaStream_t s);
 cudaError_t select_launch(const launch_params &p, cudaStream_t s);
 cudaError_t gather_launch(const launch_params &p, enum skv_dtype in_dt, enum skv_dtype out_dt,
 			  int vec16, cudaStream_t s);

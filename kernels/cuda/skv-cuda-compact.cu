@@ -8,7 +8,9 @@
  * skv_cuda_ctx_sync()/query() read.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,18 @@
 
 using namespace skvcuda;
 
+/*
+ * Scoring path, from $SKV_CUDA_SCORE when the context is created:
+ *   twopass (or unset): two kernels over K (the path that has run on GPUs);
+ *   fused, auto: the fused kernel wherever it applies, else two-pass (auto is
+ *     meant to choose per shape, and to become the default, once a GPU run
+ *     has measured both: bench/README-gpu.md);
+ *   fused-only: the fused kernel or -ENOTSUP (tests: proves which ran).
+ * Tests only: $SKV_CUDA_FUSED_GRID overrides the fused grid's block count,
+ * $SKV_CUDA_FUSED_WAIT_MS the bound on a block's wait (default 10 s).
+ */
+enum score_path { SCORE_TWOPASS, SCORE_FUSED, SCORE_AUTO, SCORE_FUSED_ONLY };
+
 struct skv_cuda_ctx {
 	struct skv_cuda_dev *dev;
 	cudaStream_t stream;
@@ -26,9 +40,56 @@ struct skv_cuda_ctx {
 	dev_status *d_status; /* device: written by the kernels    */
 	dev_status *h_status; /* pinned: copied back at the end    */
 	int pending;	      /* a compaction awaits sync/query    */
-	void *up;	      /* skv_cuda_ctx_upload()'s device copy */
+	enum score_path score;
+	int fused_grid;		/* 0: the device's resident capacity */
+	uint64_t wait_limit_ns; /* fused: bound on a block's wait    */
+	/* resident capacity of the fused kernel for (dtype, head_dim), asked once */
+	int cap_dt;
+	uint32_t cap_d;
+	int cap;
+	void *up; /* skv_cuda_ctx_upload()'s device copy */
 	uint64_t up_cap;
 };
+
+/*
+ * Fused scoring kernels spin-wait for blocks of their own grid, which is
+ * safe only while no other spinning grid holds resident slots: every fused
+ * launch of the process on a device waits for the previous one (an event
+ * chain across the contexts' streams; host-side enqueue only, no sync).
+ * Process-lifetime events, one per device, created on first use.
+ */
+#define FUSED_GATE_DEVICES 64
+static pthread_mutex_t fused_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static cudaEvent_t fused_gate_ev[FUSED_GATE_DEVICES];
+
+static int parse_score_path(struct skv_cuda_ctx *c, struct skv_error *err)
+{
+	const char *v = getenv("SKV_CUDA_SCORE");
+	if (!v || !*v || !strcmp(v, "twopass"))
+		c->score = SCORE_TWOPASS;
+	else if (!strcmp(v, "fused"))
+		c->score = SCORE_FUSED;
+	else if (!strcmp(v, "auto"))
+		c->score = SCORE_AUTO;
+	else if (!strcmp(v, "fused-only"))
+		c->score = SCORE_FUSED_ONLY;
+	else
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "SKV_CUDA_SCORE=%.32s: expected twopass, fused or auto", v);
+	c->cap_dt = -1;
+	const char *g = getenv("SKV_CUDA_FUSED_GRID");
+	c->fused_grid = g ? atoi(g) : 0;
+	if (c->fused_grid < 0 || c->fused_grid > 1 << 20)
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "SKV_CUDA_FUSED_GRID=%.32s: 0 .. 1048576", g);
+	const char *w = getenv("SKV_CUDA_FUSED_WAIT_MS");
+	long long ms = w ? atoll(w) : 0;
+	if (ms < 0 || ms > 86400000)
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "SKV_CUDA_FUSED_WAIT_MS=%.32s: 0 .. 86400000", w);
+	c->wait_limit_ns = ms ? (uint64_t)ms * 1000000u : FUSED_WAIT_LIMIT_NS;
+	return 0;
+}
 
 static int cuda_fail(struct skv_error *err, cudaError_t e, const char *what)
 {
@@ -49,6 +110,11 @@ extern "C" int skv_cuda_ctx_new(struct skv_cuda_dev *dev, struct skv_cuda_ctx **
 	if (!c)
 		return skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
 	c->dev = dev;
+	r = parse_score_path(c, err);
+	if (r < 0) {
+		free(c);
+		return r;
+	}
 	cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
 	if (e == cudaSuccess)
 		e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
@@ -167,6 +233,13 @@ static int status_result(skv_cuda_ctx *c, struct skv_error *err)
 		return skv_cuda_fail(err, -EDOM, st.layer, st.head,
 				     "layer %d, head %d: logits hold NaN or Inf", st.layer,
 				     st.head);
+	case STATUS_STALLED:
+		return skv_cuda_fail(
+		    err, -EIO, st.layer, st.head,
+		    "layer %d: fused scoring stalled (a block waited over %llu ms for "
+		    "the rest of its item; resident blocks taken by another "
+		    "spinning grid?): the result is void",
+		    st.layer, (unsigned long long)(c->wait_limit_ns / 1000000u));
 	default:
 		return skv_cuda_fail(err, -EIO, st.layer, st.head,
 				     "layer %d, head %d: selection did not fill the plan "
@@ -359,6 +432,70 @@ static bool mul_ok(uint64_t *acc, uint64_t x)
 
 /* ------------------------------------------------------------ compact */
 
+/*
+ * Whether this request scores with the fused kernel: *ret_blocks = its
+ * persistent grid (0: the two passes). It applies when the kernel fits the
+ * device (shared memory: tensor cores up to head_dim 128, fp32 up to 256)
+ * and an item's sub-chunks fit in the resident blocks (the kernel's
+ * deadlock-freedom condition, see score.cu); else two-pass, or -ENOTSUP
+ * with the reason for fused-only.
+ */
+static int plan_fused(struct skv_cuda_ctx *c, launch_params *b, enum skv_dtype dt,
+		      uint32_t n_layers, int *ret_blocks, struct skv_error *err)
+{
+	if (c->score == SCORE_TWOPASS)
+		return 0;
+	const sel_consts &k = b->c;
+	const uint32_t nsub = (k.L + SUBCHUNK - 1) / SUBCHUNK;
+	const uint64_t items = (uint64_t)n_layers * k.h_kv * b->row_tiles;
+	if (c->cap_dt != (int)dt || c->cap_d != k.D) {
+		c->cap = c->dev->device >= 0 && c->dev->device < FUSED_GATE_DEVICES
+			     ? score_fused_capacity(dt, k.D, c->dev->info.sm_count)
+			     : 0;
+		c->cap_dt = (int)dt;
+		c->cap_d = k.D;
+	}
+	const int cap = c->cap;
+	const char *why = NULL;
+	if (cap <= 0)
+		why = "the kernel does not fit this device for this dtype and head_dim";
+	else if (nsub > (uint32_t)cap)
+		why = "more key sub-chunks per item than resident blocks";
+	else if (items * nsub + (uint64_t)cap * ((n_layers + LPL - 1) / LPL) > INT32_MAX)
+		why = "too many tickets";
+	if (why) {
+		if (c->score != SCORE_FUSED_ONLY)
+			return 0;
+		return skv_cuda_fail(
+		    err, -ENOTSUP, -1, -1,
+		    "fused scoring (SKV_CUDA_SCORE=fused-only): %s (%u sub-chunks of "
+		    "%d keys per item, %d resident blocks)",
+		    why, nsub, SUBCHUNK, cap);
+	}
+	b->nsub = nsub;
+	*ret_blocks = c->fused_grid ? c->fused_grid : cap;
+	return 0;
+}
+
+/* One fused launch, after the previous fused launch on this device (any context). */
+static cudaError_t fused_gated_launch(struct skv_cuda_ctx *c, const launch_params &lp,
+				      enum skv_dtype dt, int blocks)
+{
+	const int d = c->dev->device;
+	cudaError_t e = cudaSuccess;
+	pthread_mutex_lock(&fused_gate_mu);
+	if (!fused_gate_ev[d])
+		e = cudaEventCreateWithFlags(&fused_gate_ev[d], cudaEventDisableTiming);
+	else
+		e = cudaStreamWaitEvent(c->stream, fused_gate_ev[d], 0);
+	if (e == cudaSuccess)
+		e = score_fused_launch(lp, dt, blocks, c->stream);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(fused_gate_ev[d], c->stream);
+	pthread_mutex_unlock(&fused_gate_mu);
+	return e;
+}
+
 extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 				const struct skv_params *p, uint32_t n_layers,
 				const struct skv_layer_in *in, const struct skv_layer_out *out,
@@ -474,10 +611,16 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	k.scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
 	k.bypass_mass = 1.0f;
 	base.vec16 = kvec;
+	base.wait_limit_ns = c->wait_limit_ns;
+
+	r = skv_cuda_dev_enter(c->dev, err);
+	if (r < 0)
+		return r;
 
 	/* scratch: votes, pass-1 partials, selection keys; one allocation */
-	uint64_t votes_b = 0, part_b = 0, keys_b = 0;
+	uint64_t votes_b = 0, part_b = 0, keys_b = 0, subp_b = 0, stats_b = 0, sync_b = 0;
 	const uint32_t rt = score_rows_per_tile(dt, D);
+	int fused_blocks = 0;
 	if (scoring) {
 		uint64_t rows = (uint64_t)G * w_obs;
 		base.row_tiles = (uint32_t)((rows + rt - 1) / rt);
@@ -493,6 +636,17 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 		    !mul_ok(&part_b, sh->h_kv) || !mul_ok(&part_b, base.row_tiles) ||
 		    !mul_ok(&part_b, base.chunks))
 			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
+		r = plan_fused(c, &base, dt, n_layers, &fused_blocks, err);
+		if (r < 0)
+			return r;
+	}
+	if (fused_blocks) {
+		/* sub-chunk partials, merged row statistics, tickets and item counters */
+		const uint64_t items = (uint64_t)n_layers * sh->h_kv * base.row_tiles;
+		base.n_launches = (n_layers + LPL - 1) / LPL;
+		subp_b = items * base.nsub * rt * sizeof(float2);
+		stats_b = items * rt * sizeof(float2);
+		sync_b = (base.n_launches + items * sync_words(base.chunks)) * sizeof(uint32_t);
 	}
 	if (!pl.bypass) {
 		keys_b = 4;
@@ -502,11 +656,12 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	}
 	votes_b = (votes_b + 255) & ~(uint64_t)255;
 	part_b = (part_b + 255) & ~(uint64_t)255;
-	const uint64_t total = votes_b + part_b + keys_b;
+	subp_b = (subp_b + 255) & ~(uint64_t)255;
+	stats_b = (stats_b + 255) & ~(uint64_t)255;
+	sync_b = (sync_b + 255) & ~(uint64_t)255;
+	keys_b = (keys_b + 255) & ~(uint64_t)255;
+	const uint64_t total = votes_b + part_b + subp_b + stats_b + sync_b + keys_b;
 
-	r = skv_cuda_dev_enter(c->dev, err);
-	if (r < 0)
-		return r;
 	char *scratch = NULL;
 	cudaError_t e = cudaSuccess;
 	if (total) {
@@ -514,9 +669,18 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 		if (e != cudaSuccess)
 			return cuda_fail(err, e, "scratch for the compaction");
 	}
-	base.votes = scoring ? (float *)scratch : nullptr;
-	base.partials = scoring ? (float2 *)(scratch + votes_b) : nullptr;
-	base.keys = keys_b ? (uint32_t *)(scratch + votes_b + part_b) : nullptr;
+	char *sp = scratch;
+	base.votes = scoring ? (float *)sp : nullptr;
+	sp += votes_b;
+	base.partials = scoring ? (float2 *)sp : nullptr;
+	sp += part_b;
+	base.sub_partials = fused_blocks ? (float2 *)sp : nullptr;
+	sp += subp_b;
+	base.row_stats = fused_blocks ? (float2 *)sp : nullptr;
+	sp += stats_b;
+	base.sync = fused_blocks ? (uint32_t *)sp : nullptr;
+	sp += sync_b;
+	base.keys = keys_b ? (uint32_t *)sp : nullptr;
 	base.status = c->d_status;
 
 	/* from here on work is queued: errors are reported, and the stream is closed cleanly */
@@ -524,6 +688,8 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	e = cudaMemsetAsync(c->d_status, 0, sizeof(dev_status), c->stream);
 	if (e == cudaSuccess && scoring && base.row_tiles > 1)
 		e = cudaMemsetAsync(base.votes, 0, votes_b, c->stream);
+	if (e == cudaSuccess && fused_blocks)
+		e = cudaMemsetAsync(base.sync, 0, sync_b, c->stream);
 	for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
 		launch_params lp = base;
 		lp.layer0 = l0;
@@ -541,7 +707,14 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 			d.retained_mass = lo.retained_mass;
 			d.pos_stride = lo.pos_stride;
 		}
-		if (scoring) {
+		if (scoring && fused_blocks) {
+			what = "fused scoring";
+			const uint64_t tickets =
+			    (uint64_t)lp.n_layers * sh->h_kv * lp.row_tiles * lp.nsub;
+			e = fused_gated_launch(c, lp, dt,
+					       tickets < (uint64_t)fused_blocks ? (int)tickets
+										: fused_blocks);
+		} else if (scoring) {
 			what = "scoring pass 1";
 			e = score_launch(lp, dt, 1, c->stream);
 			if (e == cudaSuccess) {

@@ -65,6 +65,11 @@ static const struct cfg cfgs[] = {
 	{"snapkv-bf16-d96", BF16,BF16,SNAP,EXP,AVG, 2000,96,8,2,32,512,5,0,32,1, HND,0,0},
 	{"snapkv-bf16-to-f32", BF16,F32,SNAP,EXP,AVG, 2000,128,8,2,32,512,5,0,32,1, HND,0,0},
 	{"h2o-bf16", BF16,BF16,H2O,GRP,AVG, 1024,128,8,2,32,256,5,0,1024,1, HND,0,0},
+	/* one row tile, L <= 1024: the fused kernel runs on the emulator's 4 resident blocks */
+	{"snapkv-bf16-grp-1k", BF16,BF16,SNAP,GRP,AVG, 1000,128,8,2,32,256,5,0,32,2, NHD,1,0},
+	{"snapkv-f16-d64-1k", F16,F16,SNAP,EXP,MAX, 1024,64,8,2,32,300,7,0,32,1, PAGED,0,0},
+	/* 157 sub-chunks per item: more than an H200 keeps resident, fused falls back */
+	{"snapkv-bf16-40k-d64", BF16,BF16,SNAP,EXP,AVG, 40000,64,8,2,32,2048,5,0,32,1, HND,0,0},
 };
 /* clang-format on */
 
@@ -89,6 +94,9 @@ struct layer_bufs {
 	void *gok, *gov; /* device outputs copied back    */
 	int32_t *gpos;
 	float *gmass;
+	void *sok, *sov; /* the first path's, kept       */
+	int32_t *spos;
+	float *smass;
 };
 
 static void free_layer(struct layer_bufs *b)
@@ -105,6 +113,10 @@ static void free_layer(struct layer_bufs *b)
 	free(b->gov);
 	free(b->gpos);
 	free(b->gmass);
+	free(b->sok);
+	free(b->sov);
+	free(b->spos);
+	free(b->smass);
 	cudaFree(b->dq);
 	cudaFree(b->dk);
 	cudaFree(b->dv);
@@ -123,7 +135,14 @@ static int upload(void **d, const void *h, size_t bytes)
 	return 0;
 }
 
-static int run_cfg(const struct cfg *c, struct skv_ctx *hctx, struct skv_cuda_ctx *gctx,
+/* A CUDA context per scoring path (SKV_CUDA_SCORE is read when a context is made). */
+struct path {
+	const char *name;
+	struct skv_cuda_ctx *ctx;      /* fused: SKV_CUDA_SCORE=fused-only (-ENOTSUP: n/a)  */
+	struct skv_cuda_ctx *fallback; /* fused: SKV_CUDA_SCORE=fused (two-pass where n/a) */
+};
+
+static int run_cfg(const struct cfg *c, struct skv_ctx *hctx, const struct path *paths, int npaths,
 		   uint64_t seed)
 {
 	struct skv_shape sh = {
@@ -221,6 +240,10 @@ static int run_cfg(const struct cfg *c, struct skv_ctx *hctx, struct skv_cuda_ct
 		x->gov = calloc(don + 1, oes);
 		x->gpos = calloc((size_t)hs * dpos_stride + 1, 4);
 		x->gmass = calloc(hs, 4);
+		x->sok = calloc(don + 1, oes);
+		x->sov = calloc(don + 1, oes);
+		x->spos = calloc((size_t)hs * dpos_stride + 1, 4);
+		x->smass = calloc(hs, 4);
 		CK(cudaMalloc(&x->dok, don * oes + 16));
 		CK(cudaMalloc(&x->dov, don * oes + 16));
 		CK(cudaMalloc((void **)&x->dpos, (size_t)hs * dpos_stride * 4 + 4));
@@ -246,100 +269,168 @@ static int run_cfg(const struct cfg *c, struct skv_ctx *hctx, struct skv_cuda_ct
 		dout[l].retained_mass = x->dmass;
 	}
 
-	struct skv_error herr = {0}, gerr = {0};
+	struct skv_error herr = {0};
 	double t0 = now_s();
 	int rh = skv_compact(hctx, &sh, &p, N, hin, hout, &herr);
-	double t1 = now_s();
-	int rg = skv_cuda_compact(gctx, &sh, &p, N, din, dout, &gerr);
-	if (rg == 0)
-		rg = skv_cuda_ctx_sync(gctx, &gerr);
-	double t2 = now_s();
+	double host_ms = (now_s() - t0) * 1e3;
+	/*
+	 * The scoring paths compute the same votes in the same order, so their
+	 * outputs are bit-identical where votes are plain stores (one row tile of
+	 * RT rows per K/V head; more take float atomics, in any order).
+	 */
+	const uint32_t w_obs = c->policy == SNAP ? c->W : c->policy == H2O ? L : c->nq;
+	const int tc = c->dt != F32 && (D == 64 || D == 128 || D == 256);
+	const int exact_paths = (uint64_t)G * w_obs <= (tc ? 128u : 64u);
 
-	if (c->nan) {
-		int ok = rh == -EDOM && rg == -EDOM && herr.layer == gerr.layer &&
-			 herr.head == gerr.head;
-		printf("%-26s %s  host %d (layer %d head %d)  cuda %d (layer %d head %d: %s)\n",
-		       c->name, ok ? "PASS" : "FAIL", rh, herr.layer, herr.head, rg, gerr.layer,
-		       gerr.head, gerr.msg);
-		fails = !ok;
-		goto out;
-	}
-	if (rh < 0 || rg < 0) {
-		printf("%-26s FAIL host %d (%s) cuda %d (%s)\n", c->name, rh, herr.msg, rg,
-		       gerr.msg);
-		fails = 1;
-		goto out;
-	}
+	for (int pi = 0; pi < npaths; pi++) {
+		struct skv_error gerr = {0};
+		char label[200], note[200] = "";
+		for (uint32_t l = 0; l < N; l++) {
+			struct layer_bufs *x = &b[l];
+			size_t don = (size_t)hs * dhead * D;
+			CK(cudaMemset(x->dok, 0xff, don * oes));
+			CK(cudaMemset(x->dov, 0xff, don * oes));
+			CK(cudaMemset(x->dpos, 0xff, (size_t)hs * dpos_stride * 4 + 4));
+			CK(cudaMemset(x->dmass, 0xff, hs * 4));
+		}
+		snprintf(label, sizeof(label), "%s [%s]", c->name, paths[pi].name);
+		double t1 = now_s();
+		int rg = skv_cuda_compact(paths[pi].ctx, &sh, &p, N, din, dout, &gerr);
+		if (rg == 0)
+			rg = skv_cuda_ctx_sync(paths[pi].ctx, &gerr);
+		if (rg == -ENOTSUP && paths[pi].fallback) {
+			/* fused-only declined: the reason, then the fallback context's result */
+			const char *why = strstr(gerr.msg, "): ");
+			snprintf(note, sizeof(note), "  (%.150s: two-pass fallback)",
+				 why ? why + 3 : gerr.msg);
+			snprintf(label, sizeof(label), "%s [%s>twopass]", c->name, paths[pi].name);
+			memset(&gerr, 0, sizeof(gerr));
+			t1 = now_s();
+			rg = skv_cuda_compact(paths[pi].fallback, &sh, &p, N, din, dout, &gerr);
+			if (rg == 0)
+				rg = skv_cuda_ctx_sync(paths[pi].fallback, &gerr);
+		}
+		double cuda_ms = (now_s() - t1) * 1e3;
 
-	uint64_t inter = 0, total = 0, bad_rows = 0, bad_order = 0, heads_differ = 0;
-	double max_dm = 0;
-	uint8_t *mark = calloc(L, 1);
-	for (uint32_t l = 0; l < N; l++) {
-		struct layer_bufs *x = &b[l];
-		size_t don = (size_t)hs * dhead * D;
-		CK(cudaMemcpy(x->gok, x->dok, don * oes, cudaMemcpyDeviceToHost));
-		CK(cudaMemcpy(x->gov, x->dov, don * oes, cudaMemcpyDeviceToHost));
-		CK(cudaMemcpy(x->gpos, x->dpos, (size_t)hs * dpos_stride * 4,
-			      cudaMemcpyDeviceToHost));
-		CK(cudaMemcpy(x->gmass, x->dmass, hs * 4, cudaMemcpyDeviceToHost));
-		for (uint32_t h = 0; h < hs; h++) {
-			const int32_t *gp = x->gpos + (size_t)h * dpos_stride;
-			const int32_t *hp = x->hpos + (size_t)h * kept;
-			uint32_t same = 0;
-			memset(mark, 0, L);
-			for (uint32_t i = 0; i < kept; i++)
-				mark[hp[i]] = 1;
-			for (uint32_t i = 0; i < kept; i++) {
-				if (gp[i] < 0 || (uint32_t)gp[i] >= L ||
-				    (i && gp[i] <= gp[i - 1])) {
-					bad_order++;
-					continue;
+		if (c->nan) {
+			int ok = rh == -EDOM && rg == -EDOM && herr.layer == gerr.layer &&
+				 herr.head == gerr.head;
+			printf("%-36s %s  host %d (layer %d head %d)  cuda %d (layer %d head %d: "
+			       "%s)%s\n",
+			       label, ok ? "PASS" : "FAIL", rh, herr.layer, herr.head, rg,
+			       gerr.layer, gerr.head, gerr.msg, note);
+			fails += !ok;
+			continue;
+		}
+		if (rh < 0 || rg < 0) {
+			printf("%-36s FAIL host %d (%s) cuda %d (%s)\n", label, rh, herr.msg, rg,
+			       gerr.msg);
+			fails++;
+			continue;
+		}
+
+		uint64_t inter = 0, total = 0, bad_rows = 0, bad_order = 0, heads_differ = 0;
+		uint64_t path_diff = 0;
+		double max_dm = 0;
+		uint8_t *mark = calloc(L, 1);
+		for (uint32_t l = 0; l < N; l++) {
+			struct layer_bufs *x = &b[l];
+			size_t don = (size_t)hs * dhead * D;
+			CK(cudaMemcpy(x->gok, x->dok, don * oes, cudaMemcpyDeviceToHost));
+			CK(cudaMemcpy(x->gov, x->dov, don * oes, cudaMemcpyDeviceToHost));
+			CK(cudaMemcpy(x->gpos, x->dpos, (size_t)hs * dpos_stride * 4,
+				      cudaMemcpyDeviceToHost));
+			CK(cudaMemcpy(x->gmass, x->dmass, hs * 4, cudaMemcpyDeviceToHost));
+			if (pi == 0) {
+				memcpy(x->sok, x->gok, don * oes);
+				memcpy(x->sov, x->gov, don * oes);
+				memcpy(x->spos, x->gpos, (size_t)hs * dpos_stride * 4);
+				memcpy(x->smass, x->gmass, hs * 4);
+			} else {
+				/* against the first path: positions, K/V and masses, bit for bit */
+				for (uint32_t h = 0; h < hs; h++) {
+					size_t po = (size_t)h * dpos_stride,
+					       ko = (size_t)h * dhead * D;
+					path_diff += memcmp(x->gpos + po, x->spos + po, kept * 4) ||
+						     memcmp((char *)x->gok + ko * oes,
+							    (char *)x->sok + ko * oes,
+							    (size_t)kept * D * oes) ||
+						     memcmp((char *)x->gov + ko * oes,
+							    (char *)x->sov + ko * oes,
+							    (size_t)kept * D * oes) ||
+						     memcmp(&x->gmass[h], &x->smass[h], 4);
 				}
-				same += mark[gp[i]];
 			}
-			inter += same;
-			total += kept;
-			heads_differ += same != kept;
-			/* each gathered row is the input row at the reported position */
-			uint32_t kvh = c->gqa == EXP ? h / G : h;
-			for (uint32_t i = 0; i < kept; i++) {
-				if (gp[i] < 0 || (uint32_t)gp[i] >= L)
-					continue;
-				int64_t so = eoff(&hin[l].k, kvh, (uint32_t)gp[i]);
-				size_t dof = ((size_t)h * dhead + i) * D;
-				for (uint32_t d = 0; d < D; d++) {
-					unsigned char ek[4], ev[4];
-					store_dt(ek, c->odt, 0, load_dt(x->hk, c->dt, so + d));
-					store_dt(ev, c->odt, 0, load_dt(x->hv, c->dt, so + d));
-					if (memcmp(ek, (char *)x->gok + (dof + d) * oes, oes) ||
-					    memcmp(ev, (char *)x->gov + (dof + d) * oes, oes)) {
-						bad_rows++;
-						break;
+			for (uint32_t h = 0; h < hs; h++) {
+				const int32_t *gp = x->gpos + (size_t)h * dpos_stride;
+				const int32_t *hp = x->hpos + (size_t)h * kept;
+				uint32_t same = 0;
+				memset(mark, 0, L);
+				for (uint32_t i = 0; i < kept; i++)
+					mark[hp[i]] = 1;
+				for (uint32_t i = 0; i < kept; i++) {
+					if (gp[i] < 0 || (uint32_t)gp[i] >= L ||
+					    (i && gp[i] <= gp[i - 1])) {
+						bad_order++;
+						continue;
+					}
+					same += mark[gp[i]];
+				}
+				inter += same;
+				total += kept;
+				heads_differ += same != kept;
+				/* each gathered row is the input row at the reported position */
+				uint32_t kvh = c->gqa == EXP ? h / G : h;
+				for (uint32_t i = 0; i < kept; i++) {
+					if (gp[i] < 0 || (uint32_t)gp[i] >= L)
+						continue;
+					int64_t so = eoff(&hin[l].k, kvh, (uint32_t)gp[i]);
+					size_t dof = ((size_t)h * dhead + i) * D;
+					for (uint32_t d = 0; d < D; d++) {
+						unsigned char ek[4], ev[4];
+						store_dt(ek, c->odt, 0,
+							 load_dt(x->hk, c->dt, so + d));
+						store_dt(ev, c->odt, 0,
+							 load_dt(x->hv, c->dt, so + d));
+						if (memcmp(ek, (char *)x->gok + (dof + d) * oes,
+							   oes) ||
+						    memcmp(ev, (char *)x->gov + (dof + d) * oes,
+							   oes)) {
+							bad_rows++;
+							break;
+						}
 					}
 				}
+				float hm = x->hmass[h], gm = x->gmass[h];
+				if (isnan(hm) != isnan(gm))
+					max_dm = INFINITY;
+				else if (!isnan(hm) && fabs(hm - gm) > max_dm)
+					max_dm = fabs(hm - gm);
 			}
-			float hm = x->hmass[h], gm = x->gmass[h];
-			if (isnan(hm) != isnan(gm))
-				max_dm = INFINITY;
-			else if (!isnan(hm) && fabs(hm - gm) > max_dm)
-				max_dm = fabs(hm - gm);
 		}
+		free(mark);
+		/* f32 must select exactly the host's sets; 16-bit storage >= 99% overlap */
+		const double min_overlap = c->dt == F32 ? 1.0 : 0.99;
+		double overlap = total ? (double)inter / (double)total : 1.0;
+		double mass_tol = c->dt == F32 ? 1e-4 : 2e-2;
+		int ok = bad_rows == 0 && bad_order == 0 && overlap >= min_overlap &&
+			 max_dm <= mass_tol && (min_overlap < 1.0 || heads_differ == 0) &&
+			 (!exact_paths || path_diff == 0);
+		char vs[96] = "";
+		if (pi > 0 && !path_diff)
+			snprintf(vs, sizeof(vs), "  vs %s: bit-identical", paths[0].name);
+		if (pi > 0 && path_diff)
+			snprintf(vs, sizeof(vs), "  vs %s: %llu heads differ%s", paths[0].name,
+				 (unsigned long long)path_diff,
+				 exact_paths ? " (must be bit-identical)" : " (float atomics)");
+		printf("%-36s %s  kept %u x %u heads x %u layers  overlap %.5f  heads differing "
+		       "%llu  row errors %llu  order errors %llu  max |mass diff| %.2e  host %.1f "
+		       "ms  cuda %.1f ms%s%s\n",
+		       label, ok ? "PASS" : "FAIL", kept, hs, N, overlap,
+		       (unsigned long long)heads_differ, (unsigned long long)bad_rows,
+		       (unsigned long long)bad_order, max_dm, host_ms, cuda_ms, vs, note);
+		fails += !ok;
 	}
-	free(mark);
-	/* f32 must select exactly the host's sets; 16-bit storage >= 99% overlap */
-	const double min_overlap = c->dt == F32 ? 1.0 : 0.99;
-	double overlap = total ? (double)inter / (double)total : 1.0;
-	double mass_tol = c->dt == F32 ? 1e-4 : 2e-2;
-	int ok = bad_rows == 0 && bad_order == 0 && overlap >= min_overlap && max_dm <= mass_tol &&
-		 (min_overlap < 1.0 || heads_differ == 0);
-	printf("%-26s %s  kept %u x %u heads x %u layers  overlap %.5f  heads differing %llu  "
-	       "row errors %llu  order errors %llu  max |mass diff| %.2e  host %.1f ms  cuda %.1f "
-	       "ms\n",
-	       c->name, ok ? "PASS" : "FAIL", kept, hs, N, overlap,
-	       (unsigned long long)heads_differ, (unsigned long long)bad_rows,
-	       (unsigned long long)bad_order, max_dm, (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-	fails = !ok;
-out:
 	for (uint32_t l = 0; l < N; l++)
 		free_layer(&b[l]);
 	free(b);
@@ -409,15 +500,42 @@ static void random_cfg(struct rng *r, struct cfg *c, char *name, size_t len)
 	c->name = name;
 }
 
+static int new_ctx(struct skv_cuda_dev *dev, const char *score, struct skv_cuda_ctx **ret_ctx)
+{
+	struct skv_error err = {0};
+	setenv("SKV_CUDA_SCORE", score, 1);
+	int r = skv_cuda_ctx_new(dev, ret_ctx, &err);
+	if (r < 0)
+		fprintf(stderr, "gpu-agree: context (SKV_CUDA_SCORE=%s): %s\n", score, err.msg);
+	return r;
+}
+
+/*
+ * usage: gpu-agree [--paths twopass|fused|twopass,fused] [--random N [SEED] | NAME ...]
+ * Every case runs on each path (default both): two-pass, then fused (where
+ * the fused kernel does not apply, the reason and the two-pass fallback).
+ */
 int main(int argc, char **argv)
 {
 	struct skv_cuda_dev *dev = NULL;
-	struct skv_cuda_ctx *gctx = NULL;
+	struct skv_cuda_ctx *two = NULL, *fonly = NULL, *fused = NULL;
 	struct skv_ctx *hctx = NULL;
 	struct skv_error err = {0};
 	struct skv_cuda_info info;
-	int fails = 0, r;
+	struct path paths[2];
+	const char *want = "twopass,fused";
+	int fails = 0, npaths = 0, r;
 
+	if (argc > 2 && !strcmp(argv[1], "--paths")) {
+		want = argv[2];
+		argv[2] = argv[0];
+		argv += 2;
+		argc -= 2;
+	}
+	if (strcmp(want, "twopass") && strcmp(want, "fused") && strcmp(want, "twopass,fused")) {
+		fprintf(stderr, "gpu-agree: --paths twopass, fused or twopass,fused\n");
+		return 2;
+	}
 	r = skv_cuda_dev_open(-1, &dev, &err);
 	if (r < 0) {
 		fprintf(stderr, "gpu-agree: %s\n", err.msg);
@@ -426,11 +544,17 @@ int main(int argc, char **argv)
 	skv_cuda_dev_info(dev, &info);
 	printf("device: %s (sm_%d%d, %d SMs, %.1f GiB)\n", info.name, info.cc_major, info.cc_minor,
 	       info.sm_count, info.total_mem / 1073741824.0);
-	if (skv_cuda_ctx_new(dev, &gctx, &err) < 0 || skv_ctx_new(0, &hctx) < 0) {
-		fprintf(stderr, "gpu-agree: contexts: %s\n", err.msg);
+	if (new_ctx(dev, "twopass", &two) < 0 || new_ctx(dev, "fused-only", &fonly) < 0 ||
+	    new_ctx(dev, "fused", &fused) < 0 || skv_ctx_new(0, &hctx) < 0) {
+		fprintf(stderr, "gpu-agree: contexts failed\n");
 		return 2;
 	}
-	printf("host backend: %u threads, %s\n", skv_ctx_threads(hctx), skv_ctx_isa(hctx));
+	if (strstr(want, "twopass"))
+		paths[npaths++] = (struct path){"twopass", two, NULL};
+	if (strstr(want, "fused"))
+		paths[npaths++] = (struct path){"fused", fonly, fused};
+	printf("host backend: %u threads, %s; paths: %s\n", skv_ctx_threads(hctx),
+	       skv_ctx_isa(hctx), want);
 	if (argc > 2 && !strcmp(argv[1], "--random")) {
 		int n = atoi(argv[2]);
 		struct rng rr = {argc > 3 ? strtoull(argv[3], NULL, 0) : 1};
@@ -438,7 +562,8 @@ int main(int argc, char **argv)
 			struct cfg c;
 			char name[160];
 			random_cfg(&rr, &c, name, sizeof(name));
-			fails += run_cfg(&c, hctx, gctx, rng_next(&rr));
+			r = run_cfg(&c, hctx, paths, npaths, rng_next(&rr));
+			fails += r < 0 ? 1 : r;
 		}
 		argc = 0; /* no named cases */
 	}
@@ -449,11 +574,14 @@ int main(int argc, char **argv)
 			pick = strstr(cfgs[i].name, argv[a]) != NULL;
 		if (!pick)
 			continue;
-		fails += run_cfg(&cfgs[i], hctx, gctx, 1000 + i);
+		r = run_cfg(&cfgs[i], hctx, paths, npaths, 1000 + i);
+		fails += r < 0 ? 1 : r;
 	}
 	printf("gpu-agree: %d failed\n", fails);
 	skv_ctx_free(hctx);
-	skv_cuda_ctx_free(gctx);
+	skv_cuda_ctx_free(two);
+	skv_cuda_ctx_free(fonly);
+	skv_cuda_ctx_free(fused);
 	skv_cuda_dev_close(dev);
 	return fails ? 1 : 0;
 }

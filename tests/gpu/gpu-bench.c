@@ -7,7 +7,9 @@
  * (peak from the memory clock and bus width, and a measured device-to-device
  * copy). Target: at most 2x the roofline.
  *
- * usage: gpu-bench [L ...]   (default 8192 32768)
+ * usage: gpu-bench [--score twopass|fused] [L ...]   (default two-pass; 8192 32768)
+ * --score fused runs the fused scoring kernel (SKV_CUDA_SCORE=fused-only): a
+ * shape it does not apply to prints the reason instead of a time.
  * SKV_BENCH_LAYERS, SKV_BENCH_REPS, SKV_BENCH_COPY_MIB shrink the run (to try
  * the program itself on the CPU emulator); the defaults are the benchmark.
  */
@@ -70,6 +72,8 @@ static int cmp_float(const void *a, const void *b)
 	float x = *(const float *)a, y = *(const float *)b;
 	return (x > y) - (x < y);
 }
+
+static const char *score_name = "twopass";
 
 static int bench_one(struct skv_cuda_ctx *ctx, uint32_t L, enum skv_gqa gqa, double bw_peak,
 		     double bw_meas)
@@ -147,6 +151,7 @@ static int bench_one(struct skv_cuda_ctx *ctx, uint32_t L, enum skv_gqa gqa, dou
 	CK(cudaEventCreate(&e1));
 	float ms[MAX_REPS];
 	double enqueue_max = 0;
+	int na = 0;
 	for (int i = -3; i < REPS; i++) {
 		CK(cudaEventRecord(e0, s));
 		double t0 = now_s();
@@ -155,6 +160,12 @@ static int bench_one(struct skv_cuda_ctx *ctx, uint32_t L, enum skv_gqa gqa, dou
 		CK(cudaEventRecord(e1, s));
 		if (rc == 0)
 			rc = skv_cuda_ctx_sync(ctx, &err);
+		if (rc == -ENOTSUP && !strcmp(score_name, "fused")) {
+			printf("L=%-6u gqa=%-6s score=%-7s n/a: %s\n", L,
+			       gqa == SKV_GQA_EXPAND ? "expand" : "group", score_name, err.msg);
+			na = 1;
+			break;
+		}
 		if (rc < 0) {
 			fprintf(stderr, "compact: %d %s\n", rc, err.msg);
 			return -1;
@@ -165,6 +176,8 @@ static int bench_one(struct skv_cuda_ctx *ctx, uint32_t L, enum skv_gqa gqa, dou
 		if (t1 - t0 > enqueue_max)
 			enqueue_max = t1 - t0;
 	}
+	if (na)
+		goto out;
 	qsort(ms, REPS, sizeof(float), cmp_float);
 
 	/* bytes that must move */
@@ -175,12 +188,14 @@ static int bench_one(struct skv_cuda_ctx *ctx, uint32_t L, enum skv_gqa gqa, dou
 	double bytes = kbytes + qbytes + gbytes + pbytes;
 	double roof_peak = bytes / bw_peak * 1e3, roof_meas = bytes / bw_meas * 1e3;
 	double med = ms[REPS / 2];
-	printf("L=%-6u gqa=%-6s kept=%u h_store=%u  median %.3f ms (min %.3f, max %.3f)  "
-	       "enqueue <= %.3f ms  bytes %.1f MiB  roofline %.3f ms (peak) / %.3f ms "
-	       "(measured copy)  ratio %.2fx / %.2fx  %s\n",
-	       L, gqa == SKV_GQA_EXPAND ? "expand" : "group", pl.kept, pl.h_store, med, ms[0],
-	       ms[REPS - 1], enqueue_max * 1e3, bytes / 1048576.0, roof_peak, roof_meas,
-	       med / roof_peak, med / roof_meas, med <= 2 * roof_meas ? "OK (<= 2x)" : "OVER 2x");
+	printf(
+	    "L=%-6u gqa=%-6s score=%-7s kept=%u h_store=%u  median %.3f ms (min %.3f, max %.3f)  "
+	    "enqueue <= %.3f ms  bytes %.1f MiB  roofline %.3f ms (peak) / %.3f ms "
+	    "(measured copy)  ratio %.2fx / %.2fx  %s\n",
+	    L, gqa == SKV_GQA_EXPAND ? "expand" : "group", score_name, pl.kept, pl.h_store, med,
+	    ms[0], ms[REPS - 1], enqueue_max * 1e3, bytes / 1048576.0, roof_peak, roof_meas,
+	    med / roof_peak, med / roof_meas, med <= 2 * roof_meas ? "OK (<= 2x)" : "OVER 2x");
+out:
 	cudaEventDestroy(e0);
 	cudaEventDestroy(e1);
 	cudaFree(dk);
@@ -206,6 +221,17 @@ int main(int argc, char **argv)
 	LAYERS = env_int("SKV_BENCH_LAYERS", MAX_LAYERS, 1, MAX_LAYERS);
 	REPS = env_int("SKV_BENCH_REPS", MAX_REPS, 1, MAX_REPS);
 	COPY_BYTES = (size_t)env_int("SKV_BENCH_COPY_MIB", 1024, 1, 1 << 16) << 20;
+	if (argc > 2 && !strcmp(argv[1], "--score")) {
+		if (strcmp(argv[2], "twopass") && strcmp(argv[2], "fused")) {
+			fprintf(stderr, "gpu-bench: --score twopass or fused\n");
+			return 2;
+		}
+		score_name = argv[2];
+		argv += 2;
+		argc -= 2;
+	}
+	/* read by skv_cuda_ctx_new() */
+	setenv("SKV_CUDA_SCORE", !strcmp(score_name, "fused") ? "fused-only" : "twopass", 1);
 	if (argc > 1) {
 		nL = 0;
 		for (int i = 1; i < argc && nL < 8; i++)
@@ -224,8 +250,8 @@ int main(int argc, char **argv)
 	printf("HBM: peak %.0f GB/s (memory clock x bus width), measured copy %.0f GB/s\n",
 	       info.hbm_bytes_per_s / 1e9, bw_meas / 1e9);
 	printf("shape: %d layers, H_q %d, H_kv %d, D %d, bf16, W %d, C %d, snapkv avg k=5; "
-	       "%d timed runs after 3 warm-ups (GPU time between stream events)\n",
-	       LAYERS, HQ, HKV, HD, WIN, CAP, REPS);
+	       "%d timed runs after 3 warm-ups (GPU time between stream events); scoring %s\n",
+	       LAYERS, HQ, HKV, HD, WIN, CAP, REPS, score_name);
 	int rc = 0;
 	for (int i = 0; i < nL; i++) {
 		rc |= bench_one(ctx, Ls[i], SKV_GQA_EXPAND, info.hbm_bytes_per_s, bw_meas) < 0;

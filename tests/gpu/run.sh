@@ -4,8 +4,8 @@
 # with 16 cores; under 8 minutes: every step, builds included, runs under a
 # timeout and the timeouts sum to 480 s, inside the machine's 600 s cap per
 # command): build, host-vs-CUDA agreement on random
-# tensors, the two-process engine/daemon IPC test, and the Llama-3-8B-shape
-# benchmark beside the HBM roofline. Everything goes to a log file as well
+# tensors (both scoring paths), the two-process engine/daemon IPC test, and the
+# Llama-3-8B-shape benchmark beside the HBM roofline (two-pass, then fused). Everything goes to a log file as well
 # as to stdout; the closing summary names device, date and numbers.
 #
 #   tests/gpu/run.sh            # log: $OUT/gpu-run.log if $OUT is set, else build/gpu-run.log
@@ -46,10 +46,10 @@ fi
 "$NVCC" --version | tail -n 2
 
 # Step timeouts (seconds); keep their sum (with the fallback build) <= 480.
-T_BUILD=120 T_BUILD2=30 T_FULL=45 T_LOADER=15 T_AGREE=65 T_IPC=25 T_DAEMON=50 T_GPUBUF=40
-T_BENCH=90
+T_BUILD=120 T_BUILD2=30 T_FULL=35 T_LOADER=15 T_AGREE=65 T_IPC=25 T_DAEMON=50 T_GPUBUF=40
+T_BENCH=50 T_BENCH_FUSED=50
 echo "step timeouts: $((T_BUILD + T_BUILD2 + T_FULL + T_LOADER + T_AGREE + T_IPC + T_DAEMON + \
-	T_GPUBUF + T_BENCH)) s in all"
+	T_GPUBUF + T_BENCH + T_BENCH_FUSED)) s in all"
 note "build: make -j$JOBS gpu-tests (plugin, libskv, snapkvd, snapkvctl, test programs)"
 if ! timeout $T_BUILD make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 gpu-tests \
 	"$BUILD/kernels/cuda/test-skv-cuda-loader" "$BUILD/examples/gen-layer"; then
@@ -84,7 +84,10 @@ if [ -x "$BUILD/kernels/cuda/test-skv-cuda-loader" ]; then
 	run_step "loader (dlopen of the plugin, device open)" $T_LOADER \
 		env BUILD="$BUILD" "$BUILD/kernels/cuda/test-skv-cuda-loader"
 fi
-run_step "agreement: host libskv vs CUDA on random tensors" $T_AGREE "$BUILD/tests/gpu/gpu-agree"
+# every case on both scoring paths: two-pass, then fused (bit-identical where
+# votes are plain stores; the reason and the fallback where fused does not apply)
+run_step "agreement: host libskv vs CUDA (two-pass and fused scoring) on random tensors" \
+	$T_AGREE "$BUILD/tests/gpu/gpu-agree"
 agree_rc=$?
 if [ $agree_rc -eq 2 ]; then
 	echo "FATAL: no usable CUDA device"
@@ -101,7 +104,11 @@ run_step "daemon: engine GPU buffers == host; prefill flag + IPC event waits" \
 	$T_GPUBUF \
 	env BUILD="$BUILD" PLUGIN="$BUILD/libskv-cuda.so" ENGINE="$BUILD/tests/gpu/gpu-engine" \
 	bash tests/gpu/emu/test-daemon-gpubuf-emu.sh
-run_step "benchmark: Llama-3-8B shape, L = 8192 and 32768" $T_BENCH "$BUILD/tests/gpu/gpu-bench" 8192 32768
+# two-pass first, in a process of its own: a fused kernel that hangs loses no numbers
+run_step "benchmark: two-pass scoring, Llama-3-8B shape, L = 8192 and 32768" $T_BENCH \
+	"$BUILD/tests/gpu/gpu-bench" --score twopass 8192 32768
+run_step "benchmark: fused scoring, the same shapes" $T_BENCH_FUSED \
+	"$BUILD/tests/gpu/gpu-bench" --score fused 8192 32768
 
 note "summary"
 echo "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"

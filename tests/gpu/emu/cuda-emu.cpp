@@ -5,18 +5,22 @@
  * host backend where no GPU is (make check on CI).
  *
  * Kernels: blocks run one after another; the threads of a block are
- * coroutines (ucontext) switched only at __syncthreads() and warp
- * intrinsics, which are real barriers (a barrier that can never complete is
- * reported as a deadlock). Fresh "device" memory and shared memory are
- * filled with 0xff bytes (NaN as floats) so reads of unwritten memory show.
- * Runtime: memory calls work on host memory, streams and events complete at
- * once (a test hook, cuda_emu_event_hold(), can hold an event pending).
- * VMM allocations are memfds (exported and imported as real fds,
- * mapped MAP_SHARED), large cudaMalloc buffers are memfds too so that a
- * legacy IPC handle (pid, fd) can be opened through /proc by another
- * process, interprocess events are one memfd word named the same way, and
- * cuStreamWaitValue32 and stream waits on events poll: the two-process test
- * runs unchanged on it.
+ * coroutines (ucontext) switched only at __syncthreads(), warp intrinsics
+ * (real barriers) and __nanosleep(). A persistent launch (SKV_LAUNCH_PERSISTENT)
+ * runs all its blocks at once, interleaved, so blocks can wait for each other;
+ * cudaOccupancyMaxActiveBlocksPerMultiprocessor says $SKV_EMU_BLOCKS_PER_SM
+ * (default 4) on the one emulated SM. A launch in which no thread can make
+ * progress (a barrier nobody completes, or every live block spinning for
+ * 120 s of virtual time: each pass of spinners alone advances
+ * %globaltimer by 1 ms) is reported as a deadlock and aborts; $SKV_EMU_SCHED_SEED shuffles the
+ * order in which resident blocks take turns. Fresh "device" memory and shared memory are filled
+ * with 0xff bytes (NaN as floats) so reads of unwritten memory show. Runtime: memory calls work on
+ * host memory, streams and events complete at once (a test hook, cuda_emu_event_hold(), can hold an
+ * event pending). VMM allocations are memfds (exported and imported as real fds, mapped
+ * MAP_SHARED), large cudaMalloc buffers are memfds too so that a legacy IPC handle (pid, fd) can be
+ * opened through /proc by another process, interprocess events are one memfd word named the same
+ * way, and cuStreamWaitValue32 and stream waits on events poll: the two-process test runs unchanged
+ * on it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +33,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <utility>
 
 #include <vector>
 
@@ -38,12 +43,14 @@
 
 namespace emu
 {
+struct blk;
 struct thr {
 	ucontext_t ctx;
 	dim3 tid;
 	int done;
-	int wait; /* 0 runnable, 1 block barrier, 2 warp barrier */
+	int wait; /* 0 runnable, 1 block barrier, 2 warp barrier, 3 spinning (__nanosleep) */
 	unsigned gen;
+	blk *b;
 };
 struct warp {
 	int arrived;
@@ -51,28 +58,46 @@ struct warp {
 	uint64_t vals[32];
 	uint64_t snap[32];
 };
+/* A resident block: its threads, warps, shared memory and barrier. */
+struct blk {
+	dim3 idx;
+	std::vector<warp> warps;
+	std::vector<unsigned char> smem;
+	int live, bar_arrived;
+	unsigned bar_gen;
+};
 
 static const size_t STACK = 256 * 1024;
+/* Blocks of one persistent launch that may run at once (stacks: 256 KiB each thread, lazily). */
+static const unsigned MAX_RESIDENT = 16;
 static ucontext_t sched;
 static std::vector<thr> thrs;
-static std::vector<warp> warps;
+static std::vector<blk> blks;
 static char *stacks;
 static size_t stacks_n;
 static thr *cur;
-static std::vector<unsigned char> smem;
 static const std::function<void()> *body;
-static int live, bar_arrived;
-static unsigned bar_gen;
-dim3 block_idx;
 
 const dim3 &thread_idx()
 {
 	return cur->tid;
 }
 
+const dim3 &block_index()
+{
+	return cur->b->idx;
+}
+
 unsigned char *dyn_smem()
 {
-	return smem.data();
+	return cur->b->smem.data();
+}
+
+int blocks_per_sm()
+{
+	const char *v = getenv("SKV_EMU_BLOCKS_PER_SM");
+	int n = v ? atoi(v) : 4;
+	return n < 1 ? 1 : n > (int)MAX_RESIDENT ? (int)MAX_RESIDENT : n;
 }
 
 static void yield_to_sched()
@@ -82,10 +107,11 @@ static void yield_to_sched()
 
 void syncthreads()
 {
-	unsigned g = bar_gen;
-	if (++bar_arrived == live) {
-		bar_arrived = 0;
-		bar_gen++;
+	blk &b = *cur->b;
+	unsigned g = b.bar_gen;
+	if (++b.bar_arrived == b.live) {
+		b.bar_arrived = 0;
+		b.bar_gen++;
 		return;
 	}
 	cur->wait = 1;
@@ -94,9 +120,26 @@ void syncthreads()
 	cur->wait = 0;
 }
 
+/* virtual time added by passes in which only spinners ran */
+static uint64_t slept_ns;
+
+uint64_t globaltimer_ns()
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + slept_ns;
+}
+
+void spin_yield()
+{
+	cur->wait = 3;
+	yield_to_sched();
+	cur->wait = 0;
+}
+
 void warp_exchange(uint64_t v, uint64_t *all)
 {
-	warp &w = warps[cur->tid.x / 32];
+	warp &w = cur->b->warps[cur->tid.x / 32];
 	unsigned g = w.gen;
 	w.vals[cur->tid.x % 32] = v;
 	if (++w.arrived == 32) {
@@ -115,11 +158,12 @@ void warp_exchange(uint64_t v, uint64_t *all)
 static void entry()
 {
 	(*body)();
+	blk &b = *cur->b;
 	cur->done = 1;
-	live--;
-	if (bar_arrived > 0 && bar_arrived == live) {
-		bar_arrived = 0;
-		bar_gen++;
+	b.live--;
+	if (b.bar_arrived > 0 && b.bar_arrived == b.live) {
+		b.bar_arrived = 0;
+		b.bar_gen++;
 	}
 	/* returning resumes uc_link: the scheduler */
 }
@@ -129,76 +173,185 @@ static bool ready(const thr &t)
 	if (t.done)
 		return false;
 	if (t.wait == 1)
-		return bar_gen != t.gen;
+		return t.b->bar_gen != t.gen;
 	if (t.wait == 2)
-		return warps[t.tid.x / 32].gen != t.gen;
-	return true;
+		return t.b->warps[t.tid.x / 32].gen != t.gen;
+	return true; /* runnable, or a spinner polling again */
 }
 
-void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn)
+static void stacks_for(size_t n)
+{
+	if (stacks_n >= n)
+		return;
+	if (stacks)
+		munmap(stacks, stacks_n * STACK);
+	stacks = (char *)mmap(NULL, n * STACK, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (stacks == MAP_FAILED) {
+		perror("emu: mmap");
+		abort();
+	}
+	stacks_n = n;
+}
+
+/* (a function of its own: getcontext() returns twice, keep the callers' loops out of it) */
+static __attribute__((noinline)) void init_thread(thr &t, blk *b, unsigned i, char *stack)
+{
+	t = thr();
+	t.tid = dim3(i, 0, 0);
+	t.b = b;
+	getcontext(&t.ctx);
+	t.ctx.uc_stack.ss_sp = stack;
+	t.ctx.uc_stack.ss_size = STACK;
+	t.ctx.uc_link = &sched;
+	makecontext(&t.ctx, entry, 0);
+}
+
+static bool spinners_left(unsigned nb, unsigned n)
+{
+	for (size_t i = 0; i < (size_t)nb * n; i++)
+		if (!thrs[i].done && thrs[i].wait == 3)
+			return true;
+	return false;
+}
+
+/*
+ * Run blocks blks[0 .. nb) to completion, their threads interleaved. A thread
+ * runs until a barrier, a warp intrinsic or a spin (__nanosleep) yields. A
+ * pass over every thread in which nothing but spinners ran, each polling
+ * again without having done anything else, changes no state but the clock
+ * (1 ms of virtual time per such pass): after 120 s of it, or at once when
+ * nobody spins, that is a deadlock, reported with the blocks' states.
+ */
+static void run_resident(unsigned nb, unsigned n, size_t smem_bytes)
+{
+	for (unsigned bi = 0; bi < nb; bi++) {
+		blk &b = blks[bi];
+		b.warps.assign(n / 32, warp());
+		b.smem.assign(smem_bytes + 16, 0xff);
+		b.live = (int)n;
+		b.bar_arrived = 0;
+		b.bar_gen = 0;
+		for (unsigned i = 0; i < n; i++)
+			init_thread(thrs[(size_t)bi * n + i], &b, i,
+				    stacks + ((size_t)bi * n + i) * STACK);
+	}
+	/* $SKV_EMU_SCHED_SEED (not 0): blocks take turns in a new random order each pass */
+	const char *sv = getenv("SKV_EMU_SCHED_SEED");
+	uint64_t seed = sv ? strtoull(sv, NULL, 0) : 0;
+	std::vector<unsigned> order(nb);
+	for (unsigned bi = 0; bi < nb; bi++)
+		order[bi] = bi;
+	uint64_t idle_ns = 0;
+	for (;;) {
+		bool progress = false, all_done = true;
+		for (unsigned bi = nb - 1; seed && bi > 0; bi--) {
+			seed ^= seed << 13;
+			seed ^= seed >> 7;
+			seed ^= seed << 17;
+			std::swap(order[bi], order[seed % (bi + 1)]);
+		}
+		for (size_t i = 0; i < (size_t)nb * n; i++) {
+			thr &t = thrs[(size_t)order[i / n] * n + i % n];
+			if (!t.done)
+				all_done = false;
+			if (!ready(t))
+				continue;
+			const bool was_spinning = t.wait == 3;
+			cur = &t;
+			swapcontext(&sched, &t.ctx);
+			if (!(was_spinning && !t.done && t.wait == 3))
+				progress = true;
+		}
+		if (all_done)
+			return;
+		if (progress) {
+			idle_ns = 0;
+			continue;
+		}
+		/*
+		 * Only spinners ran: let them sleep 1 ms of virtual time (a
+		 * kernel may bound its waits with %globaltimer); after 120 s
+		 * of it, or with nobody spinning, nothing will ever change.
+		 */
+		if (spinners_left(nb, n) && idle_ns < 120000000000ull) {
+			slept_ns += 1000000;
+			idle_ns += 1000000;
+			continue;
+		}
+		fprintf(stderr,
+			"emu: deadlock in a launch of %u resident block(s): no thread can "
+			"make progress\n",
+			nb);
+		for (unsigned bi = 0; bi < nb; bi++) {
+			unsigned spin = 0, bar = 0, wbar = 0, done = 0;
+			for (unsigned i = 0; i < n; i++) {
+				const thr &t = thrs[(size_t)bi * n + i];
+				done += t.done != 0;
+				spin += !t.done && t.wait == 3;
+				bar += !t.done && t.wait == 1;
+				wbar += !t.done && t.wait == 2;
+			}
+			fprintf(stderr,
+				"emu:   block (%u,%u,%u): %u spinning in __nanosleep, %u at "
+				"__syncthreads, %u at a warp barrier, %u exited\n",
+				blks[bi].idx.x, blks[bi].idx.y, blks[bi].idx.z, spin, bar, wbar,
+				done);
+		}
+		abort();
+	}
+}
+
+static unsigned block_threads(dim3 block)
 {
 	const unsigned n = block.x * block.y * block.z;
 	if (block.y != 1 || block.z != 1 || n % 32) {
 		fprintf(stderr, "emu: only 1-D blocks of whole warps\n");
 		abort();
 	}
-	if (stacks_n < n) {
-		if (stacks)
-			munmap(stacks, stacks_n * STACK);
-		stacks = (char *)mmap(NULL, n * STACK, PROT_READ | PROT_WRITE,
-				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (stacks == MAP_FAILED) {
-			perror("emu: mmap");
-			abort();
-		}
-		stacks_n = n;
-	}
+	return n;
+}
+
+/* An ordinary launch: blocks one after another (static __shared__ is one per process here). */
+void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn)
+{
+	const unsigned n = block_threads(block);
+	stacks_for(n);
 	body = &fn;
 	thrs.assign(n, thr());
-	warps.assign(n / 32, warp());
+	blks.assign(1, blk());
 	for (unsigned bz = 0; bz < grid.z; bz++)
 		for (unsigned by = 0; by < grid.y; by++)
 			for (unsigned bx = 0; bx < grid.x; bx++) {
-				block_idx = dim3(bx, by, bz);
-				smem.assign(smem_bytes + 16, 0xff);
-				live = (int)n;
-				bar_arrived = 0;
-				for (unsigned i = 0; i < n; i++) {
-					thr &t = thrs[i];
-					t.tid = dim3(i, 0, 0);
-					t.done = 0;
-					t.wait = 0;
-					getcontext(&t.ctx);
-					t.ctx.uc_stack.ss_sp = stacks + (size_t)i * STACK;
-					t.ctx.uc_stack.ss_size = STACK;
-					t.ctx.uc_link = &sched;
-					makecontext(&t.ctx, entry, 0);
-				}
-				for (auto &w : warps)
-					w.arrived = 0;
-				for (;;) {
-					bool any = false, all_done = true;
-					for (unsigned i = 0; i < n; i++) {
-						if (!thrs[i].done)
-							all_done = false;
-						if (!ready(thrs[i]))
-							continue;
-						any = true;
-						cur = &thrs[i];
-						swapcontext(&sched, &thrs[i].ctx);
-					}
-					if (all_done)
-						break;
-					if (!any) {
-						fprintf(
-						    stderr,
-						    "emu: deadlock in block (%u,%u,%u): a barrier "
-						    "no thread can complete\n",
-						    bx, by, bz);
-						abort();
-					}
-				}
+				blks[0].idx = dim3(bx, by, bz);
+				run_resident(1, n, smem_bytes);
 			}
+}
+
+/*
+ * A persistent launch: every block of the grid resident at once, as on a GPU
+ * when the grid fits its occupancy, so blocks may wait for each other
+ * (spinning with __nanosleep). Kernels launched so must use dynamic shared
+ * memory only.
+ */
+void launch_resident(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn)
+{
+	const unsigned n = block_threads(block), nb = grid.x * grid.y * grid.z;
+	if (nb == 0 || nb > MAX_RESIDENT) {
+		fprintf(stderr, "emu: a persistent grid of %u blocks (at most %u resident)\n", nb,
+			MAX_RESIDENT);
+		abort();
+	}
+	stacks_for((size_t)nb * n);
+	body = &fn;
+	thrs.assign((size_t)nb * n, thr());
+	blks.assign(nb, blk());
+	unsigned bi = 0;
+	for (unsigned bz = 0; bz < grid.z; bz++)
+		for (unsigned by = 0; by < grid.y; by++)
+			for (unsigned bx = 0; bx < grid.x; bx++)
+				blks[bi++].idx = dim3(bx, by, bz);
+	run_resident(nb, n, smem_bytes);
 }
 } /* namespace emu */
 

@@ -50,6 +50,13 @@ if [ ! -e "$EMU" ]; then
 	exit
 fi
 
+SKV_CUDA_SCORE=bogus SKV_CUDA_PLUGIN=$(realpath "$EMU") timeout 20 "$SNAPKVD" \
+	--socket "$tmp/b.sock" --backend cuda --pool-bytes 64M --threads 2 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "Failed to start the compactor: .*SKV_CUDA_SCORE" "$tmp/err" &&
+	ok "bad SKV_CUDA_SCORE: exit 1, $(cat "$tmp/err")" ||
+	not_ok "bad SKV_CUDA_SCORE: rc $rc $(cat "$tmp/err")"
+
 echo "== serving from $(basename "$EMU")"
 sock=$tmp/snapkvd.sock
 SKV_CUDA_PLUGIN=$(realpath "$EMU") "$SNAPKVD" --socket "$sock" --backend cuda \

@@ -37,16 +37,27 @@
 namespace emu
 {
 const dim3 &thread_idx();
-extern dim3 block_idx;
+const dim3 &block_index();
 unsigned char *dyn_smem();
 void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+/* every block of the grid resident at once (they may wait for each other) */
+void launch_resident(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+/* blocks per SM the occupancy calculator reports ($SKV_EMU_BLOCKS_PER_SM, default 4) */
+int blocks_per_sm();
 void syncthreads();
+/* the calling thread polls again later: other threads and blocks run meanwhile */
+void spin_yield();
+/*
+ * %globaltimer: the monotonic clock plus the time spinners have "slept"
+ * (1 ms for each scheduler pass in which only they ran).
+ */
+uint64_t globaltimer_ns();
 /* every lane of the calling warp publishes v and receives all 32 values */
 void warp_exchange(uint64_t v, uint64_t *all);
 } /* namespace emu */
 
 #define threadIdx	(emu::thread_idx())
-#define blockIdx	(emu::block_idx)
+#define blockIdx	(emu::block_index())
 #define __syncthreads() emu::syncthreads()
 
 template <typename T> static inline uint64_t emu_bits(T v)
@@ -124,13 +135,48 @@ static inline int atomicCAS(int *p, int cmp, int v)
 		*p = v;
 	return o;
 }
-template <typename T> static inline cudaError_t cudaFuncSetAttribute(T *, cudaFuncAttribute, int)
+static inline unsigned atomicExch(unsigned *p, unsigned v)
 {
+	unsigned o = *p;
+	*p = v;
+	return o;
+}
+/* threads switch only at barriers, warp intrinsics and __nanosleep: a fence orders nothing more */
+static inline void __threadfence(void)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+static inline void __nanosleep(unsigned)
+{
+	emu::spin_yield();
+}
+template <typename T> static inline T __ldcg(const T *p)
+{
+	return *p; /* other blocks ran only inside an opaque call (swapcontext) */
+}
+
+/* The opt-in shared memory limit of sm_90 (227 KiB): larger requests fail as on an H100/H200. */
+#define SKV_EMU_MAX_DYN_SMEM (227 * 1024)
+template <typename T>
+static inline cudaError_t cudaFuncSetAttribute(T *, cudaFuncAttribute a, int v)
+{
+	if (a == cudaFuncAttributeMaxDynamicSharedMemorySize && v > SKV_EMU_MAX_DYN_SMEM)
+		return cudaErrorInvalidValue;
+	return cudaSuccess;
+}
+template <typename T>
+static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, T *, int,
+									size_t smem)
+{
+	*n = smem > SKV_EMU_MAX_DYN_SMEM ? 0 : emu::blocks_per_sm();
 	return cudaSuccess;
 }
 
 #define SKV_LAUNCH(kern, grid, block, smem, stream, ...)                                           \
 	(emu::launch(dim3(grid), dim3(block), (smem), [&]() { kern(__VA_ARGS__); }), (void)(stream))
+#define SKV_LAUNCH_PERSISTENT(kern, grid, block, smem, stream, ...)                                \
+	(emu::launch_resident(dim3(grid), dim3(block), (smem), [&]() { kern(__VA_ARGS__); }),      \
+	 (void)(stream))
 #define SKV_DYNAMIC_SMEM(name) unsigned char *name = emu::dyn_smem()
 
 #endif /* SKV_CUDA_EMU_RUNTIME_H */
