@@ -102,8 +102,9 @@ void snapkvd_arena_release(struct snapkvd_arena *a, uint64_t off, uint64_t bytes
 	if (!bytes || off > a->size || bytes > a->size - off)
 		return;
 	/* Hand the pages back to the kernel; the engine sees zeros there. */
-	(void)fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
-			(off_t)bytes);
+	if (!a->keep_pages)
+		(void)fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+				(off_t)bytes);
 	a->used -= bytes;
 	for (i = 0; i < a->n_free && a->free[i].off < off; i++)
 		;

@@ -10,6 +10,7 @@
 #ifndef SNAPKVD_ARENA_H
 #define SNAPKVD_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,10 @@ struct snapkvd_arena {
 	uint64_t used;
 	unsigned n_free, cap_free;
 	struct snapkvd_extent *free; /* sorted by offset, never adjacent */
+	/* Set when the daemon exits: released regions keep their pages, so an
+	 * engine still copying a cache it was just answered for reads it whole;
+	 * the memory goes when the engine unmaps the memfd. */
+	bool keep_pages;
 };
 
 /* Create a sealed memfd of `size` bytes and map it. 0 or -errno. */
@@ -35,7 +40,8 @@ void snapkvd_arena_free(struct snapkvd_arena *a);
 uint64_t snapkvd_arena_round(uint64_t bytes);
 /* First fit. 0 or -ENOSPC (no room in this arena), -ENOMEM. */
 int snapkvd_arena_alloc(struct snapkvd_arena *a, uint64_t bytes, uint64_t *ret_off);
-/* Give back a region; its pages are punched (read back as zero). */
+/* Give back a region; its pages are punched (read back as zero) unless
+ * keep_pages. */
 void snapkvd_arena_release(struct snapkvd_arena *a, uint64_t off, uint64_t bytes);
 
 #endif

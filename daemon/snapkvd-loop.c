@@ -479,9 +479,14 @@ void snapkvd_loop_fini(struct snapkvd_server *srv)
 	/* the kernel side goes first: no armed op can complete into freed memory */
 	io_uring_queue_exit(&srv->ring);
 	snapkvd_server_ops_fini(srv);
-	for (s = srv->sessions; s; s = s->next)
+	for (s = srv->sessions; s; s = s->next) {
+		/* engines may still be reading caches they were answered for
+		 * during the drain: exiting must not zero them under their feet */
+		if (s->arena)
+			s->arena->keep_pages = true;
 		if (!s->closing)
 			snapkvd_session_close(s, 0);
+	}
 	for (s = srv->sessions; s; s = n) {
 		n = s->next;
 		s->refs = 1;

@@ -928,7 +928,7 @@ static void test_sigterm_drains(void)
 	struct skv_layer_ref lr[4];
 	struct skv_compact_desc d;
 	struct skv_request *rq[4];
-	struct skv_cache *k;
+	struct skv_cache *k[4] = {NULL};
 	struct prob p;
 	int st, ok = 0;
 
@@ -942,19 +942,49 @@ static void test_sigterm_drains(void)
 	/* make sure the daemon has taken them off the ring */
 	h_sleep_ms(20);
 	kill(H.pid, SIGTERM);
-	for (int i = 0; i < 4; i++) {
-		k = NULL;
-		if (skv_request_wait(rq[i], 5000, &k) == 0) {
+	for (int i = 0; i < 4; i++)
+		if (skv_request_wait(rq[i], 5000, &k[i]) == 0)
 			ok++;
-			skv_cache_release(k); /* the daemon is going: just the handle */
-		}
-	}
 	CU_ASSERT_EQUAL(ok, 4);
 	waitpid(H.pid, &st, 0);
 	h_reaped(&H);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		fprintf(stderr, "snapkvd wait status 0x%x\n", st);
+	/* The daemon is gone, and the caches it answered with are still whole in
+	 * our mapping of the arena: exiting does not punch them out. */
+	for (int i = 0; ok == 4 && i < 4; i++) {
+		const struct skv_cache_info *ci = skv_cache_info(k[i]);
+		int bad = 0, nonzero = 0;
+
+		for (uint32_t l = 0; l < p.layers; l++)
+			for (uint32_t h = 0; h < ci->h_store; h++) {
+				const int32_t *pos = skv_cache_positions(k[i], l, h);
+				const float *kk = skv_cache_k(k[i], l, h);
+
+				for (uint32_t j = 0; j < ci->kept; j++) {
+					bad += pos[j] < 0 || pos[j] >= (int32_t)p.L ||
+					       (j && pos[j] <= pos[j - 1]);
+					for (uint32_t e = 0; e < p.d; e++)
+						nonzero +=
+						    kk[(size_t)j * ci->token_stride + e] != 0.0f;
+					if (i)
+						bad +=
+						    memcmp(kk + (size_t)j * ci->token_stride,
+							   (const float *)skv_cache_k(k[0], l, h) +
+							       (size_t)j * ci->token_stride,
+							   p.d * 4) != 0;
+				}
+			}
+		CU_ASSERT_EQUAL(bad, 0);
+		CU_ASSERT(nonzero > 0);
+		if (bad || !nonzero)
+			fprintf(stderr,
+				"cache %d after the daemon exited: %d bad rows, %d nonzero\n", i,
+				bad, nonzero);
+	}
+	for (int i = 0; i < 4; i++)
+		skv_cache_release(k[i]); /* the daemon is gone: just the handle */
 	skv_buffer_free(b);
 	skv_client_close(c);
 	CU_ASSERT_EQUAL(h_start(&H, NULL), 0); /* for the suite's cleanup */
