@@ -1164,6 +1164,22 @@ SKV_EXPORT int skv_compact_desc_wait_flag(struct skv_compact_desc *d,
 	return 0;
 }
 
+SKV_EXPORT int skv_compact_desc_wait_event(struct skv_compact_desc *d, const void *ipc_handle,
+					   uint32_t timeout_ms)
+{
+	if (!d || !ipc_handle ||
+	    d->desc_size <
+		offsetof(struct skv_compact_desc, wait_ipc_event) + sizeof(d->wait_ipc_event))
+		return -EINVAL;
+	d->prefill_wait = SKV_WAIT_CUDA_IPC_EVENT;
+	d->wait_buffer = NULL;
+	d->wait_offset = 0;
+	d->wait_value = 0;
+	memcpy(d->wait_ipc_event, ipc_handle, sizeof(d->wait_ipc_event));
+	d->wait_timeout_ms = timeout_ms;
+	return 0;
+}
+
 SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 				  struct skv_request **ret_req)
 {

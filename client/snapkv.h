@@ -193,8 +193,8 @@ struct skv_compact_desc {
 	 * it from the host and starts only once it has completed (up to 1 ms
 	 * later), with the same wait_timeout_ms bound: not complete by then, the
 	 * request fails (-ETIME here) having run nothing. A handle the daemon
-	 * cannot open is -EINVAL. Set prefill_wait, wait_ipc_event and
-	 * wait_timeout_ms directly (wait_buffer/offset/value are not used). */
+	 * cannot open is -EINVAL. skv_compact_desc_wait_event() (SNAPKV_1.4)
+	 * fills them; wait_buffer/offset/value are not used. */
 	enum skv_prefill_wait prefill_wait;
 	const struct skv_buffer *wait_buffer;
 	uint64_t wait_offset;
@@ -207,6 +207,12 @@ struct skv_compact_desc {
  * cover them). -EINVAL for a NULL desc/buffer or an unaligned offset. */
 int skv_compact_desc_wait_flag(struct skv_compact_desc *d, const struct skv_buffer *flag_buf,
 			       uint64_t offset, uint32_t value, uint32_t timeout_ms);
+/* Fill the wait fields of d for a CUDA_IPC_EVENT wait: ipc_handle is the 64
+ * bytes of cudaIpcGetEventHandle (a cudaIpcEventHandle_t; libsnapkv needs no
+ * CUDA header), timeout_ms as above. -EINVAL for a NULL desc/handle or a
+ * desc_size that does not cover the wait fields. Since SNAPKV_1.4. */
+int skv_compact_desc_wait_event(struct skv_compact_desc *d, const void *ipc_handle,
+				uint32_t timeout_ms);
 
 /* SPEC.md reference defaults: snapkvd, W 32, C 2048, k 5, avg, expand, S 4. */
 void skv_client_params_init(struct skv_params *p);

@@ -483,9 +483,8 @@ static int complete_upload(struct engine_event *e)
 static void desc_wait_event(struct skv_compact_desc *d, const struct engine_event *e,
 			    uint32_t timeout_ms)
 {
-	d->prefill_wait = SKV_WAIT_CUDA_IPC_EVENT;
-	memcpy(d->wait_ipc_event, &e->handle, sizeof(d->wait_ipc_event));
-	d->wait_timeout_ms = timeout_ms;
+	if (skv_compact_desc_wait_event(d, &e->handle, timeout_ms) < 0)
+		abort(); /* desc_size is sizeof: cannot fail */
 }
 
 /*
@@ -714,6 +713,9 @@ static void prefill_waits(struct skv_client *c, const struct skv_compact_desc *d
 	EXPECT(r == -ERANGE, "flag past the buffer: %d (%s)", r, skv_client_error(c));
 	d.wait_offset = 2; /* unaligned: the library refuses it, the daemon too */
 	EXPECT(skv_compact_desc_wait_flag(&d, bkv, 2, 1, 200) == -EINVAL, "unaligned (lib)");
+	EXPECT(skv_compact_desc_wait_event(&d, NULL, 200) == -EINVAL, "event NULL handle (lib)");
+	EXPECT(skv_compact_desc_wait_event(NULL, d.wait_ipc_event, 200) == -EINVAL,
+	       "event NULL desc (lib)");
 	r = skv_client_compact(c, &d, &k);
 	EXPECT(r == -ERANGE, "unaligned flag: %d (%s)", r, skv_client_error(c));
 	d.wait_offset = flag_off;
