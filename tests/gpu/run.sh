@@ -46,7 +46,7 @@ fi
 "$NVCC" --version | tail -n 2
 
 # Step timeouts (seconds); keep their sum (with the fallback build) <= 480.
-T_BUILD=120 T_BUILD2=30 T_FULL=35 T_LOADER=15 T_AGREE=65 T_IPC=25 T_DAEMON=50 T_GPUBUF=40
+T_BUILD=90 T_BUILD2=30 T_FULL=35 T_LOADER=15 T_AGREE=65 T_IPC=25 T_DAEMON=50 T_GPUBUF=70
 T_BENCH=50 T_BENCH_FUSED=50
 echo "step timeouts: $((T_BUILD + T_BUILD2 + T_FULL + T_LOADER + T_AGREE + T_IPC + T_DAEMON + \
 	T_GPUBUF + T_BENCH + T_BENCH_FUSED)) s in all"
