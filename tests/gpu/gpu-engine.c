@@ -494,6 +494,34 @@ static void desc_wait_event(struct skv_compact_desc *d, const struct engine_even
  * completed (-ETIME at the bound, nothing held back after); a handle that is
  * no event -EINVAL; then the daemon serves on with its pool at the baseline.
  */
+/* After refused and timed-out waits: the next plain request is served and
+ * equals the host result, and pool and arena are back where they were.
+ * Returns the pool bytes for the caller's summary line. */
+static uint64_t still_serving(struct skv_client *c, const struct skv_compact_desc *d0,
+			      const struct skv_stats *st0, const struct skv_plan *pl,
+			      const float *ok, const float *ov, const float *om, const int32_t *op,
+			      const char *after)
+{
+	struct skv_compact_desc d = *d0;
+	struct skv_cache *k = NULL;
+	struct skv_stats st1;
+	int r;
+
+	r = skv_client_compact(c, &d, &k);
+	EXPECT(r == 0, "compaction after %s: %d (%s)", after, r, skv_client_error(c));
+	if (r == 0) {
+		EXPECT(check_cache(k, NULL, pl, ok, ov, om, op) == 0, "after %s", after);
+		skv_cache_release(k);
+	}
+	memset(&st1, 0, sizeof(st1));
+	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
+	EXPECT(st1.pool_used == st0->pool_used && st1.arena_used == st0->arena_used,
+	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0->pool_used,
+	       (unsigned long long)st1.pool_used, (unsigned long long)st0->arena_used,
+	       (unsigned long long)st1.arena_used);
+	return st1.pool_used;
+}
+
 static void event_waits(struct skv_client *c, const struct skv_compact_desc *d0,
 			struct skv_cuda_dev *dev, char *dkv, size_t kv_bytes, const float *hkv,
 			const struct skv_plan *pl, const float *ok, const float *ov,
@@ -503,7 +531,8 @@ static void event_waits(struct skv_client *c, const struct skv_compact_desc *d0,
 	struct skv_request *rq = NULL;
 	struct skv_cache *k = NULL;
 	struct engine_event e;
-	struct skv_stats st0, st1;
+	struct skv_stats st0;
+	uint64_t pool;
 	double t0, t_set, t_plain;
 	unsigned mism;
 	int r;
@@ -581,21 +610,10 @@ static void event_waits(struct skv_client *c, const struct skv_compact_desc *d0,
 	EXPECT(r == -E2BIG, "event timeout over prefill_wait_max_ms: %d (%s)", r,
 	       skv_client_error(c));
 	/* 5: still serving, and nothing held back */
-	d = *d0;
-	r = skv_client_compact(c, &d, &k);
-	EXPECT(r == 0, "compaction after the event timeout: %d (%s)", r, skv_client_error(c));
-	if (r == 0) {
-		EXPECT(check_cache(k, NULL, pl, ok, ov, om, op) == 0, "after the event timeout");
-		skv_cache_release(k);
-	}
-	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
-	EXPECT(st1.pool_used == st0.pool_used && st1.arena_used == st0.arena_used,
-	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0.pool_used,
-	       (unsigned long long)st1.pool_used, (unsigned long long)st0.arena_used,
-	       (unsigned long long)st1.arena_used);
+	pool = still_serving(c, d0, &st0, pl, ok, ov, om, op, "the event timeout");
 	printf("engine: event wait: -EINVAL, -E2BIG refused; served after the timeout; pool "
 	       "%llu bytes as before: %s\n",
-	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+	       (unsigned long long)pool, fails ? "FAILED" : "ok");
 	event_teardown(&e);
 }
 
@@ -654,7 +672,8 @@ static void prefill_waits(struct skv_client *c, const struct skv_compact_desc *d
 	struct skv_compact_desc d = *d0;
 	struct skv_request *rq = NULL;
 	struct skv_cache *k = NULL;
-	struct skv_stats st0, st1;
+	struct skv_stats st0;
+	uint64_t pool;
 	double t0, t_set;
 	int r;
 
@@ -727,21 +746,10 @@ static void prefill_waits(struct skv_client *c, const struct skv_compact_desc *d
 	r = skv_client_compact(c, &d, &k);
 	EXPECT(r == -E2BIG, "timeout over prefill_wait_max_ms: %d (%s)", r, skv_client_error(c));
 	/* 4: still serving, and nothing held back */
-	d = *d0;
-	r = skv_client_compact(c, &d, &k);
-	EXPECT(r == 0, "compaction after the timeout: %d (%s)", r, skv_client_error(c));
-	if (r == 0) {
-		EXPECT(check_cache(k, NULL, pl, ok, ov, om, op) == 0, "after the timeout");
-		skv_cache_release(k);
-	}
-	EXPECT(skv_client_stats(c, &st1) == 0, "stats");
-	EXPECT(st1.pool_used == st0.pool_used && st1.arena_used == st0.arena_used,
-	       "pool %llu -> %llu bytes, arena %llu -> %llu", (unsigned long long)st0.pool_used,
-	       (unsigned long long)st1.pool_used, (unsigned long long)st0.arena_used,
-	       (unsigned long long)st1.arena_used);
+	pool = still_serving(c, d0, &st0, pl, ok, ov, om, op, "the timeout");
 	printf("engine: prefill wait: -ERANGE, -ENOENT, -E2BIG refused; served after the "
 	       "timeout; pool %llu bytes as before: %s\n",
-	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+	       (unsigned long long)pool, fails ? "FAILED" : "ok");
 }
 
 /* ------------------------------------------------ GROW and paged layouts */
