@@ -77,3 +77,4 @@ endif
 TEST_SCRIPTS += tests/gpu/emu/run-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-gpubuf-emu.sh
+TEST_SCRIPTS += tests/gpu/emu/test-daemon-suites-cuda-emu.sh

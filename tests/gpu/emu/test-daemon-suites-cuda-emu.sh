@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# "Impossible to crash from a client" with --backend cuda: the daemon's
+# bad-input and fuzz suites (tests/integration) again against snapkvd
+# --backend cuda on the emulated plugin (SNAPKVD_TEST_BACKEND=cuda-emu makes
+# daemon-harness.h add the flag): bad input with one worker, fuzz with three
+# (jobs of several sessions on several worker streams at once). Skipped
+# where the emulated plugin is not built (CUDA=0). PLUGIN=build/libskv-cuda.so
+# runs the same on a GPU.
+set -u
+BUILD=${BUILD:-build}
+PLUGIN=${PLUGIN:-$BUILD/tests/gpu/emu/libskv-cuda-emu.so}
+for f in "$BUILD/snapkvd" "$PLUGIN" "$BUILD/tests/test-daemon-badinput" \
+	"$BUILD/tests/test-daemon-fuzz"; do
+	if [ ! -e "$f" ]; then
+		echo "skip: $f not built (CUDA=0?)"
+		exit 0
+	fi
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-daemon-suites-cuda.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../../tally.sh"
+export SNAPKVD_TEST_BACKEND=cuda-emu
+SKV_CUDA_PLUGIN=$(realpath "$PLUGIN")
+export SKV_CUDA_PLUGIN
+for tw in test-daemon-badinput:1 test-daemon-fuzz:3; do
+	t=${tw%:*} w=${tw#*:}
+	{
+		if SNAPKVD_TEST_WORKERS=$w "$BUILD/tests/$t" >"$tmp/$t.out" 2>&1; then
+			ok "$t, --backend cuda, $w worker(s): $(grep -c passed "$tmp/$t.out") tests"
+		else
+			cat "$tmp/$t.out"
+			not_ok "$t, --backend cuda, $w worker(s)"
+		fi
+	}
+done
+echo "test-daemon-suites-cuda-emu: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
