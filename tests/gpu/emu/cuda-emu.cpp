@@ -857,15 +857,39 @@ cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 	memcpy(h, &e, sizeof(e));
 	return cudaSuccess;
 }
+/*
+ * Open (pid, fd) of a handle: only a memfd this emulator made (named
+ * `name`) of at least `bytes` bytes. CUDA validates its handles; so must
+ * the emulator, or a byte-flipped handle would map another process's file
+ * (a daemon that writes a released prefill flag would write into it) or a
+ * range past the memfd's end (SIGBUS on the first read): -1 then.
+ */
+static int emu_open_handle_fd(uint32_t pid, int32_t hfd, const char *name, uint64_t bytes)
+{
+	char path[64], link[64];
+	struct stat st;
+	size_t n = strlen(name);
+
+	snprintf(path, sizeof(path), "/proc/%u/fd/%d", pid, hfd);
+	ssize_t k = readlink(path, link, sizeof(link) - 1);
+	if (k < (ssize_t)n || memcmp(link, name, n) != 0)
+		return -1;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < bytes) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
 cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int)
 {
 	emu_ipc_handle e;
-	char path[64];
 	memcpy(&e, &h, sizeof(e));
-	if (e.magic != 0x454d5531u)
+	if (e.magic != 0x454d5531u || e.size == 0 || e.offset >= e.size)
 		return cudaErrorInvalidValue;
-	snprintf(path, sizeof(path), "/proc/%u/fd/%d", e.pid, e.fd);
-	int fd = open(path, O_RDWR | O_CLOEXEC);
+	int fd = emu_open_handle_fd(e.pid, e.fd, "/memfd:emu-malloc", e.size);
 	if (fd < 0)
 		return cudaErrorInvalidValue;
 	void *a = mmap(NULL, e.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -914,12 +938,10 @@ cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t
 cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t h)
 {
 	emu_ipc_event_handle eh;
-	char path[64];
 	memcpy(&eh, &h, sizeof(eh));
 	if (eh.magic != EMU_EVENT_MAGIC)
 		return cudaErrorInvalidResourceHandle;
-	snprintf(path, sizeof(path), "/proc/%u/fd/%d", eh.pid, eh.fd);
-	int fd = open(path, O_RDWR | O_CLOEXEC);
+	int fd = emu_open_handle_fd(eh.pid, eh.fd, "/memfd:emu-event", 4096);
 	if (fd < 0)
 		return cudaErrorInvalidResourceHandle;
 	void *a = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
