@@ -6,10 +6,10 @@
  * a VMM allocation exported as a POSIX fd (cuMemExportToShareableHandle,
  * passed over SCM_RIGHTS) or a legacy cudaIpcMemHandle_t (64 bytes in the
  * message). The plugin imports it once on the daemon's own device, keyed by
- * (session id, generation): a repeated key shares the mapping with its
- * refcount raised, so every buffer object holds exactly one reference and
- * drops it with its last user (unregister, session end, or the last job that
- * still reads it). The buffer's `map` is then a device address: jobs pass it
+ * (session id, buffer id): a repeated registration of a live generation is
+ * counted on its buffer (snapkvd-session.c), so every buffer object holds
+ * exactly one import reference and drops it with its last user (unregister,
+ * session end, or the last job that still reads it). The buffer's `map` is then a device address: jobs pass it
  * to the kernels as is, it is never dereferenced on the host.
  */
 #include <errno.h>
@@ -72,12 +72,21 @@ int snapkvd_gpu_buffer_new(struct snapkvd_session *s, const Snapkv__V1__Register
 		r = -ERANGE;
 		goto fail;
 	}
+	/*
+	 * The plugin shares the import of a repeated (tenant, key). A repeated
+	 * generation of a live buffer never gets here (register_gpu counts it
+	 * on that buffer), so a match in the plugin could only be generation 0
+	 * ("none") again or a generation unregistered while a job still holds
+	 * its import: both name another allocation, which must not be read
+	 * through the old mapping. The key is therefore the buffer id this
+	 * buffer will get, never reused within the session.
+	 */
+	uint64_t key = s->next_buffer_id + 1;
 	if (vmm)
-		r = srv->gpu->ops->import_fd(srv->gpu->dev, s->id, m->generation, fd, m->size, &imp,
-					     &kerr);
+		r = srv->gpu->ops->import_fd(srv->gpu->dev, s->id, key, fd, m->size, &imp, &kerr);
 	else
-		r = srv->gpu->ops->import_ipc(srv->gpu->dev, s->id, m->generation,
-					      m->ipc_handle.data, &imp, &kerr);
+		r = srv->gpu->ops->import_ipc(srv->gpu->dev, s->id, key, m->ipc_handle.data, &imp,
+					      &kerr);
 	if (r < 0) {
 		snprintf(err, errlen, "import: %s", kerr.msg[0] ? kerr.msg : strerror(-r));
 		goto fail;
