@@ -78,3 +78,17 @@ TEST_SCRIPTS += tests/gpu/emu/run-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-gpubuf-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-suites-cuda-emu.sh
+
+# Bad and random input on the CUDA paths of snapkvd --backend cuda, on the
+# emulated plugin (it makes the emulator's memfd "GPU memory" itself: no CUDA)
+ifeq ($(CUDA),1)
+GPUFUZZ := $(BUILD)/tests/test-daemon-gpufuzz
+OBJS += $(BUILD)/tests/gpu/emu/test-daemon-gpufuzz.o
+$(BUILD)/tests/gpu/emu/test-daemon-gpufuzz.o: CFLAGS_BASE += -Itests/integration
+$(BUILD)/tests/gpu/emu/test-daemon-gpufuzz.o: | $(SKV_PB_H)
+$(GPUFUZZ): $(BUILD)/tests/gpu/emu/test-daemon-gpufuzz.o $(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) \
+		$(SNAPKVD) $(EMU_PLUGIN)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
+		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(GPUFUZZ)
+endif
