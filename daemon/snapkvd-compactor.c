@@ -52,11 +52,12 @@ struct snapkvd_worker {
 	struct skv_ctx *ctx;
 	struct skv_cuda_ctx *gctx; /* --backend cuda */
 	/* a prefill wait in progress (under c->mu): the timer releases it at
-	 * wait_deadline by writing wait_value into wait_flag */
+	 * wait_deadline by writing wait_value into wait_flag, unless the flag
+	 * holds it by then (wait_met: the kernels behind it may still run) */
 	void *wait_flag;
 	uint32_t wait_value;
 	uint64_t wait_deadline;
-	bool wait_fired;
+	bool wait_fired, wait_met;
 	pthread_t thread;
 	bool started;
 };
@@ -917,6 +918,7 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 		w->wait_value = j->wait_value;
 		w->wait_deadline = snapkvd_now_ns() + (uint64_t)j->wait_ms * 1000000u;
 		w->wait_fired = false;
+		w->wait_met = false;
 		pthread_cond_signal(&w->c->wcond);
 		pthread_mutex_unlock(&w->c->mu);
 		r = o->ctx_wait_value(w->gctx, j->wait_flag, j->wait_value, kerr);
@@ -1029,10 +1031,23 @@ static void *waiter(void *arg)
 			struct skv_error kerr = {{0}, -1, -1};
 			int r;
 
-			if (!w->wait_flag || w->wait_fired)
+			uint32_t v = 0;
+
+			if (!w->wait_flag || w->wait_fired || w->wait_met)
 				continue;
 			if (now < w->wait_deadline) {
 				next = w->wait_deadline < next ? w->wait_deadline : next;
+				continue;
+			}
+			/*
+			 * The deadline bounds the wait, not the kernels queued behind
+			 * it: a flag the engine reached in time is neither failed
+			 * -ETIMEDOUT nor overwritten (an engine's counter may be past
+			 * wait_value by now)
+			 */
+			if (o->read_value(c->srv->gpu->dev, w->wait_flag, &v, &kerr) == 0 &&
+			    v >= w->wait_value) {
+				w->wait_met = true;
 				continue;
 			}
 			w->wait_fired = true;

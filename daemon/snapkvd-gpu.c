@@ -9,8 +9,8 @@
  * (session id, buffer id): a repeated registration of a live generation is
  * counted on its buffer (snapkvd-session.c), so every buffer object holds
  * exactly one import reference and drops it with its last user (unregister,
- * session end, or the last job that still reads it). The buffer's `map` is then a device address: jobs pass it
- * to the kernels as is, it is never dereferenced on the host.
+ * session end, or the last job that still reads it). The buffer's `map` is then a device address:
+ * jobs pass it to the kernels as is, it is never dereferenced on the host.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -88,6 +88,10 @@ struct skv_backend_ops {
 			struct skv_error *err);
 	int (*ctx_upload)(struct skv_cuda_ctx *ctx, const void *host, uint64_t bytes,
 			  void **ret_dev, struct skv_error *err);
+	/* a prefill flag's current value: at the deadline, whether the engine
+	 * reached it (the kernels behind the wait may still run) */
+	int (*read_value)(struct skv_cuda_dev *dev, const void *flag, uint32_t *ret_value,
+			  struct skv_error *err);
 };
 
 /* The one symbol the loader looks up in the plugin. */

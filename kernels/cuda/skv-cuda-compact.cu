@@ -222,6 +222,25 @@ extern "C" int skv_cuda_signal_value(struct skv_cuda_dev *dev, void *flag, uint3
 	return 0;
 }
 
+extern "C" int skv_cuda_read_value(struct skv_cuda_dev *dev, const void *flag, uint32_t *ret_value,
+				   struct skv_error *err)
+{
+	if (!dev || !flag || !ret_value || ((uintptr_t)flag & 3))
+		return skv_cuda_fail(
+		    err, -EINVAL, -1, -1,
+		    "device, ret_value and a 4-byte aligned flag address are required");
+	int r = skv_cuda_dev_enter(dev, err);
+	if (r < 0)
+		return r;
+	uint32_t v = 0;
+	/* the legacy default stream, as skv_cuda_signal_value */
+	cudaError_t e = cudaMemcpy(&v, flag, sizeof(v), cudaMemcpyDeviceToHost);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, "cudaMemcpy (read flag)");
+	*ret_value = v;
+	return 0;
+}
+
 static int status_result(skv_cuda_ctx *c, struct skv_error *err)
 {
 	c->pending = 0;

@@ -715,6 +715,7 @@ static const struct skv_backend_ops ops = {
     /* GROW in a GPU arena, paged block tables */
     .ctx_copy = skv_cuda_ctx_copy,
     .ctx_upload = skv_cuda_ctx_upload,
+    .read_value = skv_cuda_read_value,
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

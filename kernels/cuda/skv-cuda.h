@@ -87,6 +87,15 @@ int skv_cuda_signal_value(struct skv_cuda_dev *dev, void *flag, uint32_t value,
 			  struct skv_error *err);
 
 /*
+ * Read the 32-bit word at device address `flag` from the host (a synchronous
+ * copy, ordered after no stream of this library): whether an engine has
+ * reached a prefill flag while a context's stream is still queued behind it.
+ * Safe to call from any thread. 0, -EINVAL (unaligned), -EIO.
+ */
+int skv_cuda_read_value(struct skv_cuda_dev *dev, const void *flag, uint32_t *ret_value,
+			struct skv_error *err);
+
+/*
  * An engine's interprocess event (the 64 bytes of a cudaIpcEventHandle_t
  * from cudaIpcGetEventHandle of an event created with cudaEventInterprocess |
  * cudaEventDisableTiming), opened on dev for polling from the host: a caller
