@@ -23,12 +23,13 @@
 #include <sys/mman.h>
 
 #include "daemon-harness.h"
+#include "proto/skv-ring.h"
 #include "skv.h"
 #include "snapkv.h"
 
-#define GRAN (2u << 20)
+#define GRAN	  (2u << 20)
 #define IPC_MAGIC 0x454d5531u
-#define EV_MAGIC 0x454d5545u
+#define EV_MAGIC  0x454d5545u
 
 static struct harness H;
 static uint64_t seed = 20261130;
@@ -56,6 +57,10 @@ static float last_mass = NAN;
 /* no answer within 10 s: a hang (not an errno the daemon could send) */
 #define HANG (-100000)
 
+/* The last Welcome's fds (ring, arena, eventfds) when kept by raw_connect */
+static int welcome_fds[4] = {-1, -1, -1, -1};
+static bool keep_welcome;
+
 static int raw_connect(bool admin)
 {
 	Snapkv__V1__Hello h = SNAPKV__V1__HELLO__INIT;
@@ -77,8 +82,12 @@ static int raw_connect(bool admin)
 		close(fd);
 		return -EPROTO;
 	}
-	for (unsigned i = 0; i < nf; i++)
-		close(fds[i]);
+	for (unsigned i = 0; i < nf; i++) {
+		if (keep_welcome)
+			welcome_fds[i] = fds[i];
+		else
+			close(fds[i]);
+	}
 	return fd;
 }
 
@@ -372,8 +381,8 @@ static void bystander_ok(void)
 		f[i] = (float)(rnd() % 1000) / 500.0f - 1.0f;
 	memset(&d, 0, sizeof(d));
 	d.desc_size = sizeof(d);
-	d.shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HQ,
-				     .n_q = NQ};
+	d.shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HQ, .n_q = NQ};
 	d.layers = 1;
 	skv_client_params_init(&d.params);
 	d.params.window = 8;
@@ -443,12 +452,11 @@ static void baseline_ok(const char *what)
 		}
 		h_sleep_ms(10);
 	}
-	if (!ok)
-	{
+	if (!ok) {
 		char cmd[128];
 
-		printf("\n    after %s: sessions %d, pool %lld, imports %d, fds %d (base %d) ", what,
-		       h_sessions(H.sock), h_pool_used(H.sock), h_cuda_imports(H.sock), fds,
+		printf("\n    after %s: sessions %d, pool %lld, imports %d, fds %d (base %d) ",
+		       what, h_sessions(H.sock), h_pool_used(H.sock), h_cuda_imports(H.sock), fds,
 		       base_fds);
 		fflush(stdout);
 		snprintf(cmd, sizeof(cmd), "ls -l /proc/%d/fd | sed 1d | sed 's/^.*[0-9] //' >&2",
@@ -511,7 +519,8 @@ static float host_mass(int fd)
 	pm.window = 8;
 	pm.capacity = 24;
 	if (skv_plan(&sh, &pm, &plan, &err) == 0 && skv_ctx_new(1, &ctx) == 0) {
-		float *ok = calloc((size_t)plan.kept * 16, 4), *ov = calloc((size_t)plan.kept * 16, 4);
+		float *ok = calloc((size_t)plan.kept * 16, 4),
+		      *ov = calloc((size_t)plan.kept * 16, 4);
 		int32_t *op = calloc(plan.kept, 4);
 		struct skv_layer_in in = {
 		    .q = {(void *)f, SKV_DTYPE_F32, 8 * 16, 16, NULL, 0, 0, 0},
@@ -539,8 +548,8 @@ static float host_mass(int fd)
 /* Every status a bad request may get: anything else (or a hang) fails. */
 static bool errno_ok(int st)
 {
-	static const int ok[] = {0,	  -EINVAL, -ERANGE, -E2BIG,    -ENOENT,	   -EBADF,
-				 -EEXIST, -EPERM,  -EBUSY,  -ENOSPC,   -EDQUOT,	   -ETIMEDOUT,
+	static const int ok[] = {0,	  -EINVAL,  -ERANGE,  -E2BIG,	  -ENOENT, -EBADF,
+				 -EEXIST, -EPERM,   -EBUSY,   -ENOSPC,	  -EDQUOT, -ETIMEDOUT,
 				 -EMFILE, -ENOTSUP, -EBADMSG, -EOVERFLOW, -ENOMEM, -EIO};
 
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
@@ -572,9 +581,9 @@ static void test_register(void)
 	CU_ASSERT_FATAL(pipe2(p, O_CLOEXEC) == 0);
 	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0);
 	const int fdchoice[] = {vm, big, small, p[0], p[1], devnull, ev, sp[0], plain, ipcm};
-	const uint64_t sizes[] = {0,	     1,		4096,	    GRAN,     GRAN - 1, GRAN + 1,
-				  2 * GRAN,  4 * GRAN,	1ull << 40, ~0ull,    1ull << 63, 65536,
-				  256 << 10, (256 << 10) + 1};
+	const uint64_t sizes[] = {0,	      1,	4096,	   GRAN,	   GRAN - 1,
+				  GRAN + 1,   2 * GRAN, 4 * GRAN,  1ull << 40,	   ~0ull,
+				  1ull << 63, 65536,	256 << 10, (256 << 10) + 1};
 
 	/* the fixed ones first: each gets its own errno */
 	{
@@ -686,8 +695,9 @@ static void test_register(void)
 			CU_ASSERT_EQUAL(send_req(sk, &c.req, &cache), 0);
 			float want = host_mass(i ? b : a);
 			if (!(fabsf(last_mass - want) <= 1e-4f))
-				printf("\n    generation 0, buffer %d: mass %g, its allocation's %g ",
-				       i, last_mass, want);
+				printf(
+				    "\n    generation 0, buffer %d: mass %g, its allocation's %g ",
+				    i, last_mass, want);
 			CU_ASSERT(fabsf(last_mass - want) <= 1e-4f);
 			CU_ASSERT_EQUAL(release_cache(sk, cache), 0);
 		}
@@ -711,8 +721,8 @@ static void test_register(void)
 			int st;
 
 			rb.kind = (Snapkv__V1__BufferKind)(rnd() % 8 ? 2 + rnd() % 2 : rnd() % 6);
-			rb.size = rnd() % 4 ? sizes[rnd() % (sizeof(sizes) / sizeof(sizes[0]))]
-					    : rnd64();
+			rb.size =
+			    rnd() % 4 ? sizes[rnd() % (sizeof(sizes) / sizeof(sizes[0]))] : rnd64();
 			rb.offset = rnd() % 2 ? 0 : rnd() % 2 ? rnd() % (512 << 10) : rnd64();
 			rb.generation = rnd() % 6;
 			rb.device = (int32_t)rnd();
@@ -891,6 +901,26 @@ static void test_prefill_waits(void)
 	unsigned tried = 0, done = 0, timed_out = 0;
 
 	CU_ASSERT_FATAL(gsess_open(&g) == 0);
+	/*
+	 * The bound is on the wait, not on the kernels behind it: a flag
+	 * already past its value, a 1 ms bound shorter than the (emulated)
+	 * compaction: done, and the engine's flag not overwritten
+	 */
+	for (int i = 0; i < 3; i++) {
+		struct creq q;
+		uint64_t cache = 0;
+		int st;
+
+		creq_init(&q, &g);
+		*g.flag = 7;
+		q.w.timeout_ms = 1;
+		st = send_req(g.sk, &q.c.req, &cache);
+		CU_ASSERT_EQUAL(st, 0);
+		CU_ASSERT_EQUAL(*g.flag, 7);
+		if (st == 0)
+			CU_ASSERT_EQUAL(release_cache(g.sk, cache), 0);
+	}
+	*g.flag = 1;
 	for (int i = 0; i < 80; i++) {
 		struct creq q;
 		uint8_t h[100];
@@ -1120,10 +1150,11 @@ static void test_flipped(void)
 			}
 			tried++;
 			n_inputs++;
-			if (skv_frame_send(g.sk, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, b2, n, &vm,
-					   vm >= 0, 0) < 0)
+			if (skv_frame_send(g.sk, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, b2, n,
+					   &vm, vm >= 0, 0) < 0)
 				break;
-			if (recv_next(g.sk, &hdr, NULL) != SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY)
+			if (recv_next(g.sk, &hdr, NULL) !=
+			    SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY)
 				break;
 			rr = snapkv__v1__register_reply__unpack(NULL, hdr.length,
 								buf + SKV_FRAME_HDR_SIZE);
@@ -1135,6 +1166,95 @@ static void test_flipped(void)
 	}
 	printf("\n    %u sessions, %u flipped messages ", sessions, tried);
 	batch_done("flipped requests");
+}
+
+/*
+ * CUDA requests over the ring: valid ones (GPU arena, flags set and not,
+ * paged) with bits flipped, four in flight at a time, through the same
+ * parser and completion path as the socket's but posted as CQEs.
+ */
+static void test_ring(void)
+{
+	unsigned sqes = 0, cqes = 0, ok = 0;
+
+	for (int round = 0; round < 2; round++) {
+		struct gsess g;
+		struct skv_ring_layout l;
+		struct skv_ring_q sq, cq;
+		uint8_t good[1024];
+		size_t glen;
+		struct creq q;
+		int32_t bt[4] = {2, 3, 0, 1};
+
+		keep_welcome = true;
+		int r = gsess_open(&g);
+		keep_welcome = false;
+		CU_ASSERT_FATAL(r == 0);
+		off_t sz = lseek(welcome_fds[0], 0, SEEK_END);
+		uint8_t *map =
+		    mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, welcome_fds[0], 0);
+		CU_ASSERT_FATAL(map != MAP_FAILED);
+		memcpy(&l, map, sizeof(l));
+		CU_ASSERT_FATAL(skv_ring_layout_check(&l, sz) == 0);
+		skv_ring_q_init(&sq, map, l.sq_off, l.sq_entries, sizeof(struct skv_sqe));
+		skv_ring_q_init(&cq, map, l.cq_off, l.cq_entries, sizeof(struct skv_cqe));
+		creq_init(&q, &g);
+		q.w.timeout_ms = 20;
+		if (round) {
+			q.c.k.block_size = 16;
+			q.c.k.block_stride = 16 * 16 * 4;
+			q.c.k.head_stride = 16;
+			q.c.cr.n_block_table = 4;
+			q.c.cr.block_table = bt;
+		}
+		glen = snapkv__v1__request__pack(&q.c.req, good);
+		for (int batch = 0; batch < 20; batch++) {
+			unsigned sent = 0, got = 0;
+			struct skv_cqe c;
+
+			*g.flag = rnd() % 4 != 0;
+			for (uint32_t i = 0; i < 4 && i < l.arg_slots; i++) {
+				uint8_t *slot = map + l.arg_off + (size_t)i * l.arg_slot_size;
+				struct skv_sqe e = {.opcode = SKV_OP_REQUEST,
+						    .slot = i,
+						    .len = (uint32_t)glen,
+						    .user_data = (uint64_t)batch << 8 | i};
+
+				memcpy(slot, good, glen);
+				for (int f = rnd() % 3 - 1; f >= 0; f--)
+					slot[rnd() % glen] ^= (uint8_t)(1u << (rnd() % 8));
+				if (skv_ring_produce(&sq, &e) < 0)
+					break;
+				sent++;
+				n_inputs++;
+			}
+			eventfd_write(welcome_fds[2], 1);
+			/* every flag wait here ends within 20 ms: 5 s is a hang */
+			for (int w = 0; w < 5000 && got < sent; w++) {
+				while (got < sent && skv_ring_consume(&cq, &c) == 0) {
+					got++;
+					ok += c.res == 0;
+					expect_errno(c.res, "ring CQE", cqes + got);
+				}
+				if (got < sent)
+					h_sleep_ms(1);
+			}
+			sqes += sent;
+			cqes += got;
+			CU_ASSERT_EQUAL(got, sent);
+			if (got < sent)
+				break;
+		}
+		munmap(map, sz);
+		for (int i = 0; i < 4; i++) {
+			close(welcome_fds[i]);
+			welcome_fds[i] = -1;
+		}
+		gsess_close(&g);
+	}
+	printf("\n    %u SQEs, %u CQEs, %u compacted ", sqes, cqes, ok);
+	CU_ASSERT(ok >= 10);
+	batch_done("ring");
 }
 
 /* The next frame is a Response with status want; its mass in last_mass. */
@@ -1178,9 +1298,9 @@ static void test_unregister_busy(void)
 		q.w.timeout_ms = 100;
 		n = snapkv__v1__request__pack(&q.c.req, p);
 		n_inputs++;
-		CU_ASSERT_EQUAL(skv_frame_send(g.sk, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, p, n,
-					       NULL, 0, 0),
-				0);
+		CU_ASSERT_EQUAL(
+		    skv_frame_send(g.sk, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, p, n, NULL, 0, 0),
+		    0);
 		h_sleep_ms(20);
 		CU_ASSERT_EQUAL(unreg(g.sk, g.vmm), 0);
 		if (round == 0) {
@@ -1298,6 +1418,7 @@ int main(void)
 	CU_add_test(s, "paged block tables", test_paged);
 	CU_add_test(s, "byte-flipped CUDA requests", test_flipped);
 	CU_add_test(s, "unregister and close while a job waits", test_unregister_busy);
+	CU_add_test(s, "CUDA requests over the ring, flipped", test_ring);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	printf("\n%u inputs\n", n_inputs);
