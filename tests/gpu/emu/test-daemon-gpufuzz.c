@@ -54,7 +54,7 @@ static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
 /* retained mass of (layer 0, head 0) in the last COMPACT/GROW answered */
 static float last_mass = NAN;
 
-/* no answer within 10 s: a hang (not an errno the daemon could send) */
+/* no answer within 60 s: a hang (not an errno the daemon could send) */
 #define HANG (-100000)
 
 /* The last Welcome's fds (ring, arena, eventfds) when kept by raw_connect */
@@ -92,7 +92,7 @@ static int raw_connect(bool admin)
 }
 
 /*
- * The next frame within 10 s (a daemon that does not answer is a hang);
+ * The next frame within 60 s (a daemon that does not answer is a hang);
  * fds it carries closed unless ret_fd. Returns the type, or -errno.
  */
 static int recv_next(int fd, struct skv_frame_hdr *hdr, int *ret_fd)
@@ -102,7 +102,7 @@ static int recv_next(int fd, struct skv_frame_hdr *hdr, int *ret_fd)
 	unsigned nf = 4;
 	int r;
 
-	if (poll(&p, 1, 10000) != 1)
+	if (poll(&p, 1, 60000) != 1)
 		return HANG;
 	r = skv_frame_recv(fd, buf, sizeof(buf), hdr, fds, &nf, 0);
 	if (r < 0)
@@ -791,6 +791,21 @@ static void test_arena(void)
 	int sk = raw_connect(false);
 
 	CU_ASSERT_FATAL(sk >= 0);
+	{
+		/* COMPACT into the GPU arena before asking for it: -EINVAL */
+		Snapkv__V1__RegisterBuffer rb = SNAPKV__V1__REGISTER_BUFFER__INIT;
+		int vm = gpu_memfd("fuzz-vmm", GRAN);
+		uint64_t id = 0;
+		struct h_compact c;
+
+		rb.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD;
+		rb.size = GRAN;
+		CU_ASSERT_EQUAL(reg(sk, &rb, &vm, 1, &id), 0);
+		close(vm);
+		h_compact_init(&c, id, 1, 64, 16, 8, 4096, 8, 24);
+		c.cr.out_arena = SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM;
+		CU_ASSERT_EQUAL(send_req(sk, &c.req, NULL), -EINVAL);
+	}
 	for (int i = 0; i < 5; i++) {
 		CU_ASSERT_EQUAL(ask_arena(sk, &nf), 0);
 		CU_ASSERT_EQUAL(nf, 1);
@@ -1229,8 +1244,9 @@ static void test_ring(void)
 				n_inputs++;
 			}
 			eventfd_write(welcome_fds[2], 1);
-			/* every flag wait here ends within 20 ms: 5 s is a hang */
-			for (int w = 0; w < 5000 && got < sent; w++) {
+			/* every flag wait here ends within 100 ms, but a flipped prompt_len can
+			 * ask for a long (emulated, sanitized) compaction: 60 s is a hang */
+			for (int w = 0; w < 60000 && got < sent; w++) {
 				while (got < sent && skv_ring_consume(&cq, &c) == 0) {
 					got++;
 					ok += c.res == 0;
@@ -1277,7 +1293,8 @@ static void expect_response(int sk, int want)
 }
 
 /*
- * Buffers unregistered, sessions closed while a job still waits on them:
+ * Buffers unregistered, sessions closed while a job still waits on them, or
+ * while a compaction into the GPU arena or a GROW in it is in flight:
  * the job holds the import; it ends (done, reading the unregistered
  * buffer's own memory, or -ETIMEDOUT at its bound), then the import goes.
  * The generation of a buffer whose import a job still holds, registered
@@ -1334,6 +1351,42 @@ static void test_unregister_busy(void)
 			CU_ASSERT(fabsf(last_mass - host_mass(g.vmm_fd)) <= 1e-4f);
 		}
 		/* round 2: the session goes with its job pending */
+		gsess_close(&g);
+	}
+	/*
+	 * The session goes while a compaction into its GPU arena, or a GROW
+	 * copying device to device in it, is queued or running: the arena is
+	 * freed after the last job, nothing is left behind
+	 */
+	for (int round = 0; round < 4; round++) {
+		struct creq q;
+		uint8_t p[1024];
+		uint64_t cache = 0;
+		size_t n;
+
+		CU_ASSERT_FATAL(gsess_open(&g) == 0);
+		creq_init(&q, &g);
+		if (round % 2) {
+			Snapkv__V1__Request rq = SNAPKV__V1__REQUEST__INIT;
+			Snapkv__V1__GrowRequest gr = SNAPKV__V1__GROW_REQUEST__INIT;
+
+			CU_ASSERT_EQUAL(send_req(g.sk, &q.c.req, &cache), 0);
+			gr.cache_id = cache;
+			gr.extra = 64;
+			rq.op_case = SNAPKV__V1__REQUEST__OP_GROW;
+			rq.grow = &gr;
+			n = snapkv__v1__request__pack(&rq, p);
+		} else {
+			n = snapkv__v1__request__pack(&q.c.req, p);
+		}
+		for (int i = 0; i < 1 + round / 2; i++) {
+			n_inputs++;
+			CU_ASSERT_EQUAL(skv_frame_send(g.sk, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST,
+						       p, n, NULL, 0, 0),
+					0);
+		}
+		if (round >= 2)
+			h_sleep_ms(5);
 		gsess_close(&g);
 	}
 	batch_done("unregister while busy");
