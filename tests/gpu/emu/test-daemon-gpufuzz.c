@@ -1392,6 +1392,68 @@ static void test_unregister_busy(void)
 	batch_done("unregister while busy");
 }
 
+/*
+ * SIGTERM with prefill waits pending on several sessions (flags never set,
+ * events never completed) and a compaction queued behind them: the drain
+ * ends each at its bound, every engine gets its answer, exit 0. Last: it
+ * stops the suite's daemon.
+ */
+static void test_sigterm(void)
+{
+	struct gsess g[2];
+	int st = -1, answered = 0, sent = 0;
+
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_FATAL(gsess_open(&g[i]) == 0);
+		*g[i].flag = 0;
+		*g[i].ev_word = 0;
+	}
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 3; k++) {
+			struct creq q;
+			uint8_t p[1024];
+			size_t n;
+
+			creq_init(&q, &g[i]);
+			q.w.timeout_ms = 100;
+			if (k == 1) {
+				q.w.kind =
+				    SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_IPC_EVENT;
+				q.w.ipc_event.data = g[i].ev_h;
+				q.w.ipc_event.len = 64;
+			}
+			if (k == 2)
+				q.c.cr.prefill_wait = NULL;
+			n = snapkv__v1__request__pack(&q.c.req, p);
+			n_inputs++;
+			sent += skv_frame_send(g[i].sk, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, p,
+					       n, NULL, 0, 0) == 0;
+		}
+	h_sleep_ms(20);
+	kill(H.pid, SIGTERM);
+	/* 6 jobs on one worker, each waiting 100 ms at most: well within 10 s */
+	bool exited = false;
+	for (int i = 0; i < 1000 && !exited; i++) {
+		exited = waitpid(H.pid, &st, WNOHANG) == H.pid;
+		if (!exited)
+			h_sleep_ms(10);
+	}
+	CU_ASSERT(exited && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	if (exited)
+		h_reaped(&H);
+	else
+		h_kill(&H);
+	for (int i = 0; i < 2; i++) {
+		struct skv_frame_hdr hdr;
+
+		while (recv_next(g[i].sk, &hdr, NULL) == SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE)
+			answered++;
+		gsess_close(&g[i]);
+	}
+	printf("\n    %d of %d requests answered during the drain ", answered, sent);
+	CU_ASSERT_EQUAL(answered, sent);
+}
+
 static int suite_init(void)
 {
 	static const char *extra[] = {"--pool-bytes", "64M", "--config", NULL, NULL};
@@ -1435,7 +1497,7 @@ static void test_warmup(void)
 static int suite_clean(void)
 {
 	char conf[128];
-	int st = h_stop(&H);
+	int st = H.pid > 0 ? h_stop(&H) : 0; /* test_sigterm stopped it */
 
 	snprintf(conf, sizeof(conf), "%s/d.conf", H.dir);
 	unlink(conf);
@@ -1472,6 +1534,7 @@ int main(void)
 	CU_add_test(s, "byte-flipped CUDA requests", test_flipped);
 	CU_add_test(s, "unregister and close while a job waits", test_unregister_busy);
 	CU_add_test(s, "CUDA requests over the ring, flipped", test_ring);
+	CU_add_test(s, "SIGTERM with prefill waits pending", test_sigterm);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	printf("\n%u inputs\n", n_inputs);
