@@ -587,7 +587,8 @@ int ctl_daemon_compact(const char *socket_path, const struct skv_shape *shape,
 
 		r = skv_request_wait(rq, ms, &k);
 		if (r == -ETIMEDOUT) {
-			/* the request stays pending in the daemon; snapkvctl exits */
+			/* the daemon keeps it until our session ends, which is now */
+			skv_request_abandon(rq);
 			snprintf(err, errlen, "snapkvd did not finish the compaction within %u ms",
 				 ctl_daemon_timeout_ms());
 			goto out;

@@ -1482,6 +1482,47 @@ out:
 	return 0;
 }
 
+SKV_EXPORT void skv_request_abandon(struct skv_request *rq)
+{
+	Snapkv__V1__Response *resp = NULL;
+	struct skv_cache *k = NULL;
+	struct skv_client *c;
+	struct slot *s;
+
+	if (!rq)
+		return;
+	c = rq->c;
+	pthread_mutex_lock(&c->mu);
+	if (rq->sync) {
+		if (rq->sync_res == 0)
+			resp = rq->sync_resp;
+		else if (rq->sync_resp)
+			snapkv__v1__response__free_unpacked(rq->sync_resp, NULL);
+	} else if ((s = request_slot(c, rq))) {
+		(void)reap(c);
+		if (s->state == SLOT_DONE) {
+			if (collect(c, rq->slot, &resp) < 0)
+				resp = NULL;
+		} else {
+			s->orphan = true; /* reap() drops its completion */
+		}
+	}
+	/* finished already: give its cache back now rather than at session end */
+	if (resp && resp->result_case == SNAPKV__V1__RESPONSE__RESULT_CACHE) {
+		k = calloc(1, sizeof(*k));
+		if (k && cache_from_info(c, resp->cache, k) < 0) {
+			cache_free(k);
+			k = NULL;
+		}
+	}
+	if (resp)
+		snapkv__v1__response__free_unpacked(resp, NULL);
+	pthread_mutex_unlock(&c->mu);
+	free(rq);
+	if (k)
+		(void)skv_cache_release(k);
+}
+
 SKV_EXPORT int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,
 				  struct skv_cache **ret_cache)
 {

@@ -235,6 +235,15 @@ int skv_request_poll(struct skv_request *r);
  * skv_client_reconnect() replaced fails with -ENOTCONN (freed).
  */
 int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **ret_cache);
+/*
+ * Give up on a request without waiting (after skv_request_wait's -ETIMEDOUT,
+ * or before closing the client): the handle is freed. If the compaction has
+ * finished, its cache is released now; if it finishes later, the library
+ * drops the completion and the daemon keeps the cache, counted, until the
+ * session ends (skv_client_close or skv_client_reconnect). NULL is fine.
+ * Since SNAPKV_1.4.
+ */
+void skv_request_abandon(struct skv_request *r);
 /* submit + wait */
 int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,
 		       struct skv_cache **ret_cache);

@@ -921,6 +921,42 @@ static void test_harness_reaps(void)
 	CU_ASSERT_EQUAL(h_daemon_pid(H.sock), H.pid);
 }
 
+/* A request given up on: once finished, its cache goes back to the pool at
+ * once; given up on before it finishes, the session end frees it. */
+static void test_abandon(void)
+{
+	struct skv_client *c = connect_engine("abandon");
+	struct skv_buffer *b = NULL;
+	struct skv_layer_ref lr[4];
+	struct skv_compact_desc d;
+	struct skv_request *rq = NULL;
+	long long base;
+	struct prob p;
+	int polled = 0;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	prob_init(&p, 512);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, p.bytes, &b), 0);
+	prob_fill(&p, skv_buffer_data(b), 5);
+	prob_desc(&p, b, lr, &d);
+	base = h_pool_used(H.sock);
+	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(c, &d, &rq), 0);
+	for (int i = 0; i < 5000 && (polled = skv_request_poll(rq)) == 0; i++)
+		h_sleep_ms(1);
+	CU_ASSERT_EQUAL(polled, 1);
+	CU_ASSERT(h_pool_used(H.sock) > base);
+	skv_request_abandon(rq); /* finished: its cache is released now */
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, base, 5000), 0);
+	/* not finished yet (most likely): dropped when it completes, freed
+	 * with the session */
+	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(c, &d, &rq), 0);
+	skv_request_abandon(rq);
+	CU_ASSERT_EQUAL(skv_client_nop(c), 0); /* the ring is fine */
+	skv_buffer_free(b);
+	skv_client_close(c);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, base, 5000), 0);
+}
+
 static void test_sigterm_drains(void)
 {
 	struct skv_client *c = connect_engine("drain");
@@ -1013,6 +1049,7 @@ int main(void)
 	CU_add_test(s, "engine SIGKILLed mid-request", test_engine_killed);
 	CU_add_test(s, "daemon killed, reconnect", test_daemon_killed);
 	CU_add_test(s, "a daemon left running is reaped at exit", test_harness_reaps);
+	CU_add_test(s, "a request given up on", test_abandon);
 	CU_add_test(s, "SIGTERM drains", test_sigterm_drains);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
