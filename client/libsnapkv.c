@@ -1005,6 +1005,13 @@ static int submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, ui
 	return 0;
 }
 
+/* A failed result r as the client's error: the daemon's message if it sent
+ * one, else strerror. Returns r. */
+static int result_fail(struct skv_client *c, int r, const Snapkv__V1__Response *resp)
+{
+	return fail(c, r, "%s", resp && resp->error && resp->error[0] ? resp->error : strerror(-r));
+}
+
 /* Take a finished slot's result; frees the slot. */
 static int collect(struct skv_client *c, uint32_t i, Snapkv__V1__Response **ret_resp)
 {
@@ -1012,15 +1019,22 @@ static int collect(struct skv_client *c, uint32_t i, Snapkv__V1__Response **ret_
 	int r = s->res;
 
 	if (r < 0)
-		fail(c, r, "%s",
-		     s->resp && s->resp->error && s->resp->error[0] ? s->resp->error
-								    : strerror(-r));
+		result_fail(c, r, s->resp);
 	if (ret_resp && r == 0)
 		*ret_resp = s->resp;
 	else if (s->resp)
 		snapkv__v1__response__free_unpacked(s->resp, NULL);
 	*s = (struct slot){0};
 	return r;
+}
+
+/* A wait on slot i failed (not by timeout): a late completion is dropped by
+ * reap(), and one that already came is freed now. */
+static void slot_give_up(struct skv_client *c, uint32_t i)
+{
+	c->slots[i].orphan = true;
+	if (c->slots[i].state == SLOT_DONE)
+		collect(c, i, NULL);
 }
 
 /* The ring did not complete a request by its deadline. The slot is left to
@@ -1045,9 +1059,7 @@ static int call(struct skv_client *c, Snapkv__V1__Request *req, Snapkv__V1__Resp
 	if (r == -ETIMEDOUT)
 		return ring_timeout(c, i);
 	if (r < 0) {
-		c->slots[i].orphan = true;
-		if (c->slots[i].state == SLOT_DONE)
-			collect(c, i, NULL);
+		slot_give_up(c, i);
 		return r;
 	}
 	return collect(c, i, ret);
@@ -1283,9 +1295,7 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 			rq->sync_res = resp->status;
 			rq->sync_resp = resp;
 			if (resp->status < 0)
-				fail(c, resp->status, "%s",
-				     resp->error && resp->error[0] ? resp->error
-								   : strerror(-resp->status));
+				result_fail(c, resp->status, resp);
 		}
 	} else {
 		r = submit(c, SKV_OP_REQUEST, &req, call_deadline(c), &slot);
@@ -1428,8 +1438,7 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 		resp = rq->sync_resp;
 		r = rq->sync_res;
 		if (r < 0)
-			fail(c, r, "%s",
-			     resp && resp->error && resp->error[0] ? resp->error : strerror(-r));
+			result_fail(c, r, resp);
 		goto result;
 	}
 	if (!request_slot(c, rq)) {
@@ -1443,9 +1452,7 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 		return r;
 	}
 	if (r < 0) {
-		c->slots[rq->slot].orphan = true;
-		if (c->slots[rq->slot].state == SLOT_DONE)
-			collect(c, rq->slot, NULL);
+		slot_give_up(c, rq->slot);
 		goto out;
 	}
 	r = collect(c, rq->slot, &resp);
