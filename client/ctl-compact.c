@@ -290,15 +290,6 @@ static int parse_name(const char *name, uint32_t *ret_layer, char *ret_kind)
 	return 0;
 }
 
-static void fmt_shape(const struct skv_st_tensor *t, char *buf, size_t len)
-{
-	size_t o = (size_t)snprintf(buf, len, "[");
-	for (uint32_t i = 0; i < t->rank && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu64, i ? ", " : "", t->shape[i]);
-	if (o < len)
-		snprintf(buf + o, len - o, "]");
-}
-
 struct job {
 	struct opts o;
 	struct skv_st_file *in;
@@ -334,14 +325,14 @@ static int check_kv_shape(const struct skv_st_tensor *t, const struct skv_st_ten
 	char a[96], b[96];
 
 	if (t->rank != 3) {
-		fmt_shape(t, a, sizeof(a));
+		ctl_fmt_shape(t, a, sizeof(a));
 		ctl_err(CMD, "%s: %s: shape %s is not [heads, tokens, head_dim]", in_name, t->name,
 			a);
 		return CTL_EXIT_USAGE;
 	}
 	for (int d = 0; d < 3; d++)
 		if (t->shape[d] == 0 || t->shape[d] > UINT32_MAX) {
-			fmt_shape(t, a, sizeof(a));
+			ctl_fmt_shape(t, a, sizeof(a));
 			ctl_err(CMD, "%s: %s: shape %s has a dimension that is 0 or over 2^32-1",
 				in_name, t->name, a);
 			return CTL_EXIT_USAGE;
@@ -352,8 +343,8 @@ static int check_kv_shape(const struct skv_st_tensor *t, const struct skv_st_ten
 		return CTL_EXIT_USAGE;
 	}
 	if (ref && (ref->dtype != t->dtype || memcmp(ref->shape, t->shape, sizeof(t->shape)))) {
-		fmt_shape(t, a, sizeof(a));
-		fmt_shape(ref, b, sizeof(b));
+		ctl_fmt_shape(t, a, sizeof(a));
+		ctl_fmt_shape(ref, b, sizeof(b));
 		ctl_err(CMD, "%s: %s: %s %s differs from %s: %s %s", in_name, t->name,
 			skv_st_dtype_name(t->dtype), a, ref->name, skv_st_dtype_name(ref->dtype),
 			b);
@@ -434,7 +425,7 @@ static int discover(struct job *j)
 			char a[96];
 			if (q->rank != 3 || q->shape[0] == 0 || q->shape[0] > UINT32_MAX ||
 			    q->shape[1] > UINT32_MAX || q->shape[2] != li->k->shape[2]) {
-				fmt_shape(q, a, sizeof(a));
+				ctl_fmt_shape(q, a, sizeof(a));
 				ctl_err(CMD,
 					"%s: %s: shape %s is not [H_q, rows, %" PRIu64
 					"] (head_dim of %s)",

@@ -41,15 +41,6 @@ static void put_safe(const char *s, int width)
 		putchar(' ');
 }
 
-static void shape_str(const struct skv_st_tensor *t, char *buf, size_t len)
-{
-	size_t o = (size_t)snprintf(buf, len, "[");
-	for (uint32_t i = 0; i < t->rank && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu64, i ? ", " : "", t->shape[i]);
-	if (o < len)
-		snprintf(buf + o, len - o, "]");
-}
-
 static int print_json(const struct skv_st_file *f)
 {
 	json_t *root = json_object(), *ts = json_array(), *meta = json_object();
@@ -190,7 +181,7 @@ int ctl_inspect(int argc, char **argv)
 	for (size_t i = 0; i < skv_st_count(f); i++) {
 		const struct skv_st_tensor *t = skv_st_at(f, i);
 		char sh[160];
-		shape_str(t, sh, sizeof(sh));
+		ctl_fmt_shape(t, sh, sizeof(sh));
 		printf("  ");
 		put_safe(t->name, 32);
 		printf(" %-4s %s\n", skv_st_dtype_name(t->dtype), sh);

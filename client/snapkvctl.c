@@ -12,6 +12,7 @@
 
 #include "ctl-daemon.h"
 #include "skv-io.h"
+#include "skv-safetensors.h"
 #include "snapkvctl.h"
 
 static const struct ctl_cmd cmds[] = {
@@ -98,6 +99,15 @@ void ctl_print_ranges(FILE *f, const int32_t *pos, uint32_t n, uint32_t max_rang
 		i = e + 1;
 	}
 	fputc('\n', f);
+}
+
+void ctl_fmt_shape(const struct skv_st_tensor *t, char *buf, size_t len)
+{
+	size_t o = (size_t)snprintf(buf, len, "[");
+	for (uint32_t i = 0; i < t->rank && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu64, i ? ", " : "", t->shape[i]);
+	if (o < len)
+		snprintf(buf + o, len - o, "]");
 }
 
 static void usage(FILE *f)

@@ -50,4 +50,8 @@ int ctl_parse_choice(const char *s, const char *const *names);
 /* Positions as "0-2, 7, 9-40", at most max_ranges ranges, then a count. */
 void ctl_print_ranges(FILE *f, const int32_t *pos, uint32_t n, uint32_t max_ranges);
 
+/* A tensor's shape as "[2, 8, 64]", cut short to fit len. */
+struct skv_st_tensor;
+void ctl_fmt_shape(const struct skv_st_tensor *t, char *buf, size_t len);
+
 #endif /* SNAPKVCTL_H */
