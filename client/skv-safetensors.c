@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "skv-safetensors.h"
+#include "skv-st-internal.h"
 
 #define META_KEY "__metadata__"
 
@@ -72,10 +73,7 @@ static int dtype_parse(const char *s, enum skv_st_dtype *ret)
 	return -ENOTSUP;
 }
 
-static int fail(struct skv_st_error *err, int r, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct skv_st_error *err, int r, const char *fmt, ...)
+int skv_st__fail(struct skv_st_error *err, int r, const char *fmt, ...)
 {
 	if (err) {
 		va_list ap;
@@ -147,7 +145,8 @@ static int parse_tensor(struct skv_st_file *f, const char *name, json_t *val,
 	int r;
 
 	if (!json_is_object(val))
-		return fail(err, -EBADMSG, "%s: entry is not a JSON object", safe(name, sn));
+		return skv_st__fail(err, -EBADMSG, "%s: entry is not a JSON object",
+				    safe(name, sn));
 	json_object_foreach(val, key, v)
 	{
 		if (strcmp(key, "dtype") == 0)
@@ -158,66 +157,69 @@ static int parse_tensor(struct skv_st_file *f, const char *name, json_t *val,
 			joff = v;
 		else {
 			char sk[SAFE_LEN];
-			return fail(err, -EBADMSG, "%s: unknown key \"%s\"", safe(name, sn),
-				    safe(key, sk));
+			return skv_st__fail(err, -EBADMSG, "%s: unknown key \"%s\"", safe(name, sn),
+					    safe(key, sk));
 		}
 	}
 	if (!jdt || !jshape || !joff)
-		return fail(err, -EBADMSG, "%s: missing \"%s\"", safe(name, sn),
-			    !jdt      ? "dtype"
-			    : !jshape ? "shape"
-				      : "data_offsets");
+		return skv_st__fail(err, -EBADMSG, "%s: missing \"%s\"", safe(name, sn),
+				    !jdt      ? "dtype"
+				    : !jshape ? "shape"
+					      : "data_offsets");
 
 	memset(t, 0, sizeof(*t));
 	t->name = name;
 	if (!json_is_string(jdt))
-		return fail(err, -EBADMSG, "%s: dtype is not a string", safe(name, sn));
+		return skv_st__fail(err, -EBADMSG, "%s: dtype is not a string", safe(name, sn));
 	if (dtype_parse(json_string_value(jdt), &t->dtype) < 0) {
 		char sd[SAFE_LEN];
-		return fail(err, -ENOTSUP,
-			    "%s: unsupported dtype %s (supported: F32, F16, BF16, I32)",
-			    safe(name, sn), safe(json_string_value(jdt), sd));
+		return skv_st__fail(err, -ENOTSUP,
+				    "%s: unsupported dtype %s (supported: F32, F16, BF16, I32)",
+				    safe(name, sn), safe(json_string_value(jdt), sd));
 	}
 
 	if (!json_is_array(jshape))
-		return fail(err, -EBADMSG, "%s: shape is not an array", safe(name, sn));
+		return skv_st__fail(err, -EBADMSG, "%s: shape is not an array", safe(name, sn));
 	size_t rank = json_array_size(jshape);
 	if (rank > SKV_ST_MAX_RANK)
-		return fail(err, -EBADMSG, "%s: rank %zu exceeds the limit of %d", safe(name, sn),
-			    rank, SKV_ST_MAX_RANK);
+		return skv_st__fail(err, -EBADMSG, "%s: rank %zu exceeds the limit of %d",
+				    safe(name, sn), rank, SKV_ST_MAX_RANK);
 	t->rank = (uint32_t)rank;
 	t->n_elems = 1;
 	for (size_t i = 0; i < rank; i++) {
 		r = get_uint(json_array_get(jshape, i), &t->shape[i]);
 		if (r < 0)
-			return fail(err, -EBADMSG, "%s: shape[%zu] is %s", safe(name, sn), i,
-				    r == -ERANGE ? "negative" : "not an integer");
+			return skv_st__fail(err, -EBADMSG, "%s: shape[%zu] is %s", safe(name, sn),
+					    i, r == -ERANGE ? "negative" : "not an integer");
 		if (mul_overflow_u64(t->n_elems, t->shape[i], &t->n_elems))
-			return fail(err, -EBADMSG, "%s: shape product overflows", safe(name, sn));
+			return skv_st__fail(err, -EBADMSG, "%s: shape product overflows",
+					    safe(name, sn));
 	}
 	if (mul_overflow_u64(t->n_elems, skv_st_dtype_size(t->dtype), &t->n_bytes))
-		return fail(err, -EBADMSG, "%s: byte size overflows", safe(name, sn));
+		return skv_st__fail(err, -EBADMSG, "%s: byte size overflows", safe(name, sn));
 
 	if (!json_is_array(joff) || json_array_size(joff) != 2)
-		return fail(err, -EBADMSG, "%s: data_offsets is not an array of two integers",
-			    safe(name, sn));
+		return skv_st__fail(err, -EBADMSG,
+				    "%s: data_offsets is not an array of two integers",
+				    safe(name, sn));
 	uint64_t b, e;
 	if (get_uint(json_array_get(joff, 0), &b) < 0 || get_uint(json_array_get(joff, 1), &e) < 0)
-		return fail(err, -EBADMSG, "%s: data_offsets must be non-negative integers",
-			    safe(name, sn));
+		return skv_st__fail(err, -EBADMSG, "%s: data_offsets must be non-negative integers",
+				    safe(name, sn));
 	if (b > e)
-		return fail(err, -EBADMSG, "%s: data_offsets [%" PRIu64 ", %" PRIu64 "] decrease",
-			    safe(name, sn), b, e);
+		return skv_st__fail(err, -EBADMSG,
+				    "%s: data_offsets [%" PRIu64 ", %" PRIu64 "] decrease",
+				    safe(name, sn), b, e);
 	if (e > f->data_size)
-		return fail(err, -EBADMSG,
-			    "%s: data_offsets [%" PRIu64 ", %" PRIu64 "] past end of data (%" PRIu64
-			    " bytes)",
-			    safe(name, sn), b, e, f->data_size);
+		return skv_st__fail(err, -EBADMSG,
+				    "%s: data_offsets [%" PRIu64 ", %" PRIu64
+				    "] past end of data (%" PRIu64 " bytes)",
+				    safe(name, sn), b, e, f->data_size);
 	if (e - b != t->n_bytes)
-		return fail(err, -EBADMSG,
-			    "%s: data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
-			    " bytes but shape and dtype need %" PRIu64,
-			    safe(name, sn), b, e, e - b, t->n_bytes);
+		return skv_st__fail(err, -EBADMSG,
+				    "%s: data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
+				    " bytes but shape and dtype need %" PRIu64,
+				    safe(name, sn), b, e, e - b, t->n_bytes);
 	t->offset = b;
 	t->data = f->data + b;
 	return 0;
@@ -230,21 +232,23 @@ static int parse_meta(struct skv_st_file *f, json_t *val, struct skv_st_error *e
 	char sk[SAFE_LEN];
 
 	if (!json_is_object(val))
-		return fail(err, -EBADMSG, "__metadata__ is not a JSON object");
+		return skv_st__fail(err, -EBADMSG, "__metadata__ is not a JSON object");
 	size_t n = json_object_size(val);
 	if (n == 0)
 		return 0;
 	f->meta = calloc(n, sizeof(*f->meta));
 	if (!f->meta)
-		return fail(err, -ENOMEM, "out of memory");
+		return skv_st__fail(err, -ENOMEM, "out of memory");
 	json_object_foreach(val, key, v)
 	{
 		if (strlen(key) > SKV_ST_MAX_NAME)
-			return fail(err, -EBADMSG, "__metadata__: key \"%s\" longer than %d bytes",
-				    safe(key, sk), SKV_ST_MAX_NAME);
+			return skv_st__fail(err, -EBADMSG,
+					    "__metadata__: key \"%s\" longer than %d bytes",
+					    safe(key, sk), SKV_ST_MAX_NAME);
 		if (!json_is_string(v))
-			return fail(err, -EBADMSG, "__metadata__: value of \"%s\" is not a string",
-				    safe(key, sk));
+			return skv_st__fail(err, -EBADMSG,
+					    "__metadata__: value of \"%s\" is not a string",
+					    safe(key, sk));
 		f->meta[f->n_meta].key = key;
 		f->meta[f->n_meta].value = json_string_value(v);
 		f->n_meta++;
@@ -282,36 +286,39 @@ static int parse(struct skv_st_file *f, const uint8_t *buf, size_t len, struct s
 	int r;
 
 	if (len < 8)
-		return fail(err, -EBADMSG,
-			    "file is %zu bytes, too short for the 8-byte header length", len);
+		return skv_st__fail(err, -EBADMSG,
+				    "file is %zu bytes, too short for the 8-byte header length",
+				    len);
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | buf[i];
 	if (hlen > SKV_ST_MAX_HEADER)
-		return fail(err, -EBADMSG,
-			    "header length %" PRIu64 " exceeds the limit of %u bytes", hlen,
-			    SKV_ST_MAX_HEADER);
+		return skv_st__fail(err, -EBADMSG,
+				    "header length %" PRIu64 " exceeds the limit of %u bytes", hlen,
+				    SKV_ST_MAX_HEADER);
 	if (hlen > len - 8)
-		return fail(err, -EBADMSG,
-			    "header length %" PRIu64 " past end of file (%zu bytes after it)", hlen,
-			    len - 8);
+		return skv_st__fail(err, -EBADMSG,
+				    "header length %" PRIu64
+				    " past end of file (%zu bytes after it)",
+				    hlen, len - 8);
 	f->data = buf + 8 + hlen;
 	f->data_size = len - 8 - hlen;
 
 	f->root = json_loadb((const char *)buf + 8, hlen, JSON_REJECT_DUPLICATES, &jerr);
 	if (!f->root)
-		return fail(err, -EBADMSG, "header is not valid JSON: %s (column %d)", jerr.text,
-			    jerr.column);
+		return skv_st__fail(err, -EBADMSG, "header is not valid JSON: %s (column %d)",
+				    jerr.text, jerr.column);
 	if (!json_is_object(f->root))
-		return fail(err, -EBADMSG, "header is not a JSON object");
+		return skv_st__fail(err, -EBADMSG, "header is not a JSON object");
 
 	size_t n = json_object_size(f->root);
 	if (n > SKV_ST_MAX_TENSORS)
-		return fail(err, -EBADMSG, "header has %zu entries, more than the limit of %u", n,
-			    SKV_ST_MAX_TENSORS);
+		return skv_st__fail(err, -EBADMSG,
+				    "header has %zu entries, more than the limit of %u", n,
+				    SKV_ST_MAX_TENSORS);
 	if (n) {
 		f->tensors = calloc(n, sizeof(*f->tensors));
 		if (!f->tensors)
-			return fail(err, -ENOMEM, "out of memory");
+			return skv_st__fail(err, -ENOMEM, "out of memory");
 	}
 	json_object_foreach(f->root, key, val)
 	{
@@ -322,10 +329,11 @@ static int parse(struct skv_st_file *f, const uint8_t *buf, size_t len, struct s
 			continue;
 		}
 		if (key[0] == '\0')
-			return fail(err, -EBADMSG, "a tensor has an empty name");
+			return skv_st__fail(err, -EBADMSG, "a tensor has an empty name");
 		if (strlen(key) > SKV_ST_MAX_NAME)
-			return fail(err, -EBADMSG, "tensor name \"%s\" longer than %d bytes",
-				    safe(key, sn), SKV_ST_MAX_NAME);
+			return skv_st__fail(err, -EBADMSG,
+					    "tensor name \"%s\" longer than %d bytes",
+					    safe(key, sn), SKV_ST_MAX_NAME);
 		r = parse_tensor(f, key, val, &f->tensors[f->n], err);
 		if (r < 0)
 			return r;
@@ -343,12 +351,12 @@ static int parse(struct skv_st_file *f, const uint8_t *buf, size_t len, struct s
 				continue;
 			if (prev && t->offset < prev->offset + prev->n_bytes) {
 				char sp[SAFE_LEN];
-				return fail(err, -EBADMSG,
-					    "%s: data_offsets [%" PRIu64 ", %" PRIu64
-					    "] overlap %s [%" PRIu64 ", %" PRIu64 "]",
-					    safe(t->name, sn), t->offset, t->offset + t->n_bytes,
-					    safe(prev->name, sp), prev->offset,
-					    prev->offset + prev->n_bytes);
+				return skv_st__fail(err, -EBADMSG,
+						    "%s: data_offsets [%" PRIu64 ", %" PRIu64
+						    "] overlap %s [%" PRIu64 ", %" PRIu64 "]",
+						    safe(t->name, sn), t->offset,
+						    t->offset + t->n_bytes, safe(prev->name, sp),
+						    prev->offset, prev->offset + prev->n_bytes);
 			}
 			prev = t;
 		}
@@ -367,10 +375,10 @@ int skv_st_open_buffer(const void *buf, size_t len, struct skv_st_file **ret_fil
 	int r;
 
 	if (!buf && len)
-		return fail(err, -EINVAL, "no buffer");
+		return skv_st__fail(err, -EINVAL, "no buffer");
 	f = calloc(1, sizeof(*f));
 	if (!f)
-		return fail(err, -ENOMEM, "out of memory");
+		return skv_st__fail(err, -ENOMEM, "out of memory");
 	r = parse(f, buf, len, err);
 	if (r < 0) {
 		skv_st_close(f);
@@ -389,17 +397,17 @@ int skv_st_open(const char *path, struct skv_st_file **ret_file, struct skv_st_e
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, -errno, "cannot open: %s", strerror(errno));
+		return skv_st__fail(err, -errno, "cannot open: %s", strerror(errno));
 	if (fstat(fd, &st) < 0) {
-		r = fail(err, -errno, "cannot stat: %s", strerror(errno));
+		r = skv_st__fail(err, -errno, "cannot stat: %s", strerror(errno));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		r = fail(err, -EINVAL, "not a regular file");
+		r = skv_st__fail(err, -EINVAL, "not a regular file");
 		goto out;
 	}
 	if ((uint64_t)st.st_size > SIZE_MAX) {
-		r = fail(err, -EFBIG, "file too large to map");
+		r = skv_st__fail(err, -EFBIG, "file too large to map");
 		goto out;
 	}
 	/* mmap of 0 bytes fails; an empty file is reported by the parser. */
@@ -407,7 +415,7 @@ int skv_st_open(const char *path, struct skv_st_file **ret_file, struct skv_st_e
 		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (map == MAP_FAILED) {
 			map = NULL;
-			r = fail(err, -errno, "cannot map: %s", strerror(errno));
+			r = skv_st__fail(err, -errno, "cannot map: %s", strerror(errno));
 			goto out;
 		}
 	}
@@ -523,15 +531,15 @@ static int build_layout(const struct skv_st_tensor *ts, size_t n, const struct s
 
 	memset(l, 0, sizeof(*l));
 	if ((n && !ts) || (n_meta && !meta))
-		return fail(err, -EINVAL, "no tensors or metadata array");
+		return skv_st__fail(err, -EINVAL, "no tensors or metadata array");
 	if (n > SKV_ST_MAX_TENSORS)
-		return fail(err, -EINVAL, "%zu tensors, more than the limit of %u", n,
-			    SKV_ST_MAX_TENSORS);
+		return skv_st__fail(err, -EINVAL, "%zu tensors, more than the limit of %u", n,
+				    SKV_ST_MAX_TENSORS);
 	root = json_object();
 	l->order = calloc(n ? n : 1, sizeof(*l->order));
 	nbytes = calloc(n ? n : 1, sizeof(*nbytes));
 	if (!root || !l->order || !nbytes) {
-		r = fail(err, -ENOMEM, "out of memory");
+		r = skv_st__fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
 
@@ -540,26 +548,28 @@ static int build_layout(const struct skv_st_tensor *ts, size_t n, const struct s
 		uint64_t ne = 1;
 		if (!t->name || !t->name[0] || strlen(t->name) > SKV_ST_MAX_NAME ||
 		    strcmp(t->name, META_KEY) == 0) {
-			r = fail(err, -EINVAL, "tensor %zu: invalid name \"%s\"", i,
-				 t->name ? safe(t->name, sn) : "(null)");
+			r = skv_st__fail(err, -EINVAL, "tensor %zu: invalid name \"%s\"", i,
+					 t->name ? safe(t->name, sn) : "(null)");
 			goto out;
 		}
 		if (!skv_st_dtype_size(t->dtype) || t->rank > SKV_ST_MAX_RANK) {
-			r = fail(err, -EINVAL, "%s: invalid dtype or rank", safe(t->name, sn));
+			r = skv_st__fail(err, -EINVAL, "%s: invalid dtype or rank",
+					 safe(t->name, sn));
 			goto out;
 		}
 		for (uint32_t d = 0; d < t->rank; d++)
 			if (mul_overflow_u64(ne, t->shape[d], &ne)) {
-				r = fail(err, -EOVERFLOW, "%s: shape product overflows",
-					 safe(t->name, sn));
+				r = skv_st__fail(err, -EOVERFLOW, "%s: shape product overflows",
+						 safe(t->name, sn));
 				goto out;
 			}
 		if (mul_overflow_u64(ne, skv_st_dtype_size(t->dtype), &nbytes[i])) {
-			r = fail(err, -EOVERFLOW, "%s: byte size overflows", safe(t->name, sn));
+			r = skv_st__fail(err, -EOVERFLOW, "%s: byte size overflows",
+					 safe(t->name, sn));
 			goto out;
 		}
 		if (nbytes[i] && !t->data) {
-			r = fail(err, -EINVAL, "%s: no data", safe(t->name, sn));
+			r = skv_st__fail(err, -EINVAL, "%s: no data", safe(t->name, sn));
 			goto out;
 		}
 		l->order[i] = i;
@@ -574,26 +584,27 @@ static int build_layout(const struct skv_st_tensor *ts, size_t n, const struct s
 		json_t *jt = json_object();
 		if (__builtin_add_overflow(l->data_size, nbytes[i], &off[1])) {
 			json_decref(jt);
-			r = fail(err, -EOVERFLOW, "data size overflows");
+			r = skv_st__fail(err, -EOVERFLOW, "data size overflows");
 			goto out;
 		}
 		l->data_size = off[1];
 		if (json_object_get(root, t->name)) {
 			json_decref(jt);
-			r = fail(err, -EINVAL, "%s: duplicate tensor name", safe(t->name, sn));
+			r = skv_st__fail(err, -EINVAL, "%s: duplicate tensor name",
+					 safe(t->name, sn));
 			goto out;
 		}
 		if (!jt || json_object_set_new(root, t->name, jt)) {
-			r = fail(err, jt ? -EINVAL : -ENOMEM, "%s: name is not valid UTF-8",
-				 safe(t->name, sn));
+			r = skv_st__fail(err, jt ? -EINVAL : -ENOMEM, "%s: name is not valid UTF-8",
+					 safe(t->name, sn));
 			goto out;
 		}
 		r = 0;
 		if (json_object_set_new(jt, "dtype", json_string(skv_st_dtype_name(t->dtype))) ||
 		    (r = set_uint_array(jt, "shape", t->shape, t->rank)) < 0 ||
 		    (r = set_uint_array(jt, "data_offsets", off, 2)) < 0) {
-			r = fail(err, r == -EOVERFLOW ? r : -ENOMEM, "%s: cannot encode header",
-				 safe(t->name, sn));
+			r = skv_st__fail(err, r == -EOVERFLOW ? r : -ENOMEM,
+					 "%s: cannot encode header", safe(t->name, sn));
 			goto out;
 		}
 	}
@@ -601,25 +612,25 @@ static int build_layout(const struct skv_st_tensor *ts, size_t n, const struct s
 	if (n_meta) {
 		jm = json_object();
 		if (!jm || json_object_set_new(root, META_KEY, jm)) {
-			r = fail(err, -ENOMEM, "out of memory");
+			r = skv_st__fail(err, -ENOMEM, "out of memory");
 			goto out;
 		}
 		for (size_t i = 0; i < n_meta; i++) {
 			const char *k = meta[i].key, *v = meta[i].value;
 			if (!k || !v || strlen(k) > SKV_ST_MAX_NAME) {
-				r = fail(err, -EINVAL, "metadata entry %zu: invalid key or value",
-					 i);
+				r = skv_st__fail(err, -EINVAL,
+						 "metadata entry %zu: invalid key or value", i);
 				goto out;
 			}
 			if (json_object_get(jm, k)) {
-				r = fail(err, -EINVAL, "metadata: duplicate key \"%s\"",
-					 safe(k, sn));
+				r = skv_st__fail(err, -EINVAL, "metadata: duplicate key \"%s\"",
+						 safe(k, sn));
 				goto out;
 			}
 			json_t *js_v = json_string(v);
 			if (!js_v || json_object_set_new(jm, k, js_v)) {
-				r = fail(err, -EINVAL, "metadata \"%s\": not valid UTF-8",
-					 safe(k, sn));
+				r = skv_st__fail(err, -EINVAL, "metadata \"%s\": not valid UTF-8",
+						 safe(k, sn));
 				goto out;
 			}
 		}
@@ -627,19 +638,19 @@ static int build_layout(const struct skv_st_tensor *ts, size_t n, const struct s
 
 	js = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
 	if (!js) {
-		r = fail(err, -ENOMEM, "out of memory");
+		r = skv_st__fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
 	size_t jl = strlen(js);
 	size_t padded = (jl + 7) & ~(size_t)7;
 	if (padded > SKV_ST_MAX_HEADER) {
-		r = fail(err, -EOVERFLOW, "header of %zu bytes exceeds the limit of %u", padded,
-			 SKV_ST_MAX_HEADER);
+		r = skv_st__fail(err, -EOVERFLOW, "header of %zu bytes exceeds the limit of %u",
+				 padded, SKV_ST_MAX_HEADER);
 		goto out;
 	}
 	l->header = malloc(padded);
 	if (!l->header) {
-		r = fail(err, -ENOMEM, "out of memory");
+		r = skv_st__fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
 	memcpy(l->header, js, jl);
@@ -675,7 +686,7 @@ int skv_st_serialize(const struct skv_st_tensor *ts, size_t n, const struct skv_
 	total = 8 + (uint64_t)l.header_len + l.data_size;
 	if (total > SIZE_MAX || !(buf = malloc(total))) {
 		layout_free(&l);
-		return fail(err, -ENOMEM, "out of memory for %" PRIu64 " bytes", total);
+		return skv_st__fail(err, -ENOMEM, "out of memory for %" PRIu64 " bytes", total);
 	}
 	put_le64(buf, l.header_len);
 	memcpy(buf + 8, l.header, l.header_len);
@@ -726,7 +737,7 @@ int skv_st_write(const char *path, const struct skv_st_tensor *ts, size_t n,
 	int fd = -1, r;
 
 	if (!path || !path[0])
-		return fail(err, -EINVAL, "no output path");
+		return skv_st__fail(err, -EINVAL, "no output path");
 	r = build_layout(ts, n, meta, n_meta, &l, err);
 	if (r < 0)
 		return r;
@@ -736,25 +747,27 @@ int skv_st_write(const char *path, const struct skv_st_tensor *ts, size_t n,
 	slash = strrchr(path, '/');
 	base = slash ? slash + 1 : path;
 	if (!base[0]) {
-		r = fail(err, -EISDIR, "output path ends in '/'");
+		r = skv_st__fail(err, -EISDIR, "output path ends in '/'");
 		goto out;
 	}
 	if (asprintf(&tmp, "%.*s.%s.tmp-XXXXXX", slash ? (int)(slash - path + 1) : 0, path, base) <
 	    0) {
 		tmp = NULL;
-		r = fail(err, -ENOMEM, "out of memory");
+		r = skv_st__fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0) {
-		r = fail(err, -errno, "cannot create a temporary file next to the output: %s",
-			 strerror(errno));
+		r = skv_st__fail(err, -errno,
+				 "cannot create a temporary file next to the output: %s",
+				 strerror(errno));
 		free(tmp);
 		tmp = NULL;
 		goto out;
 	}
 	if (fchmod(fd, 0644) < 0) {
-		r = fail(err, -errno, "cannot set mode of temporary file: %s", strerror(errno));
+		r = skv_st__fail(err, -errno, "cannot set mode of temporary file: %s",
+				 strerror(errno));
 		goto out;
 	}
 	put_le64(len8, l.header_len);
@@ -770,21 +783,22 @@ int skv_st_write(const char *path, const struct skv_st_tensor *ts, size_t n,
 			r = write_all(fd, t->data, nb);
 	}
 	if (r < 0) {
-		fail(err, r, "cannot write output: %s", strerror(-r));
+		skv_st__fail(err, r, "cannot write output: %s", strerror(-r));
 		goto out;
 	}
 	if (fsync(fd) < 0) {
-		r = fail(err, -errno, "cannot sync output: %s", strerror(errno));
+		r = skv_st__fail(err, -errno, "cannot sync output: %s", strerror(errno));
 		goto out;
 	}
 	r = close(fd);
 	fd = -1;
 	if (r < 0) {
-		r = fail(err, -errno, "cannot close output: %s", strerror(errno));
+		r = skv_st__fail(err, -errno, "cannot close output: %s", strerror(errno));
 		goto out;
 	}
 	if (rename(tmp, path) < 0) {
-		r = fail(err, -errno, "cannot rename output into place: %s", strerror(errno));
+		r = skv_st__fail(err, -errno, "cannot rename output into place: %s",
+				 strerror(errno));
 		goto out;
 	}
 	free(tmp);

@@ -15,20 +15,7 @@
 #include <string.h>
 
 #include "skv-safetensors.h"
-
-static int fail(struct skv_st_error *err, int r, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct skv_st_error *err, int r, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
-	}
-	return r;
-}
+#include "skv-st-internal.h"
 
 /* ---- compaction results ------------------------------------------------- */
 
@@ -115,7 +102,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 	int r;
 
 	if (!d || !layers || d->n_layers == 0)
-		return fail(err, -EINVAL, "no layers to write");
+		return skv_st__fail(err, -EINVAL, "no layers to write");
 	const char *pol = skv_st_policy_name(d->params.policy);
 	const char *pool = skv_st_pooling_name(d->params.pooling);
 	const char *gqa = skv_st_gqa_name(d->params.gqa);
@@ -124,7 +111,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 			  : d->dtype == SKV_DTYPE_BF16 ? "bf16"
 						       : NULL;
 	if (!pol || !pool || !gqa || !dtn)
-		return fail(err, -EINVAL, "unknown policy, pooling, gqa mode or dtype");
+		return skv_st__fail(err, -EINVAL, "unknown policy, pooling, gqa mode or dtype");
 	switch (d->dtype) {
 	case SKV_DTYPE_F32:
 		st_dt = SKV_ST_F32;
@@ -137,7 +124,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 		break;
 	}
 	if (d->params.n_protected > SKV_MAX_PROTECTED || d->ledger.native_full == 0)
-		return fail(err, -EINVAL, "invalid protected ranges or ledger");
+		return skv_st__fail(err, -EINVAL, "invalid protected ranges or ledger");
 
 #define META(k, ...)                                                                               \
 	do {                                                                                       \
@@ -165,7 +152,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 					      i ? "," : "", d->params.protected_ranges[i].begin,
 					      d->params.protected_ranges[i].end);
 		if (o >= META_VAL)
-			return fail(err, -EINVAL, "protected ranges too long for metadata");
+			return skv_st__fail(err, -EINVAL, "protected ranges too long for metadata");
 		meta[nm].key = "protected";
 		meta[nm].value = vals[nm];
 		nm++;
@@ -204,7 +191,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 	packed = calloc(nt, sizeof(*packed));
 	nan_mass = malloc((hs ? hs : 1) * sizeof(float));
 	if (!ts || !names || !packed || !nan_mass) {
-		r = fail(err, -ENOMEM, "out of memory");
+		r = skv_st__fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
 	for (uint64_t h = 0; h < hs; h++)
@@ -220,7 +207,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 		const void *kv[2] = {lr->k, lr->v};
 		const int32_t *pos = lr->positions;
 		if (lr->head_stride < 0 || lr->token_stride < 0) {
-			r = fail(err, -EINVAL, "layer %" PRIu32 ": negative stride", i);
+			r = skv_st__fail(err, -EINVAL, "layer %" PRIu32 ": negative stride", i);
 			goto out;
 		}
 		if (!is_packed(lr, kept, hd)) {
@@ -230,7 +217,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 				r = pack_kv(kv[j], lr, hs, kept, hd, skv_dtype_size(d->dtype),
 					    &packed[n_packed]);
 				if (r < 0) {
-					r = fail(err, r, "out of memory");
+					r = skv_st__fail(err, r, "out of memory");
 					goto out;
 				}
 				kv[j] = packed[n_packed++];
@@ -240,7 +227,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 			uint64_t n = hs * kept;
 			int32_t *pp = malloc((n > 0 ? n : 1) * sizeof(int32_t));
 			if (!pp) {
-				r = fail(err, -ENOMEM, "out of memory");
+				r = skv_st__fail(err, -ENOMEM, "out of memory");
 				goto out;
 			}
 			for (uint64_t h = 0; h < hs; h++)
