@@ -303,11 +303,11 @@ static inline int h_count_fds_cuda(pid_t pid)
 	return n;
 }
 
-/* One admin question; caller frees the reply. */
-static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__AdminKind kind)
+/* One admin request on a fresh connection as client `name`; caller frees the reply. */
+static inline Snapkv__V1__AdminReply *h_admin_req(const char *sock, const char *name,
+						  const Snapkv__V1__AdminRequest *ar)
 {
 	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
-	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
 	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
 	struct skv_frame_hdr hdr;
 	Snapkv__V1__AdminReply *rep = NULL;
@@ -318,15 +318,14 @@ static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__Admi
 		return NULL;
 	hello.client_version = SKV_PROTO_VERSION;
 	hello.admin = 1;
-	hello.name = "test-admin";
+	hello.name = (char *)name;
 	n = snapkv__v1__hello__pack(&hello, buf);
 	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0) < 0)
 		goto out;
 	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
 	if (r < 0 || hdr.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
 		goto out;
-	ar.kind = kind;
-	n = snapkv__v1__admin_request__pack(&ar, buf);
+	n = snapkv__v1__admin_request__pack(ar, buf);
 	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, 0) < 0)
 		goto out;
 	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
@@ -335,6 +334,15 @@ static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__Admi
 out:
 	close(fd);
 	return rep;
+}
+
+/* One admin question; caller frees the reply. */
+static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__AdminKind kind)
+{
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+
+	ar.kind = kind;
+	return h_admin_req(sock, "test-admin", &ar);
 }
 
 /* Pool bytes in use, or -1. */
