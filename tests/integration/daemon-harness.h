@@ -345,54 +345,40 @@ static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__Admi
 	return h_admin_req(sock, "test-admin", &ar);
 }
 
+/* One field of an admin STATUS reply as a long long, or -1 when the daemon does not answer. */
+#define H_STATUS_FIELD(sock, field)                                                                \
+	({                                                                                         \
+		Snapkv__V1__AdminReply *r_ =                                                       \
+		    h_admin((sock), SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);                    \
+		long long v_ = -1;                                                                 \
+                                                                                                   \
+		if (r_) {                                                                          \
+			v_ = (long long)r_->field;                                                 \
+			snapkv__v1__admin_reply__free_unpacked(r_, NULL);                          \
+		}                                                                                  \
+		v_;                                                                                \
+	})
+
 /* Pool bytes in use, or -1. */
 static inline long long h_pool_used(const char *sock)
 {
-	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
-	long long v;
-
-	if (!r)
-		return -1;
-	v = (long long)r->pool_used;
-	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return v;
+	return H_STATUS_FIELD(sock, pool_used);
 }
 
 static inline pid_t h_daemon_pid(const char *sock)
 {
-	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
-	pid_t v;
-
-	if (!r)
-		return -1;
-	v = (pid_t)r->pid;
-	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return v;
+	return (pid_t)H_STATUS_FIELD(sock, pid);
 }
 
 /* CUDA imports live (admin STATUS), or -1. */
 static inline int h_cuda_imports(const char *sock)
 {
-	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
-	int v;
-
-	if (!r)
-		return -1;
-	v = (int)r->cuda_imports;
-	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return v;
+	return (int)H_STATUS_FIELD(sock, cuda_imports);
 }
 
 static inline int h_sessions(const char *sock)
 {
-	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
-	int v;
-
-	if (!r)
-		return -1;
-	v = (int)r->sessions;
-	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return v;
+	return (int)H_STATUS_FIELD(sock, sessions);
 }
 
 /* Wait up to ms for pool used == want. */
