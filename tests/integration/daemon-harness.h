@@ -7,6 +7,7 @@
 #ifndef DAEMON_HARNESS_H
 #define DAEMON_HARNESS_H
 
+#include <CUnit/Basic.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -390,6 +391,22 @@ static inline int h_wait_pool(const char *sock, long long want, int ms)
 		h_sleep_ms(10);
 	}
 	return -1;
+}
+
+/*
+ * Run the registered suites with the verbose summary scripts/run-tests.sh
+ * reads, then free the registry: main's exit status, 1 when a test or a
+ * suite's init or cleanup failed.
+ */
+static inline int h_run_tests(void)
+{
+	unsigned fails;
+
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
+	CU_cleanup_registry();
+	return fails ? 1 : 0;
 }
 
 /* Deterministic pseudo-random floats in [-1, 1). */

@@ -693,7 +693,6 @@ static void test_quota_race(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
@@ -702,9 +701,5 @@ int main(void)
 		    test_pressure_policy);
 	CU_add_test(s, "hooks and metrics textfile", test_hooks_and_textfile);
 	CU_add_test(s, "8 engines race for a tenant quota", test_quota_race);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return h_run_tests();
 }
