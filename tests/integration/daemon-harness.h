@@ -409,7 +409,6 @@ static inline int h_run_tests(void)
 	return fails ? 1 : 0;
 }
 
-/* Deterministic pseudo-random floats in [-1, 1). */
 /*
  * A one-layer f32 COMPACT request as raw protobuf, for tests that speak the
  * wire protocol themselves: `heads` heads (H_q = H_kv), Q rows at offset 0
@@ -460,6 +459,7 @@ static inline void h_compact_init(struct h_compact *c, uint64_t buffer_id, uint3
 	c->req.compact = &c->cr;
 }
 
+/* Deterministic pseudo-random floats in [-1, 1). */
 static inline float h_rand(uint64_t *s)
 {
 	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
