@@ -101,6 +101,24 @@ static struct tl_kv *copy_kv(const struct tl_model *m, const struct tl_kv *f)
 	return k;
 }
 
+/* The header of a results table: a column per capacity. */
+static void table_head(void)
+{
+	printf("| policy | gqa |");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf(" C = %u |", caps[ki]);
+	printf("\n|---|---|");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf("---|");
+	printf("\n");
+}
+
+/* The first two cells of a results row: policy and GQA mode. */
+static void row_label(uint32_t ci, uint32_t mi)
+{
+	printf("| %s | %s |", cfgs[ci].name, modes[mi] == SKV_GQA_EXPAND ? "expand" : "group");
+}
+
 int main(int argc, char **argv)
 {
 	const char *shared = getenv("SHARED");
@@ -281,17 +299,10 @@ int main(int argc, char **argv)
 	    "top-1 agreement %% / mean KL(full || compacted) in nats ± its standard error over "
 	    "prompts\n\n",
 	    N, L, (unsigned long long)seed, T, WINDOW);
-	printf("| policy | gqa |");
-	for (uint32_t ki = 0; ki < N_CAP; ki++)
-		printf(" C = %u |", caps[ki]);
-	printf("\n|---|---|");
-	for (uint32_t ki = 0; ki < N_CAP; ki++)
-		printf("---|");
-	printf("\n");
+	table_head();
 	for (uint32_t ci = 0; ci < N_CFG; ci++)
 		for (uint32_t mi = 0; mi < N_MODE; mi++) {
-			printf("| %s | %s |", cfgs[ci].name,
-			       modes[mi] == SKV_GQA_EXPAND ? "expand" : "group");
+			row_label(ci, mi);
 			for (uint32_t ki = 0; ki < N_CAP; ki++) {
 				const struct acc *a = &accs[ci][mi][ki];
 				/* Standard error of the mean over prompts (steps within one
@@ -310,18 +321,11 @@ int main(int argc, char **argv)
 	 * are shared, so the per-prompt difference removes their difficulty. */
 	printf("\npaired with window at the same C and gqa: mean KL difference ± standard "
 	       "error over prompts (prompts where the policy's KL is lower)\n\n");
-	printf("| policy | gqa |");
-	for (uint32_t ki = 0; ki < N_CAP; ki++)
-		printf(" C = %u |", caps[ki]);
-	printf("\n|---|---|");
-	for (uint32_t ki = 0; ki < N_CAP; ki++)
-		printf("---|");
-	printf("\n");
+	table_head();
 	const uint32_t wi = N_CFG - 1; /* window */
 	for (uint32_t ci = 0; ci < wi; ci++)
 		for (uint32_t mi = 0; mi < N_MODE; mi++) {
-			printf("| %s | %s |", cfgs[ci].name,
-			       modes[mi] == SKV_GQA_EXPAND ? "expand" : "group");
+			row_label(ci, mi);
 			for (uint32_t ki = 0; ki < N_CAP; ki++) {
 				double sd = 0, sd2 = 0;
 				uint32_t wins = 0;
@@ -343,17 +347,10 @@ int main(int argc, char **argv)
 			printf("\n");
 		}
 	printf("\nmean original position of the kept prompt slots (L = %u)\n\n", L);
-	printf("| policy | gqa |");
-	for (uint32_t ki = 0; ki < N_CAP; ki++)
-		printf(" C = %u |", caps[ki]);
-	printf("\n|---|---|");
-	for (uint32_t ki = 0; ki < N_CAP; ki++)
-		printf("---|");
-	printf("\n");
+	table_head();
 	for (uint32_t ci = 0; ci < N_CFG; ci++)
 		for (uint32_t mi = 0; mi < N_MODE; mi++) {
-			printf("| %s | %s |", cfgs[ci].name,
-			       modes[mi] == SKV_GQA_EXPAND ? "expand" : "group");
+			row_label(ci, mi);
 			for (uint32_t ki = 0; ki < N_CAP; ki++)
 				printf(" %.0f |",
 				       accs[ci][mi][ki].pos_sum / accs[ci][mi][ki].pos_n);

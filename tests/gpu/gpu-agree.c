@@ -142,25 +142,31 @@ struct path {
 	struct skv_cuda_ctx *fallback; /* fused: SKV_CUDA_SCORE=fused (two-pass where n/a) */
 };
 
+/* The compaction parameters a case asks for (run_cfg and random_cfg's validity check). */
+static void cfg_params(const struct cfg *c, struct skv_params *p)
+{
+	skv_params_init(p);
+	p->policy = c->policy;
+	p->window = c->W;
+	p->capacity = c->C;
+	p->kernel = c->k;
+	p->pooling = c->pool;
+	p->gqa = c->gqa;
+	p->sinks = c->S;
+	if (c->protect) {
+		p->n_protected = 2;
+		p->protected_ranges[0] = (struct skv_range){c->L / 4, c->L / 4 + 8};
+		p->protected_ranges[1] = (struct skv_range){c->L / 2 - 3, c->L / 2 + 2};
+	}
+}
+
 static int run_cfg(const struct cfg *c, struct skv_ctx *hctx, const struct path *paths, int npaths,
 		   uint64_t seed)
 {
 	struct skv_shape sh = {
 	    .prompt_len = c->L, .head_dim = c->D, .h_q = c->hq, .h_kv = c->hkv, .n_q = c->nq};
 	struct skv_params p;
-	skv_params_init(&p);
-	p.policy = c->policy;
-	p.window = c->W;
-	p.capacity = c->C;
-	p.kernel = c->k;
-	p.pooling = c->pool;
-	p.gqa = c->gqa;
-	p.sinks = c->S;
-	if (c->protect) {
-		p.n_protected = 2;
-		p.protected_ranges[0] = (struct skv_range){c->L / 4, c->L / 4 + 8};
-		p.protected_ranges[1] = (struct skv_range){c->L / 2 - 3, c->L / 2 + 2};
-	}
+	cfg_params(c, &p);
 	struct skv_plan pl;
 	struct skv_error err = {0};
 	if (skv_plan(&sh, &p, &pl, &err) < 0) {
@@ -474,19 +480,7 @@ static void random_cfg(struct rng *r, struct cfg *c, char *name, size_t len)
 		struct skv_params p;
 		struct skv_plan pl;
 		struct skv_error e;
-		skv_params_init(&p);
-		p.policy = c->policy;
-		p.window = c->W;
-		p.capacity = c->C;
-		p.kernel = c->k;
-		p.pooling = c->pool;
-		p.gqa = c->gqa;
-		p.sinks = c->S;
-		if (c->protect) {
-			p.n_protected = 2;
-			p.protected_ranges[0] = (struct skv_range){c->L / 4, c->L / 4 + 8};
-			p.protected_ranges[1] = (struct skv_range){c->L / 2 - 3, c->L / 2 + 2};
-		}
+		cfg_params(c, &p);
 		if (skv_plan(&sh, &p, &pl, &e) == 0)
 			break;
 	}

@@ -7,6 +7,7 @@
 #ifndef DAEMON_HARNESS_H
 #define DAEMON_HARNESS_H
 
+#include <CUnit/Basic.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -303,11 +304,11 @@ static inline int h_count_fds_cuda(pid_t pid)
 	return n;
 }
 
-/* One admin question; caller frees the reply. */
-static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__AdminKind kind)
+/* One admin request on a fresh connection as client `name`; caller frees the reply. */
+static inline Snapkv__V1__AdminReply *h_admin_req(const char *sock, const char *name,
+						  const Snapkv__V1__AdminRequest *ar)
 {
 	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
-	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
 	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
 	struct skv_frame_hdr hdr;
 	Snapkv__V1__AdminReply *rep = NULL;
@@ -318,15 +319,14 @@ static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__Admi
 		return NULL;
 	hello.client_version = SKV_PROTO_VERSION;
 	hello.admin = 1;
-	hello.name = "test-admin";
+	hello.name = (char *)name;
 	n = snapkv__v1__hello__pack(&hello, buf);
 	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0) < 0)
 		goto out;
 	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
 	if (r < 0 || hdr.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
 		goto out;
-	ar.kind = kind;
-	n = snapkv__v1__admin_request__pack(&ar, buf);
+	n = snapkv__v1__admin_request__pack(ar, buf);
 	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, 0) < 0)
 		goto out;
 	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
@@ -337,54 +337,49 @@ out:
 	return rep;
 }
 
+/* One admin question; caller frees the reply. */
+static inline Snapkv__V1__AdminReply *h_admin(const char *sock, Snapkv__V1__AdminKind kind)
+{
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+
+	ar.kind = kind;
+	return h_admin_req(sock, "test-admin", &ar);
+}
+
+/* One field of an admin STATUS reply as a long long, or -1 when the daemon does not answer. */
+#define H_STATUS_FIELD(sock, field)                                                                \
+	({                                                                                         \
+		Snapkv__V1__AdminReply *r_ =                                                       \
+		    h_admin((sock), SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);                    \
+		long long v_ = -1;                                                                 \
+                                                                                                   \
+		if (r_) {                                                                          \
+			v_ = (long long)r_->field;                                                 \
+			snapkv__v1__admin_reply__free_unpacked(r_, NULL);                          \
+		}                                                                                  \
+		v_;                                                                                \
+	})
+
 /* Pool bytes in use, or -1. */
 static inline long long h_pool_used(const char *sock)
 {
-	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
-	long long v;
-
-	if (!r)
-		return -1;
-	v = (long long)r->pool_used;
-	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return v;
+	return H_STATUS_FIELD(sock, pool_used);
 }
 
 static inline pid_t h_daemon_pid(const char *sock)
 {
-	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
-	pid_t v;
-
-	if (!r)
-		return -1;
-	v = (pid_t)r->pid;
-	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return v;
+	return (pid_t)H_STATUS_FIELD(sock, pid);
 }
 
 /* CUDA imports live (admin STATUS), or -1. */
 static inline int h_cuda_imports(const char *sock)
 {
-	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
-	int v;
-
-	if (!r)
-		return -1;
-	v = (int)r->cuda_imports;
-	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return v;
+	return (int)H_STATUS_FIELD(sock, cuda_imports);
 }
 
 static inline int h_sessions(const char *sock)
 {
-	Snapkv__V1__AdminReply *r = h_admin(sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
-	int v;
-
-	if (!r)
-		return -1;
-	v = (int)r->sessions;
-	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return v;
+	return (int)H_STATUS_FIELD(sock, sessions);
 }
 
 /* Wait up to ms for pool used == want. */
@@ -398,7 +393,22 @@ static inline int h_wait_pool(const char *sock, long long want, int ms)
 	return -1;
 }
 
-/* Deterministic pseudo-random floats in [-1, 1). */
+/*
+ * Run the registered suites with the verbose summary scripts/run-tests.sh
+ * reads, then free the registry: main's exit status, 1 when a test or a
+ * suite's init or cleanup failed.
+ */
+static inline int h_run_tests(void)
+{
+	unsigned fails;
+
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
+	CU_cleanup_registry();
+	return fails ? 1 : 0;
+}
+
 /*
  * A one-layer f32 COMPACT request as raw protobuf, for tests that speak the
  * wire protocol themselves: `heads` heads (H_q = H_kv), Q rows at offset 0
@@ -449,6 +459,7 @@ static inline void h_compact_init(struct h_compact *c, uint64_t buffer_id, uint3
 	c->req.compact = &c->cr;
 }
 
+/* Deterministic pseudo-random floats in [-1, 1). */
 static inline float h_rand(uint64_t *s)
 {
 	*s = *s * 6364136223846793005ull + 1442695040888963407ull;

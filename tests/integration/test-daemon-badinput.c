@@ -879,7 +879,6 @@ static void test_baseline(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -897,9 +896,5 @@ int main(void)
 	CU_add_test(s, "GROW in the worker: busy meanwhile", test_grow_busy);
 	CU_add_test(s, "CQ full: back-pressure", test_cq_full);
 	CU_add_test(s, "fds and pool back to baseline", test_baseline);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return h_run_tests();
 }

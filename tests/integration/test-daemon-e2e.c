@@ -1029,7 +1029,6 @@ static void test_sigterm_drains(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -1051,9 +1050,5 @@ int main(void)
 	CU_add_test(s, "a daemon left running is reaped at exit", test_harness_reaps);
 	CU_add_test(s, "a request given up on", test_abandon);
 	CU_add_test(s, "SIGTERM drains", test_sigterm_drains);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return h_run_tests();
 }

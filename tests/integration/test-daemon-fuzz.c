@@ -299,7 +299,6 @@ static void test_fds(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("FUZZ_SEED")) /* explore beyond the default, deterministic run */
@@ -312,9 +311,5 @@ int main(void)
 	CU_add_test(s, "still serving", test_still_serving);
 	CU_add_test(s, "sessions and pool back to zero", test_baseline);
 	CU_add_test(s, "fds back to baseline", test_fds);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return h_run_tests();
 }

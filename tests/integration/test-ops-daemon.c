@@ -86,33 +86,7 @@ static void engine_close(struct engine *e)
 
 static Snapkv__V1__AdminReply *admin_req(Snapkv__V1__AdminRequest *ar)
 {
-	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
-	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
-	struct skv_frame_hdr hdr;
-	Snapkv__V1__AdminReply *rep = NULL;
-	int fd = h_connect_raw(H.sock), r;
-	size_t n;
-
-	if (fd < 0)
-		return NULL;
-	hello.client_version = SKV_PROTO_VERSION;
-	hello.admin = 1;
-	hello.name = "test-ops";
-	n = snapkv__v1__hello__pack(&hello, buf);
-	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0) < 0)
-		goto out;
-	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
-	if (r < 0 || hdr.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
-		goto out;
-	n = snapkv__v1__admin_request__pack(ar, buf);
-	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, 0) < 0)
-		goto out;
-	r = skv_frame_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, 0);
-	if (r >= 0 && hdr.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY)
-		rep = snapkv__v1__admin_reply__unpack(NULL, hdr.length, buf + SKV_FRAME_HDR_SIZE);
-out:
-	close(fd);
-	return rep;
+	return h_admin_req(H.sock, "test-ops", ar);
 }
 
 static int level_now(void)
@@ -719,7 +693,6 @@ static void test_quota_race(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
@@ -728,9 +701,5 @@ int main(void)
 		    test_pressure_policy);
 	CU_add_test(s, "hooks and metrics textfile", test_hooks_and_textfile);
 	CU_add_test(s, "8 engines race for a tenant quota", test_quota_race);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return h_run_tests();
 }

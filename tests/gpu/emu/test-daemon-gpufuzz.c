@@ -1508,7 +1508,7 @@ static int suite_clean(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
+	int rc;
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
 	char plugin[512];
 
@@ -1535,10 +1535,7 @@ int main(void)
 	CU_add_test(s, "unregister and close while a job waits", test_unregister_busy);
 	CU_add_test(s, "CUDA requests over the ring, flipped", test_ring);
 	CU_add_test(s, "SIGTERM with prefill waits pending", test_sigterm);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
+	rc = h_run_tests();
 	printf("\n%u inputs\n", n_inputs);
-	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return rc;
 }
