@@ -50,6 +50,16 @@ int skv_cuda_dev_enter(const struct skv_cuda_dev *dev, struct skv_error *err)
 	return 0;
 }
 
+/*
+ * Wait for every kernel of the device before its memory goes: pages freed,
+ * unmapped or unregistered under a running kernel are a device fault.
+ */
+static void dev_drain(const struct skv_cuda_dev *dev)
+{
+	cudaSetDevice(dev->device);
+	cudaDeviceSynchronize();
+}
+
 static int entry(void **fn, const char *sym, struct skv_error *err)
 {
 	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -379,9 +389,7 @@ void skv_cuda_import_release(struct skv_cuda_import *imp)
 				*pp = imp->next;
 				break;
 			}
-		cudaSetDevice(dev->device);
-		/* no kernel may still read the pages when they go */
-		cudaDeviceSynchronize();
+		dev_drain(dev); /* no kernel may still read the pages when they go */
 		unmap_import(imp);
 	}
 	pthread_mutex_unlock(&dev->mu);
@@ -394,8 +402,7 @@ unsigned skv_cuda_release_tenant(struct skv_cuda_dev *dev, uint64_t tenant)
 	if (!dev)
 		return 0;
 	pthread_mutex_lock(&dev->mu);
-	cudaSetDevice(dev->device);
-	cudaDeviceSynchronize();
+	dev_drain(dev);
 	for (struct skv_cuda_import **pp = &dev->imports; *pp;) {
 		struct skv_cuda_import *i = *pp;
 		if (i->tenant != tenant) {
@@ -527,9 +534,7 @@ void skv_cuda_arena_free(struct skv_cuda_arena *a)
 			*pp = a->next;
 			break;
 		}
-	cudaSetDevice(dev->device);
-	/* kernels still writing into it must finish before the pages go */
-	cudaDeviceSynchronize();
+	dev_drain(dev); /* kernels still writing into it must finish before the pages go */
 	arena_unmap(a);
 	pthread_mutex_unlock(&dev->mu);
 }
@@ -538,8 +543,7 @@ void skv_cuda_dev_close(struct skv_cuda_dev *dev)
 {
 	if (!dev)
 		return;
-	cudaSetDevice(dev->device);
-	cudaDeviceSynchronize();
+	dev_drain(dev);
 	while (dev->imports) {
 		struct skv_cuda_import *i = dev->imports;
 		dev->imports = i->next;
@@ -599,9 +603,7 @@ void skv_cuda_host_unregister(struct skv_cuda_dev *dev, void *ptr)
 {
 	if (!dev || !ptr)
 		return;
-	cudaSetDevice(dev->device);
-	/* kernels may still read it */
-	cudaDeviceSynchronize();
+	dev_drain(dev); /* kernels may still read it */
 	cudaHostUnregister((void *)((uintptr_t)ptr & ~(uintptr_t)4095));
 }
 
