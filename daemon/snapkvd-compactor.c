@@ -278,6 +278,7 @@ static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w,
 			 w->timeout_ms, srv->cfg.prefill_wait_max_ms);
 		return -E2BIG;
 	}
+	j->wait_ms = w->timeout_ms ? w->timeout_ms : srv->cfg.prefill_wait_max_ms;
 	if (w->kind == SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_IPC_EVENT) {
 		/* opened and polled by the worker: a bad handle fails the job there */
 		if (w->ipc_event.len != IPC_EVENT_BYTES || !w->ipc_event.data) {
@@ -288,7 +289,6 @@ static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w,
 			return -EINVAL;
 		}
 		j->wait_event = w->ipc_event.data; /* inside j->req, freed with the job */
-		j->wait_ms = w->timeout_ms ? w->timeout_ms : srv->cfg.prefill_wait_max_ms;
 		return 0;
 	}
 	if (w->kind != SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_FLAG) {
@@ -317,7 +317,6 @@ static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w,
 	hold_buffer(j, b);
 	j->wait_flag = (void *)(b->map + w->offset); /* a device address */
 	j->wait_value = w->value;
-	j->wait_ms = w->timeout_ms ? w->timeout_ms : srv->cfg.prefill_wait_max_ms;
 	return 0;
 }
 
