@@ -223,6 +223,27 @@ static struct skv_cuda_import *lookup(struct skv_cuda_dev *dev, uint64_t tenant,
 	return NULL;
 }
 
+/*
+ * Read-write access for this device to a mapped range; on failure the range
+ * is unmapped and its address space freed, as both mappers need.
+ */
+static CUresult grant_rw(const struct skv_cuda_dev *dev, CUdeviceptr ptr, size_t size)
+{
+	CUmemAccessDesc acc;
+	CUresult cr;
+
+	memset(&acc, 0, sizeof(acc));
+	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	acc.location.id = dev->device;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	cr = dev->drv.MemSetAccess(ptr, size, &acc, 1);
+	if (cr != CUDA_SUCCESS) {
+		dev->drv.MemUnmap(ptr, size);
+		dev->drv.MemAddressFree(ptr, size);
+	}
+	return cr;
+}
+
 static int map_fd(struct skv_cuda_dev *dev, int fd, uint64_t size, void **ret_ptr,
 		  struct skv_error *err)
 {
@@ -251,17 +272,9 @@ static int map_fd(struct skv_cuda_dev *dev, int fd, uint64_t size, void **ret_pt
 				     "cuMemMap of %llu bytes (larger than the export?): %s",
 				     (unsigned long long)size, cu_name(dev, cr));
 	}
-	CUmemAccessDesc acc;
-	memset(&acc, 0, sizeof(acc));
-	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	acc.location.id = dev->device;
-	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	cr = dev->drv.MemSetAccess(ptr, size, &acc, 1);
-	if (cr != CUDA_SUCCESS) {
-		dev->drv.MemUnmap(ptr, size);
-		dev->drv.MemAddressFree(ptr, size);
+	cr = grant_rw(dev, ptr, size);
+	if (cr != CUDA_SUCCESS)
 		return skv_cuda_fail(err, -EIO, -1, -1, "cuMemSetAccess: %s", cu_name(dev, cr));
-	}
 	*ret_ptr = (void *)(uintptr_t)ptr;
 	return 0;
 }
@@ -460,18 +473,8 @@ int skv_cuda_arena_new(struct skv_cuda_dev *dev, uint64_t size, struct skv_cuda_
 		if (cr != CUDA_SUCCESS)
 			dev->drv.MemAddressFree(ptr, size);
 	}
-	if (cr == CUDA_SUCCESS) {
-		CUmemAccessDesc acc;
-		memset(&acc, 0, sizeof(acc));
-		acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		acc.location.id = dev->device;
-		acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-		cr = dev->drv.MemSetAccess(ptr, size, &acc, 1);
-		if (cr != CUDA_SUCCESS) {
-			dev->drv.MemUnmap(ptr, size);
-			dev->drv.MemAddressFree(ptr, size);
-		}
-	}
+	if (cr == CUDA_SUCCESS)
+		cr = grant_rw(dev, ptr, size);
 	if (cr != CUDA_SUCCESS) {
 		dev->drv.MemRelease(a->handle);
 		free(a);
