@@ -278,6 +278,7 @@ static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w,
 			 w->timeout_ms, srv->cfg.prefill_wait_max_ms);
 		return -E2BIG;
 	}
+	j->wait_ms = w->timeout_ms ? w->timeout_ms : srv->cfg.prefill_wait_max_ms;
 	if (w->kind == SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_IPC_EVENT) {
 		/* opened and polled by the worker: a bad handle fails the job there */
 		if (w->ipc_event.len != IPC_EVENT_BYTES || !w->ipc_event.data) {
@@ -288,7 +289,6 @@ static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w,
 			return -EINVAL;
 		}
 		j->wait_event = w->ipc_event.data; /* inside j->req, freed with the job */
-		j->wait_ms = w->timeout_ms ? w->timeout_ms : srv->cfg.prefill_wait_max_ms;
 		return 0;
 	}
 	if (w->kind != SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_FLAG) {
@@ -317,7 +317,6 @@ static int resolve_wait(struct snapkvd_job *j, const Snapkv__V1__PrefillWait *w,
 	hold_buffer(j, b);
 	j->wait_flag = (void *)(b->map + w->offset); /* a device address */
 	j->wait_value = w->value;
-	j->wait_ms = w->timeout_ms ? w->timeout_ms : srv->cfg.prefill_wait_max_ms;
 	return 0;
 }
 
@@ -769,6 +768,12 @@ static int run_grow_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct 
 	return o->ctx_sync(w->gctx, kerr);
 }
 
+/* when a prefill wait that starts now gives up: both kinds have the same bound */
+static uint64_t wait_deadline(const struct snapkvd_job *j)
+{
+	return snapkvd_now_ns() + (uint64_t)j->wait_ms * 1000000u;
+}
+
 /*
  * CUDA_IPC_EVENT: poll the engine's event from the worker, and return only
  * once it has completed (0), at the deadline (-ETIMEDOUT), or when the
@@ -794,7 +799,7 @@ static void wait_msg_prefix(struct skv_error *kerr)
 static int wait_event(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_error *kerr)
 {
 	const struct skv_backend_ops *o = w->c->srv->gpu->ops;
-	const uint64_t deadline = snapkvd_now_ns() + (uint64_t)j->wait_ms * 1000000u;
+	const uint64_t deadline = wait_deadline(j);
 	struct skv_cuda_event *ev = NULL;
 	uint64_t nap_ns = 50000, polls = 0;
 	int r;
@@ -916,7 +921,7 @@ static int run_gpu(struct snapkvd_worker *w, struct snapkvd_job *j, struct skv_e
 		pthread_mutex_lock(&w->c->mu);
 		w->wait_flag = j->wait_flag;
 		w->wait_value = j->wait_value;
-		w->wait_deadline = snapkvd_now_ns() + (uint64_t)j->wait_ms * 1000000u;
+		w->wait_deadline = wait_deadline(j);
 		w->wait_fired = false;
 		w->wait_met = false;
 		pthread_cond_signal(&w->c->wcond);

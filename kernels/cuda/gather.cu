@@ -14,6 +14,15 @@ namespace skvcuda
 constexpr int GATHER_ROWS = 32; /* kept slots per block */
 constexpr int GATHER_THREADS = 256;
 
+/* The block's n kept positions of head h from slot i0 into shared memory, for every thread. */
+__device__ __forceinline__ void load_positions(const dlayer &ly, uint32_t h, uint32_t i0,
+					       uint32_t n, int32_t *spos)
+{
+	for (uint32_t i = threadIdx.x; i < n; i += GATHER_THREADS)
+		spos[i] = ly.positions[(size_t)h * ly.pos_stride + i0 + i];
+	__syncthreads();
+}
+
 /*
  * grid:  x = slot block (GATHER_ROWS slots), y = stored head, z = layer in launch
  * in:    layers[].k, .v [H_kv, L, D]; layers[].positions [H_store][pos_stride]
@@ -32,9 +41,7 @@ __global__ void __launch_bounds__(GATHER_THREADS)
 	const uint32_t kvh = c.group ? h : h / c.G;
 	__shared__ int32_t spos[GATHER_ROWS];
 
-	for (uint32_t i = threadIdx.x; i < n; i += GATHER_THREADS)
-		spos[i] = ly.positions[(size_t)h * ly.pos_stride + i0 + i];
-	__syncthreads();
+	load_positions(ly, h, i0, n, spos);
 	for (uint32_t idx = threadIdx.x; idx < n * row_units; idx += GATHER_THREADS) {
 		const uint32_t i = idx / row_units, u = idx % row_units;
 		const uint32_t pos = (uint32_t)spos[i];
@@ -62,9 +69,7 @@ __global__ void __launch_bounds__(GATHER_THREADS)
 	const uint32_t kvh = c.group ? h : h / c.G;
 	__shared__ int32_t spos[GATHER_ROWS];
 
-	for (uint32_t i = threadIdx.x; i < n; i += GATHER_THREADS)
-		spos[i] = ly.positions[(size_t)h * ly.pos_stride + i0 + i];
-	__syncthreads();
+	load_positions(ly, h, i0, n, spos);
 	for (uint32_t idx = threadIdx.x; idx < n * c.D; idx += GATHER_THREADS) {
 		const uint32_t i = idx / c.D, d = idx % c.D;
 		const uint32_t pos = (uint32_t)spos[i];

@@ -50,6 +50,16 @@ int skv_cuda_dev_enter(const struct skv_cuda_dev *dev, struct skv_error *err)
 	return 0;
 }
 
+/*
+ * Wait for every kernel of the device before its memory goes: pages freed,
+ * unmapped or unregistered under a running kernel are a device fault.
+ */
+static void dev_drain(const struct skv_cuda_dev *dev)
+{
+	cudaSetDevice(dev->device);
+	cudaDeviceSynchronize();
+}
+
 static int entry(void **fn, const char *sym, struct skv_error *err)
 {
 	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -213,6 +223,27 @@ static struct skv_cuda_import *lookup(struct skv_cuda_dev *dev, uint64_t tenant,
 	return NULL;
 }
 
+/*
+ * Read-write access for this device to a mapped range; on failure the range
+ * is unmapped and its address space freed, as both mappers need.
+ */
+static CUresult grant_rw(const struct skv_cuda_dev *dev, CUdeviceptr ptr, size_t size)
+{
+	CUmemAccessDesc acc;
+	CUresult cr;
+
+	memset(&acc, 0, sizeof(acc));
+	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	acc.location.id = dev->device;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	cr = dev->drv.MemSetAccess(ptr, size, &acc, 1);
+	if (cr != CUDA_SUCCESS) {
+		dev->drv.MemUnmap(ptr, size);
+		dev->drv.MemAddressFree(ptr, size);
+	}
+	return cr;
+}
+
 static int map_fd(struct skv_cuda_dev *dev, int fd, uint64_t size, void **ret_ptr,
 		  struct skv_error *err)
 {
@@ -241,17 +272,9 @@ static int map_fd(struct skv_cuda_dev *dev, int fd, uint64_t size, void **ret_pt
 				     "cuMemMap of %llu bytes (larger than the export?): %s",
 				     (unsigned long long)size, cu_name(dev, cr));
 	}
-	CUmemAccessDesc acc;
-	memset(&acc, 0, sizeof(acc));
-	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	acc.location.id = dev->device;
-	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	cr = dev->drv.MemSetAccess(ptr, size, &acc, 1);
-	if (cr != CUDA_SUCCESS) {
-		dev->drv.MemUnmap(ptr, size);
-		dev->drv.MemAddressFree(ptr, size);
+	cr = grant_rw(dev, ptr, size);
+	if (cr != CUDA_SUCCESS)
 		return skv_cuda_fail(err, -EIO, -1, -1, "cuMemSetAccess: %s", cu_name(dev, cr));
-	}
 	*ret_ptr = (void *)(uintptr_t)ptr;
 	return 0;
 }
@@ -379,9 +402,7 @@ void skv_cuda_import_release(struct skv_cuda_import *imp)
 				*pp = imp->next;
 				break;
 			}
-		cudaSetDevice(dev->device);
-		/* no kernel may still read the pages when they go */
-		cudaDeviceSynchronize();
+		dev_drain(dev); /* no kernel may still read the pages when they go */
 		unmap_import(imp);
 	}
 	pthread_mutex_unlock(&dev->mu);
@@ -394,8 +415,7 @@ unsigned skv_cuda_release_tenant(struct skv_cuda_dev *dev, uint64_t tenant)
 	if (!dev)
 		return 0;
 	pthread_mutex_lock(&dev->mu);
-	cudaSetDevice(dev->device);
-	cudaDeviceSynchronize();
+	dev_drain(dev);
 	for (struct skv_cuda_import **pp = &dev->imports; *pp;) {
 		struct skv_cuda_import *i = *pp;
 		if (i->tenant != tenant) {
@@ -453,18 +473,8 @@ int skv_cuda_arena_new(struct skv_cuda_dev *dev, uint64_t size, struct skv_cuda_
 		if (cr != CUDA_SUCCESS)
 			dev->drv.MemAddressFree(ptr, size);
 	}
-	if (cr == CUDA_SUCCESS) {
-		CUmemAccessDesc acc;
-		memset(&acc, 0, sizeof(acc));
-		acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		acc.location.id = dev->device;
-		acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-		cr = dev->drv.MemSetAccess(ptr, size, &acc, 1);
-		if (cr != CUDA_SUCCESS) {
-			dev->drv.MemUnmap(ptr, size);
-			dev->drv.MemAddressFree(ptr, size);
-		}
-	}
+	if (cr == CUDA_SUCCESS)
+		cr = grant_rw(dev, ptr, size);
 	if (cr != CUDA_SUCCESS) {
 		dev->drv.MemRelease(a->handle);
 		free(a);
@@ -527,9 +537,7 @@ void skv_cuda_arena_free(struct skv_cuda_arena *a)
 			*pp = a->next;
 			break;
 		}
-	cudaSetDevice(dev->device);
-	/* kernels still writing into it must finish before the pages go */
-	cudaDeviceSynchronize();
+	dev_drain(dev); /* kernels still writing into it must finish before the pages go */
 	arena_unmap(a);
 	pthread_mutex_unlock(&dev->mu);
 }
@@ -538,8 +546,7 @@ void skv_cuda_dev_close(struct skv_cuda_dev *dev)
 {
 	if (!dev)
 		return;
-	cudaSetDevice(dev->device);
-	cudaDeviceSynchronize();
+	dev_drain(dev);
 	while (dev->imports) {
 		struct skv_cuda_import *i = dev->imports;
 		dev->imports = i->next;
@@ -599,9 +606,7 @@ void skv_cuda_host_unregister(struct skv_cuda_dev *dev, void *ptr)
 {
 	if (!dev || !ptr)
 		return;
-	cudaSetDevice(dev->device);
-	/* kernels may still read it */
-	cudaDeviceSynchronize();
+	dev_drain(dev); /* kernels may still read it */
 	cudaHostUnregister((void *)((uintptr_t)ptr & ~(uintptr_t)4095));
 }
 
