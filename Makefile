@@ -13,7 +13,8 @@ BUILD    ?= build
 CC       ?= gcc
 OPT      ?= -O2
 CFLAGS_BASE := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC -pthread \
-	-D_GNU_SOURCE -MMD -MP -I. -Ikernels -Iproto -Iclient -I$(BUILD)
+	-D_GNU_SOURCE -MMD -MP -I. -Ikernels -Iproto -Iclient/libsnapkv \
+	-Iclient/libskvst -I$(BUILD)
 CFLAGS   ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDFLAGS  ?=
@@ -27,8 +28,11 @@ CUDA     ?= $(if $(NVCC),1,0)
 # fragment can use them in prerequisites whatever the include order.
 LIBSKV      := $(BUILD)/libskv.a         # kernels/: selection + gather
 LIBSKVPROTO := $(BUILD)/libskvproto.a    # proto/: generated protobuf-c, framing, ring ABI helpers
-LIBSKVST    := $(BUILD)/libskvst.a       # client/: safetensors read/write (jansson)
-LIBSNAPKV   := $(BUILD)/libsnapkv.so     # client/: engine API (soname libsnapkv.so.1)
+LIBSKVST    := $(BUILD)/libskvst.a       # client/libskvst/: safetensors read/write (jansson)
+LIBSNAPKV   := $(BUILD)/libsnapkv.so     # client/libsnapkv/: engine API (soname libsnapkv.so.1)
+LIBSNAPKV_A := $(BUILD)/libsnapkv.a      # client/libsnapkv/: its static copy (snapkvctl)
+# proto/'s generated header, for order-only prerequisites of any fragment.
+SKV_PB_H    := $(BUILD)/proto/snapkv.pb-c.h
 # System libraries, by Debian package (scripts/deps.sh installs them).
 URING_LIBS  := -luring
 PBC_LIBS    := -lprotobuf-c

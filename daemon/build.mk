@@ -1,41 +1,6 @@
 # SPDX-License-Identifier: MIT
-# daemon/: snapkvd, one object per file (the ops helper adds
-# snapkvd-pressure.*, snapkvd-hooks.*, snapkvd-metrics.* via SNAPKVD_EXTRA_OBJS),
-# and client/libsnapkv (rules here so the file set of client/build.mk stays the
-# cli helper's): the engine API as a versioned shared library, soname
-# libsnapkv.so.1, plus a static copy for in-tree programs (snapkvctl).
-# proto/build.mk is read after this file: name its generated header here too
-# so that order-only prerequisites below are not empty.
-SKV_PB_H := $(BUILD)/proto/snapkv.pb-c.h
-
-# 1.MINOR.PATCH: MINOR is the newest SNAPKV_1.MINOR node of client/libsnapkv.map
-# (tests/integration/test-libsnapkv-abi.sh checks it).
-LIBSNAPKV_VER := 1.4.0
-LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
-LIBSNAPKV_A := $(BUILD)/libsnapkv.a
-LIBSNAPKV_OBJS := $(BUILD)/client/libsnapkv.o
-OBJS += $(LIBSNAPKV_OBJS)
-$(LIBSNAPKV_OBJS): | $(SKV_PB_H)
-$(BUILD)/client/libsnapkv.o: ALL_CFLAGS += -fvisibility=hidden
-
-$(LIBSNAPKV_REAL): $(LIBSNAPKV_OBJS) $(LIBSKVPROTO) client/libsnapkv.map
-	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,libsnapkv.so.1 \
-		-Wl,--version-script=client/libsnapkv.map -Wl,--no-undefined \
-		-o $@ $(LIBSNAPKV_OBJS) $(LIBSKVPROTO) $(PBC_LIBS) $(LDFLAGS)
-# daemon/build.mk too: a version bump relinks in an existing build tree
-# (.SECONDARY would otherwise let the old real file satisfy the link).
-$(BUILD)/libsnapkv.so.1: $(LIBSNAPKV_REAL) daemon/build.mk
-	ln -sf libsnapkv.so.$(LIBSNAPKV_VER) $@
-$(LIBSNAPKV): $(BUILD)/libsnapkv.so.1
-	ln -sf libsnapkv.so.1 $@
-$(LIBSNAPKV_A): $(LIBSNAPKV_OBJS)
-	rm -f $@ && ar rcs $@ $^
-LIBS += $(LIBSNAPKV) $(LIBSNAPKV_A)
-INSTALL_LIBS += $(LIBSNAPKV_REAL) $(BUILD)/libsnapkv.so.1 $(LIBSNAPKV)
-INSTALL_HEADERS += client/snapkv.h
-# Programs in the tree find the .so without installing it.
-SNAPKV_RPATH := -Wl,-rpath,$(abspath $(BUILD))
-SNAPKV_LINK := -L$(BUILD) -lsnapkv $(SNAPKV_RPATH) $(PBC_LIBS)
+# daemon/: snapkvd, one object per file (the ops fragment adds
+# snapkvd-pressure.*, snapkvd-hooks.*, snapkvd-metrics.* via SNAPKVD_EXTRA_OBJS).
 
 SNAPKVD := $(BUILD)/snapkvd
 SNAPKVD_CORE_OBJS := $(addprefix $(BUILD)/daemon/, snapkvd-log.o snapkvd-config.o \
@@ -45,10 +10,9 @@ SNAPKVD_CORE_OBJS := $(addprefix $(BUILD)/daemon/, snapkvd-log.o snapkvd-config.
 # that fragment is read after this one
 SNAPKVD_OPS_LIB := $(BUILD)/libsnapkvd-ops.a
 SNAPKVD_EXTRA_OBJS ?=
-# the ledger's JSON form is snapkvctl's (client/ctl-ledger-json.c): the hooks'
-# snapshot and `snapkvctl ledger --json` share one builder
-SNAPKVD_OBJS := $(SNAPKVD_CORE_OBJS) $(SNAPKVD_EXTRA_OBJS) $(BUILD)/daemon/snapkvd.o \
-	$(BUILD)/client/ctl-ledger-json.o
+# the ledger's JSON form (proto/skv-ledger-json.c, in $(LIBSKVPROTO)): the
+# hooks' snapshot and `snapkvctl ledger --json` share one builder
+SNAPKVD_OBJS := $(SNAPKVD_CORE_OBJS) $(SNAPKVD_EXTRA_OBJS) $(BUILD)/daemon/snapkvd.o
 OBJS += $(SNAPKVD_OBJS)
 $(SNAPKVD_OBJS): | $(SKV_PB_H)
 
@@ -77,14 +41,6 @@ $(BUILD)/tests/test-daemon-badinput: $(BUILD)/tests/integration/test-daemon-badi
 		-lm $(LDFLAGS)
 TESTS += $(BUILD)/tests/test-daemon-badinput
 
-# snapkvctl's online subcommands (client/ctl-daemon.c, compiled by
-# client/build.mk with every client/ctl-*.c) talk to the daemon.
-$(BUILD)/client/ctl-daemon.o: | $(SKV_PB_H)
-ifneq ($(SNAPKVCTL),)
-$(SNAPKVCTL): $(LIBSNAPKV_A) $(LIBSKVPROTO)
-SNAPKVCTL_LIBS += $(LIBSNAPKV_A) $(LIBSKVPROTO) $(PBC_LIBS)
-endif
-
 # bench/bench-ring: ring vs socket round trip of a no-op (make bench).
 BENCH_RING := $(BUILD)/bench/bench-ring
 OBJS += $(BUILD)/bench/bench-ring.o
@@ -98,15 +54,13 @@ $(BUILD)/tests/test-daemon-units: $(BUILD)/tests/unit/test-daemon-units.o $(SNAP
 OBJS += $(BUILD)/tests/unit/test-daemon-units.o
 TESTS += $(BUILD)/tests/test-daemon-units
 
-# snapkvctl against a live daemon (needs the cli's snapkvctl in the tree).
-ifneq ($(wildcard client/snapkvctl.c),)
-TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
+# snapkvctl against a live daemon
+ifneq ($(SNAPKVCTL),)
 # the ledger of real caches (expand, group, APPEND, GROW) per cache, tenant, pool
 TEST_SCRIPTS += tests/integration/test-daemon-ledger.sh
 # the worker pool: the suites above again with 3 workers, engines at once
 TEST_SCRIPTS += tests/integration/test-daemon-workers.sh
 endif
-TEST_SCRIPTS += tests/integration/test-libsnapkv-abi.sh
 
 $(BUILD)/tests/integration/test-daemon-fuzz.o: | $(SKV_PB_H)
 OBJS += $(BUILD)/tests/integration/test-daemon-fuzz.o

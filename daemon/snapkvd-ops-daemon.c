@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl-ledger-json.h"
+#include "skv-ledger-json.h"
 #include "snapkvd-ledger.h"
 #include "snapkvd-log.h"
 #include "snapkvd-server.h"
@@ -179,7 +179,7 @@ char *snapkvd_ops_ledger_json(struct snapkvd_server *srv)
 
 	if (snapkvd_admin_ledger_fill(srv, &r, &b) < 0)
 		return NULL;
-	j = ctl_ledger_json(&r);
+	j = skv_ledger_json(&r);
 	if (j && json_object_set_new(j, "pressure",
 				     json_pack("{s:s}", "level",
 					       snapkvd_pressure_level_name(snapkvd_pressure_level(

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 # proto/: snapkv.proto compiled with protoc-c at build time, framing and the
-# ring ABI helpers, all in $(LIBSKVPROTO).
+# ring ABI helpers, and what both sides of the control socket share: the
+# deadline-bounded socket I/O (skv-io.h) and the ledger's JSON form
+# (skv-ledger-json.o: link $(JSON_LIBS) when using it), all in $(LIBSKVPROTO).
 PROTOC_C ?= protoc-c
 SKV_PB_C := $(BUILD)/proto/snapkv.pb-c.c
 SKV_PB_H := $(BUILD)/proto/snapkv.pb-c.h
@@ -13,7 +15,9 @@ $(SKV_PB_C): proto/snapkv.proto
 $(BUILD)/proto/snapkv.pb-c.o: $(SKV_PB_C) $(SKV_PB_H)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-PROTO_OBJS := $(BUILD)/proto/snapkv.pb-c.o $(BUILD)/proto/skv-frame.o
+PROTO_OBJS := $(BUILD)/proto/snapkv.pb-c.o $(BUILD)/proto/skv-frame.o \
+	$(BUILD)/proto/skv-ledger-json.o
+$(BUILD)/proto/skv-ledger-json.o: | $(SKV_PB_H)
 OBJS += $(PROTO_OBJS)
 
 $(LIBSKVPROTO): $(PROTO_OBJS)

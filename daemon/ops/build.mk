@@ -22,11 +22,10 @@ $(LIBSNAPKVD_OPS): $(OPS_OBJS)
 # CUnit suites: tests/unit/test-ops-<module>.c, each linked against the library.
 OPS_TESTS := pressure hooks metrics quota config runtime
 
-# snapkvctl's side of `top`/`pressure`: the Prometheus parser and renderer
-# (client/ctl-ops-view.c), tested against the daemon's writer.
+# snapkvctl's side of `top`/`pressure`: the Prometheus parser and the frame
+# of top ($(SNAPKVCTL_VIEW_OBJS)), tested against the daemon's writer.
 OPS_TESTS += view
-OBJS += $(BUILD)/client/ctl-ops-view.o
-$(BUILD)/tests/unit/test-ops-view: $(BUILD)/client/ctl-ops-view.o
+$(BUILD)/tests/unit/test-ops-view: $(SNAPKVCTL_VIEW_OBJS)
 
 # the quota race runs against the daemon's pool (snapkvd-pool.c)
 $(BUILD)/tests/unit/test-ops-quota: $(BUILD)/daemon/snapkvd-pool.o
@@ -42,15 +41,8 @@ $(OPS_TEST_BINS): $(BUILD)/tests/unit/test-ops-%: $(BUILD)/tests/unit/test-ops-%
 OPS_ITEST := $(BUILD)/tests/test-ops-daemon
 OBJS += $(BUILD)/tests/integration/test-ops-daemon.o
 $(BUILD)/tests/integration/test-ops-daemon.o: | $(SKV_PB_H)
-$(OPS_ITEST): $(BUILD)/tests/integration/test-ops-daemon.o $(BUILD)/client/ctl-ops-view.o \
+$(OPS_ITEST): $(BUILD)/tests/integration/test-ops-daemon.o $(SNAPKVCTL_VIEW_OBJS) \
 		$(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD) $(SNAPKVCTL)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/client/ctl-ops-view.o $(SNAPKV_LINK) $(LIBSKVPROTO) \
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKVCTL_VIEW_OBJS) $(SNAPKV_LINK) $(LIBSKVPROTO) \
 		$(LIBSKV) $(PBC_LIBS) $(BLAS_LIBS) $(JSON_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(OPS_ITEST)
-
-# snapkvctl pressure/top (client/ctl-ops.c, compiled by client/build.mk with
-# every client/ctl-*.c) speak the admin protocol.
-ifneq ($(SNAPKVCTL),)
-$(BUILD)/client/ctl-ops.o: | $(SKV_PB_H)
-TEST_SCRIPTS += tests/integration/test-ops-ctl.sh
-endif

@@ -56,7 +56,8 @@ $(BUILD)/kernels/cuda/%.cu.o: kernels/cuda/%.cu
 
 LIBS += $(LIBSKVCUDA)
 INSTALL_LIBS += $(LIBSKVCUDA)
-INSTALL_HEADERS += kernels/cuda/skv-cuda.h kernels/cuda/skv-backend.h
+# skv-backend.h is the daemon's internal view of the plugin: not installed.
+INSTALL_HEADERS += kernels/cuda/skv-cuda.h
 
 $(LIBSKVCUDA): $(SKVCUDA_CUO) $(SKVCUDA_COBJ) $(LIBSKV) kernels/cuda/skv-cuda.map
 	$(NVCC) -shared -cudart static $(NVCC_GENCODE) -o $@ $(SKVCUDA_CUO) $(SKVCUDA_COBJ) \

@@ -65,7 +65,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "client/snapkv.h"
+#include "snapkv.h"
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
 #include "gpu-common.h"

@@ -3,9 +3,9 @@
 # test-libsnapkv-abi.sh - libsnapkv's file names agree with its ABI: soname
 # libsnapkv.so.1, the real file libsnapkv.so.1.MINOR.PATCH with MINOR the
 # newest SNAPKV_1.MINOR version node the library defines (a node added to
-# client/libsnapkv.map must bump the file's minor), every exported
+# client/libsnapkv/libsnapkv.map must bump the file's minor), every exported
 # function bound to the version node the map gives it, the nodes chained one
-# to the next, and every export declared in client/snapkv.h.
+# to the next, and every export declared in client/libsnapkv/snapkv.h.
 set -u
 BUILD=${BUILD:-build}
 lib=$BUILD/libsnapkv.so
@@ -17,7 +17,7 @@ real=$(readlink "$BUILD/libsnapkv.so.1")
 nodes=$(readelf -V "$lib" | grep -o 'Name: SNAPKV_1\.[0-9]*' | sed 's/Name: SNAPKV_1\.//' |
 	sort -n -u)
 newest=$(echo "$nodes" | tail -1)
-mapnewest=$(grep -o '^SNAPKV_1\.[0-9]*' client/libsnapkv.map | sed 's/SNAPKV_1\.//' | sort -n |
+mapnewest=$(grep -o '^SNAPKV_1\.[0-9]*' client/libsnapkv/libsnapkv.map | sed 's/SNAPKV_1\.//' | sort -n |
 	tail -1)
 [ -n "$newest" ] && [ "$newest" = "$mapnewest" ] &&
 	ok "version nodes 1.{$(echo $nodes | tr ' ' ',')} as in libsnapkv.map" ||
@@ -35,14 +35,14 @@ n=$(nm -D --defined-only "$lib" | awk '$2 == "T"' | grep -vc '@SNAPKV_1\.')
 # Each name the map lists is exported at the node the map puts it in (a name
 # moved to a newer node would break programs linked against the old one).
 map_syms=$(awk '/^SNAPKV_1\.[0-9]+ *\{/ {node = $1} /^[ \t]+skv_[a-z0-9_]+;/ {
-	gsub(/[ \t;]/, ""); print $0 "@@" node }' client/libsnapkv.map | sort)
+	gsub(/[ \t;]/, ""); print $0 "@@" node }' client/libsnapkv/libsnapkv.map | sort)
 lib_syms=$(nm -D --defined-only "$lib" | awk '$2 == "T" {print $3}' | sort)
 [ -n "$map_syms" ] && [ "$map_syms" = "$lib_syms" ] &&
 	ok "$(echo "$map_syms" | wc -l) exports, each at its map node" ||
 	not_ok "exports differ from the map: $(diff <(echo "$map_syms") <(echo "$lib_syms") |
 		grep '^[<>]' | tr '\n' ' ')"
 # Nodes chain: SNAPKV_1.N inherits SNAPKV_1.(N-1), none skipped.
-chain=$(awk '/^} SNAPKV_1\.[0-9]+;/ {gsub(/[};]/, ""); print $1}' client/libsnapkv.map |
+chain=$(awk '/^} SNAPKV_1\.[0-9]+;/ {gsub(/[};]/, ""); print $1}' client/libsnapkv/libsnapkv.map |
 	sed 's/SNAPKV_1\.//' | tr '\n' ' ')
 want=$(seq 0 $((mapnewest - 1)) | tr '\n' ' ')
 [ "$chain" = "$want" ] && ok "nodes chain 1.0 .. 1.$mapnewest" ||
@@ -50,7 +50,7 @@ want=$(seq 0 $((mapnewest - 1)) | tr '\n' ' ')
 # Every export is declared in the one public header.
 undeclared=
 for f in $(echo "$lib_syms" | sed 's/@.*//'); do
-	grep -q "[ *]$f(" client/snapkv.h || undeclared="$undeclared $f"
+	grep -q "[ *]$f(" client/libsnapkv/snapkv.h || undeclared="$undeclared $f"
 done
 [ -z "$undeclared" ] && ok "every export declared in snapkv.h" ||
 	not_ok "exports not in snapkv.h:$undeclared"

@@ -7,7 +7,7 @@
  * and then goes silent. Each call must return -ETIMEDOUT within a generous
  * bound (10x the deadline; the times are printed), leak no fds, and leave
  * the client failing with -ENOTCONN where a late reply could desynchronise
- * the socket. Also the deadline helpers of client/skv-io.h on a socketpair,
+ * the socket. Also the deadline helpers of proto/skv-io.h on a socketpair,
  * and snapkvctl --timeout.
  *
  * Each fake runs in a forked child (so the test's own fd count is the

@@ -15,7 +15,7 @@
 #include <pwd.h>
 #include <sys/stat.h>
 
-#include "client/ctl-ops.h"
+#include "client/snapkvctl/ctl-prom.h"
 #include "daemon-harness.h"
 #include "skv.h"
 #include "snapkv.h"

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/ctl-ops.h"
+#include "client/snapkvctl/ctl-prom.h"
+#include "client/snapkvctl/ctl-top.h"
+#include "client/snapkvctl/snapkvctl.h"
 #include "daemon/snapkvd-metrics.h"
 
 static struct snapkvd_histogram secs, mass;

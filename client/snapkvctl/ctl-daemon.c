@@ -20,10 +20,10 @@
 #include <unistd.h>
 
 #include "ctl-daemon.h"
-#include "ctl-ledger-json.h"
+#include "proto/skv-ledger-json.h"
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
-#include "skv-io.h"
+#include "proto/skv-io.h"
 #include "snapkv.h"
 #include "snapkvctl.h"
 
@@ -277,7 +277,7 @@ int ctl_caches(int argc, char **argv)
 
 		printf("%6" PRIu64 " %-16.16s %-10.10s %6u %6u %7u %7u %7u %6u %6s %8.4f %8.4f\n",
 		       c->id, c->engine, c->tenant, c->layers, hs, c->prompt_len, c->kept, c->slots,
-		       c->appended, ctl_gqa_name(c->gqa), c->mass_min, c->mass_mean);
+		       c->appended, skv_ledger_gqa_name(c->gqa), c->mass_min, c->mass_mean);
 	}
 	if (!r->n_caches)
 		printf("(no caches)\n");
@@ -304,7 +304,7 @@ static void put_bytes(const struct ledger_fmt *f, uint64_t b)
 
 static void put_ratio(const Snapkv__V1__LedgerBytes *b)
 {
-	double x = ctl_ledger_ratio(b);
+	double x = skv_ledger_ratio(b);
 
 	if (x < 0)
 		printf(" %6s\n", "-");
@@ -393,7 +393,7 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 		printf("%5" PRIu64 " %-12.12s %-8.8s %3u %4u %4u %4u %1u %7u %6u %6u %-6s %-9s",
 		       x->id, x->engine, x->tenant, x->layers, x->h_q, x->h_kv, x->head_dim,
 		       x->dtype_bytes, x->prompt_len, x->capacity, x->appended,
-		       ctl_gqa_name(x->gqa), x->lingering ? "lingering" : "held");
+		       skv_ledger_gqa_name(x->gqa), x->lingering ? "lingering" : "held");
 		put_ledger(&f, x->bytes);
 		ledger_sum(&tc, x->bytes);
 	}
@@ -463,7 +463,7 @@ int ctl_ledger(int argc, char **argv)
 	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r) < 0)
 		return CTL_EXIT_FAIL;
 	if (json) {
-		json_t *j = ctl_ledger_json(r);
+		json_t *j = skv_ledger_json(r);
 
 		if (!j) {
 			ctl_err("ledger", "out of memory");

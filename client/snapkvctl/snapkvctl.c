@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * snapkvctl.c - entry point of the snapkvctl CLI: global options and the
- * subcommand table. Each subcommand lives in its own client/ctl-*.c.
+ * subcommand table. Each subcommand lives in its own ctl-*.c.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "ctl-daemon.h"
-#include "skv-io.h"
+#include "proto/skv-io.h"
 #include "skv-safetensors.h"
 #include "snapkvctl.h"
 

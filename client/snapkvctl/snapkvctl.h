@@ -3,7 +3,7 @@
  * snapkvctl.h - subcommands of the snapkvctl CLI and the helpers they share.
  *
  * To add a subcommand: write `int ctl_<name>(int argc, char **argv)` in its
- * own client/ctl-<name>.c (picked up by client/build.mk), declare it below
+ * own client/snapkvctl/ctl-<name>.c (picked up by its build.mk), declare it below
  * and add one line to the table in client/snapkvctl.c. argv[0] is the
  * subcommand name; the function returns the process exit code:
  * CTL_EXIT_OK, CTL_EXIT_FAIL (the operation failed at run time: I/O, out of
@@ -31,8 +31,8 @@ struct ctl_cmd {
  * e.g. ctl-daemon.h). */
 int ctl_compact(int argc, char **argv);	 /* ctl-compact.c */
 int ctl_inspect(int argc, char **argv);	 /* ctl-inspect.c */
-int ctl_pressure(int argc, char **argv); /* ctl-ops.c */
-int ctl_top(int argc, char **argv);	 /* ctl-ops.c */
+int ctl_pressure(int argc, char **argv); /* ctl-pressure.c */
+int ctl_top(int argc, char **argv);	 /* ctl-top.c */
 
 /* "snapkvctl <cmd>: " + message + newline on stderr. */
 void ctl_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -53,5 +53,10 @@ void ctl_print_ranges(FILE *f, const int32_t *pos, uint32_t n, uint32_t max_rang
 /* A tensor's shape as "[2, 8, 64]", cut short to fit len. */
 struct skv_st_tensor;
 void ctl_fmt_shape(const struct skv_st_tensor *t, char *buf, size_t len);
+
+/* ctl-fmt.c. "1.5 GiB", "512 B": IEC units, 3 significant digits. */
+void ctl_fmt_iec(uint64_t bytes, char *buf, size_t len);
+/* "4.1 ms", "1.20 s", "-" for NaN. */
+void ctl_fmt_seconds(double s, char *buf, size_t len);
 
 #endif /* SNAPKVCTL_H */

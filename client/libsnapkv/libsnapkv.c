@@ -28,7 +28,7 @@
 #include "proto/skv-frame.h"
 #include "proto/skv-ring.h"
 #include "proto/snapkv.pb-c.h"
-#include "skv-io.h"
+#include "proto/skv-io.h"
 
 #define SKV_EXPORT __attribute__((visibility("default")))
 

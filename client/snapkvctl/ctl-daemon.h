@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ctl-daemon.h - snapkvctl's online subcommands (client/ctl-daemon.c) and the
+ * ctl-daemon.h - snapkvctl's online subcommands (ctl-daemon.c) and the
  * daemon path of `snapkvctl compact`.
  */
 #ifndef CTL_DAEMON_H

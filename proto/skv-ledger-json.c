@@ -1,25 +1,25 @@
 // SPDX-License-Identifier: MIT
 /*
- * ctl-ledger-json.c - the capacity ledger as JSON, from an admin LEDGER
+ * skv-ledger-json.c - the capacity ledger as JSON, from an admin LEDGER
  * reply. snapkvctl renders the reply it received; snapkvd renders the reply
  * it would send (snapkvd_admin_ledger_fill) into the hooks' snapshot, so the
  * two cannot drift apart.
  */
-#include "ctl-ledger-json.h"
+#include "skv-ledger-json.h"
 
-const char *ctl_gqa_name(int g)
+const char *skv_ledger_gqa_name(int g)
 {
 	return g == SNAPKV__V1__GQA__GQA_GROUP ? "group" : "expand";
 }
 
-double ctl_ledger_ratio(const Snapkv__V1__LedgerBytes *b)
+double skv_ledger_ratio(const Snapkv__V1__LedgerBytes *b)
 {
 	return b && b->native_full ? (double)b->compact / (double)b->native_full : -1.0;
 }
 
 static json_t *ratio_json(const Snapkv__V1__LedgerBytes *b)
 {
-	double x = ctl_ledger_ratio(b);
+	double x = skv_ledger_ratio(b);
 
 	return x < 0 ? json_null() : json_real(x);
 }
@@ -38,7 +38,7 @@ static json_t *bytes_json(const Snapkv__V1__LedgerBytes *b)
 			 (json_int_t)b->padding);
 }
 
-json_t *ctl_ledger_json(const Snapkv__V1__AdminReply *r)
+json_t *skv_ledger_json(const Snapkv__V1__AdminReply *r)
 {
 	json_t *tenants = json_array(), *caches = json_array();
 	uint64_t free_b = r->pool_total > r->pool_used ? r->pool_total - r->pool_used : 0;
@@ -68,10 +68,10 @@ json_t *ctl_ledger_json(const Snapkv__V1__AdminReply *r)
 			      (json_int_t)c->h_kv, "head_dim", (json_int_t)c->head_dim,
 			      "dtype_bytes", (json_int_t)c->dtype_bytes, "prompt_len",
 			      (json_int_t)c->prompt_len, "capacity", (json_int_t)c->capacity,
-			      "appended", (json_int_t)c->appended, "gqa", ctl_gqa_name(c->gqa),
-			      "bytes", bytes_json(c->bytes), "ratio", ratio_json(c->bytes),
-			      "engine", c->engine, "session_id", (json_int_t)c->session_id,
-			      "h_store",
+			      "appended", (json_int_t)c->appended, "gqa",
+			      skv_ledger_gqa_name(c->gqa), "bytes", bytes_json(c->bytes), "ratio",
+			      ratio_json(c->bytes), "engine", c->engine, "session_id",
+			      (json_int_t)c->session_id, "h_store",
 			      (json_int_t)(c->gqa == SNAPKV__V1__GQA__GQA_GROUP ? c->h_kv : c->h_q),
 			      "kept", (json_int_t)c->kept, "slots", (json_int_t)c->slots,
 			      "requested_capacity", (json_int_t)c->requested_budget, "lingering",

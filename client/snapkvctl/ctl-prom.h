@@ -1,15 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ctl-ops.h - what `snapkvctl top` and `snapkvctl pressure` share: a parser
- * of the daemon's Prometheus text exposition and the pure renderers of the
- * views, kept apart from the socket code so that they can be unit-tested.
+ * ctl-prom.h - a parser of the daemon's Prometheus text exposition
+ * (ctl-prom.c), kept apart from the socket code so that it can be
+ * unit-tested against the daemon's writer.
  */
-#ifndef CTL_OPS_H
-#define CTL_OPS_H
+#ifndef CTL_PROM_H
+#define CTL_PROM_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #define CTL_PROM_MAX_SAMPLES 4096
 #define CTL_PROM_MAX_LABELS  8
@@ -46,17 +45,4 @@ const char *ctl_prom_label(const struct ctl_prom_sample *s, const char *lname);
  * Prometheus' histogram_quantile() does. NaN when empty or absent. */
 double ctl_prom_quantile(const struct ctl_prom *p, const char *hist, double q);
 
-/* "1.5 GiB", "512 B": IEC units, 3 significant digits. */
-void ctl_fmt_iec(uint64_t bytes, char *buf, size_t len);
-/* "4.1 ms", "1.20 s", "-" for NaN. */
-void ctl_fmt_seconds(double s, char *buf, size_t len);
-
-/*
- * One frame of `snapkvctl top`: pool bar, per-tenant bars, compactions per
- * second (from prev when given, over dt seconds), p50/p99 compaction time,
- * retained-mass histogram. width is the terminal width (>= 40).
- */
-void ctl_top_render(FILE *out, const struct ctl_prom *cur, const struct ctl_prom *prev, double dt,
-		    unsigned width);
-
-#endif /* CTL_OPS_H */
+#endif /* CTL_PROM_H */

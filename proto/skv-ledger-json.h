@@ -1,28 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ctl-ledger-json.h - the JSON form of the capacity ledger, built from the
+ * skv-ledger-json.h - the JSON form of the capacity ledger, built from the
  * admin LEDGER reply. One builder for `snapkvctl ledger --json` and the
  * snapshot snapkvd hands its pressure hooks (SNAPKV_LEDGER_JSON), so both
  * always carry the same schema.
  */
-#ifndef CTL_LEDGER_JSON_H
-#define CTL_LEDGER_JSON_H
+#ifndef SKV_LEDGER_JSON_H
+#define SKV_LEDGER_JSON_H
 
 #include <jansson.h>
 
 #include "proto/snapkv.pb-c.h"
 
 /* "group" or "expand" */
-const char *ctl_gqa_name(int gqa);
+const char *skv_ledger_gqa_name(int gqa);
 
 /* compact / native-full of b; -1 when there is nothing to compare with */
-double ctl_ledger_ratio(const Snapkv__V1__LedgerBytes *b);
+double skv_ledger_ratio(const Snapkv__V1__LedgerBytes *b);
 
 /*
  * {"pool": {...}, "tenants": [...], "caches": [...]} of a LEDGER reply
  * (docs/operations.md documents the keys); a new reference, NULL when out
  * of memory.
  */
-json_t *ctl_ledger_json(const Snapkv__V1__AdminReply *r);
+json_t *skv_ledger_json(const Snapkv__V1__AdminReply *r);
 
 #endif
