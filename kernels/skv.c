@@ -175,15 +175,10 @@ __attribute__((format(printf, 4, 5))) static int fail(struct skv_error *err, int
 
 void skv_params_init(struct skv_params *p)
 {
-	memset(p, 0, sizeof(*p));
-	p->params_size = sizeof(*p);
-	p->policy = SKV_POLICY_SNAPKV;
-	p->window = 32;
-	p->capacity = 2048;
-	p->kernel = 5;
-	p->pooling = SKV_POOL_AVG;
-	p->gqa = SKV_GQA_EXPAND;
-	p->sinks = 4;
+	/* static: its padding is zero too, as memset left it before */
+	static const struct skv_params d = SKV_PARAMS_DEFAULTS;
+
+	memcpy(p, &d, sizeof(*p));
 }
 
 static bool policy_scores(enum skv_policy p)

@@ -87,6 +87,15 @@ struct skv_params {
 
 /* Reference defaults: snapkv, W 32, C 2048, k 5, avg, expand, S 4. */
 void skv_params_init(struct skv_params *p);
+/* The same defaults as an initializer, the one place they are written down:
+ * skv_params_init() and libsnapkv's skv_client_params_init() (which does not
+ * link libskv) both copy them. */
+#define SKV_PARAMS_DEFAULTS                                                                        \
+	{                                                                                          \
+		.params_size = sizeof(struct skv_params), .policy = SKV_POLICY_SNAPKV,             \
+		.window = 32, .capacity = 2048, .kernel = 5, .pooling = SKV_POOL_AVG,              \
+		.gqa = SKV_GQA_EXPAND, .sinks = 4,                                                 \
+	}
 
 /* Problem shape of one layer; identical for every layer of a call. */
 struct skv_shape {

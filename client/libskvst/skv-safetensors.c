@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "skv-safetensors.h"
+#include "proto/skv-err.h"
 #include "skv-st-internal.h"
 
 #define META_KEY "__metadata__"
@@ -75,12 +76,11 @@ static int dtype_parse(const char *s, enum skv_st_dtype *ret)
 
 int skv_st__fail(struct skv_st_error *err, int r, const char *fmt, ...)
 {
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+
+	va_start(ap, fmt);
+	r = skv_vfail(err ? err->msg : NULL, sizeof(err->msg), r, fmt, ap);
+	va_end(ap);
 	return r;
 }
 

@@ -28,6 +28,7 @@
 #include "proto/skv-frame.h"
 #include "proto/skv-ring.h"
 #include "proto/snapkv.pb-c.h"
+#include "proto/skv-err.h"
 #include "proto/skv-io.h"
 
 #define SKV_EXPORT __attribute__((visibility("default")))
@@ -119,10 +120,8 @@ static int fail(struct skv_client *c, int r, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!c)
-		return r;
 	va_start(ap, fmt);
-	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	r = skv_vfail(c ? c->err : NULL, sizeof(c->err), r, fmt, ap);
 	va_end(ap);
 	return r;
 }
@@ -139,15 +138,10 @@ SKV_EXPORT uint64_t skv_client_session_id(const struct skv_client *c)
 
 SKV_EXPORT void skv_client_params_init(struct skv_params *p)
 {
-	memset(p, 0, sizeof(*p));
-	p->params_size = sizeof(*p);
-	p->policy = SKV_POLICY_SNAPKV;
-	p->window = 32;
-	p->capacity = 2048;
-	p->kernel = 5;
-	p->pooling = SKV_POOL_AVG;
-	p->gqa = SKV_GQA_EXPAND;
-	p->sinks = 4;
+	/* static: its padding is zero too, as memset left it before */
+	static const struct skv_params d = SKV_PARAMS_DEFAULTS;
+
+	memcpy(p, &d, sizeof(*p));
 }
 
 static void mark_dead(struct skv_client *c, int r)

@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "ctl-admin.h"
 #include "ctl-daemon.h"
 #include "proto/skv-ledger-json.h"
 #include "proto/skv-frame.h"
@@ -57,88 +58,18 @@ uint64_t ctl_daemon_deadline(void)
 	return skv_io_deadline(ctl_daemon_timeout_ms());
 }
 
-/* One admin question over a fresh admin session, all of it (connect
- * included) within one deadline. 0 or -errno. */
+/* One admin question (ctl-admin.c); the reason of a failure on stderr. */
 static int admin_ask(const char *cmd, const char *path, Snapkv__V1__AdminKind kind,
 		     Snapkv__V1__AdminReply **ret)
 {
-	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
 	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct skv_frame_hdr h;
-	uint8_t *buf = NULL;
-	size_t cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD, n;
-	uint64_t dl = ctl_daemon_deadline();
-	int fd = -1, r;
+	char err[300];
+	int r;
 
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		ctl_err(cmd, "%s: socket path too long", path);
-		return -ENAMETOOLONG;
-	}
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	buf = malloc(cap);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (!buf || fd < 0) {
-		r = -errno;
-		goto out;
-	}
-	r = skv_io_connect(fd, &sa, dl);
-	if (r < 0) {
-		if (r == -ETIMEDOUT)
-			ctl_err(cmd, "cannot reach snapkvd at %s: not accepted within %u ms", path,
-				ctl_daemon_timeout_ms());
-		else
-			ctl_err(cmd, "cannot reach snapkvd at %s: %s", path, strerror(-r));
-		goto out;
-	}
-	hello.client_version = SKV_PROTO_VERSION;
-	hello.name = "snapkvctl";
-	hello.admin = 1;
-	n = snapkv__v1__hello__pack(&hello, buf);
-	r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, dl);
-	if (r == 0)
-		r = skv_io_recv(fd, buf, cap, &h, NULL, NULL, dl);
-	if (r >= 0 && h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
-		r = -EPROTO;
-	if (r == -ETIMEDOUT) {
-		ctl_err(cmd, "handshake with snapkvd failed: no answer within %u ms",
-			ctl_daemon_timeout_ms());
-		goto out;
-	}
-	if (r < 0) {
-		ctl_err(cmd, "handshake with snapkvd failed: %s", strerror(-r));
-		goto out;
-	}
 	ar.kind = kind;
-	n = snapkv__v1__admin_request__pack(&ar, buf);
-	r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf, n, NULL, 0, dl);
-	if (r == 0)
-		r = skv_io_recv(fd, buf, cap, &h, NULL, NULL, dl);
-	if (r >= 0 && h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY)
-		r = -EPROTO;
-	if (r == -ETIMEDOUT) {
-		ctl_err(cmd, "snapkvd did not answer within %u ms", ctl_daemon_timeout_ms());
-		goto out;
-	}
-	if (r < 0) {
-		ctl_err(cmd, "snapkvd did not answer: %s", strerror(-r));
-		goto out;
-	}
-	*ret = snapkv__v1__admin_reply__unpack(NULL, h.length, buf + SKV_FRAME_HDR_SIZE);
-	if (!*ret) {
-		ctl_err(cmd, "malformed reply from snapkvd");
-		r = -EBADMSG;
-	} else if ((*ret)->status < 0) {
-		r = (*ret)->status;
-		ctl_err(cmd, "snapkvd: %s", (*ret)->error);
-		snapkv__v1__admin_reply__free_unpacked(*ret, NULL);
-	} else {
-		r = 0;
-	}
-out:
-	if (fd >= 0)
-		close(fd);
-	free(buf);
+	r = ctl_admin_call(path, &ar, ret, err, sizeof(err));
+	if (r < 0)
+		ctl_err(cmd, "%s", err);
 	return r;
 }
 
@@ -178,23 +109,6 @@ static int parse_common(const char *cmd, int argc, char **argv, const char **soc
 	}
 	*sock = ctl_daemon_socket(*sock);
 	return 0;
-}
-
-static const char *human(uint64_t b, char *buf, size_t len)
-{
-	static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	double v = (double)b;
-	int i = 0;
-
-	while (v >= 1024 && i < 4) {
-		v /= 1024;
-		i++;
-	}
-	if (i == 0)
-		snprintf(buf, len, "%" PRIu64 " B", b);
-	else
-		snprintf(buf, len, "%.2f %s", v, u[i]);
-	return buf;
 }
 
 /* The transports actually used (buffers by kind, the arena): additive keys. */
@@ -244,8 +158,8 @@ int ctl_status(int argc, char **argv)
 		printf("  sessions  %u\n", r->sessions);
 		if (r->workers) /* an older daemon does not say */
 			printf("  workers   %u x %u threads\n", r->workers, r->threads_per_worker);
-		printf("  pool      %s used of %s\n", human(r->pool_used, a, sizeof(a)),
-		       human(r->pool_total, b, sizeof(b)));
+		printf("  pool      %s used of %s\n", ctl_fmt_iec_fixed(r->pool_used, a, sizeof(a)),
+		       ctl_fmt_iec_fixed(r->pool_total, b, sizeof(b)));
 		printf("  requests  %" PRIu64 " (%" PRIu64 " errors)\n", r->requests, r->errors);
 		printf("  buffers   memfd %u, cuda-vmm-fd %u, cuda-ipc %u (%u CUDA imports live)\n",
 		       r->buffers_memfd, r->buffers_cuda_vmm_fd, r->buffers_cuda_ipc,
@@ -298,7 +212,7 @@ static void put_bytes(const struct ledger_fmt *f, uint64_t b)
 	if (f->exact)
 		snprintf(buf, sizeof(buf), "%" PRIu64, b);
 	else
-		human(b, buf, sizeof(buf));
+		ctl_fmt_iec_fixed(b, buf, sizeof(buf));
 	printf(" %*s", f->w, buf);
 }
 
@@ -357,10 +271,11 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 
 	printf("pool: %s used of %s (%.2f%%), %s reserved for admissions in flight, "
 	       "%zu cache%s (%" PRIu64 " lingering)\n",
-	       human(r->pool_used, a, sizeof(a)), human(r->pool_total, b, sizeof(b)),
+	       ctl_fmt_iec_fixed(r->pool_used, a, sizeof(a)),
+	       ctl_fmt_iec_fixed(r->pool_total, b, sizeof(b)),
 	       r->pool_total ? 100.0 * (double)r->pool_used / (double)r->pool_total : 0.0,
-	       human(r->pool_reserved, c, sizeof(c)), r->n_caches, r->n_caches == 1 ? "" : "s",
-	       r->lingering_caches);
+	       ctl_fmt_iec_fixed(r->pool_reserved, c, sizeof(c)), r->n_caches,
+	       r->n_caches == 1 ? "" : "s", r->lingering_caches);
 
 	printf("\n%-12s %6s %4s %6s %*s %*s", "TENANT", "UID", "SESS", "CACHES", f.w, "QUOTA", f.w,
 	       "USED");

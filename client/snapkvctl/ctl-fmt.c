@@ -8,24 +8,46 @@
 
 #include "snapkvctl.h"
 
-void ctl_fmt_iec(uint64_t bytes, char *buf, size_t len)
+/* v bytes as a value and an IEC unit index: v < 1024 past B. */
+static unsigned iec_scale(uint64_t bytes, double *v)
 {
-	static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-	double v = (double)bytes;
 	unsigned i = 0;
 
-	while (v >= 1024.0 && i < 6) {
-		v /= 1024.0;
+	*v = (double)bytes;
+	while (*v >= 1024.0 && i < 6) {
+		*v /= 1024.0;
 		i++;
 	}
+	return i;
+}
+
+static const char *const iec_units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+
+void ctl_fmt_iec(uint64_t bytes, char *buf, size_t len)
+{
+	double v;
+	unsigned i = iec_scale(bytes, &v);
+
 	if (i == 0)
 		snprintf(buf, len, "%" PRIu64 " B", bytes);
 	else if (v >= 100)
-		snprintf(buf, len, "%.0f %s", v, u[i]);
+		snprintf(buf, len, "%.0f %s", v, iec_units[i]);
 	else if (v >= 10)
-		snprintf(buf, len, "%.1f %s", v, u[i]);
+		snprintf(buf, len, "%.1f %s", v, iec_units[i]);
 	else
-		snprintf(buf, len, "%.2f %s", v, u[i]);
+		snprintf(buf, len, "%.2f %s", v, iec_units[i]);
+}
+
+const char *ctl_fmt_iec_fixed(uint64_t bytes, char *buf, size_t len)
+{
+	double v;
+	unsigned i = iec_scale(bytes, &v);
+
+	if (i == 0)
+		snprintf(buf, len, "%" PRIu64 " B", bytes);
+	else
+		snprintf(buf, len, "%.2f %s", v, iec_units[i]);
+	return buf;
 }
 
 void ctl_fmt_seconds(double s, char *buf, size_t len)

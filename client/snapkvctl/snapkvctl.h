@@ -56,6 +56,9 @@ void ctl_fmt_shape(const struct skv_st_tensor *t, char *buf, size_t len);
 
 /* ctl-fmt.c. "1.5 GiB", "512 B": IEC units, 3 significant digits. */
 void ctl_fmt_iec(uint64_t bytes, char *buf, size_t len);
+/* "1.50 GiB", "512 B": always two decimals, for tables whose columns line
+ * up (status, ledger). Returns buf. */
+const char *ctl_fmt_iec_fixed(uint64_t bytes, char *buf, size_t len);
 /* "4.1 ms", "1.20 s", "-" for NaN. */
 void ctl_fmt_seconds(double s, char *buf, size_t len);
 
