@@ -16,7 +16,7 @@ $(BUILD)/proto/snapkv.pb-c.o: $(SKV_PB_C) $(SKV_PB_H)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 PROTO_OBJS := $(BUILD)/proto/snapkv.pb-c.o $(BUILD)/proto/skv-frame.o \
-	$(BUILD)/proto/skv-ledger-json.o
+	$(BUILD)/proto/skv-ledger-json.o $(BUILD)/proto/skv-socket.o
 $(BUILD)/proto/skv-ledger-json.o: | $(SKV_PB_H)
 OBJS += $(PROTO_OBJS)
 

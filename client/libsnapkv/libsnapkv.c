@@ -30,6 +30,7 @@
 #include "proto/snapkv.pb-c.h"
 #include "proto/skv-err.h"
 #include "proto/skv-io.h"
+#include "proto/skv-socket.h"
 
 #define SKV_EXPORT __attribute__((visibility("default")))
 
@@ -444,12 +445,20 @@ fail:
 	return r;
 }
 
+/* skv_socket_search_run's try: one connect and handshake at path. */
+static int connect_at(const char *path, void *arg)
+{
+	struct skv_client *c = arg;
+
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	return session_open(c, call_deadline(c));
+}
+
 SKV_EXPORT int skv_client_connect(const char *path, const struct skv_client_opts *opts,
 				  struct skv_client **ret_client)
 {
+	struct skv_socket_search search;
 	struct skv_client *c;
-	const char *p = path, *rt;
-	char def[108];
 	uint32_t timeout_ms;
 	int r;
 
@@ -463,25 +472,14 @@ SKV_EXPORT int skv_client_connect(const char *path, const struct skv_client_opts
 		if (r < 0)
 			return r;
 	}
-	if (!p)
-		p = getenv("SNAPKV_SOCKET");
-	if (!p) {
-		rt = getenv("XDG_RUNTIME_DIR");
-		if (rt && strlen(rt) + 14 < sizeof(def)) {
-			snprintf(def, sizeof(def), "%s/snapkvd.sock", rt);
-			p = def;
-		} else {
-			p = "/run/snapkvd/snapkvd.sock";
-		}
-	}
-	if (strlen(p) >= sizeof(c->path))
-		return -ENAMETOOLONG;
+	r = skv_socket_search_init(&search, path, NULL);
+	if (r < 0)
+		return r;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->mu, NULL);
 	c->fd = c->sq_efd = c->cq_efd = c->arena_fd = -1;
-	snprintf(c->path, sizeof(c->path), "%s", p);
 	snprintf(c->name, sizeof(c->name), "%s",
 		 opts && opts->name ? opts->name : program_invocation_short_name);
 	c->want_sq = opts ? opts->sq_entries : 0;
@@ -495,7 +493,8 @@ SKV_EXPORT int skv_client_connect(const char *path, const struct skv_client_opts
 		skv_client_close(c);
 		return -ENOMEM;
 	}
-	r = session_open(c, call_deadline(c));
+	/* reconnect goes back to the path that answered */
+	r = skv_socket_search_run(&search, connect_at, c, NULL);
 	if (r < 0) {
 		skv_client_close(c);
 		return r;

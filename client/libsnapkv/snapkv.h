@@ -67,9 +67,10 @@ struct skv_client_opts {
 };
 
 /*
- * Connect to snapkvd at path (NULL: $SNAPKV_SOCKET, else
- * $XDG_RUNTIME_DIR/snapkvd.sock, else /run/snapkvd/snapkvd.sock), handshake
- * and map the session's ring and arena. opts may be NULL. -ETIMEDOUT when
+ * Connect to snapkvd at path (NULL: $SNAPKV_SOCKET, else the system socket
+ * /run/snapkvd/snapkvd.sock if it exists, else or when that one refuses
+ * $XDG_RUNTIME_DIR/snapkvd.sock), handshake and map the session's ring and
+ * arena. opts may be NULL. -ENOTCONN when no snapkvd listens; -ETIMEDOUT when
  * the daemon does not accept or answer within the deadline; -EINVAL when
  * $SNAPKV_TIMEOUT_MS is needed but is not a number of milliseconds.
  */

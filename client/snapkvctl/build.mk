@@ -33,6 +33,8 @@ TEST_SCRIPTS += tests/integration/test-cli-offline.sh tests/integration/test-cli
 TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
 # pressure and top against a live daemon
 TEST_SCRIPTS += tests/integration/test-ops-ctl.sh
+# socket discovery (snapkvctl and libsnapkv) from a login shell's environment
+TEST_SCRIPTS += tests/integration/test-cli-socket.sh
 
 # Offline compaction of a generated Llama-shaped file (no daemon).
 .PHONY: _demo_offline

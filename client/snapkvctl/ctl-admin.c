@@ -15,39 +15,73 @@
 #include "ctl-daemon.h"
 #include "proto/skv-frame.h"
 #include "proto/skv-io.h"
+#include "proto/skv-socket.h"
 
-/* One admin round trip, connect included, within one deadline (--timeout).
- * 0 and *ret (free with ..._free_unpacked) or -errno. */
+struct admin_conn {
+	int fd;
+	uint64_t dl;
+};
+
+/* skv_socket_search_run's try: connect to path by the deadline. */
+static int connect_at(const char *path, void *arg)
+{
+	struct admin_conn *ac = arg;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int r;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path); /* fits: skv_socket_search */
+	ac->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (ac->fd < 0)
+		return -errno;
+	r = skv_io_connect(ac->fd, &sa, ac->dl);
+	if (r < 0) {
+		close(ac->fd);
+		ac->fd = -1;
+	}
+	return r;
+}
+
+void ctl_daemon_unreachable(const struct skv_socket_search *s, int r, char *err, size_t errlen)
+{
+	char tried[600];
+
+	skv_socket_search_tried(s, tried, sizeof(tried));
+	if (r == -ETIMEDOUT)
+		snprintf(err, errlen, "cannot reach snapkvd: not accepted within %u ms: %s",
+			 ctl_daemon_timeout_ms(), tried);
+	else
+		snprintf(err, errlen, "cannot reach snapkvd: tried %s", tried);
+}
+
 int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__AdminReply **ret,
-		   char *err, size_t errlen)
+		   char *used, char *err, size_t errlen)
 {
 	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
 	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct admin_conn ac = {.fd = -1, .dl = ctl_daemon_deadline()};
+	struct skv_socket_search search;
 	struct skv_frame_hdr hdr;
 	Snapkv__V1__AdminReply *rep;
-	uint64_t dl = ctl_daemon_deadline();
+	uint64_t dl = ac.dl;
+	unsigned at = 0;
 	size_t n;
 	int fd, r;
 
-	if (strlen(sock) >= sizeof(sa.sun_path)) {
-		snprintf(err, errlen, "%s: socket path too long", sock);
-		return -ENAMETOOLONG;
-	}
-	memcpy(sa.sun_path, sock, strlen(sock) + 1);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	r = fd < 0 ? -errno : skv_io_connect(fd, &sa, dl);
+	r = skv_socket_search_init(&search, sock, "--socket");
 	if (r < 0) {
-		if (r == -ETIMEDOUT)
-			snprintf(err, errlen,
-				 "cannot reach snapkvd at %s: not accepted within %u ms", sock,
-				 ctl_daemon_timeout_ms());
-		else
-			snprintf(err, errlen, "cannot reach snapkvd at %s: %s", sock, strerror(-r));
-		if (fd >= 0)
-			close(fd);
+		snprintf(err, errlen, "%s: socket path too long (at most %d bytes)", sock,
+			 SKV_SOCKET_PATH_MAX - 1);
 		return r;
 	}
+	r = skv_socket_search_run(&search, connect_at, &ac, &at);
+	if (r < 0) {
+		ctl_daemon_unreachable(&search, r, err, errlen);
+		return r;
+	}
+	fd = ac.fd;
+	sock = search.c[at].path;
+	if (used)
+		snprintf(used, SKV_SOCKET_PATH_MAX, "%s", sock);
 	hello.client_version = SKV_PROTO_VERSION;
 	hello.admin = 1;
 	hello.name = "snapkvctl";

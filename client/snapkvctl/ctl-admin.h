@@ -9,13 +9,22 @@
 
 #include "proto/snapkv.pb-c.h"
 
+struct skv_socket_search;
+
 /*
- * Connect to sock, hello as an admin session, send req and wait for its
+ * Connect to snapkvd at sock (--socket; NULL: the search of
+ * proto/skv-socket.h), hello as an admin session, send req and wait for its
  * reply, all of it within one deadline (--timeout). 0 and *ret (free with
- * snapkv__v1__admin_reply__free_unpacked), or -errno with the reason in err
- * (the daemon's own message when it refused the request).
+ * snapkv__v1__admin_reply__free_unpacked) and, when used is not NULL, the
+ * path that answered in used[SKV_SOCKET_PATH_MAX]; or -errno with the
+ * reason in err (every path tried, or the daemon's own message when it
+ * refused the request).
  */
 int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__AdminReply **ret,
-		   char *err, size_t errlen);
+		   char *used, char *err, size_t errlen);
+
+/* "cannot reach snapkvd: tried A (from): why, ..." into err after the
+ * search s ended in r. */
+void ctl_daemon_unreachable(const struct skv_socket_search *s, int r, char *err, size_t errlen);
 
 #endif

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ctl-daemon.h"
+#include "proto/skv-socket.h"
 #include "skv-safetensors.h"
 #include "skv.h"
 #include "snapkvctl.h"
@@ -43,40 +44,40 @@ static const enum skv_gqa gqa_vals[] = {SKV_GQA_EXPAND, SKV_GQA_GROUP};
 
 static void usage(FILE *f)
 {
-	fprintf(
-	    f,
-	    "usage: snapkvctl compact [--offline | --socket PATH] IN OUT [options]\n"
-	    "\n"
-	    "Compacts the K/V in safetensors file IN (per layer N: layers.N.q [H_q, rows, D],\n"
-	    "layers.N.k and layers.N.v [H_kv, L, D]; F32, F16 or BF16; q may be absent for\n"
-	    "streamingllm and window) and writes OUT (layers.N.k/.v [H_store, kept, D],\n"
-	    "layers.N.indices I32 [H_store, kept], layers.N.retained_mass F32 [H_store],\n"
-	    "__metadata__ with the parameters and the capacity ledger). snapkv uses the last\n"
-	    "W rows of q; h2o needs all L rows (and ignores --kernel); streamingllm and\n"
-	    "window use the rows of q, when present, only to report retained mass.\n"
-	    "Without --offline snapkvd compacts (at --socket PATH, else $SNAPKV_SOCKET,\n"
-	    "$XDG_RUNTIME_DIR/snapkvd.sock, /run/snapkvd/snapkvd.sock); OUT is the same bytes.\n"
-	    "\n"
-	    "options:\n"
-	    "  --offline            compact here with libskv (no daemon)\n"
-	    "  --socket PATH        snapkvd's socket, when not --offline\n"
-	    "  --policy P           snapkv (default), h2o, streamingllm, window\n"
-	    "  --window W           observation window / recent keep (default 32)\n"
-	    "  --capacity C         positions kept per stored head, window included (2048)\n"
-	    "  --kernel K           pooling width, odd, 1 = none (default 5)\n"
-	    "  --pooling avg|max    pooling kind (default avg)\n"
-	    "  --gqa expand|group   store H_q heads (default) or H_kv heads\n"
-	    "  --sinks S            streamingllm sink positions (default 4)\n"
-	    "  --protect A:B        always keep positions A..B-1 (half-open, like a Python\n"
-	    "                       slice); repeatable, at most %d ranges\n"
-	    "  --threads N          --offline worker threads, 0 = one per core (default 0)\n"
-	    "  --show H             print the kept positions of the first H heads per layer\n"
-	    "  -q, --quiet          print nothing on success\n"
-	    "  -h, --help           this text\n"
-	    "\n"
-	    "Exit status: 0 success, 1 run-time failure (I/O, memory, daemon), 2 bad options,\n"
-	    "bad input file or invalid parameters. OUT is replaced atomically or not at all.\n",
-	    SKV_MAX_PROTECTED);
+	fprintf(f,
+		"usage: snapkvctl compact [--offline | --socket PATH] IN OUT [options]\n"
+		"\n"
+		"Compacts the K/V in safetensors file IN (per layer N: layers.N.q [H_q, rows, D],\n"
+		"layers.N.k and layers.N.v [H_kv, L, D]; F32, F16 or BF16; q may be absent for\n"
+		"streamingllm and window) and writes OUT (layers.N.k/.v [H_store, kept, D],\n"
+		"layers.N.indices I32 [H_store, kept], layers.N.retained_mass F32 [H_store],\n"
+		"__metadata__ with the parameters and the capacity ledger). snapkv uses the last\n"
+		"W rows of q; h2o needs all L rows (and ignores --kernel); streamingllm and\n"
+		"window use the rows of q, when present, only to report retained mass.\n"
+		"Without --offline snapkvd compacts (at --socket PATH, else $SNAPKV_SOCKET, else\n"
+		"/run/snapkvd/snapkvd.sock if it exists, else $XDG_RUNTIME_DIR/snapkvd.sock);\n"
+		"OUT is the same bytes.\n"
+		"\n"
+		"options:\n"
+		"  --offline            compact here with libskv (no daemon)\n"
+		"  --socket PATH        snapkvd's socket, when not --offline\n"
+		"  --policy P           snapkv (default), h2o, streamingllm, window\n"
+		"  --window W           observation window / recent keep (default 32)\n"
+		"  --capacity C         positions kept per stored head, window included (2048)\n"
+		"  --kernel K           pooling width, odd, 1 = none (default 5)\n"
+		"  --pooling avg|max    pooling kind (default avg)\n"
+		"  --gqa expand|group   store H_q heads (default) or H_kv heads\n"
+		"  --sinks S            streamingllm sink positions (default 4)\n"
+		"  --protect A:B        always keep positions A..B-1 (half-open, like a Python\n"
+		"                       slice); repeatable, at most %d ranges\n"
+		"  --threads N          --offline worker threads, 0 = one per core (default 0)\n"
+		"  --show H             print the kept positions of the first H heads per layer\n"
+		"  -q, --quiet          print nothing on success\n"
+		"  -h, --help           this text\n"
+		"\n"
+		"Exit status: 0 success, 1 run-time failure (I/O, memory, daemon), 2 bad options,\n"
+		"bad input file or invalid parameters. OUT is replaced atomically or not at all.\n",
+		SKV_MAX_PROTECTED);
 }
 
 struct opts {
@@ -750,11 +751,10 @@ int ctl_compact(int argc, char **argv)
 		snprintf(where, sizeof(where), "%u threads, %s", skv_ctx_threads(ctx),
 			 skv_ctx_isa(ctx));
 	} else {
-		const char *sock = ctl_daemon_socket(j.o.socket);
-		char why[256] = "";
+		char why[900] = "", sock[SKV_SOCKET_PATH_MAX] = "";
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		r = ctl_daemon_compact(sock, &j.shape, &j.o.params, j.n_layers, j.kin, j.kout, why,
-				       sizeof(why));
+		r = ctl_daemon_compact(j.o.socket, sock, &j.shape, &j.o.params, j.n_layers, j.kin,
+				       j.kout, why, sizeof(why));
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (r < 0) {
 			ctl_err(CMD, "%s", why[0] ? why : strerror(-r));

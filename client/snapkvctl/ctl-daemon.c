@@ -4,8 +4,8 @@
  * snapkvd: status, caches, ledger (table or --json), metrics (Prometheus
  * text), and ctl_daemon_compact(), the daemon path of `snapkvctl compact`.
  *
- * The daemon is found at --socket PATH, else $SNAPKV_SOCKET, else
- * $XDG_RUNTIME_DIR/snapkvd.sock, else /run/snapkvd/snapkvd.sock.
+ * The daemon is found at --socket PATH, else as proto/skv-socket.h says
+ * ($SNAPKV_SOCKET, the system socket, $XDG_RUNTIME_DIR/snapkvd.sock).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -25,25 +25,9 @@
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
 #include "proto/skv-io.h"
+#include "proto/skv-socket.h"
 #include "snapkv.h"
 #include "snapkvctl.h"
-
-const char *ctl_daemon_socket(const char *opt)
-{
-	static char def[108];
-	const char *rt;
-
-	if (opt)
-		return opt;
-	if (getenv("SNAPKV_SOCKET"))
-		return getenv("SNAPKV_SOCKET");
-	rt = getenv("XDG_RUNTIME_DIR");
-	if (rt && strlen(rt) + 14 < sizeof(def)) {
-		snprintf(def, sizeof(def), "%s/snapkvd.sock", rt);
-		return def;
-	}
-	return "/run/snapkvd/snapkvd.sock";
-}
 
 uint32_t ctl_daemon_timeout_ms(void)
 {
@@ -60,14 +44,14 @@ uint64_t ctl_daemon_deadline(void)
 
 /* One admin question (ctl-admin.c); the reason of a failure on stderr. */
 static int admin_ask(const char *cmd, const char *path, Snapkv__V1__AdminKind kind,
-		     Snapkv__V1__AdminReply **ret)
+		     Snapkv__V1__AdminReply **ret, char *used)
 {
 	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
-	char err[300];
+	char err[900];
 	int r;
 
 	ar.kind = kind;
-	r = ctl_admin_call(path, &ar, ret, err, sizeof(err));
+	r = ctl_admin_call(path, &ar, ret, used, err, sizeof(err));
 	if (r < 0)
 		ctl_err(cmd, "%s", err);
 	return r;
@@ -107,7 +91,6 @@ static int parse_common(const char *cmd, int argc, char **argv, const char **soc
 		ctl_err(cmd, "unexpected argument \"%s\"", argv[optind]);
 		return CTL_EXIT_USAGE;
 	}
-	*sock = ctl_daemon_socket(*sock);
 	return 0;
 }
 
@@ -130,13 +113,13 @@ int ctl_status(int argc, char **argv)
 	const char *sock = NULL;
 	bool json = false;
 	Snapkv__V1__AdminReply *r;
-	char a[32], b[32];
+	char a[32], b[32], used[SKV_SOCKET_PATH_MAX];
 	int rc = parse_common("status", argc, argv, &sock, &json,
 			      "usage: snapkvctl status [--socket PATH] [--json]\n");
 
 	if (rc)
 		return rc < 0 ? CTL_EXIT_OK : rc;
-	if (admin_ask("status", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS, &r) < 0)
+	if (admin_ask("status", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS, &r, used) < 0)
 		return CTL_EXIT_FAIL;
 	if (json) {
 		json_t *o = json_pack(
@@ -152,7 +135,7 @@ int ctl_status(int argc, char **argv)
 		putchar('\n');
 		json_decref(o);
 	} else {
-		printf("snapkvd %s (pid %u) at %s\n", r->version, r->pid, sock);
+		printf("snapkvd %s (pid %u) at %s\n", r->version, r->pid, used);
 		printf("  backend   %s\n", r->backend);
 		printf("  uptime    %.1f s\n", r->uptime_ms / 1000.0);
 		printf("  sessions  %u\n", r->sessions);
@@ -181,7 +164,7 @@ int ctl_caches(int argc, char **argv)
 
 	if (rc)
 		return rc < 0 ? CTL_EXIT_OK : rc;
-	if (admin_ask("caches", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES, &r) < 0)
+	if (admin_ask("caches", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES, &r, NULL) < 0)
 		return CTL_EXIT_FAIL;
 	printf("%6s %-16s %-10s %6s %6s %7s %7s %7s %6s %6s %8s %8s\n", "ID", "ENGINE", "TENANT",
 	       "LAYERS", "HEADS", "L", "KEPT", "SLOTS", "G", "GQA", "MASSMIN", "MASSAVG");
@@ -374,8 +357,7 @@ int ctl_ledger(int argc, char **argv)
 		ctl_err("ledger", "unexpected argument \"%s\"", argv[optind]);
 		return CTL_EXIT_USAGE;
 	}
-	sock = ctl_daemon_socket(sock);
-	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r) < 0)
+	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r, NULL) < 0)
 		return CTL_EXIT_FAIL;
 	if (json) {
 		json_t *j = skv_ledger_json(r);
@@ -405,7 +387,7 @@ int ctl_metrics(int argc, char **argv)
 
 	if (rc)
 		return rc < 0 ? CTL_EXIT_OK : rc;
-	if (admin_ask("metrics", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS, &r) < 0)
+	if (admin_ask("metrics", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS, &r, NULL) < 0)
 		return CTL_EXIT_FAIL;
 	fputs(r->text, stdout);
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
@@ -426,7 +408,20 @@ static void pack_tensor(uint8_t *dst, const struct skv_tensor *t, uint32_t heads
 			       row);
 }
 
-int ctl_daemon_compact(const char *socket_path, const struct skv_shape *shape,
+/* skv_socket_search_run's try: a libsnapkv session at path. */
+struct client_at {
+	const struct skv_client_opts *opts;
+	struct skv_client *c;
+};
+
+static int client_at(const char *path, void *arg)
+{
+	struct client_at *ca = arg;
+
+	return skv_client_connect(path, ca->opts, &ca->c);
+}
+
+int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_shape *shape,
 		       const struct skv_params *params, uint32_t n_layers,
 		       const struct skv_layer_in *in, const struct skv_layer_out *out, char *err,
 		       size_t errlen)
@@ -465,12 +460,19 @@ int ctl_daemon_compact(const char *socket_path, const struct skv_shape *shape,
 		vo[l] = total;
 		total += (vb + 63) & ~(size_t)63;
 	}
-	r = skv_client_connect(socket_path, &opts, &c);
+	struct client_at ca = {.opts = &opts};
+	struct skv_socket_search search;
+	unsigned at = 0;
+
+	r = skv_socket_search_init(&search, socket_path, "--socket");
+	if (r == 0)
+		r = skv_socket_search_run(&search, client_at, &ca, &at);
 	if (r < 0) {
-		snprintf(err, errlen, "cannot reach snapkvd at %s: %s",
-			 ctl_daemon_socket(socket_path), strerror(-r));
+		ctl_daemon_unreachable(&search, r, err, errlen);
 		goto out;
 	}
+	c = ca.c;
+	snprintf(used, SKV_SOCKET_PATH_MAX, "%s", search.c[at].path);
 	r = skv_buffer_alloc(c, total ? total : 64, &b);
 	if (r < 0) {
 		snprintf(err, errlen, "register buffer: %s", skv_client_error(c));

@@ -16,9 +16,6 @@ int ctl_caches(int argc, char **argv);
 int ctl_ledger(int argc, char **argv);
 int ctl_metrics(int argc, char **argv);
 
-/* --socket value (may be NULL) -> the path to use. */
-const char *ctl_daemon_socket(const char *opt);
-
 /*
  * The deadline (client/skv-io.h: CLOCK_MONOTONIC ns, 0 for none) of one
  * exchange with the daemon starting now: --timeout MS, which main() passes
@@ -34,9 +31,10 @@ uint32_t ctl_daemon_timeout_ms(void);
  * the daemon compacts them with the same kernels, and the compact cache is
  * copied into `out` (kept slots per stored head, positions, retained mass),
  * so a file written from `out` is byte-identical to the --offline one.
- * 0 or -errno with a reason in err.
+ * socket_path: --socket, NULL to search (proto/skv-socket.h); the path used
+ * lands in used[SKV_SOCKET_PATH_MAX]. 0 or -errno with a reason in err.
  */
-int ctl_daemon_compact(const char *socket_path, const struct skv_shape *shape,
+int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_shape *shape,
 		       const struct skv_params *params, uint32_t n_layers,
 		       const struct skv_layer_in *in, const struct skv_layer_out *out, char *err,
 		       size_t errlen);

@@ -136,7 +136,7 @@ int ctl_pressure(int argc, char **argv)
 	Snapkv__V1__AdminRequest req = SNAPKV__V1__ADMIN_REQUEST__INIT;
 	Snapkv__V1__PressureSettings ps = SNAPKV__V1__PRESSURE_SETTINGS__INIT;
 	Snapkv__V1__AdminReply *rep = NULL;
-	char err[300];
+	char err[900];
 	const char *sock = NULL;
 	int json = 0, set = 0, nset = 0, c, r;
 
@@ -200,12 +200,11 @@ int ctl_pressure(int argc, char **argv)
 		pressure_usage(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	sock = ctl_daemon_socket(sock);
 	req.kind = set ? SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE_SET
 		       : SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE;
 	if (set)
 		req.pressure = &ps;
-	r = ctl_admin_call(sock, &req, &rep, err, sizeof(err));
+	r = ctl_admin_call(sock, &req, &rep, NULL, err, sizeof(err));
 	if (r < 0) {
 		ctl_err("pressure", "%s", err);
 		return r == -EINVAL ? CTL_EXIT_USAGE : CTL_EXIT_FAIL;

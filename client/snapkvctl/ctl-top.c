@@ -29,7 +29,7 @@ static int fetch_metrics(const char *sock, struct ctl_prom *ret, char *err, size
 	int r;
 
 	req.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS;
-	r = ctl_admin_call(sock, &req, &rep, err, errlen);
+	r = ctl_admin_call(sock, &req, &rep, NULL, err, errlen);
 	if (r < 0)
 		return r;
 	r = ctl_prom_parse(rep->text ? rep->text : "", rep->text ? strlen(rep->text) : 0, ret,
@@ -72,7 +72,7 @@ int ctl_top(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},		{0},
 	};
 	struct ctl_prom prev = {0}, cur = {0};
-	char err[300];
+	char err[900];
 	const char *sock = NULL;
 	uint32_t interval_ms = 1000, count = 0;
 	int once = 0, tty, c, r, have_prev = 0;
@@ -111,7 +111,6 @@ int ctl_top(int argc, char **argv)
 		top_usage(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	sock = ctl_daemon_socket(sock);
 	if (once)
 		count = 1;
 	tty = isatty(STDOUT_FILENO) && !once;

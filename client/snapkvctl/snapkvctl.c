@@ -116,8 +116,9 @@ static void usage(FILE *f)
 		   "commands:\n");
 	for (size_t i = 0; i < N_CMDS; i++)
 		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
-	fprintf(f, "\n--socket PATH (before or after the command; else $SNAPKV_SOCKET) names\n"
-		   "the daemon's socket.\n"
+	fprintf(f, "\n--socket PATH (before or after the command) names the daemon's socket;\n"
+		   "without it: $SNAPKV_SOCKET, else /run/snapkvd/snapkvd.sock if it exists,\n"
+		   "else $XDG_RUNTIME_DIR/snapkvd.sock.\n"
 		   "--timeout MS (before or after the command; else $SNAPKV_TIMEOUT_MS, else\n"
 		   "30000) bounds each exchange with the daemon; 0 waits forever.\n"
 		   "`snapkvctl <command> --help` describes a command's options.\n"
