@@ -33,6 +33,8 @@ TEST_SCRIPTS += tests/integration/test-cli-offline.sh tests/integration/test-cli
 TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
 # pressure and top against a live daemon
 TEST_SCRIPTS += tests/integration/test-ops-ctl.sh
+# top on a terminal (tmux): clipped, resized, q, the terminal put back
+TEST_SCRIPTS += tests/integration/test-cli-top.sh
 # socket discovery (snapkvctl and libsnapkv) from a login shell's environment
 TEST_SCRIPTS += tests/integration/test-cli-socket.sh
 

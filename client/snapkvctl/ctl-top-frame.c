@@ -122,3 +122,27 @@ void ctl_top_render(FILE *out, const struct ctl_prom *cur, const struct ctl_prom
 		fprintf(out, " %" PRIu64 "\n", u64(n));
 	}
 }
+
+void ctl_top_clip(FILE *out, const char *frame, size_t len, unsigned cols, unsigned rows)
+{
+	size_t off = 0;
+
+	for (unsigned row = 0; row < rows && off < len; row++) {
+		const char *l = frame + off;
+		const char *nl = memchr(l, '\n', len - off);
+		size_t ll = nl ? (size_t)(nl - l) : len - off, cut = 0;
+		unsigned col = 0;
+
+		off += ll + (nl ? 1 : 0);
+		/* a column starts at each byte that is not a UTF-8 continuation */
+		while (cut < ll) {
+			if (((unsigned char)l[cut] & 0xc0) != 0x80 && col++ == cols)
+				break;
+			cut++;
+		}
+		fwrite(l, 1, cut, out);
+		fputs("\033[K", out);
+		if (row + 1 < rows && off < len)
+			fputs("\r\n", out);
+	}
+}

@@ -165,6 +165,31 @@ static void test_top_frame(void)
 	ctl_prom_free(&cur);
 }
 
+/* ctl_top_clip: a frame cut to a terminal's width and height. */
+static void clip(const char *frame, unsigned cols, unsigned rows, const char *want)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	ctl_top_clip(m, frame, strlen(frame), cols, rows);
+	fclose(m);
+	CU_ASSERT_STRING_EQUAL(buf, want);
+	free(buf);
+}
+
+static void test_top_clip(void)
+{
+	clip("abcdef\nxy\n", 4, 5, "abcd\033[K\r\nxy\033[K");
+	/* rows past the terminal are dropped, the last row has no newline */
+	clip("1\n2\n3\n4\n", 10, 2, "1\033[K\r\n2\033[K");
+	/* a UTF-8 sequence is one column and never cut in half */
+	clip("\xc3\xa9t\xc3\xa9\n", 2, 1, "\xc3\xa9t\033[K");
+	clip("abc", 0, 1, "\033[K");
+	clip("abc\n", 3, 0, "");
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -176,6 +201,7 @@ int main(void)
 	CU_add_test(s, "prometheus parser", test_parse);
 	CU_add_test(s, "IEC units and durations", test_units);
 	CU_add_test(s, "top frame", test_top_frame);
+	CU_add_test(s, "top frame clipped to the terminal", test_top_clip);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();
