@@ -8,6 +8,12 @@
 #   BENCHES     programs run by `make bench`
 #   INSTALL_BINS, INSTALL_LIBS, INSTALL_HEADERS  what `make install` copies
 
+# The project's version: `snapkvctl --version` (and, for the daemon's part,
+# `snapkvd --version` and snapkvd_build_info) print it. libsnapkv's file
+# version follows its ABI instead (client/libsnapkv/build.mk).
+VERSION  := 0.1.0
+VERSION_DEFINE := -DSKV_VERSION='"$(VERSION)"'
+
 PREFIX   ?= /usr/local
 BUILD    ?= build
 CC       ?= gcc

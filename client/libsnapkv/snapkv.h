@@ -297,8 +297,17 @@ int skv_cache_release(struct skv_cache *k);
 int skv_cache_release_linger(struct skv_cache *k);
 
 /* The latest PRESSURE event the daemon posted on this session's ring. */
+/* Pressure levels, numbered as snapkv.v1.PressureLevel on the wire (the
+ * one encoding snapkvctl uses too). */
+enum skv_pressure_level {
+	SKV_PRESSURE_NONE = 0, /* no PRESSURE event seen yet */
+	SKV_PRESSURE_NORMAL = 1,
+	SKV_PRESSURE_HIGH = 2,
+	SKV_PRESSURE_CRITICAL = 3,
+};
+
 struct skv_pressure {
-	uint32_t level;		     /* 0 none seen yet, 1 normal, 2 high, 3 critical */
+	uint32_t level;		     /* enum skv_pressure_level */
 	uint32_t suggested_capacity; /* C the daemon suggests for new requests */
 	uint32_t scale_permille;     /* factor applied to C of new requests, x1000 */
 	uint64_t pool_used;	     /* pool bytes in use at the event */

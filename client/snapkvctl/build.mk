@@ -12,6 +12,9 @@ SNAPKVCTL_DEPS := $(LIBSKVST) $(LIBSKV) $(LIBSNAPKV_A) $(LIBSKVPROTO)
 SNAPKVCTL_LIBS := $(LIBSKVST) $(LIBSKV) $(LIBSNAPKV_A) $(LIBSKVPROTO) $(PBC_LIBS) $(JSON_LIBS) -lm
 OBJS += $(SNAPKVCTL_OBJS)
 $(SNAPKVCTL_OBJS): | $(SKV_PB_H)
+# --version; a new VERSION rebuilds it
+$(BUILD)/client/snapkvctl/snapkvctl.o: ALL_CFLAGS += $(VERSION_DEFINE)
+$(BUILD)/client/snapkvctl/snapkvctl.o: Makefile
 BINS += $(SNAPKVCTL)
 INSTALL_BINS += $(SNAPKVCTL)
 

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 
 #include "ctl-admin.h"
 #include "ctl-daemon.h"
+#include "ctl-prom.h"
 #include "proto/skv-ledger-json.h"
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
@@ -103,9 +105,9 @@ static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
 				      (json_int_t)r->buffers_cuda_ipc));
 	json_object_set_new(o, "cuda_imports", json_integer(r->cuda_imports));
 	json_object_set_new(o, "arena_transport",
-			    json_string(r->arena_transport && r->arena_transport[0]
-					    ? r->arena_transport
-					    : "host-memfd"));
+			    ctl_json_str(r->arena_transport && r->arena_transport[0]
+					     ? r->arena_transport
+					     : "host-memfd"));
 }
 
 int ctl_status(int argc, char **argv)
@@ -122,18 +124,19 @@ int ctl_status(int argc, char **argv)
 	if (admin_ask("status", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS, &r, used) < 0)
 		return CTL_EXIT_FAIL;
 	if (json) {
-		json_t *o = json_pack(
-		    "{s:s, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
-		    r->version, "pid", (json_int_t)r->pid, "backend", r->backend, "uptime_ms",
-		    (json_int_t)r->uptime_ms, "sessions", (json_int_t)r->sessions,
-		    "pool_total_bytes", (json_int_t)r->pool_total, "pool_used_bytes",
-		    (json_int_t)r->pool_used, "requests", (json_int_t)r->requests, "errors",
-		    (json_int_t)r->errors, "workers", (json_int_t)r->workers, "threads_per_worker",
-		    (json_int_t)r->threads_per_worker);
-		transport_json(o, r);
-		json_dumpf(o, stdout, JSON_INDENT(2));
-		putchar('\n');
-		json_decref(o);
+		json_t *o =
+		    json_pack("{s:o, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "version",
+			      ctl_json_str(r->version), "pid", (json_int_t)r->pid, "backend",
+			      ctl_json_str(r->backend), "uptime_ms", (json_int_t)r->uptime_ms,
+			      "sessions", (json_int_t)r->sessions, "pool_total_bytes",
+			      (json_int_t)r->pool_total, "pool_used_bytes",
+			      (json_int_t)r->pool_used, "requests", (json_int_t)r->requests,
+			      "errors", (json_int_t)r->errors, "workers", (json_int_t)r->workers,
+			      "threads_per_worker", (json_int_t)r->threads_per_worker);
+
+		if (o)
+			transport_json(o, r);
+		rc = ctl_json_print("status", o);
 	} else {
 		printf("snapkvd %s (pid %u) at %s\n", r->version, r->pid, used);
 		printf("  backend   %s\n", r->backend);
@@ -152,20 +155,53 @@ int ctl_status(int argc, char **argv)
 					       : "host-memfd");
 	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return CTL_EXIT_OK;
+	return rc;
+}
+
+static json_t *caches_json(const Snapkv__V1__AdminReply *r)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < r->n_caches; i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+		uint32_t hs = c->gqa == SNAPKV__V1__GQA__GQA_GROUP ? c->h_kv : c->h_q;
+
+		if (json_array_append_new(
+			a, json_pack("{s:I, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o}",
+				     "id", (json_int_t)c->id, "engine", ctl_json_str(c->engine),
+				     "tenant", ctl_json_str(c->tenant), "layers",
+				     (json_int_t)c->layers, "heads", (json_int_t)hs, "prompt_len",
+				     (json_int_t)c->prompt_len, "kept", (json_int_t)c->kept,
+				     "slots", (json_int_t)c->slots, "appended",
+				     (json_int_t)c->appended, "gqa", skv_ledger_gqa_name(c->gqa),
+				     "mass_min", ctl_json_real(c->mass_min), "mass_mean",
+				     ctl_json_real(c->mass_mean))) < 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a ? json_pack("{s:o}", "caches", a) : NULL;
 }
 
 int ctl_caches(int argc, char **argv)
 {
 	const char *sock = NULL;
+	bool json = false;
 	Snapkv__V1__AdminReply *r;
-	int rc = parse_common("caches", argc, argv, &sock, NULL,
-			      "usage: snapkvctl caches [--socket PATH]\n");
+	int rc = parse_common("caches", argc, argv, &sock, &json,
+			      "usage: snapkvctl caches [--socket PATH] [--json]\n"
+			      "The compact caches the daemon holds: shape, kept and appended\n"
+			      "slots, retained mass; --json: {\"caches\": [...]}, same fields.\n");
 
 	if (rc)
 		return rc < 0 ? CTL_EXIT_OK : rc;
 	if (admin_ask("caches", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES, &r, NULL) < 0)
 		return CTL_EXIT_FAIL;
+	if (json) {
+		rc = ctl_json_print("caches", caches_json(r));
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+		return rc;
+	}
 	printf("%6s %-16s %-10s %6s %6s %7s %7s %7s %6s %6s %8s %8s\n", "ID", "ENGINE", "TENANT",
 	       "LAYERS", "HEADS", "L", "KEPT", "SLOTS", "G", "GQA", "MASSMIN", "MASSAVG");
 	for (size_t i = 0; i < r->n_caches; i++) {
@@ -197,6 +233,15 @@ static void put_bytes(const struct ledger_fmt *f, uint64_t b)
 	else
 		ctl_fmt_iec_fixed(b, buf, sizeof(buf));
 	printf(" %*s", f->w, buf);
+}
+
+/* A size in the ledger's header line: "12.00 MiB", or "12582912 B" with --bytes. */
+static const char *head_bytes(const struct ledger_fmt *f, uint64_t b, char *buf, size_t len)
+{
+	if (!f->exact)
+		return ctl_fmt_iec_fixed(b, buf, len);
+	snprintf(buf, len, "%" PRIu64 " B", b);
+	return buf;
 }
 
 static void put_ratio(const Snapkv__V1__LedgerBytes *b)
@@ -254,10 +299,10 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 
 	printf("pool: %s used of %s (%.2f%%), %s reserved for admissions in flight, "
 	       "%zu cache%s (%" PRIu64 " lingering)\n",
-	       ctl_fmt_iec_fixed(r->pool_used, a, sizeof(a)),
-	       ctl_fmt_iec_fixed(r->pool_total, b, sizeof(b)),
+	       head_bytes(&f, r->pool_used, a, sizeof(a)),
+	       head_bytes(&f, r->pool_total, b, sizeof(b)),
 	       r->pool_total ? 100.0 * (double)r->pool_used / (double)r->pool_total : 0.0,
-	       ctl_fmt_iec_fixed(r->pool_reserved, c, sizeof(c)), r->n_caches,
+	       head_bytes(&f, r->pool_reserved, c, sizeof(c)), r->n_caches,
 	       r->n_caches == 1 ? "" : "s", r->lingering_caches);
 
 	printf("\n%-12s %6s %4s %6s %*s %*s", "TENANT", "UID", "SESS", "CACHES", f.w, "QUOTA", f.w,
@@ -360,16 +405,9 @@ int ctl_ledger(int argc, char **argv)
 	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r, NULL) < 0)
 		return CTL_EXIT_FAIL;
 	if (json) {
-		json_t *j = skv_ledger_json(r);
-
-		if (!j) {
-			ctl_err("ledger", "out of memory");
-			snapkv__v1__admin_reply__free_unpacked(r, NULL);
-			return CTL_EXIT_FAIL;
-		}
-		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		putchar('\n');
-		json_decref(j);
+		c = ctl_json_print("ledger", skv_ledger_json(r));
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+		return c;
 	} else {
 		ledger_table(r, exact);
 	}
@@ -377,21 +415,74 @@ int ctl_ledger(int argc, char **argv)
 	return CTL_EXIT_OK;
 }
 
+/* A sample's value: a number, or "+Inf", "-Inf", "NaN" as the text format
+ * spells them (JSON has no such numbers). */
+static json_t *sample_value(double v)
+{
+	if (isnan(v))
+		return json_string("NaN");
+	if (isinf(v))
+		return json_string(v > 0 ? "+Inf" : "-Inf");
+	return json_real(v);
+}
+
+static json_t *metrics_json(const struct ctl_prom *p)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < p->n; i++) {
+		const struct ctl_prom_sample *m = &p->s[i];
+		json_t *l = json_object();
+
+		for (unsigned k = 0; l && k < m->n_labels; k++)
+			if (json_object_set_new(l, m->labels[k].name,
+						ctl_json_str(m->labels[k].value)) < 0) {
+				json_decref(l);
+				l = NULL;
+			}
+		if (!l || json_array_append_new(
+			      a, json_pack("{s:o, s:o, s:o}", "name", ctl_json_str(m->name),
+					   "labels", l, "value", sample_value(m->value))) < 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a ? json_pack("{s:o}", "samples", a) : NULL;
+}
+
 int ctl_metrics(int argc, char **argv)
 {
 	const char *sock = NULL;
+	bool json = false;
 	Snapkv__V1__AdminReply *r;
-	int rc = parse_common("metrics", argc, argv, &sock, NULL,
-			      "usage: snapkvctl metrics [--socket PATH]\n"
-			      "Prometheus text exposition of the daemon's metrics.\n");
+	struct ctl_prom p;
+	size_t line = 0;
+	int rc = parse_common(
+	    "metrics", argc, argv, &sock, &json,
+	    "usage: snapkvctl metrics [--socket PATH] [--json]\n"
+	    "Prometheus text exposition of the daemon's metrics; --json: the\n"
+	    "samples as {\"samples\": [{\"name\", \"labels\": {...}, \"value\"}]},\n"
+	    "values that are not finite as the strings \"+Inf\", \"-Inf\", \"NaN\".\n");
 
 	if (rc)
 		return rc < 0 ? CTL_EXIT_OK : rc;
 	if (admin_ask("metrics", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS, &r, NULL) < 0)
 		return CTL_EXIT_FAIL;
-	fputs(r->text, stdout);
+	if (!json) {
+		fputs(r->text, stdout);
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+		return CTL_EXIT_OK;
+	}
+	rc = ctl_prom_parse(r->text ? r->text : "", r->text ? strlen(r->text) : 0, &p, &line);
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
-	return CTL_EXIT_OK;
+	if (rc < 0) {
+		ctl_err("metrics", "the daemon's metrics do not parse (line %zu): %s", line,
+			strerror(-rc));
+		return CTL_EXIT_FAIL;
+	}
+	rc = ctl_json_print("metrics", metrics_json(&p));
+	ctl_prom_free(&p);
+	return rc;
 }
 
 /* Bytes of a strided [heads, tokens, D] view copied densely. */

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * ctl-fmt.c - how snapkvctl prints sizes and durations for people.
+ * ctl-fmt.c - how snapkvctl prints sizes, durations and pressure levels for
+ * people.
  */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 
+#include "snapkv.h"
 #include "snapkvctl.h"
 
 /* v bytes as a value and an IEC unit index: v < 1024 past B. */
@@ -60,4 +62,27 @@ void ctl_fmt_seconds(double s, char *buf, size_t len)
 		snprintf(buf, len, "%.1f ms", s * 1e3);
 	else
 		snprintf(buf, len, "%.2f s", s);
+}
+
+const char *ctl_pressure_name(int level)
+{
+	switch (level) {
+	case SKV_PRESSURE_NORMAL:
+		return "normal";
+	case SKV_PRESSURE_HIGH:
+		return "high";
+	case SKV_PRESSURE_CRITICAL:
+		return "critical";
+	default:
+		return "?";
+	}
+}
+
+int ctl_pressure_from_metric(double v)
+{
+	/* snapkvd_pressure_level counts from 0 (normal): the one place it is
+	 * turned into the wire numbering */
+	if (isnan(v) || v < 0 || v > SKV_PRESSURE_CRITICAL - 1)
+		return SKV_PRESSURE_NONE;
+	return (int)v + 1;
 }

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +16,6 @@
 #include "ctl-daemon.h"
 #include "ctl-prom.h"
 #include "snapkvctl.h"
-
-static const char *level_name(int l)
-{
-	static const char *const names[] = {"?", "normal", "high", "critical"};
-
-	return l >= 0 && l <= 3 ? names[l] : "?";
-}
 
 static void fmt_time(uint64_t ns, char *buf, size_t len)
 {
@@ -40,7 +34,7 @@ static void print_pressure(FILE *o, const Snapkv__V1__PressureInfo *p)
 
 	ctl_fmt_iec(p->pool_used, a, sizeof(a));
 	ctl_fmt_iec(p->pool_total, b, sizeof(b));
-	fprintf(o, "level             %s\n", level_name(p->level));
+	fprintf(o, "level             %s\n", ctl_pressure_name(p->level));
 	fprintf(o, "pool              %s / %s (%.1f%%)\n", a, b,
 		p->pool_total ? 100.0 * (double)p->pool_used / (double)p->pool_total : 0.0);
 	fprintf(o, "high              enter %s (%llu B), leave %s (%llu B)\n", p->high,
@@ -65,44 +59,49 @@ static void print_pressure(FILE *o, const Snapkv__V1__PressureInfo *p)
 		const Snapkv__V1__PressureTransition *tr = p->transitions[i];
 
 		fmt_time(tr->time_ns, t, sizeof(t));
-		fprintf(o, "  %s  %-8s -> %-8s  %llu / %llu B (%.1f%%)\n", t, level_name(tr->prev),
-			level_name(tr->level), (unsigned long long)tr->used_bytes,
-			(unsigned long long)tr->total_bytes,
+		fprintf(o, "  %s  %-8s -> %-8s  %llu / %llu B (%.1f%%)\n", t,
+			ctl_pressure_name(tr->prev), ctl_pressure_name(tr->level),
+			(unsigned long long)tr->used_bytes, (unsigned long long)tr->total_bytes,
 			tr->total_bytes ? 100.0 * (double)tr->used_bytes / (double)tr->total_bytes
 					: 0.0);
 	}
 }
 
-static void print_pressure_json(FILE *o, const Snapkv__V1__PressureInfo *p)
+static json_t *pressure_json(const Snapkv__V1__PressureInfo *p)
 {
-	fprintf(o,
-		"{\"level\":\"%s\",\"pool\":{\"used_bytes\":%llu,\"total_bytes\":%llu},"
-		"\"watermarks\":{\"high\":{\"enter\":\"%s\",\"enter_bytes\":%llu,\"leave\":\"%s\","
-		"\"leave_bytes\":%llu},\"critical\":{\"enter\":\"%s\",\"enter_bytes\":%llu,"
-		"\"leave\":\"%s\",\"leave_bytes\":%llu}},\"actions\":\"%s\",\"scale_high\":%g,"
-		"\"scale_critical\":%g,\"guaranteed_share\":%g,\"suggested_capacity\":%u,"
-		"\"hooks_running\":%u,\"lingering_caches\":%llu,\"lingering_bytes\":%llu,"
-		"\"evictions\":%llu,\"refusals\":%llu,\"transitions_total\":%llu,\"transitions\":[",
-		level_name(p->level), (unsigned long long)p->pool_used,
-		(unsigned long long)p->pool_total, p->high, (unsigned long long)p->high_bytes,
-		p->high_leave, (unsigned long long)p->high_leave_bytes, p->critical,
-		(unsigned long long)p->critical_bytes, p->critical_leave,
-		(unsigned long long)p->critical_leave_bytes, p->actions, p->scale_high,
-		p->scale_critical, p->guaranteed_share, p->suggested_capacity, p->hooks_running,
-		(unsigned long long)p->lingering_caches, (unsigned long long)p->lingering_bytes,
-		(unsigned long long)p->evictions, (unsigned long long)p->refusals,
-		(unsigned long long)p->transitions_total);
-	for (size_t i = 0; i < p->n_transitions; i++) {
+	json_t *o, *tr = json_array();
+
+	for (size_t i = 0; tr && i < p->n_transitions; i++) {
 		const Snapkv__V1__PressureTransition *t = p->transitions[i];
 
-		fprintf(o,
-			"%s{\"time_ns\":%llu,\"prev\":\"%s\",\"level\":\"%s\",\"used_bytes\":%llu,"
-			"\"total_bytes\":%llu}",
-			i ? "," : "", (unsigned long long)t->time_ns, level_name(t->prev),
-			level_name(t->level), (unsigned long long)t->used_bytes,
-			(unsigned long long)t->total_bytes);
+		if (json_array_append_new(tr, json_pack("{s:I, s:s, s:s, s:I, s:I}", "time_ns",
+							(json_int_t)t->time_ns, "prev",
+							ctl_pressure_name(t->prev), "level",
+							ctl_pressure_name(t->level), "used_bytes",
+							(json_int_t)t->used_bytes, "total_bytes",
+							(json_int_t)t->total_bytes)) < 0) {
+			json_decref(tr);
+			return NULL;
+		}
 	}
-	fprintf(o, "]}\n");
+	/* s? and o?: NULL becomes null; o steals each reference, tr included */
+	o = json_pack(
+	    "{s:s, s:{s:I, s:I}, s:{s:{s:o, s:I, s:o, s:I}, s:{s:o, s:I, s:o, s:I}}, "
+	    "s:o, s:o, s:o, s:o, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:o?}",
+	    "level", ctl_pressure_name(p->level), "pool", "used_bytes", (json_int_t)p->pool_used,
+	    "total_bytes", (json_int_t)p->pool_total, "watermarks", "high", "enter",
+	    ctl_json_str(p->high), "enter_bytes", (json_int_t)p->high_bytes, "leave",
+	    ctl_json_str(p->high_leave), "leave_bytes", (json_int_t)p->high_leave_bytes, "critical",
+	    "enter", ctl_json_str(p->critical), "enter_bytes", (json_int_t)p->critical_bytes,
+	    "leave", ctl_json_str(p->critical_leave), "leave_bytes",
+	    (json_int_t)p->critical_leave_bytes, "actions", ctl_json_str(p->actions), "scale_high",
+	    ctl_json_real(p->scale_high), "scale_critical", ctl_json_real(p->scale_critical),
+	    "guaranteed_share", ctl_json_real(p->guaranteed_share), "suggested_capacity",
+	    (int)p->suggested_capacity, "hooks_running", (int)p->hooks_running, "lingering_caches",
+	    (json_int_t)p->lingering_caches, "lingering_bytes", (json_int_t)p->lingering_bytes,
+	    "evictions", (json_int_t)p->evictions, "refusals", (json_int_t)p->refusals,
+	    "transitions_total", (json_int_t)p->transitions_total, "transitions", tr);
+	return o;
 }
 
 static void pressure_usage(FILE *f)
@@ -215,9 +214,9 @@ int ctl_pressure(int argc, char **argv)
 		return CTL_EXIT_FAIL;
 	}
 	if (json)
-		print_pressure_json(stdout, rep->pressure);
+		r = ctl_json_print("pressure", pressure_json(rep->pressure));
 	else
 		print_pressure(stdout, rep->pressure);
 	snapkv__v1__admin_reply__free_unpacked(rep, NULL);
-	return CTL_EXIT_OK;
+	return json ? r : CTL_EXIT_OK;
 }

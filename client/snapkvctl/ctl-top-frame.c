@@ -35,7 +35,6 @@ static uint64_t u64(double v)
 void ctl_top_render(FILE *out, const struct ctl_prom *cur, const struct ctl_prom *prev, double dt,
 		    unsigned width)
 {
-	static const char *const levels[] = {"normal", "high", "critical"};
 	double used = ctl_prom_get(cur, "snapkvd_pool_used_bytes", NULL, NULL);
 	double total = ctl_prom_get(cur, "snapkvd_pool_total_bytes", NULL, NULL);
 	double lvl = ctl_prom_get(cur, "snapkvd_pressure_level", NULL, NULL);
@@ -43,7 +42,6 @@ void ctl_top_render(FILE *out, const struct ctl_prom *cur, const struct ctl_prom
 	double errors = 0, mass_total, mass_prev_cum = 0;
 	char a[32], b[32], c[32];
 	unsigned bw;
-	int li = isnan(lvl) ? -1 : (int)lvl;
 
 	if (width < 40)
 		width = 40;
@@ -53,7 +51,7 @@ void ctl_top_render(FILE *out, const struct ctl_prom *cur, const struct ctl_prom
 			errors += cur->s[i].value;
 
 	fprintf(out, "snapkvd  pressure %s  sessions %" PRIu64 "  caches %" PRIu64 "\n",
-		li >= 0 && li <= 2 ? levels[li] : "?",
+		ctl_pressure_name(ctl_pressure_from_metric(lvl)),
 		u64(ctl_prom_get(cur, "snapkvd_sessions", NULL, NULL)),
 		u64(ctl_prom_get(cur, "snapkvd_caches", NULL, NULL)));
 	ctl_fmt_iec(u64(used), a, sizeof(a));

@@ -20,7 +20,7 @@ static const struct ctl_cmd cmds[] = {
     {"inspect", "tensors, metadata and kept positions of a safetensors file", ctl_inspect},
     {"status", "the daemon's version, pool, sessions and request counts", ctl_status},
     {"caches", "compact caches the daemon holds", ctl_caches},
-    {"ledger", "capacity ledger per cache, tenant and pool (--json)", ctl_ledger},
+    {"ledger", "capacity ledger per cache, tenant and pool", ctl_ledger},
     {"metrics", "Prometheus text exposition of the daemon's metrics", ctl_metrics},
     {"pressure", "memory pressure: level, watermarks, transitions; `set` changes them",
      ctl_pressure},
@@ -121,6 +121,7 @@ static void usage(FILE *f)
 		   "else $XDG_RUNTIME_DIR/snapkvd.sock.\n"
 		   "--timeout MS (before or after the command; else $SNAPKV_TIMEOUT_MS, else\n"
 		   "30000) bounds each exchange with the daemon; 0 waits forever.\n"
+		   "Every command that reads from the daemon takes --json.\n"
 		   "`snapkvctl <command> --help` describes a command's options.\n"
 		   "Exit status: 0 success, 1 run-time failure, 2 bad usage or bad input.\n");
 }
@@ -188,7 +189,7 @@ int main(int argc, char **argv)
 			return CTL_EXIT_OK;
 		}
 		if (strcmp(argv[a], "--version") == 0) {
-			printf("snapkvctl 0.1\n");
+			printf("snapkvctl %s\n", SKV_VERSION);
 			return CTL_EXIT_OK;
 		}
 		if (strcmp(argv[a], "--socket") == 0) {

@@ -62,4 +62,19 @@ const char *ctl_fmt_iec_fixed(uint64_t bytes, char *buf, size_t len);
 /* "4.1 ms", "1.20 s", "-" for NaN. */
 void ctl_fmt_seconds(double s, char *buf, size_t len);
 
+/* "normal", "high", "critical", "?": levels numbered as enum
+ * skv_pressure_level (snapkv.h) and snapkv.v1.PressureLevel. */
+const char *ctl_pressure_name(int level);
+/* The snapkvd_pressure_level metric's value as an enum skv_pressure_level. */
+int ctl_pressure_from_metric(double v);
+
+/* ctl-json.c. JSON output (jansson): a number, null when not finite (JSON has no NaN);
+ * a string, null when absent or not UTF-8. New references. */
+typedef struct json_t json_t;
+json_t *ctl_json_real(double v);
+json_t *ctl_json_str(const char *s);
+/* Print j (indented, keys in order) and a newline on stdout, and drop the
+ * reference. j NULL means out of memory. The exit code. */
+int ctl_json_print(const char *cmd, json_t *j);
+
 #endif /* SNAPKVCTL_H */

@@ -4,7 +4,10 @@
 # the daemon writes the same bytes as `compact --offline` (several policies,
 # dtypes and GQA modes); status, caches, ledger (table and --json, whose
 # schema and numbers are checked independently against SPEC.md's formulas)
-# and metrics answer; an unreachable daemon is a clean exit 1.
+# and metrics answer, each read command with --json too (caches and metrics
+# agree with the tables, pressure's strings are escaped), ledger --bytes has
+# no IEC unit left; --version is the Makefile's VERSION; an unreachable
+# daemon is a clean exit 1.
 set -euo pipefail
 BUILD=${BUILD:-build}
 CTL=$BUILD/snapkvctl
@@ -112,6 +115,41 @@ PY
 "$CTL" metrics >"$tmp/metrics"
 grep -q "^snapkvd_pool_total_bytes [0-9]" "$tmp/metrics" || fail "metrics"
 grep -q "^snapkvd_caches 1$" "$tmp/metrics" || fail "metrics cache count"
+"$CTL" caches --json >"$tmp/caches.json"
+python3 - "$tmp/caches.json" "$tmp/ledger.json" <<'PY' || fail "caches --json: $(cat "$tmp/caches.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+l = json.load(open(sys.argv[2]))["caches"][0]
+assert list(d) == ["caches"] and len(d["caches"]) == 1, d
+c = d["caches"][0]
+assert (c["id"], c["engine"], c["tenant"], c["layers"], c["prompt_len"], c["appended"]) == \
+    (l["id"], "held", l["tenant"], 3, 700, 5), c
+assert (c["heads"], c["kept"], c["gqa"]) == (2, 128, "group"), c
+assert c["slots"] == 128 + 8 and 0 < c["mass_min"] <= c["mass_mean"] <= 1, c
+PY
+"$CTL" metrics --json >"$tmp/metrics.json"
+python3 - "$tmp/metrics.json" "$tmp/metrics" <<'PY' || fail "metrics --json: $(head -c 600 "$tmp/metrics.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+text = [l for l in open(sys.argv[2]).read().splitlines() if l and not l.startswith("#")]
+s = d["samples"]
+assert len(s) == len(text), (len(s), len(text))
+by = {x["name"]: x for x in s if not x["labels"]}
+assert by["snapkvd_caches"]["value"] == 1, by["snapkvd_caches"]
+assert any(x["labels"].get("le") == "+Inf" for x in s)
+assert all(isinstance(x["value"], (int, float)) or x["value"] in ("+Inf", "-Inf", "NaN") for x in s)
+PY
+"$CTL" pressure --json >"$tmp/pressure.json"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["level"] in ("normal","high","critical"), d' \
+	"$tmp/pressure.json" || fail "pressure --json: $(cat "$tmp/pressure.json")"
+"$CTL" ledger --bytes >"$tmp/ledger.bytes"
+head -1 "$tmp/ledger.bytes" | grep -Eq '^pool: [0-9]+ B used of [0-9]+ B \(' ||
+	fail "ledger --bytes header: $(head -1 "$tmp/ledger.bytes")"
+! grep -q 'iB' "$tmp/ledger.bytes" || fail "ledger --bytes still has IEC units"
+"$CTL" ledger | head -1 | grep -Eq '^pool: [0-9.]+ [KMGT]iB used of' || fail "ledger header: $("$CTL" ledger | head -1)"
+ver=$(sed -n 's/^VERSION *:= *//p' Makefile)
+[ -n "$ver" ] && [ "$("$CTL" --version)" = "snapkvctl $ver" ] ||
+	fail "--version: '$("$CTL" --version)', Makefile VERSION '$ver'"
 touch "$tmp/go"
 wait "$epid" || fail "engine"
 kill -TERM "$dpid"
