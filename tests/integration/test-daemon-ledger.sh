@@ -162,10 +162,12 @@ def row_ok(line, b, fmt, what):
     norm = re.sub(r"\s+", " ", line.strip())
     assert norm.endswith(tail), (what, norm, tail)
 
-for path, fmt in ((tmp + "/ledger.txt", human), (tmp + "/ledger.bytes", str)):
+# the header line in the table's units: IEC, or bytes with --bytes
+for path, fmt, head in ((tmp + "/ledger.txt", human, human),
+                        (tmp + "/ledger.bytes", str, lambda b: "%d B" % b)):
     lines = open(path).read().splitlines()
-    assert lines[0].startswith("pool: " + human(all_b["allocated"]) + " used of " +
-                               human(pool)), lines[0]
+    assert lines[0].startswith("pool: " + head(all_b["allocated"]) + " used of " +
+                               head(pool)), lines[0]
     trow = [l for l in lines if l.startswith(t["name"] + " ")]
     assert len(trow) == 1, lines
     row_ok(trow[0], all_b, fmt, "tenant")
