@@ -19,7 +19,7 @@ $(LIBSKV): $(SKV_OBJS)
 
 # Kernel tests (tests/unit/test-kernels*.c) against the scalar reference.
 SKV_TEST_REF := $(BUILD)/tests/unit/ref-snapkv.o
-SKV_TESTS := $(BUILD)/tests/unit/test-kernels $(BUILD)/tests/unit/test-kernels-random
+SKV_TESTS := $(addprefix $(BUILD)/tests/unit/,test-kernels test-kernels-random test-kernels-paged)
 TESTS += $(SKV_TESTS)
 OBJS += $(SKV_TEST_REF) $(SKV_TESTS:%=%.o)
 

@@ -285,17 +285,21 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 	for (uint32_t l = 0; l < n_layers; l++) {
 		const struct skv_layer_out *o = &out[l];
 		if (jb.score) {
-			r = skv_check_tensor(&in[l].q, "q", l, sh->h_q, sh->n_q, false, err);
+			r = skv_check_tensor(&in[l].q, "q", l, sh->h_q, sh->n_q, sh->head_dim,
+					     false, err);
 			if (r < 0)
 				return r;
 		}
-		r = skv_check_tensor(&in[l].k, "k", l, sh->h_kv, L, false, err);
+		r = skv_check_tensor(&in[l].k, "k", l, sh->h_kv, L, sh->head_dim, NULL, err);
 		if (!r)
-			r = skv_check_tensor(&in[l].v, "v", l, sh->h_kv, L, false, err);
+			r = skv_check_tensor(&in[l].v, "v", l, sh->h_kv, L, sh->head_dim, false,
+					     err);
 		if (!r)
-			r = skv_check_tensor(&o->k, "output k", l, pl.h_store, pl.kept, true, err);
+			r = skv_check_tensor(&o->k, "output k", l, pl.h_store, pl.kept,
+					     sh->head_dim, o, err);
 		if (!r)
-			r = skv_check_tensor(&o->v, "output v", l, pl.h_store, pl.kept, true, err);
+			r = skv_check_tensor(&o->v, "output v", l, pl.h_store, pl.kept,
+					     sh->head_dim, o, err);
 		if (r < 0)
 			return r;
 		if (!o->positions)
@@ -305,6 +309,15 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 					"layer %u: pos_stride %u is below the kept count %u", l,
 					o->pos_stride, pl.kept);
 	}
+	uint32_t *rows = malloc((size_t)n_layers * sizeof(*rows));
+	if (!rows)
+		return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
+	for (uint32_t l = 0; l < n_layers; l++)
+		rows[l] = pl.kept;
+	r = skv_check_paged_disjoint(n_layers, out, rows, pl.h_store, sh->head_dim, err);
+	free(rows);
+	if (r < 0)
+		return r;
 
 	/*
 	 * Fewer items than threads (one layer on a big machine): score the query

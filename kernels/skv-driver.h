@@ -163,8 +163,23 @@ static inline const void *skv_elem(const struct skv_tensor *t, uint32_t h, uint3
 	return (const char *)t->data + off * (int64_t)esz;
 }
 
+/*
+ * One tensor of one layer: data, dtype, strides, and its block table when
+ * paged (length, entries >= 0; for a tensor of output `out` (NULL for an
+ * input) entries below out->pool_blocks and a block geometry in which no two
+ * slots meet). D is the head dim.
+ */
 int skv_check_tensor(const struct skv_tensor *t, const char *what, uint32_t layer, uint32_t heads,
-		     uint32_t tokens, bool out, struct skv_error *err);
+		     uint32_t tokens, uint32_t D, const struct skv_layer_out *out,
+		     struct skv_error *err);
+/*
+ * The blocks every paged output of a call writes (rows[l] slots per head of
+ * layer l), K and V of all layers: -EINVAL when two of them overlap, with the
+ * layers named; -ENOMEM.
+ */
+int skv_check_paged_disjoint(uint32_t n_layers, const struct skv_layer_out *out,
+			     const uint32_t *rows, uint32_t heads, uint32_t D,
+			     struct skv_error *err);
 
 /* Write the kept rows, positions and mass of stored head h of one layer. */
 void skv_emit(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh, uint32_t h,

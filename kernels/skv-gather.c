@@ -3,12 +3,75 @@
  * skv-gather.c - tensor checks and the gather: kept K/V rows copied (or converted)
  * into the outputs with their positions and retained mass.
  */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "skv-driver.h"
 
+/* Elements one block spans: its rows and heads, each D long. */
+static uint64_t block_extent(const struct skv_tensor *t, uint32_t heads, uint32_t D)
+{
+	return (uint64_t)(t->block_size - 1) * (uint64_t)t->token_stride +
+	       (uint64_t)(heads - 1) * (uint64_t)t->head_stride + D;
+}
+
+/*
+ * A paged output (the engine's block format): the table's first `need`
+ * entries name blocks of a pool of pool_blocks, each block holds
+ * block_size rows of `heads` heads without two (row, head) pairs meeting,
+ * and blocks do not overlap one another. Which blocks are distinct (and K
+ * apart from V, layers apart) is skv_check_paged_disjoint()'s.
+ */
+static int check_paged_out(const struct skv_tensor *t, const char *what, uint32_t layer,
+			   uint32_t heads, uint32_t D, uint64_t need, uint32_t pool_blocks,
+			   struct skv_error *err)
+{
+	const int32_t lay = (int32_t)layer;
+
+	if (pool_blocks == 0)
+		return skv_fail(err, lay, -1, "layer %u: %s is paged but pool_blocks is 0", layer,
+				what);
+	for (uint64_t b = 0; b < need; b++)
+		if ((uint32_t)t->block_table[b] >= pool_blocks)
+			return skv_fail(err, lay, -1,
+					"layer %u: %s block_table[%llu] = %d is outside the pool "
+					"of %u blocks",
+					layer, what, (unsigned long long)b, t->block_table[b],
+					pool_blocks);
+	if (t->head_stride < 0 || t->token_stride < 0 || t->block_stride < 0)
+		return skv_fail(err, lay, -1, "layer %u: paged %s needs non-negative strides",
+				layer, what);
+	/* (stride, count) of dim, head and row within a block, by stride: each
+	 * stride must clear what the smaller ones span, so no two slots meet */
+	uint64_t st[3] = {1, (uint64_t)t->head_stride, (uint64_t)t->token_stride};
+	uint64_t cnt[3] = {D, heads, t->block_size};
+	for (int i = 1; i < 3; i++)
+		for (int j = i; j > 0 && st[j] < st[j - 1]; j--) {
+			uint64_t a = st[j], c = cnt[j];
+			st[j] = st[j - 1];
+			cnt[j] = cnt[j - 1];
+			st[j - 1] = a;
+			cnt[j - 1] = c;
+		}
+	uint64_t span = 0;
+	for (int i = 0; i < 3; i++) {
+		if (cnt[i] <= 1)
+			continue;
+		if (st[i] <= span)
+			return skv_fail(err, lay, -1,
+					"layer %u: paged %s strides (head %lld, token %lld) make "
+					"two slots of a block meet",
+					layer, what, (long long)t->head_stride,
+					(long long)t->token_stride);
+		span += st[i] * (cnt[i] - 1);
+	}
+	return 0;
+}
+
 int skv_check_tensor(const struct skv_tensor *t, const char *what, uint32_t layer, uint32_t heads,
-		     uint32_t tokens, bool out, struct skv_error *err)
+		     uint32_t tokens, uint32_t D, const struct skv_layer_out *out,
+		     struct skv_error *err)
 {
 	if (!t->data)
 		return skv_fail(err, (int32_t)layer, -1, "layer %u: %s has no data", layer, what);
@@ -23,9 +86,6 @@ int skv_check_tensor(const struct skv_tensor *t, const char *what, uint32_t laye
 				what);
 	if (!t->block_table)
 		return 0;
-	if (out)
-		return skv_fail(err, (int32_t)layer, -1,
-				"layer %u: %s must be strided (no block table)", layer, what);
 	if (t->block_size == 0)
 		return skv_fail(err, (int32_t)layer, -1, "layer %u: %s has block_size 0", layer,
 				what);
@@ -39,7 +99,71 @@ int skv_check_tensor(const struct skv_tensor *t, const char *what, uint32_t laye
 			return skv_fail(err, (int32_t)layer, -1,
 					"layer %u: %s block_table[%llu] = %d is negative", layer,
 					what, (unsigned long long)b, t->block_table[b]);
+	if (out)
+		return check_paged_out(t, what, layer, heads, D, need, out->pool_blocks, err);
 	return 0;
+}
+
+/*
+ * Output intervals of the paged outputs: [begin, end) bytes of every block a
+ * call writes, K and V of all layers, and whether two of them meet.
+ */
+struct span {
+	uintptr_t begin, end;
+	uint32_t layer;
+	const char *what;
+};
+
+static int span_cmp(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+
+	return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+int skv_check_paged_disjoint(uint32_t n_layers, const struct skv_layer_out *out,
+			     const uint32_t *rows, uint32_t heads, uint32_t D,
+			     struct skv_error *err)
+{
+	size_t n = 0, cap = 0;
+
+	for (uint32_t l = 0; l < n_layers; l++) {
+		if (out[l].k.block_table)
+			cap += ((size_t)rows[l] + out[l].k.block_size - 1) / out[l].k.block_size;
+		if (out[l].v.block_table)
+			cap += ((size_t)rows[l] + out[l].v.block_size - 1) / out[l].v.block_size;
+	}
+	if (cap == 0)
+		return 0;
+	struct span *sp = malloc(cap * sizeof(*sp));
+	if (!sp)
+		return skv_fail(err, -1, -1, "out of memory checking the output blocks"), -ENOMEM;
+	for (uint32_t l = 0; l < n_layers; l++)
+		for (int kv = 0; kv < 2; kv++) {
+			const struct skv_tensor *t = kv ? &out[l].v : &out[l].k;
+			if (!t->block_table)
+				continue;
+			size_t es = skv_dtype_size(t->dtype);
+			uint64_t ext = block_extent(t, heads, D) * es;
+			uint64_t need = ((uint64_t)rows[l] + t->block_size - 1) / t->block_size;
+			for (uint64_t b = 0; b < need; b++) {
+				uintptr_t a =
+				    (uintptr_t)t->data + (uintptr_t)((int64_t)t->block_table[b] *
+								     t->block_stride * (int64_t)es);
+				sp[n++] =
+				    (struct span){a, a + ext, l, kv ? "output v" : "output k"};
+			}
+		}
+	qsort(sp, n, sizeof(*sp), span_cmp);
+	int r = 0;
+	for (size_t i = 1; i < n && !r; i++)
+		if (sp[i].begin < sp[i - 1].end)
+			r = skv_fail(err, (int32_t)sp[i].layer, -1,
+				     "layer %u: a block of %s overlaps a block of layer %u's %s "
+				     "(two output slots in the same place)",
+				     sp[i].layer, sp[i].what, sp[i - 1].layer, sp[i - 1].what);
+	free(sp);
+	return r;
 }
 
 /* ---------------------------------------------------------------- gather */
