@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # libskv: host selection + gather kernels (kernels/skv.h). The SIMD files are
-# compiled for their ISA only; skv.c picks one at run time. No libm needed.
-SKV_SRCS := kernels/skv.c kernels/skv-scalar.c kernels/skv-avx2.c kernels/skv-avx512.c
+# compiled for their ISA only; skv-ctx.c picks one at run time. No libm needed.
+SKV_SRCS := $(addprefix kernels/,skv-params.c skv-dtype.c skv-plan.c skv-ledger.c skv-ctx.c \
+	skv-score.c skv-select.c skv-gather.c skv-compact.c skv-scalar.c skv-avx2.c skv-avx512.c)
 SKV_OBJS := $(SKV_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(SKV_OBJS)
 LIBS += $(LIBSKV)
@@ -14,11 +15,11 @@ $(BUILD)/kernels/skv-avx512.o: CFLAGS_BASE += -O3 -mavx512f -mavx512dq -mavx512b
 
 $(LIBSKV): $(SKV_OBJS)
 	@mkdir -p $(dir $@)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # Kernel tests (tests/unit/test-kernels*.c) against the scalar reference.
 SKV_TEST_REF := $(BUILD)/tests/unit/ref-snapkv.o
-SKV_TESTS := $(BUILD)/tests/unit/test-kernels $(BUILD)/tests/unit/test-kernels-random
+SKV_TESTS := $(addprefix $(BUILD)/tests/unit/,test-kernels test-kernels-random test-kernels-paged)
 TESTS += $(SKV_TESTS)
 OBJS += $(SKV_TEST_REF) $(SKV_TESTS:%=%.o)
 

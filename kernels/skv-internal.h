@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * skv-internal.h - what the generic driver (skv.c) and the per-ISA kernels
+ * skv-internal.h - what the generic driver (skv-driver.h) and the per-ISA kernels
  * (skv-scalar.c, skv-avx2.c, skv-avx512.c) share. Not installed.
  *
  * Scoring of one work item (one layer, one K/V head, its G query heads)

@@ -194,12 +194,19 @@ struct skv_layer_in {
 };
 
 /*
- * Outputs of one layer. k and v must be strided (no block table), with room
- * for plan.kept tokens per stored head; any strides, so a caller can write
- * straight into a cache with decode headroom. positions[h * pos_stride + i]
- * receives the i-th kept original position of stored head h, ascending.
- * retained_mass may be NULL; otherwise [h_store] floats (NaN when no rows
- * vote and none were given).
+ * Outputs of one layer. k and v hold plan.kept slots per stored head, either
+ * strided (any strides, so a caller can write straight into a cache with
+ * decode headroom) or paged in the engine's block format: a block table
+ * (per layer K and V pools [block][block_size][H_store][D] or any strides
+ * that keep slots apart), compact slot i of every head in block
+ * block_table[i / block_size], row i % block_size. A paged output is
+ * validated before any work (-EINVAL): n_blocks covers the kept slots, every
+ * entry in [0, pool_blocks), strides non-negative with no two (row, head)
+ * slots of a block meeting, and no two blocks written by the call (K and V,
+ * all layers) overlapping. positions[h * pos_stride + i] receives the i-th
+ * kept original position of stored head h, ascending. retained_mass may be
+ * NULL; otherwise [h_store] floats (NaN when no rows vote and none were
+ * given).
  */
 struct skv_layer_out {
 	struct skv_tensor k; /* [H_store, >= kept, D] */
@@ -207,6 +214,8 @@ struct skv_layer_out {
 	int32_t *positions;  /* [H_store][pos_stride] */
 	uint32_t pos_stride;
 	float *retained_mass; /* [H_store] or NULL     */
+	uint32_t pool_blocks; /* paged k/v: blocks in each of the K and V
+				 pools; every table entry is below it */
 };
 
 /* A compaction context: a thread pool and scratch. Not thread-safe: one

@@ -229,6 +229,10 @@ static inline void prob_build(struct prob *pb)
 		pb->pos_count = (size_t)hs * o->pos_stride;
 		o->positions = track(pb, malloc(pb->pos_count * sizeof(int32_t)));
 		memset(o->positions, 0xa5, pb->pos_count * sizeof(int32_t));
+		if (o->k.block_table) { /* make_tensor's pool: the table's blocks + 3 */
+			uint32_t bs = pb->block_size ? pb->block_size : 5;
+			o->pool_blocks = (pb->out_cap + bs - 1) / bs + 3;
+		}
 		o->retained_mass = track(pb, malloc(hs * sizeof(float)));
 		memset(o->retained_mass, 0xa5, hs * sizeof(float));
 	}

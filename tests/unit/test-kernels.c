@@ -512,7 +512,7 @@ static void test_invalid(void)
 			pb.in[1].v.data = NULL;
 			break;
 		case 19:
-			what = "paged output";
+			what = "paged output without pool_blocks";
 			pb.out[1].k.block_table = pb.in[0].k.block_table;
 			pb.out[1].k.block_size = 5;
 			pb.out[1].k.n_blocks = 8;

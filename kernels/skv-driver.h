@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * skv-driver.h - what the files of libskv's generic driver share (not
+ * installed): limits, the error helper, tensor addressing, the thread pool
+ * and the job it runs, and the per-stage entry points. Each section names the
+ * file that owns it. The per-ISA kernels' interface is skv-internal.h.
+ *
+ * The driver, in the order a call runs through it:
+ *   skv-params.c   defaults, names, skv_fail()
+ *   skv-plan.c     validation and the plan (skv_plan), forced positions
+ *   skv-compact.c  skv_compact / skv_scratch_bytes: job, scratch, phases
+ *   skv-ctx.c      the context: thread pool, ISA choice, phase runner
+ *   skv-score.c    logits, causal softmax, column sums (through the ISA)
+ *   skv-select.c   pooling, top-k, retained mass
+ *   skv-gather.c   tensor checks and the gather of kept rows
+ *   skv-ledger.c   the capacity ledger; skv-dtype.c conversions
+ */
+#ifndef SKV_DRIVER_H
+#define SKV_DRIVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skv-internal.h"
+
+/* Limits on what one call may describe; far above any real model. */
+#define SKV_MAX_L	(1u << 22)
+#define SKV_MAX_D	4096u
+#define SKV_MAX_HEADS	4096u
+#define SKV_MAX_KERNEL	255u
+#define SKV_MAX_THREADS 1024u
+#define SKV_MAX_LAYERS	65536u
+/* Column sums kept between the phases of split mode, at most. */
+#define SKV_SPLIT_BUDGET (256u << 20)
+/* Logit buffer per thread: rows per block are chosen so that it fits. */
+#define SKV_ZBUF_BUDGET (16u << 20)
+
+static inline size_t align64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
+/* ------------------------------------------------------- skv-params.c */
+
+/* Writes the reason into err (when set) and returns -EINVAL. */
+__attribute__((format(printf, 4, 5))) int skv_fail(struct skv_error *err, int32_t layer,
+						   int32_t head, const char *fmt, ...);
+/* Clears err to "no error" (empty message, layer and head -1). */
+void skv_error_clear(struct skv_error *err);
+
+/* --------------------------------------------------------- skv-plan.c */
+
+bool skv_policy_scores(enum skv_policy p);
+/*
+ * Mark the positions every stored head keeps whatever the scores say:
+ * sinks, protected ranges and (scoring policies) the recent W_keep, in
+ * keep[0..L). Returns their count.
+ */
+uint32_t skv_mark_forced(const struct skv_shape *sh, const struct skv_params *p, uint32_t sinks,
+			 uint32_t w_keep, uint8_t *keep);
+
+/* ---------------------------------------------------------- skv-ctx.c */
+
+/* One thread's scratch, laid out per job by skv-compact.c. */
+struct skv_ws {
+	/* scoring */
+	float *qt, *kt, *z, *f, *m, *s, *rowbuf, *colsum, *vote, *pooled;
+	int32_t *trow;
+	uint8_t *bad, *keep;
+	uint64_t *key;
+	int32_t *pos;
+	struct skv_seg *segs;
+	size_t cap; /* bytes in mem */
+	void *mem;
+};
+
+struct skv_job;
+
+struct skv_ctx {
+	unsigned threads;
+	const struct skv_isa *isa;
+	pthread_t *tids;
+	unsigned started;
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
+	uint64_t gen;
+	unsigned busy;
+	bool stop;
+	struct skv_job *job;
+	struct skv_ws *ws;
+	void *common; /* call-wide scratch (skv_compact) */
+	size_t common_cap;
+};
+
+struct skv_item_err {
+	int rc;
+	int32_t head;
+	int32_t kvh;
+};
+
+/* One skv_compact() call, as the pool and the stages see it. */
+struct skv_job {
+	const struct skv_shape *sh;
+	const struct skv_params *p;
+	const struct skv_plan *pl;
+	const struct skv_layer_in *in;
+	const struct skv_layer_out *out;
+	const struct skv_isa *isa;
+	uint32_t n_items;
+	unsigned nth; /* threads taking part */
+	atomic_uint next;
+	struct skv_item_err *errs;
+	/* the phase run by the pool, its unit count and what runs one unit */
+	enum { PH_ITEMS, PH_SCORE_HEADS, PH_FINISH } phase;
+	uint32_t n_units;
+	void (*run_unit)(struct skv_job *jb, struct skv_ws *w, uint32_t u);
+	float *cs;		    /* split mode: [item][G][L] column sums    */
+	struct skv_item_err *uerrs; /* split mode: per (item, g) scoring status */
+	/* derived */
+	uint32_t G, n_obs; /* rows per query head that vote (0: no scoring) */
+	uint32_t P;	   /* prefix: candidates are j < P                  */
+	uint32_t rb;	   /* rows per block, multiple of SKV_ROWPAD        */
+	uint32_t budget;   /* positions filled by top-k                     */
+	bool score, select;
+	const uint8_t *base_keep; /* forced positions                      */
+	const int32_t *base_pos;  /* kept positions when nothing is chosen */
+	float scale;
+};
+
+/* Run jb->run_unit on units 0 .. n_units-1 over the pool, the calling thread
+ * included; returns when all are done. */
+void skv_ctx_run(struct skv_ctx *ctx, struct skv_job *jb, int phase, uint32_t n_units);
+
+/* -------------------------------------------------------- skv-score.c */
+
+int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+		   uint32_t g0, uint32_t g1, float *colsum, uint32_t *bad_g);
+
+/* ------------------------------------------------------- skv-select.c */
+
+/* Positions kept for one stored head into w->pos (ascending); returns count. */
+uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *votes);
+/* Retained mass of the kept positions pos[0..cnt) given column sums. */
+float skv_mass_of(const float *colsum, const int32_t *pos, uint32_t cnt, uint32_t rows);
+/* Group votes into w->vote: the G heads' column sums averaged, in a fixed order. */
+void skv_group_votes(const struct skv_job *jb, struct skv_ws *w, const float *colsum);
+
+/* ------------------------------------------------------- skv-gather.c */
+
+static inline const void *skv_elem(const struct skv_tensor *t, uint32_t h, uint32_t tok, size_t esz)
+{
+	int64_t off;
+
+	if (t->block_table)
+		off = (int64_t)t->block_table[tok / t->block_size] * t->block_stride +
+		      (int64_t)(tok % t->block_size) * t->token_stride +
+		      (int64_t)h * t->head_stride;
+	else
+		off = (int64_t)tok * t->token_stride + (int64_t)h * t->head_stride;
+	return (const char *)t->data + off * (int64_t)esz;
+}
+
+/*
+ * One tensor of one layer: data, dtype, strides, and its block table when
+ * paged (length, entries >= 0; for a tensor of output `out` (NULL for an
+ * input) entries below out->pool_blocks and a block geometry in which no two
+ * slots meet). D is the head dim.
+ */
+int skv_check_tensor(const struct skv_tensor *t, const char *what, uint32_t layer, uint32_t heads,
+		     uint32_t tokens, uint32_t D, const struct skv_layer_out *out,
+		     struct skv_error *err);
+/*
+ * The blocks every paged output of a call writes (rows[l] slots per head of
+ * layer l), K and V of all layers: -EINVAL when two of them overlap, with the
+ * layers named; -ENOMEM.
+ */
+int skv_check_paged_disjoint(uint32_t n_layers, const struct skv_layer_out *out,
+			     const uint32_t *rows, uint32_t heads, uint32_t D,
+			     struct skv_error *err);
+
+/* Write the kept rows, positions and mass of stored head h of one layer. */
+void skv_emit(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh, uint32_t h,
+	      const int32_t *pos, uint32_t cnt, float mass);
+
+#endif /* SKV_DRIVER_H */

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: MIT
+/*
+ * skv-select.c - selection of one stored head: pooling, top-k with ties to the
+ * smaller position, and the retained mass of what is kept.
+ */
+#include <string.h>
+
+#include "skv-driver.h"
+
+/* ----------------------------------------------------------- selection */
+
+static void pool(const struct skv_params *p, uint32_t kernel, const float *v, float *out,
+		 uint32_t P)
+{
+	const uint32_t h = kernel / 2;
+
+	if (kernel == 1) {
+		memcpy(out, v, (size_t)P * sizeof(float));
+		return;
+	}
+	/* edges: only in-range neighbours (avg counts the padding as 0) */
+	for (uint32_t j = 0; j < P; j++) {
+		if (j == h && P > 2 * h) {
+			j = P - h - 1; /* interior done below */
+			continue;
+		}
+		uint32_t a = j < h ? 0 : j - h, b = j + h >= P ? P - 1 : j + h;
+		float acc = v[a], mx = v[a];
+		for (uint32_t i = a + 1; i <= b; i++) {
+			acc += v[i];
+			mx = v[i] > mx ? v[i] : mx;
+		}
+		out[j] = p->pooling == SKV_POOL_AVG ? acc / (float)kernel : mx;
+	}
+	if (P <= 2 * h)
+		return;
+	/* interior [h, P - h): the same left-to-right order, as vectorisable loops */
+	const uint32_t n = P - 2 * h;
+	float *o = out + h;
+	memcpy(o, v, (size_t)n * sizeof(float));
+	if (p->pooling == SKV_POOL_AVG) {
+		for (uint32_t i = 1; i < kernel; i++)
+			for (uint32_t j = 0; j < n; j++)
+				o[j] += v[j + i];
+		const float k = (float)kernel;
+		for (uint32_t j = 0; j < n; j++)
+			o[j] /= k;
+	} else {
+		for (uint32_t i = 1; i < kernel; i++)
+			for (uint32_t j = 0; j < n; j++)
+				o[j] = v[j + i] > o[j] ? v[j + i] : o[j];
+	}
+}
+
+/*
+ * Ranking keys: higher is better. The score's bits, made monotonic as an
+ * unsigned integer, above the complement of the position, so that equal
+ * scores rank the smaller position first. One integer compare per step.
+ */
+static inline uint64_t rank_key(float score, uint32_t pos)
+{
+	uint32_t u;
+	memcpy(&u, &score, 4);
+	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return (uint64_t)u << 32 | (uint32_t)~pos;
+}
+
+/* Rearrange key[0..n) so that its first k entries are the k largest (quickselect). */
+static void select_top(uint64_t *key, uint32_t n, uint32_t k)
+{
+	uint32_t lo = 0, hi = n; /* [0, lo) best, [hi, n) worst, k in [lo, hi] */
+
+	while (hi - lo > 1) {
+		/* median of three as pivot, moved to the end (deterministic) */
+		uint32_t ia = lo, ib = lo + (hi - lo) / 2, ic = hi - 1, ip;
+		uint64_t a = key[ia], b = key[ib], c = key[ic], t;
+		if (a > b)
+			ip = b > c ? ib : (a > c ? ic : ia);
+		else
+			ip = a > c ? ia : (b > c ? ic : ib);
+		t = key[ip];
+		key[ip] = key[hi - 1];
+		key[hi - 1] = t;
+		uint64_t pv = t;
+		uint32_t st = lo;
+		/* branchless Lomuto: [lo, st) better, [st, i) not */
+		for (uint32_t i = lo; i < hi - 1; i++) {
+			uint64_t x = key[i];
+			key[i] = key[st];
+			key[st] = x;
+			st += x > pv;
+		}
+		key[hi - 1] = key[st];
+		key[st] = pv;
+		/* [lo, st) better than the pivot at st, (st, hi) worse */
+		if (k == st || k == st + 1)
+			return;
+		if (k < st)
+			hi = st;
+		else
+			lo = st + 1;
+	}
+}
+
+/* Positions kept for one stored head into w->pos (ascending); returns count. */
+uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *votes)
+{
+	const uint32_t L = jb->sh->prompt_len, P = jb->P;
+	uint32_t kernel = jb->p->policy == SKV_POLICY_H2O ? 1 : jb->p->kernel;
+	uint32_t n = 0, cnt = 0;
+
+	memcpy(w->keep, jb->base_keep, L);
+	pool(jb->p, kernel, votes, w->pooled, P);
+	uint32_t k = jb->budget;
+	if (k >= P) { /* everything left fits (L == C) */
+		memset(w->keep, 1, P);
+	} else {
+		for (uint32_t j = 0; j < P; j++)
+			if (!w->keep[j])
+				w->key[n++] = rank_key(w->pooled[j], j);
+		if (k > n)
+			k = n;
+		if (k < n)
+			select_top(w->key, n, k);
+		for (uint32_t i = 0; i < k; i++)
+			w->keep[~(uint32_t)w->key[i]] = 1;
+	}
+	for (uint32_t j = 0; j < L; j++)
+		if (w->keep[j])
+			w->pos[cnt++] = (int32_t)j;
+	return cnt;
+}
+
+float skv_mass_of(const float *colsum, const int32_t *pos, uint32_t cnt, uint32_t rows)
+{
+	double acc = 0.0;
+
+	for (uint32_t i = 0; i < cnt; i++)
+		acc += colsum[pos[i]];
+	return (float)(acc / rows);
+}
+
+/* group votes: the G heads' column sums averaged, in a fixed order */
+void skv_group_votes(const struct skv_job *jb, struct skv_ws *w, const float *colsum)
+{
+	const uint32_t G = jb->G, L = jb->sh->prompt_len;
+
+	for (uint32_t j = 0; j < L; j++) {
+		float acc = 0.0f;
+		for (uint32_t q = 0; q < G; q++)
+			acc += colsum[(size_t)q * L + j];
+		w->vote[j] = acc / (float)G;
+	}
+}
