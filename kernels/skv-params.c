@@ -52,13 +52,8 @@ void skv_error_clear(struct skv_error *err)
 
 void skv_params_init(struct skv_params *p)
 {
-	memset(p, 0, sizeof(*p));
-	p->params_size = sizeof(*p);
-	p->policy = SKV_POLICY_SNAPKV;
-	p->window = 32;
-	p->capacity = 2048;
-	p->kernel = 5;
-	p->pooling = SKV_POOL_AVG;
-	p->gqa = SKV_GQA_EXPAND;
-	p->sinks = 4;
+	/* static: its padding is zero too, as memset left it before */
+	static const struct skv_params d = SKV_PARAMS_DEFAULTS;
+
+	memcpy(p, &d, sizeof(*p));
 }
