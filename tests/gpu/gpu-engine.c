@@ -397,6 +397,18 @@ struct engine_event {
 	cudaIpcEventHandle_t handle;
 };
 
+/* How long the engine holds its prefill back: long enough that a compaction
+ * run too early would have finished (3 plain ones), at most 3 s so that the
+ * wait bound below (the daemon's default prefill_wait_max_ms, 10 s) is never
+ * what ends it, however loaded the machine. */
+#define HOLD_BOUND_MS 10000u
+static double hold_s(double t_plain)
+{
+	double h = 0.1 + 3 * t_plain;
+
+	return h > 3.0 ? 3.0 : h;
+}
+
 static int event_setup(struct engine_event *e, struct skv_cuda_dev *dev, char *dkv, size_t kv_bytes,
 		       const void *hkv)
 {
@@ -561,11 +573,13 @@ static void event_waits(struct skv_client *c, const struct skv_compact_desc *d0,
 	/* 2: the prefill ends 100 ms + 3 compaction times after submitting; the
 	 * K/V are zero until then, so running early shows in the result too */
 	EXPECT(pending_upload(&e, true) == 0, "pending upload");
+	/* the bound must outlast the hold below on a loaded machine too */
+	desc_wait_event(&d, &e, HOLD_BOUND_MS);
 	r = skv_compact_submit(c, &d, &rq);
 	EXPECT(r == 0, "submit with an event wait: %d (%s)", r, skv_client_error(c));
 	if (r == 0) {
 		t0 = now_s();
-		usleep((useconds_t)((0.1 + 3 * t_plain) * 1e6));
+		usleep((useconds_t)(hold_s(t_plain) * 1e6));
 		r = skv_request_poll(rq);
 		EXPECT(r == 0, "completed before the event: poll %d", r);
 		t_set = now_s();
@@ -687,9 +701,9 @@ static void prefill_waits(struct skv_client *c, const struct skv_compact_desc *d
 	if (r == 0)
 		skv_cache_release(k);
 	k = NULL;
-	double t_plain = now_s() - t0, hold = 0.1 + 3 * t_plain;
+	double t_plain = now_s() - t0, hold = hold_s(t_plain);
 	/* 1: the engine signals 100 ms (+ 3 plain compactions) after submitting */
-	EXPECT(skv_compact_desc_wait_flag(&d, bkv, flag_off, 1, 5000) == 0, "wait_flag");
+	EXPECT(skv_compact_desc_wait_flag(&d, bkv, flag_off, 1, HOLD_BOUND_MS) == 0, "wait_flag");
 	r = skv_compact_submit(c, &d, &rq);
 	EXPECT(r == 0, "submit with a flag wait: %d (%s)", r, skv_client_error(c));
 	if (r < 0)
