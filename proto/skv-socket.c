@@ -20,6 +20,7 @@ static int add(struct skv_socket_search *s, const char *dir, const char *name, c
 	c->if_there = 0;
 	if (n < 0 || (size_t)n >= sizeof(c->path)) {
 		c->err = -ENAMETOOLONG;
+		c->tried = 1; /* so that the reason is listed */
 		return -ENAMETOOLONG;
 	}
 	return 0;

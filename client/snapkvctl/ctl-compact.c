@@ -2,7 +2,7 @@
 /*
  * ctl-compact.c - `snapkvctl compact [--offline] IN OUT`: SnapKV compaction
  * of a safetensors file holding per-layer Q-window, K and V, written as a
- * compact-cache safetensors file (format in client/skv-safetensors.h). With
+ * compact-cache safetensors file (format in client/libskvst/skv-safetensors.h). With
  * --offline libskv runs here; without, snapkvd runs it (ctl-daemon.c) and
  * the file is the same bytes.
  *

@@ -17,7 +17,7 @@ int ctl_ledger(int argc, char **argv);
 int ctl_metrics(int argc, char **argv);
 
 /*
- * The deadline (client/skv-io.h: CLOCK_MONOTONIC ns, 0 for none) of one
+ * The deadline (proto/skv-io.h: CLOCK_MONOTONIC ns, 0 for none) of one
  * exchange with the daemon starting now: --timeout MS, which main() passes
  * on as $SNAPKV_TIMEOUT_MS (checked there), else libsnapkv's default.
  */

@@ -4,7 +4,7 @@
  *
  * To add a subcommand: write `int ctl_<name>(int argc, char **argv)` in its
  * own client/snapkvctl/ctl-<name>.c (picked up by its build.mk), declare it below
- * and add one line to the table in client/snapkvctl.c. argv[0] is the
+ * and add one line to the table in snapkvctl.c. argv[0] is the
  * subcommand name; the function returns the process exit code:
  * CTL_EXIT_OK, CTL_EXIT_FAIL (the operation failed at run time: I/O, out of
  * memory, daemon unreachable) or CTL_EXIT_USAGE (bad options or bad input:
