@@ -308,6 +308,33 @@ uint32_t snapkvd_ops_scale_capacity(struct snapkvd_ops *ops, uint32_t capacity, 
 	return c;
 }
 
+void snapkvd_ops_count_scaled(struct snapkvd_ops *ops)
+{
+	ops->scaled++;
+}
+
+int snapkvd_ops_greeting(const struct snapkvd_ops *ops, enum snapkvd_pressure_level *ret_level,
+			 uint32_t *ret_capacity, uint32_t *ret_permille, uint64_t *ret_used)
+{
+	const struct snapkvd_pressure_config *pc = snapkvd_pressure_get_config(ops->pressure);
+	enum snapkvd_pressure_level lv = snapkvd_pressure_level(ops->pressure);
+	int scale = snapkvd_pressure_action_enabled(ops->pressure, SNAPKVD_ACTION_SCALE);
+	double f = !scale			     ? 1.0
+		   : lv == SNAPKVD_PRESSURE_CRITICAL ? pc->scale_critical
+		   : lv == SNAPKVD_PRESSURE_HIGH     ? pc->scale_high
+						     : 1.0;
+
+	if (lv == SNAPKVD_PRESSURE_NORMAL ||
+	    !snapkvd_pressure_action_enabled(ops->pressure, SNAPKVD_ACTION_NOTIFY))
+		return 0;
+	*ret_level = lv;
+	*ret_capacity = snapkvd_pressure_scale_capacity(ops->pressure, pc->default_capacity,
+							pc->default_window, NULL);
+	*ret_permille = (uint32_t)lround(f * 1000.0);
+	*ret_used = ops->used;
+	return 1;
+}
+
 uint64_t snapkvd_ops_tenant_quota(const struct snapkvd_ops *ops, uid_t uid)
 {
 	const struct snapkvd_tenant_quota *q = snapkvd_ops_config_quota(&ops->cfg, uid);

@@ -117,6 +117,13 @@ int snapkvd_ops_admit(struct snapkvd_ops *ops, uid_t uid, uint64_t tenant_used, 
 /* C for a new request at the current level (see snapkvd_pressure_scale_capacity). */
 uint32_t snapkvd_ops_scale_capacity(struct snapkvd_ops *ops, uint32_t capacity, uint32_t window,
 				    int *ret_scaled);
+/* A request's C was scaled down (counted once it is admitted). */
+void snapkvd_ops_count_scaled(struct snapkvd_ops *ops);
+/* What a new engine learns at HELLO under pressure: 1 with the level, the
+ * suggested C, the scale (per mille) and the pool bytes in use when the
+ * level is above normal and NOTIFY is an action, else 0. */
+int snapkvd_ops_greeting(const struct snapkvd_ops *ops, enum snapkvd_pressure_level *ret_level,
+			 uint32_t *ret_capacity, uint32_t *ret_permille, uint64_t *ret_used);
 /* Quota of a tenant from the config (0: none). */
 uint64_t snapkvd_ops_tenant_quota(const struct snapkvd_ops *ops, uid_t uid);
 
