@@ -17,7 +17,7 @@
 #include "snapkvd-compactor.h"
 #include "snapkvd-ledger.h"
 #include "snapkvd-log.h"
-#include "snapkvd-ops.h"
+#include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
 #include "snapkvd-runner.h"
 #include "snapkvd-server.h"
@@ -65,7 +65,7 @@ static void server_stats(struct snapkvd_server *srv, struct snapkvd_stats *st)
 char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
 {
 	struct snapkvd_stats st = {0};
-	struct snapkvd_ops_snapshot *snap = calloc(1, sizeof(*snap));
+	struct snapkvd_policy_snapshot *snap = calloc(1, sizeof(*snap));
 	struct snapkvd_stats_tenant *tn = NULL;
 	struct snapkvd_tenant_stats *ts = NULL;
 	struct snapkvd_pool_stats ps;
@@ -76,7 +76,7 @@ char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
 		free(snap);
 		return NULL;
 	}
-	snapkvd_ops_fill_stats(&srv->ops, &st, snap);
+	snapkvd_policy_fill_stats(&srv->policy, &st, snap);
 	server_stats(srv, &st);
 	st.pool_total_bytes = ps.total;
 	st.pool_used_bytes = ps.used;
@@ -121,7 +121,7 @@ static Snapkv__V1__PressureLevel level_pb(enum snapkvd_pressure_level l)
 static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__PressureSettings *ps,
 			  char *err, size_t errlen)
 {
-	struct snapkvd_ops_config oc = srv->ops.cfg;
+	struct snapkvd_policy_config oc = srv->policy.cfg;
 	const struct {
 		const char *key, *val;
 	} kv[] = {
@@ -144,23 +144,23 @@ static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__Pressure
 			return -EINVAL;
 		}
 		/* "none" clears the action list (every action disabled). */
-		r = snapkvd_ops_config_set(&oc, kv[i].key,
-					   !strcmp(kv[i].key, "pressure_actions") &&
-						   !strcmp(kv[i].val, "none")
-					       ? ""
-					       : kv[i].val,
-					   err, errlen);
+		r = snapkvd_policy_config_set(&oc, kv[i].key,
+					      !strcmp(kv[i].key, "pressure_actions") &&
+						      !strcmp(kv[i].val, "none")
+						  ? ""
+						  : kv[i].val,
+					      err, errlen);
 		if (r < 0)
 			return r;
 	}
-	r = snapkvd_ops_config_check(&oc, err, errlen);
+	r = snapkvd_policy_config_check(&oc, err, errlen);
 	if (r < 0)
 		return r;
-	r = snapkvd_ops_set_pressure(&srv->ops, &oc.pressure, err, errlen);
+	r = snapkvd_policy_set_pressure(&srv->policy, &oc.pressure, err, errlen);
 	if (r < 0)
 		return r;
 	/* a SIGHUP reload rereads the file; until then the change holds */
-	srv->cfg.ops.pressure = oc.pressure;
+	srv->cfg.policy.pressure = oc.pressure;
 	return 0;
 }
 
@@ -209,29 +209,30 @@ static void fill_history(const struct snapkvd_pressure *p, struct pressure_buf *
 
 static void fill_pressure(struct snapkvd_server *srv, struct pressure_buf *b)
 {
-	const struct snapkvd_pressure_config *pc = snapkvd_pressure_get_config(srv->ops.pressure);
+	const struct snapkvd_pressure_config *pc =
+	    snapkvd_pressure_get_config(srv->policy.pressure);
 	Snapkv__V1__PressureInfo *pi = &b->info;
 	uint64_t total = snapkvd_pool_total(srv->pool);
 
 	snapkv__v1__pressure_info__init(pi);
-	pi->level = level_pb(snapkvd_pressure_level(srv->ops.pressure));
+	pi->level = level_pb(snapkvd_pressure_level(srv->policy.pressure));
 	fill_marks(pc, total, pi, b->strings);
 	pi->suggested_capacity = snapkvd_pressure_scale_capacity(
-	    srv->ops.pressure, pc->default_capacity, pc->default_window, NULL);
-	pi->transitions_total = snapkvd_pressure_transitions_total(srv->ops.pressure);
-	pi->hooks_running = (uint32_t)srv->ops.n_hooks;
-	pi->hook_dir = srv->ops.cfg.hook_dir;
+	    srv->policy.pressure, pc->default_capacity, pc->default_window, NULL);
+	pi->transitions_total = snapkvd_pressure_transitions_total(srv->policy.pressure);
+	pi->hooks_running = (uint32_t)srv->policy.n_hooks;
+	pi->hook_dir = srv->policy.cfg.hook_dir;
 	pi->pool_used = snapkvd_pool_used(srv->pool);
 	pi->pool_total = total;
-	pi->refusals = srv->ops.refusals;
-	pi->evictions = srv->ops.evictions;
+	pi->refusals = srv->policy.refusals;
+	pi->evictions = srv->policy.evictions;
 	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
 		for (struct snapkvd_cache *c = s->caches; c; c = c->next)
 			if (c->lingering) {
 				pi->lingering_caches++;
 				pi->lingering_bytes += c->region_bytes;
 			}
-	fill_history(srv->ops.pressure, b);
+	fill_history(srv->policy.pressure, b);
 }
 
 /* ADMIN_KIND_PRESSURE(_SET): fills r->pressure from b, or r's error. */

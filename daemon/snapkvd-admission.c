@@ -17,7 +17,7 @@
 #include "snapkvd-arena.h"
 #include "snapkvd-cache.h"
 #include "snapkvd-job.h"
-#include "snapkvd-ops.h"
+#include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
 #include "snapkvd-runner.h"
 #include "snapkvd-server.h"
@@ -76,11 +76,12 @@ int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session
 
 	c->id = ++srv->next_cache_id;
 	if (j->scaled)
-		snapkvd_ops_count_scaled(&srv->ops);
-	snapkvd_ops_pool_changed(&srv->ops, snapkvd_pool_used(srv->pool),
-				 snapkvd_pool_total(srv->pool));
-	r = snapkvd_ops_admit(&srv->ops, s->uid, snapkvd_pool_tenant_use(srv->pool, s->tenant),
-			      region, err, errlen);
+		snapkvd_policy_count_scaled(&srv->policy);
+	snapkvd_policy_pool_changed(&srv->policy, snapkvd_pool_used(srv->pool),
+				    snapkvd_pool_total(srv->pool));
+	r = snapkvd_policy_admit(&srv->policy, s->uid,
+				 snapkvd_pool_tenant_use(srv->pool, s->tenant), region, err,
+				 errlen);
 	if (r < 0)
 		return r;
 	r = reserve(srv, s, region, &j->resv, &off, err, errlen);

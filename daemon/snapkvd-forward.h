@@ -20,7 +20,7 @@ struct snapkvd_cache;	  /* snapkvd-cache.h */
 struct snapkvd_arena;	  /* snapkvd-arena.h */
 struct snapkvd_pool;	  /* snapkvd-pool.h */
 struct snapkvd_tenant;	  /* snapkvd-pool.h */
-struct snapkvd_ops;	  /* snapkvd-ops.h */
+struct snapkvd_policy;	  /* snapkvd-policy.h */
 struct snapkvd_config;	  /* snapkvd-config.h */
 
 #endif

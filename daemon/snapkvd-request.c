@@ -16,7 +16,7 @@
 #include "snapkvd-buffer.h"
 #include "snapkvd-config.h"
 #include "snapkvd-job.h"
-#include "snapkvd-ops.h"
+#include "snapkvd-policy.h"
 #include "snapkvd-runner.h"
 
 static int mul64(uint64_t a, uint64_t b, uint64_t *r)
@@ -126,7 +126,7 @@ static int read_params(const Snapkv__V1__Params *p, struct skv_params *ret, char
 /* Memory pressure: new requests at high/critical get a smaller C, never
  * below what the policy keeps unconditionally plus one slot. Reads the
  * level only; admission counts a scaled request. */
-static void scale_capacity(const struct snapkvd_ops *ops, struct skv_params *p, bool *ret_scaled)
+static void scale_capacity(const struct snapkvd_policy *ops, struct skv_params *p, bool *ret_scaled)
 {
 	uint64_t keep = p->policy == SKV_POLICY_STREAMINGLLM ? p->sinks
 			: p->policy == SKV_POLICY_WINDOW     ? 0

@@ -25,8 +25,8 @@ struct snapkvd_request_env {
 	uint64_t arena_bytes;		/* the session's host arena */
 	bool has_garena;		/* the session has a GPU arena */
 	const struct snapkvd_runner *runner;
-	unsigned threads;	       /* of the largest worker: the scratch bound */
-	const struct snapkvd_ops *ops; /* the pressure level: C scaling */
+	unsigned threads;		  /* of the largest worker: the scratch bound */
+	const struct snapkvd_policy *ops; /* the pressure level: C scaling */
 };
 
 /*

@@ -65,8 +65,8 @@ static unsigned on_round(void *data, bool *ret_spin)
 	}
 	reap_jobs(srv);
 	/* pool changes of this round (commits, frees, closed sessions) */
-	snapkvd_ops_pool_changed(&srv->ops, snapkvd_pool_used(srv->pool),
-				 snapkvd_pool_total(srv->pool));
+	snapkvd_policy_pool_changed(&srv->policy, snapkvd_pool_used(srv->pool),
+				    snapkvd_pool_total(srv->pool));
 	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
 		snapkvd_session_flush_cq(s);
 	if (srv->draining && snapkvd_compactor_pending(srv->compactor) == 0)
@@ -130,7 +130,7 @@ static void on_jobs(void *data, int res)
 
 static uint64_t tenant_quota(void *data, uid_t uid)
 {
-	return snapkvd_ops_tenant_quota(data, uid);
+	return snapkvd_policy_tenant_quota(data, uid);
 }
 
 static void reload(struct snapkvd_server *srv)
@@ -158,10 +158,10 @@ static void reload(struct snapkvd_server *srv)
 	snapkvd_log_max = c.log_level;
 	set_hooks(srv);
 	snapkvd_pool_set_limits(srv->pool, c.pool_bytes, c.tenant_quota_bytes);
-	if (snapkvd_ops_reconfigure(&srv->ops, &c.ops, err, sizeof(err)) < 0)
+	if (snapkvd_policy_reconfigure(&srv->policy, &c.policy, err, sizeof(err)) < 0)
 		log_error("SIGHUP: keeping the old pressure policy: %s", err);
 	/* per-tenant quotas (tenant_quota = UID:BYTES) of tenants already known */
-	snapkvd_pool_requota(srv->pool, tenant_quota, &srv->ops);
+	snapkvd_pool_requota(srv->pool, tenant_quota, &srv->policy);
 	log_notice("SIGHUP: limits reloaded (pool %llu bytes)", (unsigned long long)c.pool_bytes);
 }
 
@@ -200,7 +200,7 @@ static void on_timer(void *data, int res)
 		n = s->next;
 		snapkvd_session_check_hello(s, now);
 	}
-	snapkvd_ops_tick(&srv->ops, now);
+	snapkvd_policy_tick(&srv->policy, now);
 	if (now - srv->last_status_ns > 1000000000ull) {
 		srv->last_status_ns = now;
 		sd_notifyf(0, "STATUS=%u sessions, pool %llu/%llu bytes, %llu compactions",
@@ -354,8 +354,8 @@ out:
 	free(cs.cache);
 	free(cs.session);
 	if (freed)
-		snapkvd_ops_pool_changed(&srv->ops, snapkvd_pool_used(srv->pool),
-					 snapkvd_pool_total(srv->pool));
+		snapkvd_policy_pool_changed(&srv->policy, snapkvd_pool_used(srv->pool),
+					    snapkvd_pool_total(srv->pool));
 	return freed;
 }
 
@@ -364,7 +364,7 @@ static char *cb_ledger_json(void *opaque)
 	struct snapkvd_server *srv = opaque;
 
 	return snapkvd_ledger_json(
-	    srv, snapkvd_pressure_level_name(snapkvd_pressure_level(srv->ops.pressure)));
+	    srv, snapkvd_pressure_level_name(snapkvd_pressure_level(srv->policy.pressure)));
 }
 
 /* A running hook's pidfd, polled by the loop. */
@@ -380,12 +380,12 @@ static void on_hook(void *data, int res)
 	int r;
 
 	(void)res;
-	r = snapkvd_ops_hook_exited(&w->srv->ops, w->hook);
+	r = snapkvd_policy_hook_exited(&w->srv->policy, w->hook);
 	if (r == -EAGAIN) {
 		if (snapkvd_loop_poll(w->srv->loop, snapkvd_hook_pidfd(w->hook), &w->ev) == 0)
 			return;
 		/* cannot watch it any more: the timer's timeout check kills it
-		 * and snapkvd_ops_fini() reaps it */
+		 * and snapkvd_policy_fini() reaps it */
 		log_warning("pressure hook %s: lost its pidfd watch", snapkvd_hook_path(w->hook));
 		snapkvd_hook_set_user(w->hook, NULL);
 	}
@@ -430,7 +430,7 @@ static uint64_t realtime_ns(void *opaque)
 
 static int policy_init(struct snapkvd_server *srv)
 {
-	const struct snapkvd_ops_cb cb = {
+	const struct snapkvd_policy_cb cb = {
 	    .opaque = srv,
 	    .notify = cb_notify,
 	    .evict = cb_evict,
@@ -439,25 +439,25 @@ static int policy_init(struct snapkvd_server *srv)
 	    .metrics_text = cb_metrics_text,
 	    .log = cb_log,
 	};
-	int r = snapkvd_ops_init(&srv->ops, &srv->cfg.ops, &cb, realtime_ns, NULL);
+	int r = snapkvd_policy_init(&srv->policy, &srv->cfg.policy, &cb, realtime_ns, NULL);
 
 	if (r < 0)
 		return log_error_errno(r, "Failed to set up the pressure policy");
-	if (srv->cfg.ops.hook_dir[0])
-		log_info("pressure hooks from %s (timeout %u ms)", srv->cfg.ops.hook_dir,
-			 srv->cfg.ops.hooks.timeout_ms);
-	if (srv->cfg.ops.metrics_textfile[0])
-		log_info("metrics textfile %s every %u s", srv->cfg.ops.metrics_textfile,
-			 srv->cfg.ops.metrics_interval_s);
+	if (srv->cfg.policy.hook_dir[0])
+		log_info("pressure hooks from %s (timeout %u ms)", srv->cfg.policy.hook_dir,
+			 srv->cfg.policy.hooks.timeout_ms);
+	if (srv->cfg.policy.metrics_textfile[0])
+		log_info("metrics textfile %s every %u s", srv->cfg.policy.metrics_textfile,
+			 srv->cfg.policy.metrics_interval_s);
 	return 0;
 }
 
 /* The loop is gone by now: the hooks' poll records can go with them. */
 static void policy_fini(struct snapkvd_server *srv)
 {
-	for (size_t i = 0; i < srv->ops.n_hooks; i++)
-		free(snapkvd_hook_user(srv->ops.hooks[i]));
-	snapkvd_ops_fini(&srv->ops);
+	for (size_t i = 0; i < srv->policy.n_hooks; i++)
+		free(snapkvd_hook_user(srv->policy.hooks[i]));
+	snapkvd_policy_fini(&srv->policy);
 }
 
 /* ---------------------------------------------------------- construction */

@@ -20,7 +20,7 @@
 #include "snapkvd-config.h"
 #include "snapkvd-forward.h"
 #include "snapkvd-loop.h"
-#include "snapkvd-ops.h"
+#include "snapkvd-policy.h"
 
 struct snapkvd_server {
 	struct snapkvd_config cfg;
@@ -30,7 +30,7 @@ struct snapkvd_server {
 	struct snapkvd_compactor *compactor;
 	struct snapkvd_loop *loop;
 	struct snapkvd_listener *listener;
-	struct snapkvd_ops ops; /* pressure policy, hooks, metrics */
+	struct snapkvd_policy policy; /* pressure policy, hooks, metrics */
 	struct snapkvd_session *sessions;
 	unsigned n_sessions;
 	uint64_t next_session_id, next_cache_id;

@@ -28,7 +28,7 @@
 #include "snapkvd-config.h"
 #include "snapkvd-job.h"
 #include "snapkvd-log.h"
-#include "snapkvd-ops.h"
+#include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
 #include "snapkvd-request.h"
 #include "snapkvd-runner.h"
@@ -141,7 +141,7 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	if (r < 0)
 		goto refuse;
 	snapkvd_pool_tenant_set_quota(srv->pool, s->tenant,
-				      snapkvd_ops_tenant_quota(&srv->ops, cred.uid));
+				      snapkvd_policy_tenant_quota(&srv->policy, cred.uid));
 	r = arm_recv(s);
 	if (r < 0)
 		goto refuse;
@@ -298,7 +298,7 @@ static void greet_pressure(struct snapkvd_session *s)
 	uint32_t cap, permille;
 	uint64_t used;
 
-	if (snapkvd_ops_greeting(&s->srv->ops, &lv, &cap, &permille, &used) &&
+	if (snapkvd_policy_greeting(&s->srv->policy, &lv, &cap, &permille, &used) &&
 	    snapkvd_session_post_pressure(s, (int)lv, cap, permille, used) > 0)
 		snapkvd_session_flush_cq(s);
 }
@@ -899,7 +899,7 @@ static struct snapkvd_request_env request_env(struct snapkvd_session *s)
 	    .has_garena = s->garena != NULL,
 	    .runner = srv->runner,
 	    .threads = snapkvd_compactor_threads(srv->compactor),
-	    .ops = &srv->ops,
+	    .ops = &srv->policy,
 	};
 }
 
@@ -1035,7 +1035,7 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 			c->lingering = true;
 			c->last_use_ns = snapkvd_now_ns();
 			s->n_caches--;
-			snapkvd_ops_mark_dirty(&s->srv->ops);
+			snapkvd_policy_mark_dirty(&s->srv->policy);
 			complete(s, o, 0, NULL, NULL);
 			return;
 		}
@@ -1152,8 +1152,8 @@ static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 
 	j->cache = NULL;
 	c->last_use_ns = now;
-	snapkvd_ops_observe_compaction(&s->srv->ops, (double)(now - j->t_start) / 1e9, c->mass,
-				       (size_t)c->layers * c->h_store);
+	snapkvd_policy_observe_compaction(&s->srv->policy, (double)(now - j->t_start) / 1e9,
+					  c->mass, (size_t)c->layers * c->h_store);
 	snapkvd_pool_tenant_compaction(pool, s->tenant);
 	snapkvd_pool_commit(pool, &j->resv);
 	snapkvd_pool_cache_count(pool, s->tenant, 1);
@@ -1203,7 +1203,7 @@ static void complete(struct snapkvd_session *s, const struct snapkvd_origin *o, 
 	if (status < 0) {
 		s->errors++;
 		s->srv->errors++;
-		snapkvd_ops_count_error(&s->srv->ops, status);
+		snapkvd_policy_count_error(&s->srv->policy, status);
 		log_debug("session %llu: request failed: %s: %s", (unsigned long long)s->id,
 			  strerror(-status), err ? err : "");
 	}
