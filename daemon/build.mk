@@ -105,6 +105,16 @@ $(DAEMON_UNIT_BINS): $(BUILD)/tests/test-%: $(BUILD)/tests/unit/test-%.o $(LIBSN
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
 TESTS += $(DAEMON_UNIT_BINS)
+# tests/unit/daemon/test-<object>.c: one per object without a live daemon
+DAEMON_OBJECT_TESTS := cache loop request session
+DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/test-daemon-%)
+OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
+$(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
+$(DAEMON_OBJECT_BINS): $(BUILD)/tests/test-daemon-%: $(BUILD)/tests/unit/daemon/test-%.o \
+		$(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(URING_LIBS) \
+		$(PBC_LIBS) $(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
+TESTS += $(DAEMON_OBJECT_BINS)
 
 # snapkvctl's side of `top`/`pressure`: the Prometheus parser and renderer
 # (client/ctl-ops-view.c), tested against the daemon's writer.
