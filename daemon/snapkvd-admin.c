@@ -29,7 +29,7 @@
 
 /* ----------------------------------------------------------------- metrics */
 
-/* The fields the server, not the ops runtime, knows. */
+/* The fields the server, not the policy, knows. */
 static void server_stats(struct snapkvd_server *srv, struct snapkvd_stats *st)
 {
 	struct snapkvd_ledger_total lt;

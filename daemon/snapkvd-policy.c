@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * snapkvd-ops.c - policy actions in order, hook bookkeeping, histograms,
+ * snapkvd-policy.c - the pressure policy runner: actions in order, hook bookkeeping, histograms,
  * textfile. See snapkvd-policy.h.
  */
 #include "snapkvd-policy.h"

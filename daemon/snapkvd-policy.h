@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * snapkvd-policy.h - the daemon's operations runtime: it owns the pressure
+ * snapkvd-policy.h - the pressure policy runner: it owns the pressure
  * state machine, the running hooks, the compaction histograms and the
  * operations counters, and runs the policy actions of a level change in
  * their configured order through callbacks into the daemon.
  *
  * The daemon calls, from its loop thread:
- *   snapkvd_policy_pool_changed()  after every pool change (reserve, commit,
+ *   snapkvd_policy_pool_changed() after every pool change (reserve, commit,
  *                               cancel, free, resize);
  *   snapkvd_policy_admit() and snapkvd_policy_scale_capacity() for each new
  *                               compaction;
@@ -142,7 +142,7 @@ void snapkvd_policy_observe_compaction(struct snapkvd_policy *ops, double second
 				       const float *mass, size_t n_mass);
 /* A request was answered with -err (loop thread): errors by code. */
 void snapkvd_policy_count_error(struct snapkvd_policy *ops, int err);
-/* Fill the fields of st that the ops runtime owns (pressure, hooks,
+/* Fill the fields of st that the policy owns (pressure, hooks,
  * evictions, refusals, errors by code, histograms); they point into snap. */
 void snapkvd_policy_fill_stats(struct snapkvd_policy *ops, struct snapkvd_stats *st,
 			       struct snapkvd_policy_snapshot *snap);
