@@ -211,6 +211,14 @@ static void on_timer(void *data, int res)
 	snapkvd_loop_read(srv->loop, srv->timer_fd, &srv->timerbuf, 8, &srv->ev_timer);
 }
 
+void snapkvd_server_signals(sigset_t *ret)
+{
+	sigemptyset(ret);
+	sigaddset(ret, SIGTERM);
+	sigaddset(ret, SIGINT);
+	sigaddset(ret, SIGHUP);
+}
+
 /* signalfd (the signals were blocked by main before any thread existed),
  * the housekeeping timer (faster when the watchdog needs it) and the
  * compactor's eventfd, each read by the loop. */
@@ -221,12 +229,8 @@ static int arm_fds(struct snapkvd_server *srv)
 	struct itimerspec its;
 	sigset_t mask;
 
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
+	snapkvd_server_signals(&mask);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
-	signal(SIGPIPE, SIG_IGN);
 	srv->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
 	srv->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
 	if (srv->signal_fd < 0 || srv->timer_fd < 0)

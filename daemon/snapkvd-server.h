@@ -47,6 +47,10 @@ struct snapkvd_server {
 	uint64_t last_status_ns;
 };
 
+/* The signals the daemon takes through its signalfd: TERM, INT, HUP. main
+ * blocks them before any thread exists, so every thread inherits the mask. */
+void snapkvd_server_signals(sigset_t *ret);
+
 /* Build the daemon for cfg (copied); config_path is kept for SIGHUP. Logs
  * what failed; 0 or -errno. */
 int snapkvd_server_new(const struct snapkvd_config *cfg, const char *config_path,
