@@ -1,24 +1,26 @@
 # SPDX-License-Identifier: MIT
-# daemon/: snapkvd, one object per file (the ops fragment adds
-# snapkvd-pressure.*, snapkvd-hooks.*, snapkvd-metrics.* via SNAPKVD_EXTRA_OBJS).
+# daemon/: snapkvd, one object per file (docs/request-path.md maps them).
 
 SNAPKVD := $(BUILD)/snapkvd
-SNAPKVD_CORE_OBJS := $(addprefix $(BUILD)/daemon/, snapkvd-log.o snapkvd-config.o \
-	snapkvd-pool.o snapkvd-arena.o snapkvd-ledger.o snapkvd-session.o \
-	snapkvd-compactor.o snapkvd-gpu.o snapkvd-admin.o snapkvd-loop.o snapkvd-ops-daemon.o)
-# pressure, hooks, metrics (daemon/ops/build.mk); named literally because
-# that fragment is read after this one
-SNAPKVD_OPS_LIB := $(BUILD)/libsnapkvd-ops.a
-SNAPKVD_EXTRA_OBJS ?=
+# Every daemon object but main, as one archive: snapkvd links it whole, and
+# each unit test takes from it only what its file under test calls.
+LIBSNAPKVD := $(BUILD)/libsnapkvd.a
+LIBSNAPKVD_OBJS := $(addprefix $(BUILD)/daemon/snapkvd-, server.o loop.o listener.o \
+	session.o request.o admission.o job.o compactor.o runner.o runner-host.o \
+	runner-cuda.o buffer.o cache.o arena.o pool.o ledger.o admin.o policy.o \
+	pressure.o hooks.o metrics.o config.o log.o clock.o)
+OBJS += $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o
+$(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o: | $(SKV_PB_H)
+$(LIBSNAPKVD): $(LIBSNAPKVD_OBJS)
+	rm -f $@ && $(AR) rcs $@ $^
+LIBS += $(LIBSNAPKVD)
+
 # the ledger's JSON form (proto/skv-ledger-json.c, in $(LIBSKVPROTO)): the
 # hooks' snapshot and `snapkvctl ledger --json` share one builder
-SNAPKVD_OBJS := $(SNAPKVD_CORE_OBJS) $(SNAPKVD_EXTRA_OBJS) $(BUILD)/daemon/snapkvd.o
-OBJS += $(SNAPKVD_OBJS)
-$(SNAPKVD_OBJS): | $(SKV_PB_H)
-
-$(SNAPKVD): $(SNAPKVD_OBJS) $(SNAPKVD_OPS_LIB) $(LIBSKVPROTO) $(LIBSKV) $(BUILD)/libskv-backend.a
-	$(CC) $(ALL_CFLAGS) -o $@ $(SNAPKVD_OBJS) $(SNAPKVD_OPS_LIB) $(LIBSKVPROTO) $(LIBSKV) \
-		$(BUILD)/libskv-backend.a \
+$(SNAPKVD): $(BUILD)/daemon/snapkvd.o $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) \
+		$(BUILD)/libskv-backend.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(BUILD)/daemon/snapkvd.o $(LIBSNAPKVD) \
+		$(LIBSKVPROTO) $(LIBSKV) $(BUILD)/libskv-backend.a \
 		$(URING_LIBS) $(PBC_LIBS) $(SYSTEMD_LIBS) $(BLAS_LIBS) $(JSON_LIBS) -lm $(LDFLAGS)
 BINS += $(SNAPKVD)
 INSTALL_BINS += $(SNAPKVD)
@@ -48,11 +50,47 @@ $(BENCH_RING): $(BUILD)/bench/bench-ring.o $(LIBSNAPKV) $(SNAPKVD)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LDFLAGS)
 BENCHES += $(BENCH_RING)
 
-# Unit tests of the daemon's pieces (the .c files are #included).
-$(BUILD)/tests/test-daemon-units: $(BUILD)/tests/unit/test-daemon-units.o $(SNAPKVD_OPS_LIB)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKVD_OPS_LIB) $(CUNIT_LIBS) -lm $(LDFLAGS)
-OBJS += $(BUILD)/tests/unit/test-daemon-units.o
-TESTS += $(BUILD)/tests/test-daemon-units
+# Unit tests of the daemon's pieces, SPDX-style: each includes the .c it
+# tests, with fakes for the neighbours it calls, and takes the rest from
+# libsnapkvd.a.
+DAEMON_UNITS := daemon-units ops-pressure ops-hooks ops-metrics ops-quota ops-config \
+	ops-runtime
+DAEMON_UNIT_BINS := $(DAEMON_UNITS:%=$(BUILD)/tests/test-%)
+OBJS += $(DAEMON_UNITS:%=$(BUILD)/tests/unit/test-%.o)
+$(DAEMON_UNITS:%=$(BUILD)/tests/unit/test-%.o): | $(SKV_PB_H)
+$(DAEMON_UNIT_BINS): $(BUILD)/tests/test-%: $(BUILD)/tests/unit/test-%.o $(LIBSNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
+		$(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
+TESTS += $(DAEMON_UNIT_BINS)
+# tests/unit/daemon/test-<object>.c: one per object without a live daemon
+DAEMON_OBJECT_TESTS := cache loop request session
+DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/test-daemon-%)
+OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
+$(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
+$(DAEMON_OBJECT_BINS): $(BUILD)/tests/test-daemon-%: $(BUILD)/tests/unit/daemon/test-%.o \
+		$(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(URING_LIBS) \
+		$(PBC_LIBS) $(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
+TESTS += $(DAEMON_OBJECT_BINS)
+
+# snapkvctl's side of `top`/`pressure`: the Prometheus parser and the frame
+# of top ($(SNAPKVCTL_VIEW_OBJS)), tested against the daemon's writer.
+OBJS += $(BUILD)/tests/unit/test-ops-view.o
+$(BUILD)/tests/test-ops-view: $(BUILD)/tests/unit/test-ops-view.o $(SNAPKVCTL_VIEW_OBJS) \
+		$(LIBSNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-ops-view
+
+# The policy through a real snapkvd, eight engine processes included (jansson:
+# the hooks' ledger snapshot is compared with `snapkvctl ledger --json`).
+OPS_ITEST := $(BUILD)/tests/test-ops-daemon
+OBJS += $(BUILD)/tests/integration/test-ops-daemon.o
+$(BUILD)/tests/integration/test-ops-daemon.o: | $(SKV_PB_H)
+$(OPS_ITEST): $(BUILD)/tests/integration/test-ops-daemon.o $(SNAPKVCTL_VIEW_OBJS) \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD) $(SNAPKVCTL)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKVCTL_VIEW_OBJS) $(SNAPKV_LINK) $(LIBSKVPROTO) \
+		$(LIBSKV) $(PBC_LIBS) $(BLAS_LIBS) $(JSON_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(OPS_ITEST)
 
 # snapkvctl against a live daemon
 ifneq ($(SNAPKVCTL),)

@@ -1,225 +1,350 @@
 // SPDX-License-Identifier: MIT
-/*
- * snapkvd-admin.c - snapkvctl's questions: status, caches, ledger, metrics.
- * Answers are structured (AdminReply); snapkvctl renders tables and JSON.
- */
-#include <stdarg.h>
+/* snapkvd-admin.c - snapkvctl's questions; see snapkvd-admin.h. */
+#include "snapkvd-admin.h"
+
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "proto/skv-frame.h"
+#include "proto/snapkv.pb-c.h"
+#include "snapkvd-buffer.h"
+#include "snapkvd-cache.h"
+#include "snapkvd-clock.h"
+#include "snapkvd-compactor.h"
 #include "snapkvd-ledger.h"
 #include "snapkvd-log.h"
+#include "snapkvd-policy.h"
+#include "snapkvd-pool.h"
+#include "snapkvd-runner.h"
 #include "snapkvd-server.h"
+#include "snapkvd-session.h"
 
 #ifndef SNAPKVD_VERSION
 #define SNAPKVD_VERSION "0.1.0"
 #endif
 
-char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
+/* ----------------------------------------------------------------- metrics */
+
+/* The fields the server, not the policy, knows. */
+static void server_stats(struct snapkvd_server *srv, struct snapkvd_stats *st)
 {
-	/* one writer for snapkvctl metrics and the textfile (snapkvd-metrics.c) */
-	return snapkvd_ops_metrics_text(srv);
+	struct snapkvd_ledger_total lt;
+
+	snapkvd_ledger_totals(srv->sessions, &lt);
+	for (struct snapkvd_session *s = srv->sessions; s; s = s->next) {
+		if (!s->admin && !s->closing && s->greeted)
+			st->sessions++;
+		for (struct snapkvd_cache *c = s->caches; c; c = c->next) {
+			if (c->lingering) {
+				st->lingering_caches++;
+				st->lingering_bytes += c->region_bytes;
+			}
+			st->cache_bytes[SNAPKVD_CACHE_ALLOCATED] += c->region_bytes;
+		}
+	}
+	st->caches = lt.caches;
+	st->cache_bytes[SNAPKVD_CACHE_NATIVE_FULL] = lt.native_full;
+	st->cache_bytes[SNAPKVD_CACHE_COMPACT] = lt.compact;
+	st->cache_bytes[SNAPKVD_CACHE_INDEX] = lt.index;
+	st->cache_bytes[SNAPKVD_CACHE_RESERVED] = lt.reserved;
+	st->compactions_total = srv->compactions;
+	st->workers = snapkvd_compactor_workers(srv->compactor);
+	st->queue_depth = srv->compactor ? snapkvd_compactor_queued(srv->compactor) : 0;
+	st->requests_total = srv->requests;
+	st->errors_total = srv->errors;
+	st->sessions_total = srv->sessions_total;
+	st->kernel_seconds_total =
+	    srv->compactor ? snapkvd_compactor_busy_ns(srv->compactor) / 1e9 : 0;
+	st->start_time_seconds = srv->start_realtime_s;
 }
 
-static void reply(struct snapkvd_session *s, Snapkv__V1__AdminReply *r)
+char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
+{
+	struct snapkvd_stats st = {0};
+	struct snapkvd_policy_snapshot *snap = calloc(1, sizeof(*snap));
+	struct snapkvd_stats_tenant *tn = NULL;
+	struct snapkvd_tenant_stats *ts = NULL;
+	struct snapkvd_pool_stats ps;
+	size_t nt = 0, len;
+	char *text = NULL;
+
+	if (!snap || snapkvd_pool_snapshot(srv->pool, &ps, &ts, &nt) < 0) {
+		free(snap);
+		return NULL;
+	}
+	snapkvd_policy_fill_stats(&srv->policy, &st, snap);
+	server_stats(srv, &st);
+	st.pool_total_bytes = ps.total;
+	st.pool_used_bytes = ps.used;
+	st.pool_reserved_bytes = ps.reserved;
+	tn = calloc(nt ? nt : 1, sizeof(*tn));
+	for (size_t i = 0; tn && i < nt; i++)
+		tn[i] = (struct snapkvd_stats_tenant){
+		    .name = ts[i].name,
+		    .uid = (uint32_t)ts[i].uid,
+		    .used_bytes = ts[i].used_bytes,
+		    .quota_bytes = ts[i].quota_bytes,
+		    .caches = ts[i].caches,
+		    .compactions_total = ts[i].compactions,
+		    .quota_rejections_total = ts[i].quota_rejections,
+		};
+	st.tenants = tn;
+	st.n_tenants = tn ? nt : 0;
+	if (tn)
+		snapkvd_metrics_format(&st, &text, &len);
+	free(tn);
+	free(ts);
+	free(snap);
+	return text;
+}
+
+/* --------------------------------------------------------------- pressure */
+
+struct pressure_buf {
+	char err[256];
+	char strings[512];
+	Snapkv__V1__PressureInfo info;
+	Snapkv__V1__PressureTransition tr[SNAPKVD_PRESSURE_HISTORY];
+	Snapkv__V1__PressureTransition *trp[SNAPKVD_PRESSURE_HISTORY];
+};
+
+static Snapkv__V1__PressureLevel level_pb(enum snapkvd_pressure_level l)
+{
+	return (Snapkv__V1__PressureLevel)((int)l + 1);
+}
+
+/* Apply non-empty settings on top of the current config. */
+static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__PressureSettings *ps,
+			  char *err, size_t errlen)
+{
+	struct snapkvd_policy_config oc = srv->policy.cfg;
+	const struct {
+		const char *key, *val;
+	} kv[] = {
+	    {"pressure_high", ps->high},
+	    {"pressure_high_leave", ps->high_leave},
+	    {"pressure_critical", ps->critical},
+	    {"pressure_critical_leave", ps->critical_leave},
+	    {"pressure_actions", ps->actions},
+	    {"pressure_scale_high", ps->scale_high},
+	    {"pressure_scale_critical", ps->scale_critical},
+	    {"pressure_guaranteed_share", ps->guaranteed_share},
+	};
+	int r;
+
+	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
+		if (!kv[i].val || !*kv[i].val)
+			continue;
+		if (strlen(kv[i].val) > 64) {
+			snprintf(err, errlen, "%s: too long", kv[i].key);
+			return -EINVAL;
+		}
+		/* "none" clears the action list (every action disabled). */
+		r = snapkvd_policy_config_set(&oc, kv[i].key,
+					      !strcmp(kv[i].key, "pressure_actions") &&
+						      !strcmp(kv[i].val, "none")
+						  ? ""
+						  : kv[i].val,
+					      err, errlen);
+		if (r < 0)
+			return r;
+	}
+	r = snapkvd_policy_config_check(&oc, err, errlen);
+	if (r < 0)
+		return r;
+	r = snapkvd_policy_set_pressure(&srv->policy, &oc.pressure, err, errlen);
+	if (r < 0)
+		return r;
+	/* a SIGHUP reload rereads the file; until then the change holds */
+	srv->cfg.policy.pressure = oc.pressure;
+	return 0;
+}
+
+/* The watermarks and actions as configured, as text in buf (512 bytes). */
+static void fill_marks(const struct snapkvd_pressure_config *pc, uint64_t total,
+		       Snapkv__V1__PressureInfo *pi, char *buf)
+{
+	snapkvd_watermark_format(&pc->high_enter, buf, 64);
+	snapkvd_watermark_format(&pc->high_leave, buf + 64, 64);
+	snapkvd_watermark_format(&pc->critical_enter, buf + 128, 64);
+	snapkvd_watermark_format(&pc->critical_leave, buf + 192, 64);
+	snapkvd_pressure_order_format(pc, buf + 256, 128);
+	pi->high = buf;
+	pi->high_leave = buf + 64;
+	pi->critical = buf + 128;
+	pi->critical_leave = buf + 192;
+	pi->actions = buf + 256;
+	pi->high_bytes = snapkvd_watermark_bytes(&pc->high_enter, total);
+	pi->high_leave_bytes = snapkvd_watermark_bytes(&pc->high_leave, total);
+	pi->critical_bytes = snapkvd_watermark_bytes(&pc->critical_enter, total);
+	pi->critical_leave_bytes = snapkvd_watermark_bytes(&pc->critical_leave, total);
+	pi->scale_high = pc->scale_high;
+	pi->scale_critical = pc->scale_critical;
+	pi->guaranteed_share = pc->guaranteed_share;
+}
+
+static void fill_history(const struct snapkvd_pressure *p, struct pressure_buf *b)
+{
+	size_t n = snapkvd_pressure_history_len(p);
+
+	for (size_t i = 0; i < n; i++) {
+		struct snapkvd_pressure_transition t;
+
+		snapkvd_pressure_history_get(p, i, &t);
+		snapkv__v1__pressure_transition__init(&b->tr[i]);
+		b->tr[i].time_ns = t.time_ns;
+		b->tr[i].prev = level_pb(t.prev);
+		b->tr[i].level = level_pb(t.level);
+		b->tr[i].used_bytes = t.used_bytes;
+		b->tr[i].total_bytes = t.total_bytes;
+		b->trp[i] = &b->tr[i];
+	}
+	b->info.n_transitions = n;
+	b->info.transitions = b->trp;
+}
+
+static void fill_pressure(struct snapkvd_server *srv, struct pressure_buf *b)
+{
+	const struct snapkvd_pressure_config *pc =
+	    snapkvd_pressure_get_config(srv->policy.pressure);
+	Snapkv__V1__PressureInfo *pi = &b->info;
+	uint64_t total = snapkvd_pool_total(srv->pool);
+
+	snapkv__v1__pressure_info__init(pi);
+	pi->level = level_pb(snapkvd_pressure_level(srv->policy.pressure));
+	fill_marks(pc, total, pi, b->strings);
+	pi->suggested_capacity = snapkvd_pressure_scale_capacity(
+	    srv->policy.pressure, pc->default_capacity, pc->default_window, NULL);
+	pi->transitions_total = snapkvd_pressure_transitions_total(srv->policy.pressure);
+	pi->hooks_running = (uint32_t)srv->policy.n_hooks;
+	pi->hook_dir = srv->policy.cfg.hook_dir;
+	pi->pool_used = snapkvd_pool_used(srv->pool);
+	pi->pool_total = total;
+	pi->refusals = srv->policy.refusals;
+	pi->evictions = srv->policy.evictions;
+	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
+		for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+			if (c->lingering) {
+				pi->lingering_caches++;
+				pi->lingering_bytes += c->region_bytes;
+			}
+	fill_history(srv->policy.pressure, b);
+}
+
+/* ADMIN_KIND_PRESSURE(_SET): fills r->pressure from b, or r's error. */
+static void answer_pressure(struct snapkvd_server *srv, const struct snapkvd_session *s,
+			    const Snapkv__V1__AdminRequest *req, Snapkv__V1__AdminReply *r,
+			    struct pressure_buf *b)
+{
+	int e = 0;
+
+	if (req->kind == SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE_SET) {
+		/* Changing the policy is for the operator, not for any engine that
+		 * can reach the socket. */
+		if (s->uid != 0 && s->uid != geteuid()) {
+			snprintf(b->err, sizeof(b->err),
+				 "only root or the daemon's user may change pressure settings");
+			e = -EPERM;
+		} else if (!req->pressure) {
+			snprintf(b->err, sizeof(b->err), "no settings given");
+			e = -EINVAL;
+		} else {
+			e = apply_settings(srv, req->pressure, b->err, sizeof(b->err));
+		}
+		if (e < 0) {
+			r->status = e;
+			r->error = b->err;
+			return;
+		}
+		log_notice("pressure settings changed by uid %u", (unsigned)s->uid);
+	}
+	fill_pressure(srv, b);
+	r->pressure = &b->info;
+}
+
+/* ----------------------------------------------------------------- status */
+
+static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
+{
+	r->uptime_ms = (snapkvd_now_ns() - srv->start_ns) / 1000000;
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (!x->admin && !x->closing && x->greeted)
+			r->sessions++;
+	r->threads = srv->cfg.threads;
+	r->workers = snapkvd_compactor_workers(srv->compactor);
+	r->threads_per_worker = snapkvd_compactor_threads(srv->compactor);
+	r->pool_total = snapkvd_pool_total(srv->pool);
+	r->pool_used = snapkvd_pool_used(srv->pool);
+	r->requests = srv->requests;
+	r->errors = srv->errors;
+	/* the transports actually used */
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		for (struct snapkvd_buffer *b = x->buffers; b; b = b->next) {
+			if (!b->imp)
+				r->buffers_memfd++;
+			else if (!strcmp(b->transport, "cuda-ipc"))
+				r->buffers_cuda_ipc++;
+			else
+				r->buffers_cuda_vmm_fd++;
+		}
+	r->cuda_imports = snapkvd_runner_imports(srv->runner);
+	r->arena_transport = "host-memfd";
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (x->garena)
+			r->arena_transport = "host-memfd+cuda-vmm";
+}
+
+static int pack(const Snapkv__V1__AdminReply *r, uint8_t **ret_buf, size_t *ret_len)
 {
 	size_t n = snapkv__v1__admin_reply__get_packed_size(r);
 	uint8_t *buf;
-	int e;
 
 	if (n > SKV_FRAME_MAX_PAYLOAD) {
 		Snapkv__V1__AdminReply small = SNAPKV__V1__ADMIN_REPLY__INIT;
 
 		small.status = -EMSGSIZE;
 		small.error = "reply too large";
-		reply(s, &small);
-		return;
+		return pack(&small, ret_buf, ret_len);
 	}
 	buf = malloc(n ? n : 1);
-	if (!buf) {
-		snapkvd_session_close(s, -ENOMEM);
-		return;
-	}
-	snapkv__v1__admin_reply__pack(r, buf);
-	e = skv_frame_send(s->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY, buf, n, NULL, 0,
-			   MSG_DONTWAIT);
-	free(buf);
-	if (e < 0)
-		snapkvd_session_close(s, 0);
-}
-
-static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger_total *t)
-{
-	snapkv__v1__ledger_bytes__init(b);
-	b->native_full = t->native_full;
-	b->compact = t->compact;
-	b->index = t->index;
-	b->reserved = t->reserved;
-	b->allocated = t->allocated;
-	b->real = t->real;
-	b->padding = t->padding;
-}
-
-int snapkvd_admin_ledger_fill(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
-			      struct snapkvd_admin_ledger_buf *b)
-{
-	struct snapkvd_ledger_total pt;
-	size_t nt = 0, nc = 0, i = 0;
-
-	memset(b, 0, sizeof(*b));
-	pthread_mutex_lock(&srv->pool.mu);
-	for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next)
-		nt++;
-	b->ti = calloc(nt ? nt : 1, sizeof(*b->ti));
-	b->tip = calloc(nt ? nt : 1, sizeof(*b->tip));
-	b->tb = calloc(nt ? nt : 1, sizeof(*b->tb));
-	if (b->ti && b->tip && b->tb)
-		for (struct snapkvd_tenant *t = srv->pool.tenants; t; t = t->next, i++) {
-			Snapkv__V1__TenantInfo *ti = &b->ti[i];
-			struct snapkvd_ledger_total lt;
-
-			snapkv__v1__tenant_info__init(ti);
-			ti->name = t->name;
-			ti->uid = t->uid;
-			ti->used_bytes = t->used + t->reserved;
-			ti->caches = t->caches;
-			ti->sessions = t->sessions;
-			ti->quota_bytes = t->quota ? t->quota : srv->pool.tenant_quota;
-			snapkvd_ledger_tenant(srv, t, &lt);
-			ledger_bytes(&b->tb[i], &lt);
-			ti->bytes = &b->tb[i];
-			ti->lingering_caches = lt.lingering;
-			b->tip[i] = ti;
-		}
-	r->pool_total = srv->pool.total;
-	r->pool_used = srv->pool.used + srv->pool.reserved;
-	r->pool_reserved = srv->pool.reserved;
-	pthread_mutex_unlock(&srv->pool.mu);
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		for (struct snapkvd_cache *c = x->caches; c; c = c->next)
-			nc++;
-	b->cl = calloc(nc ? nc : 1, sizeof(*b->cl));
-	b->clp = calloc(nc ? nc : 1, sizeof(*b->clp));
-	b->lb = calloc(nc ? nc : 1, sizeof(*b->lb));
-	if (!b->ti || !b->tip || !b->tb || !b->cl || !b->clp || !b->lb) {
-		snapkvd_admin_ledger_free(b);
+	if (!buf)
 		return -ENOMEM;
-	}
-	snapkvd_ledger_totals(srv, &pt);
-	ledger_bytes(&b->pool, &pt);
-	r->pool_bytes = &b->pool;
-	r->lingering_caches = pt.lingering;
-	r->n_tenants = nt;
-	r->tenants = b->tip;
-	i = 0;
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		for (struct snapkvd_cache *c = x->caches; c; c = c->next, i++) {
-			Snapkv__V1__CacheLedger *cl = &b->cl[i];
-			struct snapkvd_ledger_total l = {0};
-			float mn = 0, sum = 0;
-			size_t nm = (size_t)c->layers * c->h_store;
-
-			snapkv__v1__cache_ledger__init(cl);
-			snapkvd_ledger_add(&l, c);
-			cl->id = c->id;
-			cl->tenant = x->tenant->name;
-			cl->layers = c->layers;
-			cl->h_q = c->h_q;
-			cl->h_kv = c->h_kv;
-			cl->head_dim = c->head_dim;
-			cl->dtype_bytes = c->dtype_bytes;
-			cl->prompt_len = c->prompt_len;
-			cl->capacity = c->budget;
-			cl->appended = c->appended;
-			cl->gqa = (Snapkv__V1__Gqa)c->gqa;
-			cl->session_id = x->id;
-			cl->engine = x->name;
-			cl->kept = c->kept;
-			cl->slots = c->slots;
-			for (size_t k = 0; k < nm; k++) {
-				if (k == 0 || c->mass[k] < mn)
-					mn = c->mass[k];
-				sum += c->mass[k];
-			}
-			cl->lingering = c->lingering;
-			cl->requested_budget = c->requested_budget;
-			cl->transport = c->transport;
-			cl->arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
-			cl->mass_min = mn;
-			cl->mass_mean = nm ? sum / nm : 0;
-			ledger_bytes(&b->lb[i], &l);
-			cl->bytes = &b->lb[i];
-			b->clp[i] = cl;
-		}
-	r->n_caches = nc;
-	r->caches = b->clp;
+	snapkv__v1__admin_reply__pack(r, buf);
+	*ret_buf = buf;
+	*ret_len = n;
 	return 0;
 }
 
-void snapkvd_admin_ledger_free(struct snapkvd_admin_ledger_buf *b)
+int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_session *s,
+			 const uint8_t *payload, size_t len, uint8_t **ret_buf, size_t *ret_len)
 {
-	free(b->ti);
-	free(b->tip);
-	free(b->cl);
-	free(b->clp);
-	free(b->lb);
-	free(b->tb);
-	memset(b, 0, sizeof(*b));
-}
-
-void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len)
-{
-	struct snapkvd_server *srv = s->srv;
 	Snapkv__V1__AdminRequest *req = snapkv__v1__admin_request__unpack(NULL, len, payload);
 	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
-	struct snapkvd_admin_ledger_buf lbuf = {0};
+	struct snapkvd_ledger_buf lbuf = {0};
+	struct pressure_buf *pb = NULL;
 	char *text = NULL;
-	struct snapkvd_admin_pressure_buf *pb = NULL;
+	int e;
 
 	r.error = "";
 	r.version = SNAPKVD_VERSION;
-	r.backend = srv->gpu ? srv->backend_desc : srv->cfg.backend;
+	r.backend = srv->runner->desc;
 	r.pid = (uint32_t)getpid();
 	if (!req) {
 		r.status = -EBADMSG;
 		r.error = "malformed AdminRequest";
-		reply(s, &r);
-		return;
+		return pack(&r, ret_buf, ret_len);
 	}
-	r.uptime_ms = (snapkvd_now_ns() - srv->start_ns) / 1000000;
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		if (!x->admin && !x->closing && x->greeted)
-			r.sessions++;
-	r.threads = srv->cfg.threads;
-	r.workers = snapkvd_compactor_workers(srv->compactor);
-	r.threads_per_worker = snapkvd_compactor_threads(srv->compactor);
-	r.pool_total = srv->pool.total;
-	r.pool_used = snapkvd_pool_used(&srv->pool);
-	r.requests = srv->requests;
-	r.errors = srv->errors;
-	/* the transports actually used (snapkvd-gpu.c) */
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		for (struct snapkvd_buffer *b = x->buffers; b; b = b->next) {
-			if (!b->imp)
-				r.buffers_memfd++;
-			else if (!strcmp(b->transport, "cuda-ipc"))
-				r.buffers_cuda_ipc++;
-			else
-				r.buffers_cuda_vmm_fd++;
-		}
-	r.cuda_imports = srv->cuda_imports;
-	r.arena_transport = "host-memfd";
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		if (x->garena)
-			r.arena_transport = "host-memfd+cuda-vmm";
+	fill_status(srv, &r);
 	switch (req->kind) {
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS:
 		break;
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES:
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER:
-		if (snapkvd_admin_ledger_fill(srv, &r, &lbuf) < 0) {
+		if (snapkvd_ledger_reply(srv, &r, &lbuf) < 0) {
 			r.status = -ENOMEM;
 			r.error = "out of memory";
 		}
@@ -235,21 +360,22 @@ void snapkvd_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE:
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE_SET:
 		pb = calloc(1, sizeof(*pb));
-		if (!pb) {
+		if (pb) {
+			answer_pressure(srv, s, req, &r, pb);
+		} else {
 			r.status = -ENOMEM;
 			r.error = "out of memory";
-			break;
 		}
-		snapkvd_admin_pressure(s, req, &r, pb);
 		break;
 	default:
 		r.status = -EOPNOTSUPP;
 		r.error = "unknown admin request";
 		break;
 	}
-	reply(s, &r);
+	e = pack(&r, ret_buf, ret_len);
 	snapkv__v1__admin_request__free_unpacked(req, NULL);
-	snapkvd_admin_ledger_free(&lbuf);
+	snapkvd_ledger_reply_free(&lbuf);
 	free(text);
 	free(pb);
+	return e;
 }

@@ -1,12 +1,21 @@
 // SPDX-License-Identifier: MIT
 /*
- * snapkvd-ledger.c - per-cache ledger lines (SPEC.md "Capacity ledger")
- * computed by the kernels' skv_ledger_compute, so the daemon, snapkvctl
- * --offline and the kernels' tests agree on one formula.
+ * snapkvd-ledger.c - per-cache ledger lines computed by the kernels'
+ * skv_ledger_compute, so the daemon, snapkvctl --offline and the kernels'
+ * tests agree on one formula; their sums, the admin reply's ledger and its
+ * JSON form.
  */
 #include "snapkvd-ledger.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "proto/skv-ledger-json.h"
+#include "snapkvd-cache.h"
+#include "snapkvd-pool.h"
+#include "snapkvd-server.h"
+#include "snapkvd-session.h"
 
 int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret)
 {
@@ -48,20 +57,180 @@ void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cac
 	t->padding += c->region_bytes > real ? c->region_bytes - real : 0;
 }
 
-void snapkvd_ledger_totals(struct snapkvd_server *srv, struct snapkvd_ledger_total *ret)
+void snapkvd_ledger_totals(const struct snapkvd_session *sessions, struct snapkvd_ledger_total *ret)
 {
 	memset(ret, 0, sizeof(*ret));
-	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
-		for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+	for (const struct snapkvd_session *s = sessions; s; s = s->next)
+		for (const struct snapkvd_cache *c = s->caches; c; c = c->next)
 			snapkvd_ledger_add(ret, c);
 }
 
-void snapkvd_ledger_tenant(struct snapkvd_server *srv, const struct snapkvd_tenant *t,
+void snapkvd_ledger_tenant(const struct snapkvd_session *sessions, const struct snapkvd_tenant *t,
 			   struct snapkvd_ledger_total *ret)
 {
 	memset(ret, 0, sizeof(*ret));
-	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
+	for (const struct snapkvd_session *s = sessions; s; s = s->next)
 		if (s->tenant == t)
-			for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+			for (const struct snapkvd_cache *c = s->caches; c; c = c->next)
 				snapkvd_ledger_add(ret, c);
+}
+
+static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger_total *t)
+{
+	snapkv__v1__ledger_bytes__init(b);
+	b->native_full = t->native_full;
+	b->compact = t->compact;
+	b->index = t->index;
+	b->reserved = t->reserved;
+	b->allocated = t->allocated;
+	b->real = t->real;
+	b->padding = t->padding;
+}
+
+static void fill_tenant(const struct snapkvd_session *sessions,
+			const struct snapkvd_tenant_stats *ts, Snapkv__V1__TenantInfo *ti,
+			Snapkv__V1__LedgerBytes *tb)
+{
+	struct snapkvd_ledger_total lt;
+
+	snapkv__v1__tenant_info__init(ti);
+	ti->name = (char *)ts->name;
+	ti->uid = ts->uid;
+	ti->used_bytes = ts->used_bytes;
+	ti->caches = ts->caches;
+	ti->sessions = ts->sessions;
+	ti->quota_bytes = ts->quota_bytes;
+	snapkvd_ledger_tenant(sessions, ts->tenant, &lt);
+	ledger_bytes(tb, &lt);
+	ti->bytes = tb;
+	ti->lingering_caches = lt.lingering;
+}
+
+static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cache *c,
+		       Snapkv__V1__CacheLedger *cl, Snapkv__V1__LedgerBytes *lb)
+{
+	struct snapkvd_ledger_total l = {0};
+	float mn = 0, sum = 0;
+	size_t nm = (size_t)c->layers * c->h_store;
+
+	snapkv__v1__cache_ledger__init(cl);
+	snapkvd_ledger_add(&l, c);
+	cl->id = c->id;
+	cl->tenant = (char *)snapkvd_tenant_name(x->tenant);
+	cl->layers = c->layers;
+	cl->h_q = c->h_q;
+	cl->h_kv = c->h_kv;
+	cl->head_dim = c->head_dim;
+	cl->dtype_bytes = c->dtype_bytes;
+	cl->prompt_len = c->prompt_len;
+	cl->capacity = c->budget;
+	cl->appended = c->appended;
+	cl->gqa = (Snapkv__V1__Gqa)c->gqa;
+	cl->session_id = x->id;
+	cl->engine = (char *)x->name;
+	cl->kept = c->kept;
+	cl->slots = c->slots;
+	for (size_t k = 0; k < nm; k++) {
+		if (k == 0 || c->mass[k] < mn)
+			mn = c->mass[k];
+		sum += c->mass[k];
+	}
+	cl->lingering = c->lingering;
+	cl->requested_budget = c->requested_budget;
+	cl->transport = (char *)c->transport;
+	cl->arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
+	cl->mass_min = mn;
+	cl->mass_mean = nm ? sum / nm : 0;
+	ledger_bytes(lb, &l);
+	cl->bytes = lb;
+}
+
+int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			 struct snapkvd_ledger_buf *b)
+{
+	struct snapkvd_pool_stats ps;
+	struct snapkvd_ledger_total pt;
+	size_t nt = 0, nc = 0, i = 0;
+
+	memset(b, 0, sizeof(*b));
+	if (snapkvd_pool_snapshot(srv->pool, &ps, &b->ts, &nt) < 0)
+		return -ENOMEM;
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		for (struct snapkvd_cache *c = x->caches; c; c = c->next)
+			nc++;
+	b->ti = calloc(nt ? nt : 1, sizeof(*b->ti));
+	b->tip = calloc(nt ? nt : 1, sizeof(*b->tip));
+	b->tb = calloc(nt ? nt : 1, sizeof(*b->tb));
+	b->cl = calloc(nc ? nc : 1, sizeof(*b->cl));
+	b->clp = calloc(nc ? nc : 1, sizeof(*b->clp));
+	b->lb = calloc(nc ? nc : 1, sizeof(*b->lb));
+	if (!b->ti || !b->tip || !b->tb || !b->cl || !b->clp || !b->lb) {
+		snapkvd_ledger_reply_free(b);
+		return -ENOMEM;
+	}
+	for (i = 0; i < nt; i++) {
+		fill_tenant(srv->sessions, &b->ts[i], &b->ti[i], &b->tb[i]);
+		b->tip[i] = &b->ti[i];
+	}
+	r->pool_total = ps.total;
+	r->pool_used = ps.used;
+	r->pool_reserved = ps.reserved;
+	snapkvd_ledger_totals(srv->sessions, &pt);
+	ledger_bytes(&b->pool, &pt);
+	r->pool_bytes = &b->pool;
+	r->lingering_caches = pt.lingering;
+	r->n_tenants = nt;
+	r->tenants = b->tip;
+	i = 0;
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		for (struct snapkvd_cache *c = x->caches; c; c = c->next, i++) {
+			fill_cache(x, c, &b->cl[i], &b->lb[i]);
+			b->clp[i] = &b->cl[i];
+		}
+	r->n_caches = nc;
+	r->caches = b->clp;
+	return 0;
+}
+
+void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b)
+{
+	free(b->ti);
+	free(b->tip);
+	free(b->cl);
+	free(b->clp);
+	free(b->lb);
+	free(b->tb);
+	free(b->ts);
+	memset(b, 0, sizeof(*b));
+}
+
+/*
+ * Rendered by the very builder of `snapkvctl ledger --json`
+ * (proto/skv-ledger-json.c): same keys, same values as snapkvctl would print now.
+ */
+char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name)
+{
+	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
+	struct snapkvd_ledger_buf b;
+	json_t *j = NULL;
+	char *text = NULL;
+
+	if (snapkvd_ledger_reply(srv, &r, &b) < 0)
+		return NULL;
+	j = skv_ledger_json(&r);
+	if (j && json_object_set_new(j, "pressure", json_pack("{s:s}", "level", level_name)) == 0)
+		text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	if (text) { /* a text file, ending in a newline like snapkvctl's output */
+		size_t n = strlen(text);
+		char *t = realloc(text, n + 2);
+
+		if (t) {
+			t[n] = '\n';
+			t[n + 1] = '\0';
+			text = t;
+		}
+	}
+	snapkvd_ledger_reply_free(&b);
+	return text;
 }

@@ -1,10 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* snapkvd-ledger.h - the capacity ledger of one cache, per SPEC.md, and its
- * sums per tenant and for the pool. */
+/*
+ * snapkvd-ledger.h - the capacity ledger (SPEC.md "Capacity ledger"): of
+ * one cache, its sums per tenant and for the pool, the ledger part of an
+ * admin reply, and its JSON form for the pressure hooks.
+ */
 #ifndef SNAPKVD_LEDGER_H
 #define SNAPKVD_LEDGER_H
 
-#include "snapkvd-server.h"
+#include <stdint.h>
+
+#include "proto/snapkv.pb-c.h"
+#include "skv.h"
+#include "snapkvd-forward.h"
 
 /*
  * Ledger bytes of one cache or a sum of caches. native_full, compact, index
@@ -19,14 +26,34 @@ struct snapkvd_ledger_total {
 	uint64_t caches, lingering;
 };
 
+int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);
 /* Add cache c to *t (which the caller zeroed first). */
 void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cache *c);
-
-/* Sum of the ledgers of every cache of the server. */
-void snapkvd_ledger_totals(struct snapkvd_server *srv, struct snapkvd_ledger_total *ret);
-
-/* Sum over the caches of one tenant (every session of its uid). */
-void snapkvd_ledger_tenant(struct snapkvd_server *srv, const struct snapkvd_tenant *t,
+/* Sum over every cache of the sessions in the list. */
+void snapkvd_ledger_totals(const struct snapkvd_session *sessions,
 			   struct snapkvd_ledger_total *ret);
+/* Sum over the caches of one tenant (every session of its uid). */
+void snapkvd_ledger_tenant(const struct snapkvd_session *sessions, const struct snapkvd_tenant *t,
+			   struct snapkvd_ledger_total *ret);
+
+/*
+ * The ledger part of an admin CACHES/LEDGER reply (pool, tenants, caches),
+ * filled into *r with its arrays in *b; free them with
+ * snapkvd_ledger_reply_free() once *r is no longer used. 0 or -ENOMEM (then
+ * *r holds no pointer into *b).
+ */
+struct snapkvd_ledger_buf {
+	Snapkv__V1__TenantInfo *ti, **tip;
+	Snapkv__V1__CacheLedger *cl, **clp;
+	Snapkv__V1__LedgerBytes *lb, *tb, pool;
+	struct snapkvd_tenant_stats *ts;
+};
+int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			 struct snapkvd_ledger_buf *b);
+void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b);
+
+/* The hooks' ledger snapshot: the LEDGER reply as `snapkvctl ledger --json`
+ * prints it, plus "pressure" (level_name). Malloc'd text or NULL. */
+char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name);
 
 #endif

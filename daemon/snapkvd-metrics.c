@@ -206,24 +206,9 @@ static void tenant_series(FILE *f, const struct snapkvd_stats *s, const char *na
 	}
 }
 
-int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t *ret_len)
+/* Pool, pressure level, sessions and the caches' ledger bytes. */
+static void write_pool(FILE *f, const struct snapkvd_stats *s)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f;
-
-	if (!s || (s->n_tenants && !s->tenants) || (s->n_errors && !s->errors))
-		return -EINVAL;
-	for (size_t i = 0; i < s->n_tenants; i++)
-		if (!s->tenants[i].name)
-			return -EINVAL;
-	for (size_t i = 0; i < s->n_errors; i++)
-		if (!s->errors[i].code)
-			return -EINVAL;
-	f = open_memstream(&buf, &len);
-	if (!f)
-		return -ENOMEM;
-
 	scalar(f, "snapkvd_pool_total_bytes", "gauge", "Size of the daemon's memory pool.",
 	       s->pool_total_bytes);
 	scalar(f, "snapkvd_pool_used_bytes", "gauge", "Pool bytes in use: committed plus reserved.",
@@ -244,7 +229,10 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 	for (unsigned k = 0; k < SNAPKVD_CACHE_KINDS; k++)
 		fprintf(f, "snapkvd_cache_bytes{kind=\"%s\"} %" PRIu64 "\n",
 			snapkvd_cache_kind_name((enum snapkvd_cache_kind)k), s->cache_bytes[k]);
+}
 
+static void write_tenants(FILE *f, const struct snapkvd_stats *s)
+{
 	tenant_series(f, s, "snapkvd_tenant_used_bytes", "gauge", "Pool bytes held by a tenant.",
 		      offsetof(struct snapkvd_stats_tenant, used_bytes), 0);
 	tenant_series(f, s, "snapkvd_tenant_quota_bytes", "gauge",
@@ -258,7 +246,11 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 	tenant_series(f, s, "snapkvd_tenant_quota_rejections_total", "counter",
 		      "Requests of a tenant refused with EDQUOT.",
 		      offsetof(struct snapkvd_stats_tenant, quota_rejections_total), 0);
+}
 
+/* Lingering caches, requests, compactions and their errors. */
+static void write_work(FILE *f, const struct snapkvd_stats *s)
+{
 	scalar(f, "snapkvd_lingering_caches", "gauge",
 	       "Caches released with linger, kept until pressure evicts them.",
 	       s->lingering_caches);
@@ -292,6 +284,11 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 		put_label(f, s->errors[i].code);
 		fprintf(f, "\"} %" PRIu64 "\n", s->errors[i].count);
 	}
+}
+
+/* Pressure actions, hooks, histograms, start time. */
+static void write_actions(FILE *f, const struct snapkvd_stats *s)
+{
 	scalar(f, "snapkvd_pressure_refusals_total", "counter",
 	       "New compactions refused with ENOSPC at critical pressure.", s->refusals_total);
 	scalar(f, "snapkvd_evictions_total", "counter", "Lingering caches evicted under pressure.",
@@ -320,6 +317,30 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 		put_double(f, s->start_time_seconds);
 		fputc('\n', f);
 	}
+}
+
+int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t *ret_len)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (!s || (s->n_tenants && !s->tenants) || (s->n_errors && !s->errors))
+		return -EINVAL;
+	for (size_t i = 0; i < s->n_tenants; i++)
+		if (!s->tenants[i].name)
+			return -EINVAL;
+	for (size_t i = 0; i < s->n_errors; i++)
+		if (!s->errors[i].code)
+			return -EINVAL;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return -ENOMEM;
+
+	write_pool(f, s);
+	write_tenants(f, s);
+	write_work(f, s);
+	write_actions(f, s);
 	if (fclose(f) != 0 || !buf) {
 		free(buf);
 		return -ENOMEM;

@@ -8,7 +8,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-int snapkvd_pool_init(struct snapkvd_pool *p, uint64_t total, uint64_t tenant_quota)
+struct snapkvd_tenant {
+	uid_t uid;
+	char name[64];
+	uint64_t used;	   /* committed bytes */
+	uint64_t reserved; /* reserved, not yet committed */
+	uint64_t caches;
+	unsigned sessions;
+	uint64_t quota;		   /* 0: the pool's tenant_quota (tenant_quota = UID:BYTES) */
+	uint64_t compactions;	   /* finished, for the metrics */
+	uint64_t quota_rejections; /* reservations refused with EDQUOT */
+	struct snapkvd_tenant *next;
+};
+
+struct snapkvd_pool {
+	pthread_mutex_t mu;
+	uint64_t total;
+	uint64_t used;
+	uint64_t reserved;
+	uint64_t tenant_quota; /* 0: no per-tenant limit below the pool */
+	uint64_t peak;
+	struct snapkvd_tenant *tenants;
+};
+
+static int snapkvd_pool_init(struct snapkvd_pool *p, uint64_t total, uint64_t tenant_quota)
 {
 	memset(p, 0, sizeof(*p));
 	p->total = total;
@@ -16,7 +39,7 @@ int snapkvd_pool_init(struct snapkvd_pool *p, uint64_t total, uint64_t tenant_qu
 	return -pthread_mutex_init(&p->mu, NULL);
 }
 
-void snapkvd_pool_destroy(struct snapkvd_pool *p)
+static void snapkvd_pool_destroy(struct snapkvd_pool *p)
 {
 	struct snapkvd_tenant *t, *n;
 
@@ -28,6 +51,30 @@ void snapkvd_pool_destroy(struct snapkvd_pool *p)
 	}
 	p->tenants = NULL;
 	pthread_mutex_destroy(&p->mu);
+}
+
+int snapkvd_pool_new(uint64_t total, uint64_t tenant_quota, struct snapkvd_pool **ret)
+{
+	struct snapkvd_pool *p = malloc(sizeof(*p));
+	int r;
+
+	if (!p)
+		return -ENOMEM;
+	r = snapkvd_pool_init(p, total, tenant_quota);
+	if (r < 0) {
+		free(p);
+		return r;
+	}
+	*ret = p;
+	return 0;
+}
+
+void snapkvd_pool_free(struct snapkvd_pool *p)
+{
+	if (!p)
+		return;
+	snapkvd_pool_destroy(p);
+	free(p);
 }
 
 void snapkvd_pool_set_limits(struct snapkvd_pool *p, uint64_t total, uint64_t tenant_quota)
@@ -164,7 +211,7 @@ void snapkvd_pool_cancel(struct snapkvd_pool *p, struct snapkvd_resv *r)
 	r->bytes = 0;
 }
 
-void snapkvd_pool_free(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes)
+void snapkvd_pool_give_back(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes)
 {
 	pthread_mutex_lock(&p->mu);
 	p->used -= bytes < p->used ? bytes : p->used;
@@ -187,4 +234,86 @@ uint64_t snapkvd_pool_used(struct snapkvd_pool *p)
 	u = p->used + p->reserved;
 	pthread_mutex_unlock(&p->mu);
 	return u;
+}
+
+uint64_t snapkvd_pool_total(struct snapkvd_pool *p)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&p->mu);
+	v = p->total;
+	pthread_mutex_unlock(&p->mu);
+	return v;
+}
+
+void snapkvd_pool_tenant_set_quota(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t quota)
+{
+	pthread_mutex_lock(&p->mu);
+	t->quota = quota;
+	pthread_mutex_unlock(&p->mu);
+}
+
+void snapkvd_pool_requota(struct snapkvd_pool *p, uint64_t (*quota)(void *data, uid_t uid),
+			  void *data)
+{
+	pthread_mutex_lock(&p->mu);
+	for (struct snapkvd_tenant *t = p->tenants; t; t = t->next)
+		t->quota = quota(data, t->uid);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void snapkvd_pool_tenant_compaction(struct snapkvd_pool *p, struct snapkvd_tenant *t)
+{
+	pthread_mutex_lock(&p->mu);
+	t->compactions++;
+	pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t snapkvd_pool_tenant_use(struct snapkvd_pool *p, const struct snapkvd_tenant *t)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&p->mu);
+	v = t->used + t->reserved;
+	pthread_mutex_unlock(&p->mu);
+	return v;
+}
+
+const char *snapkvd_tenant_name(const struct snapkvd_tenant *t)
+{
+	return t->name;
+}
+
+int snapkvd_pool_snapshot(struct snapkvd_pool *p, struct snapkvd_pool_stats *ret,
+			  struct snapkvd_tenant_stats **ret_tenants, size_t *ret_n)
+{
+	struct snapkvd_tenant_stats *ts;
+	size_t n = 0, i = 0;
+
+	pthread_mutex_lock(&p->mu);
+	for (struct snapkvd_tenant *t = p->tenants; t; t = t->next)
+		n++;
+	ts = calloc(n ? n : 1, sizeof(*ts));
+	if (!ts) {
+		pthread_mutex_unlock(&p->mu);
+		return -ENOMEM;
+	}
+	for (struct snapkvd_tenant *t = p->tenants; t; t = t->next, i++)
+		ts[i] = (struct snapkvd_tenant_stats){
+		    .tenant = t,
+		    .name = t->name,
+		    .uid = t->uid,
+		    .used_bytes = t->used + t->reserved,
+		    .quota_bytes = t->quota ? t->quota : p->tenant_quota,
+		    .caches = t->caches,
+		    .compactions = t->compactions,
+		    .quota_rejections = t->quota_rejections,
+		    .sessions = t->sessions,
+		};
+	*ret = (struct snapkvd_pool_stats){
+	    .total = p->total, .used = p->used + p->reserved, .reserved = p->reserved};
+	pthread_mutex_unlock(&p->mu);
+	*ret_tenants = ts;
+	*ret_n = n;
+	return 0;
 }

@@ -13,28 +13,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct snapkvd_tenant {
-	uid_t uid;
-	char name[64];
-	uint64_t used;	   /* committed bytes */
-	uint64_t reserved; /* reserved, not yet committed */
-	uint64_t caches;
-	unsigned sessions;
-	uint64_t quota;		   /* 0: the pool's tenant_quota (tenant_quota = UID:BYTES) */
-	uint64_t compactions;	   /* finished, for the metrics */
-	uint64_t quota_rejections; /* reservations refused with EDQUOT */
-	struct snapkvd_tenant *next;
-};
-
-struct snapkvd_pool {
-	pthread_mutex_t mu;
-	uint64_t total;
-	uint64_t used;
-	uint64_t reserved;
-	uint64_t tenant_quota; /* 0: no per-tenant limit below the pool */
-	uint64_t peak;
-	struct snapkvd_tenant *tenants;
-};
+struct snapkvd_tenant; /* one uid's accounting */
+struct snapkvd_pool;   /* opaque: every access takes its lock */
 
 /* A reservation: bytes held for one tenant until commit or cancel. */
 struct snapkvd_resv {
@@ -42,8 +22,8 @@ struct snapkvd_resv {
 	uint64_t bytes;
 };
 
-int snapkvd_pool_init(struct snapkvd_pool *p, uint64_t total, uint64_t tenant_quota);
-void snapkvd_pool_destroy(struct snapkvd_pool *p);
+int snapkvd_pool_new(uint64_t total, uint64_t tenant_quota, struct snapkvd_pool **ret);
+void snapkvd_pool_free(struct snapkvd_pool *p);
 /* Change limits (SIGHUP). A total below what is in use is allowed: new
  * reservations fail until usage drops. */
 void snapkvd_pool_set_limits(struct snapkvd_pool *p, uint64_t total, uint64_t tenant_quota);
@@ -59,7 +39,7 @@ int snapkvd_pool_reserve(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint6
 void snapkvd_pool_commit(struct snapkvd_pool *p, struct snapkvd_resv *r);
 void snapkvd_pool_cancel(struct snapkvd_pool *p, struct snapkvd_resv *r);
 /* Give back committed bytes. */
-void snapkvd_pool_free(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes);
+void snapkvd_pool_give_back(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes);
 void snapkvd_pool_cache_count(struct snapkvd_pool *p, struct snapkvd_tenant *t, int delta);
 
 /* A readable reason with the numbers for a refused reservation. */
@@ -68,5 +48,36 @@ void snapkvd_pool_explain(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint
 
 /* used + reserved, under the lock. */
 uint64_t snapkvd_pool_used(struct snapkvd_pool *p);
+uint64_t snapkvd_pool_total(struct snapkvd_pool *p);
+
+/* The tenant's own quota (0: the pool's tenant_quota). */
+void snapkvd_pool_tenant_set_quota(struct snapkvd_pool *p, struct snapkvd_tenant *t,
+				   uint64_t quota);
+/* Every known tenant's quota anew (SIGHUP): quota(data, uid) for each. */
+void snapkvd_pool_requota(struct snapkvd_pool *p, uint64_t (*quota)(void *data, uid_t uid),
+			  void *data);
+/* One more finished compaction of t, for the metrics. */
+void snapkvd_pool_tenant_compaction(struct snapkvd_pool *p, struct snapkvd_tenant *t);
+/* t's used + reserved bytes. */
+uint64_t snapkvd_pool_tenant_use(struct snapkvd_pool *p, const struct snapkvd_tenant *t);
+/* Set once when the tenant is created: no lock needed. */
+const char *snapkvd_tenant_name(const struct snapkvd_tenant *t);
+
+/* What the admin replies and the metrics show, copied under the lock. */
+struct snapkvd_pool_stats {
+	uint64_t total, used, reserved; /* used: used + reserved */
+};
+struct snapkvd_tenant_stats {
+	const struct snapkvd_tenant *tenant;
+	const char *name;
+	uid_t uid;
+	uint64_t used_bytes;  /* used + reserved */
+	uint64_t quota_bytes; /* effective: its own, else the pool's */
+	uint64_t caches, compactions, quota_rejections;
+	unsigned sessions;
+};
+/* *ret and a malloc'd array of every tenant (free() it). 0 or -ENOMEM. */
+int snapkvd_pool_snapshot(struct snapkvd_pool *p, struct snapkvd_pool_stats *ret,
+			  struct snapkvd_tenant_stats **ret_tenants, size_t *ret_n);
 
 #endif

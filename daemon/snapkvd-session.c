@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * snapkvd-session.c - one engine (or snapkvctl) connection: handshake,
- * buffer registration, the request dispatcher shared by ring and socket,
- * completions, and teardown that gives back every fd and arena byte.
+ * snapkvd-session.c - one engine (or snapkvctl) connection; see
+ * snapkvd-session.h. The request dispatcher is shared by ring and socket:
+ * COMPACT and GROW are validated (snapkvd-request.c), admitted
+ * (snapkvd-admission.c) and queued (snapkvd-compactor.c); their completions
+ * come back through snapkvd_session_job_done() on the loop thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,8 +17,56 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "proto/snapkv.pb-c.h"
+#include "snapkvd-admin.h"
+#include "snapkvd-admission.h"
+#include "snapkvd-arena.h"
+#include "snapkvd-buffer.h"
+#include "snapkvd-cache.h"
+#include "snapkvd-clock.h"
+#include "snapkvd-compactor.h"
+#include "snapkvd-config.h"
+#include "snapkvd-job.h"
 #include "snapkvd-log.h"
+#include "snapkvd-policy.h"
+#include "snapkvd-pool.h"
+#include "snapkvd-request.h"
+#include "snapkvd-runner.h"
 #include "snapkvd-server.h"
+#include "snapkvd-session.h"
+
+#define SNAPKVD_HELLO_TIMEOUT_MS 5000
+
+static void on_recv(void *data, int res);
+static void on_doorbell(void *data, int res);
+static void complete(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
+		     const char *err, Snapkv__V1__Response *resp);
+static void on_request(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		       const uint8_t *buf, size_t len);
+
+static int arm_recv(struct snapkvd_session *s)
+{
+	s->riov = (struct iovec){.iov_base = s->rbuf, .iov_len = s->rbuf_cap};
+	memset(&s->rmsg, 0, sizeof(s->rmsg));
+	s->rmsg.msg_iov = &s->riov;
+	s->rmsg.msg_iovlen = 1;
+	s->rmsg.msg_control = s->rctl.buf;
+	s->rmsg.msg_controllen = sizeof(s->rctl.buf);
+	if (snapkvd_loop_recvmsg(s->srv->loop, s->fd, &s->rmsg, MSG_CMSG_CLOEXEC, &s->ev_recv) < 0)
+		return -EBUSY;
+	s->refs++;
+	return 0;
+}
+
+static int arm_doorbell(struct snapkvd_session *s)
+{
+	int r = snapkvd_loop_read(s->srv->loop, s->sq_efd, &s->doorbell_val,
+				  sizeof(s->doorbell_val), &s->ev_doorbell);
+
+	if (r == 0)
+		s->refs++;
+	return r;
+}
 
 static void send_error(struct snapkvd_session *s, int status, const char *msg)
 {
@@ -42,11 +92,16 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	socklen_t len = sizeof(cred);
 	int r;
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-		return -errno;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
 	s = calloc(1, sizeof(*s));
-	if (!s)
+	if (!s) {
+		close(fd);
 		return -ENOMEM;
+	}
 	s->srv = srv;
 	s->fd = fd;
 	s->ring_fd = s->sq_efd = s->cq_efd = -1;
@@ -56,13 +111,14 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	s->id = ++srv->next_session_id;
 	s->refs = 1;
 	s->created_ns = snapkvd_now_ns();
-	s->ev_recv = (struct snapkvd_ev){.kind = SNAPKVD_EV_RECV, .s = s};
-	s->ev_doorbell = (struct snapkvd_ev){.kind = SNAPKVD_EV_DOORBELL, .s = s};
+	s->ev_recv = (struct snapkvd_loop_ev){.fn = on_recv, .data = s};
+	s->ev_doorbell = (struct snapkvd_loop_ev){.fn = on_doorbell, .data = s};
 	snprintf(s->name, sizeof(s->name), "pid%d", (int)cred.pid);
 	s->rbuf_cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD;
 	s->rbuf = malloc(s->rbuf_cap);
 	if (!s->rbuf) {
 		free(s);
+		close(fd);
 		return -ENOMEM;
 	}
 	s->next = srv->sessions;
@@ -81,19 +137,17 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	} else if (srv->draining) {
 		s->refused = -ESHUTDOWN;
 	}
-	r = snapkvd_pool_tenant_get(&srv->pool, cred.uid, &s->tenant);
+	r = snapkvd_pool_tenant_get(srv->pool, cred.uid, &s->tenant);
 	if (r < 0)
 		goto refuse;
-	pthread_mutex_lock(&srv->pool.mu);
-	s->tenant->quota = snapkvd_ops_tenant_quota(&srv->ops, cred.uid);
-	pthread_mutex_unlock(&srv->pool.mu);
-	r = snapkvd_loop_arm_recv(s);
+	snapkvd_pool_tenant_set_quota(srv->pool, s->tenant,
+				      snapkvd_policy_tenant_quota(&srv->policy, cred.uid));
+	r = arm_recv(s);
 	if (r < 0)
 		goto refuse;
 	*ret = s;
 	return 0;
 refuse:
-	/* the caller must not close fd: the session owns it now */
 	snapkvd_session_close(s, 0);
 	return r;
 }
@@ -101,8 +155,8 @@ refuse:
 static void free_cache_memory(struct snapkvd_session *s, struct snapkvd_cache *c)
 {
 	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
-	snapkvd_pool_free(&s->srv->pool, s->tenant, c->region_bytes);
-	snapkvd_pool_cache_count(&s->srv->pool, s->tenant, -1);
+	snapkvd_pool_give_back(s->srv->pool, s->tenant, c->region_bytes);
+	snapkvd_pool_cache_count(s->srv->pool, s->tenant, -1);
 	if (!c->lingering) /* a lingering cache stopped counting when released */
 		s->n_caches--;
 	snapkvd_cache_free(c);
@@ -141,10 +195,10 @@ static void session_free(struct snapkvd_session *s)
 	if (s->fd >= 0)
 		close(s->fd);
 	/* no job runs any more: the last one held a session reference */
-	snapkvd_gpu_arena_free(s);
+	snapkvd_runner_arena_free(s->srv->runner, s->garena);
 	snapkvd_arena_free(s->arena);
 	free(s->scratch);
-	snapkvd_pool_tenant_put(&s->srv->pool, s->tenant);
+	snapkvd_pool_tenant_put(s->srv->pool, s->tenant);
 	log_debug("session %llu freed", (unsigned long long)s->id);
 	free(s->rbuf);
 	free(s);
@@ -166,9 +220,8 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 	log_info("session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
 		 (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
 	/* Complete the armed recvmsg and doorbell read so their refs drop. */
-	if (s->fd >= 0) {
+	if (s->fd >= 0)
 		shutdown(s->fd, SHUT_RDWR);
-	}
 	if (s->sq_efd >= 0)
 		(void)!eventfd_write(s->sq_efd, 1);
 	while (s->caches) {
@@ -206,6 +259,48 @@ static int send_msg(struct snapkvd_session *s, uint16_t type, const ProtobufCMes
 	if (buf != stackbuf)
 		free(buf);
 	return r;
+}
+
+/* ----------------------------------------------------------------- events */
+
+int snapkvd_session_post_pressure(struct snapkvd_session *s, int level, uint32_t suggested,
+				  uint32_t scale_permille, uint64_t used)
+{
+	const struct skv_cqe cqe = {
+	    .user_data = SKV_EVENT_PRESSURE,
+	    .res = (int32_t)level + 1,
+	    .flags = SKV_CQE_F_EVENT,
+	    .slot = suggested,
+	    .len = scale_permille,
+	    .reserved = used,
+	};
+	int space;
+
+	if (s->closing || !s->ring_map || s->admin)
+		return 0;
+	space = skv_ring_space(&s->cq);
+	if (space < 0)
+		return -EBADMSG;
+	/* Every in-flight request keeps its completion slot: an engine that
+	 * does not read its CQ misses events, never completions. */
+	if ((unsigned)space <= s->inflight)
+		return -EAGAIN;
+	if (skv_ring_produce(&s->cq, &cqe) < 0)
+		return -EBADMSG;
+	s->cq_dirty = true;
+	return 1;
+}
+
+/* A new engine under pressure learns the current level at once. */
+static void greet_pressure(struct snapkvd_session *s)
+{
+	enum snapkvd_pressure_level lv;
+	uint32_t cap, permille;
+	uint64_t used;
+
+	if (snapkvd_policy_greeting(&s->srv->policy, &lv, &cap, &permille, &used) &&
+	    snapkvd_session_post_pressure(s, (int)lv, cap, permille, used) > 0)
+		snapkvd_session_flush_cq(s);
 }
 
 /* ---------------------------------------------------------------- handshake */
@@ -295,7 +390,7 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 	snapkv__v1__hello__free_unpacked(h, NULL);
 	w.server_version = SKV_PROTO_VERSION;
 	w.session_id = s->id;
-	w.tenant = s->tenant->name;
+	w.tenant = (char *)snapkvd_tenant_name(s->tenant);
 	w.uid = s->uid;
 	w.backend = s->srv->cfg.backend;
 	if (!s->admin) {
@@ -317,12 +412,12 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 		return;
 	}
 	if (!s->admin) {
-		r = snapkvd_loop_arm_doorbell(s);
+		r = arm_doorbell(s);
 		if (r < 0) {
 			snapkvd_session_close(s, r);
 			return;
 		}
-		snapkvd_server_greet_pressure(s);
+		greet_pressure(s);
 	}
 	log_info("session %llu: %s (pid %d, uid %u)%s", (unsigned long long)s->id, s->name,
 		 (int)s->pid, (unsigned)s->uid, s->admin ? " admin" : "");
@@ -347,26 +442,19 @@ static void reg_reply_t(struct snapkvd_session *s, int status, const char *err, 
 		snapkvd_session_close(s, 0);
 }
 
-/* Imports are keyed by (session, generation); 0 is "no generation" and is
- * never matched, so each such registration is a buffer of its own. */
-static struct snapkvd_buffer *buffer_by_generation(struct snapkvd_session *s, uint64_t gen)
-{
-	for (struct snapkvd_buffer *b = s->buffers; gen && b; b = b->next)
-		if (b->generation == gen)
-			return b;
-	return NULL;
-}
-
 static void reg_reply(struct snapkvd_session *s, int status, const char *err, uint64_t id,
 		      uint64_t gen, uint64_t size)
 {
 	reg_reply_t(s, status, err, id, gen, size, "memfd");
 }
 
-/* A CUDA buffer (snapkvd-gpu.c); fd (or -1) is consumed. */
+/* A CUDA buffer (the runner imports it); fd (or -1) is consumed. Repeats
+ * of a generation are counted on its buffer, so imports are keyed by buffer
+ * id (see snapkvd-buffer.h). */
 static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBuffer *m, int fd)
 {
-	struct snapkvd_buffer *b = NULL, *dup = buffer_by_generation(s, m->generation);
+	struct snapkvd_buffer *b = NULL,
+			      *dup = snapkvd_buffer_by_generation(s->buffers, m->generation);
 	char err[256];
 	int r;
 
@@ -397,7 +485,18 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 		snprintf(err, sizeof(err), "too many buffers in this session");
 		r = -EMFILE;
 	} else {
-		r = snapkvd_gpu_buffer_new(s, m, fd, &b, err, sizeof(err));
+		const struct snapkvd_buffer_cuda bc = {
+		    .kind = (int)m->kind,
+		    .size = m->size,
+		    .offset = m->offset,
+		    .generation = m->generation,
+		    .ipc_handle = m->ipc_handle.data,
+		    .ipc_handle_len = m->ipc_handle.len,
+		    .device = m->device,
+		};
+
+		r = snapkvd_buffer_cuda_new(s->srv->runner, s->id, s->next_buffer_id + 1, &bc, fd,
+					    s->srv->cfg.max_buffer_bytes, &b, err, sizeof(err));
 		fd = -1;
 	}
 	if (fd >= 0)
@@ -413,16 +512,63 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 	reg_reply_t(s, 0, NULL, b->id, b->generation, b->size, b->transport);
 }
 
+/* A memfd registration of `size` (0: the whole memfd), generation gen. */
+static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uint64_t gen)
+{
+	struct snapkvd_buffer *b, *dup = snapkvd_buffer_by_generation(s->buffers, gen);
+	const char *why = NULL;
+	char err[160];
+	dev_t dev;
+	ino_t ino;
+	int r;
+
+	if (!dup && s->n_buffers >= s->srv->cfg.max_buffers) {
+		close(fd);
+		reg_reply(s, -EMFILE, "too many buffers in this session", 0, gen, 0);
+		return;
+	}
+	r = snapkvd_buffer_memfd_check(fd, &size, s->srv->cfg.max_buffer_bytes, &dev, &ino, &why);
+	if (r < 0) {
+		close(fd);
+		reg_reply(s, r, why, 0, gen, 0);
+		return;
+	}
+	/* The same generation again: the import already made, one more ref. */
+	if (dup) {
+		close(fd);
+		if (dup->size != size || dup->dev != dev || dup->ino != ino) {
+			snprintf(err, sizeof(err),
+				 "generation %llu is already buffer %llu with %s (%llu bytes)",
+				 (unsigned long long)gen, (unsigned long long)dup->id,
+				 dup->size != size ? "another size" : "another memfd",
+				 (unsigned long long)dup->size);
+			reg_reply(s, -EEXIST, err, 0, gen, 0);
+			return;
+		}
+		dup->regs++;
+		reg_reply(s, 0, NULL, dup->id, gen, dup->size);
+		return;
+	}
+	/* Mapped once, read-only; the fd is not needed after this. */
+	r = snapkvd_buffer_memfd_new(fd, size, gen, dev, ino, &b);
+	close(fd);
+	if (r < 0) {
+		reg_reply(s, r, r == -ENOMEM ? "out of memory" : "mmap failed", 0, gen, 0);
+		return;
+	}
+	b->id = ++s->next_buffer_id; /* never reused within the session */
+	b->next = s->buffers;
+	s->buffers = b;
+	s->n_buffers++;
+	reg_reply(s, 0, NULL, b->id, gen, size);
+}
+
 static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len, int *fds,
 			unsigned n_fds)
 {
 	Snapkv__V1__RegisterBuffer *m = snapkv__v1__register_buffer__unpack(NULL, len, p);
-	const struct snapkvd_config *cfg = &s->srv->cfg;
-	struct snapkvd_buffer *b, *dup;
-	struct stat st;
-	char err[160];
 	uint64_t size, gen;
-	int seals, fd = n_fds == 1 ? fds[0] : -1;
+	int fd = n_fds == 1 ? fds[0] : -1;
 
 	/* more than one fd: none is used (fd is -1), so every one is closed */
 	for (unsigned i = n_fds == 1 ? 1 : 0; i < n_fds; i++)
@@ -451,95 +597,16 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 	gen = m->generation;
 	snapkv__v1__register_buffer__free_unpacked(m, NULL);
 	if (s->admin || !s->arena) {
-		snprintf(err, sizeof(err), "admin sessions cannot register buffers");
-		goto fail_eperm;
+		if (fd >= 0)
+			close(fd);
+		reg_reply(s, -EPERM, "admin sessions cannot register buffers", 0, gen, 0);
+		return;
 	}
 	if (fd < 0) {
 		reg_reply(s, -EBADF, "RegisterBuffer needs exactly one fd", 0, gen, 0);
 		return;
 	}
-	dup = buffer_by_generation(s, gen);
-	if (!dup && s->n_buffers >= cfg->max_buffers) {
-		close(fd);
-		reg_reply(s, -EMFILE, "too many buffers in this session", 0, gen, 0);
-		return;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		reg_reply(s, -EINVAL, "not a memfd", 0, gen, 0);
-		return;
-	}
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0) {
-		close(fd);
-		reg_reply(s, -EINVAL, "not a memfd (no seals)", 0, gen, 0);
-		return;
-	}
-	/* A buffer that can shrink under our mapping would SIGBUS the daemon. */
-	if (!(seals & F_SEAL_SHRINK)) {
-		snprintf(err, sizeof(err), "memfd must carry F_SEAL_SHRINK");
-		goto fail_eperm;
-	}
-	if (!size)
-		size = (uint64_t)st.st_size;
-	if (size > (uint64_t)st.st_size || size == 0) {
-		close(fd);
-		reg_reply(s, -ERANGE, "size is 0 or larger than the memfd", 0, gen, 0);
-		return;
-	}
-	if (size > cfg->max_buffer_bytes) {
-		close(fd);
-		reg_reply(s, -E2BIG, "buffer larger than max_buffer_bytes", 0, gen, 0);
-		return;
-	}
-	/* The same generation again: the import already made, one more ref. */
-	if (dup) {
-		close(fd);
-		if (dup->size != size || dup->dev != st.st_dev || dup->ino != st.st_ino) {
-			snprintf(err, sizeof(err),
-				 "generation %llu is already buffer %llu with %s (%llu bytes)",
-				 (unsigned long long)gen, (unsigned long long)dup->id,
-				 dup->size != size ? "another size" : "another memfd",
-				 (unsigned long long)dup->size);
-			reg_reply(s, -EEXIST, err, 0, gen, 0);
-			return;
-		}
-		dup->regs++;
-		reg_reply(s, 0, NULL, dup->id, gen, dup->size);
-		return;
-	}
-	b = calloc(1, sizeof(*b));
-	if (!b) {
-		close(fd);
-		reg_reply(s, -ENOMEM, "out of memory", 0, gen, 0);
-		return;
-	}
-	/* Mapped once, read-only; the fd is not needed after this. */
-	b->map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (b->map == MAP_FAILED) {
-		int r = -errno;
-
-		free(b);
-		reg_reply(s, r, "mmap failed", 0, gen, 0);
-		return;
-	}
-	b->id = ++s->next_buffer_id; /* never reused within the session */
-	b->generation = gen;
-	b->size = size;
-	b->refs = 1;
-	b->regs = 1;
-	b->dev = st.st_dev;
-	b->ino = st.st_ino;
-	b->next = s->buffers;
-	s->buffers = b;
-	s->n_buffers++;
-	reg_reply(s, 0, NULL, b->id, gen, size);
-	return;
-fail_eperm:
-	if (fd >= 0)
-		close(fd);
-	reg_reply(s, -EPERM, err, 0, gen, 0);
+	register_memfd(s, fd, size, gen);
 }
 
 static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t len)
@@ -585,7 +652,19 @@ static void on_cuda_arena(struct snapkvd_session *s)
 	uint64_t size = 0;
 	int fd = -1, dev = -1, r;
 
-	r = snapkvd_gpu_arena_export(s, &fd, &size, &dev, err, sizeof(err));
+	if (!snapkvd_runner_device(s->srv->runner)) {
+		snprintf(
+		    err, sizeof(err),
+		    "a GPU arena needs snapkvd --backend cuda; this daemon runs the %s backend",
+		    snapkvd_runner_name(s->srv->runner));
+		r = -ENOTSUP;
+	} else if (s->admin || !s->arena) {
+		snprintf(err, sizeof(err), "admin sessions have no arena");
+		r = -EPERM;
+	} else {
+		r = snapkvd_runner_arena_export(s->srv->runner, &s->garena, s->arena->size, s->id,
+						&fd, &size, &dev, err, sizeof(err));
+	}
 	a.status = r;
 	a.error = err;
 	a.size = size;
@@ -600,8 +679,26 @@ static void on_cuda_arena(struct snapkvd_session *s)
 		close(fd);
 }
 
-void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
-			      const uint8_t *payload, int *fds, unsigned n_fds)
+/* snapkvctl's questions: answered by snapkvd-admin.c, sent from here. */
+static void on_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len)
+{
+	uint8_t *buf = NULL;
+	size_t n = 0;
+	int r = snapkvd_admin_answer(s->srv, s, payload, len, &buf, &n);
+
+	if (r < 0) {
+		snapkvd_session_close(s, r);
+		return;
+	}
+	r = skv_frame_send(s->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY, buf, n, NULL, 0,
+			   MSG_DONTWAIT);
+	free(buf);
+	if (r < 0)
+		snapkvd_session_close(s, 0);
+}
+
+static void on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
+		     const uint8_t *payload, int *fds, unsigned n_fds)
 {
 	bool hello = h->type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO;
 
@@ -629,11 +726,11 @@ void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST: {
 		struct snapkvd_origin o = {.ring = false};
 
-		snapkvd_session_request(s, &o, payload, h->length);
+		on_request(s, &o, payload, h->length);
 		break;
 	}
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN:
-		snapkvd_admin(s, payload, h->length);
+		on_admin(s, payload, h->length);
 		break;
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA:
 		on_cuda_arena(s);
@@ -652,9 +749,57 @@ void snapkvd_session_on_frame(struct snapkvd_session *s, const struct skv_frame_
 	}
 }
 
+/* The armed recvmsg completed: one frame, or the end of the stream. */
+static void on_recv(void *data, int res)
+{
+	struct snapkvd_session *s = data;
+	struct skv_frame_hdr h;
+	int fds[SKV_FRAME_MAX_FDS];
+	unsigned n_fds = SKV_FRAME_MAX_FDS;
+	int r;
+
+	if (s->closing) {
+		if (res > 0)
+			skv_frame_close_fds(&s->rmsg);
+		snapkvd_session_unref(s);
+		return;
+	}
+	r = skv_frame_parse(&s->rmsg, res, SKV_FRAME_MAX_PAYLOAD, &h, fds, &n_fds);
+	if (r < 0) {
+		/* end of stream, or framing we cannot trust: close this one */
+		if (r != -ECONNRESET)
+			log_notice("session %llu: bad frame: %s", (unsigned long long)s->id,
+				   strerror(-r));
+		snapkvd_session_close(s, r == -ECONNRESET ? 0 : r);
+	} else {
+		on_frame(s, &h, s->rbuf + SKV_FRAME_HDR_SIZE, fds, n_fds);
+		if (!s->closing && arm_recv(s) < 0)
+			snapkvd_session_close(s, -EBUSY);
+	}
+	snapkvd_session_unref(s);
+}
+
+/* The engine rang: the loop polls the SQ anyway; watch for the next ring. */
+static void on_doorbell(void *data, int res)
+{
+	struct snapkvd_session *s = data;
+
+	(void)res;
+	if (!s->closing && arm_doorbell(s) < 0)
+		snapkvd_session_close(s, -EBUSY);
+	snapkvd_session_unref(s);
+}
+
+void snapkvd_session_check_hello(struct snapkvd_session *s, uint64_t now_ns)
+{
+	if (!s->greeted && !s->closing &&
+	    now_ns - s->created_ns > SNAPKVD_HELLO_TIMEOUT_MS * 1000000ull)
+		snapkvd_session_close(s, -ETIMEDOUT);
+}
+
 /* ----------------------------------------------------------------- requests */
 
-struct snapkvd_cache *snapkvd_session_find_cache(struct snapkvd_session *s, uint64_t id)
+static struct snapkvd_cache *find_cache(struct snapkvd_session *s, uint64_t id)
 {
 	for (struct snapkvd_cache *c = s->caches; c; c = c->next)
 		if (c->id == id && !c->lingering) /* released: gone for the engine */
@@ -671,7 +816,8 @@ static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo
 	ci->h_store = c->h_store;
 	ci->head_dim = c->head_dim;
 	ci->dtype = (Snapkv__V1__DType)c->dtype;
-	ci->layout = (Snapkv__V1__Layout)c->layout;
+	ci->layout = c->layout == SNAPKVD_LAYOUT_NHD ? SNAPKV__V1__LAYOUT__LAYOUT_NHD
+						     : SNAPKV__V1__LAYOUT__LAYOUT_HND;
 	ci->prompt_len = c->prompt_len;
 	ci->kept = c->kept;
 	ci->capacity = c->slots;
@@ -702,28 +848,28 @@ static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origi
 	fill_cache_info(c, &ci);
 	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_CACHE;
 	resp.cache = &ci;
-	snapkvd_session_complete(s, o, 0, NULL, &resp);
+	complete(s, o, 0, NULL, &resp);
 }
 
 static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		      const Snapkv__V1__AppendRequest *a)
 {
 	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
-	struct snapkvd_cache *c = snapkvd_session_find_cache(s, a->cache_id);
+	struct snapkvd_cache *c = find_cache(s, a->cache_id);
 	char err[128];
 
 	if (!c) {
-		snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
+		complete(s, o, -ENOENT, "no such cache", NULL);
 		return;
 	}
 	if (c->busy) {
-		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+		complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
 		return;
 	}
 	if (a->tokens > c->slots - c->kept - c->appended) {
 		snprintf(err, sizeof(err), "%u tokens but %u decode slots left: GROW first",
 			 a->tokens, c->slots - c->kept - c->appended);
-		snapkvd_session_complete(s, o, -ENOSPC, err, NULL);
+		complete(s, o, -ENOSPC, err, NULL);
 		return;
 	}
 	/* Logical positions continue at L + g, whatever slot they sit in. */
@@ -739,48 +885,32 @@ static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	c->last_use_ns = snapkvd_now_ns();
 	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_APPENDED;
 	resp.appended = c->appended;
-	snapkvd_session_complete(s, o, 0, NULL, &resp);
+	complete(s, o, 0, NULL, &resp);
 }
 
-static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
-		    const Snapkv__V1__GrowRequest *g)
+static struct snapkvd_request_env request_env(struct snapkvd_session *s)
 {
-	struct snapkvd_cache *c = snapkvd_session_find_cache(s, g->cache_id);
-	struct snapkvd_job *j;
-	uint64_t kv_bytes, pos_bytes, layer_bytes, region, off;
-	uint8_t *kv_base = NULL;
-	uint32_t slots;
-	int r;
+	struct snapkvd_server *srv = s->srv;
 
-	if (!c) {
-		snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
-		return;
-	}
-	if (c->busy) {
-		snapkvd_session_complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
-		return;
-	}
-	if (g->extra == 0 || g->extra > s->srv->cfg.max_reserve ||
-	    c->slots - c->kept + (uint64_t)g->extra > s->srv->cfg.max_reserve) {
-		snapkvd_session_complete(s, o, g->extra ? -E2BIG : -EINVAL,
-					 "extra must be 1..max_reserve in all", NULL);
-		return;
-	}
-	slots = c->slots + g->extra;
-	kv_bytes = ((uint64_t)c->h_store * slots * c->head_dim * c->dtype_bytes + 63) & ~63ull;
-	pos_bytes = ((uint64_t)c->h_store * slots * 4 + 63) & ~63ull;
-	layer_bytes = 2 * kv_bytes + pos_bytes;
-	region = snapkvd_arena_round(layer_bytes * c->layers);
-	if (!region || region > s->arena->size) {
-		snapkvd_session_complete(s, o, -E2BIG, "grown cache does not fit the arena", NULL);
-		return;
-	}
-	/* K/V in the GPU arena: the same offsets there, copied on the device */
-	if (c->gpu_kv && !(kv_base = snapkvd_gpu_arena_base(s))) {
-		snapkvd_session_complete(s, o, -EIO, "the session's GPU arena is gone", NULL);
-		return;
-	}
-	j = calloc(1, sizeof(*j));
+	return (struct snapkvd_request_env){
+	    .cfg = &srv->cfg,
+	    .buffers = s->buffers,
+	    .arena_bytes = s->arena ? s->arena->size : 0,
+	    .has_garena = s->garena != NULL,
+	    .runner = srv->runner,
+	    .threads = snapkvd_compactor_threads(srv->compactor),
+	    .ops = &srv->policy,
+	};
+}
+
+/* The GROW job of cache c: everything the copy needs, so the worker never
+ * touches the cache object. 0 or -ENOMEM. */
+static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		    struct snapkvd_cache *c, uint32_t slots, const struct snapkvd_cache_geom *geom,
+		    uint8_t *kv_base, struct snapkvd_job **ret)
+{
+	struct snapkvd_job *j = snapkvd_job_new(SNAPKVD_JOB_GROW, s, o);
+
 	if (j) {
 		j->g.old_k = malloc(c->layers * sizeof(uint64_t));
 		j->g.old_v = malloc(c->layers * sizeof(uint64_t));
@@ -788,35 +918,10 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	}
 	if (!j || !j->g.old_k || !j->g.old_v || !j->g.old_pos) {
 		snapkvd_job_free(j);
-		snapkvd_session_complete(s, o, -ENOMEM, "out of memory", NULL);
-		return;
+		return -ENOMEM;
 	}
-	r = snapkvd_pool_reserve(&s->srv->pool, s->tenant, region, &j->resv);
-	if (r < 0) {
-		char why[256];
-
-		snapkvd_pool_explain(&s->srv->pool, s->tenant, region, r, why, sizeof(why));
-		snapkvd_job_free(j);
-		snapkvd_session_complete(s, o, r, why, NULL);
-		return;
-	}
-	r = snapkvd_arena_alloc(s->arena, region, &off);
-	if (r < 0) {
-		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
-		snapkvd_job_free(j);
-		snapkvd_session_complete(s, o, r, "session arena full", NULL);
-		return;
-	}
-	/* The copy can be large (GBs): the worker does it, the loop moves on. */
-	j->s = s;
-	j->origin = *o;
-	j->t_start = snapkvd_now_ns();
-	j->grow = true;
 	j->target = c;
-	j->g.off = off;
-	j->g.region = region;
-	j->g.kv_bytes = kv_bytes;
-	j->g.pos_bytes = pos_bytes;
+	j->g.geom = *geom;
 	j->g.gpu = c->gpu_kv;
 	j->g.kv_base = kv_base;
 	j->g.slots = slots;
@@ -825,10 +930,56 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	j->g.layers = c->layers;
 	j->g.h_store = c->h_store;
 	j->g.row = c->head_dim * c->dtype_bytes;
-	j->g.hnd = c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND;
+	j->g.hnd = c->layout == SNAPKVD_LAYOUT_HND;
 	memcpy(j->g.old_k, c->k_off, c->layers * sizeof(uint64_t));
 	memcpy(j->g.old_v, c->v_off, c->layers * sizeof(uint64_t));
 	memcpy(j->g.old_pos, c->pos_off, c->layers * sizeof(uint64_t));
+	*ret = j;
+	return 0;
+}
+
+static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		    const Snapkv__V1__GrowRequest *g)
+{
+	struct snapkvd_cache *c = find_cache(s, g->cache_id);
+	struct snapkvd_request_env env = request_env(s);
+	struct snapkvd_cache_geom geom;
+	struct snapkvd_job *j;
+	const char *why = NULL;
+	char err[256];
+	uint8_t *kv_base = NULL;
+	uint32_t slots;
+	int r;
+
+	if (!c) {
+		complete(s, o, -ENOENT, "no such cache", NULL);
+		return;
+	}
+	if (c->busy) {
+		complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+		return;
+	}
+	r = snapkvd_request_grow(&env, c, g->extra, &slots, &geom, &why);
+	if (r < 0) {
+		complete(s, o, r, why, NULL);
+		return;
+	}
+	/* K/V in the GPU arena: the same offsets there, copied on the device */
+	if (c->gpu_kv && !(kv_base = snapkvd_runner_arena_base(s->srv->runner, s->garena))) {
+		complete(s, o, -EIO, "the session's GPU arena is gone", NULL);
+		return;
+	}
+	if (grow_job(s, o, c, slots, &geom, kv_base, &j) < 0) {
+		complete(s, o, -ENOMEM, "out of memory", NULL);
+		return;
+	}
+	r = snapkvd_admission_grow(s->srv, s, j, err, sizeof(err));
+	if (r < 0) {
+		snapkvd_job_free(j);
+		complete(s, o, r, err, NULL);
+		return;
+	}
+	/* The copy can be large (GBs): the worker does it, the loop moves on. */
 	c->busy = true;
 	s->refs++;
 	snapkvd_compactor_submit(s->srv->compactor, j);
@@ -838,38 +989,29 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 static void grow_done(struct snapkvd_job *j)
 {
 	struct snapkvd_session *s = j->s;
+	struct snapkvd_pool *pool = s->srv->pool;
 	struct snapkvd_cache *c = NULL;
 
 	if (!s->closing)
 		for (c = s->caches; c && c != j->target; c = c->next)
 			;
-	if (!c) {
-		/* the session went (and freed the cache) meanwhile */
-		snapkvd_arena_release(s->arena, j->g.off, j->g.region);
-		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
-		return;
-	}
-	if (j->status < 0) {
-		/* the copy failed (GPU arena): the cache stays as it was */
-		snapkvd_arena_release(s->arena, j->g.off, j->g.region);
-		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
-		c->busy = false;
-		snapkvd_session_complete(s, &j->origin, j->status, j->err, NULL);
+	if (!c || j->status < 0) {
+		/* the session went (and freed the cache) meanwhile, or the copy
+		 * failed (GPU arena): the cache stays as it was */
+		snapkvd_arena_release(s->arena, j->g.off, j->g.geom.region);
+		snapkvd_pool_cancel(pool, &j->resv);
+		if (c) {
+			c->busy = false;
+			complete(s, &j->origin, j->status, j->err, NULL);
+		}
 		return;
 	}
 	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
-	snapkvd_pool_free(&s->srv->pool, s->tenant, c->region_bytes);
-	snapkvd_pool_commit(&s->srv->pool, &j->resv);
-	c->region_off = j->g.off;
-	c->region_bytes = j->g.region;
-	c->slots = j->g.slots;
+	snapkvd_pool_give_back(pool, s->tenant, c->region_bytes);
+	snapkvd_pool_commit(pool, &j->resv);
+	snapkvd_cache_place(c, j->g.off, j->g.slots, &j->g.geom);
 	c->busy = false;
 	c->last_use_ns = snapkvd_now_ns();
-	if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_HND)
-		c->head_stride = (int64_t)c->slots * c->head_dim;
-	for (uint32_t l = 0; l < c->layers; l++)
-		snapkvd_region_layer(j->g.off, c->layers, l, j->g.kv_bytes, j->g.pos_bytes,
-				     j->g.gpu, &c->k_off[l], &c->v_off[l], &c->pos_off[l]);
 	complete_cache(s, &j->origin, c);
 }
 
@@ -884,8 +1026,7 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 		struct snapkvd_cache *c = *pp;
 
 		if (c->busy) {
-			snapkvd_session_complete(s, o, -EBUSY,
-						 "a GROW of this cache is in progress", NULL);
+			complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
 			return;
 		}
 		if (linger || c->evictable) {
@@ -894,16 +1035,49 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 			c->lingering = true;
 			c->last_use_ns = snapkvd_now_ns();
 			s->n_caches--;
-			snapkvd_ops_mark_dirty(&s->srv->ops);
-			snapkvd_session_complete(s, o, 0, NULL, NULL);
+			snapkvd_policy_mark_dirty(&s->srv->policy);
+			complete(s, o, 0, NULL, NULL);
 			return;
 		}
 		*pp = c->next;
 		free_cache_memory(s, c);
-		snapkvd_session_complete(s, o, 0, NULL, NULL);
+		complete(s, o, 0, NULL, NULL);
 		return;
 	}
-	snapkvd_session_complete(s, o, -ENOENT, "no such cache", NULL);
+	complete(s, o, -ENOENT, "no such cache", NULL);
+}
+
+/* COMPACT: validated, then admitted, then queued; refused at either step,
+ * it has changed nothing. */
+static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		       const Snapkv__V1__CompactRequest *req)
+{
+	struct snapkvd_request_env env = request_env(s);
+	struct snapkvd_job *j = NULL;
+	char err[256] = "";
+	int r;
+
+	if (s->srv->draining) {
+		complete(s, o, -ESHUTDOWN, "daemon is shutting down", NULL);
+		return;
+	}
+	if (s->n_caches >= s->srv->cfg.max_caches) {
+		complete(s, o, -EMFILE, "too many caches", NULL);
+		return;
+	}
+	r = snapkvd_request_compact(&env, s, o, req, &j, err, sizeof(err));
+	if (r == 0) {
+		r = snapkvd_admission_compact(s->srv, s, j, err, sizeof(err));
+		if (r < 0)
+			snapkvd_job_free(j);
+	}
+	if (r < 0) {
+		complete(s, o, r, err, NULL);
+		return;
+	}
+	s->refs++;
+	s->n_caches++; /* counts against max_caches while running */
+	snapkvd_compactor_submit(s->srv->compactor, j);
 }
 
 static void do_stats(struct snapkvd_session *s, const struct snapkvd_origin *o)
@@ -917,58 +1091,37 @@ static void do_stats(struct snapkvd_session *s, const struct snapkvd_origin *o)
 	st.arena_bytes = s->arena ? s->arena->size : 0;
 	st.requests = s->requests;
 	st.errors = s->errors;
-	st.pool_total = s->srv->pool.total;
-	st.pool_used = snapkvd_pool_used(&s->srv->pool);
+	st.pool_total = snapkvd_pool_total(s->srv->pool);
+	st.pool_used = snapkvd_pool_used(s->srv->pool);
 	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_STATS;
 	resp.stats = &st;
-	snapkvd_session_complete(s, o, 0, NULL, &resp);
+	complete(s, o, 0, NULL, &resp);
 }
 
-void snapkvd_session_request(struct snapkvd_session *s, const struct snapkvd_origin *o0,
-			     const uint8_t *buf, size_t len)
+static void on_request(struct snapkvd_session *s, const struct snapkvd_origin *o0,
+		       const uint8_t *buf, size_t len)
 {
 	Snapkv__V1__Request *req = snapkv__v1__request__unpack(NULL, len, buf);
 	struct snapkvd_origin o = *o0;
-	struct snapkvd_job *j;
-	char err[256] = "";
-	int r;
 
 	s->srv->requests++;
 	if (!req) {
-		snapkvd_session_complete(s, &o, -EBADMSG, "malformed Request", NULL);
+		complete(s, &o, -EBADMSG, "malformed Request", NULL);
 		return;
 	}
 	if (!o.ring)
 		o.user_data = req->user_data;
 	if (s->admin && req->op_case != SNAPKV__V1__REQUEST__OP_NOP &&
 	    req->op_case != SNAPKV__V1__REQUEST__OP_STATS) {
-		snapkvd_session_complete(s, &o, -EPERM, "admin sessions have no arena", NULL);
+		complete(s, &o, -EPERM, "admin sessions have no arena", NULL);
 		goto out;
 	}
 	switch (req->op_case) {
 	case SNAPKV__V1__REQUEST__OP_NOP:
-		snapkvd_session_complete(s, &o, 0, NULL, NULL);
+		complete(s, &o, 0, NULL, NULL);
 		break;
 	case SNAPKV__V1__REQUEST__OP_COMPACT:
-		if (s->srv->draining) {
-			snapkvd_session_complete(s, &o, -ESHUTDOWN, "daemon is shutting down",
-						 NULL);
-			break;
-		}
-		if (s->n_caches >= s->srv->cfg.max_caches) {
-			snapkvd_session_complete(s, &o, -EMFILE, "too many caches", NULL);
-			break;
-		}
-		r = snapkvd_job_prepare(s, &o, req->compact, &j, err, sizeof(err));
-		if (r < 0) {
-			snapkvd_session_complete(s, &o, r, err, NULL);
-			break;
-		}
-		req->compact = NULL; /* the job owns it now */
-		req->op_case = SNAPKV__V1__REQUEST__OP__NOT_SET;
-		s->refs++;
-		s->n_caches++; /* counts against max_caches while running */
-		snapkvd_compactor_submit(s->srv->compactor, j);
+		do_compact(s, &o, req->compact);
 		break;
 	case SNAPKV__V1__REQUEST__OP_APPEND:
 		do_append(s, &o, req->append);
@@ -983,50 +1136,52 @@ void snapkvd_session_request(struct snapkvd_session *s, const struct snapkvd_ori
 		do_stats(s, &o);
 		break;
 	default:
-		snapkvd_session_complete(s, &o, -EOPNOTSUPP, "unknown request", NULL);
+		complete(s, &o, -EOPNOTSUPP, "unknown request", NULL);
 		break;
 	}
 out:
 	snapkv__v1__request__free_unpacked(req, NULL);
 }
 
+/* A COMPACT job succeeded: its cache becomes the session's. */
+static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
+{
+	struct snapkvd_pool *pool = s->srv->pool;
+	struct snapkvd_cache *c = j->cache;
+	uint64_t now = snapkvd_now_ns();
+
+	j->cache = NULL;
+	c->last_use_ns = now;
+	snapkvd_policy_observe_compaction(&s->srv->policy, (double)(now - j->t_start) / 1e9,
+					  c->mass, (size_t)c->layers * c->h_store);
+	snapkvd_pool_tenant_compaction(pool, s->tenant);
+	snapkvd_pool_commit(pool, &j->resv);
+	snapkvd_pool_cache_count(pool, s->tenant, 1);
+	c->next = s->caches;
+	s->caches = c;
+	s->n_caches++;
+	complete_cache(s, &j->origin, c);
+}
+
 void snapkvd_session_job_done(struct snapkvd_job *j)
 {
 	struct snapkvd_session *s = j->s;
 
-	if (j->grow) {
+	if (j->kind == SNAPKVD_JOB_GROW) {
 		grow_done(j);
-		snapkvd_job_free(j);
-		snapkvd_session_unref(s);
-		return;
-	}
-	s->n_caches--;
-	s->srv->compactions++;
-	if (s->closing) {
-		/* the engine is gone: give back what the job held */
-		snapkvd_arena_release(s->arena, j->cache->region_off, j->cache->region_bytes);
-		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
-	} else if (j->status < 0) {
-		snapkvd_arena_release(s->arena, j->cache->region_off, j->cache->region_bytes);
-		snapkvd_pool_cancel(&s->srv->pool, &j->resv);
-		snapkvd_session_complete(s, &j->origin, j->status, j->err, NULL);
 	} else {
-		struct snapkvd_cache *c = j->cache;
-		uint64_t now = snapkvd_now_ns();
-
-		j->cache = NULL;
-		c->last_use_ns = now;
-		snapkvd_ops_observe_compaction(&s->srv->ops, (double)(now - j->t_start) / 1e9,
-					       c->mass, (size_t)c->layers * c->h_store);
-		pthread_mutex_lock(&s->srv->pool.mu);
-		s->tenant->compactions++;
-		pthread_mutex_unlock(&s->srv->pool.mu);
-		snapkvd_pool_commit(&s->srv->pool, &j->resv);
-		snapkvd_pool_cache_count(&s->srv->pool, s->tenant, 1);
-		c->next = s->caches;
-		s->caches = c;
-		s->n_caches++;
-		complete_cache(s, &j->origin, c);
+		s->n_caches--;
+		s->srv->compactions++;
+		if (s->closing || j->status < 0) {
+			/* failed, or the engine is gone: give back what the job held */
+			snapkvd_arena_release(s->arena, j->cache->region_off,
+					      j->cache->region_bytes);
+			snapkvd_pool_cancel(s->srv->pool, &j->resv);
+			if (!s->closing)
+				complete(s, &j->origin, j->status, j->err, NULL);
+		} else {
+			compact_done(s, j);
+		}
 	}
 	snapkvd_job_free(j);
 	snapkvd_session_unref(s);
@@ -1034,8 +1189,8 @@ void snapkvd_session_job_done(struct snapkvd_job *j)
 
 /* -------------------------------------------------------------- completions */
 
-void snapkvd_session_complete(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
-			      const char *err, Snapkv__V1__Response *resp)
+static void complete(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
+		     const char *err, Snapkv__V1__Response *resp)
 {
 	Snapkv__V1__Response local = SNAPKV__V1__RESPONSE__INIT;
 	int r;
@@ -1048,7 +1203,7 @@ void snapkvd_session_complete(struct snapkvd_session *s, const struct snapkvd_or
 	if (status < 0) {
 		s->errors++;
 		s->srv->errors++;
-		snapkvd_ops_count_error(&s->srv->ops, status);
+		snapkvd_policy_count_error(&s->srv->policy, status);
 		log_debug("session %llu: request failed: %s: %s", (unsigned long long)s->id,
 			  strerror(-status), err ? err : "");
 	}
@@ -1131,16 +1286,16 @@ int snapkvd_session_poll_ring(struct snapkvd_session *s, unsigned budget)
 		switch (sqe.opcode) {
 		case SKV_OP_NOP:
 			s->srv->requests++;
-			snapkvd_session_complete(s, &o, 0, NULL, NULL);
+			complete(s, &o, 0, NULL, NULL);
 			break;
 		case SKV_OP_REQUEST:
 			if (sqe.slot >= s->layout.arg_slots || sqe.len > s->layout.arg_slot_size) {
-				snapkvd_session_complete(s, &o, -EINVAL, "bad argument slot", NULL);
+				complete(s, &o, -EINVAL, "bad argument slot", NULL);
 				break;
 			}
 			o.has_slot = true;
 			if (!s->scratch && !(s->scratch = malloc(s->layout.arg_slot_size))) {
-				snapkvd_session_complete(s, &o, -ENOMEM, "out of memory", NULL);
+				complete(s, &o, -ENOMEM, "out of memory", NULL);
 				break;
 			}
 			/* copy first: the engine may rewrite the slot while we parse */
@@ -1148,14 +1303,43 @@ int snapkvd_session_poll_ring(struct snapkvd_session *s, unsigned budget)
 			       s->ring_map + s->layout.arg_off +
 				   (size_t)sqe.slot * s->layout.arg_slot_size,
 			       sqe.len);
-			snapkvd_session_request(s, &o, s->scratch, sqe.len);
+			on_request(s, &o, s->scratch, sqe.len);
 			break;
 		default:
-			snapkvd_session_complete(s, &o, -EOPNOTSUPP, "unknown opcode", NULL);
+			complete(s, &o, -EOPNOTSUPP, "unknown opcode", NULL);
 			break;
 		}
 		if (s->closing)
 			break;
 	}
 	return done;
+}
+
+bool snapkvd_session_prepare_sleep(struct snapkvd_session *s)
+{
+	int ready, space;
+
+	if (s->closing || !s->ring_map)
+		return false;
+	/* W1, extended: a session whose CQ is full (it stopped reading
+	 * completions) has SQEs we may not take yet; they must not keep us
+	 * spinning. libsnapkv rings the doorbell after reaping CQEs when it
+	 * sees the flag and an SQ we have not drained. */
+	atomic_fetch_or_explicit(&s->sq.ctl->flags, SKV_RING_NEED_WAKEUP, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	ready = skv_ring_ready(&s->sq);
+	space = skv_ring_space(&s->cq);
+	if (ready < 0 || space < 0) {
+		snapkvd_session_close(s, -EBADMSG);
+	} else if (ready > 0 && (unsigned)space > s->inflight) {
+		skv_ring_clear_wakeup(&s->sq);
+		return true;
+	}
+	return false;
+}
+
+void snapkvd_session_wake(struct snapkvd_session *s)
+{
+	if (!s->closing && s->ring_map)
+		skv_ring_clear_wakeup(&s->sq);
 }

@@ -114,14 +114,14 @@ static void test_pool(void)
 	snapkvd_pool_cancel(&p, &r2); /* twice is harmless */
 	CU_ASSERT_EQUAL(snapkvd_pool_used(&p), 500);
 	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, UINT64_MAX, &r3), -ENOSPC);
-	snapkvd_pool_free(&p, a, 500);
+	snapkvd_pool_give_back(&p, a, 500);
 	CU_ASSERT_EQUAL(snapkvd_pool_used(&p), 0);
 	/* a lower limit while in use: allowed, new work refused until it drains */
 	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, 400, &r3), 0);
 	snapkvd_pool_commit(&p, &r3);
 	snapkvd_pool_set_limits(&p, 100, 0);
 	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 1, &r1), -ENOSPC);
-	snapkvd_pool_free(&p, b, 400);
+	snapkvd_pool_give_back(&p, b, 400);
 	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 100, &r1), 0);
 	snapkvd_pool_cancel(&p, &r1);
 	snapkvd_pool_tenant_put(&p, a);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/snapkvd-pool.h"
+#include "daemon/snapkvd-pool.c"
 
 static void usage(struct snapkvd_pool *p, uint64_t *used, uint64_t *reserved)
 {
@@ -51,11 +51,11 @@ static void test_quota_and_message(void)
 	CU_ASSERT_EQUAL(resv, 0);
 	/* The per-tenant quota wins over the pool-wide one. */
 	snapkvd_pool_set_limits(&p, 1000, 50);
-	snapkvd_pool_free(&p, a, 500);
+	snapkvd_pool_give_back(&p, a, 500);
 	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 60, &r1), 0);
 	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, 1, &r2), -EDQUOT);
 	snapkvd_pool_cancel(&p, &r1);
-	snapkvd_pool_free(&p, b, 400);
+	snapkvd_pool_give_back(&p, b, 400);
 	snapkvd_pool_tenant_put(&p, a);
 	snapkvd_pool_tenant_put(&p, b);
 	snapkvd_pool_destroy(&p);
@@ -172,7 +172,7 @@ static void run_race(uint64_t total, uint64_t quota, int shared)
 	if (!quota)
 		CU_ASSERT(total - used < 97);
 	for (int i = 0; i < n_t; i++) {
-		snapkvd_pool_free(&r.pool, r.t[i], r.t[i]->used);
+		snapkvd_pool_give_back(&r.pool, r.t[i], r.t[i]->used);
 		snapkvd_pool_tenant_put(&r.pool, r.t[i]);
 	}
 	snapkvd_pool_destroy(&r.pool);

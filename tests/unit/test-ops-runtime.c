@@ -17,12 +17,12 @@
 #define P_PIDFD 3
 #endif
 
-#include "daemon/snapkvd-ops.h"
+#include "daemon/snapkvd-policy.h"
 
 static char tmpdir[200];
 
 struct fake {
-	struct snapkvd_ops *ops;
+	struct snapkvd_policy *ops;
 	char trace[1024];
 	char logs[8192];
 	struct snapkvd_hook *watched[16];
@@ -65,7 +65,7 @@ static uint64_t cb_evict(void *o, uint64_t need, uint64_t *ret_caches)
 	F.evict_frees = 0; /* one cache only */
 	*ret_caches = freed ? 1 : 0;
 	if (freed) /* the daemon reports the pool change from inside */
-		snapkvd_ops_pool_changed(F.ops, F.used, F.total);
+		snapkvd_policy_pool_changed(F.ops, F.used, F.total);
 	return freed;
 }
 
@@ -105,7 +105,7 @@ static uint64_t fake_clock(void *o)
 	return F.fake_now;
 }
 
-static const struct snapkvd_ops_cb CB = {
+static const struct snapkvd_policy_cb CB = {
     .notify = cb_notify,
     .evict = cb_evict,
     .ledger_json = cb_ledger,
@@ -127,7 +127,7 @@ static void write_hook(const char *name, const char *body, mode_t mode)
 	chmod(path, mode);
 }
 
-static void setup(struct snapkvd_ops *ops, struct snapkvd_ops_config *c, const char *order)
+static void setup(struct snapkvd_policy *ops, struct snapkvd_policy_config *c, const char *order)
 {
 	char cmd[600];
 	char err[128];
@@ -137,45 +137,45 @@ static void setup(struct snapkvd_ops *ops, struct snapkvd_ops_config *c, const c
 	F.total = 1000;
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s/hooks' && mkdir '%s/hooks'", tmpdir, tmpdir);
 	CU_ASSERT_EQUAL(system(cmd), 0);
-	snapkvd_ops_config_init(c);
+	snapkvd_policy_config_init(c);
 	snprintf(c->hook_dir, sizeof(c->hook_dir), "%s/hooks", tmpdir);
 	snprintf(c->hook_ledger_json, sizeof(c->hook_ledger_json), "%s/ledger.json", tmpdir);
 	c->hooks.timeout_ms = 20000;
 	if (order)
 		CU_ASSERT_EQUAL(
-		    snapkvd_ops_config_set(c, "pressure_actions", order, err, sizeof(err)), 0);
+		    snapkvd_policy_config_set(c, "pressure_actions", order, err, sizeof(err)), 0);
 }
 
-static void wait_all(struct snapkvd_ops *ops)
+static void wait_all(struct snapkvd_policy *ops)
 {
 	for (int i = 0; i < F.n_watched; i++) {
 		CU_ASSERT_EQUAL(snapkvd_hook_wait(F.watched[i], NULL), 0);
-		CU_ASSERT_EQUAL(snapkvd_ops_hook_exited(ops, F.watched[i]), 0);
+		CU_ASSERT_EQUAL(snapkvd_policy_hook_exited(ops, F.watched[i]), 0);
 	}
 	F.n_watched = 0;
 }
 
 static void test_order_and_reentrant_eviction(void)
 {
-	struct snapkvd_ops ops;
-	struct snapkvd_ops_config c;
+	struct snapkvd_policy ops;
+	struct snapkvd_policy_config c;
 
 	setup(&ops, &c, "evict,notify,hooks,scale,refuse");
 	write_hook("10-level",
 		   "#!/bin/sh\necho \"$SNAPKV_PREV_LEVEL->$SNAPKV_LEVEL "
 		   "$(cat \"$SNAPKV_LEDGER_JSON\")\"\n",
 		   0755);
-	CU_ASSERT_EQUAL_FATAL(snapkvd_ops_init(&ops, &c, &CB, fake_clock, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_policy_init(&ops, &c, &CB, fake_clock, NULL), 0);
 
 	F.used = 700;
-	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, F.used, F.total), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, F.used, F.total), 0);
 	CU_ASSERT_STRING_EQUAL(F.trace, "");
 
 	/* Up to critical; eviction frees 300 bytes from inside, which takes
 	 * the pool to 660: the loop re-evaluates and falls back to normal. */
 	F.used = 960;
 	F.evict_frees = 300;
-	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, F.used, F.total), 1);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, F.used, F.total), 1);
 	CU_ASSERT_STRING_EQUAL(F.trace,
 			       "evict:211 notify:critical:512 hook notify:normal:2048 hook ");
 	CU_ASSERT_EQUAL(snapkvd_pressure_level(ops.pressure), SNAPKVD_PRESSURE_NORMAL);
@@ -193,31 +193,31 @@ static void test_order_and_reentrant_eviction(void)
 	/* High with nothing to evict: evict asked, then the rest in order. */
 	F.trace[0] = '\0';
 	F.used = 850;
-	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, F.used, F.total), 1);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, F.used, F.total), 1);
 	CU_ASSERT_STRING_EQUAL(F.trace, "evict:101 notify:high:1024 hook ");
 	wait_all(&ops);
 	/* Still high: every later pool change keeps evicting what lingers. */
 	F.trace[0] = '\0';
-	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, 860, F.total), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 860, F.total), 0);
 	CU_ASSERT_STRING_EQUAL(F.trace, "evict:111 ");
 	/* Nothing moved: the loop may call every round, nothing is scanned. */
 	F.trace[0] = '\0';
 	for (int i = 0; i < 5; i++)
-		CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, 860, F.total), 0);
+		CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 860, F.total), 0);
 	CU_ASSERT_STRING_EQUAL(F.trace, "");
 	/* A cache starts lingering: looked at again. */
-	snapkvd_ops_mark_dirty(&ops);
-	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, 860, F.total), 0);
+	snapkvd_policy_mark_dirty(&ops);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 860, F.total), 0);
 	CU_ASSERT_STRING_EQUAL(F.trace, "evict:111 ");
-	snapkvd_ops_fini(&ops);
+	snapkvd_policy_fini(&ops);
 }
 
 static void test_hook_failures_and_timeout(void)
 {
-	struct snapkvd_ops ops;
-	struct snapkvd_ops_config c;
+	struct snapkvd_policy ops;
+	struct snapkvd_policy_config c;
 	struct snapkvd_stats st = {0};
-	struct snapkvd_ops_snapshot snap;
+	struct snapkvd_policy_snapshot snap;
 	siginfo_t si;
 
 	setup(&ops, &c, "hooks");
@@ -225,8 +225,8 @@ static void test_hook_failures_and_timeout(void)
 	write_hook("10-fail", "#!/bin/sh\necho bad >&2\nexit 7\n", 0755);
 	write_hook("20-hang", "#!/bin/sh\nexec sleep 300\n", 0755);
 	write_hook("30-off", "#!/bin/sh\necho never\n", 0644);
-	CU_ASSERT_EQUAL_FATAL(snapkvd_ops_init(&ops, &c, &CB, fake_clock, NULL), 0);
-	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, 800, 1000), 1);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_policy_init(&ops, &c, &CB, fake_clock, NULL), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 800, 1000), 1);
 	CU_ASSERT_EQUAL_FATAL(F.n_watched, 2);
 	/* The failing one exits by itself; its pidfd event is not processed
 	 * yet when the timer fires: that is no timeout. */
@@ -241,7 +241,7 @@ static void test_hook_failures_and_timeout(void)
 
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-		snapkvd_ops_tick(&ops, now + 1000000000ull);
+		snapkvd_policy_tick(&ops, now + 1000000000ull);
 	}
 	wait_all(&ops);
 	CU_ASSERT_EQUAL(ops.hooks_started, 2);
@@ -258,25 +258,25 @@ static void test_hook_failures_and_timeout(void)
 
 	/* A hook the loop cannot watch is killed at once and counted. */
 	F.refuse_watch = 1;
-	CU_ASSERT_EQUAL(snapkvd_ops_pool_changed(&ops, 10, 1000), 1);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 10, 1000), 1);
 	CU_ASSERT_EQUAL(ops.n_hooks, 0);
 	CU_ASSERT_EQUAL(ops.hooks_failed, 4);
 
-	snapkvd_ops_fill_stats(&ops, &st, &snap);
+	snapkvd_policy_fill_stats(&ops, &st, &snap);
 	CU_ASSERT_EQUAL(st.pressure_level, 0);
 	CU_ASSERT_EQUAL(st.pressure_transitions_total, 2);
 	CU_ASSERT_EQUAL(st.hooks_started_total, 2);
 	CU_ASSERT_EQUAL(st.hooks_failed_total, 4);
 	CU_ASSERT_EQUAL(st.hooks_timed_out_total, 1);
-	snapkvd_ops_fini(&ops);
+	snapkvd_policy_fini(&ops);
 }
 
 static void test_admission_scaling_stats(void)
 {
-	struct snapkvd_ops ops;
-	struct snapkvd_ops_config c;
+	struct snapkvd_policy ops;
+	struct snapkvd_policy_config c;
 	struct snapkvd_stats st = {0};
-	struct snapkvd_ops_snapshot snap;
+	struct snapkvd_policy_snapshot snap;
 	const float mass[] = {0.5f, 0.97f, 0.97f, NAN};
 	char err[128], msg[256];
 	int scaled;
@@ -284,28 +284,28 @@ static void test_admission_scaling_stats(void)
 	setup(&ops, &c, NULL);
 	c.hook_dir[0] = '\0'; /* no hooks */
 	CU_ASSERT_EQUAL(
-	    snapkvd_ops_config_set(&c, "pressure_guaranteed_share", "10%", err, sizeof(err)), 0);
+	    snapkvd_policy_config_set(&c, "pressure_guaranteed_share", "10%", err, sizeof(err)), 0);
 	CU_ASSERT_EQUAL(
-	    snapkvd_ops_config_set(&c, "tenant_quota", "1001:500:30%", err, sizeof(err)), 0);
-	CU_ASSERT_EQUAL_FATAL(snapkvd_ops_init(&ops, &c, &CB, fake_clock, NULL), 0);
-	CU_ASSERT_EQUAL(snapkvd_ops_tenant_quota(&ops, 1001), 500);
-	CU_ASSERT_EQUAL(snapkvd_ops_tenant_quota(&ops, 1000), 0);
-	CU_ASSERT_EQUAL(snapkvd_ops_scale_capacity(&ops, 2048, 32, &scaled), 2048);
+	    snapkvd_policy_config_set(&c, "tenant_quota", "1001:500:30%", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_policy_init(&ops, &c, &CB, fake_clock, NULL), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_tenant_quota(&ops, 1001), 500);
+	CU_ASSERT_EQUAL(snapkvd_policy_tenant_quota(&ops, 1000), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_scale_capacity(&ops, 2048, 32, &scaled), 2048);
 	CU_ASSERT_EQUAL(scaled, 0);
-	snapkvd_ops_pool_changed(&ops, 990, 1000);
-	CU_ASSERT_EQUAL(snapkvd_ops_scale_capacity(&ops, 2048, 32, &scaled), 512);
+	snapkvd_policy_pool_changed(&ops, 990, 1000);
+	CU_ASSERT_EQUAL(snapkvd_policy_scale_capacity(&ops, 2048, 32, &scaled), 512);
 	CU_ASSERT_EQUAL(scaled, 1);
 	/* Default share 10% = 100 bytes; uid 1001 has 30% = 300. */
-	CU_ASSERT_EQUAL(snapkvd_ops_admit(&ops, 1000, 50, 50, msg, sizeof(msg)), 0);
-	CU_ASSERT_EQUAL(snapkvd_ops_admit(&ops, 1000, 50, 51, msg, sizeof(msg)), -ENOSPC);
-	CU_ASSERT_EQUAL(snapkvd_ops_admit(&ops, 1001, 250, 50, msg, sizeof(msg)), 0);
-	CU_ASSERT_EQUAL(snapkvd_ops_admit(&ops, 1001, 250, 51, msg, sizeof(msg)), -ENOSPC);
-	snapkvd_ops_observe_compaction(&ops, 0.004, mass, 4);
-	snapkvd_ops_count_error(&ops, -EINVAL);
-	snapkvd_ops_count_error(&ops, -EINVAL);
-	snapkvd_ops_count_error(&ops, EDQUOT);
-	snapkvd_ops_count_error(&ops, -100000); /* out of range: ignored */
-	snapkvd_ops_fill_stats(&ops, &st, &snap);
+	CU_ASSERT_EQUAL(snapkvd_policy_admit(&ops, 1000, 50, 50, msg, sizeof(msg)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_admit(&ops, 1000, 50, 51, msg, sizeof(msg)), -ENOSPC);
+	CU_ASSERT_EQUAL(snapkvd_policy_admit(&ops, 1001, 250, 50, msg, sizeof(msg)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_admit(&ops, 1001, 250, 51, msg, sizeof(msg)), -ENOSPC);
+	snapkvd_policy_observe_compaction(&ops, 0.004, mass, 4);
+	snapkvd_policy_count_error(&ops, -EINVAL);
+	snapkvd_policy_count_error(&ops, -EINVAL);
+	snapkvd_policy_count_error(&ops, EDQUOT);
+	snapkvd_policy_count_error(&ops, -100000); /* out of range: ignored */
+	snapkvd_policy_fill_stats(&ops, &st, &snap);
 	CU_ASSERT_EQUAL_FATAL(st.n_errors, 2);
 	CU_ASSERT_STRING_EQUAL(st.errors[0].code, "EINVAL");
 	CU_ASSERT_EQUAL(st.errors[0].count, 2);
@@ -317,13 +317,13 @@ static void test_admission_scaling_stats(void)
 	CU_ASSERT_EQUAL(snap.seconds.count, 1);
 	CU_ASSERT_EQUAL(snap.mass.count, 3); /* NaN ignored */
 	CU_ASSERT_PTR_EQUAL(st.retained_mass, &snap.mass);
-	snapkvd_ops_fini(&ops);
+	snapkvd_policy_fini(&ops);
 }
 
 static void test_textfile_tick(void)
 {
-	struct snapkvd_ops ops;
-	struct snapkvd_ops_config c;
+	struct snapkvd_policy ops;
+	struct snapkvd_policy_config c;
 	char path[300], buf[128] = "";
 	FILE *f;
 
@@ -331,8 +331,8 @@ static void test_textfile_tick(void)
 	snprintf(path, sizeof(path), "%s/snapkvd.prom", tmpdir);
 	snprintf(c.metrics_textfile, sizeof(c.metrics_textfile), "%s", path);
 	c.metrics_interval_s = 10;
-	CU_ASSERT_EQUAL_FATAL(snapkvd_ops_init(&ops, &c, &CB, fake_clock, NULL), 0);
-	snapkvd_ops_tick(&ops, 5000000000ull);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_policy_init(&ops, &c, &CB, fake_clock, NULL), 0);
+	snapkvd_policy_tick(&ops, 5000000000ull);
 	f = fopen(path, "r");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
 	CU_ASSERT(fread(buf, 1, sizeof(buf) - 1, f) > 0);
@@ -340,12 +340,12 @@ static void test_textfile_tick(void)
 	CU_ASSERT_STRING_EQUAL(buf, "# HELP x y\n# TYPE x gauge\nx 1\n");
 	/* Not due again before the interval. */
 	unlink(path);
-	snapkvd_ops_tick(&ops, 14000000000ull);
+	snapkvd_policy_tick(&ops, 14000000000ull);
 	CU_ASSERT_EQUAL(access(path, F_OK), -1);
-	snapkvd_ops_tick(&ops, 15000000000ull);
+	snapkvd_policy_tick(&ops, 15000000000ull);
 	CU_ASSERT_EQUAL(access(path, F_OK), 0);
 	unlink(path);
-	snapkvd_ops_fini(&ops);
+	snapkvd_policy_fini(&ops);
 }
 
 int main(void)

@@ -1,25 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * snapkvd-ops.h - the daemon's operations runtime: it owns the pressure
+ * snapkvd-policy.h - the pressure policy runner: it owns the pressure
  * state machine, the running hooks, the compaction histograms and the
  * operations counters, and runs the policy actions of a level change in
  * their configured order through callbacks into the daemon.
  *
  * The daemon calls, from its loop thread:
- *   snapkvd_ops_pool_changed()  after every pool change (reserve, commit,
+ *   snapkvd_policy_pool_changed() after every pool change (reserve, commit,
  *                               cancel, free, resize);
- *   snapkvd_ops_admit() and snapkvd_ops_scale_capacity() for each new
+ *   snapkvd_policy_admit() and snapkvd_policy_scale_capacity() for each new
  *                               compaction;
- *   snapkvd_ops_hook_exited()   when a hook's pidfd polls readable;
- *   snapkvd_ops_tick()          from its housekeeping timer (hook output,
+ *   snapkvd_policy_hook_exited()   when a hook's pidfd polls readable;
+ *   snapkvd_policy_tick()          from its housekeeping timer (hook output,
  *                               hook timeouts, metrics textfile);
- * and from any thread snapkvd_ops_observe_compaction().
+ * and from any thread snapkvd_policy_observe_compaction().
  * Everything daemon-specific (posting events to rings, freeing caches,
  * building the ledger JSON and the metrics) is a callback, so the ordering
  * and bookkeeping are unit-tested without a daemon.
  */
-#ifndef SNAPKVD_OPS_H
-#define SNAPKVD_OPS_H
+#ifndef SNAPKVD_POLICY_H
+#define SNAPKVD_POLICY_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -27,24 +27,24 @@
 
 #include "snapkvd-hooks.h"
 #include "snapkvd-metrics.h"
-#include "snapkvd-ops-config.h"
+#include "snapkvd-config.h"
 #include "snapkvd-pressure.h"
 
-enum snapkvd_ops_log {
-	SNAPKVD_OPS_LOG_ERR = 3,
-	SNAPKVD_OPS_LOG_WARNING = 4,
-	SNAPKVD_OPS_LOG_NOTICE = 5,
-	SNAPKVD_OPS_LOG_INFO = 6,
-	SNAPKVD_OPS_LOG_DEBUG = 7,
+enum snapkvd_policy_log {
+	SNAPKVD_POLICY_LOG_ERR = 3,
+	SNAPKVD_POLICY_LOG_WARNING = 4,
+	SNAPKVD_POLICY_LOG_NOTICE = 5,
+	SNAPKVD_POLICY_LOG_INFO = 6,
+	SNAPKVD_POLICY_LOG_DEBUG = 7,
 };
 
-struct snapkvd_ops_cb {
+struct snapkvd_policy_cb {
 	void *opaque;
 	/* NOTIFY: post a PRESSURE event (level, suggested C) to every engine. */
 	void (*notify)(void *opaque, const struct snapkvd_pressure_change *ch);
 	/* EVICT: free caches released with linger, LRU first, until at least
 	 * `need` bytes are freed or none is left. Returns the bytes freed and
-	 * the count in *ret_caches. May call snapkvd_ops_pool_changed(). */
+	 * the count in *ret_caches. May call snapkvd_policy_pool_changed(). */
 	uint64_t (*evict)(void *opaque, uint64_t need, uint64_t *ret_caches);
 	/* HOOKS: the ledger as JSON (malloc'd, NUL-terminated) or NULL. */
 	char *(*ledger_json)(void *opaque);
@@ -56,17 +56,17 @@ struct snapkvd_ops_cb {
 	void (*log)(void *opaque, int level, const char *msg);
 };
 
-#define SNAPKVD_OPS_MAX_ERRNO 160
+#define SNAPKVD_POLICY_MAX_ERRNO 160
 
-/* Storage the stats of snapkvd_ops_fill_stats() point into. */
-struct snapkvd_ops_snapshot {
+/* Storage the stats of snapkvd_policy_fill_stats() point into. */
+struct snapkvd_policy_snapshot {
 	struct snapkvd_histogram seconds, mass;
-	struct snapkvd_stats_error errors[SNAPKVD_OPS_MAX_ERRNO];
+	struct snapkvd_stats_error errors[SNAPKVD_POLICY_MAX_ERRNO];
 };
 
-struct snapkvd_ops {
-	struct snapkvd_ops_config cfg;
-	struct snapkvd_ops_cb cb;
+struct snapkvd_policy {
+	struct snapkvd_policy_config cfg;
+	struct snapkvd_policy_cb cb;
 	struct snapkvd_pressure *pressure;
 	uint64_t used, total; /* last pool state seen */
 	int in_actions;	      /* re-entrancy guard: evict frees pool bytes */
@@ -80,7 +80,7 @@ struct snapkvd_ops {
 	/* counters (loop thread) */
 	uint64_t hooks_started, hooks_failed, hooks_timed_out;
 	uint64_t evictions, evicted_bytes, refusals, scaled;
-	uint64_t errors_by_errno[SNAPKVD_OPS_MAX_ERRNO];
+	uint64_t errors_by_errno[SNAPKVD_POLICY_MAX_ERRNO];
 	/* histograms (any thread, under mu) */
 	pthread_mutex_t mu;
 	struct snapkvd_histogram compaction_seconds, retained_mass;
@@ -88,54 +88,63 @@ struct snapkvd_ops {
 };
 
 /* clock: for transition timestamps (NULL: CLOCK_REALTIME). 0, -EINVAL, -ENOMEM. */
-int snapkvd_ops_init(struct snapkvd_ops *ops, const struct snapkvd_ops_config *cfg,
-		     const struct snapkvd_ops_cb *cb, snapkvd_clock_fn clock, void *clock_opaque);
+int snapkvd_policy_init(struct snapkvd_policy *ops, const struct snapkvd_policy_config *cfg,
+			const struct snapkvd_policy_cb *cb, snapkvd_clock_fn clock,
+			void *clock_opaque);
 /* Kills and reaps running hooks, frees everything. Safe on a zeroed struct. */
-void snapkvd_ops_fini(struct snapkvd_ops *ops);
+void snapkvd_policy_fini(struct snapkvd_policy *ops);
 
 /* SIGHUP: new config (the level is kept, re-evaluated against the new
  * marks at once). 0 or -EINVAL with a reason in err (old config kept). */
-int snapkvd_ops_reconfigure(struct snapkvd_ops *ops, const struct snapkvd_ops_config *cfg,
-			    char *err, size_t errlen);
+int snapkvd_policy_reconfigure(struct snapkvd_policy *ops, const struct snapkvd_policy_config *cfg,
+			       char *err, size_t errlen);
 /* `snapkvctl pressure set`: replace only the pressure part. */
-int snapkvd_ops_set_pressure(struct snapkvd_ops *ops, const struct snapkvd_pressure_config *pc,
-			     char *err, size_t errlen);
+int snapkvd_policy_set_pressure(struct snapkvd_policy *ops,
+				const struct snapkvd_pressure_config *pc, char *err, size_t errlen);
 
 /* Evaluate pressure; on a change run the actions in order. Returns 1 when
  * the level changed, 0 otherwise. Cheap when nothing moved since the last
  * call (the loop may call it every round): it returns at once unless used,
- * total or snapkvd_ops_mark_dirty() say otherwise. */
-int snapkvd_ops_pool_changed(struct snapkvd_ops *ops, uint64_t used, uint64_t total);
+ * total or snapkvd_policy_mark_dirty() say otherwise. */
+int snapkvd_policy_pool_changed(struct snapkvd_policy *ops, uint64_t used, uint64_t total);
 /* Something eviction cares about changed without a pool change (a cache
- * started lingering): the next snapkvd_ops_pool_changed() looks again. */
-void snapkvd_ops_mark_dirty(struct snapkvd_ops *ops);
+ * started lingering): the next snapkvd_policy_pool_changed() looks again. */
+void snapkvd_policy_mark_dirty(struct snapkvd_policy *ops);
 
 /* Admission of a new compaction (see snapkvd_pressure_admit); the
  * tenant's guaranteed share comes from its tenant_quota line. */
-int snapkvd_ops_admit(struct snapkvd_ops *ops, uid_t uid, uint64_t tenant_used, uint64_t request,
-		      char *msg, size_t msg_len);
+int snapkvd_policy_admit(struct snapkvd_policy *ops, uid_t uid, uint64_t tenant_used,
+			 uint64_t request, char *msg, size_t msg_len);
 /* C for a new request at the current level (see snapkvd_pressure_scale_capacity). */
-uint32_t snapkvd_ops_scale_capacity(struct snapkvd_ops *ops, uint32_t capacity, uint32_t window,
-				    int *ret_scaled);
+uint32_t snapkvd_policy_scale_capacity(struct snapkvd_policy *ops, uint32_t capacity,
+				       uint32_t window, int *ret_scaled);
+/* A request's C was scaled down (counted once it is admitted). */
+void snapkvd_policy_count_scaled(struct snapkvd_policy *ops);
+/* What a new engine learns at HELLO under pressure: 1 with the level, the
+ * suggested C, the scale (per mille) and the pool bytes in use when the
+ * level is above normal and NOTIFY is an action, else 0. */
+int snapkvd_policy_greeting(const struct snapkvd_policy *ops,
+			    enum snapkvd_pressure_level *ret_level, uint32_t *ret_capacity,
+			    uint32_t *ret_permille, uint64_t *ret_used);
 /* Quota of a tenant from the config (0: none). */
-uint64_t snapkvd_ops_tenant_quota(const struct snapkvd_ops *ops, uid_t uid);
+uint64_t snapkvd_policy_tenant_quota(const struct snapkvd_policy *ops, uid_t uid);
 
 /* A hook's pidfd is readable: reap, log, forget it. 0, or -EAGAIN when it
  * had not exited after all (watch it again). */
-int snapkvd_ops_hook_exited(struct snapkvd_ops *ops, struct snapkvd_hook *h);
+int snapkvd_policy_hook_exited(struct snapkvd_policy *ops, struct snapkvd_hook *h);
 /* Housekeeping at CLOCK_MONOTONIC now_ns: drain hook output, kill hooks
  * past their timeout, rewrite the metrics textfile when due. */
-void snapkvd_ops_tick(struct snapkvd_ops *ops, uint64_t now_ns);
+void snapkvd_policy_tick(struct snapkvd_policy *ops, uint64_t now_ns);
 
 /* One finished compaction (any thread): wall seconds and the retained
  * mass of every stored head of every layer (NaN entries ignored). */
-void snapkvd_ops_observe_compaction(struct snapkvd_ops *ops, double seconds, const float *mass,
-				    size_t n_mass);
+void snapkvd_policy_observe_compaction(struct snapkvd_policy *ops, double seconds,
+				       const float *mass, size_t n_mass);
 /* A request was answered with -err (loop thread): errors by code. */
-void snapkvd_ops_count_error(struct snapkvd_ops *ops, int err);
-/* Fill the fields of st that the ops runtime owns (pressure, hooks,
+void snapkvd_policy_count_error(struct snapkvd_policy *ops, int err);
+/* Fill the fields of st that the policy owns (pressure, hooks,
  * evictions, refusals, errors by code, histograms); they point into snap. */
-void snapkvd_ops_fill_stats(struct snapkvd_ops *ops, struct snapkvd_stats *st,
-			    struct snapkvd_ops_snapshot *snap);
+void snapkvd_policy_fill_stats(struct snapkvd_policy *ops, struct snapkvd_stats *st,
+			       struct snapkvd_policy_snapshot *snap);
 
-#endif /* SNAPKVD_OPS_H */
+#endif /* SNAPKVD_POLICY_H */

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * snapkvd-ops.c - policy actions in order, hook bookkeeping, histograms,
- * textfile. See snapkvd-ops.h.
+ * snapkvd-policy.c - the pressure policy runner: actions in order, hook bookkeeping, histograms,
+ * textfile. See snapkvd-policy.h.
  */
-#include "snapkvd-ops.h"
+#include "snapkvd-policy.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static void logf_(struct snapkvd_ops *ops, int level, const char *fmt, ...)
+static void logf_(struct snapkvd_policy *ops, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void logf_(struct snapkvd_ops *ops, int level, const char *fmt, ...)
+static void logf_(struct snapkvd_policy *ops, int level, const char *fmt, ...)
 {
 	char buf[1024];
 	va_list ap;
@@ -31,7 +31,7 @@ static void logf_(struct snapkvd_ops *ops, int level, const char *fmt, ...)
 }
 
 /* Where hooks find the ledger snapshot when the config names no path. */
-static void default_ledger_path(struct snapkvd_ops_config *c)
+static void default_ledger_path(struct snapkvd_policy_config *c)
 {
 	const char *rt = getenv("RUNTIME_DIRECTORY");
 
@@ -45,13 +45,14 @@ static void default_ledger_path(struct snapkvd_ops_config *c)
 			 "/tmp/snapkvd-ledger-%d.json", (int)getpid());
 }
 
-int snapkvd_ops_init(struct snapkvd_ops *ops, const struct snapkvd_ops_config *cfg,
-		     const struct snapkvd_ops_cb *cb, snapkvd_clock_fn clock, void *clock_opaque)
+int snapkvd_policy_init(struct snapkvd_policy *ops, const struct snapkvd_policy_config *cfg,
+			const struct snapkvd_policy_cb *cb, snapkvd_clock_fn clock,
+			void *clock_opaque)
 {
 	int r;
 
 	memset(ops, 0, sizeof(*ops));
-	r = snapkvd_ops_config_check(cfg, NULL, 0);
+	r = snapkvd_policy_config_check(cfg, NULL, 0);
 	if (r < 0)
 		return r;
 	ops->cfg = *cfg;
@@ -67,7 +68,7 @@ int snapkvd_ops_init(struct snapkvd_ops *ops, const struct snapkvd_ops_config *c
 	return 0;
 }
 
-void snapkvd_ops_fini(struct snapkvd_ops *ops)
+void snapkvd_policy_fini(struct snapkvd_policy *ops)
 {
 	if (!ops->pressure)
 		return;
@@ -79,10 +80,10 @@ void snapkvd_ops_fini(struct snapkvd_ops *ops)
 	pthread_mutex_destroy(&ops->mu);
 }
 
-int snapkvd_ops_reconfigure(struct snapkvd_ops *ops, const struct snapkvd_ops_config *cfg,
-			    char *err, size_t errlen)
+int snapkvd_policy_reconfigure(struct snapkvd_policy *ops, const struct snapkvd_policy_config *cfg,
+			       char *err, size_t errlen)
 {
-	struct snapkvd_ops_config c = *cfg;
+	struct snapkvd_policy_config c = *cfg;
 	int r;
 
 	default_ledger_path(&c);
@@ -92,12 +93,12 @@ int snapkvd_ops_reconfigure(struct snapkvd_ops *ops, const struct snapkvd_ops_co
 	ops->cfg = c;
 	ops->next_textfile_ns = 0;
 	ops->dirty = 1;
-	snapkvd_ops_pool_changed(ops, ops->used, ops->total);
+	snapkvd_policy_pool_changed(ops, ops->used, ops->total);
 	return 0;
 }
 
-int snapkvd_ops_set_pressure(struct snapkvd_ops *ops, const struct snapkvd_pressure_config *pc,
-			     char *err, size_t errlen)
+int snapkvd_policy_set_pressure(struct snapkvd_policy *ops,
+				const struct snapkvd_pressure_config *pc, char *err, size_t errlen)
 {
 	int r = snapkvd_pressure_set_config(ops->pressure, pc, err, errlen);
 
@@ -105,11 +106,11 @@ int snapkvd_ops_set_pressure(struct snapkvd_ops *ops, const struct snapkvd_press
 		return r;
 	ops->cfg.pressure = *pc;
 	ops->dirty = 1;
-	snapkvd_ops_pool_changed(ops, ops->used, ops->total);
+	snapkvd_policy_pool_changed(ops, ops->used, ops->total);
 	return 0;
 }
 
-static void run_hooks(struct snapkvd_ops *ops, const struct snapkvd_pressure_change *ch)
+static void run_hooks(struct snapkvd_policy *ops, const struct snapkvd_pressure_change *ch)
 {
 	struct snapkvd_hooks_config hc = ops->cfg.hooks;
 	struct snapkvd_hook_event ev = {
@@ -132,7 +133,7 @@ static void run_hooks(struct snapkvd_ops *ops, const struct snapkvd_pressure_cha
 	 * flapping level cannot pile up processes. */
 	limit = 2 * (size_t)(hc.max_hooks ? hc.max_hooks : SNAPKVD_HOOKS_MAX_DEFAULT);
 	if (ops->n_hooks >= limit) {
-		logf_(ops, SNAPKVD_OPS_LOG_WARNING,
+		logf_(ops, SNAPKVD_POLICY_LOG_WARNING,
 		      "pressure hooks: %zu still running, not starting more for %s -> %s",
 		      ops->n_hooks, ev.prev_level, ev.level);
 		return;
@@ -141,7 +142,7 @@ static void run_hooks(struct snapkvd_ops *ops, const struct snapkvd_pressure_cha
 	if (json) {
 		r = snapkvd_atomic_write(ops->cfg.hook_ledger_json, json, strlen(json), 0640);
 		if (r < 0)
-			logf_(ops, SNAPKVD_OPS_LOG_WARNING, "pressure hooks: writing %s: %s",
+			logf_(ops, SNAPKVD_POLICY_LOG_WARNING, "pressure hooks: writing %s: %s",
 			      ops->cfg.hook_ledger_json, strerror(-r));
 		else
 			ev.ledger_json = ops->cfg.hook_ledger_json;
@@ -149,13 +150,13 @@ static void run_hooks(struct snapkvd_ops *ops, const struct snapkvd_pressure_cha
 	}
 	n = snapkvd_hooks_run(&hc, &ev, 0, &started, &failed);
 	if (n < 0) {
-		logf_(ops, SNAPKVD_OPS_LOG_WARNING, "pressure hooks: listing %s: %s", hc.dir,
+		logf_(ops, SNAPKVD_POLICY_LOG_WARNING, "pressure hooks: listing %s: %s", hc.dir,
 		      strerror(-n));
 		return;
 	}
 	ops->hooks_failed += failed;
 	if (failed)
-		logf_(ops, SNAPKVD_OPS_LOG_WARNING, "pressure hooks: %zu of %s failed to start",
+		logf_(ops, SNAPKVD_POLICY_LOG_WARNING, "pressure hooks: %zu of %s failed to start",
 		      failed, hc.dir);
 	for (int i = 0; i < n; i++) {
 		struct snapkvd_hook *h = started[i];
@@ -173,7 +174,7 @@ static void run_hooks(struct snapkvd_ops *ops, const struct snapkvd_pressure_cha
 			ops->cap_hooks = nc;
 		}
 		if (ops->cb.watch_hook && ops->cb.watch_hook(ops->cb.opaque, h) != 0) {
-			logf_(ops, SNAPKVD_OPS_LOG_WARNING,
+			logf_(ops, SNAPKVD_POLICY_LOG_WARNING,
 			      "pressure hook %s: cannot watch it, killed", snapkvd_hook_path(h));
 			snapkvd_hook_free(h);
 			ops->hooks_failed++;
@@ -181,13 +182,13 @@ static void run_hooks(struct snapkvd_ops *ops, const struct snapkvd_pressure_cha
 		}
 		ops->hooks[ops->n_hooks++] = h;
 		ops->hooks_started++;
-		logf_(ops, SNAPKVD_OPS_LOG_INFO, "pressure hook %s started (pid %d)",
+		logf_(ops, SNAPKVD_POLICY_LOG_INFO, "pressure hook %s started (pid %d)",
 		      snapkvd_hook_path(h), (int)snapkvd_hook_pid(h));
 	}
 	free(started);
 }
 
-static void do_evict(struct snapkvd_ops *ops, uint64_t need)
+static void do_evict(struct snapkvd_policy *ops, uint64_t need)
 {
 	uint64_t caches = 0, freed;
 
@@ -197,18 +198,18 @@ static void do_evict(struct snapkvd_ops *ops, uint64_t need)
 	if (caches || freed) {
 		ops->evictions += caches;
 		ops->evicted_bytes += freed;
-		logf_(ops, SNAPKVD_OPS_LOG_NOTICE,
+		logf_(ops, SNAPKVD_POLICY_LOG_NOTICE,
 		      "pressure: evicted %" PRIu64 " lingering caches, %" PRIu64
 		      " bytes (wanted %" PRIu64 ")",
 		      caches, freed, need);
 	}
 }
 
-static void run_actions(struct snapkvd_ops *ops, const struct snapkvd_pressure_change *ch)
+static void run_actions(struct snapkvd_policy *ops, const struct snapkvd_pressure_change *ch)
 {
 	const struct snapkvd_pressure_transition *t = &ch->transition;
 
-	logf_(ops, t->level > t->prev ? SNAPKVD_OPS_LOG_WARNING : SNAPKVD_OPS_LOG_NOTICE,
+	logf_(ops, t->level > t->prev ? SNAPKVD_POLICY_LOG_WARNING : SNAPKVD_POLICY_LOG_NOTICE,
 	      "pressure %s -> %s: pool %" PRIu64 " of %" PRIu64 " bytes (%.1f%%)",
 	      snapkvd_pressure_level_name(t->prev), snapkvd_pressure_level_name(t->level),
 	      t->used_bytes, t->total_bytes,
@@ -223,7 +224,7 @@ static void run_actions(struct snapkvd_ops *ops, const struct snapkvd_pressure_c
 			run_hooks(ops, ch);
 			break;
 		case SNAPKVD_ACTION_SCALE:
-			logf_(ops, SNAPKVD_OPS_LOG_INFO,
+			logf_(ops, SNAPKVD_POLICY_LOG_INFO,
 			      "pressure: new requests get C x%.3f (default %u -> %u)",
 			      ch->scale_permille / 1000.0, ops->cfg.pressure.default_capacity,
 			      ch->suggested_capacity);
@@ -234,7 +235,7 @@ static void run_actions(struct snapkvd_ops *ops, const struct snapkvd_pressure_c
 				 snapkvd_pressure_evict_need(ops->pressure, ops->used, ops->total));
 			break;
 		case SNAPKVD_ACTION_REFUSE:
-			logf_(ops, SNAPKVD_OPS_LOG_WARNING,
+			logf_(ops, SNAPKVD_POLICY_LOG_WARNING,
 			      "pressure critical: refusing new compactions beyond each tenant's "
 			      "guaranteed share (default %.1f%%)",
 			      ops->cfg.pressure.guaranteed_share * 100.0);
@@ -245,7 +246,7 @@ static void run_actions(struct snapkvd_ops *ops, const struct snapkvd_pressure_c
 	}
 }
 
-int snapkvd_ops_pool_changed(struct snapkvd_ops *ops, uint64_t used, uint64_t total)
+int snapkvd_policy_pool_changed(struct snapkvd_policy *ops, uint64_t used, uint64_t total)
 {
 	struct snapkvd_pressure_change ch;
 	int changed = 0;
@@ -278,15 +279,15 @@ int snapkvd_ops_pool_changed(struct snapkvd_ops *ops, uint64_t used, uint64_t to
 	return changed;
 }
 
-void snapkvd_ops_mark_dirty(struct snapkvd_ops *ops)
+void snapkvd_policy_mark_dirty(struct snapkvd_policy *ops)
 {
 	ops->dirty = 1;
 }
 
-int snapkvd_ops_admit(struct snapkvd_ops *ops, uid_t uid, uint64_t tenant_used, uint64_t request,
-		      char *msg, size_t msg_len)
+int snapkvd_policy_admit(struct snapkvd_policy *ops, uid_t uid, uint64_t tenant_used,
+			 uint64_t request, char *msg, size_t msg_len)
 {
-	const struct snapkvd_tenant_quota *q = snapkvd_ops_config_quota(&ops->cfg, uid);
+	const struct snapkvd_tenant_quota *q = snapkvd_policy_config_quota(&ops->cfg, uid);
 	int r = snapkvd_pressure_admit(ops->pressure, tenant_used, request, ops->total,
 				       q ? q->guaranteed_share : -1.0, msg, msg_len);
 
@@ -295,8 +296,8 @@ int snapkvd_ops_admit(struct snapkvd_ops *ops, uid_t uid, uint64_t tenant_used, 
 	return r;
 }
 
-uint32_t snapkvd_ops_scale_capacity(struct snapkvd_ops *ops, uint32_t capacity, uint32_t window,
-				    int *ret_scaled)
+uint32_t snapkvd_policy_scale_capacity(struct snapkvd_policy *ops, uint32_t capacity,
+				       uint32_t window, int *ret_scaled)
 {
 	int scaled = 0;
 	uint32_t c = snapkvd_pressure_scale_capacity(ops->pressure, capacity, window, &scaled);
@@ -308,9 +309,37 @@ uint32_t snapkvd_ops_scale_capacity(struct snapkvd_ops *ops, uint32_t capacity, 
 	return c;
 }
 
-uint64_t snapkvd_ops_tenant_quota(const struct snapkvd_ops *ops, uid_t uid)
+void snapkvd_policy_count_scaled(struct snapkvd_policy *ops)
 {
-	const struct snapkvd_tenant_quota *q = snapkvd_ops_config_quota(&ops->cfg, uid);
+	ops->scaled++;
+}
+
+int snapkvd_policy_greeting(const struct snapkvd_policy *ops,
+			    enum snapkvd_pressure_level *ret_level, uint32_t *ret_capacity,
+			    uint32_t *ret_permille, uint64_t *ret_used)
+{
+	const struct snapkvd_pressure_config *pc = snapkvd_pressure_get_config(ops->pressure);
+	enum snapkvd_pressure_level lv = snapkvd_pressure_level(ops->pressure);
+	int scale = snapkvd_pressure_action_enabled(ops->pressure, SNAPKVD_ACTION_SCALE);
+	double f = !scale			     ? 1.0
+		   : lv == SNAPKVD_PRESSURE_CRITICAL ? pc->scale_critical
+		   : lv == SNAPKVD_PRESSURE_HIGH     ? pc->scale_high
+						     : 1.0;
+
+	if (lv == SNAPKVD_PRESSURE_NORMAL ||
+	    !snapkvd_pressure_action_enabled(ops->pressure, SNAPKVD_ACTION_NOTIFY))
+		return 0;
+	*ret_level = lv;
+	*ret_capacity = snapkvd_pressure_scale_capacity(ops->pressure, pc->default_capacity,
+							pc->default_window, NULL);
+	*ret_permille = (uint32_t)lround(f * 1000.0);
+	*ret_used = ops->used;
+	return 1;
+}
+
+uint64_t snapkvd_policy_tenant_quota(const struct snapkvd_policy *ops, uid_t uid)
+{
+	const struct snapkvd_tenant_quota *q = snapkvd_policy_config_quota(&ops->cfg, uid);
 
 	return q ? q->quota_bytes : 0;
 }
@@ -322,7 +351,7 @@ static const char *base(const char *p)
 	return s ? s + 1 : p;
 }
 
-int snapkvd_ops_hook_exited(struct snapkvd_ops *ops, struct snapkvd_hook *h)
+int snapkvd_policy_hook_exited(struct snapkvd_policy *ops, struct snapkvd_hook *h)
 {
 	struct snapkvd_hook_result res;
 	size_t i;
@@ -360,12 +389,13 @@ int snapkvd_ops_hook_exited(struct snapkvd_ops *ops, struct snapkvd_hook *h)
 		}
 		out[o] = '\0';
 		if (res.exited)
-			logf_(ops, res.status ? SNAPKVD_OPS_LOG_WARNING : SNAPKVD_OPS_LOG_INFO,
+			logf_(ops,
+			      res.status ? SNAPKVD_POLICY_LOG_WARNING : SNAPKVD_POLICY_LOG_INFO,
 			      "pressure hook %s exited %d after %" PRIu64 " ms%s%s%s",
 			      base(snapkvd_hook_path(h)), res.status, res.duration_ns / 1000000,
 			      o ? ": " : "", out, res.output_dropped ? " [output truncated]" : "");
 		else
-			logf_(ops, SNAPKVD_OPS_LOG_WARNING,
+			logf_(ops, SNAPKVD_POLICY_LOG_WARNING,
 			      "pressure hook %s %s by signal %d after %" PRIu64 " ms%s%s",
 			      base(snapkvd_hook_path(h)),
 			      res.timed_out ? "timed out, killed" : "killed", res.status,
@@ -376,14 +406,14 @@ int snapkvd_ops_hook_exited(struct snapkvd_ops *ops, struct snapkvd_hook *h)
 	return 0;
 }
 
-void snapkvd_ops_tick(struct snapkvd_ops *ops, uint64_t now_ns)
+void snapkvd_policy_tick(struct snapkvd_policy *ops, uint64_t now_ns)
 {
 	for (size_t i = 0; i < ops->n_hooks; i++) {
 		struct snapkvd_hook *h = ops->hooks[i];
 
 		snapkvd_hook_drain(h);
 		if (snapkvd_hook_check_timeout(h, now_ns))
-			logf_(ops, SNAPKVD_OPS_LOG_WARNING,
+			logf_(ops, SNAPKVD_POLICY_LOG_WARNING,
 			      "pressure hook %s (pid %d) ran past %u ms: killed",
 			      base(snapkvd_hook_path(h)), (int)snapkvd_hook_pid(h),
 			      ops->cfg.hooks.timeout_ms);
@@ -397,7 +427,7 @@ void snapkvd_ops_tick(struct snapkvd_ops *ops, uint64_t now_ns)
 
 		/* Log a failure once per interval at most, never stop trying. */
 		if (r < 0)
-			logf_(ops, SNAPKVD_OPS_LOG_WARNING, "metrics textfile %s: %s",
+			logf_(ops, SNAPKVD_POLICY_LOG_WARNING, "metrics textfile %s: %s",
 			      ops->cfg.metrics_textfile, strerror(-r));
 		free(text);
 		ops->next_textfile_ns =
@@ -405,8 +435,8 @@ void snapkvd_ops_tick(struct snapkvd_ops *ops, uint64_t now_ns)
 	}
 }
 
-void snapkvd_ops_observe_compaction(struct snapkvd_ops *ops, double seconds, const float *mass,
-				    size_t n_mass)
+void snapkvd_policy_observe_compaction(struct snapkvd_policy *ops, double seconds,
+				       const float *mass, size_t n_mass)
 {
 	pthread_mutex_lock(&ops->mu);
 	snapkvd_histogram_observe(&ops->compaction_seconds, seconds);
@@ -416,16 +446,16 @@ void snapkvd_ops_observe_compaction(struct snapkvd_ops *ops, double seconds, con
 	pthread_mutex_unlock(&ops->mu);
 }
 
-void snapkvd_ops_count_error(struct snapkvd_ops *ops, int err)
+void snapkvd_policy_count_error(struct snapkvd_policy *ops, int err)
 {
 	if (err < 0)
 		err = -err;
-	if (err > 0 && err < SNAPKVD_OPS_MAX_ERRNO)
+	if (err > 0 && err < SNAPKVD_POLICY_MAX_ERRNO)
 		ops->errors_by_errno[err]++;
 }
 
-void snapkvd_ops_fill_stats(struct snapkvd_ops *ops, struct snapkvd_stats *st,
-			    struct snapkvd_ops_snapshot *snap)
+void snapkvd_policy_fill_stats(struct snapkvd_policy *ops, struct snapkvd_stats *st,
+			       struct snapkvd_policy_snapshot *snap)
 {
 	size_t ne = 0;
 
@@ -438,7 +468,7 @@ void snapkvd_ops_fill_stats(struct snapkvd_ops *ops, struct snapkvd_stats *st,
 	st->hooks_started_total = ops->hooks_started;
 	st->hooks_failed_total = ops->hooks_failed;
 	st->hooks_timed_out_total = ops->hooks_timed_out;
-	for (int e = 1; e < SNAPKVD_OPS_MAX_ERRNO; e++) {
+	for (int e = 1; e < SNAPKVD_POLICY_MAX_ERRNO; e++) {
 		const char *name;
 
 		if (!ops->errors_by_errno[e] || !(name = strerrorname_np(e)))

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MIT
+/* snapkvd-buffer.c - engine buffers: memfds and CUDA imports; see snapkvd-buffer.h. */
+#include "snapkvd-buffer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proto/snapkv.pb-c.h"
+#include "snapkvd-log.h"
+#include "snapkvd-runner.h"
+
+#define IPC_HANDLE_BYTES 64
+
+struct snapkvd_buffer *snapkvd_buffer_find(struct snapkvd_buffer *list, uint64_t id)
+{
+	for (struct snapkvd_buffer *b = list; b; b = b->next)
+		if (b->id == id)
+			return b;
+	return NULL;
+}
+
+struct snapkvd_buffer *snapkvd_buffer_by_generation(struct snapkvd_buffer *list, uint64_t gen)
+{
+	for (struct snapkvd_buffer *b = list; gen && b; b = b->next)
+		if (b->generation == gen)
+			return b;
+	return NULL;
+}
+
+int snapkvd_buffer_memfd_check(int fd, uint64_t *size, uint64_t max_bytes, dev_t *ret_dev,
+			       ino_t *ret_ino, const char **why)
+{
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		*why = "not a memfd";
+		return -EINVAL;
+	}
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0) {
+		*why = "not a memfd (no seals)";
+		return -EINVAL;
+	}
+	if (!(seals & F_SEAL_SHRINK)) {
+		*why = "memfd must carry F_SEAL_SHRINK";
+		return -EPERM;
+	}
+	if (!*size)
+		*size = (uint64_t)st.st_size;
+	if (*size > (uint64_t)st.st_size || *size == 0) {
+		*why = "size is 0 or larger than the memfd";
+		return -ERANGE;
+	}
+	if (*size > max_bytes) {
+		*why = "buffer larger than max_buffer_bytes";
+		return -E2BIG;
+	}
+	*ret_dev = st.st_dev;
+	*ret_ino = st.st_ino;
+	return 0;
+}
+
+int snapkvd_buffer_memfd_new(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
+			     struct snapkvd_buffer **ret)
+{
+	struct snapkvd_buffer *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	b->map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	if (b->map == MAP_FAILED) {
+		int r = -errno;
+
+		free(b);
+		return r;
+	}
+	b->generation = gen;
+	b->size = size;
+	b->refs = 1;
+	b->regs = 1;
+	b->dev = dev;
+	b->ino = ino;
+	*ret = b;
+	return 0;
+}
+
+/* The checks of a CUDA registration that need no device. */
+static int cuda_check(const struct snapkvd_runner *r, const struct snapkvd_buffer_cuda *m, int fd,
+		      uint64_t max_bytes, char *err, size_t errlen)
+{
+	bool vmm = m->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD;
+	uint64_t off = vmm ? 0 : m->offset;
+
+	if (!snapkvd_runner_device(r)) {
+		snprintf(
+		    err, errlen,
+		    "CUDA buffers need snapkvd --backend cuda; this daemon runs the %s backend",
+		    snapkvd_runner_name(r));
+		return -ENOTSUP;
+	}
+	if (vmm && fd < 0) {
+		snprintf(err, errlen, "a CUDA VMM buffer needs exactly one fd");
+		return -EBADF;
+	}
+	if (!vmm && fd >= 0) {
+		snprintf(err, errlen, "a CUDA IPC buffer takes no fd");
+		return -EINVAL;
+	}
+	if (!vmm && m->ipc_handle_len != IPC_HANDLE_BYTES) {
+		snprintf(err, errlen, "ipc_handle has %zu bytes, not %d", m->ipc_handle_len,
+			 IPC_HANDLE_BYTES);
+		return -EINVAL;
+	}
+	if (m->size == 0 || m->size > max_bytes) {
+		snprintf(err, errlen, "size %llu: must be 1..max_buffer_bytes (%llu)",
+			 (unsigned long long)m->size, (unsigned long long)max_bytes);
+		return m->size ? -E2BIG : -ERANGE;
+	}
+	if (off > UINT64_MAX - m->size) {
+		snprintf(err, errlen, "offset + size overflows");
+		return -ERANGE;
+	}
+	return 0;
+}
+
+int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint64_t key,
+			    const struct snapkvd_buffer_cuda *m, int fd, uint64_t max_bytes,
+			    struct snapkvd_buffer **ret, char *err, size_t errlen)
+{
+	bool vmm = m->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD;
+	uint64_t off = vmm ? 0 : m->offset;
+	struct snapkvd_import imp = {0};
+	struct snapkvd_buffer *b;
+	int e;
+
+	e = cuda_check(r, m, fd, max_bytes, err, errlen);
+	if (e == 0)
+		e = snapkvd_runner_import(r, session_id, key, vmm ? fd : -1, m->size, m->ipc_handle,
+					  &imp, err, errlen);
+	if (e == 0 && (off > imp.size || m->size > imp.size - off)) {
+		snprintf(err, errlen, "[%llu, +%llu) is outside the allocation (%llu bytes)",
+			 (unsigned long long)off, (unsigned long long)m->size,
+			 (unsigned long long)imp.size);
+		e = -ERANGE;
+	}
+	b = e == 0 ? calloc(1, sizeof(*b)) : NULL;
+	if (e == 0 && !b) {
+		snprintf(err, errlen, "out of memory");
+		e = -ENOMEM;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (e < 0) {
+		if (imp.imp)
+			snapkvd_runner_import_release(r, imp.imp);
+		return e;
+	}
+	b->map = imp.ptr + off;
+	b->size = m->size;
+	b->generation = m->generation;
+	b->imp = imp.imp;
+	b->runner = r;
+	b->transport = imp.transport;
+	b->refs = 1;
+	b->regs = 1;
+	b->kind = m->kind;
+	b->ipc_off = off;
+	log_info("session %llu: %s buffer, generation %llu, %llu bytes (engine device %d), "
+		 "imported; %u CUDA imports live",
+		 (unsigned long long)session_id, b->transport, (unsigned long long)b->generation,
+		 (unsigned long long)b->size, m->device, snapkvd_runner_imports(r));
+	*ret = b;
+	return 0;
+}
+
+void snapkvd_buffer_unref(struct snapkvd_buffer *b)
+{
+	if (!b || --b->refs)
+		return;
+	if (b->imp) {
+		/* the runner synchronises the device before the last reference unmaps */
+		snapkvd_runner_import_release(b->runner, b->imp);
+		log_info("%s buffer, generation %llu, released; %u CUDA imports live", b->transport,
+			 (unsigned long long)b->generation, snapkvd_runner_imports(b->runner));
+	} else if (b->map) {
+		munmap((void *)b->map, b->size);
+	}
+	free(b);
+}

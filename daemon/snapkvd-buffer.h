@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapkvd-buffer.h - an engine buffer the daemon reads K/V from: a sealed
+ * memfd mapped read-only, or (--backend cuda) a CUDA allocation imported on
+ * the daemon's device, whose `map` is then a device address, passed to the
+ * kernels as is and never dereferenced on the host.
+ *
+ * Imports are keyed by buffer id (never reused within a session): a
+ * repeated registration of a live generation is counted on its buffer
+ * (regs), so every buffer object holds exactly one import and drops it with
+ * its last reference (unregister, session end, or the last job reading it).
+ */
+#ifndef SNAPKVD_BUFFER_H
+#define SNAPKVD_BUFFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "snapkvd-forward.h"
+
+struct snapkvd_buffer {
+	uint64_t id;
+	uint64_t generation;
+	uint64_t size; /* mapped bytes */
+	/* memfd: our read-only mapping; CUDA: the device address of the buffer
+	 * (import base + offset), valid on the daemon's device only */
+	const uint8_t *map;
+	unsigned refs; /* the session's + one per job using it */
+	unsigned regs; /* registrations of this generation not yet unregistered */
+	dev_t dev;     /* the memfd registered first: a repeat must name it */
+	ino_t ino;
+	/* CUDA buffers: the runner's import, dropped with the last reference */
+	void *imp;
+	struct snapkvd_runner *runner; /* imp != NULL */
+	const char *transport;	       /* "memfd", "cuda-vmm-fd", "cuda-ipc" */
+	int kind;		       /* Snapkv__V1__BufferKind of a CUDA buffer */
+	uint64_t ipc_off;	       /* CUDA_IPC: offset in the allocation */
+	struct snapkvd_buffer *next;
+};
+
+/* The buffer with this id in a session's list, or NULL. */
+struct snapkvd_buffer *snapkvd_buffer_find(struct snapkvd_buffer *list, uint64_t id);
+/* The live buffer of generation gen (0, "none", never matches), or NULL. */
+struct snapkvd_buffer *snapkvd_buffer_by_generation(struct snapkvd_buffer *list, uint64_t gen);
+
+/*
+ * Checks of a memfd offered for registration: a regular file, sealed
+ * against shrinking (one that can shrink under our mapping would SIGBUS
+ * the daemon), *size (0: the whole file) within it and within max_bytes.
+ * 0, or -errno with the reason in *why. fd stays open either way.
+ */
+int snapkvd_buffer_memfd_check(int fd, uint64_t *size, uint64_t max_bytes, dev_t *ret_dev,
+			       ino_t *ret_ino, const char **why);
+/* Map a checked memfd once, read-only (fd stays open). 0 or -errno. */
+int snapkvd_buffer_memfd_new(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
+			     struct snapkvd_buffer **ret);
+
+/* A CUDA registration's fields (RegisterBuffer). */
+struct snapkvd_buffer_cuda {
+	int kind; /* Snapkv__V1__BufferKind: CUDA_VMM_FD or CUDA_IPC */
+	uint64_t size, offset, generation;
+	const void *ipc_handle;
+	size_t ipc_handle_len;
+	int device; /* the engine's, for the log */
+};
+/*
+ * Import a CUDA buffer on the runner's device, keyed by (session_id, key);
+ * fd (or -1) is consumed. 0, or -errno with a reason in err (-ENOTSUP on a
+ * host runner).
+ */
+int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint64_t key,
+			    const struct snapkvd_buffer_cuda *m, int fd, uint64_t max_bytes,
+			    struct snapkvd_buffer **ret, char *err, size_t errlen);
+
+void snapkvd_buffer_unref(struct snapkvd_buffer *b);
+
+#endif

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: MIT
+/* snapkvd-cache.c - cache objects and their region layout; see snapkvd-cache.h. */
+#include "snapkvd-cache.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/skv-cuda.h" /* struct skv_cuda_copy */
+
+#include "snapkvd-arena.h"
+
+static uint64_t align64(uint64_t v)
+{
+	return (v + 63) & ~63ull;
+}
+
+int snapkvd_cache_geometry(uint32_t layers, uint32_t h_store, uint32_t slots, uint32_t head_dim,
+			   uint32_t dtype_bytes, uint64_t max_region,
+			   struct snapkvd_cache_geom *ret)
+{
+	uint64_t rows = (uint64_t)h_store * slots, kv, pos, layer, region;
+
+	/* rows < 2^64 always (two 32-bit factors); the rest is checked */
+	if (__builtin_mul_overflow(rows, (uint64_t)head_dim * dtype_bytes, &kv) ||
+	    __builtin_mul_overflow(rows, 4, &pos) || kv > UINT64_MAX - 63)
+		return -E2BIG;
+	kv = align64(kv);
+	pos = align64(pos);
+	if (__builtin_mul_overflow(kv, 2, &layer) || __builtin_add_overflow(layer, pos, &layer) ||
+	    __builtin_mul_overflow(layer, (uint64_t)layers, &region))
+		return -E2BIG;
+	region = snapkvd_arena_round(region);
+	if (!region || region > max_region)
+		return -E2BIG;
+	*ret = (struct snapkvd_cache_geom){.kv_bytes = kv, .pos_bytes = pos, .region = region};
+	return 0;
+}
+
+void snapkvd_region_layer(uint64_t off, uint32_t layers, uint32_t l,
+			  const struct snapkvd_cache_geom *g, bool gpu_kv, uint64_t *ret_k,
+			  uint64_t *ret_v, uint64_t *ret_pos)
+{
+	if (gpu_kv) {
+		*ret_k = off + (uint64_t)l * 2 * g->kv_bytes;
+		*ret_pos = off + (uint64_t)layers * 2 * g->kv_bytes + (uint64_t)l * g->pos_bytes;
+	} else {
+		*ret_k = off + (uint64_t)l * (2 * g->kv_bytes + g->pos_bytes);
+		*ret_pos = *ret_k + 2 * g->kv_bytes;
+	}
+	*ret_v = *ret_k + g->kv_bytes;
+}
+
+int snapkvd_cache_new(uint32_t layers, uint32_t h_store, struct snapkvd_cache **ret)
+{
+	struct snapkvd_cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->layers = layers;
+	c->h_store = h_store;
+	c->k_off = calloc(layers, sizeof(uint64_t));
+	c->v_off = calloc(layers, sizeof(uint64_t));
+	c->pos_off = calloc(layers, sizeof(uint64_t));
+	c->mass = calloc((size_t)layers * h_store, sizeof(float));
+	if (!c->k_off || !c->v_off || !c->pos_off || !c->mass) {
+		snapkvd_cache_free(c);
+		return -ENOMEM;
+	}
+	*ret = c;
+	return 0;
+}
+
+void snapkvd_cache_free(struct snapkvd_cache *c)
+{
+	if (!c)
+		return;
+	free(c->k_off);
+	free(c->v_off);
+	free(c->pos_off);
+	free(c->mass);
+	free(c);
+}
+
+void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
+			 const struct snapkvd_cache_geom *g)
+{
+	c->region_off = off;
+	c->region_bytes = g->region;
+	c->slots = slots;
+	if (c->layout == SNAPKVD_LAYOUT_HND) {
+		c->head_stride = (int64_t)slots * c->head_dim;
+		c->token_stride = c->head_dim;
+	} else {
+		c->head_stride = c->head_dim;
+		c->token_stride = (int64_t)c->h_store * c->head_dim;
+	}
+	for (uint32_t l = 0; l < c->layers; l++)
+		snapkvd_region_layer(off, c->layers, l, g, c->gpu_kv, &c->k_off[l], &c->v_off[l],
+				     &c->pos_off[l]);
+}
+
+void snapkvd_grow_positions(const struct snapkvd_grow *g, uint8_t *host_base)
+{
+	uint8_t *base = host_base;
+
+	for (uint32_t l = 0; l < g->layers; l++) {
+		uint64_t k, v, p;
+
+		snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
+		int32_t *np = (int32_t *)(base + p);
+		const int32_t *op = (const int32_t *)(base + g->old_pos[l]);
+
+		for (uint32_t h = 0; h < g->h_store; h++) {
+			memcpy(np + (size_t)h * g->slots, op + (size_t)h * g->old_slots,
+			       g->used * 4);
+			for (uint32_t i = g->used; i < g->slots; i++)
+				np[(size_t)h * g->slots + i] = -1;
+		}
+	}
+}
+
+/*
+ * HND has h_store rows of `used` slots, each head `slots` apart; NHD's
+ * first `used` slots hold every head and are contiguous.
+ */
+void snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base,
+			 struct skv_cuda_copy *ret_k, struct skv_cuda_copy *ret_v)
+{
+	size_t row = g->row;
+	uint64_t k, v, p;
+
+	snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
+	*ret_k = (struct skv_cuda_copy){
+	    .dst = base + k,
+	    .src = base + g->old_k[l],
+	    .width = (uint64_t)g->used * row * (g->hnd ? 1 : g->h_store),
+	    .height = g->hnd ? g->h_store : 1,
+	    .dpitch = (uint64_t)g->slots * row,
+	    .spitch = (uint64_t)g->old_slots * row,
+	};
+	*ret_v = *ret_k;
+	ret_v->dst = base + v;
+	ret_v->src = base + g->old_v[l];
+}
+
+void snapkvd_grow_host(const struct snapkvd_grow *g, uint8_t *host_base)
+{
+	for (uint32_t l = 0; l < g->layers; l++) {
+		struct skv_cuda_copy cp[2];
+
+		snapkvd_grow_copies(g, l, host_base, &cp[0], &cp[1]);
+		for (unsigned t = 0; t < 2; t++)
+			for (uint64_t y = 0; y < cp[t].height; y++)
+				memcpy((uint8_t *)cp[t].dst + y * cp[t].dpitch,
+				       (const uint8_t *)cp[t].src + y * cp[t].spitch, cp[t].width);
+	}
+	snapkvd_grow_positions(g, host_base);
+}

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapkvd-cache.h - one compact cache in a session's arena, and the one
+ * place that knows how a cache region is laid out and how large it is.
+ *
+ * Per layer: K [h_store][slots][head_dim] (HND; NHD swaps heads and slots),
+ * V the same, positions [h_store][slots] int32, each 64-byte aligned; the
+ * whole region rounded to the arena's granularity.
+ */
+#ifndef SNAPKVD_CACHE_H
+#define SNAPKVD_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "skv.h"
+
+/* How the cache's K/V are laid out (the wire's Layout is converted where a
+ * request is read and where a CacheInfo is written). */
+enum snapkvd_layout {
+	SNAPKVD_LAYOUT_HND = 0, /* [head][slot][dim] */
+	SNAPKVD_LAYOUT_NHD,	/* [slot][head][dim] */
+};
+
+struct snapkvd_cache {
+	uint64_t id;
+	uint32_t layers, h_q, h_kv, h_store, head_dim, dtype_bytes;
+	enum skv_dtype dtype;
+	enum snapkvd_layout layout;
+	enum skv_gqa gqa;
+	enum skv_policy policy;
+	uint32_t prompt_len, kept, slots, appended, budget;
+	int64_t head_stride, token_stride;
+	uint64_t region_off, region_bytes;
+	uint64_t *k_off, *v_off, *pos_off; /* [layers] */
+	float *mass;			   /* [layers * h_store] */
+	bool evictable;
+	/* released with linger: kept (and counted) until pressure evicts it;
+	 * no longer visible to its engine */
+	bool lingering;
+	bool busy;		   /* a GROW is copying it: APPEND/GROW/RELEASE wait (-EBUSY) */
+	uint64_t last_use_ns;	   /* CLOCK_MONOTONIC: eviction is LRU */
+	uint32_t requested_budget; /* C asked for; budget is after pressure scaling */
+	int pressure_level;	   /* snapkvd_pressure_level at admission */
+	char transport[48];	   /* of its inputs: "memfd", "cuda-vmm-fd+cuda-ipc", ... */
+	bool gpu_kv;		   /* K/V in the session's GPU arena (positions stay on host) */
+	struct snapkvd_cache *next;
+};
+
+/* The byte sizes of a region: per layer K (= V) and positions, and the whole. */
+struct snapkvd_cache_geom {
+	uint64_t kv_bytes, pos_bytes, region;
+};
+
+/*
+ * Sizes of a region of `layers` x h_store x slots x head_dim elements of
+ * dtype_bytes. 0, or -E2BIG when any product overflows or the region is
+ * larger than max_region (the arena's size).
+ */
+int snapkvd_cache_geometry(uint32_t layers, uint32_t h_store, uint32_t slots, uint32_t head_dim,
+			   uint32_t dtype_bytes, uint64_t max_region,
+			   struct snapkvd_cache_geom *ret);
+
+/*
+ * Where layer l of a region at `off` keeps its K, V and positions. Host
+ * arena: K, V and positions of each layer in turn. GPU arena (whose offsets
+ * are the host arena's): the K/V of every layer first, then the positions
+ * of every layer in the host arena, so that a job page-locks only that tail
+ * and the host pages under the K/V are never touched.
+ */
+void snapkvd_region_layer(uint64_t off, uint32_t layers, uint32_t l,
+			  const struct snapkvd_cache_geom *g, bool gpu_kv, uint64_t *ret_k,
+			  uint64_t *ret_v, uint64_t *ret_pos);
+
+/* GROW: the old and the new place of a cache's rows. gpu: the K/V are in
+ * the session's GPU arena at kv_base (copied device to device on the
+ * worker's stream), the positions in the host arena. */
+struct snapkvd_grow {
+	struct snapkvd_cache_geom geom; /* of the new region */
+	uint64_t off;			/* of the new region */
+	uint32_t slots, old_slots, used, layers, h_store, row;
+	bool hnd, gpu;
+	uint8_t *kv_base;
+	uint64_t *old_k, *old_v, *old_pos; /* [layers] */
+};
+
+struct skv_cuda_copy;
+/* GROW in the host arena at host_base: copy the filled slots of every
+ * (layer, head), then the positions. */
+void snapkvd_grow_host(const struct snapkvd_grow *g, uint8_t *host_base);
+/* GROW: the positions of every (layer, head) into the new region (host
+ * arena), decode slots -1. */
+void snapkvd_grow_positions(const struct snapkvd_grow *g, uint8_t *host_base);
+/* GROW: the filled K/V rows of layer l, old region to new, as one 2-D copy
+ * per tensor, addresses relative to base. */
+void snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base,
+			 struct skv_cuda_copy *ret_k, struct skv_cuda_copy *ret_v);
+
+/* A cache of `layers` layers, h_store heads: offset and mass arrays
+ * allocated, everything else zero. 0 or -ENOMEM. */
+int snapkvd_cache_new(uint32_t layers, uint32_t h_store, struct snapkvd_cache **ret);
+void snapkvd_cache_free(struct snapkvd_cache *c);
+
+/* Put c (layout, h_store, head_dim, layers set) at `off` with `slots`
+ * slots: region, strides and every layer's offsets. */
+void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
+			 const struct snapkvd_cache_geom *g);
+
+#endif

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapkvd-job.h - one unit of work for a compaction worker: a COMPACT (the
+ * kernels over the engine's buffers into a new cache region) or a GROW (a
+ * cache's rows copied into a larger region).
+ *
+ * A job carries everything its worker needs, copied out of the request and
+ * the session when it was built: a worker never reads a protobuf message,
+ * a session or a cache object, so the loop thread keeps sole ownership of
+ * those. The worker writes only status, err and the output memory.
+ */
+#ifndef SNAPKVD_JOB_H
+#define SNAPKVD_JOB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "skv.h"
+#include "snapkvd-cache.h"
+#include "snapkvd-forward.h"
+#include "snapkvd-pool.h"
+
+/* Where a request came from and where its answer goes. */
+struct snapkvd_origin {
+	bool ring;     /* ring: CQE + slot; else a RESPONSE frame */
+	bool has_slot; /* the slot is the request's own: answer there */
+	uint32_t slot;
+	uint64_t user_data;
+};
+
+enum snapkvd_job_kind {
+	SNAPKVD_JOB_COMPACT = 1,
+	SNAPKVD_JOB_GROW,
+};
+
+#define SNAPKVD_IPC_EVENT_BYTES 64 /* sizeof(cudaIpcEventHandle_t) */
+
+struct snapkvd_job {
+	enum snapkvd_job_kind kind;
+	struct snapkvd_session *s; /* the loop thread's, for the completion */
+	struct snapkvd_origin origin;
+	uint8_t *host_base;	      /* the session's host arena */
+	struct snapkvd_buffer **bufs; /* references held, n_bufs */
+	unsigned n_bufs;
+	/* COMPACT */
+	struct skv_shape shape;
+	struct skv_params params;
+	uint32_t layers;
+	struct skv_layer_in *in;
+	struct skv_layer_out *out;
+	struct snapkvd_cache *cache;	/* filled in; becomes visible on success */
+	struct snapkvd_cache_geom geom; /* of its region */
+	bool scaled;			/* C was scaled down for pressure */
+	int32_t *block_table;		/* private copy, n_block_table entries */
+	uint32_t n_block_table;
+	/* CompactRequest.prefill_wait CUDA_FLAG: the stream waits until the
+	 * word at device address wait_flag is >= wait_value (wait_flag NULL: no
+	 * wait); past wait_ms the runner's waiter thread writes the value
+	 * itself. CUDA_IPC_EVENT (has_event): the handle's bytes; the worker
+	 * polls the event and enqueues nothing before it has completed, failing
+	 * the job at wait_ms */
+	void *wait_flag;
+	uint32_t wait_value, wait_ms;
+	bool has_event;
+	uint8_t wait_event[SNAPKVD_IPC_EVENT_BYTES];
+	/* GROW */
+	struct snapkvd_cache *target; /* the loop thread's; never read by the worker */
+	struct snapkvd_grow g;
+	/* both */
+	struct snapkvd_resv resv;
+	int status;
+	char err[256];
+	uint64_t t_start; /* admission, CLOCK_MONOTONIC */
+	struct snapkvd_job *next;
+};
+
+/* A zeroed job of `kind` for session s. NULL: out of memory. */
+struct snapkvd_job *snapkvd_job_new(enum snapkvd_job_kind kind, struct snapkvd_session *s,
+				    const struct snapkvd_origin *o);
+/* Drops the buffer references and frees what the job owns (its cache too,
+ * unless taken). */
+void snapkvd_job_free(struct snapkvd_job *j);
+/* Take a reference on b for the job's lifetime (once per buffer). */
+void snapkvd_job_hold(struct snapkvd_job *j, struct snapkvd_buffer *b);
+
+#endif

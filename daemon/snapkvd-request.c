@@ -1,0 +1,582 @@
+// SPDX-License-Identifier: MIT
+/*
+ * snapkvd-request.c - validating a COMPACT or GROW request into a job; see
+ * snapkvd-request.h. The checks run in the order of the functions below,
+ * each of which says which checks it owns, so the first failing one names
+ * the reason.
+ */
+#include "snapkvd-request.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/skv-frame.h"
+#include "snapkvd-buffer.h"
+#include "snapkvd-config.h"
+#include "snapkvd-job.h"
+#include "snapkvd-policy.h"
+#include "snapkvd-runner.h"
+
+static int mul64(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_mul_overflow(a, b, r) ? -EOVERFLOW : 0;
+}
+
+static int add64(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_add_overflow(a, b, r) ? -EOVERFLOW : 0;
+}
+
+static int limit(uint32_t v, uint32_t lo, uint32_t hi, const char *what, char *err, size_t errlen)
+{
+	if (v < lo) {
+		snprintf(err, errlen, "%s = %u: must be at least %u", what, v, lo);
+		return -EINVAL;
+	}
+	if (v > hi) {
+		snprintf(err, errlen, "%s = %u exceeds the limit %u", what, v, hi);
+		return -E2BIG;
+	}
+	return 0;
+}
+
+/* Owns: the shape limits of the config (layers, heads, head_dim, prompt
+ * length, n_q <= prompt_len, decode_reserve), one layer description per
+ * layer, the block table's length and the output layout's value. */
+static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__CompactRequest *req,
+			char *err, size_t errlen)
+{
+	int r;
+
+	if ((r = limit(req->layers, 1, cfg->max_layers, "layers", err, errlen)) ||
+	    (r = limit(req->h_q, 1, cfg->max_heads, "h_q", err, errlen)) ||
+	    (r = limit(req->h_kv, 1, cfg->max_heads, "h_kv", err, errlen)) ||
+	    (r = limit(req->head_dim, 1, cfg->max_head_dim, "head_dim", err, errlen)) ||
+	    (r = limit(req->prompt_len, 1, cfg->max_prompt_len, "prompt_len", err, errlen)) ||
+	    (r = limit(req->n_q, 0, req->prompt_len, "n_q", err, errlen)) ||
+	    (r = limit(req->decode_reserve, 0, cfg->max_reserve, "decode_reserve", err, errlen)))
+		return r == -E2BIG && !strncmp(err, "n_q", 3) ? -EINVAL : r;
+	if (req->n_layer != req->layers) {
+		snprintf(err, errlen, "%zu layer descriptions for %u layers", req->n_layer,
+			 req->layers);
+		return -EINVAL;
+	}
+	if (req->n_block_table > (size_t)cfg->max_prompt_len) {
+		snprintf(err, errlen, "block table of %zu entries is too long", req->n_block_table);
+		return -E2BIG;
+	}
+	if (req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_UNSPECIFIED &&
+	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_HND &&
+	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_NHD) {
+		snprintf(err, errlen, "unknown output layout %d", (int)req->out_layout);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * A Params field flagged in explicit_fields is taken as sent, 0 included
+ * (SPEC: --sinks 0 keeps no sinks); unflagged (senders older than the flag),
+ * 0 means the default. Enums start at UNSPECIFIED = 0, so 0 is unset there.
+ */
+static bool param_given(const Snapkv__V1__Params *p, unsigned field_no, uint32_t v)
+{
+	return (p->explicit_fields & SKV_PARAMS_EXPLICIT(field_no)) || v;
+}
+
+/* Owns: the number of protected ranges and their presence; the values
+ * themselves are skv_plan()'s to judge. */
+static int read_params(const Snapkv__V1__Params *p, struct skv_params *ret, char *err,
+		       size_t errlen)
+{
+	skv_params_init(ret);
+	if (!p)
+		return 0;
+	if (p->policy)
+		ret->policy = (enum skv_policy)p->policy;
+	if (param_given(p, 2, p->window))
+		ret->window = p->window;
+	if (param_given(p, 3, p->capacity))
+		ret->capacity = p->capacity;
+	if (param_given(p, 4, p->kernel))
+		ret->kernel = p->kernel;
+	if (p->pooling)
+		ret->pooling = (enum skv_pooling)p->pooling;
+	if (p->gqa)
+		ret->gqa = (enum skv_gqa)p->gqa;
+	if (param_given(p, 7, p->sinks))
+		ret->sinks = p->sinks;
+	if (p->n_protected_ranges > SKV_MAX_PROTECTED) {
+		snprintf(err, errlen, "%zu protected ranges, at most %d", p->n_protected_ranges,
+			 SKV_MAX_PROTECTED);
+		return -E2BIG;
+	}
+	ret->n_protected = p->n_protected_ranges;
+	for (size_t i = 0; i < p->n_protected_ranges; i++) {
+		if (!p->protected_ranges[i])
+			return -EINVAL;
+		ret->protected_ranges[i].begin = p->protected_ranges[i]->begin;
+		ret->protected_ranges[i].end = p->protected_ranges[i]->end;
+	}
+	return 0;
+}
+
+/* Memory pressure: new requests at high/critical get a smaller C, never
+ * below what the policy keeps unconditionally plus one slot. Reads the
+ * level only; admission counts a scaled request. */
+static void scale_capacity(const struct snapkvd_policy *ops, struct skv_params *p, bool *ret_scaled)
+{
+	uint64_t keep = p->policy == SKV_POLICY_STREAMINGLLM ? p->sinks
+			: p->policy == SKV_POLICY_WINDOW     ? 0
+							     : p->window;
+	int scaled = 0;
+
+	for (uint32_t i = 0; i < p->n_protected && i < SKV_MAX_PROTECTED; i++)
+		if (p->protected_ranges[i].end > p->protected_ranges[i].begin)
+			keep += p->protected_ranges[i].end - p->protected_ranges[i].begin;
+	if (keep < UINT32_MAX)
+		p->capacity = snapkvd_pressure_scale_capacity(ops->pressure, p->capacity,
+							      (uint32_t)keep, &scaled);
+	*ret_scaled = scaled;
+}
+
+/*
+ * Owns: the parameters against the shape (skv_plan) and the working set.
+ * The working set grows with G * L whatever the buffer's size: refuse
+ * before any work rather than let one request take gigabytes. The default
+ * bound (0) scales with the thread count, since each thread holds its own
+ * scratch: a long prompt on a many-core host is not absurd.
+ */
+static int check_plan(const struct snapkvd_request_env *env, struct snapkvd_job *j,
+		      struct skv_plan *plan, char *err, size_t errlen)
+{
+	struct skv_error kerr = {{0}, -1, -1};
+	unsigned nth = env->threads; /* the worker with the most: a job may land on any */
+	uint64_t scratch, max = env->cfg->max_scratch_bytes;
+	int r;
+
+	r = skv_plan(&j->shape, &j->params, plan, &kerr);
+	if (r == 0)
+		r = skv_scratch_bytes(&j->shape, &j->params, j->layers, nth, &scratch, &kerr);
+	if (r < 0) {
+		snprintf(err, errlen, "%s", kerr.msg[0] ? kerr.msg : "invalid parameters");
+		return r;
+	}
+	if (!max)
+		max = (uint64_t)SNAPKVD_SCRATCH_PER_THREAD * (nth ? nth : 1);
+	if (scratch > max) {
+		snprintf(err, errlen,
+			 "compaction needs %llu bytes of scratch (G %u, L %u, D %u, %u "
+			 "layers, %u threads), over max_scratch_bytes %llu%s",
+			 (unsigned long long)scratch, j->shape.h_q / j->shape.h_kv,
+			 j->shape.prompt_len, j->shape.head_dim, j->layers, nth,
+			 (unsigned long long)max,
+			 env->cfg->max_scratch_bytes ? "" : " (default: 512 MiB per thread)");
+		return -E2BIG;
+	}
+	return 0;
+}
+
+/* The largest of the first nb block table entries; each must be >= 0. */
+static int block_table_max(const struct snapkvd_job *j, uint64_t nb, uint64_t *ret, char *err,
+			   size_t errlen)
+{
+	uint64_t maxb = 0;
+
+	for (uint64_t i = 0; i < nb; i++) {
+		if (j->block_table[i] < 0) {
+			snprintf(err, errlen, "block table entry %llu is negative",
+				 (unsigned long long)i);
+			return -EINVAL;
+		}
+		if ((uint64_t)j->block_table[i] > maxb)
+			maxb = j->block_table[i];
+	}
+	*ret = maxb;
+	return 0;
+}
+
+/* One tensor to validate: which, of what shape, and where it goes. */
+struct tensor_want {
+	const char *what;
+	uint32_t layer, heads, tokens, dim;
+	bool allow_paged;
+};
+
+/* The largest element index the kernels can touch of t, as *ret_max. */
+static int tensor_extent(const struct snapkvd_job *j, const Snapkv__V1__TensorRef *t,
+			 const struct tensor_want *w, uint64_t *ret_max, char *err, size_t errlen)
+{
+	uint64_t max_el = 0, tmp;
+	int r;
+
+	if (mul64(w->heads - 1, (uint64_t)t->head_stride, &tmp) || add64(max_el, tmp, &max_el) ||
+	    add64(max_el, w->dim - 1, &max_el))
+		return -EOVERFLOW;
+	if (t->block_size) {
+		uint64_t nb, maxb, in_blk;
+
+		if (!w->allow_paged) {
+			snprintf(err, errlen, "layer %u: %s must be strided", w->layer, w->what);
+			return -EINVAL;
+		}
+		nb = (w->tokens + (uint64_t)t->block_size - 1) / t->block_size;
+		if (nb > j->n_block_table) {
+			snprintf(err, errlen,
+				 "layer %u: %s: %llu blocks needed, block table has %u", w->layer,
+				 w->what, (unsigned long long)nb, j->n_block_table);
+			return -EINVAL;
+		}
+		r = block_table_max(j, nb, &maxb, err, errlen);
+		if (r < 0)
+			return r;
+		in_blk = w->tokens < t->block_size ? w->tokens : t->block_size;
+		if (mul64(in_blk - 1, (uint64_t)t->token_stride, &tmp) ||
+		    add64(max_el, tmp, &max_el) || mul64(maxb, (uint64_t)t->block_stride, &tmp) ||
+		    add64(max_el, tmp, &max_el))
+			return -EOVERFLOW;
+	} else if (mul64(w->tokens - 1, (uint64_t)t->token_stride, &tmp) ||
+		   add64(max_el, tmp, &max_el)) {
+		return -EOVERFLOW;
+	}
+	*ret_max = max_el;
+	return 0;
+}
+
+/*
+ * Owns, for one tensor reference: its presence, its dtype, that its buffer
+ * is the session's, non-negative strides, an offset aligned to the dtype,
+ * paging only where allowed and within the block table, and every element
+ * the kernels may touch (heads x tokens x dim) inside the registered size,
+ * all arithmetic overflow-checked. The job holds the buffer from here on.
+ */
+static int resolve_tensor(const struct snapkvd_request_env *env, struct snapkvd_job *j,
+			  const Snapkv__V1__TensorRef *t, const struct tensor_want *w,
+			  struct skv_tensor *out, char *err, size_t errlen)
+{
+	struct snapkvd_buffer *b;
+	uint64_t s, max_el = 0, end;
+	int r;
+
+	if (!t) {
+		snprintf(err, errlen, "layer %u: %s tensor missing", w->layer, w->what);
+		return -EINVAL;
+	}
+	if (t->dtype < SNAPKV__V1__DTYPE__D_TYPE_F32 || t->dtype > SNAPKV__V1__DTYPE__D_TYPE_BF16) {
+		snprintf(err, errlen, "layer %u: %s: unknown dtype %d", w->layer, w->what,
+			 (int)t->dtype);
+		return -EINVAL;
+	}
+	s = skv_dtype_size((enum skv_dtype)t->dtype);
+	b = snapkvd_buffer_find(env->buffers, t->buffer_id);
+	if (!b) {
+		snprintf(err, errlen, "layer %u: %s: buffer %llu is not registered", w->layer,
+			 w->what, (unsigned long long)t->buffer_id);
+		return -ENOENT;
+	}
+	if (t->head_stride < 0 || t->token_stride < 0 || t->block_stride < 0) {
+		snprintf(err, errlen, "layer %u: %s: negative stride", w->layer, w->what);
+		return -EINVAL;
+	}
+	if (t->offset % s) {
+		snprintf(err, errlen, "layer %u: %s: offset %llu not aligned to the dtype",
+			 w->layer, w->what, (unsigned long long)t->offset);
+		return -EINVAL;
+	}
+	if (w->tokens) { /* else nothing will be read */
+		r = tensor_extent(j, t, w, &max_el, err, errlen);
+		if (r == 0 &&
+		    (add64(max_el, 1, &end) || mul64(end, s, &end) || add64(end, t->offset, &end)))
+			r = -EOVERFLOW;
+		if (r == -EOVERFLOW) {
+			snprintf(err, errlen, "layer %u: %s: strides overflow", w->layer, w->what);
+			return -ERANGE;
+		}
+		if (r < 0)
+			return r;
+		if (end > b->size) {
+			snprintf(err, errlen,
+				 "layer %u: %s: reaches byte %llu of buffer %llu, which has %llu",
+				 w->layer, w->what, (unsigned long long)end,
+				 (unsigned long long)b->id, (unsigned long long)b->size);
+			return -ERANGE;
+		}
+	}
+	snapkvd_job_hold(j, b);
+	*out = (struct skv_tensor){
+	    .data = (void *)(b->map + t->offset),
+	    .dtype = (enum skv_dtype)t->dtype,
+	    .head_stride = t->head_stride,
+	    .token_stride = t->token_stride,
+	    .block_table = t->block_size ? j->block_table : NULL,
+	    .block_size = t->block_size,
+	    .n_blocks = t->block_size ? j->n_block_table : 0,
+	    .block_stride = t->block_stride,
+	};
+	return 0;
+}
+
+/* Owns: a description per layer, Q (when n_q), K and V of each layer
+ * (resolve_tensor), and one dtype for the K and V of every layer. */
+static int resolve_layers(const struct snapkvd_request_env *env, struct snapkvd_job *j,
+			  const Snapkv__V1__CompactRequest *req, enum skv_dtype *ret_dtype,
+			  char *err, size_t errlen)
+{
+	enum skv_dtype odt = SKV_DTYPE_UNSPECIFIED;
+	int r;
+
+	for (uint32_t l = 0; l < req->layers; l++) {
+		const Snapkv__V1__LayerRef *lr = req->layer[l];
+		struct tensor_want q = {"q", l, req->h_q, req->n_q, req->head_dim, false};
+		struct tensor_want k = {"k", l, req->h_kv, req->prompt_len, req->head_dim, true};
+		struct tensor_want v = k;
+
+		v.what = "v";
+		if (!lr)
+			return -EINVAL;
+		if (req->n_q && (r = resolve_tensor(env, j, lr->q, &q, &j->in[l].q, err, errlen)))
+			return r;
+		if ((r = resolve_tensor(env, j, lr->k, &k, &j->in[l].k, err, errlen)) ||
+		    (r = resolve_tensor(env, j, lr->v, &v, &j->in[l].v, err, errlen)))
+			return r;
+		if (odt == SKV_DTYPE_UNSPECIFIED)
+			odt = j->in[l].k.dtype;
+		if (j->in[l].k.dtype != odt || j->in[l].v.dtype != odt) {
+			snprintf(err, errlen,
+				 "layer %u: K and V of every layer must share one dtype", l);
+			return -EINVAL;
+		}
+	}
+	*ret_dtype = odt;
+	return 0;
+}
+
+/*
+ * Owns CompactRequest.prefill_wait: a CUDA runner, the bound
+ * prefill_wait_max_ms, the kind; a CUDA_FLAG is a 4-aligned word inside a
+ * registered CUDA buffer of the session, held by the job like its tensors;
+ * a CUDA_IPC_EVENT is the 64 bytes of the engine's event handle.
+ */
+static int resolve_wait(const struct snapkvd_request_env *env, struct snapkvd_job *j,
+			const Snapkv__V1__PrefillWait *w, char *err, size_t errlen)
+{
+	const struct snapkvd_config *cfg = env->cfg;
+	struct snapkvd_buffer *b;
+
+	if (!snapkvd_runner_device(env->runner)) {
+		snprintf(err, errlen,
+			 "prefill_wait needs snapkvd --backend cuda; this daemon runs the %s "
+			 "backend (synchronise before submitting instead)",
+			 snapkvd_runner_name(env->runner));
+		return -ENOTSUP;
+	}
+	if (w->timeout_ms > cfg->prefill_wait_max_ms) {
+		snprintf(err, errlen, "prefill_wait timeout_ms %u exceeds prefill_wait_max_ms %u",
+			 w->timeout_ms, cfg->prefill_wait_max_ms);
+		return -E2BIG;
+	}
+	j->wait_ms = w->timeout_ms ? w->timeout_ms : cfg->prefill_wait_max_ms;
+	if (w->kind == SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_IPC_EVENT) {
+		/* opened and polled by the worker: a bad handle fails the job there */
+		if (w->ipc_event.len != SNAPKVD_IPC_EVENT_BYTES || !w->ipc_event.data) {
+			snprintf(err, errlen,
+				 "prefill_wait: ipc_event has %zu bytes, not %d (the bytes of a "
+				 "cudaIpcEventHandle_t)",
+				 w->ipc_event.len, SNAPKVD_IPC_EVENT_BYTES);
+			return -EINVAL;
+		}
+		memcpy(j->wait_event, w->ipc_event.data, SNAPKVD_IPC_EVENT_BYTES);
+		j->has_event = true;
+		return 0;
+	}
+	if (w->kind != SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_CUDA_FLAG) {
+		snprintf(err, errlen, "unknown prefill_wait kind %d", (int)w->kind);
+		return -EINVAL;
+	}
+	b = snapkvd_buffer_find(env->buffers, w->buffer_id);
+	if (!b) {
+		snprintf(err, errlen, "prefill_wait: buffer %llu is not registered",
+			 (unsigned long long)w->buffer_id);
+		return -ENOENT;
+	}
+	if (!b->imp) {
+		snprintf(err, errlen, "prefill_wait: buffer %llu is not a CUDA buffer",
+			 (unsigned long long)w->buffer_id);
+		return -EINVAL;
+	}
+	if (w->offset % 4 || b->size < 4 || w->offset > b->size - 4) {
+		snprintf(err, errlen,
+			 "prefill_wait: offset %llu is not a 4-aligned word inside buffer %llu "
+			 "(%llu bytes)",
+			 (unsigned long long)w->offset, (unsigned long long)b->id,
+			 (unsigned long long)b->size);
+		return -ERANGE;
+	}
+	snapkvd_job_hold(j, b);
+	j->wait_flag = (void *)(b->map + w->offset); /* a device address */
+	j->wait_value = w->value;
+	return 0;
+}
+
+/* The ledger names the transports the inputs really came over. */
+static void name_transports(const struct snapkvd_job *j, struct snapkvd_cache *c)
+{
+	for (unsigned i = 0; i < j->n_bufs; i++) {
+		const char *t = j->bufs[i]->transport ? j->bufs[i]->transport : "memfd";
+		size_t n = strlen(c->transport);
+
+		if (!strstr(c->transport, t))
+			snprintf(c->transport + n, sizeof(c->transport) - n, "%s%s", n ? "+" : "",
+				 t);
+	}
+}
+
+/* Owns: the output dtype (the K/V's), the cache's size (it must fit the
+ * session's arena) and the output arena (the GPU arena needs a CUDA runner
+ * and the session's GPU arena). */
+static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job *j,
+		       const Snapkv__V1__CompactRequest *req, const struct skv_plan *plan,
+		       enum skv_dtype odt, struct snapkvd_cache_geom *geom, char *err,
+		       size_t errlen)
+{
+	struct snapkvd_cache *c;
+	uint32_t slots = plan->kept + req->decode_reserve;
+
+	if (req->out_dtype && (enum skv_dtype)req->out_dtype != odt) {
+		snprintf(err, errlen, "out_dtype must equal the K/V dtype");
+		return -EINVAL;
+	}
+	if (snapkvd_cache_geometry(req->layers, plan->h_store, slots, req->head_dim,
+				   skv_dtype_size(odt), env->arena_bytes, geom) < 0) {
+		snprintf(err, errlen,
+			 "compact cache of %u layers x %u heads x %u slots does not fit",
+			 req->layers, plan->h_store, slots);
+		return -E2BIG;
+	}
+	if (req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM) {
+		if (!snapkvd_runner_device(env->runner)) {
+			snprintf(err, errlen, "out_arena CUDA_VMM needs snapkvd --backend cuda");
+			return -ENOTSUP;
+		}
+		if (!env->has_garena) {
+			snprintf(err, errlen, "out_arena CUDA_VMM: ask for the GPU arena first");
+			return -EINVAL;
+		}
+	} else if (req->out_arena != SNAPKV__V1__ARENA_KIND__ARENA_KIND_UNSPECIFIED &&
+		   req->out_arena != SNAPKV__V1__ARENA_KIND__ARENA_KIND_HOST_MEMFD) {
+		snprintf(err, errlen, "unknown out_arena %d", (int)req->out_arena);
+		return -EINVAL;
+	}
+	if (snapkvd_cache_new(req->layers, plan->h_store, &j->cache) < 0)
+		return -ENOMEM;
+	c = j->cache;
+	c->gpu_kv = req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM;
+	c->h_q = req->h_q;
+	c->h_kv = req->h_kv;
+	c->head_dim = req->head_dim;
+	c->dtype = odt;
+	c->dtype_bytes = skv_dtype_size(odt);
+	c->layout = req->out_layout == SNAPKV__V1__LAYOUT__LAYOUT_NHD ? SNAPKVD_LAYOUT_NHD
+								      : SNAPKVD_LAYOUT_HND;
+	c->gqa = j->params.gqa;
+	c->policy = j->params.policy;
+	c->prompt_len = req->prompt_len;
+	c->kept = plan->kept;
+	c->slots = slots;
+	c->budget = j->params.capacity;
+	c->evictable = req->evictable;
+	c->pressure_level = (int)snapkvd_pressure_level(env->ops->pressure);
+	name_transports(j, c);
+	return 0;
+}
+
+/* The job's private copies and arrays (no check owned). */
+static int job_arrays(struct snapkvd_job *j, const Snapkv__V1__CompactRequest *req)
+{
+	if (req->n_block_table) {
+		j->block_table = malloc(req->n_block_table * sizeof(int32_t));
+		if (!j->block_table)
+			return -ENOMEM;
+		memcpy(j->block_table, req->block_table, req->n_block_table * sizeof(int32_t));
+		j->n_block_table = (uint32_t)req->n_block_table;
+	}
+	j->bufs = calloc((size_t)req->layers * 3 + 1, sizeof(*j->bufs)); /* + the wait flag's */
+	j->in = calloc(req->layers, sizeof(*j->in));
+	j->out = calloc(req->layers, sizeof(*j->out));
+	return j->bufs && j->in && j->out ? 0 : -ENOMEM;
+}
+
+static bool wait_given(const Snapkv__V1__CompactRequest *req)
+{
+	return req->prefill_wait &&
+	       req->prefill_wait->kind !=
+		   SNAPKV__V1__PREFILL_WAIT_KIND__PREFILL_WAIT_KIND_UNSPECIFIED;
+}
+
+int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkvd_session *s,
+			    const struct snapkvd_origin *o, const Snapkv__V1__CompactRequest *req,
+			    struct snapkvd_job **ret, char *err, size_t errlen)
+{
+	struct snapkvd_cache_geom geom;
+	struct snapkvd_job *j;
+	struct skv_plan plan;
+	enum skv_dtype odt;
+	uint32_t requested_c;
+	bool scaled;
+	int r;
+
+	r = check_limits(env->cfg, req, err, errlen);
+	if (r < 0)
+		return r;
+	j = snapkvd_job_new(SNAPKVD_JOB_COMPACT, s, o);
+	if (!j)
+		return -ENOMEM;
+	j->layers = req->layers;
+	j->shape = (struct skv_shape){
+	    .prompt_len = req->prompt_len,
+	    .head_dim = req->head_dim,
+	    .h_q = req->h_q,
+	    .h_kv = req->h_kv,
+	    .n_q = req->n_q,
+	};
+	r = read_params(req->params, &j->params, err, errlen);
+	if (r < 0)
+		goto fail;
+	requested_c = j->params.capacity;
+	scale_capacity(env->ops, &j->params, &scaled);
+	if ((r = check_plan(env, j, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
+	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||
+	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||
+	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)))
+		goto fail;
+	j->cache->requested_budget = requested_c;
+	j->cache->region_bytes = geom.region;
+	j->scaled = scaled;
+	j->geom = geom;
+	*ret = j;
+	return 0;
+fail:
+	snapkvd_job_free(j);
+	return r;
+}
+
+int snapkvd_request_grow(const struct snapkvd_request_env *env, const struct snapkvd_cache *c,
+			 uint32_t extra, uint32_t *ret_slots, struct snapkvd_cache_geom *ret_geom,
+			 const char **err)
+{
+	uint32_t max = env->cfg->max_reserve;
+
+	if (extra == 0 || extra > max || c->slots - c->kept + (uint64_t)extra > max) {
+		*err = "extra must be 1..max_reserve in all";
+		return extra ? -E2BIG : -EINVAL;
+	}
+	if (snapkvd_cache_geometry(c->layers, c->h_store, c->slots + extra, c->head_dim,
+				   c->dtype_bytes, env->arena_bytes, ret_geom) < 0) {
+		*err = "grown cache does not fit the arena";
+		return -E2BIG;
+	}
+	*ret_slots = c->slots + extra;
+	return 0;
+}

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: MIT
+/* test-cache: the cache region's size and layout formula, its overflow
+ * limits, and the GROW copies (daemon/snapkvd-cache.c). */
+#include <CUnit/Basic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/snapkvd-cache.c"
+#include "kernels/cuda/skv-cuda.h"
+
+static void test_geometry(void)
+{
+	struct snapkvd_cache_geom g;
+
+	/* 2 layers, 4 heads, 10 slots, D 64, 2 bytes: K = 4*10*64*2 = 5120
+	 * (64-aligned), positions 4*10*4 = 160 -> 192; layer 2*5120+192 */
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry(2, 4, 10, 64, 2, 1ull << 30, &g), 0);
+	CU_ASSERT_EQUAL(g.kv_bytes, 5120);
+	CU_ASSERT_EQUAL(g.pos_bytes, 192);
+	CU_ASSERT_EQUAL(g.region, 24576); /* 2 * 10432 = 20864, page-rounded */
+	/* one slot of one head, D 1, 1 byte: everything rounds up */
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry(1, 1, 1, 1, 1, 1ull << 30, &g), 0);
+	CU_ASSERT_EQUAL(g.kv_bytes, 64);
+	CU_ASSERT_EQUAL(g.pos_bytes, 64);
+	CU_ASSERT_EQUAL(g.region, SNAPKVD_ARENA_ALIGN);
+}
+
+static void test_limits(void)
+{
+	struct snapkvd_cache_geom g = {1, 2, 3};
+
+	/* exactly the arena: fits; one page less: does not */
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry(2, 4, 10, 64, 2, 24576, &g), 0);
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry(2, 4, 10, 64, 2, 24575, &g), -E2BIG);
+	/* K/V bytes overflow 64 bits: rows (2^32-1)^2 times D * bytes */
+	CU_ASSERT_EQUAL(
+	    snapkvd_cache_geometry(1, UINT32_MAX, UINT32_MAX, UINT32_MAX, 8, UINT64_MAX, &g),
+	    -E2BIG);
+	/* the layer fits, times the layers does not */
+	CU_ASSERT_EQUAL(
+	    snapkvd_cache_geometry(UINT32_MAX, 1u << 16, 1u << 16, 1u << 10, 8, UINT64_MAX, &g),
+	    -E2BIG);
+	/* D x bytes near 2^64: twice the K/V overflows */
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry(1, 1, 1, UINT32_MAX, UINT32_MAX, UINT64_MAX, &g),
+			-E2BIG);
+	/* positions of 2^62 rows overflow */
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry(1, 1u << 31, 1u << 31, 1, 1, UINT64_MAX, &g),
+			-E2BIG);
+	/* a failure leaves *ret alone */
+	CU_ASSERT_EQUAL(g.kv_bytes, 5120);
+}
+
+static void test_layout(void)
+{
+	struct snapkvd_cache_geom g = {.kv_bytes = 1000, .pos_bytes = 100, .region = 8192};
+	uint64_t k, v, p;
+
+	/* host arena: K, V, positions of each layer in turn */
+	snapkvd_region_layer(4096, 3, 1, &g, false, &k, &v, &p);
+	CU_ASSERT_EQUAL(k, 4096 + 2100);
+	CU_ASSERT_EQUAL(v, 4096 + 3100);
+	CU_ASSERT_EQUAL(p, 4096 + 4100);
+	/* GPU arena: every K/V first, then every layer's positions */
+	snapkvd_region_layer(4096, 3, 1, &g, true, &k, &v, &p);
+	CU_ASSERT_EQUAL(k, 4096 + 2000);
+	CU_ASSERT_EQUAL(v, 4096 + 3000);
+	CU_ASSERT_EQUAL(p, 4096 + 6000 + 100);
+}
+
+static void test_place(void)
+{
+	struct snapkvd_cache *c;
+	struct snapkvd_cache_geom g;
+
+	CU_ASSERT_EQUAL_FATAL(snapkvd_cache_new(2, 4, &c), 0);
+	c->head_dim = 64;
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry(2, 4, 10, 64, 2, 1ull << 30, &g), 0);
+	c->layout = SNAPKVD_LAYOUT_HND;
+	snapkvd_cache_place(c, 8192, 10, &g);
+	CU_ASSERT_EQUAL(c->region_off, 8192);
+	CU_ASSERT_EQUAL(c->region_bytes, g.region);
+	CU_ASSERT_EQUAL(c->head_stride, 640);
+	CU_ASSERT_EQUAL(c->token_stride, 64);
+	CU_ASSERT_EQUAL(c->k_off[1], 8192 + 2 * 5120 + 192);
+	CU_ASSERT_EQUAL(c->pos_off[0], 8192 + 2 * 5120);
+	c->layout = SNAPKVD_LAYOUT_NHD;
+	snapkvd_cache_place(c, 0, 10, &g);
+	CU_ASSERT_EQUAL(c->head_stride, 64);
+	CU_ASSERT_EQUAL(c->token_stride, 256);
+	snapkvd_cache_free(c);
+	snapkvd_cache_free(NULL);
+}
+
+/* GROW of one layer, two heads, HND, 1-byte rows: 3 of 4 slots to 6. */
+static void test_grow(void)
+{
+	uint8_t base[4096] = {0};
+	uint64_t old_k = 0, old_v = 64, old_pos = 128;
+	struct snapkvd_grow gr = {
+	    .geom = {.kv_bytes = 64, .pos_bytes = 64, .region = 4096},
+	    .off = 1024,
+	    .slots = 6,
+	    .old_slots = 4,
+	    .used = 3,
+	    .layers = 1,
+	    .h_store = 2,
+	    .row = 1,
+	    .hnd = true,
+	    .old_k = &old_k,
+	    .old_v = &old_v,
+	    .old_pos = &old_pos,
+	};
+	int32_t *op = (int32_t *)(base + old_pos), *np = (int32_t *)(base + 1024 + 128);
+
+	for (int h = 0; h < 2; h++)
+		for (int i = 0; i < 4; i++) {
+			base[old_k + h * 4 + i] = (uint8_t)(10 * h + i + 1);
+			base[old_v + h * 4 + i] = (uint8_t)(100 + 10 * h + i);
+			op[h * 4 + i] = 7 * h + i;
+		}
+	snapkvd_grow_host(&gr, base);
+	for (int h = 0; h < 2; h++) {
+		for (int i = 0; i < 3; i++) {
+			CU_ASSERT_EQUAL(base[1024 + h * 6 + i], 10 * h + i + 1);
+			CU_ASSERT_EQUAL(base[1024 + 64 + h * 6 + i], 100 + 10 * h + i);
+			CU_ASSERT_EQUAL(np[h * 6 + i], 7 * h + i);
+		}
+		for (int i = 3; i < 6; i++)
+			CU_ASSERT_EQUAL(np[h * 6 + i], -1);
+	}
+}
+
+int main(void)
+{
+	CU_pSuite s;
+	unsigned fails;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("cache", NULL, NULL);
+	CU_add_test(s, "region sizes", test_geometry);
+	CU_add_test(s, "overflow and arena limits", test_limits);
+	CU_add_test(s, "layer offsets, host and GPU arena", test_layout);
+	CU_add_test(s, "placement and strides", test_place);
+	CU_add_test(s, "GROW copies and positions", test_grow);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return fails ? 1 : 0;
+}
