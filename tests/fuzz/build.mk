@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # tests/fuzz/: libFuzzer targets (clang, -fsanitize=fuzzer,address,undefined)
 # for every parser that reads what another process wrote: the control
-# socket's frames and messages, the shared ring, safetensors, GGUF, the
-# daemon's config file. Not part of `make`/`make all` (they need clang):
+# socket's frames and messages, the shared ring, COMPACT requests (checked
+# as snapkvd checks them, then run through libskv's kernels), safetensors,
+# GGUF, the daemon's config file. Not part of `make`/`make all` (they need clang):
 #   make fuzz FUZZ_S=N   each target N seconds (default 60) over its seeds
 #   make fuzz-ci         each target FUZZ_CI_S seconds (10), then every
 #                        regression input once (CI runs this)
@@ -22,6 +23,9 @@ FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -Wall -Wextra -MMD -MP \
 # client/libskvst/, the config parser's split), change its line here.
 FUZZ_FRAME_SRCS ?= proto/skv-frame.c $(BUILD)/proto/snapkv.pb-c.c
 FUZZ_RING_SRCS ?=
+# validation as snapkvd does it, then libskv's real kernels (ISA files with their flags)
+FUZZ_REQUEST_SRCS ?= $(BUILD)/proto/snapkv.pb-c.c kernels/skv.c kernels/skv-scalar.c \
+	kernels/skv-avx2.c kernels/skv-avx512.c
 FUZZ_ST_SRCS ?= client/skv-safetensors.c
 FUZZ_ST_INC ?= -Iclient
 FUZZ_GGUF_SRCS ?= examples/tiny-llama/tl-gguf.c
@@ -30,7 +34,7 @@ FUZZ_CONFIG_SRCS ?= daemon/snapkvd-config.c daemon/snapkvd-ops-config.c daemon/s
 	daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c
 FUZZ_CONFIG_INC ?= -Idaemon
 
-FUZZ_TARGETS := frame ring safetensors gguf config
+FUZZ_TARGETS := frame ring request safetensors gguf config
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz-%)
 FUZZ_OBJ = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(1))
 
@@ -41,12 +45,19 @@ $(FUZZ_BUILD)/obj/%.o: %.c
 # the targets themselves build warning-free under clang
 $(call FUZZ_OBJ,$(FUZZ_TARGETS:%=tests/fuzz/fuzz-%.c)): FUZZ_CFLAGS += -Werror
 $(call FUZZ_OBJ,$(FUZZ_TARGETS:%=tests/fuzz/fuzz-%.c) $(FUZZ_FRAME_SRCS)): | $(SKV_PB_H)
+$(call FUZZ_OBJ,$(filter kernels/%,$(FUZZ_REQUEST_SRCS))): FUZZ_CFLAGS += -fno-math-errno
+$(call FUZZ_OBJ,kernels/skv.c): FUZZ_CFLAGS += -include tests/fuzz/clang-cpu.h
+$(call FUZZ_OBJ,kernels/skv-avx2.c): FUZZ_CFLAGS += -mavx2 -mfma -mf16c
+$(call FUZZ_OBJ,kernels/skv-avx512.c): FUZZ_CFLAGS += -mavx512f -mavx512dq -mavx512bw \
+	-mavx512vl -mfma -mf16c
 
 FUZZ_LINK = $(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
 $(FUZZ_BUILD)/fuzz-frame: $(call FUZZ_OBJ,tests/fuzz/fuzz-frame.c $(FUZZ_FRAME_SRCS))
 	$(FUZZ_LINK) $(PBC_LIBS)
 $(FUZZ_BUILD)/fuzz-ring: $(call FUZZ_OBJ,tests/fuzz/fuzz-ring.c $(FUZZ_RING_SRCS))
 	$(FUZZ_LINK)
+$(FUZZ_BUILD)/fuzz-request: $(call FUZZ_OBJ,tests/fuzz/fuzz-request.c $(FUZZ_REQUEST_SRCS))
+	$(FUZZ_LINK) $(PBC_LIBS) -lm -pthread
 $(FUZZ_BUILD)/fuzz-safetensors: $(call FUZZ_OBJ,tests/fuzz/fuzz-safetensors.c $(FUZZ_ST_SRCS))
 	$(FUZZ_LINK) $(JSON_LIBS) -lm
 $(FUZZ_BUILD)/fuzz-gguf: $(call FUZZ_OBJ,tests/fuzz/fuzz-gguf.c $(FUZZ_GGUF_SRCS))
@@ -55,7 +66,7 @@ $(FUZZ_BUILD)/fuzz-config: $(call FUZZ_OBJ,tests/fuzz/fuzz-config.c $(FUZZ_CONFI
 	$(FUZZ_LINK) -lm
 
 -include $(patsubst %.o,%.d,$(call FUZZ_OBJ,$(FUZZ_TARGETS:%=tests/fuzz/fuzz-%.c) \
-	$(FUZZ_FRAME_SRCS) $(FUZZ_ST_SRCS) $(FUZZ_GGUF_SRCS) $(FUZZ_CONFIG_SRCS)))
+	$(FUZZ_FRAME_SRCS) $(FUZZ_REQUEST_SRCS) $(FUZZ_ST_SRCS) $(FUZZ_GGUF_SRCS) $(FUZZ_CONFIG_SRCS)))
 
 .PHONY: fuzz fuzz-ci fuzz-build fuzz-seeds
 fuzz-build: $(FUZZ_BINS)

@@ -6,6 +6,9 @@
  *                 libsnapkv, snapkvctl and the daemon send them, with fds
  *   ring/         ring layouts the daemon computes, with honest and lying
  *                 indices and SQEs naming argument slots
+ *   request/      COMPACT requests (the Request message alone, as in a ring
+ *                 slot) small enough for fuzz-request's limits: strided HND
+ *                 and NHD, paged, every policy, f32/f16/bf16, protected ranges
  *   safetensors/  tiny files from libskvst's own writer (a prefill dump, metadata)
  *   gguf/         tiny GGUF v3 files (Llama keys, a vocabulary, F32 tensors)
  * The config seeds are the sample systemd/snapkvd.conf and a variant with
@@ -338,6 +341,116 @@ static int rings(void)
 	return r;
 }
 
+/* ---- request: tiny compactions over fuzz-request's buffers 1 (64 KiB) and 2 (4 KiB) */
+
+struct tiny {
+	const char *name;
+	uint32_t layers, h_q, h_kv, d, L, n_q, W, C;
+	int policy, gqa, nhd, paged, dtype, protect;
+};
+
+static int request(const struct tiny *t)
+{
+	static uint8_t buf[4096];
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
+	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
+	Snapkv__V1__Range rg = SNAPKV__V1__RANGE__INIT, *rgp = &rg;
+	Snapkv__V1__TensorRef tq[2], tk[2], tv[2];
+	Snapkv__V1__LayerRef lr[2], *lrs[2] = {&lr[0], &lr[1]};
+	int32_t table[16];
+	uint32_t es = t->dtype == SNAPKV__V1__DTYPE__D_TYPE_F32 ? 4 : 2, blk = 8;
+	uint64_t off = 0;
+
+	for (unsigned i = 0; i < 16; i++)
+		table[i] = (int32_t)((i * 5) % 16);
+	for (uint32_t l = 0; l < t->layers; l++) {
+		snapkv__v1__tensor_ref__init(&tq[l]);
+		snapkv__v1__tensor_ref__init(&tk[l]);
+		snapkv__v1__tensor_ref__init(&tv[l]);
+		snapkv__v1__layer_ref__init(&lr[l]);
+		tq[l].buffer_id = tk[l].buffer_id = tv[l].buffer_id = 1;
+		tq[l].dtype = tk[l].dtype = tv[l].dtype = t->dtype;
+		tq[l].offset = off;
+		tq[l].head_stride = (int64_t)t->n_q * t->d;
+		tq[l].token_stride = t->d;
+		off += (uint64_t)t->h_q * t->n_q * t->d * es;
+		tk[l].offset = off;
+		if (t->paged) {
+			/* 16 blocks of [8 tokens][h_kv][D] */
+			tk[l].block_size = blk;
+			tk[l].block_stride = (int64_t)blk * t->h_kv * t->d;
+			tk[l].token_stride = (int64_t)t->h_kv * t->d;
+			tk[l].head_stride = t->d;
+			off += 16ull * blk * t->h_kv * t->d * es;
+		} else if (t->nhd) {
+			tk[l].token_stride = (int64_t)t->h_kv * t->d;
+			tk[l].head_stride = t->d;
+			off += (uint64_t)t->h_kv * t->L * t->d * es;
+		} else {
+			tk[l].head_stride = (int64_t)t->L * t->d;
+			tk[l].token_stride = t->d;
+			off += (uint64_t)t->h_kv * t->L * t->d * es;
+		}
+		tv[l] = tk[l];
+		tv[l].offset = off;
+		off += tv[l].offset - tk[l].offset;
+		lr[l].q = &tq[l];
+		lr[l].k = &tk[l];
+		lr[l].v = &tv[l];
+	}
+	pm.policy = t->policy;
+	pm.window = t->W;
+	pm.capacity = t->C;
+	pm.gqa = t->gqa;
+	pm.kernel = t->policy == 2 ? 1 : 5;
+	pm.sinks = 2;
+	pm.explicit_fields = SKV_PARAMS_EXPLICIT_ALL;
+	if (t->protect) {
+		rg.begin = 2;
+		rg.end = 6;
+		pm.n_protected_ranges = 1;
+		pm.protected_ranges = &rgp;
+	}
+	cr.layers = t->layers;
+	cr.h_q = t->h_q;
+	cr.h_kv = t->h_kv;
+	cr.head_dim = t->d;
+	cr.prompt_len = t->L;
+	cr.n_q = t->n_q;
+	cr.params = &pm;
+	cr.n_layer = t->layers;
+	cr.layer = lrs;
+	cr.decode_reserve = 2;
+	if (t->paged) {
+		cr.n_block_table = 16;
+		cr.block_table = table;
+	}
+	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
+	req.compact = &cr;
+	if (off > (64u << 10) || snapkv__v1__request__get_packed_size(&req) > sizeof(buf))
+		return -EINVAL;
+	return put("request", t->name, buf, snapkv__v1__request__pack(&req, buf));
+}
+
+static int requests(void)
+{
+	static const struct tiny t[] = {
+	    {"hnd-group-f32", 2, 4, 2, 16, 64, 8, 8, 24, 1, 2, 0, 0, 1, 0},
+	    {"hnd-expand-f16", 1, 4, 1, 8, 48, 4, 4, 16, 1, 1, 0, 0, 2, 1},
+	    {"nhd-group-bf16", 2, 2, 2, 16, 96, 16, 16, 32, 1, 2, 1, 0, 3, 0},
+	    {"paged-group-f32", 1, 4, 2, 8, 96, 8, 8, 40, 1, 2, 0, 1, 1, 1},
+	    {"h2o-expand", 1, 2, 1, 8, 32, 32, 4, 12, 2, 1, 0, 0, 1, 0},
+	    {"streamingllm", 1, 2, 2, 8, 40, 0, 4, 12, 3, 2, 0, 0, 2, 0},
+	    {"window-bypass", 1, 2, 1, 4, 10, 0, 4, 32, 4, 1, 0, 0, 1, 0},
+	};
+	int r = 0;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		r |= request(&t[i]);
+	return r;
+}
+
 /* ---- safetensors, through libskvst's writer */
 
 static int safetensors(void)
@@ -500,6 +613,7 @@ int main(int argc, char **argv)
 	}
 	r = frames();
 	r |= rings();
+	r |= requests();
 	r |= safetensors();
 	r |= gguf("llama-vocab", 32, 1);
 	r |= gguf("bare-align8", 8, 0);
