@@ -9,7 +9,8 @@
  * offline result `snapkvctl compact --offline` wrote before the run: every
  * compaction that completes is compared byte for byte with it (K, V,
  * positions, retained mass of every stored head), again after each GROW
- * (which moves the cache). Counters live in a shared mapping, so a killed
+ * (which moves the cache); only an engine killed between the two misses
+ * its check. Counters live in a shared mapping, so a killed
  * engine's work still counts.
  *
  * Checks: no compaction differs from the offline result; no request fails
@@ -36,6 +37,9 @@
 
 #define MAX_ENGINES 16
 #define N_SHAPES    3
+/* A daemon incarnation that served no compaction in this long (ms) is one
+ * the engines could not get back to. */
+#define IDLE_MS 10000
 
 /* One input and its offline result. */
 struct shape {
@@ -455,7 +459,7 @@ static void test_chaos(void)
 {
 	const char *e;
 	unsigned secs = 30, max_kills = 400;
-	uint64_t next_quiet, compactions_at_restart = 0;
+	uint64_t next_quiet, compactions_at_restart = 0, restart_ms = now_ms();
 	unsigned idle_incarnations = 0;
 
 	if ((e = getenv("CHAOS_SECONDS")))
@@ -487,11 +491,17 @@ static void test_chaos(void)
 			engine_kills++;
 			spawn(i);
 		} else if (a < 76) {
-			/* the daemon dies mid-work; engines must see it and reconnect */
+			/* the daemon dies mid-work; engines must see it and reconnect.
+			 * Each incarnation lives until the engines got a compaction out
+			 * of it (so every restart is shown to be recovered from), or
+			 * IDLE_MS, when it counts as one they could not get back to. */
 			uint64_t done = TOTAL(compactions);
 
-			if (done == compactions_at_restart)
+			if (done == compactions_at_restart) {
+				if (now_ms() - restart_ms < IDLE_MS)
+					continue;
 				idle_incarnations++;
+			}
 			compactions_at_restart = done;
 			h_kill(&H);
 			daemon_kills++;
@@ -500,12 +510,15 @@ static void test_chaos(void)
 				CU_FAIL("daemon did not restart");
 				break;
 			}
+			restart_ms = now_ms();
 		}
 		if (now_ms() >= next_quiet) {
 			quiet_point();
 			next_quiet = now_ms() + secs * 1000ull / 3;
 		}
 	}
+	if (TOTAL(compactions) == compactions_at_restart && now_ms() - restart_ms >= IDLE_MS)
+		idle_incarnations++; /* the last one */
 	quiet_point();
 	for (int i = 0; i < n_engines; i++)
 		kill_engine(i);
@@ -524,14 +537,13 @@ static void test_chaos(void)
 	       idle_incarnations);
 	CU_ASSERT(TOTAL(compactions) > 0);
 	CU_ASSERT_EQUAL(TOTAL(mismatches), 0);
-	CU_ASSERT_EQUAL(TOTAL(verified), TOTAL(compactions));
+	/* a SIGKILL between completion and check leaves a few unchecked */
+	CU_ASSERT(TOTAL(verified) + engine_kills + (uint64_t)quiet_points * n_engines >=
+		  TOTAL(compactions));
 	CU_ASSERT_EQUAL(TOTAL(other_errors), 0);
 	CU_ASSERT(TOTAL(grows) > 0);
 	CU_ASSERT(engine_kills > 0);
-	/* a restarted daemon that never served a compaction is a daemon the
-	 * engines could not get back to (kills come every ~0.5 s at most, so
-	 * allow the odd short one) */
-	CU_ASSERT(idle_incarnations <= daemon_kills / 3 + 1);
+	CU_ASSERT_EQUAL(idle_incarnations, 0);
 	CU_ASSERT_EQUAL(h_stop(&H), 0);
 }
 
