@@ -5,7 +5,7 @@
 # as snapkvd checks them, then run through libskv's kernels), safetensors,
 # GGUF, the daemon's config file. Not part of `make`/`make all` (they need clang):
 #   make fuzz FUZZ_S=N   each target N seconds (default 60) over its seeds
-#   make fuzz-ci         each target FUZZ_CI_S seconds (10), then every
+#   make fuzz-ci         each target FUZZ_CI_S seconds (8), then every
 #                        regression input once (CI runs this)
 #   make fuzz-seeds      regenerate tests/fuzz/corpus/ (committed)
 # Seeds: tests/fuzz/corpus/<target>/; inputs that once crashed a target:
@@ -14,7 +14,7 @@
 FUZZ_BUILD ?= $(BUILD)/fuzz
 FUZZ_CC ?= clang
 FUZZ_S ?= 60
-FUZZ_CI_S ?= 10
+FUZZ_CI_S ?= 8
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -Wall -Wextra -MMD -MP \
 	-I. -Ikernels -Iproto -Iclient -Idaemon -I$(BUILD) -I$(BUILD)/proto
