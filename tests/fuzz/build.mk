@@ -85,8 +85,7 @@ $(FUZZ_GEN_SEEDS): $(FUZZ_GEN_SEEDS).o $(LIBSKVST) $(LIBSKVPROTO) $(LIBSKV)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKVST) $(LIBSKVPROTO) $(LIBSKV) $(JSON_LIBS) \
 		$(PBC_LIBS) -lm $(LDFLAGS)
 fuzz-seeds: $(FUZZ_GEN_SEEDS)
-	rm -rf tests/fuzz/corpus/frame tests/fuzz/corpus/ring tests/fuzz/corpus/safetensors \
-		tests/fuzz/corpus/gguf tests/fuzz/corpus/config
+	rm -rf $(FUZZ_TARGETS:%=tests/fuzz/corpus/%)
 	$(FUZZ_GEN_SEEDS) tests/fuzz/corpus
 	mkdir -p tests/fuzz/corpus/config
 	cp systemd/snapkvd.conf tests/fuzz/corpus/config/sample
