@@ -61,7 +61,11 @@ struct counters {
 	    lingers, connects, gone_errors, other_errors;
 };
 
-static struct counters *ctr; /* [MAX_ENGINES + 1]; the last is the sum */
+/* [MAX_ENGINES] per engine, then one more whose `requests` is the driver's
+ * clock at the latest daemon (re)start and `connects` that daemon's pid:
+ * an unexpected error says how long after a restart it came */
+static struct counters *ctr;
+#define DAEMON_INFO (&ctr[MAX_ENGINES])
 static char tmpdir[64];
 static const char *build;
 
@@ -115,8 +119,10 @@ static void count_err(struct counters *c, int r, const char *what, struct skv_cl
 		return;
 	}
 	atomic_fetch_add(&c->other_errors, 1);
-	fprintf(stderr, "chaos engine %d: %s: %s (%s)\n", (int)getpid(), what, strerror(-r),
-		cl ? skv_client_error(cl) : "");
+	fprintf(stderr, "chaos engine %d: %s: %s (%s), %llu ms after snapkvd %llu started\n",
+		(int)getpid(), what, strerror(-r), cl ? skv_client_error(cl) : "",
+		(unsigned long long)(now_ms() - atomic_load(&DAEMON_INFO->requests)),
+		(unsigned long long)atomic_load(&DAEMON_INFO->connects));
 }
 
 /* The cache against the offline file: K, V, positions, mass of the compacted slots. */
@@ -401,6 +407,8 @@ static int start_daemon(void)
 
 	if (r < 0)
 		return r;
+	atomic_store(&DAEMON_INFO->requests, now_ms());
+	atomic_store(&DAEMON_INFO->connects, (uint64_t)H.pid);
 	if (base_fds == 0) {
 		for (int i = 0; i < 100 && h_sessions(H.sock) != 0; i++)
 			h_sleep_ms(10);
