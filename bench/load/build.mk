@@ -1,0 +1,10 @@
+# SPDX-License-Identifier: MIT
+# bench-load: 16 engines x 1000 compactions against one snapkvd, throughput
+# and latency percentiles (make bench; bench/README.md records results).
+BENCH_LOAD := $(BUILD)/bench/bench-load
+OBJS += $(BUILD)/bench/load/bench-load.o
+# named literally: daemon/build.mk, which defines them, is read after this file
+$(BENCH_LOAD): $(BUILD)/bench/load/bench-load.o $(BUILD)/libsnapkv.so $(BUILD)/snapkvd
+	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lsnapkv -Wl,-rpath,$(abspath $(BUILD)) \
+		$(PBC_LIBS) $(LDFLAGS)
+BENCHES += $(BENCH_LOAD)

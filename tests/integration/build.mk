@@ -1,0 +1,21 @@
+# SPDX-License-Identifier: MIT
+# tests/integration/ programs that need no fragment of their own elsewhere:
+# the chaos test (engines and the daemon SIGKILLed while they work).
+#   make check   runs it for 30 s with 4 engines (test-chaos's defaults)
+#   make chaos   CHAOS_S seconds (300) with CHAOS_ENGINES engines (8)
+TEST_CHAOS := $(BUILD)/tests/test-chaos
+OBJS += $(BUILD)/tests/integration/test-chaos.o
+$(BUILD)/tests/integration/test-chaos.o: | $(BUILD)/proto/snapkv.pb-c.h
+$(TEST_CHAOS): $(BUILD)/tests/integration/test-chaos.o $(LIBSNAPKV) $(LIBSKVST) $(LIBSKVPROTO) \
+		$(LIBSKV) $(SNAPKVD) $(SNAPKVCTL) $(GEN_LAYER)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVST) $(LIBSKVPROTO) $(LIBSKV) \
+		$(JSON_LIBS) $(PBC_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(TEST_CHAOS)
+
+CHAOS_S ?= 300
+CHAOS_ENGINES ?= 8
+CHAOS_SEED ?= 1
+.PHONY: chaos
+chaos: $(TEST_CHAOS)
+	BUILD=$(BUILD) CHAOS_SECONDS=$(CHAOS_S) CHAOS_ENGINES=$(CHAOS_ENGINES) \
+		CHAOS_SEED=$(CHAOS_SEED) CHAOS_MAX_KILLS=$$(( $(CHAOS_S) * 4 )) $(TEST_CHAOS)
