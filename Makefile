@@ -118,6 +118,15 @@ clean:
 
 -include $(OBJS:.o=.d)
 
+# The README's two commands as root in a fresh debootstrap'd Debian 12 minbase
+# chroot (build-essential and git added), on a clean clone of HEAD with
+# $(SHARED) beside it: proves scripts/deps.sh installs everything. Root,
+# debootstrap and Debian's mirror needed; the base tree is cached in
+# /var/cache/snapkv-fresh (scripts/check-fresh.sh).
+.PHONY: check-fresh
+check-fresh:
+	@scripts/check-fresh.sh $(SHARED)
+
 # Compile every .cu with nvcc, warnings as errors (CI has nvcc but no GPU).
 .PHONY: cuda-check
 cuda-check:
