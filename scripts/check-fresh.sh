@@ -89,8 +89,14 @@ cleanup() {
 	local rc=$? pid i
 	trap - EXIT INT TERM HUP
 	# whatever a test left running in the chroot holds its mounts
-	for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-		[ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$root" ] && kill -KILL "$pid" 2>/dev/null
+	for i in 1 2 3; do
+		local killed=0
+		for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+			[ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$root" ] &&
+				kill -KILL "$pid" 2>/dev/null && killed=1
+		done
+		[ $killed -eq 1 ] || break
+		sleep 1
 	done
 	for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
 		umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" || true
@@ -130,10 +136,13 @@ mnt -t tmpfs -o mode=1777,nosuid,nodev shm "$root/dev/shm"
 mnt -t tmpfs -o mode=0755,nosuid,nodev run "$root/run"
 t_setup=$(date +%s)
 
+# In the background and waited for: bash runs a trap only once the
+# foreground command is done, so a SIGTERM would wait for a whole `make check`.
 in_chroot() {
 	chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
 		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		bash -c "cd /src/snapkvd && $*"
+		bash -c "cd /src/snapkvd && $*" </dev/null &
+	wait $!
 }
 rc_demo=0 rc_check=0
 say "commit $head in a fresh $suite minbase chroot ($run): make demo"
