@@ -260,6 +260,21 @@ if command -v systemd-analyze >/dev/null; then
 	else
 		not_ok "systemd-analyze security: exposure '$score'"
 	fi
+	# the CUDA drop-in where an operator puts it (verify reads the drop-in
+	# directory beside the unit): it parses and lifts PrivateDevices
+	mkdir -p "$u/snapkvd.service.d"
+	cp "$q/share/snapkvd/snapkvd.service.d/cuda.conf" "$u/snapkvd.service.d/"
+	out=$(cd "$tmp" && MANPATH=$q/share/man SYSTEMD_LOG_LEVEL=warning \
+		systemd-analyze verify "$u/snapkvd.socket" "$u/snapkvd.service" 2>&1)
+	[ $? -eq 0 ] && ! echo "$out" | grep -q 'snapkvd\.\(service\|socket\)\|cuda\.conf' &&
+		ok "systemd-analyze verify with the CUDA drop-in" || not_ok "verify with cuda.conf: $out"
+	sec=$(systemd-analyze security --offline=yes "$u/snapkvd.service" 2>&1)
+	cscore=$(echo "$sec" | sed -n 's/.*Overall exposure level for snapkvd.service: \([0-9.]*\).*/\1/p')
+	echo "$sec" | grep -q '^✗ PrivateDevices=' &&
+		echo "$sec" | grep -q 'char-nvidia-frontend:rw' &&
+		ok "the drop-in applies: devices opened to the nvidia ones (exposure $score -> $cscore)" ||
+		not_ok "the drop-in did not apply: $sec"
+	rm -r "$u/snapkvd.service.d"
 	mk uninstall PREFIX="$q" SYSCONFDIR="$q/etc"
 else
 	ok "SKIP systemd-analyze: not installed"
