@@ -134,6 +134,7 @@ FORCE:
 
 SNAPKV_PC := $(BUILD)/snapkv.pc
 $(SNAPKV_PC): snapkv.pc.in $(BUILD)/install-paths
+	$(if $(LIBSNAPKV_VER),,$(error LIBSNAPKV_VER is unset: snapkv.pc needs libsnapkv's version))
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(LIBSNAPKV_VER)|g' $< >$@.tmp
 	@! grep -n '@[A-Z]*@' $@.tmp || { echo "$@: unsubstituted" >&2; exit 1; }
