@@ -7,6 +7,9 @@
 #   TEST_SCRIPTS  shell/integration tests run by `make check` after TESTS
 #   BENCHES     programs run by `make bench`
 #   INSTALL_BINS, INSTALL_LIBS, INSTALL_HEADERS  what `make install` copies
+#   INSTALL_UNITS, INSTALL_DROPINS, INSTALL_TMPFILES, INSTALL_SYSUSERS,
+#   INSTALL_CONFIGS, INSTALL_MANS, INSTALL_COMPLETIONS  the same, for the
+#   service (systemd/), its man pages (man/) and bash completion (shell/)
 
 # The project's version: `snapkvctl --version` (and, for the daemon's part,
 # `snapkvd --version` and snapkvd_build_info) print it. libsnapkv's file
@@ -15,6 +18,20 @@ VERSION  := 0.1.0
 VERSION_DEFINE := -DSKV_VERSION='"$(VERSION)"'
 
 PREFIX   ?= /usr/local
+# Where `make install` puts things (under $(DESTDIR)); the units get these
+# paths written in. Units, tmpfiles and sysusers go below $(PREFIX)/lib,
+# which systemd searches for /usr and /usr/local alike.
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+DATADIR      ?= $(PREFIX)/share
+MANDIR       ?= $(DATADIR)/man
+SYSCONFDIR   ?= /etc
+UNITDIR      ?= $(PREFIX)/lib/systemd/system
+TMPFILESDIR  ?= $(PREFIX)/lib/tmpfiles.d
+SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+BASHCOMPDIR  ?= $(DATADIR)/bash-completion/completions
 BUILD    ?= build
 CC       ?= gcc
 OPT      ?= -O2
@@ -56,9 +73,16 @@ BENCHES :=
 INSTALL_BINS :=
 INSTALL_LIBS :=
 INSTALL_HEADERS :=
+INSTALL_UNITS :=
+INSTALL_DROPINS :=
+INSTALL_TMPFILES :=
+INSTALL_SYSUSERS :=
+INSTALL_CONFIGS :=
+INSTALL_MANS :=
+INSTALL_COMPLETIONS :=
 OBJS :=
 
-.PHONY: all check bench demo install clean deps format _check _bench _demo
+.PHONY: all check bench demo install uninstall clean deps format _check _bench _demo FORCE
 all:
 
 include $(sort $(wildcard */build.mk */*/build.mk))
@@ -110,11 +134,70 @@ demo: deps
 _demo: all
 	@$(MAKE) --no-print-directory _demo_llama
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
-	$(if $(INSTALL_BINS),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
-	$(if $(INSTALL_LIBS),cp -P $(INSTALL_LIBS) $(DESTDIR)$(PREFIX)/lib/)
-	$(if $(INSTALL_HEADERS),install -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(PREFIX)/include/)
+# The installed paths, rewritten only when they change, so that files that
+# have them written in (units, snapkv.pc) follow PREFIX and friends.
+INSTALL_PATHS = $(PREFIX) $(BINDIR) $(LIBDIR) $(INCLUDEDIR) $(SYSCONFDIR) $(LIBSNAPKV_VER)
+$(BUILD)/install-paths: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(INSTALL_PATHS)' | cmp -s - $@ || echo '$(INSTALL_PATHS)' >$@
+FORCE:
+
+SNAPKV_PC := $(BUILD)/snapkv.pc
+$(SNAPKV_PC): snapkv.pc.in $(BUILD)/install-paths
+	$(if $(LIBSNAPKV_VER),,$(error LIBSNAPKV_VER is unset: snapkv.pc needs libsnapkv's version))
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(LIBSNAPKV_VER)|g' $< >$@.tmp
+	@! grep -n '@[A-Z]*@' $@.tmp || { echo "$@: unsubstituted" >&2; exit 1; }
+	mv $@.tmp $@
+
+# Headers go to include/snapkv/ (`pkg-config --cflags snapkv`), the config to
+# $(SYSCONFDIR)/snapkvd/ unless one is there (an operator's is never
+# overwritten; the default stays readable in $(DATADIR)/snapkvd/).
+INSTALL_DEST = $(DESTDIR)$(1)/$(notdir $(2))
+install: all $(INSTALL_UNITS) $(INSTALL_DROPINS) $(SNAPKV_PC)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/snapkv \
+		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR) \
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(SYSCONFDIR)/snapkvd \
+		$(DESTDIR)$(DATADIR)/snapkvd/snapkvd.service.d $(DESTDIR)$(BASHCOMPDIR) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man,$(sort $(subst .,,$(suffix $(INSTALL_MANS)))))
+	$(if $(INSTALL_BINS),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR)/)
+	@set -e; for f in $(INSTALL_LIBS); do if [ -L "$$f" ]; then echo "cp -P $$f $(DESTDIR)$(LIBDIR)/"; \
+	  cp -P "$$f" $(DESTDIR)$(LIBDIR)/; else echo "install -m 644 $$f $(DESTDIR)$(LIBDIR)/"; \
+	  install -m 644 "$$f" $(DESTDIR)$(LIBDIR)/; fi; done
+	$(if $(INSTALL_HEADERS),install -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(INCLUDEDIR)/snapkv/)
+	install -m 644 $(SNAPKV_PC) $(DESTDIR)$(PKGCONFIGDIR)/
+	$(if $(INSTALL_UNITS),install -m 644 $(INSTALL_UNITS) $(DESTDIR)$(UNITDIR)/)
+	$(if $(INSTALL_DROPINS),install -m 644 $(INSTALL_DROPINS) \
+		$(DESTDIR)$(DATADIR)/snapkvd/snapkvd.service.d/)
+	$(foreach f,$(INSTALL_TMPFILES),install -m 644 $(f) $(DESTDIR)$(TMPFILESDIR)/snapkvd.conf;)
+	$(foreach f,$(INSTALL_SYSUSERS),install -m 644 $(f) $(DESTDIR)$(SYSUSERSDIR)/snapkvd.conf;)
+	$(foreach f,$(INSTALL_MANS),install -m 644 $(f) \
+		$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(f)))/;)
+	$(foreach f,$(INSTALL_COMPLETIONS),install -m 644 $(f) \
+		$(DESTDIR)$(BASHCOMPDIR)/$(basename $(notdir $(f)));)
+	$(foreach f,$(INSTALL_CONFIGS),install -m 644 $(f) $(DESTDIR)$(DATADIR)/snapkvd/;)
+	@set -e; for f in $(INSTALL_CONFIGS); do d=$(DESTDIR)$(SYSCONFDIR)/snapkvd/$${f##*/}; \
+	  if [ -e "$$d" ]; then echo "install: keeping the existing $$d"; \
+	  else echo "install -m 644 $$f $$d"; install -m 644 "$$f" "$$d"; fi; done
+
+# Removes what install put there; an edited config stays (and is named).
+uninstall:
+	rm -f $(foreach f,$(INSTALL_BINS),$(call INSTALL_DEST,$(BINDIR),$(f))) \
+		$(foreach f,$(INSTALL_LIBS),$(call INSTALL_DEST,$(LIBDIR),$(f))) \
+		$(foreach f,$(INSTALL_HEADERS),$(call INSTALL_DEST,$(INCLUDEDIR)/snapkv,$(f))) \
+		$(DESTDIR)$(PKGCONFIGDIR)/snapkv.pc \
+		$(foreach f,$(INSTALL_UNITS),$(call INSTALL_DEST,$(UNITDIR),$(f))) \
+		$(foreach f,$(INSTALL_DROPINS),$(call INSTALL_DEST,$(DATADIR)/snapkvd/snapkvd.service.d,$(f))) \
+		$(if $(INSTALL_TMPFILES),$(DESTDIR)$(TMPFILESDIR)/snapkvd.conf) \
+		$(if $(INSTALL_SYSUSERS),$(DESTDIR)$(SYSUSERSDIR)/snapkvd.conf) \
+		$(foreach f,$(INSTALL_MANS),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(f)))/$(notdir $(f))) \
+		$(foreach f,$(INSTALL_COMPLETIONS),$(DESTDIR)$(BASHCOMPDIR)/$(basename $(notdir $(f))))
+	@set -e; for f in $(INSTALL_CONFIGS); do d=$(DESTDIR)$(SYSCONFDIR)/snapkvd/$${f##*/}; \
+	  if cmp -s "$$f" "$$d"; then rm -f "$$d"; \
+	  elif [ -e "$$d" ]; then echo "uninstall: keeping $$d (changed from the default)"; fi; \
+	  rm -f $(DESTDIR)$(DATADIR)/snapkvd/$${f##*/}; done
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/snapkv $(DESTDIR)$(DATADIR)/snapkvd/snapkvd.service.d \
+		$(DESTDIR)$(DATADIR)/snapkvd $(DESTDIR)$(SYSCONFDIR)/snapkvd 2>/dev/null
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
@@ -127,6 +210,15 @@ clean:
 .SECONDARY:
 
 -include $(OBJS:.o=.d)
+
+# The README's two commands as root in a fresh debootstrap'd Debian 12 minbase
+# chroot (build-essential and git added), on a clean clone of HEAD with
+# $(SHARED) beside it: proves scripts/deps.sh installs everything. Root,
+# debootstrap and Debian's mirror needed; the base tree is cached in
+# /var/cache/snapkv-fresh (scripts/check-fresh.sh).
+.PHONY: check-fresh
+check-fresh:
+	@scripts/check-fresh.sh $(SHARED)
 
 # Compile every .cu with nvcc, warnings as errors (CI has nvcc but no GPU).
 .PHONY: cuda-check

@@ -3,8 +3,16 @@
 # Installs the Debian packages snapkvd builds and tests with, when run as root;
 # otherwise prints the exact apt-get line and fails.
 set -eu
+# What each is for: the build (build-essential .. libsystemd-dev), the units'
+# tests (systemd: systemd-analyze; man-db: `man` for its man-page check), the
+# test scripts (python3, valgrind, tmux, curl), the Python module and its
+# tests (python3-dev, -numpy, -torch, -pytest). A minimal Debian 12
+# (debootstrap --variant=minbase) plus build-essential and git needs exactly
+# these: `make check-fresh` proves it.
 pkgs=(build-essential pkg-config liburing-dev libprotobuf-c-dev protobuf-c-compiler
-      libcunit1-dev libjansson-dev libopenblas-dev libsystemd-dev systemd python3)
+      libcunit1-dev libjansson-dev libopenblas-dev libsystemd-dev systemd man-db
+      python3 python3-dev python3-numpy python3-torch python3-pytest
+      valgrind tmux curl)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
