@@ -13,9 +13,7 @@
  */
 #include "snapkvd-http.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,124 +54,6 @@ struct snapkvd_http {
 	struct conn *conns;
 	unsigned n_conns;
 };
-
-void snapkvd_http_config_init(struct snapkvd_http_config *c)
-{
-	memset(c, 0, sizeof(*c));
-	c->max_request = 8192;
-	c->max_connections = 16;
-	c->timeout_ms = 10000;
-}
-
-/* ------------------------------------------------------------ addresses */
-
-static int parse_port(const char *s, uint16_t *ret)
-{
-	unsigned long v;
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || v < 1 || v > 65535)
-		return -EINVAL;
-	*ret = (uint16_t)v;
-	return 0;
-}
-
-static int to_sockaddr(const char *v, struct sockaddr_storage *ss, socklen_t *ret_len,
-		       const char **why)
-{
-	char host[SNAPKVD_HTTP_LISTEN_MAX];
-	const char *port_s, *colon;
-	bool v6 = *v == '[';
-	uint16_t port;
-
-	*why = "expected PORT, IPV4:PORT, [IPV6]:PORT or localhost:PORT (port 1..65535)";
-	if (strlen(v) >= sizeof(host))
-		return -EINVAL;
-	if (v6) {
-		const char *rb = strchr(v, ']');
-
-		if (!rb || rb[1] != ':')
-			return -EINVAL;
-		snprintf(host, sizeof(host), "%.*s", (int)(rb - v - 1), v + 1);
-		port_s = rb + 2;
-	} else if ((colon = strrchr(v, ':'))) {
-		if (memchr(v, ':', colon - v)) {
-			*why = "an IPv6 address goes in brackets: [::1]:9464";
-			return -EINVAL;
-		}
-		snprintf(host, sizeof(host), "%.*s", (int)(colon - v), v);
-		port_s = colon + 1;
-	} else {
-		snprintf(host, sizeof(host), "127.0.0.1"); /* a port alone: loopback */
-		port_s = v;
-	}
-	if (parse_port(port_s, &port) < 0)
-		return -EINVAL;
-	if (!v6 && !strcmp(host, "localhost"))
-		snprintf(host, sizeof(host), "127.0.0.1");
-	memset(ss, 0, sizeof(*ss));
-	if (!v6) {
-		struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
-
-		if (inet_pton(AF_INET, host, &in4->sin_addr) != 1) {
-			*why = "not a numeric IPv4 address (names are not resolved)";
-			return -EINVAL;
-		}
-		in4->sin_family = AF_INET;
-		in4->sin_port = htons(port);
-		*ret_len = sizeof(*in4);
-	} else {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-
-		if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1) {
-			*why = "not a numeric IPv6 address in brackets";
-			return -EINVAL;
-		}
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons(port);
-		*ret_len = sizeof(*in6);
-	}
-	return 0;
-}
-
-static void format_addr(const struct sockaddr_storage *ss, char out[SNAPKVD_HTTP_LISTEN_MAX])
-{
-	char a[INET6_ADDRSTRLEN] = "";
-
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *in4 = (const struct sockaddr_in *)ss;
-
-		inet_ntop(AF_INET, &in4->sin_addr, a, sizeof(a));
-		snprintf(out, SNAPKVD_HTTP_LISTEN_MAX, "%s:%u", a, ntohs(in4->sin_port));
-	} else {
-		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-
-		inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
-		snprintf(out, SNAPKVD_HTTP_LISTEN_MAX, "[%s]:%u", a, ntohs(in6->sin6_port));
-	}
-}
-
-int snapkvd_http_parse_listen(const char *value, char out[SNAPKVD_HTTP_LISTEN_MAX],
-			      const char **ret_why)
-{
-	struct sockaddr_storage ss;
-	socklen_t len;
-	int r;
-
-	if (!*value || !strcmp(value, "off")) {
-		out[0] = 0;
-		return 0;
-	}
-	r = to_sockaddr(value, &ss, &len, ret_why);
-	if (r < 0)
-		return r;
-	format_addr(&ss, out);
-	return 0;
-}
 
 /* ----------------------------------------------------------- connections */
 
@@ -477,15 +357,9 @@ unsigned snapkvd_http_connections(const struct snapkvd_http *h)
 
 static int listen_tcp(const struct snapkvd_http_config *cfg)
 {
-	struct sockaddr_storage ss;
-	const char *why = "";
-	socklen_t len;
 	int fd, one = 1, r;
 
-	r = to_sockaddr(cfg->listen, &ss, &len, &why);
-	if (r < 0)
-		return log_error_errno(r, "metrics_listen = %s: %s", cfg->listen, why);
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(cfg->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		r = -errno;
 		if (r == -EAFNOSUPPORT)
@@ -498,7 +372,8 @@ static int listen_tcp(const struct snapkvd_http_config *cfg)
 				       cfg->listen);
 	}
 	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&ss, len) < 0 || listen(fd, 64) < 0) {
+	if (bind(fd, (const struct sockaddr *)&cfg->addr, cfg->addr_len) < 0 ||
+	    listen(fd, 64) < 0) {
 		r = -errno;
 		close(fd);
 		return log_error_errno(r, "Failed to listen on %s (metrics_listen)", cfg->listen);

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "snapkvd-forward.h"
 
@@ -28,22 +29,16 @@ struct snapkvd_http;
 
 #define SNAPKVD_HTTP_LISTEN_MAX 64 /* "[v6 address]:port" and a NUL */
 
+/* Filled by snapkvd-config.c, which parses metrics_listen (PORT alone is
+ * loopback; IPV4:PORT, [IPV6]:PORT, localhost:PORT; numeric only). */
 struct snapkvd_http_config {
 	char listen[SNAPKVD_HTTP_LISTEN_MAX]; /* normalised ADDR:PORT; "": off */
-	uint64_t max_request;		      /* request line + headers, bytes */
+	struct sockaddr_storage addr;	      /* what listen says */
+	socklen_t addr_len;
+	uint64_t max_request; /* request line + headers, bytes */
 	unsigned max_connections;
 	unsigned timeout_ms;
 };
-
-void snapkvd_http_config_init(struct snapkvd_http_config *c);
-/*
- * metrics_listen's value: "" or "off"; PORT (loopback); IPV4:PORT;
- * [IPV6]:PORT; localhost:PORT. Numeric addresses only (no resolver in the
- * config). Writes the normalised form ("127.0.0.1:9464", "" when off) into
- * out. 0, or -EINVAL with *ret_why saying what is wrong.
- */
-int snapkvd_http_parse_listen(const char *value, char out[SNAPKVD_HTTP_LISTEN_MAX],
-			      const char **ret_why);
 
 struct snapkvd_http_cb {
 	void *data;
@@ -53,7 +48,7 @@ struct snapkvd_http_cb {
 	bool (*healthy)(void *data);
 };
 
-/* Listen at cfg->listen (not "") and arm the first accept. Logs what
+/* Listen at cfg->addr (cfg->listen not "") and arm the first accept. Logs what
  * failed, naming the address and the errno; 0 or -errno. */
 int snapkvd_http_new(struct snapkvd_loop *loop, const struct snapkvd_http_config *cfg,
 		     const struct snapkvd_http_cb *cb, struct snapkvd_http **ret);
