@@ -42,6 +42,7 @@ declare -A want=(
 	[$p/lib/tmpfiles.d/snapkvd.conf]=644 [$p/lib/sysusers.d/snapkvd.conf]=644
 	[/etc/snapkvd/snapkvd.conf]=644 [$p/share/snapkvd/snapkvd.conf]=644
 	[$p/share/snapkvd/snapkvd.service.d/cuda.conf]=644
+	[$p/share/snapkvd/snapkvd.service.d/metrics.conf]=644
 	[$p/share/man/man8/snapkvd.8]=644 [$p/share/man/man1/snapkvctl.1]=644
 	[$p/share/man/man5/snapkvd.conf.5]=644
 	[$p/share/bash-completion/completions/snapkvctl]=644
@@ -274,6 +275,22 @@ if command -v systemd-analyze >/dev/null; then
 		echo "$sec" | grep -q 'char-nvidia-frontend:rw' &&
 		ok "the drop-in applies: devices opened to the nvidia ones (exposure $score -> $cscore)" ||
 		not_ok "the drop-in did not apply: $sec"
+	rm -r "$u/snapkvd.service.d"
+	# the metrics drop-in: parses, opens the network (PrivateNetwork=no,
+	# AF_INET/AF_INET6) and keeps peers to loopback
+	mkdir -p "$u/snapkvd.service.d"
+	cp "$q/share/snapkvd/snapkvd.service.d/metrics.conf" "$u/snapkvd.service.d/"
+	out=$(cd "$tmp" && MANPATH=$q/share/man SYSTEMD_LOG_LEVEL=warning \
+		systemd-analyze verify "$u/snapkvd.socket" "$u/snapkvd.service" 2>&1)
+	[ $? -eq 0 ] && ! echo "$out" | grep -q 'snapkvd\.\(service\|socket\)\|metrics\.conf' &&
+		ok "systemd-analyze verify with the metrics drop-in" || not_ok "verify with metrics.conf: $out"
+	sec=$(systemd-analyze security --offline=yes "$u/snapkvd.service" 2>&1)
+	mscore=$(echo "$sec" | sed -n 's/.*Overall exposure level for snapkvd.service: \([0-9.]*\).*/\1/p')
+	echo "$sec" | grep -q '^✗ PrivateNetwork=' &&
+		echo "$sec" | grep -qF '✗ RestrictAddressFamilies=~AF_(INET|INET6)' &&
+		echo "$sec" | grep -q '^✗ IPAddressDeny=.*only localhost entries' &&
+		ok "the metrics drop-in applies: network opened, peers loopback (exposure $score -> $mscore)" ||
+		not_ok "the metrics drop-in did not apply: $sec"
 	rm -r "$u/snapkvd.service.d"
 	mk uninstall PREFIX="$q" SYSCONFDIR="$q/etc"
 else
