@@ -67,6 +67,15 @@ rc=0; "$D" --config "$tmp/leave.conf" --check-config >/dev/null 2>"$tmp/err" || 
 	fail "a cross-key error: rc $rc: $(cat "$tmp/err")"
 [ ! -e "$tmp/x.sock" ] || fail "listened despite a bad option"
 
+# a socket that cannot be bound: the path and bind's own errno, exit 1
+rc=0; "$D" --socket "$tmp/no/such/dir/s.sock" 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "Failed to listen on $tmp/no/such/dir/s.sock: No such file or directory" \
+	"$tmp/err" || fail "missing directory: rc $rc: $(cat "$tmp/err")"
+touch "$tmp/plain"
+rc=0; "$D" --socket "$tmp/plain/s.sock" 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "Failed to listen on $tmp/plain/s.sock: Not a directory" "$tmp/err" ||
+	fail "a file as the directory: rc $rc: $(cat "$tmp/err")"
+
 # --check-config: the effective configuration, every key, and it reads back
 "$D" --check-config >"$tmp/eff.conf" 2>"$tmp/err" || fail "--check-config: $(cat "$tmp/err")"
 keys() { sed -n 's/^#\?\([a-z_]*\) =.*/\1/p' "$1" | sort -u; }
