@@ -113,6 +113,25 @@ grep -q "keeping the old limits" "$tmp/log" || fail "bad reload not reported"
 	--decode 2 >/dev/null || fail "engine after reload"
 stop "${pids[-1]}"
 
+# snapkvctl's (admin) connections are logged at debug level only, engines' at info
+for level in info debug; do
+	"$D" --socket "$tmp/f.sock" --log-level $level 2>"$tmp/log" &
+	pids+=($!)
+	wait_sock "$tmp/f.sock" || fail "did not start at $level"
+	for _ in 1 2 3; do "$BUILD/snapkvctl" --socket "$tmp/f.sock" status >/dev/null || fail "status"; done
+	"$BUILD/snapkv-engine" --socket "$tmp/f.sock" --layers 1 --prompt 128 --capacity 64 \
+		--decode 1 >/dev/null || fail "engine at $level"
+	stop "${pids[-1]}"
+	admin=$(grep -c ' admin$\|(snapkvctl, uid [0-9]*) closed' "$tmp/log" || true)
+	engine=$(grep -c 'session [0-9]*: .*(pid [0-9]*, uid [0-9]*)$' "$tmp/log" || true)
+	if [ $level = info ]; then
+		[ "$admin" -eq 0 ] && [ "$engine" -eq 1 ] ||
+			fail "at info: $admin admin lines (want 0), $engine engine lines (want 1): $(cat "$tmp/log")"
+	else
+		[ "$admin" -eq 6 ] || fail "at debug: $admin admin lines, want 6: $(cat "$tmp/log")"
+	fi
+done
+
 # allow list (SO_PEERCRED) and per-tenant quota
 me=$(id -u)
 printf 'allow_uids = %s\n' $((me + 4242)) >"$tmp/allow.conf"
