@@ -13,6 +13,7 @@ OBJS += $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o
 $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o: | $(SKV_PB_H)
 # --version, --check-config's header and snapkvd_build_info: the top VERSION
 $(BUILD)/daemon/snapkvd.o $(BUILD)/daemon/snapkvd-admin.o: ALL_CFLAGS += $(VERSION_DEFINE)
+$(BUILD)/daemon/snapkvd.o $(BUILD)/daemon/snapkvd-admin.o: $(BUILD)/version
 $(LIBSNAPKVD): $(LIBSNAPKVD_OBJS)
 	rm -f $@ && $(AR) rcs $@ $^
 LIBS += $(LIBSNAPKVD)

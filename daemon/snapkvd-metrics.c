@@ -317,6 +317,16 @@ static void write_actions(FILE *f, const struct snapkvd_stats *s)
 		put_double(f, s->start_time_seconds);
 		fputc('\n', f);
 	}
+	if (s->version) {
+		head(f, "snapkvd_build_info", "gauge",
+		     "Always 1: the version (the project's one, libsnapkv's and snapkvd "
+		     "--version's) and the compute backend as labels.");
+		fputs("snapkvd_build_info{version=\"", f);
+		put_label(f, s->version);
+		fputs("\",backend=\"", f);
+		put_label(f, s->backend ? s->backend : "");
+		fputs("\"} 1\n", f);
+	}
 }
 
 int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t *ret_len)

@@ -100,6 +100,8 @@ struct snapkvd_stats {
 	const struct snapkvd_histogram *compaction_seconds; /* may be NULL */
 	const struct snapkvd_histogram *retained_mass;	    /* may be NULL */
 	double start_time_seconds; /* process start, Unix time; 0 omits it */
+	const char *version;	   /* snapkvd_build_info; NULL omits it */
+	const char *backend;	   /* its backend label (NULL: "") */
 };
 
 /*

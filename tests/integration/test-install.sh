@@ -212,6 +212,18 @@ fi
 "$d$p/bin/snapkvctl" --socket "$sock" status >"$tmp/status" 2>&1 &&
 	ok "the installed snapkvctl talks to the installed snapkvd" ||
 	not_ok "snapkvctl status: $(cat "$tmp/status")"
+# one version: the programs, the library's file name, pkg-config, the
+# metric snapkvd_build_info and snapkvctl status all say the same
+v=$("$d$p/bin/snapkvd" --version | awk '{print $2}')
+vctl=$("$d$p/bin/snapkvctl" --version | awk '{print $2}')
+vinfo=$("$d$p/bin/snapkvctl" --socket "$sock" metrics 2>&1 |
+	sed -n 's/^snapkvd_build_info{version="\([^"]*\)",backend="host"} 1$/\1/p')
+vstat=$("$d$p/bin/snapkvctl" --socket "$sock" status 2>&1 | sed -n '1s/^snapkvd \([^ ]*\) .*/\1/p')
+vpc=$(PKG_CONFIG_SYSROOT_DIR=$d PKG_CONFIG_PATH=$d$p/lib/pkgconfig pkg-config --modversion snapkv)
+[ -n "$v" ] && [ "$vctl" = "$v" ] && [ "$vinfo" = "$v" ] && [ "$vstat" = "$v" ] &&
+	[ "$vpc" = "$v" ] && [ "$real" = "libsnapkv.so.$v" ] &&
+	ok "one version $v: snapkvd, snapkvctl, $real, snapkv.pc, snapkvd_build_info, status" ||
+	not_ok "versions: snapkvd '$v' snapkvctl '$vctl' build_info '$vinfo' status '$vstat' pc '$vpc' $real"
 kill -TERM $dpid
 wait $dpid && ok "the installed snapkvd stops with 0 on SIGTERM" || not_ok "snapkvd exit $?"
 
