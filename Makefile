@@ -38,7 +38,7 @@ BUILD    ?= build
 CC       ?= gcc
 OPT      ?= -O2
 CFLAGS_BASE := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC -pthread \
-	-D_GNU_SOURCE -MMD -MP -I. -Ikernels -Iproto -Iclient/libsnapkv \
+	-D_GNU_SOURCE -DSKV_NO_DEPRECATION_WARNINGS -MMD -MP -I. -Ikernels -Iproto -Iclient/libsnapkv \
 	-Iclient/libskvst -I$(BUILD)
 CFLAGS   ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)

@@ -209,6 +209,32 @@ if cc -Werror -Wall -o "$tmp/engine" "$tmp/engine.c" $flags 2>"$tmp/cc.err" &&
 else
 	not_ok "engine against the installed tree: $(cat "$tmp/cc.err") $out"
 fi
+# budget is C, capacity is slots: the new names compile clean with -Werror;
+# the old ones (skv_params.capacity, suggested_capacity) still compile and
+# alias the same storage, with a deprecation warning naming the new one
+cat >"$tmp/names.c" <<'EOF'
+#include <snapkv.h>
+int main(void)
+{
+	struct skv_params p = SKV_PARAMS_DEFAULTS;
+	struct skv_pressure pr = {0};
+	struct skv_ledger_in li = {0};
+#ifdef OLD
+	p.capacity = 7, pr.suggested_capacity = 3, li.capacity = 5;
+#else
+	p.budget = 7, pr.suggested_budget = 3, li.budget = 5;
+#endif
+	return !(p.budget == 7 && pr.suggested_budget == 3 && li.budget == 5 && p.window == 32);
+}
+EOF
+# shellcheck disable=SC2086
+if cc -Wall -Wextra -Werror -o "$tmp/names" "$tmp/names.c" $flags 2>"$tmp/cc.err" && "$tmp/names" &&
+	cc -Wall -DOLD -o "$tmp/names-old" "$tmp/names.c" $flags 2>"$tmp/cc-old.err" &&
+	"$tmp/names-old" && [ "$(grep -c 'warning: .* is deprecated: .* is now' "$tmp/cc-old.err")" -eq 3 ]; then
+	ok "budget/suggested_budget compile clean; the old capacity names alias them, deprecated"
+else
+	not_ok "names: $(cat "$tmp/cc.err" "$tmp/cc-old.err" 2>/dev/null)"
+fi
 "$d$p/bin/snapkvctl" --socket "$sock" status >"$tmp/status" 2>&1 &&
 	ok "the installed snapkvctl talks to the installed snapkvd" ||
 	not_ok "snapkvctl status: $(cat "$tmp/status")"
