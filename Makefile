@@ -100,7 +100,8 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fr
 SAN_TESTS ?= $(TESTS)
 SAN_TEST_SCRIPTS ?= $(filter $(addprefix tests/integration/,test-cli-online.sh \
 	test-daemon-ctl.sh test-daemon-ledger.sh test-ops-ctl.sh test-llama-daemon.sh \
-	test-daemon-config.sh test-daemon-workers.sh test-cli-socket.sh test-cli-top.sh),$(TEST_SCRIPTS))
+	test-daemon-config.sh test-daemon-workers.sh test-cli-socket.sh test-cli-top.sh \
+	test-metrics-http.sh),$(TEST_SCRIPTS))
 .PHONY: check-sanitize _check_sanitize
 check-sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) CUDA=0 CFLAGS="$(SAN_FLAGS)" \
