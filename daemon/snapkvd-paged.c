@@ -23,7 +23,6 @@
 #include "snapkvd-config.h"
 #include "snapkvd-job.h"
 #include "snapkvd-request.h"
-#include "snapkvd-runner.h"
 
 /* One byte range read or written, keyed by what backs it. */
 struct span {
@@ -375,7 +374,7 @@ static int paged_writeback(const struct snapkvd_request_env *env, struct snapkvd
 	return r;
 }
 
-int snapkvd_paged_check(const struct snapkvd_request_env *env, struct snapkvd_job *j,
+int snapkvd_paged_check(const struct snapkvd_request_env *env, bool device, struct snapkvd_job *j,
 			const Snapkv__V1__CompactRequest *req, const struct skv_plan *plan,
 			enum skv_dtype odt, char *err, size_t errlen)
 {
@@ -403,7 +402,7 @@ int snapkvd_paged_check(const struct snapkvd_request_env *env, struct snapkvd_jo
 	/* Paged-attention kernels need one count for every head and layer:
 	 * today every request has its single C (plan->kept for all heads); a
 	 * budget that gives heads different counts must be refused here. */
-	if (snapkvd_runner_device(env->runner)) {
+	if (device) {
 		snprintf(err, errlen,
 			 "out_layout PAGED needs the host backend: the CUDA plugin writes strided "
 			 "outputs only");
