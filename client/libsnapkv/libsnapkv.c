@@ -1803,12 +1803,16 @@ static uint8_t *cache_ptr(const struct skv_cache *k, const uint64_t *offs, uint3
 
 SKV_EXPORT void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
-	return k && k->info.kv_arena == SKV_ARENA_HOST ? cache_ptr(k, k->k_off, layer, head) : NULL;
+	return k && k->info.kv_arena == SKV_ARENA_HOST && k->info.out_dest != SKV_OUT_WRITEBACK
+		   ? cache_ptr(k, k->k_off, layer, head)
+		   : NULL;
 }
 
 SKV_EXPORT void *skv_cache_v(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
-	return k && k->info.kv_arena == SKV_ARENA_HOST ? cache_ptr(k, k->v_off, layer, head) : NULL;
+	return k && k->info.kv_arena == SKV_ARENA_HOST && k->info.out_dest != SKV_OUT_WRITEBACK
+		   ? cache_ptr(k, k->v_off, layer, head)
+		   : NULL;
 }
 
 static int64_t cache_off(const struct skv_cache *k, const uint64_t *offs, uint32_t layer,
