@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * skvpy-cache.h - snapkv.Cache: one compact cache in the daemon. k(layer),
+ * v(layer), positions(layer) are zero-copy tensors onto the client's arena
+ * alias; append/grow/release go to the daemon; released on release(), on
+ * leaving a with block, when garbage collected, or when its client closes.
+ */
+#ifndef SKVPY_CACHE_H
+#define SKVPY_CACHE_H
+
+#include <Python.h>
+
+struct skv_cache;
+struct skvpy_client;
+
+struct skvpy_cache {
+	PyObject_HEAD struct skvpy_client *client; /* strong reference */
+	struct skv_cache *k;			   /* NULL once released */
+	struct skvpy_cache *next, *prev;	   /* the client's live caches */
+};
+
+extern PyTypeObject skvpy_cache_type;
+int skvpy_cache_init_type(PyObject *module);
+
+/* A Cache object owning k (released if this fails). */
+PyObject *skvpy_cache_new(struct skvpy_client *cl, struct skv_cache *k);
+/* Release now and unlink (the client is closing); errors are ignored. */
+void skvpy_cache_drop(struct skvpy_cache *c);
+
+#endif
