@@ -199,24 +199,44 @@ static struct skvpy_reg *reg_add(struct skvpy_client *cl)
 	return g;
 }
 
-/* Register a memfd buffer with this session. -1 with an exception. */
+static int find_reg(struct skvpy_client *cl, struct skvpy_mapping *m)
+{
+	for (size_t i = 0; i < cl->n_regs; i++)
+		if (cl->regs[i].mapping == m)
+			return 1;
+	return 0;
+}
+
+/*
+ * Register a memfd buffer with this session. -1 with an exception. The
+ * table is only touched with the GIL held: other threads may register
+ * (and grow it) while this one waits for the daemon.
+ */
 static int register_mapping(struct skvpy_client *cl, struct skvpy_mapping *m)
 {
 	struct skv_buffer *b = NULL;
 	struct skvpy_reg *g;
 	int r;
 
-	for (size_t i = 0; i < cl->n_regs; i++)
-		if (cl->regs[i].mapping == m)
-			return 0;
-	if (!(g = reg_add(cl)))
-		return -1;
+	if (find_reg(cl, m))
+		return 0;
+	if (cl->n_regs >= SKVPY_MAX_REGS)
+		return skvpy_error_int(ENOSPC, "%d buffers registered with this client (the limit)",
+				       SKVPY_MAX_REGS);
 	cl->busy++;
 	Py_BEGIN_ALLOW_THREADS r = skv_buffer_register_fd(cl->c, m->fd, m->size, &b);
 	Py_END_ALLOW_THREADS cl->busy--;
 	if (r < 0) {
 		skvpy_client_fail(cl, r, "register");
 		return -1;
+	}
+	if (find_reg(cl, m) || !(g = reg_add(cl))) {
+		/* registered meanwhile by another thread, or no room */
+		int failed = PyErr_Occurred() != NULL;
+		cl->busy++;
+		Py_BEGIN_ALLOW_THREADS skv_buffer_free(b);
+		Py_END_ALLOW_THREADS cl->busy--;
+		return failed ? -1 : 0;
 	}
 	Py_INCREF(m);
 	g->mapping = m;
