@@ -41,6 +41,7 @@ $(SNAPKV_PY): $(PY_OBJS) $(LIBSNAPKV_A) $(LIBSKVPROTO) $(LIBSKV)
 	$(CC) $(ALL_CFLAGS) -shared -Wl,--exclude-libs,ALL -o $@ $(PY_OBJS) \
 		$(LIBSNAPKV_A) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) -lm $(LDFLAGS)
 LIBS += $(SNAPKV_PY)
+SNAPKV_PY_BUILT := $(SNAPKV_PY)
 
 .PHONY: install-python uninstall-python
 install: install-python
