@@ -27,7 +27,7 @@ static void test_geometry(void)
 
 static void test_limits(void)
 {
-	struct snapkvd_cache_geom g = {1, 2, 3};
+	struct snapkvd_cache_geom g = {.kv_bytes = 1, .pos_bytes = 2, .region = 3};
 
 	/* exactly the arena: fits; one page less: does not */
 	CU_ASSERT_EQUAL(snapkvd_cache_geometry(2, 4, 10, 64, 2, 24576, &g), 0);
