@@ -2,11 +2,15 @@
 #include "skvpy-cache.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "snapkv.h"
 #include "skvpy-array.h"
 #include "skvpy-client.h"
 #include "skvpy-error.h"
+#include "skvpy-mapping.h"
 
 static void unlink_cache(struct skvpy_cache *c)
 {
@@ -21,14 +25,16 @@ static void unlink_cache(struct skvpy_cache *c)
 	c->next = c->prev = NULL;
 }
 
-PyObject *skvpy_cache_new(struct skvpy_client *cl, struct skv_cache *k)
+PyObject *skvpy_cache_new(struct skvpy_client *cl, struct skv_cache *k, PyObject *out)
 {
 	struct skvpy_cache *c = PyObject_New(struct skvpy_cache, &skvpy_cache_type);
 
 	if (!c) {
 		skv_cache_release(k);
+		Py_XDECREF(out);
 		return NULL;
 	}
+	c->out = out;
 	Py_INCREF(cl);
 	c->client = cl;
 	c->k = k;
@@ -66,6 +72,7 @@ static void cache_dealloc(struct skvpy_cache *c)
 {
 	if (c->k)
 		release(c, 0);
+	Py_XDECREF(c->out);
 	Py_DECREF(c->client);
 	PyObject_Free(c);
 }
@@ -101,6 +108,35 @@ static int layer_arg(struct skvpy_cache *c, PyObject *o, uint32_t *ret)
 	return 0;
 }
 
+/* Paged output: writeback gives the engine's own pool back; the arena gives
+ * the cache's run [n_blocks, block_size, H_store, D] over the alias. */
+static PyObject *kv_paged(struct skvpy_cache *c, const struct skv_cache_info *in, uint32_t l,
+			  int is_v)
+{
+	size_t base;
+
+	if (in->out_dest == SKV_OUT_WRITEBACK) {
+		if (!c->out)
+			return skvpy_error(EPROTO, "writeback cache without its pools");
+		PyObject *pools = PyTuple_GET_ITEM(c->out, is_v ? 1 : 0);
+		PyObject *t = PyList_GetItem(pools, l);
+		Py_XINCREF(t);
+		return t;
+	}
+	int64_t off = skv_cache_block_offset(c->k, l, is_v ? SKV_KV_V : SKV_KV_K, 0);
+	const int32_t *pos = skv_cache_positions(c->k, l, 0);
+	if (off < 0 || !pos)
+		return skvpy_error(EPROTO, "layer %u has no blocks in the arena", l);
+	if (skvpy_client_arena_offset(c->client, pos, &base) < 0) /* makes the alias */
+		return NULL;
+	if ((uint64_t)off >= c->client->arena->size)
+		return skvpy_error(EPROTO, "blocks of layer %u outside the arena", l);
+	int64_t shape[4] = {in->n_blocks, in->block_size, in->h_store, in->head_dim};
+	int64_t strides[4] = {in->block_stride, in->token_stride, in->head_stride, 1};
+	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, (size_t)off,
+			       (enum skvpy_elem)in->dtype, 4, shape, strides);
+}
+
 /* K (kv 0) or V of one layer: [h_store, capacity, D] (HND) or [capacity, h_store, D]. */
 static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
 {
@@ -113,6 +149,8 @@ static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
 	in = skv_cache_info(c->k);
 	if (in->kv_arena != SKV_ARENA_HOST)
 		return skvpy_error(EOPNOTSUPP, "the cache's K/V are in the GPU arena");
+	if (in->layout == SKV_LAYOUT_PAGED)
+		return kv_paged(c, in, l, is_v);
 	void *p = is_v ? skv_cache_v(c->k, l, 0) : skv_cache_k(c->k, l, 0);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u has no K/V in the arena", l);
@@ -125,6 +163,81 @@ static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
 			      nhd ? in->head_stride : in->token_stride, 1};
 	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off,
 			       (enum skvpy_elem)in->dtype, 3, shape, strides);
+}
+
+/* map_blocks/unmap_blocks(layer, which, dest): which 'k' or 'v'; dest a
+ * tensor from empty() whose first byte is page-aligned. */
+static int map_args(struct skvpy_cache *c, PyObject *args, const char *fn, uint32_t *ret_l,
+		    enum skv_kv *ret_kv, struct skvpy_view *ret_v, struct skvpy_mapping **ret_m)
+{
+	PyObject *lo, *dest;
+	const char *which;
+	uintptr_t lo_a, hi_a;
+
+	if (!PyArg_ParseTuple(args, "OsO", &lo, &which, &dest) || layer_arg(c, lo, ret_l) < 0)
+		return -1;
+	if (strcmp(which, "k") && strcmp(which, "v")) {
+		PyErr_Format(PyExc_ValueError, "%s: which must be 'k' or 'v'", fn);
+		return -1;
+	}
+	*ret_kv = which[0] == 'k' ? SKV_KV_K : SKV_KV_V;
+	if (skvpy_view_of(dest, "dest", ret_v) < 0)
+		return -1;
+	skvpy_view_extent(ret_v, &lo_a, &hi_a);
+	*ret_m = ret_v->cuda ? NULL : skvpy_mapping_find(lo_a, hi_a);
+	if (!*ret_m) {
+		PyErr_Format(PyExc_ValueError, "%s: dest must be a tensor from client.empty()", fn);
+		return -1;
+	}
+	if (ret_v->ptr % (uintptr_t)sysconf(_SC_PAGESIZE)) {
+		PyErr_Format(PyExc_ValueError, "%s: dest must start on a page boundary", fn);
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *cache_map_blocks(struct skvpy_cache *c, PyObject *args)
+{
+	struct skvpy_mapping *m;
+	struct skvpy_view v;
+	enum skv_kv which;
+	uint64_t off, bytes;
+	uint32_t l;
+	int r;
+
+	if (map_args(c, args, "map_blocks", &l, &which, &v, &m) < 0)
+		return NULL;
+	r = skv_cache_block_run(c->k, l, which, &off, &bytes);
+	if (r < 0)
+		return skvpy_error(r, "map_blocks: not a paged arena cache");
+	if (v.ptr + bytes > (uintptr_t)m->data + m->size)
+		return skvpy_error(EINVAL,
+				   "map_blocks: the run of %llu bytes passes the buffer's end",
+				   (unsigned long long)bytes);
+	r = skv_cache_map_blocks(c->k, l, which, (void *)v.ptr);
+	if (r < 0)
+		return skvpy_client_fail(c->client, r, "map_blocks");
+	Py_RETURN_NONE;
+}
+
+static PyObject *cache_unmap_blocks(struct skvpy_cache *c, PyObject *args)
+{
+	struct skvpy_mapping *m;
+	struct skvpy_view v;
+	enum skv_kv which;
+	uint64_t off, bytes;
+	uint32_t l;
+	int r;
+
+	if (map_args(c, args, "unmap_blocks", &l, &which, &v, &m) < 0)
+		return NULL;
+	r = skv_cache_block_run(c->k, l, which, &off, &bytes);
+	if (r < 0)
+		return skvpy_error(r, "unmap_blocks: not a paged arena cache");
+	r = skvpy_mapping_restore(m, v.ptr - (uintptr_t)m->data, bytes);
+	if (r < 0)
+		return skvpy_error(r, "unmap_blocks: restoring the buffer's pages failed");
+	Py_RETURN_NONE;
 }
 
 static PyObject *cache_k(struct skvpy_cache *c, PyObject *o)
@@ -301,7 +414,21 @@ static PyObject *cache_layout(struct skvpy_cache *c, void *closure)
 	(void)closure;
 	if (!in)
 		return NULL;
-	return PyUnicode_FromString(in->layout == SKV_LAYOUT_NHD ? "nhd" : "hnd");
+	return PyUnicode_FromString(in->layout == SKV_LAYOUT_NHD     ? "nhd"
+				    : in->layout == SKV_LAYOUT_PAGED ? "paged"
+								     : "hnd");
+}
+
+static PyObject *cache_block_table(struct skvpy_cache *c, void *closure)
+{
+	(void)closure;
+	if (live(c) < 0)
+		return NULL;
+	if (!c->out)
+		Py_RETURN_NONE;
+	PyObject *t = PyTuple_GET_ITEM(c->out, 2);
+	Py_INCREF(t);
+	return t;
 }
 
 static PyObject *cache_released(struct skvpy_cache *c, void *closure)
@@ -328,7 +455,12 @@ static PyGetSetDef cache_getset[] = {
      "logical position of the next token: L + g (RoPE)", NULL},
     {"next_slot", (getter)cache_next_slot, NULL, "physical slot of the next token: kept + g", NULL},
     {"dtype", (getter)cache_dtype, NULL, "'f32', 'f16' or 'bf16'", NULL},
-    {"layout", (getter)cache_layout, NULL, "'hnd' or 'nhd'", NULL},
+    {"layout", (getter)cache_layout, NULL, "'hnd', 'nhd' or 'paged'", NULL},
+    {"block_size", (getter)cache_u32, NULL, "paged: slots per block (else 0)", FIELD(block_size)},
+    {"n_blocks", (getter)cache_u32, NULL, "paged: blocks per layer in each of K and V",
+     FIELD(n_blocks)},
+    {"block_table", (getter)cache_block_table, NULL,
+     "writeback: the destination blocks (slot i in block_table[i // block_size]); else None", NULL},
     {"retained_mass", (getter)cache_mass, NULL, "[layers, h_store] float32 (a copy)", NULL},
     {"released", (getter)cache_released, NULL, "True once released", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -337,11 +469,20 @@ static PyGetSetDef cache_getset[] = {
 static PyMethodDef cache_methods[] = {
     {"k", (PyCFunction)cache_k, METH_O,
      "k(layer) -> zero-copy K of a layer: [h_store, capacity, D] (hnd) or\n"
-     "[capacity, h_store, D] (nhd); slots kept + g onwards are the decode headroom."},
+     "[capacity, h_store, D] (nhd); slots kept + g onwards are the decode headroom.\n"
+     "Paged: [n_blocks, block_size, h_store, D], slot i at block i // block_size (in the\n"
+     "arena), or for writeback the engine's own pool (see block_table)."},
     {"v", (PyCFunction)cache_v, METH_O, "v(layer) -> zero-copy V, as k()."},
     {"positions", (PyCFunction)cache_positions, METH_O,
      "positions(layer) -> int32 [h_store, capacity]: each slot's original position,\n"
      "-1 for slots not yet appended."},
+    {"map_blocks", (PyCFunction)cache_map_blocks, METH_VARARGS,
+     "map_blocks(layer, 'k'|'v', dest): map the paged arena cache's run of that pool over\n"
+     "dest (a page-aligned view of a tensor from empty(), e.g. pool[b]), MAP_FIXED: the\n"
+     "pool's blocks there are the cache's until unmap_blocks()."},
+    {"unmap_blocks", (PyCFunction)cache_unmap_blocks, METH_VARARGS,
+     "unmap_blocks(layer, 'k'|'v', dest): put the buffer's own pages back over dest\n"
+     "(before release() or grow(): the daemon reuses the region)."},
     {"append", (PyCFunction)cache_append, METH_VARARGS,
      "append(n=1): report n decode tokens written at slots next_slot.. (positions\n"
      "next_position..)."},

@@ -199,11 +199,21 @@ static struct skvpy_reg *reg_add(struct skvpy_client *cl)
 	return g;
 }
 
-static int find_reg(struct skvpy_client *cl, struct skvpy_mapping *m)
+/* 1 when m is registered here (writable as asked, or read-only and asking for
+ * read-only); -1 with ValueError when registered read-only but wanted writable. */
+static int find_reg(struct skvpy_client *cl, struct skvpy_mapping *m, int writable)
 {
 	for (size_t i = 0; i < cl->n_regs; i++)
-		if (cl->regs[i].mapping == m)
+		if (cl->regs[i].mapping == m) {
+			if (writable && !cl->regs[i].writable) {
+				PyErr_SetString(
+				    PyExc_ValueError,
+				    "the buffer is registered read-only with this client: "
+				    "allocate it with empty(..., writable=True)");
+				return -1;
+			}
 			return 1;
+		}
 	return 0;
 }
 
@@ -212,25 +222,26 @@ static int find_reg(struct skvpy_client *cl, struct skvpy_mapping *m)
  * table is only touched with the GIL held: other threads may register
  * (and grow it) while this one waits for the daemon.
  */
-static int register_mapping(struct skvpy_client *cl, struct skvpy_mapping *m)
+static int register_mapping(struct skvpy_client *cl, struct skvpy_mapping *m, int writable)
 {
 	struct skv_buffer *b = NULL;
 	struct skvpy_reg *g;
 	int r;
 
-	if (find_reg(cl, m))
-		return 0;
+	if ((r = find_reg(cl, m, writable)) != 0)
+		return r < 0 ? -1 : 0;
 	if (cl->n_regs >= SKVPY_MAX_REGS)
 		return skvpy_error_int(ENOSPC, "%d buffers registered with this client (the limit)",
 				       SKVPY_MAX_REGS);
 	cl->busy++;
-	Py_BEGIN_ALLOW_THREADS r = skv_buffer_register_fd(cl->c, m->fd, m->size, &b);
+	Py_BEGIN_ALLOW_THREADS r = skv_buffer_register_fd_flags(
+	    cl->c, m->fd, m->size, writable ? SKV_BUFFER_WRITABLE : 0, &b);
 	Py_END_ALLOW_THREADS cl->busy--;
 	if (r < 0) {
 		skvpy_client_fail(cl, r, "register");
 		return -1;
 	}
-	if (find_reg(cl, m) || !(g = reg_add(cl))) {
+	if (find_reg(cl, m, 0) || !(g = reg_add(cl))) {
 		/* registered meanwhile by another thread, or no room */
 		int failed = PyErr_Occurred() != NULL;
 		cl->busy++;
@@ -243,6 +254,7 @@ static int register_mapping(struct skvpy_client *cl, struct skvpy_mapping *m)
 	g->b = b;
 	g->base = (uintptr_t)m->data;
 	g->size = m->size;
+	g->writable = writable;
 	cl->n_regs++;
 	return 0;
 }
@@ -291,15 +303,16 @@ static int parse_shape(PyObject *o, int64_t *shape, int *ret_n, uint64_t *ret_el
 
 static PyObject *client_empty(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"shape", "dtype", NULL};
+	static char *kwlist[] = {"shape", "dtype", "writable", NULL};
 	PyObject *oshape, *odt, *arr = NULL;
+	int writable = 0;
 	int64_t shape[8], strides[8];
 	enum skv_dtype dt;
 	enum skvpy_kind kind;
 	uint64_t elems;
 	int n;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:empty", kwlist, &oshape, &odt))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$p:empty", kwlist, &oshape, &odt, &writable))
 		return NULL;
 	if (skvpy_client_check(cl) < 0 || parse_shape(oshape, shape, &n, &elems) < 0 ||
 	    skvpy_dtype_parse(odt, &dt, &kind) < 0)
@@ -315,7 +328,7 @@ static PyObject *client_empty(struct skvpy_client *cl, PyObject *args, PyObject 
 	struct skvpy_mapping *m = skvpy_mapping_memfd((size_t)bytes);
 	if (!m)
 		return NULL;
-	if (register_mapping(cl, m) == 0) {
+	if (register_mapping(cl, m, writable) == 0) {
 		strides[n - 1] = 1;
 		for (int i = n - 2; i >= 0; i--)
 			strides[i] = strides[i + 1] * shape[i + 1];
@@ -326,11 +339,16 @@ static PyObject *client_empty(struct skvpy_client *cl, PyObject *args, PyObject 
 	return arr;
 }
 
-static PyObject *client_register(struct skvpy_client *cl, PyObject *t)
+static PyObject *client_register(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
+	static char *kwlist[] = {"tensor", "writable", NULL};
 	struct skvpy_view v;
 	uintptr_t lo, hi;
+	PyObject *t;
+	int writable = 0;
 
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$p:register", kwlist, &t, &writable))
+		return NULL;
 	if (skvpy_client_check(cl) < 0 || skvpy_view_of(t, "register(tensor)", &v) < 0)
 		return NULL;
 	skvpy_view_extent(&v, &lo, &hi);
@@ -347,13 +365,15 @@ static PyObject *client_register(struct skvpy_client *cl, PyObject *t)
 				"tensor");
 		return NULL;
 	}
-	if (register_mapping(cl, m) < 0)
+	if (register_mapping(cl, m, writable) < 0)
 		return NULL;
 	Py_RETURN_NONE;
 }
 
-/* Submit the request of args/kw; *ret_req on success. */
-static int submit(struct skvpy_client *cl, PyObject *args, PyObject *kw, struct skv_request **ret)
+/* Submit the request of args/kw; *ret_req and *ret_out (a new reference or
+ * NULL: writeback pools for the Cache) on success. */
+static int submit(struct skvpy_client *cl, PyObject *args, PyObject *kw, struct skv_request **ret,
+		  PyObject **ret_out)
 {
 	struct skvpy_compact p;
 	int r;
@@ -363,8 +383,11 @@ static int submit(struct skvpy_client *cl, PyObject *args, PyObject *kw, struct 
 	cl->busy++;
 	Py_BEGIN_ALLOW_THREADS r = skv_compact_submit(cl->c, &p.d, ret);
 	Py_END_ALLOW_THREADS cl->busy--;
+	*ret_out = p.out;
+	p.out = NULL;
 	skvpy_compact_free(&p);
 	if (r < 0) {
+		Py_CLEAR(*ret_out);
 		skvpy_client_fail(cl, r, "compact");
 		return -1;
 	}
@@ -374,26 +397,30 @@ static int submit(struct skvpy_client *cl, PyObject *args, PyObject *kw, struct 
 static PyObject *client_submit(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
 	struct skv_request *req;
+	PyObject *out;
 
-	if (submit(cl, args, kw, &req) < 0)
+	if (submit(cl, args, kw, &req, &out) < 0)
 		return NULL;
-	return skvpy_request_new(cl, req);
+	return skvpy_request_new(cl, req, out);
 }
 
 static PyObject *client_compact(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
 	struct skv_request *req;
 	struct skv_cache *k = NULL;
+	PyObject *out;
 	int r;
 
-	if (submit(cl, args, kw, &req) < 0)
+	if (submit(cl, args, kw, &req, &out) < 0)
 		return NULL;
 	cl->busy++;
 	Py_BEGIN_ALLOW_THREADS r = skv_request_wait(req, -1, &k);
 	Py_END_ALLOW_THREADS cl->busy--;
-	if (r < 0)
+	if (r < 0) {
+		Py_XDECREF(out);
 		return skvpy_client_fail(cl, r, "compact");
-	return skvpy_cache_new(cl, k);
+	}
+	return skvpy_cache_new(cl, k, out);
 }
 
 static PyObject *client_stats(struct skvpy_client *cl, PyObject *unused)
@@ -483,12 +510,14 @@ static PyMethodDef client_methods[] = {
     {"__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)client_exit, METH_VARARGS, NULL},
     {"empty", (PyCFunction)(void (*)(void))client_empty, METH_VARARGS | METH_KEYWORDS,
-     "empty(shape, dtype) -> tensor over a new sealed memfd registered with the daemon\n"
+     "empty(shape, dtype, *, writable=False) -> tensor over a new sealed memfd registered\n"
+     "with the daemon (writable: the daemon may write compact K/V there, out='writeback').\n"
      "(zero copy). A torch dtype gives a torch tensor, a numpy dtype a numpy array, a\n"
      "string ('f32', 'f16', 'bf16') the client's kind."},
-    {"register", (PyCFunction)client_register, METH_O,
-     "register(tensor): register the storage of a tensor from empty() (of any client)\n"
-     "with this client. Anything else raises ValueError."},
+    {"register", (PyCFunction)(void (*)(void))client_register, METH_VARARGS | METH_KEYWORDS,
+     "register(tensor, *, writable=False): register the storage of a tensor from empty()\n"
+     "(of any client) with this client (writable: a writeback destination). Anything\n"
+     "else raises ValueError."},
     {"compact", (PyCFunction)(void (*)(void))client_compact, METH_VARARGS | METH_KEYWORDS,
      "compact(q, k, v, *, window=32, capacity=2048, kernel=5, pooling='avg', gqa='group',\n"
      "        policy='snapkv', sinks=4, protect=(), decode_reserve=0, block_table=None,\n"

@@ -370,25 +370,46 @@ static int shape(const struct args *a, struct geom *g, struct skvpy_compact *p)
 	return 0;
 }
 
-static int output(const struct args *a, struct skvpy_compact *p)
+enum { OUT_ARENA, OUT_PAGED, OUT_WRITEBACK };
+
+static int output(const struct args *a, struct skvpy_compact *p, int *ret_out)
 {
-	static const char *const out_n[] = {"arena", NULL};
-	static const int out_v[] = {0};
+	static const char *const out_n[] = {"arena", "paged", "writeback", NULL};
+	static const int out_v[] = {OUT_ARENA, OUT_PAGED, OUT_WRITEBACK};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {SKV_LAYOUT_HND, SKV_LAYOUT_NHD};
-	int out = 0, layout = SKV_LAYOUT_HND;
+	int out = OUT_ARENA, layout = SKV_LAYOUT_HND;
+	int has_bs = a->out_block_size && a->out_block_size != Py_None;
 
 	if (choice(a->out, "out", out_n, out_v, &out) < 0 ||
 	    choice(a->out_layout, "out_layout", lay_n, lay_v, &layout) < 0 ||
 	    u32_arg(a->reserve, "decode_reserve", 0, 1u << 22, &p->d.decode_reserve) < 0)
 		return -1;
-	if ((a->out_block_size && a->out_block_size != Py_None) ||
-	    (a->out_block_table && a->out_block_table != Py_None) ||
-	    (a->out_buffer && a->out_buffer != Py_None)) {
+	if (out == OUT_ARENA && (has_bs || (a->out_block_table && a->out_block_table != Py_None) ||
+				 (a->out_buffer && a->out_buffer != Py_None))) {
 		PyErr_SetString(PyExc_ValueError,
 				"out_block_size, out_block_table and out_buffer are for "
 				"out='paged' or 'writeback'");
 		return -1;
+	}
+	if (out != OUT_ARENA) {
+		if (!has_bs || (a->out_layout && a->out_layout != Py_None)) {
+			PyErr_SetString(PyExc_ValueError,
+					"out='paged' and 'writeback' need out_block_size (and no "
+					"out_layout: the blocks are [block][block_size][H][D])");
+			return -1;
+		}
+		if (out == OUT_PAGED && ((a->out_block_table && a->out_block_table != Py_None) ||
+					 (a->out_buffer && a->out_buffer != Py_None))) {
+			PyErr_SetString(PyExc_ValueError,
+					"out_block_table and out_buffer are for out='writeback'");
+			return -1;
+		}
+		if (u32_arg(a->out_block_size, "out_block_size", 1, SKV_MAX_OUT_BLOCK_SIZE,
+			    &p->d.out_block_size) < 0)
+			return -1;
+		layout = SKV_LAYOUT_PAGED;
+		p->d.out_dest = out == OUT_WRITEBACK ? SKV_OUT_WRITEBACK : SKV_OUT_ARENA;
 	}
 	p->d.out_layout = (enum skv_layout)layout;
 	p->d.out_arena = SKV_ARENA_HOST;
@@ -398,7 +419,120 @@ static int output(const struct args *a, struct skvpy_compact *p)
 			return -1;
 		p->d.evictable = e;
 	}
+	*ret_out = out;
 	return 0;
+}
+
+/* One destination pool: [n_blocks, out_block_size, H_store, D] in a buffer
+ * registered writable with this client, the dtype of k. */
+static int out_ref(struct skvpy_client *cl, PyObject *t, const char *what, const struct geom *g,
+		   uint32_t bs, struct skv_tensor_ref *ref, uint32_t *ret_blocks)
+{
+	const struct skvpy_reg *reg;
+	struct skvpy_view v;
+
+	if (skvpy_view_of(t, what, &v) < 0)
+		return -1;
+	if (v.ndim != 4 || v.shape[1] != bs || v.shape[3] != g->D || v.strides[3] != 1 ||
+	    v.strides[0] < 0 || v.strides[1] < 0 || v.strides[2] < 0)
+		return bad(what, "%s: %s",
+			   "a destination pool is [n_blocks, out_block_size, H_store, D] with a "
+			   "contiguous last dimension");
+	if (v.dtype != g->k_dtype)
+		return bad(what, "%s: %s", "a destination pool has the dtype of k");
+	if (skvpy_client_locate(cl, &v, what, ref, &reg) < 0)
+		return -1;
+	if (!reg->writable)
+		return bad(what, "%s: %s",
+			   "a writeback destination must be in a buffer from "
+			   "client.empty(..., writable=True)");
+	ref->block_size = bs;
+	ref->block_stride = v.strides[0];
+	ref->token_stride = v.strides[1];
+	ref->head_stride = v.strides[2];
+	if (*ret_blocks == 0 || (uint64_t)v.shape[0] < *ret_blocks)
+		*ret_blocks = (uint32_t)v.shape[0];
+	return 0;
+}
+
+/* Writeback: the pools (out_buffer = (k_pools, v_pools), default the paged
+ * inputs) and out_block_table. */
+static int writeback(struct skvpy_client *cl, const struct args *a, const struct geom *g,
+		     struct skvpy_compact *p)
+{
+	PyObject *kl = a->k, *vl = a->v, *ks = NULL, *vs = NULL, *tab = NULL;
+	Py_ssize_t nk = 0, nv = 0;
+	uint32_t blocks = 0;
+	char what[40];
+	int r = -1;
+
+	if (a->out_buffer && a->out_buffer != Py_None) {
+		if (!PyTuple_Check(a->out_buffer) || PyTuple_GET_SIZE(a->out_buffer) != 2) {
+			PyErr_SetString(
+			    PyExc_TypeError,
+			    "out_buffer must be (k_pools, v_pools): two lists, one pool "
+			    "per layer");
+			return -1;
+		}
+		kl = PyTuple_GET_ITEM(a->out_buffer, 0);
+		vl = PyTuple_GET_ITEM(a->out_buffer, 1);
+	} else if (!g->paged) {
+		PyErr_SetString(PyExc_ValueError,
+				"out='writeback' without out_buffer writes into the input pools: "
+				"they must be paged (block_table)");
+		return -1;
+	}
+	if (!a->out_block_table || a->out_block_table == Py_None) {
+		PyErr_SetString(PyExc_ValueError, "out='writeback' needs out_block_table");
+		return -1;
+	}
+	if (!(ks = layer_list(kl, "out_buffer[0]", &nk)) ||
+	    !(vs = layer_list(vl, "out_buffer[1]", &nv)))
+		goto out;
+	if (nk != p->d.layers || nv != p->d.layers) {
+		PyErr_Format(PyExc_ValueError, "out_buffer has %zd and %zd pools for %u layers", nk,
+			     nv, p->d.layers);
+		goto out;
+	}
+	p->out_refs = PyMem_Calloc(p->d.layers, sizeof(*p->out_refs));
+	if (!p->out_refs) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (uint32_t l = 0; l < p->d.layers; l++) {
+		snprintf(what, sizeof(what), "out k pool [%u]", l);
+		if (out_ref(cl, PySequence_Fast_GET_ITEM(ks, l), what, g, p->d.out_block_size,
+			    &p->out_refs[l].k, &blocks) < 0)
+			goto out;
+		snprintf(what, sizeof(what), "out v pool [%u]", l);
+		if (out_ref(cl, PySequence_Fast_GET_ITEM(vs, l), what, g, p->d.out_block_size,
+			    &p->out_refs[l].v, &blocks) < 0)
+			goto out;
+	}
+	if (parse_table(a->out_block_table, blocks, &p->out_table, &p->d.out_n_blocks) < 0)
+		goto out;
+	tab = PyTuple_New(p->d.out_n_blocks);
+	for (uint32_t i = 0; tab && i < p->d.out_n_blocks; i++) {
+		PyObject *x = PyLong_FromLong(p->out_table[i]);
+		if (!x)
+			Py_CLEAR(tab);
+		else
+			PyTuple_SET_ITEM(tab, i, x);
+	}
+	if (!tab)
+		goto out;
+	p->out = Py_BuildValue("(NNN)", PySequence_List(ks), PySequence_List(vs), tab);
+	tab = NULL;
+	if (!p->out)
+		goto out;
+	p->d.out_layer = p->out_refs;
+	p->d.out_block_table = p->out_table;
+	r = 0;
+out:
+	Py_XDECREF(ks);
+	Py_XDECREF(vs);
+	Py_XDECREF(tab);
+	return r;
 }
 
 int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
@@ -430,6 +564,7 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 	static const int lay_v[] = {0, 1};
 	struct args a = {0};
 	struct geom g = {0};
+	int out = OUT_ARENA;
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
@@ -441,12 +576,13 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 	p->d.desc_size = sizeof(p->d);
 	g.paged = a.block_table && a.block_table != Py_None;
 	if (choice(a.layout, "layout", lay_n, lay_v, &g.nhd) < 0 ||
-	    parse_params(&a, &p->d.params) < 0 || output(&a, p) < 0 || layers(cl, &a, &g, p) < 0)
+	    parse_params(&a, &p->d.params) < 0 || output(&a, p, &out) < 0 ||
+	    layers(cl, &a, &g, p) < 0)
 		goto fail;
 	if (g.paged &&
 	    parse_table(a.block_table, (uint32_t)g.k_shape[0], &p->table, &p->d.n_blocks) < 0)
 		goto fail;
-	if (shape(&a, &g, p) < 0)
+	if (shape(&a, &g, p) < 0 || (out == OUT_WRITEBACK && writeback(cl, &a, &g, p) < 0))
 		goto fail;
 	p->d.block_table = p->table;
 	p->d.layer = p->refs;
@@ -460,6 +596,11 @@ void skvpy_compact_free(struct skvpy_compact *p)
 {
 	PyMem_Free(p->refs);
 	PyMem_Free(p->table);
+	PyMem_Free(p->out_refs);
+	PyMem_Free(p->out_table);
 	p->refs = NULL;
 	p->table = NULL;
+	p->out_refs = NULL;
+	p->out_table = NULL;
+	Py_CLEAR(p->out);
 }

@@ -22,9 +22,15 @@ struct skvpy_compact {
 	struct skv_compact_desc d;
 	struct skv_layer_ref *refs;
 	int32_t *table;
+	struct skv_layer_out_ref *out_refs; /* writeback */
+	int32_t *out_table;
+	/* writeback: (k pools, v pools, block table) the Cache hands back; a new
+	 * reference, NULL otherwise */
+	PyObject *out;
 };
 
-/* -1 with an exception; on success free with skvpy_compact_free(). */
+/* -1 with an exception; on success free with skvpy_compact_free() (which drops
+ * p->out unless the caller took it). */
 int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 			struct skvpy_compact *ret);
 void skvpy_compact_free(struct skvpy_compact *p);

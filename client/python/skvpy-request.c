@@ -22,14 +22,16 @@ static void unlink_request(struct skvpy_request *q)
 	q->next = q->prev = NULL;
 }
 
-PyObject *skvpy_request_new(struct skvpy_client *cl, struct skv_request *r)
+PyObject *skvpy_request_new(struct skvpy_client *cl, struct skv_request *r, PyObject *out)
 {
 	struct skvpy_request *q = PyObject_New(struct skvpy_request, &skvpy_request_type);
 
 	if (!q) {
 		skv_request_abandon(r);
+		Py_XDECREF(out);
 		return NULL;
 	}
+	q->out = out;
 	Py_INCREF(cl);
 	q->client = cl;
 	q->r = r;
@@ -52,6 +54,7 @@ void skvpy_request_drop(struct skvpy_request *q)
 static void request_dealloc(struct skvpy_request *q)
 {
 	skvpy_request_drop(q);
+	Py_XDECREF(q->out);
 	Py_DECREF(q->client);
 	PyObject_Free(q);
 }
@@ -99,7 +102,9 @@ static PyObject *request_wait(struct skvpy_request *q, PyObject *args, PyObject 
 	unlink_request(q);
 	if (r < 0)
 		return skvpy_client_fail(q->client, r, "compact");
-	return skvpy_cache_new(q->client, k);
+	PyObject *out = q->out;
+	q->out = NULL;
+	return skvpy_cache_new(q->client, k, out);
 }
 
 static PyObject *request_done(struct skvpy_request *q, PyObject *unused)

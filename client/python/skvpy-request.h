@@ -15,13 +15,15 @@ struct skvpy_client;
 struct skvpy_request {
 	PyObject_HEAD struct skvpy_client *client; /* strong reference */
 	struct skv_request *r;			   /* NULL once waited for or abandoned */
-	struct skvpy_request *next, *prev;	   /* the client's live requests */
+	PyObject *out;			   /* handed to the Cache (writeback pools), or NULL */
+	struct skvpy_request *next, *prev; /* the client's live requests */
 };
 
 extern PyTypeObject skvpy_request_type;
 int skvpy_request_init_type(PyObject *module);
 
-PyObject *skvpy_request_new(struct skvpy_client *cl, struct skv_request *r);
+/* Steals out (may be NULL). */
+PyObject *skvpy_request_new(struct skvpy_client *cl, struct skv_request *r, PyObject *out);
 /* Abandon now and unlink (the client is closing). */
 void skvpy_request_drop(struct skvpy_request *q);
 
