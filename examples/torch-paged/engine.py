@@ -14,8 +14,12 @@ logical length (next position L + g, for RoPE) and physical length (kept +
 g slots). With --compare (default) each sequence is checked against its own
 full cache, teacher-forced on the full cache's greedy text.
 
-Destinations (--out): 'arena' (the daemon's dense HND output in its arena,
-copied by the engine into fresh blocks: one copy per kept slot)."""
+Destinations (--out): 'writeback' (default: the daemon writes the compact
+K/V straight into fresh blocks of the engine's pool, nothing else), 'paged'
+(the compact blocks in the daemon's arena, mapped MAP_FIXED into a run of the
+pool's blocks: no copy at all), 'arena' (the dense HND output in the arena,
+copied by the engine into fresh blocks)."""
+import mmap
 import argparse
 import os
 import sys
@@ -60,7 +64,7 @@ def parse_args(argv):
     p.add_argument("-W", "--window", type=int, default=8)
     p.add_argument("-k", "--kernel", type=int, default=5)
     p.add_argument("--pool", default="avg", choices=["avg", "max"])
-    p.add_argument("--out", default="arena", choices=["arena"])
+    p.add_argument("--out", default="writeback", choices=["writeback", "paged", "arena"])
     p.add_argument("--no-compare", dest="compare", action="store_false")
     p.add_argument("--print-positions", action="store_true",
                    help="print the kept positions, as tiny-llama --print-positions")
@@ -102,16 +106,72 @@ class Engine:
     def compact_all(self, seqs, qbuf, P):
         """Submit every sequence's compaction, then wait for all."""
         a, kv = self.a, self.kv
-        reqs = []
+        reqs, self.dest = [], []
         for i, s in enumerate(seqs):
+            out = {}
+            if a.out == "writeback":  # fresh blocks for every kept slot
+                n = kv.blocks_for(min(s.n_phys, a.capacity))
+                self.dest.append([kv.bm.alloc() for _ in range(n)])
+                out = dict(out="writeback", out_block_size=kv.bs, out_block_table=self.dest[-1],
+                           decode_reserve=a.steps)  # index slots for the decode tokens
+            elif a.out == "paged":
+                out = dict(out="paged", out_block_size=kv.bs, decode_reserve=a.steps)
             reqs.append(self.client.submit(
                 [qbuf[i, l] for l in range(self.layers)],
                 [kv.k_pool(l) for l in range(self.layers)],
                 [kv.v_pool(l) for l in range(self.layers)],
                 block_table=s.table, prompt_len=s.n_phys, window=a.window,
                 capacity=a.capacity, kernel=a.kernel, pooling=a.pool, gqa="group",
-                protect=[(0, P)] if P else ()))
+                protect=[(0, P)] if P else (), **out))
         return [r.wait() for r in reqs]
+
+    def adopt_writeback(self, s, cache, dest, P):
+        """The daemon wrote the kept slots into dest. Its first P/bs blocks are
+        the protected prefix: byte-identical to the shared blocks (checked),
+        so the table keeps the shared ones and those copies are freed."""
+        kv, np_ = self.kv, P // self.kv.bs
+        for l in range(self.layers):
+            for j in range(np_):
+                for kvi in (0, 1):
+                    if not same_bytes(kv.pool[l, kvi, dest[j]], kv.pool[l, kvi, s.table[j]]):
+                        raise RuntimeError(f"{s.name}: compact prefix differs from the shared "
+                                           "blocks")
+        kv.free_blocks(dest[:np_])
+        old = s.table[s.shared:]
+        s.table = s.table[:s.shared] + dest[np_:]
+        s.n_phys = cache.kept
+        return old
+
+    def adopt_paged(self, s, cache, P):
+        """Map the cache's arena runs over a run of pool blocks (page-aligned,
+        the same blocks in every layer's K and V pool); the blocks past the
+        shared prefix join the table. Nothing is copied."""
+        kv = self.kv
+        block_bytes = kv.bs * kv.h * kv.d * 4
+        per_page = max(1, mmap.PAGESIZE // block_bytes)
+        n = -(-cache.n_blocks * block_bytes // mmap.PAGESIZE) * mmap.PAGESIZE // block_bytes
+        run = kv.bm.alloc_run(max(n, cache.n_blocks), per_page)
+        for l in range(self.layers):
+            for kvi, which in ((0, "k"), (1, "v")):
+                cache.map_blocks(l, which, kv.pool[l, kvi, run[0]])
+        for l in range(self.layers):
+            pk, pv = kv.gather(l, s, P)
+            rk = kv.pool[l, 0, run[0]:run[0] + cache.n_blocks].reshape(-1, kv.h, kv.d)[:P]
+            rv = kv.pool[l, 1, run[0]:run[0] + cache.n_blocks].reshape(-1, kv.h, kv.d)[:P]
+            if not (same_bytes(rk, pk) and same_bytes(rv, pv)):
+                raise RuntimeError(f"{s.name}: compact prefix differs from the shared blocks")
+        np_ = P // kv.bs
+        old = s.table[s.shared:]
+        s.table = s.table[:s.shared] + run[np_:cache.n_blocks]
+        s.n_phys = cache.kept
+        s.run, s.cache = run, cache  # mapped until the cache is released
+        return old
+
+    def unmap(self, s):
+        kv = self.kv
+        for l in range(self.layers):
+            for kvi, which in ((0, "k"), (1, "v")):
+                s.cache.unmap_blocks(l, which, kv.pool[l, kvi, s.run[0]])
 
     def adopt_dense(self, s, cache, P):
         """The daemon's dense output -> fresh blocks after the shared ones.
@@ -195,9 +255,14 @@ def run(args):
                     kv.bm.share(b)
                 f.n_phys = f.next_pos = s.n_phys
                 fulls.append(f)
-            old = e.adopt_dense(s, c, P)
+            if args.out == "writeback":
+                old = e.adopt_writeback(s, c, e.dest[i], P)
+            elif args.out == "paged":
+                old = e.adopt_paged(s, c, P)
+            else:
+                old = e.adopt_dense(s, c, P)
+                c.release()  # the engine holds the compact K/V in its own blocks now
             kv.free_blocks(old)
-            c.release()  # the engine holds the compact K/V in its own blocks now
         after = [len(s.table) - s.shared for s in seqs]
 
         # decode every sequence together, teacher-forced on the full cache's text
@@ -210,6 +275,10 @@ def run(args):
             t0 = time.perf_counter()
             lc = m.forward(kv, seqs, [[t] for t in toks])
             tc += time.perf_counter() - t0
+            for s, c in zip(seqs, caches):
+                if not c.released:  # the daemon's index tables follow: g += 1
+                    c.append(1)
+                    assert c.next_position == s.next_pos and c.next_slot == s.n_phys
             if args.compare:
                 t0 = time.perf_counter()
                 lf = m.forward(kv, fulls, [[t] for t in toks])
@@ -227,6 +296,11 @@ def run(args):
 
         shared_ok = all(torch.equal(kv.pool[:, :, b], pb)
                         for b, pb in zip(prefix_blocks, prefix_bytes))
+        for s, c in zip(seqs, caches):
+            if args.out == "paged":
+                e.unmap(s)  # before the daemon reuses the region
+            if not c.released:
+                c.release()
         for i, s in enumerate(seqs):
             text, prev = b"", ids[i][-1]
             for t in out[i]:
@@ -245,9 +319,11 @@ def run(args):
         print(f"== shared prefix: {len(prefix_blocks)} blocks ({P} tokens) shared by "
               f"{len(seqs)} sequences, byte-identical after compaction and decoding: "
               f"{'yes' if shared_ok else 'NO'}")
+        how = {"writeback": "written by the daemon into fresh blocks of the pool",
+               "paged": "arena blocks mapped into the pool, no copy",
+               "arena": "the daemon's dense arena output copied into fresh blocks"}[args.out]
         print(f"== prefill {t_prefill * 1000:.0f} ms, {len(seqs)} compactions "
-              f"{t_compact * 1000:.1f} ms (submitted together, --out {args.out}: the "
-              f"daemon's dense arena output copied into fresh blocks)")
+              f"{t_compact * 1000:.1f} ms (submitted together; --out {args.out}: {how})")
         n = len(seqs) * steps
         msg = f"== decode, {len(seqs)} sequences together: compact caches {n / tc:.0f} tokens/s"
         if args.compare:

@@ -32,6 +32,18 @@ class BlockManager:
         if self.refs[b] == 0:
             self.free.append(b)
 
+    def alloc_run(self, n, align):
+        """n consecutive free blocks starting at a multiple of align (for
+        arena runs mapped into the pool at a page boundary)."""
+        free = set(self.free)
+        for b in range(0, self.n - n + 1, align):
+            if all(x in free for x in range(b, b + n)):
+                for x in range(b, b + n):
+                    self.free.remove(x)
+                    self.refs[x] = 1
+                return list(range(b, b + n))
+        raise MemoryError(f"KV pool: no {n} consecutive free blocks")
+
     @property
     def used(self):
         return self.n - len(self.free)
@@ -50,9 +62,10 @@ class PagedKV:
     def __init__(self, client, cfg, n_blocks, block_size):
         self.bs = block_size
         self.h, self.d = cfg.n_kv_heads, cfg.head_dim
-        # [layers, K/V, blocks, block_size, H_kv, D]: one registered memfd
+        # [layers, K/V, blocks, block_size, H_kv, D]: one registered memfd,
+        # writable by the daemon (writeback compactions land in its blocks)
         self.pool = client.empty((cfg.n_layers, 2, n_blocks, block_size, self.h, self.d),
-                                 torch.float32)
+                                 torch.float32, writable=True)
         self.pool.zero_()
         self.bm = BlockManager(n_blocks)
 

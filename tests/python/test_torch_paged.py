@@ -57,8 +57,9 @@ def test_kept_positions_equal_c_engine(daemon, system, params):
     assert positions(out) == positions(c.stdout)
 
 
-def test_engine_frees_blocks_and_shares_prefix(daemon):
-    out = py_engine(daemon, "-n", "12")
+@pytest.mark.parametrize("out", ["writeback", "paged", "arena"])
+def test_engine_frees_blocks_and_shares_prefix(daemon, out):
+    out = py_engine(daemon, "-n", "12", "--out", out)
     freed = [int(x) for x in re.findall(r"compaction: (\d+) freed", out)]
     assert len(freed) == 3 and all(f > 0 for f in freed), out
     assert "byte-identical after compaction and decoding: yes" in out, out
