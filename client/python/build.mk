@@ -54,3 +54,14 @@ uninstall-python:
 else
 $(info client/python: $(PYTHON) has no development headers (python3-dev): the snapkv module is not built)
 endif
+
+# make bench: one compact call from Python vs from C, the same request.
+BENCH_COMPACT_C := $(BUILD)/bench-compact-c
+OBJS += $(BUILD)/$(PY_DIR)/bench-compact.o
+$(BUILD)/$(PY_DIR)/bench-compact.o: | $(SKV_PB_H)
+$(BENCH_COMPACT_C): $(BUILD)/$(PY_DIR)/bench-compact.o $(LIBSNAPKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LDFLAGS)
+BINS += $(BENCH_COMPACT_C)
+ifneq ($(SNAPKV_PY_BUILT),)
+BENCHES += $(PY_DIR)/bench-compact.sh
+endif
