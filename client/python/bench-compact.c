@@ -67,12 +67,12 @@ int main(int argc, char **argv)
 		refs[l].q.offset = base + 2 * kv * sizeof(float);
 		refs[l].q.head_stride = (int64_t)W * D;
 	}
-	struct skv_compact_desc d = {.desc_size = sizeof(d),
-				     .shape = {.prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HKV,
-					       .n_q = W},
-				     .layers = LAYERS,
-				     .layer = refs,
-				     .out_layout = SKV_LAYOUT_HND};
+	struct skv_compact_desc d = {
+	    .desc_size = sizeof(d),
+	    .shape = {.prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HKV, .n_q = W},
+	    .layers = LAYERS,
+	    .layer = refs,
+	    .out_layout = SKV_LAYOUT_HND};
 	skv_client_params_init(&d.params);
 	d.params.window = W;
 	d.params.capacity = C;

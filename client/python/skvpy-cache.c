@@ -35,6 +35,7 @@ PyObject *skvpy_cache_new(struct skvpy_client *cl, struct skv_cache *k, PyObject
 		return NULL;
 	}
 	c->out = out;
+	c->busy = 0;
 	Py_INCREF(cl);
 	c->client = cl;
 	c->k = k;
@@ -284,10 +285,14 @@ static PyObject *ring_call(struct skvpy_cache *c, PyObject *o, int grow)
 			     grow ? 1 : 0, 1l << 22);
 		return NULL;
 	}
+	if (c->busy)
+		return skvpy_error(EBUSY, "another thread is appending to or growing this cache");
+	c->busy = 1;
 	c->client->busy++;
 	Py_BEGIN_ALLOW_THREADS r =
 	    grow ? skv_cache_grow(c->k, (uint32_t)n) : skv_cache_append(c->k, (uint32_t)n);
 	Py_END_ALLOW_THREADS c->client->busy--;
+	c->busy = 0;
 	if (r < 0)
 		return skvpy_client_fail(c->client, r, grow ? "grow" : "append");
 	Py_RETURN_NONE;
@@ -321,6 +326,9 @@ static PyObject *cache_release(struct skvpy_cache *c, PyObject *args, PyObject *
 		return NULL;
 	if (live(c) < 0)
 		return NULL;
+	if (c->busy)
+		return skvpy_error(EBUSY, "release: another thread is appending to or growing "
+					  "this cache");
 	r = release(c, linger);
 	if (r < 0)
 		return skvpy_error(r, "release: %s",
@@ -340,6 +348,9 @@ static PyObject *cache_enter(struct skvpy_cache *c, PyObject *unused)
 static PyObject *cache_exit(struct skvpy_cache *c, PyObject *args)
 {
 	(void)args;
+	if (c->busy)
+		return skvpy_error(EBUSY, "release: another thread is appending to or growing "
+					  "this cache");
 	if (c->k)
 		release(c, 0);
 	Py_RETURN_FALSE;

@@ -18,7 +18,8 @@ struct skvpy_client;
 struct skvpy_cache {
 	PyObject_HEAD struct skvpy_client *client; /* strong reference */
 	struct skv_cache *k;			   /* NULL once released */
-	PyObject *out;			 /* writeback: (k pools, v pools, block table), else NULL */
+	PyObject *out; /* writeback: (k pools, v pools, block table), else NULL */
+	int busy;      /* append/grow running without the GIL: release must wait */
 	struct skvpy_cache *next, *prev; /* the client's live caches */
 };
 

@@ -32,6 +32,7 @@ PyObject *skvpy_request_new(struct skvpy_client *cl, struct skv_request *r, PyOb
 		return NULL;
 	}
 	q->out = out;
+	q->waiting = 0;
 	Py_INCREF(cl);
 	q->client = cl;
 	q->r = r;
@@ -93,9 +94,13 @@ static PyObject *request_wait(struct skvpy_request *q, PyObject *args, PyObject 
 	if (!q->r)
 		return skvpy_error(EINVAL, "the request was already waited for%s",
 				   q->client->c ? "" : " (or its client is closed)");
+	if (q->waiting)
+		return skvpy_error(EBUSY, "another thread waits for this request");
+	q->waiting = 1;
 	q->client->busy++;
 	Py_BEGIN_ALLOW_THREADS r = skv_request_wait(q->r, ms, &k);
 	Py_END_ALLOW_THREADS q->client->busy--;
+	q->waiting = 0;
 	if (r == -ETIMEDOUT)
 		return skvpy_error(r, "wait: not complete within %d ms (wait again)", ms);
 	q->r = NULL; /* freed by skv_request_wait */
@@ -112,6 +117,8 @@ static PyObject *request_done(struct skvpy_request *q, PyObject *unused)
 	(void)unused;
 	if (!q->r)
 		return skvpy_error(EINVAL, "the request was already waited for");
+	if (q->waiting)
+		return skvpy_error(EBUSY, "another thread waits for this request");
 	int r = skv_request_poll(q->r);
 	return PyBool_FromLong(r != 0);
 }

@@ -15,7 +15,8 @@ struct skvpy_client;
 struct skvpy_request {
 	PyObject_HEAD struct skvpy_client *client; /* strong reference */
 	struct skv_request *r;			   /* NULL once waited for or abandoned */
-	PyObject *out;			   /* handed to the Cache (writeback pools), or NULL */
+	PyObject *out; /* handed to the Cache (writeback pools), or NULL */
+	int waiting;   /* a thread waits without the GIL: others must not touch r */
 	struct skvpy_request *next, *prev; /* the client's live requests */
 };
 
