@@ -20,7 +20,13 @@ int skvpy_client_check(struct skvpy_client *cl)
 
 PyObject *skvpy_client_fail(struct skvpy_client *cl, int r, const char *what)
 {
-	return skvpy_error(r, "%s: %s", what, cl->c ? skv_client_error(cl->c) : strerror(-r));
+	const char *msg = cl->c ? skv_client_error(cl->c) : strerror(r < 0 ? -r : r);
+	size_t n = strlen(what);
+
+	/* libsnapkv's reasons often start with the call's name already */
+	if (!strncmp(msg, what, n) && msg[n] == ':')
+		return skvpy_error(r, "%s", msg);
+	return skvpy_error(r, "%s: %s", what, msg);
 }
 
 static int client_init(struct skvpy_client *cl, PyObject *args, PyObject *kw)
@@ -339,6 +345,96 @@ static PyObject *client_empty(struct skvpy_client *cl, PyObject *args, PyObject 
 	return arr;
 }
 
+/* (device, handle, size, offset) of torch's storage sharing tuple. */
+static int cuda_share_args(PyObject *sh, int *dev, const char **h, uint64_t *size, uint64_t *off)
+{
+	Py_ssize_t hn = 0;
+	char *hp;
+
+	if (!PyTuple_Check(sh) || PyTuple_GET_SIZE(sh) < 4 ||
+	    !PyBytes_Check(PyTuple_GET_ITEM(sh, 1))) {
+		PyErr_SetString(PyExc_TypeError, "register: unexpected torch storage sharing data");
+		return -1;
+	}
+	*dev = (int)PyLong_AsLong(PyTuple_GET_ITEM(sh, 0));
+	*size = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(sh, 2));
+	*off = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(sh, 3));
+	if (PyErr_Occurred() || PyBytes_AsStringAndSize(PyTuple_GET_ITEM(sh, 1), &hp, &hn) < 0)
+		return -1;
+	if (hn != 64 || *size == 0) {
+		PyErr_Format(PyExc_ValueError,
+			     "register: a CUDA IPC handle of %zd bytes (64 expected), storage of "
+			     "%llu bytes",
+			     hn, (unsigned long long)*size);
+		return -1;
+	}
+	*h = hp;
+	return 0;
+}
+
+/*
+ * A CUDA tensor's whole storage over CUDA IPC, imported once by the daemon
+ * (--backend cuda; otherwise it answers ENOTSUP): torch's storage sharing
+ * (_share_cuda_, as torch.multiprocessing uses) gives the cudaIpcMemHandle
+ * of the allocation the storage lies in and the storage's offset and size
+ * there. Not exercised on this project's CPU-only test machine.
+ */
+static int register_cuda(struct skvpy_client *cl, PyObject *t, int writable)
+{
+	PyObject *st, *sh = NULL, *ptr = NULL;
+	struct skv_buffer *b = NULL;
+	uint64_t size = 0, off = 0, base;
+	struct skvpy_reg *g;
+	const char *h = NULL;
+	int dev = 0, r = -1;
+
+	st = PyObject_CallMethod(t, "untyped_storage", NULL); /* torch >= 2.0 */
+	if (!st) {
+		PyErr_Clear();
+		st = PyObject_CallMethod(t, "storage", NULL);
+	}
+	if (!st)
+		return -1;
+	sh = PyObject_CallMethod(st, "_share_cuda_", NULL);
+	ptr = PyObject_CallMethod(st, "data_ptr", NULL);
+	if (!sh || !ptr || cuda_share_args(sh, &dev, &h, &size, &off) < 0)
+		goto out;
+	base = PyLong_AsUnsignedLongLong(ptr);
+	if (PyErr_Occurred())
+		goto out;
+	for (size_t i = 0; i < cl->n_regs; i++)
+		if (cl->regs[i].cuda && cl->regs[i].base == base && cl->regs[i].size == size) {
+			r = 0;
+			goto out;
+		}
+	cl->busy++;
+	Py_BEGIN_ALLOW_THREADS r = skv_buffer_register_cuda_ipc_flags(
+	    cl->c, h, off, size, dev, writable ? SKV_BUFFER_WRITABLE : 0, &b);
+	Py_END_ALLOW_THREADS cl->busy--;
+	if (r < 0) {
+		skvpy_client_fail(cl, r, "register");
+		r = -1;
+		goto out;
+	}
+	if (!(g = reg_add(cl))) {
+		skv_buffer_free(b);
+		r = -1;
+		goto out;
+	}
+	g->b = b;
+	g->base = (uintptr_t)base;
+	g->size = size;
+	g->cuda = 1;
+	g->writable = writable;
+	cl->n_regs++;
+	r = 0;
+out:
+	Py_XDECREF(st);
+	Py_XDECREF(sh);
+	Py_XDECREF(ptr);
+	return r;
+}
+
 static PyObject *client_register(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"tensor", "writable", NULL};
@@ -352,11 +448,8 @@ static PyObject *client_register(struct skvpy_client *cl, PyObject *args, PyObje
 	if (skvpy_client_check(cl) < 0 || skvpy_view_of(t, "register(tensor)", &v) < 0)
 		return NULL;
 	skvpy_view_extent(&v, &lo, &hi);
-	if (v.cuda) {
-		return skvpy_error(EOPNOTSUPP,
-				   "register: CUDA tensors (CUDA IPC, --backend cuda) are not "
-				   "supported by this build of the snapkv module");
-	}
+	if (v.cuda)
+		return register_cuda(cl, t, writable) < 0 ? NULL : Py_NewRef(Py_None);
 	struct skvpy_mapping *m = skvpy_mapping_find(lo, hi);
 	if (!m) {
 		PyErr_SetString(PyExc_ValueError,
@@ -516,8 +609,9 @@ static PyMethodDef client_methods[] = {
      "string ('f32', 'f16', 'bf16') the client's kind."},
     {"register", (PyCFunction)(void (*)(void))client_register, METH_VARARGS | METH_KEYWORDS,
      "register(tensor, *, writable=False): register the storage of a tensor from empty()\n"
-     "(of any client) with this client (writable: a writeback destination). Anything\n"
-     "else raises ValueError."},
+     "(of any client) with this client, or a CUDA tensor's whole storage over CUDA IPC\n"
+     "(the daemon must run --backend cuda); writable: a writeback destination.\n"
+     "Anything else raises ValueError."},
     {"compact", (PyCFunction)(void (*)(void))client_compact, METH_VARARGS | METH_KEYWORDS,
      "compact(q, k, v, *, window=32, capacity=2048, kernel=5, pooling='avg', gqa='group',\n"
      "        policy='snapkv', sinks=4, protect=(), decode_reserve=0, block_table=None,\n"

@@ -180,3 +180,48 @@ def test_bad_cache_and_request_arguments(client, snapkv, inputs):
         snapkv.Client(socket=5)
     with pytest.raises(ValueError):
         snapkv.Client(socket="x" * 200)
+
+
+class FakeStorage:
+    def __init__(self, handle, size):
+        self.handle, self.size = handle, size
+
+    def _share_cuda_(self):
+        return (0, self.handle, self.size, 0, b"", 0, b"", False)
+
+    def data_ptr(self):
+        return 0x7f0000000000
+
+
+class FakeCuda(torch.Tensor):
+    """Looks like a CUDA tensor to the module (this machine has no CUDA)."""
+    handle, size = bytes(64), 4096
+
+    @property
+    def is_cuda(self):
+        return True
+
+    def get_device(self):
+        return 0
+
+    def storage(self):
+        return FakeStorage(self.handle, self.size)
+
+    def untyped_storage(self):
+        return self.storage()
+
+
+def test_register_cuda_tensor_host_daemon(client, snapkv):
+    """The CUDA IPC path up to the daemon: a host-backend daemon refuses it with
+    a clear snapkv.Error; malformed sharing data is a ValueError."""
+    t = torch.zeros(8).as_subclass(FakeCuda)
+    with pytest.raises(snapkv.Error) as e:
+        client.register(t)
+    assert e.value.errno in (errno.ENOTSUP, errno.EOPNOTSUPP, errno.EINVAL), e.value
+    bad = torch.zeros(8).as_subclass(FakeCuda)
+    bad.handle = b"short"
+    with pytest.raises(ValueError):
+        client.register(bad)
+    # a CUDA tensor that was never registered is refused by compact
+    with pytest.raises(ValueError, match=r"empty\(\)"):
+        client.compact([t.view(1, 2, 4)], [t.view(1, 2, 4)], [t.view(1, 2, 4)])
