@@ -374,7 +374,7 @@ static int paged_writeback(const struct snapkvd_request_env *env, struct snapkvd
 	return r;
 }
 
-int snapkvd_paged_check(const struct snapkvd_request_env *env, bool device, struct snapkvd_job *j,
+int snapkvd_paged_check(const struct snapkvd_request_env *env, struct snapkvd_job *j,
 			const Snapkv__V1__CompactRequest *req, const struct skv_plan *plan,
 			enum skv_dtype odt, char *err, size_t errlen)
 {
@@ -402,12 +402,6 @@ int snapkvd_paged_check(const struct snapkvd_request_env *env, bool device, stru
 	/* Paged-attention kernels need one count for every head and layer:
 	 * today every request has its single C (plan->kept for all heads); a
 	 * budget that gives heads different counts must be refused here. */
-	if (device) {
-		snprintf(err, errlen,
-			 "out_layout PAGED needs the host backend: the CUDA plugin writes strided "
-			 "outputs only");
-		return -ENOTSUP;
-	}
 	if (req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM && wb) {
 		snprintf(err, errlen, "writeback names its own buffers: out_arena must be unset");
 		return -EINVAL;

@@ -25,11 +25,11 @@ struct snapkvd_cache_geom;
 /*
  * The paged fields of req against the plan: for a dense layout none may be
  * set; for PAGED the block size, uniform budgets, a host runner, and for
- * writeback the destination; device: the runner is CUDA's (paged output is
- * host-only for now). 0, or -errno with the reason in err. Owns every check of CompactRequest
+ * writeback the destination. Host and CUDA runners alike. 0, or -errno with
+ * the reason in err. Owns every check of CompactRequest
  * fields 100-103.
  */
-int snapkvd_paged_check(const struct snapkvd_request_env *env, bool device, struct snapkvd_job *j,
+int snapkvd_paged_check(const struct snapkvd_request_env *env, struct snapkvd_job *j,
 			const Snapkv__V1__CompactRequest *req, const struct skv_plan *plan,
 			enum skv_dtype odt, char *err, size_t errlen);
 

@@ -556,8 +556,7 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	if ((r = check_plan(env, j, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
 	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||
 	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||
-	    (r = snapkvd_paged_check(env, snapkvd_runner_device(env->runner), j, req, &plan, odt,
-				     err, errlen)) ||
+	    (r = snapkvd_paged_check(env, j, req, &plan, odt, err, errlen)) ||
 	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)))
 		goto fail;
 	j->cache->requested_budget = requested_c;

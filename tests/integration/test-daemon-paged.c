@@ -467,11 +467,6 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
 	s = CU_add_suite("daemon-paged", suite_init, suite_clean);
-	if (h_backend_cuda()) {
-		/* paged output is host-only for now: the CUDA runner refuses it */
-		CU_add_test(s, "writable registration", test_writable_registration);
-		return h_run_tests();
-	}
 	CU_add_test(s, "arena: exact vs libskv, runs page-aligned, APPEND, GROW", test_arena);
 	CU_add_test(s, "arena run mapped MAP_FIXED into an engine's pool", test_map_fixed);
 	CU_add_test(s, "writeback: exact, nothing else written, engine-held ledger",
