@@ -134,8 +134,10 @@ demo: deps
 
 # The main job: two tiny-llama engines beside one snapkvd (examples/tiny-llama/
 # demo.sh); without the model file it runs two generated-K/V engines instead.
+# Then the reference paged engine in Python (examples/torch-paged/demo.sh).
 _demo: all
 	@$(MAKE) --no-print-directory _demo_llama
+	@$(MAKE) --no-print-directory _demo_torch_paged
 
 # The installed paths, rewritten only when they change, so that files that
 # have them written in (units, snapkv.pc) follow PREFIX and friends.

@@ -69,9 +69,16 @@ done
 extra=$(cd "$d" && find . \( -type f -o -type l \) | sed 's|^\.||' | sort | while read -r f; do
 	[ -n "${want[$f]+x}" ] && continue
 	case $f in $p/include/snapkv/*.h | $p/lib/libskv*.so | $p/lib/libskv*.a) continue ;; esac
+	case $f in $p/lib/python3*/*-packages/snapkv.*.so) continue ;; esac
 	echo "$f"
 done)
 [ -z "$extra" ] && ok "nothing else installed" || not_ok "unexpected files: $extra"
+# the Python module (client/python), when it was built, in the interpreter's site dir
+if ls "$BUILD"/python/snapkv.*.so >/dev/null 2>&1; then
+	py=$(cd "$d" && ls .$p/lib/python3*/*-packages/snapkv.*.so 2>/dev/null | head -n 1)
+	[ -n "$py" ] && [ "$(stat -c %a "$d/$py")" = 644 ] &&
+		ok "Python module installed: ${py#.}" || not_ok "Python module not installed"
+fi
 [ "$(readlink "$d$p/lib/libsnapkv.so")" = libsnapkv.so.1 ] &&
 	[ "$(readlink "$d$p/lib/libsnapkv.so.1")" = "$real" ] &&
 	ok "libsnapkv.so -> libsnapkv.so.1 -> $real" || not_ok "library links"
