@@ -93,8 +93,7 @@ static bool head_within(const uint8_t *d, size_t n, size_t limit)
 	return memmem(d, m, "\r\n\r\n", 4) || memmem(d, m, "\n\n", 2);
 }
 
-static void check_answer(const char *r, size_t n, const uint8_t *req, size_t req_len,
-			 size_t limit)
+static void check_answer(const char *r, size_t n, const uint8_t *req, size_t req_len, size_t limit)
 {
 	const char *end = memmem(r, n, "\r\n\r\n", 4), *cl;
 	unsigned long long len;
@@ -103,8 +102,8 @@ static void check_answer(const char *r, size_t n, const uint8_t *req, size_t req
 
 	REQUIRE(n > 12 && !memcmp(r, "HTTP/1.1 ", 9) && end);
 	status = atoi(r + 9);
-	REQUIRE(status == 200 || status == 400 || status == 404 || status == 405 ||
-		status == 431 || status == 503);
+	REQUIRE(status == 200 || status == 400 || status == 404 || status == 405 || status == 431 ||
+		status == 503);
 	cl = memmem(r, end - r, "\r\nContent-Length: ", 18);
 	REQUIRE(cl);
 	len = strtoull(cl + 18, NULL, 10);
