@@ -47,7 +47,12 @@ if [ $need_promtool -eq 1 ]; then
 	trap 'rm -rf "$dl"' EXIT
 	chmod 755 "$dl" # apt's _apt user downloads into it
 	[ $updated -eq 1 ] || apt-get update -qq
-	(cd "$dl" && apt-get download -qq prometheus 2>/dev/null)
+	# apt warns that _apt cannot write the directory only when it cannot
+	(cd "$dl" && apt-get download -qq prometheus 2>"$dl/err") || {
+		cat "$dl/err" >&2
+		echo "deps: could not download Debian's prometheus package (for promtool)" >&2
+		exit 1
+	}
 	dpkg-deb --fsys-tarfile "$dl"/prometheus_*.deb | tar -x -C "$dl" ./usr/bin/promtool
 	mkdir -p "$tools"
 	install -m 755 "$dl/usr/bin/promtool" "$tools/promtool"
