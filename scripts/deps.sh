@@ -47,7 +47,7 @@ if [ $need_promtool -eq 1 ]; then
 	trap 'rm -rf "$dl"' EXIT
 	chmod 755 "$dl" # apt's _apt user downloads into it
 	[ $updated -eq 1 ] || apt-get update -qq
-	# apt warns that _apt cannot write the directory only when it cannot
+	# what apt said is shown only when the download failed
 	(cd "$dl" && apt-get download -qq prometheus 2>"$dl/err") || {
 		cat "$dl/err" >&2
 		echo "deps: could not download Debian's prometheus package (for promtool)" >&2
