@@ -30,14 +30,17 @@ static int add64(uint64_t a, uint64_t b, uint64_t *r)
 	return __builtin_add_overflow(a, b, r) ? -EOVERFLOW : 0;
 }
 
-static int limit(uint32_t v, uint32_t lo, uint32_t hi, const char *what, char *err, size_t errlen)
+/* key: the config key that sets hi (NULL when hi is not one) */
+static int limit(uint32_t v, uint32_t lo, uint32_t hi, const char *what, const char *key, char *err,
+		 size_t errlen)
 {
 	if (v < lo) {
 		snprintf(err, errlen, "%s = %u: must be at least %u", what, v, lo);
 		return -EINVAL;
 	}
 	if (v > hi) {
-		snprintf(err, errlen, "%s = %u exceeds the limit %u", what, v, hi);
+		snprintf(err, errlen, "%s = %u exceeds the limit %u%s%s%s", what, v, hi,
+			 key ? " (" : "", key ? key : "", key ? ")" : "");
 		return -E2BIG;
 	}
 	return 0;
@@ -51,13 +54,16 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 {
 	int r;
 
-	if ((r = limit(req->layers, 1, cfg->max_layers, "layers", err, errlen)) ||
-	    (r = limit(req->h_q, 1, cfg->max_heads, "h_q", err, errlen)) ||
-	    (r = limit(req->h_kv, 1, cfg->max_heads, "h_kv", err, errlen)) ||
-	    (r = limit(req->head_dim, 1, cfg->max_head_dim, "head_dim", err, errlen)) ||
-	    (r = limit(req->prompt_len, 1, cfg->max_prompt_len, "prompt_len", err, errlen)) ||
-	    (r = limit(req->n_q, 0, req->prompt_len, "n_q", err, errlen)) ||
-	    (r = limit(req->decode_reserve, 0, cfg->max_reserve, "decode_reserve", err, errlen)))
+	if ((r = limit(req->layers, 1, cfg->max_layers, "layers", "max_layers", err, errlen)) ||
+	    (r = limit(req->h_q, 1, cfg->max_heads, "h_q", "max_heads", err, errlen)) ||
+	    (r = limit(req->h_kv, 1, cfg->max_heads, "h_kv", "max_heads", err, errlen)) ||
+	    (r = limit(req->head_dim, 1, cfg->max_head_dim, "head_dim", "max_head_dim", err,
+		       errlen)) ||
+	    (r = limit(req->prompt_len, 1, cfg->max_prompt_len, "prompt_len", "max_prompt_len", err,
+		       errlen)) ||
+	    (r = limit(req->n_q, 0, req->prompt_len, "n_q", NULL, err, errlen)) ||
+	    (r = limit(req->decode_reserve, 0, cfg->max_reserve, "decode_reserve", "max_reserve",
+		       err, errlen)))
 		return r == -E2BIG && !strncmp(err, "n_q", 3) ? -EINVAL : r;
 	if (req->n_layer != req->layers) {
 		snprintf(err, errlen, "%zu layer descriptions for %u layers", req->n_layer,
