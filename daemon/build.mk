@@ -8,9 +8,12 @@ LIBSNAPKVD := $(BUILD)/libsnapkvd.a
 LIBSNAPKVD_OBJS := $(addprefix $(BUILD)/daemon/snapkvd-, server.o loop.o listener.o \
 	session.o request.o paged.o admission.o job.o compactor.o runner.o runner-host.o \
 	runner-cuda.o buffer.o cache.o arena.o pool.o ledger.o admin.o policy.o \
-	pressure.o hooks.o metrics.o config.o log.o clock.o)
+	pressure.o hooks.o metrics.o config.o log.o clock.o http.o)
 OBJS += $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o
 $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o: | $(SKV_PB_H)
+# --version, --check-config's header and snapkvd_build_info: the top VERSION
+$(BUILD)/daemon/snapkvd.o $(BUILD)/daemon/snapkvd-admin.o: ALL_CFLAGS += $(VERSION_DEFINE)
+$(BUILD)/daemon/snapkvd.o $(BUILD)/daemon/snapkvd-admin.o: $(BUILD)/version
 $(LIBSNAPKVD): $(LIBSNAPKVD_OBJS)
 	rm -f $@ && $(AR) rcs $@ $^
 LIBS += $(LIBSNAPKVD)

@@ -356,7 +356,8 @@ struct skv_cache_info {
 	enum skv_layout layout;
 	uint32_t prompt_len;		   /* L */
 	uint32_t kept;			   /* slots filled by the compaction, per head */
-	uint32_t capacity;		   /* slots per head: kept + decode headroom   */
+	uint32_t capacity;		   /* slots per head: kept + decode headroom
+					    * (a capacity is slots; C is a budget) */
 	uint32_t appended;		   /* g */
 	uint32_t budget;		   /* C used: after pressure scaling */
 	int64_t head_stride, token_stride; /* elements */
@@ -455,11 +456,15 @@ enum skv_pressure_level {
 };
 
 struct skv_pressure {
-	uint32_t level;		     /* enum skv_pressure_level */
-	uint32_t suggested_capacity; /* C the daemon suggests for new requests */
-	uint32_t scale_permille;     /* factor applied to C of new requests, x1000 */
-	uint64_t pool_used;	     /* pool bytes in use at the event */
-	uint64_t events;	     /* events seen on this session */
+	uint32_t level; /* enum skv_pressure_level */
+	union {
+		uint32_t suggested_budget; /* C the daemon suggests for new requests */
+		uint32_t suggested_capacity
+		    SKV_DEPRECATED("skv_pressure.suggested_capacity is now suggested_budget (C)");
+	};
+	uint32_t scale_permille; /* factor applied to C of new requests, x1000 */
+	uint64_t pool_used;	 /* pool bytes in use at the event */
+	uint64_t events;	 /* events seen on this session */
 };
 /* Takes pending completions off the ring (without waiting) and returns the
  * latest pressure event. Since SNAPKV_1.1. */
