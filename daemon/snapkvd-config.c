@@ -35,6 +35,16 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->threads = 0;
 	c->workers = 0; /* min(4, max(1, threads / 8)): snapkvd_compactor_new */
 	c->max_sessions = 256;
+	/* hardening limits (issue 11): what one client or tenant may claim */
+	c->max_sessions_per_tenant = 64;
+	c->max_admin_sessions = 16;
+	c->max_handshakes = 64;
+	c->hello_timeout_ms = 2000;
+	c->max_tenant_buffers = 1024;
+	c->max_tenant_mapped_bytes = 1ull << 40;
+	c->max_mapped_bytes = 16ull << 40;
+	c->max_request_macs = 1ull << 42;
+	c->max_request_bytes = 256ull << 30;
 	c->max_buffers = 256;
 	c->max_caches = 4096;
 	c->max_layers = 1024;
@@ -362,6 +372,11 @@ static const struct ukey ukeys[] = {
     U(watchdog_ms, 10, 60000),
     U(workers, 0, 64),
     U(prefill_wait_max_ms, 1, 600000),
+    U(max_sessions_per_tenant, 1, 65536),
+    U(max_admin_sessions, 1, 4096),
+    U(max_handshakes, 1, 65536),
+    U(hello_timeout_ms, 100, 60000),
+    U(max_tenant_buffers, 1, 1u << 20),
 };
 
 struct skey {
@@ -376,6 +391,8 @@ struct skey {
 static const struct skey skeys[] = {
     S(pool_bytes, 1 << 20),    S(session_arena_bytes, 1 << 20), S(tenant_quota_bytes, 0),
     S(max_buffer_bytes, 4096), S(max_scratch_bytes, 0),
+    S(max_tenant_mapped_bytes, 4096), S(max_mapped_bytes, 4096),
+    S(max_request_macs, 1 << 20), S(max_request_bytes, 1 << 20),
 };
 
 static int set_key(struct snapkvd_config *c, const char *k, const char *v, const char **why)
@@ -439,6 +456,14 @@ static int set_key(struct snapkvd_config *c, const char *k, const char *v, const
 			return r;
 		}
 		c->log_level = r;
+		return 0;
+	}
+	if (!strcmp(k, "admin_uids")) {
+		r = parse_idlist(v, &c->n_admin_uids, (uint32_t *)c->admin_uids);
+		if (r < 0) {
+			*why = "expected up to 64 numeric ids separated by spaces or commas";
+			return -EINVAL;
+		}
 		return 0;
 	}
 	if (!strcmp(k, "allow_uids") || !strcmp(k, "allow_gids")) {
@@ -579,6 +604,16 @@ int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid)
 			return 1;
 	for (unsigned i = 0; i < c->n_allow_gids; i++)
 		if (c->allow_gids[i] == gid)
+			return 1;
+	return 0;
+}
+
+int snapkvd_config_is_admin(const struct snapkvd_config *c, uid_t uid)
+{
+	if (uid == 0 || uid == geteuid())
+		return 1;
+	for (unsigned i = 0; i < c->n_admin_uids; i++)
+		if (c->admin_uids[i] == uid)
 			return 1;
 	return 0;
 }

@@ -32,7 +32,9 @@ struct snapkvd_server {
 	struct snapkvd_listener *listener;
 	struct snapkvd_policy policy; /* pressure policy, hooks, metrics */
 	struct snapkvd_session *sessions;
-	unsigned n_sessions;
+	unsigned n_sessions;	   /* engine sessions past HELLO (max_sessions) */
+	unsigned n_admin_sessions; /* admin sessions past HELLO (max_admin_sessions) */
+	unsigned n_handshakes;	   /* connections before HELLO (max_handshakes) */
 	uint64_t next_session_id, next_cache_id;
 	bool draining; /* SIGTERM: no new work, stop once the queue is empty */
 	uint64_t start_ns;

@@ -35,7 +35,36 @@
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 
-#define SNAPKVD_HELLO_TIMEOUT_MS 5000
+/*
+ * The fds that came with one frame. Owned by this guard from recvmsg on:
+ * a handler takes the one it keeps (fds_take), and whatever is left when
+ * the frame's handling ends is closed, on every path (refused, first frame
+ * not HELLO, malformed, session closing).
+ */
+struct frame_fds {
+	int fd[SKV_FRAME_MAX_FDS];
+	unsigned n;
+};
+
+static void frame_fds_close(struct frame_fds *f)
+{
+	for (unsigned i = 0; i < f->n; i++)
+		if (f->fd[i] >= 0)
+			close(f->fd[i]);
+	f->n = 0;
+}
+
+/* The only fd of a frame that must carry exactly one, else -1. */
+static int fds_take_one(struct frame_fds *f)
+{
+	int fd;
+
+	if (f->n != 1)
+		return -1;
+	fd = f->fd[0];
+	f->fd[0] = -1;
+	return fd;
+}
 
 static void on_recv(void *data, int res);
 static void on_doorbell(void *data, int res);
@@ -85,6 +114,50 @@ static void send_error(struct snapkvd_session *s, int status, const char *msg)
 			     MSG_DONTWAIT);
 }
 
+/* A connection we cannot keep: say why, then close it (never a silent hang). */
+static void refuse_fd(int fd, int status, const char *msg)
+{
+	Snapkv__V1__ErrorNotice e = SNAPKV__V1__ERROR_NOTICE__INIT;
+	uint8_t buf[256];
+	size_t n;
+
+	e.status = status;
+	e.error = (char *)msg;
+	n = snapkv__v1__error_notice__pack(&e, buf);
+	(void)skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR, buf, n, NULL, 0,
+			     MSG_DONTWAIT);
+	close(fd);
+}
+
+/* The oldest connection still in its handshake, or NULL. */
+static struct snapkvd_session *oldest_handshake(struct snapkvd_server *srv)
+{
+	struct snapkvd_session *old = NULL;
+
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (x->handshake && !x->closing)
+			old = x; /* the list is newest first */
+	return old;
+}
+
+/*
+ * A connection in its handshake holds no session slot: only max_handshakes
+ * of them exist at once (the oldest gives way to a new one) and each has
+ * hello_timeout_ms to say HELLO. Slots are taken at HELLO (hello_slot()).
+ */
+static void make_room_for_handshake(struct snapkvd_server *srv)
+{
+	struct snapkvd_session *old;
+
+	if (srv->n_handshakes < srv->cfg.max_handshakes || !(old = oldest_handshake(srv)))
+		return;
+	log_debug("session %llu: no HELLO yet, gives way to a new connection (max_handshakes %u)",
+		  (unsigned long long)old->id, srv->cfg.max_handshakes);
+	send_error(old, -ETIMEDOUT,
+		   "no HELLO before max_handshakes newer connections arrived (max_handshakes)");
+	snapkvd_session_close(old, 0);
+}
+
 int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_session **ret)
 {
 	struct snapkvd_session *s;
@@ -94,14 +167,21 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
 		r = -errno;
-		close(fd);
+		refuse_fd(fd, r, "snapkvd could not read the peer's credentials");
 		return r;
 	}
 	s = calloc(1, sizeof(*s));
-	if (!s) {
-		close(fd);
+	if (s) {
+		s->rbuf_cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD;
+		s->rbuf = malloc(s->rbuf_cap);
+	}
+	if (!s || !s->rbuf) {
+		if (s)
+			free(s);
+		refuse_fd(fd, -ENOMEM, "snapkvd is out of memory; try again later");
 		return -ENOMEM;
 	}
+	make_room_for_handshake(srv);
 	s->srv = srv;
 	s->fd = fd;
 	s->ring_fd = s->sq_efd = s->cq_efd = -1;
@@ -114,16 +194,10 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	s->ev_recv = (struct snapkvd_loop_ev){.fn = on_recv, .data = s};
 	s->ev_doorbell = (struct snapkvd_loop_ev){.fn = on_doorbell, .data = s};
 	snprintf(s->name, sizeof(s->name), "pid%d", (int)cred.pid);
-	s->rbuf_cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD;
-	s->rbuf = malloc(s->rbuf_cap);
-	if (!s->rbuf) {
-		free(s);
-		close(fd);
-		return -ENOMEM;
-	}
 	s->next = srv->sessions;
 	srv->sessions = s;
-	srv->n_sessions++;
+	s->handshake = true;
+	srv->n_handshakes++;
 	srv->sessions_total++;
 	/* Refusals are answered at HELLO, once the client's message has been
 	 * read: closing a socket with unread data would turn our reason into a
@@ -132,24 +206,16 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 		log_notice("session %llu: uid %u gid %u not allowed", (unsigned long long)s->id,
 			   (unsigned)cred.uid, (unsigned)cred.gid);
 		s->refused = -EACCES;
-	} else if (srv->n_sessions > srv->cfg.max_sessions) {
-		s->refused = -EUSERS;
 	} else if (srv->draining) {
 		s->refused = -ESHUTDOWN;
 	}
-	r = snapkvd_pool_tenant_get(srv->pool, cred.uid, &s->tenant);
-	if (r < 0)
-		goto refuse;
-	snapkvd_pool_tenant_set_quota(srv->pool, s->tenant,
-				      snapkvd_policy_tenant_quota(&srv->policy, cred.uid));
 	r = arm_recv(s);
-	if (r < 0)
-		goto refuse;
+	if (r < 0) {
+		snapkvd_session_close(s, r);
+		return r;
+	}
 	*ret = s;
 	return 0;
-refuse:
-	snapkvd_session_close(s, 0);
-	return r;
 }
 
 static void free_cache_memory(struct snapkvd_session *s, struct snapkvd_cache *c)
@@ -180,9 +246,14 @@ static void session_free(struct snapkvd_session *s)
 	for (pp = &s->srv->sessions; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
-			s->srv->n_sessions--;
 			break;
 		}
+	if (s->slot) {
+		if (s->admin)
+			s->srv->n_admin_sessions--;
+		else
+			s->srv->n_sessions--;
+	}
 	if (s->ring_map)
 		munmap(s->ring_map, s->ring_bytes);
 	if (s->sq_efd >= 0)
@@ -215,6 +286,10 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 	if (s->closing)
 		return;
 	s->closing = true;
+	if (s->handshake) {
+		s->handshake = false;
+		s->srv->n_handshakes--;
+	}
 	if (why)
 		send_error(s, why, strerror(-why));
 	log_info("session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
@@ -343,6 +418,75 @@ static int setup_ring(struct snapkvd_session *s, uint32_t want_sq)
 	return snapkvd_arena_new(cfg->session_arena_bytes, "snapkvd-arena", &s->arena);
 }
 
+/*
+ * The session slot a greeted connection takes. Engines: max_sessions in
+ * all and max_sessions_per_tenant per uid. Admin sessions (snapkvctl) have
+ * their own max_admin_sessions, so engines never lock the operator out,
+ * and root or an admin_uids member gets one slot more beyond that. 0, or
+ * -EUSERS with the limit and its key in err.
+ */
+static int hello_slot(struct snapkvd_session *s, bool admin, char *err, size_t errlen)
+{
+	struct snapkvd_server *srv = s->srv;
+	const struct snapkvd_config *cfg = &srv->cfg;
+	unsigned mine = 0;
+
+	if (admin) {
+		unsigned cap = cfg->max_admin_sessions + (snapkvd_config_is_admin(cfg, s->uid) ? 1 : 0);
+
+		if (srv->n_admin_sessions >= cap) {
+			snprintf(err, errlen,
+				 "too many admin sessions: %u open, max_admin_sessions is %u",
+				 srv->n_admin_sessions, cfg->max_admin_sessions);
+			return -EUSERS;
+		}
+		srv->n_admin_sessions++;
+		s->slot = true;
+		return 0;
+	}
+	if (srv->n_sessions >= cfg->max_sessions) {
+		snprintf(err, errlen, "too many sessions: %u open, max_sessions is %u",
+			 srv->n_sessions, cfg->max_sessions);
+		return -EUSERS;
+	}
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (x->slot && !x->admin && !x->closing && x->uid == s->uid)
+			mine++;
+	if (mine >= cfg->max_sessions_per_tenant) {
+		snprintf(err, errlen,
+			 "uid %u already has %u sessions: max_sessions_per_tenant is %u",
+			 (unsigned)s->uid, mine, cfg->max_sessions_per_tenant);
+		return -EUSERS;
+	}
+	srv->n_sessions++;
+	s->slot = true;
+	return 0;
+}
+
+/* The slot, then the tenant: 0, or the session is closed with the reason. */
+static int hello_admit(struct snapkvd_session *s, bool admin)
+{
+	char err[160];
+	int r = hello_slot(s, admin, err, sizeof(err));
+
+	if (r < 0) {
+		log_notice("session %llu (uid %u): %s", (unsigned long long)s->id,
+			   (unsigned)s->uid, err);
+		send_error(s, r, err);
+		snapkvd_session_close(s, 0);
+		return r;
+	}
+	r = snapkvd_pool_tenant_get(s->srv->pool, s->uid, &s->tenant);
+	if (r < 0) {
+		send_error(s, r, "snapkvd is out of memory; try again later");
+		snapkvd_session_close(s, 0);
+		return r;
+	}
+	snapkvd_pool_tenant_set_quota(s->srv->pool, s->tenant,
+				      snapkvd_policy_tenant_quota(&s->srv->policy, s->uid));
+	return 0;
+}
+
 static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 {
 	Snapkv__V1__Hello *h = snapkv__v1__hello__unpack(NULL, len, p);
@@ -353,12 +497,16 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 		snapkvd_session_close(s, -EBADMSG);
 		return;
 	}
+	if (s->handshake) {
+		s->handshake = false;
+		s->srv->n_handshakes--;
+	}
 	if (s->refused) {
 		snapkv__v1__hello__free_unpacked(h, NULL);
 		send_error(s, s->refused,
-			   s->refused == -EACCES   ? "uid/gid not in the daemon's allow list"
-			   : s->refused == -EUSERS ? "too many sessions"
-						   : "daemon is shutting down");
+			   s->refused == -EACCES ? "uid/gid not in the daemon's allow list (allow_uids, "
+						   "allow_gids)"
+						 : "daemon is shutting down");
 		snapkvd_session_close(s, 0);
 		return;
 	}
@@ -375,6 +523,10 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 			if ((unsigned char)s->name[i] < 0x20 || s->name[i] == '"' ||
 			    s->name[i] == '\\')
 				s->name[i] = '_';
+	}
+	if (hello_admit(s, h->admin) < 0) {
+		snapkv__v1__hello__free_unpacked(h, NULL);
+		return;
 	}
 	s->admin = h->admin;
 	if (!s->admin) {
@@ -563,16 +715,14 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 	reg_reply(s, 0, NULL, b->id, gen, size);
 }
 
-static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len, int *fds,
-			unsigned n_fds)
+static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
+			struct frame_fds *fds)
 {
 	Snapkv__V1__RegisterBuffer *m = snapkv__v1__register_buffer__unpack(NULL, len, p);
 	uint64_t size, gen;
-	int fd = n_fds == 1 ? fds[0] : -1;
+	/* more than one fd: none is used; the guard closes them all */
+	int fd = fds_take_one(fds);
 
-	/* more than one fd: none is used (fd is -1), so every one is closed */
-	for (unsigned i = n_fds == 1 ? 1 : 0; i < n_fds; i++)
-		close(fds[i]);
 	if (!m) {
 		if (fd >= 0)
 			close(fd);
@@ -698,13 +848,10 @@ static void on_admin(struct snapkvd_session *s, const uint8_t *payload, size_t l
 }
 
 static void on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
-		     const uint8_t *payload, int *fds, unsigned n_fds)
+		     const uint8_t *payload, struct frame_fds *fds)
 {
 	bool hello = h->type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO;
 
-	if (h->type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER)
-		for (unsigned i = 0; i < n_fds; i++)
-			close(fds[i]);
 	/* The first message must be HELLO, and only the first. */
 	if (hello == s->greeted) {
 		s->requests++;
@@ -718,7 +865,7 @@ static void on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
 		on_hello(s, payload, h->length);
 		break;
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER:
-		on_register(s, payload, h->length, fds, n_fds);
+		on_register(s, payload, h->length, fds);
 		break;
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER:
 		on_unregister(s, payload, h->length);
@@ -754,8 +901,7 @@ static void on_recv(void *data, int res)
 {
 	struct snapkvd_session *s = data;
 	struct skv_frame_hdr h;
-	int fds[SKV_FRAME_MAX_FDS];
-	unsigned n_fds = SKV_FRAME_MAX_FDS;
+	struct frame_fds fds __attribute__((cleanup(frame_fds_close))) = {.n = 0};
 	int r;
 
 	if (s->closing) {
@@ -764,7 +910,10 @@ static void on_recv(void *data, int res)
 		snapkvd_session_unref(s);
 		return;
 	}
-	r = skv_frame_parse(&s->rmsg, res, SKV_FRAME_MAX_PAYLOAD, &h, fds, &n_fds);
+	fds.n = SKV_FRAME_MAX_FDS;
+	r = skv_frame_parse(&s->rmsg, res, SKV_FRAME_MAX_PAYLOAD, &h, fds.fd, &fds.n);
+	if (r < 0)
+		fds.n = 0; /* the parser closed them */
 	if (r < 0) {
 		/* end of stream, or framing we cannot trust: close this one */
 		if (r != -ECONNRESET)
@@ -772,7 +921,7 @@ static void on_recv(void *data, int res)
 				   strerror(-r));
 		snapkvd_session_close(s, r == -ECONNRESET ? 0 : r);
 	} else {
-		on_frame(s, &h, s->rbuf + SKV_FRAME_HDR_SIZE, fds, n_fds);
+		on_frame(s, &h, s->rbuf + SKV_FRAME_HDR_SIZE, &fds);
 		if (!s->closing && arm_recv(s) < 0)
 			snapkvd_session_close(s, -EBUSY);
 	}
@@ -792,9 +941,15 @@ static void on_doorbell(void *data, int res)
 
 void snapkvd_session_check_hello(struct snapkvd_session *s, uint64_t now_ns)
 {
-	if (!s->greeted && !s->closing &&
-	    now_ns - s->created_ns > SNAPKVD_HELLO_TIMEOUT_MS * 1000000ull)
-		snapkvd_session_close(s, -ETIMEDOUT);
+	char err[96];
+
+	if (!s->handshake || s->closing ||
+	    now_ns - s->created_ns <= s->srv->cfg.hello_timeout_ms * 1000000ull)
+		return;
+	snprintf(err, sizeof(err), "no HELLO within hello_timeout_ms (%u ms)",
+		 s->srv->cfg.hello_timeout_ms);
+	send_error(s, -ETIMEDOUT, err);
+	snapkvd_session_close(s, 0);
 }
 
 /* ----------------------------------------------------------------- requests */

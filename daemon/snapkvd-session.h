@@ -31,7 +31,9 @@ struct snapkvd_session {
 	gid_t gid;
 	char name[64];
 	bool admin;
-	bool greeted; /* HELLO seen */
+	bool greeted;	/* HELLO seen */
+	bool handshake; /* counted in srv->n_handshakes until HELLO or close */
+	bool slot;	/* holds a session slot (engine or admin) since HELLO */
 	int refused;  /* -errno to answer the HELLO with, then close */
 	uint64_t created_ns;
 	bool closing;
