@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test-hostile: a client cannot exhaust what snapkvd owns, lock others out
+ * or see their data (issue 11). One suite per defect of that issue, each
+ * with a private daemon configured for it; every suite also checks that a
+ * well-behaved engine keeps working. Figures a reproduction measures
+ * (fds leaked, CPU seconds, events) are printed as "hostile: ..." lines.
+ */
+
+#include <CUnit/Basic.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "daemon-harness.h"
+#include "proto/skv-ring.h"
+#include "snapkv.h"
+
+static struct harness H;
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Start a daemon with these config lines (a file in its directory). */
+static int start_with(const char *conf)
+{
+	char path[128];
+	const char *extra[] = {"--config", path, NULL};
+	FILE *f;
+
+	memset(&H, 0, sizeof(H));
+	snprintf(H.dir, sizeof(H.dir), "/tmp/snapkvd-hostile-XXXXXX");
+	if (!mkdtemp(H.dir))
+		return -errno;
+	snprintf(path, sizeof(path), "%s/snapkvd.conf", H.dir);
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fputs(conf, f);
+	fclose(f);
+	return h_start(&H, extra);
+}
+
+static int stop_daemon(void)
+{
+	char path[128];
+	int st = h_stop(&H);
+
+	snprintf(path, sizeof(path), "%s/snapkvd.conf", H.dir);
+	unlink(path);
+	h_cleanup(&H);
+	return st == 0 ? 0 : -1;
+}
+
+static struct skv_client *engine(const char *name)
+{
+	struct skv_client_opts o = {.opts_size = sizeof(o), .name = name};
+	struct skv_client *c = NULL;
+
+	return skv_client_connect(H.sock, &o, &c) == 0 ? c : NULL;
+}
+
+/* A fresh engine can connect and do a NOP: the daemon serves. */
+static bool daemon_serves(void)
+{
+	struct skv_client *c = engine("probe");
+	bool ok = c && skv_client_nop(c) == 0;
+
+	skv_client_close(c);
+	return ok && kill(H.pid, 0) == 0;
+}
+
+/* Wait up to ms for the daemon's fd count to come down to want. */
+static int wait_fds(int want, int ms)
+{
+	int n = h_count_fds(H.pid);
+
+	for (int i = 0; i < ms / 10 && n > want; i++) {
+		h_sleep_ms(10);
+		n = h_count_fds(H.pid);
+	}
+	return n;
+}
+
+static int make_memfd(size_t size)
+{
+	int fd = memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd >= 0 && ftruncate(fd, (off_t)size) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* A REGISTER frame carrying n memfds, sent as a connection's first frame. */
+static int register_first(int sock, unsigned n)
+{
+	Snapkv__V1__RegisterBuffer m = SNAPKV__V1__REGISTER_BUFFER__INIT;
+	uint8_t buf[128];
+	int fds[4];
+	size_t len;
+	int r;
+
+	for (unsigned i = 0; i < n; i++)
+		fds[i] = make_memfd(1 << 20);
+	m.size = 1 << 20;
+	m.generation = 1;
+	len = snapkv__v1__register_buffer__pack(&m, buf);
+	r = skv_frame_send(sock, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, buf, len, fds, n, 0);
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+	return r;
+}
+
+/* Read frames until an ERROR or the end: the ErrorNotice's status (and text). */
+static int read_error(int sock, char *text, size_t cap, int timeout_ms)
+{
+	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
+	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+	struct skv_frame_hdr h;
+	int r;
+
+	if (text && cap)
+		text[0] = 0;
+	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	for (;;) {
+		r = skv_frame_recv(sock, buf, sizeof(buf), &h, NULL, NULL, 0);
+		if (r < 0)
+			return r == -EAGAIN ? -ETIMEDOUT : r;
+		if (h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR)
+			continue;
+		Snapkv__V1__ErrorNotice *e =
+		    snapkv__v1__error_notice__unpack(NULL, h.length, buf + SKV_FRAME_HDR_SIZE);
+
+		if (!e)
+			return -EBADMSG;
+		r = e->status;
+		if (text && e->error)
+			snprintf(text, cap, "%s", e->error);
+		snapkv__v1__error_notice__free_unpacked(e, NULL);
+		return r;
+	}
+}
+
+static int raw_hello(int sock, bool admin, char *err, size_t cap)
+{
+	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
+	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
+	struct skv_frame_hdr h;
+	int fds[4];
+	unsigned nf = 4;
+	size_t n;
+	int r;
+
+	hello.client_version = SKV_PROTO_VERSION;
+	hello.admin = admin;
+	hello.name = "hostile";
+	n = snapkv__v1__hello__pack(&hello, buf);
+	if (skv_frame_send(sock, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0) < 0)
+		return -EIO;
+	r = skv_frame_recv(sock, buf, sizeof(buf), &h, fds, &nf, 0);
+	for (unsigned i = 0; r >= 0 && i < nf; i++)
+		close(fds[i]);
+	if (r < 0)
+		return r;
+	if (h.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
+		return 0;
+	if (h.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
+		Snapkv__V1__ErrorNotice *e =
+		    snapkv__v1__error_notice__unpack(NULL, h.length, buf + SKV_FRAME_HDR_SIZE);
+
+		r = e ? e->status : -EBADMSG;
+		if (e && err)
+			snprintf(err, cap, "%s", e->error ? e->error : "");
+		if (e)
+			snapkv__v1__error_notice__free_unpacked(e, NULL);
+		return r;
+	}
+	return -EPROTO;
+}
+
+/* The daemon's CPU seconds (user + system) so far. */
+static double cpu_seconds(pid_t pid)
+{
+	char p[64], line[1024], *s;
+	unsigned long long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	f = fopen(p, "r");
+	if (!f)
+		return -1;
+	s = fgets(line, sizeof(line), f);
+	fclose(f);
+	if (!s || !(s = strrchr(line, ')')))
+		return -1;
+	/* after ") ": state(3) ... utime(14) stime(15) */
+	if (sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Let uid 65534 reach the socket (the daemon's allow list decides). */
+static void open_socket_to_all(void)
+{
+	chmod(H.dir, 0755);
+	chmod(H.sock, 0666);
+}
+
+/* ------------------------------------------- 1: fds before HELLO are closed */
+
+static void test_fds_before_hello(void)
+{
+	int base, after, socks[40];
+	pid_t kids[40] = {0};
+
+	CU_ASSERT_EQUAL_FATAL(start_with("allow_uids = 0\n"), 0);
+	open_socket_to_all();
+	base = h_count_fds(H.pid);
+	/* 20 from root (allowed), 20 from a uid outside allow_uids */
+	for (int i = 0; i < 20; i++) {
+		socks[i] = h_connect_raw(H.sock);
+		CU_ASSERT(socks[i] >= 0 && register_first(socks[i], 4) >= 0);
+	}
+	for (int i = 20; i < 40; i++) {
+		int sv[2];
+		pid_t pid;
+
+		socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+		pid = fork();
+		if (pid == 0) {
+			int s;
+
+			close(sv[0]);
+			if (setgid(65534) < 0 || setuid(65534) < 0)
+				_exit(2);
+			s = h_connect_raw(H.sock);
+			if (s < 0 || register_first(s, 4) < 0)
+				_exit(3);
+			/* keep the connection until the parent has counted */
+			(void)!read(sv[1], &s, 1);
+			_exit(0);
+		}
+		close(sv[1]);
+		socks[i] = sv[0];
+		kids[i] = pid;
+	}
+	h_sleep_ms(200);
+	after = wait_fds(base + 40, 3000); /* at most the 40 sockets themselves */
+	printf("\nhostile: fds before HELLO: %d leaked by 40 connections (base %d, now %d)\n",
+	       after - base - 40 > 0 ? after - base - 40 : 0, base, after);
+	CU_ASSERT(after <= base + 40);
+	for (int i = 0; i < 40; i++)
+		close(socks[i]);
+	for (int i = 20; i < 40; i++)
+		if (kids[i] > 0)
+			waitpid(kids[i], NULL, 0);
+	after = wait_fds(base, 3000);
+	CU_ASSERT(after <= base);
+	CU_ASSERT(daemon_serves());
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+/* -------------------------------- 2: a connection we cannot keep is answered */
+
+static void test_alloc_failure_answered(void)
+{
+	struct rlimit lim, old;
+	char err[256];
+	unsigned long vm = 0;
+	char p[64], line[256];
+	FILE *f;
+	int s, r;
+
+	CU_ASSERT_EQUAL_FATAL(start_with(""), 0);
+	snprintf(p, sizeof(p), "/proc/%d/status", (int)H.pid);
+	f = fopen(p, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %lu kB", &vm) == 1)
+			break;
+	if (f)
+		fclose(f);
+	CU_ASSERT_FATAL(vm > 0);
+	/* room for small allocations only: the 1 MiB receive buffer fails */
+	CU_ASSERT_EQUAL_FATAL(prlimit(H.pid, RLIMIT_AS, NULL, &old), 0);
+	lim.rlim_cur = (rlim_t)vm * 1024 + (256 << 10);
+	lim.rlim_max = old.rlim_max;
+	CU_ASSERT_EQUAL_FATAL(prlimit(H.pid, RLIMIT_AS, &lim, NULL), 0);
+	s = h_connect_raw(H.sock);
+	CU_ASSERT(s >= 0);
+	r = read_error(s, err, sizeof(err), 5000);
+	printf("\nhostile: connection under memory exhaustion: %s (%s)\n", strerror(-r), err);
+	CU_ASSERT_EQUAL(r, -ENOMEM);
+	CU_ASSERT(strstr(err, "out of memory") != NULL);
+	close(s);
+	CU_ASSERT_EQUAL(prlimit(H.pid, RLIMIT_AS, &old, NULL), 0);
+	CU_ASSERT(daemon_serves());
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+/* ---------------------- 7: silent connections hold no slot, caps, admin slot */
+
+static void test_session_slots(void)
+{
+	struct skv_client *a, *b, *c;
+	int silent[60], adm[3];
+	char err[256], cmd[512], out[1024];
+	FILE *pf;
+	size_t n;
+
+	CU_ASSERT_EQUAL_FATAL(start_with("max_sessions = 8\n"
+					 "max_sessions_per_tenant = 2\n"
+					 "max_admin_sessions = 1\n"
+					 "max_handshakes = 8\n"
+					 "hello_timeout_ms = 500\n"),
+			      0);
+	/* 60 connections that never say HELLO */
+	for (int i = 0; i < 60; i++)
+		silent[i] = h_connect_raw(H.sock);
+	h_sleep_ms(100);
+	a = engine("legit-a");
+	CU_ASSERT_PTR_NOT_NULL(a);
+	CU_ASSERT(a && skv_client_nop(a) == 0);
+	/* the per-tenant cap, with its key in the reason */
+	b = engine("legit-b");
+	CU_ASSERT_PTR_NOT_NULL(b);
+	{
+		int s = h_connect_raw(H.sock);
+
+		CU_ASSERT_EQUAL(raw_hello(s, false, err, sizeof(err)), -EUSERS);
+		CU_ASSERT(strstr(err, "max_sessions_per_tenant") != NULL);
+		close(s);
+	}
+	/* the silent ones were told why and closed within the deadline */
+	{
+		int r = read_error(silent[59], err, sizeof(err), 3000);
+
+		CU_ASSERT_EQUAL(r, -ETIMEDOUT);
+		CU_ASSERT(strstr(err, "hello_timeout_ms") != NULL);
+	}
+	for (int i = 0; i < 60; i++)
+		close(silent[i]);
+	/* admin: max_admin_sessions 1, and root's reserved slot beyond it */
+	adm[0] = h_connect_raw(H.sock);
+	adm[1] = h_connect_raw(H.sock);
+	adm[2] = h_connect_raw(H.sock);
+	CU_ASSERT_EQUAL(raw_hello(adm[0], true, err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(raw_hello(adm[1], true, err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(raw_hello(adm[2], true, err, sizeof(err)), -EUSERS);
+	CU_ASSERT(strstr(err, "max_admin_sessions") != NULL);
+	/* snapkvctl names the reason, not "Protocol error" */
+	snprintf(cmd, sizeof(cmd), "%s/snapkvctl --socket %s status 2>&1",
+		 getenv("BUILD") ? getenv("BUILD") : "build", H.sock);
+	pf = popen(cmd, "r");
+	n = pf ? fread(out, 1, sizeof(out) - 1, pf) : 0;
+	out[n] = 0;
+	if (pf)
+		pclose(pf);
+	printf("\nhostile: snapkvctl with admin slots full: %s", out);
+	CU_ASSERT(strstr(out, "max_admin_sessions") != NULL);
+	CU_ASSERT(strstr(out, "Protocol error") == NULL);
+	for (int i = 0; i < 3; i++)
+		close(adm[i]);
+	/* engines hold every engine slot: admin still gets in */
+	c = NULL;
+	CU_ASSERT(h_sessions(H.sock) >= 2);
+	skv_client_close(a);
+	skv_client_close(b);
+	skv_client_close(c);
+	CU_ASSERT(daemon_serves());
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+/* ----------------------------------------------- 8: no accept busy loop */
+
+static void test_accept_emfile(void)
+{
+	struct rlimit lim, old;
+	int socks[32], n;
+	double c0, c1;
+
+	CU_ASSERT_EQUAL_FATAL(start_with("hello_timeout_ms = 5000\n"), 0);
+	n = h_count_fds(H.pid);
+	CU_ASSERT_EQUAL_FATAL(prlimit(H.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	lim.rlim_cur = (rlim_t)n + 4;
+	lim.rlim_max = old.rlim_max;
+	CU_ASSERT_EQUAL_FATAL(prlimit(H.pid, RLIMIT_NOFILE, &lim, NULL), 0);
+	for (int i = 0; i < 32; i++)
+		socks[i] = h_connect_raw(H.sock);
+	h_sleep_ms(100);
+	c0 = cpu_seconds(H.pid);
+	h_sleep_ms(1000);
+	c1 = cpu_seconds(H.pid);
+	printf("\nhostile: at EMFILE the daemon used %.2f CPU s in 1 s\n", c1 - c0);
+	/* a busy loop takes a whole core; backing off takes next to nothing */
+	CU_ASSERT(c1 - c0 < 0.5);
+	for (int i = 0; i < 32; i++)
+		if (socks[i] >= 0)
+			close(socks[i]);
+	CU_ASSERT_EQUAL(prlimit(H.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	h_sleep_ms(1100); /* the longest backoff */
+	CU_ASSERT(daemon_serves());
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+/* ------------------------------------------------------------------- main */
+
+int main(void)
+{
+	CU_pSuite s;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("hostile", NULL, NULL);
+	CU_add_test(s, "1: fds sent before HELLO are closed, any uid", test_fds_before_hello);
+	CU_add_test(s, "2: a connection that cannot be kept is answered",
+		    test_alloc_failure_answered);
+	CU_add_test(s, "7: handshakes hold no slot; tenant and admin slots", test_session_slots);
+	CU_add_test(s, "8: accept backs off at EMFILE", test_accept_emfile);
+	return h_run_tests();
+}
