@@ -129,6 +129,20 @@ static void refuse_fd(int fd, int status, const char *msg)
 	close(fd);
 }
 
+/* Replies (a ledger, a long CacheInfo) up to the 1 MiB frame limit. */
+static void size_sockbufs(int fd)
+{
+	static bool told;
+	size_t max = 0;
+
+	if (skv_frame_size_socket(fd, &max) < 0 && !told) {
+		told = true;
+		log_notice("socket buffers capped at %zu bytes (no CAP_NET_ADMIN and "
+			   "net.core.wmem_max/rmem_max lower): frames above that fail",
+			   max);
+	}
+}
+
 /* The oldest connection still in its handshake, or NULL. */
 static struct snapkvd_session *oldest_handshake(struct snapkvd_server *srv)
 {
@@ -181,6 +195,7 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 		refuse_fd(fd, -ENOMEM, "snapkvd is out of memory; try again later");
 		return -ENOMEM;
 	}
+	size_sockbufs(fd);
 	make_room_for_handshake(srv);
 	s->srv = srv;
 	s->fd = fd;
@@ -1006,6 +1021,48 @@ static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origi
 	complete(s, o, 0, NULL, &resp);
 }
 
+/*
+ * An upper bound of the reply describing cache c (its Response with the
+ * CacheInfo): its arrays are packed as they are, every varint that a later
+ * placement may widen (offsets, ids, counts) counted at its widest.
+ */
+static size_t cache_reply_bound(const struct snapkvd_cache *c)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	Snapkv__V1__CacheInfo ci = SNAPKV__V1__CACHE_INFO__INIT;
+
+	fill_cache_info(c, &ci);
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_CACHE;
+	resp.cache = &ci;
+	return snapkv__v1__response__get_packed_size(&resp) + (size_t)c->layers * 3 * 10 + 256;
+}
+
+/*
+ * Replies are sized before any state changes: a COMPACT or GROW whose
+ * answer could not reach the engine (larger than the ring's argument slot,
+ * or than a frame) is refused up front, so no cache is ever committed, or
+ * old region freed, for a reply that then cannot be sent. 0 or -EMSGSIZE.
+ */
+static int reply_fits(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		      const struct snapkvd_cache *c, char *err, size_t errlen)
+{
+	size_t need = cache_reply_bound(c);
+	size_t room = o->ring ? (o->has_slot ? s->layout.arg_slot_size : 0) : SKV_FRAME_MAX_PAYLOAD;
+
+	if (o->ring && !o->has_slot)
+		return 0; /* a ring request without a slot gets no reply body */
+	if (need <= room)
+		return 0;
+	snprintf(err, errlen,
+		 "the reply (up to %zu bytes for %u layers x %u heads) exceeds the %s of %zu "
+		 "bytes%s; nothing was done",
+		 need, c->layers, c->h_store, o->ring ? "ring's argument slot" : "frame limit",
+		 room,
+		 o->ring ? " (slot_bytes; send this request over the socket or raise slot_bytes)"
+			 : "");
+	return -EMSGSIZE;
+}
+
 static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		      const Snapkv__V1__AppendRequest *a)
 {
@@ -1119,6 +1176,11 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		complete(s, o, r, why, NULL);
 		return;
 	}
+	r = reply_fits(s, o, c, err, sizeof(err));
+	if (r < 0) {
+		complete(s, o, r, err, NULL);
+		return;
+	}
 	/* K/V in the GPU arena: the same offsets there, copied on the device */
 	if (c->gpu_kv && !(kv_base = snapkvd_runner_arena_base(s->srv->runner, s->garena))) {
 		complete(s, o, -EIO, "the session's GPU arena is gone", NULL);
@@ -1221,6 +1283,8 @@ static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o
 		return;
 	}
 	r = snapkvd_request_compact(&env, s, o, req, &j, err, sizeof(err));
+	if (r == 0 && (r = reply_fits(s, o, j->cache, err, sizeof(err))) < 0)
+		snapkvd_job_free(j);
 	if (r == 0) {
 		r = snapkvd_admission_compact(s->srv, s, j, err, sizeof(err));
 		if (r < 0)

@@ -211,3 +211,29 @@ int skv_frame_recv(int sock, void *buf, size_t cap, struct skv_frame_hdr *ret_hd
 		return -errno;
 	return skv_frame_parse(&msg, n, max, ret_hdr, fds, n_fds);
 }
+
+static int set_buf(int sock, int force_opt, int opt, int want)
+{
+	int got = 0;
+	socklen_t len = sizeof(got);
+
+	if (setsockopt(sock, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
+		(void)setsockopt(sock, SOL_SOCKET, opt, &want, sizeof(want));
+	if (getsockopt(sock, SOL_SOCKET, opt, &got, &len) < 0)
+		return 0;
+	return got;
+}
+
+int skv_frame_size_socket(int sock, size_t *ret_max)
+{
+	/* the kernel doubles what it is given (for its bookkeeping) and keeps
+	 * a little of a datagram's budget for itself */
+	const int want = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD + 64 * 1024;
+	int snd = set_buf(sock, SO_SNDBUFFORCE, SO_SNDBUF, want);
+	int rcv = set_buf(sock, SO_RCVBUFFORCE, SO_RCVBUF, want);
+	int lo = snd < rcv ? snd : rcv;
+
+	if (ret_max)
+		*ret_max = lo > 1024 ? (size_t)lo - 1024 : 0;
+	return snd >= want && rcv >= want ? 0 : -ENOBUFS;
+}
