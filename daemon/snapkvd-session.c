@@ -254,6 +254,15 @@ void snapkvd_session_drop_cache(struct snapkvd_session *s, struct snapkvd_cache 
 	}
 }
 
+/* A buffer leaves the session: its mapping stops counting for the tenant
+ * (a running job keeps its own reference until it is done). */
+static void drop_buffer(struct snapkvd_session *s, struct snapkvd_buffer *b)
+{
+	s->n_buffers--;
+	snapkvd_pool_unmap(s->srv->pool, s->tenant, b->size);
+	snapkvd_buffer_unref(b);
+}
+
 static void session_free(struct snapkvd_session *s)
 {
 	struct snapkvd_session **pp;
@@ -324,8 +333,7 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 		struct snapkvd_buffer *b = s->buffers;
 
 		s->buffers = b->next;
-		s->n_buffers--;
-		snapkvd_buffer_unref(b);
+		drop_buffer(s, b);
 	}
 	snapkvd_session_unref(s);
 }
@@ -502,6 +510,35 @@ static int hello_admit(struct snapkvd_session *s, bool admin)
 	return 0;
 }
 
+/*
+ * The engine name shows in logs, the ledger, its JSON and the metrics: it
+ * must be UTF-8 without control characters, at most sizeof(name) - 1 bytes.
+ * Refused at HELLO otherwise (the session is closed with the reason).
+ */
+static int check_name(struct snapkvd_session *s, const char *name)
+{
+	size_t n = strlen(name);
+	char err[128];
+
+	if (n >= sizeof(s->name))
+		snprintf(err, sizeof(err), "engine name of %zu bytes: at most %zu", n,
+			 sizeof(s->name) - 1);
+	else if (!skv_utf8_valid(name, n))
+		snprintf(err, sizeof(err),
+			 "engine name is not valid UTF-8 or holds control characters");
+	else {
+		snprintf(s->name, sizeof(s->name), "%s", name);
+		for (size_t i = 0; s->name[i]; i++) /* label- and log-safe */
+			if (s->name[i] == '"' || s->name[i] == '\\')
+				s->name[i] = '_';
+		return 0;
+	}
+	log_notice("session %llu (uid %u): %s", (unsigned long long)s->id, (unsigned)s->uid, err);
+	send_error(s, -EINVAL, err);
+	snapkvd_session_close(s, 0);
+	return -EINVAL;
+}
+
 static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 {
 	Snapkv__V1__Hello *h = snapkv__v1__hello__unpack(NULL, len, p);
@@ -530,14 +567,9 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 		snapkvd_session_close(s, -EPROTONOSUPPORT);
 		return;
 	}
-	if (h->name && h->name[0]) {
-		size_t i;
-
-		snprintf(s->name, sizeof(s->name), "%s", h->name);
-		for (i = 0; s->name[i]; i++)
-			if ((unsigned char)s->name[i] < 0x20 || s->name[i] == '"' ||
-			    s->name[i] == '\\')
-				s->name[i] = '_';
+	if (h->name && h->name[0] && check_name(s, h->name) < 0) {
+		snapkv__v1__hello__free_unpacked(h, NULL);
+		return;
 	}
 	if (hello_admit(s, h->admin) < 0) {
 		snapkv__v1__hello__free_unpacked(h, NULL);
@@ -615,6 +647,19 @@ static void reg_reply(struct snapkvd_session *s, int status, const char *err, ui
 	reg_reply_t(s, status, err, id, gen, size, "memfd");
 }
 
+/* Charge a buffer of `size` bytes to the session's tenant (and the daemon). */
+static int charge_buffer(struct snapkvd_session *s, uint64_t size, char *err, size_t errlen)
+{
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	const struct snapkvd_map_limits lim = {
+	    .max_tenant_buffers = cfg->max_tenant_buffers,
+	    .max_tenant_mapped_bytes = cfg->max_tenant_mapped_bytes,
+	    .max_mapped_bytes = cfg->max_mapped_bytes,
+	};
+
+	return snapkvd_pool_map(s->srv->pool, s->tenant, size, &lim, err, errlen);
+}
+
 /* A CUDA buffer (the runner imports it); fd (or -1) is consumed. Repeats
  * of a generation are counted on its buffer, so imports are keyed by buffer
  * id (see snapkvd-buffer.h). */
@@ -651,6 +696,8 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 	} else if (s->n_buffers >= s->srv->cfg.max_buffers) {
 		snprintf(err, sizeof(err), "too many buffers in this session");
 		r = -EMFILE;
+	} else if ((r = charge_buffer(s, m->size, err, sizeof(err))) < 0) {
+		/* refused: err says which limit */
 	} else {
 		const struct snapkvd_buffer_cuda bc = {
 		    .kind = (int)m->kind,
@@ -665,6 +712,14 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 		r = snapkvd_buffer_cuda_new(s->srv->runner, s->id, s->next_buffer_id + 1, &bc, fd,
 					    s->srv->cfg.max_buffer_bytes, &b, err, sizeof(err));
 		fd = -1;
+		if (r < 0)
+			snapkvd_pool_unmap(s->srv->pool, s->tenant, m->size);
+		else if (b->size != m->size) { /* charge what was really imported */
+			snapkvd_pool_unmap(s->srv->pool, s->tenant, m->size);
+			snapkvd_pool_map(s->srv->pool, s->tenant, b->size,
+					 &(struct snapkvd_map_limits){~0u, ~0ull, ~0ull}, err,
+					 sizeof(err));
+		}
 	}
 	if (fd >= 0)
 		close(fd);
@@ -684,7 +739,7 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 {
 	struct snapkvd_buffer *b, *dup = snapkvd_buffer_by_generation(s->buffers, gen);
 	const char *why = NULL;
-	char err[160];
+	char err[256];
 	dev_t dev;
 	ino_t ino;
 	int r;
@@ -716,10 +771,18 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 		reg_reply(s, 0, NULL, dup->id, gen, dup->size);
 		return;
 	}
+	/* charged to the tenant before it is mapped */
+	r = charge_buffer(s, size, err, sizeof(err));
+	if (r < 0) {
+		close(fd);
+		reg_reply(s, r, err, 0, gen, 0);
+		return;
+	}
 	/* Mapped once, read-only; the fd is not needed after this. */
 	r = snapkvd_buffer_memfd_new(fd, size, gen, dev, ino, &b);
 	close(fd);
 	if (r < 0) {
+		snapkvd_pool_unmap(s->srv->pool, s->tenant, size);
 		reg_reply(s, r, r == -ENOMEM ? "out of memory" : "mmap failed", 0, gen, 0);
 		return;
 	}
@@ -799,8 +862,7 @@ static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t le
 				break;
 			}
 			*pp = b->next;
-			s->n_buffers--;
-			snapkvd_buffer_unref(b); /* a running job keeps its own ref */
+			drop_buffer(s, b); /* a running job keeps its own ref */
 			break;
 		}
 		snapkv__v1__unregister__free_unpacked(m, NULL);

@@ -237,3 +237,45 @@ int skv_frame_size_socket(int sock, size_t *ret_max)
 		*ret_max = lo > 1024 ? (size_t)lo - 1024 : 0;
 	return snd >= want && rcv >= want ? 0 : -ENOBUFS;
 }
+
+/* The length of the UTF-8 sequence at p (at most n bytes), 0 if malformed. */
+size_t skv_utf8_seq(const unsigned char *p, size_t n)
+{
+	unsigned c = p[0], len, cp, min;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2, cp = c & 0x1f, min = 0x80;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3, cp = c & 0x0f, min = 0x800;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4, cp = c & 0x07, min = 0x10000;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (unsigned i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+int skv_utf8_valid(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	for (size_t i = 0; i < len;) {
+		size_t k = skv_utf8_seq(p + i, len - i);
+
+		if (!k || p[i] < 0x20 || p[i] == 0x7f)
+			return 0;
+		i += k;
+	}
+	return 1;
+}
+

@@ -98,6 +98,13 @@ void skv_frame_close_fds(struct msghdr *msg);
  */
 int skv_frame_size_socket(int sock, size_t *ret_max);
 
+/* Whether s[0..len) is well-formed UTF-8 (no overlongs, surrogates or
+ * code points above U+10FFFF) without NUL or other control characters;
+ * engine names are checked with it at HELLO. */
+int skv_utf8_valid(const char *s, size_t len);
+/* The length of the UTF-8 sequence at p (at most n bytes), 0 if malformed. */
+size_t skv_utf8_seq(const unsigned char *p, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
