@@ -113,6 +113,6 @@ $(BUILD)/tests/integration/test-hostile.o: | $(SKV_PB_H)
 OBJS += $(BUILD)/tests/integration/test-hostile.o
 $(BUILD)/tests/test-hostile: $(BUILD)/tests/integration/test-hostile.o \
 		$(LIBSNAPKV) $(LIBSKVPROTO) $(SNAPKVD) $(SNAPKVCTL)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
-		-lm $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(JSON_LIBS) \
+		$(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(BUILD)/tests/test-hostile

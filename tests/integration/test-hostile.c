@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "daemon-harness.h"
+#include "proto/skv-ledger-json.h"
 #include "proto/skv-ring.h"
 #include "snapkv.h"
 
@@ -507,6 +508,299 @@ static void test_large_frames(void)
 	CU_ASSERT_EQUAL(stop_daemon(), 0);
 }
 
+
+/* A tiny one-layer problem in buffer b: its desc (L tokens, one head). */
+static void tiny_desc(struct skv_buffer *b, uint32_t L, struct skv_layer_ref *lr,
+		      struct skv_compact_desc *d)
+{
+	const uint32_t D = 4, W = 2;
+	size_t qb = (size_t)W * D * 4;
+
+	memset(d, 0, sizeof(*d));
+	d->desc_size = sizeof(*d);
+	d->shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = 1, .h_kv = 1, .n_q = W};
+	d->layers = 1;
+	skv_client_params_init(&d->params);
+	d->params.window = W;
+	d->params.capacity = L;
+	d->params.kernel = 1;
+	d->params.sinks = 0;
+	lr[0].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
+	lr[0].k = (struct skv_tensor_ref){b, qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	lr[0].v = (struct skv_tensor_ref){b, qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	d->layer = lr;
+}
+
+/* ------------------------- 3: buffers and mapped bytes bounded per tenant */
+
+static void test_tenant_buffers(void)
+{
+	struct skv_client *a, *b;
+	struct skv_buffer *bufs[4] = {0}, *big = NULL;
+	Snapkv__V1__AdminReply *r;
+	char vm0[32] = "", vm1[32] = "";
+	int e;
+
+	CU_ASSERT_EQUAL_FATAL(start_with("max_tenant_buffers = 3\n"
+					 "max_tenant_mapped_bytes = 64M\n"),
+			      0);
+	a = engine("tenant-a");
+	b = engine("tenant-b"); /* the same uid: one tenant */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	CU_ASSERT_EQUAL(skv_buffer_alloc(a, 1 << 20, &bufs[0]), 0);
+	CU_ASSERT_EQUAL(skv_buffer_alloc(a, 1 << 20, &bufs[1]), 0);
+	/* a sparse buffer over the tenant's mapped bytes, from the other session */
+	e = skv_buffer_alloc(b, 1ull << 30, &big);
+	printf("\nhostile: 1 GiB sparse buffer over 64M: %s (%s)\n", strerror(-e),
+	       skv_client_error(b));
+	CU_ASSERT_EQUAL(e, -EDQUOT);
+	CU_ASSERT(strstr(skv_client_error(b), "max_tenant_mapped_bytes") != NULL);
+	CU_ASSERT_EQUAL(skv_buffer_alloc(b, 1 << 20, &bufs[2]), 0);
+	e = skv_buffer_alloc(b, 1 << 20, &bufs[3]);
+	CU_ASSERT_EQUAL(e, -EMFILE);
+	CU_ASSERT(strstr(skv_client_error(b), "max_tenant_buffers") != NULL);
+	/* shown in status and in the ledger's tenant line */
+	r = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	CU_ASSERT_EQUAL(r->mapped_bytes, 3 << 20);
+	CU_ASSERT_EQUAL(r->max_tenant_mapped_bytes, 64 << 20);
+	CU_ASSERT_EQUAL(r->max_tenant_buffers, 3);
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	r = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	CU_ASSERT_EQUAL_FATAL(r->n_tenants, 1);
+	CU_ASSERT_EQUAL(r->tenants[0]->buffers, 3);
+	CU_ASSERT_EQUAL(r->tenants[0]->mapped_bytes, 3 << 20);
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	/* freed buffers give their room back */
+	CU_ASSERT_EQUAL(skv_buffer_free(bufs[0]), 0);
+	CU_ASSERT_EQUAL(skv_buffer_alloc(b, 1 << 20, &bufs[3]), 0);
+	(void)vm0;
+	(void)vm1;
+	for (int i = 1; i < 4; i++)
+		skv_buffer_free(bufs[i]);
+	skv_client_close(a);
+	skv_client_close(b);
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+/* --------------------------------- 6: the ledger comes in pages, never lost */
+
+static void test_ledger_pages(void)
+{
+	enum { N = 1500 };
+	struct skv_client *c;
+	struct skv_buffer *b = NULL;
+	struct skv_layer_ref lr[1];
+	struct skv_compact_desc d;
+	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	Snapkv__V1__AdminReply *r;
+	size_t seen = 0, pages = 0;
+	uint64_t last = 0;
+	bool ordered = true;
+	char cmd[512], line[256];
+	FILE *pf;
+	long n = -1;
+
+	CU_ASSERT_EQUAL_FATAL(start_with(""), 0);
+	c = engine("many-caches");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, 4096, &b), 0);
+	memset(skv_buffer_data(b), 0x3c, 4096);
+	tiny_desc(b, 4, lr, &d);
+	for (int i = 0; i < N; i++) {
+		struct skv_cache *k = NULL;
+
+		if (skv_client_compact(c, &d, &k) != 0) {
+			CU_FAIL("compaction failed");
+			break;
+		}
+	}
+	/* page by page, by id, each within a frame */
+	ar.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER;
+	do {
+		r = h_admin_req(H.sock, "pager", &ar);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+		CU_ASSERT_EQUAL(r->status, 0);
+		CU_ASSERT(r->n_caches <= 1024);
+		CU_ASSERT_EQUAL(r->caches_visible, N);
+		for (size_t i = 0; i < r->n_caches; i++) {
+			ordered = ordered && r->caches[i]->id > last;
+			last = r->caches[i]->id;
+		}
+		seen += r->n_caches;
+		pages++;
+		ar.page_after = r->next_page_after;
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	} while (ar.page_after && pages < 10);
+	printf("\nhostile: ledger of %d caches: %zu pages, %zu caches\n", N, pages, seen);
+	CU_ASSERT_EQUAL(seen, N);
+	CU_ASSERT(pages >= 2);
+	CU_ASSERT(ordered);
+	/* snapkvctl collects every page */
+	snprintf(cmd, sizeof(cmd), "%s/snapkvctl --socket %s ledger --json 2>&1 | grep -c '\"engine\"'",
+		 getenv("BUILD") ? getenv("BUILD") : "build", H.sock);
+	pf = popen(cmd, "r");
+	if (pf && fgets(line, sizeof(line), pf))
+		n = atol(line);
+	if (pf)
+		pclose(pf);
+	CU_ASSERT_EQUAL(n, N);
+	CU_ASSERT_EQUAL(skv_client_nop(c), 0);
+	skv_buffer_free(b);
+	skv_client_close(c);
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+/* ------------------------------ 10: a tenant sees its own caches only */
+
+static int other_uid_view(void)
+{
+	Snapkv__V1__AdminReply *r;
+	int bad = 0;
+
+	if (setgid(65534) < 0 || setuid(65534) < 0)
+		return 100;
+	r = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER);
+	if (!r)
+		return 101;
+	bad |= r->n_caches != 0 ? 1 : 0;
+	bad |= r->caches_visible != 0 ? 2 : 0;
+	bad |= r->all_tenants ? 4 : 0;
+	for (size_t i = 0; i < r->n_tenants; i++)
+		bad |= r->tenants[i]->uid != 65534 ? 8 : 0;
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	r = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES);
+	bad |= !r || r->n_caches ? 16 : 0;
+	if (r)
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	r = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS);
+	bad |= !r || strstr(r->text, "tenant=\"root\"") ? 32 : 0;
+	if (r)
+		snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	return bad;
+}
+
+static void test_views_filtered(void)
+{
+	struct skv_client *c;
+	struct skv_buffer *b = NULL;
+	struct skv_cache *k = NULL;
+	struct skv_layer_ref lr[1];
+	struct skv_compact_desc d;
+	Snapkv__V1__AdminReply *r;
+	int st = -1;
+	pid_t pid;
+
+	CU_ASSERT_EQUAL_FATAL(start_with(""), 0);
+	open_socket_to_all();
+	c = engine("secret-engine");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, 4096, &b), 0);
+	memset(skv_buffer_data(b), 0x3c, 4096);
+	tiny_desc(b, 4, lr, &d);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &k), 0);
+	/* root sees it */
+	r = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	CU_ASSERT_EQUAL(r->n_caches, 1);
+	CU_ASSERT(r->all_tenants);
+	snapkv__v1__admin_reply__free_unpacked(r, NULL);
+	/* uid 65534 does not */
+	pid = fork();
+	if (pid == 0)
+		_exit(other_uid_view());
+	waitpid(pid, &st, 0);
+	printf("\nhostile: another uid's view of root's cache: %s (code %d)\n",
+	       WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "hidden" : "visible",
+	       WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	skv_cache_release(k);
+	skv_buffer_free(b);
+	skv_client_close(c);
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+/* ---------------------------- 11: engine names are UTF-8, bounded, at HELLO */
+
+static int hello_named(const char *name, char *err, size_t cap)
+{
+	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
+	uint8_t buf[512];
+	size_t n;
+	int s = h_connect_raw(H.sock), r;
+
+	hello.client_version = SKV_PROTO_VERSION;
+	hello.name = (char *)name;
+	n = snapkv__v1__hello__pack(&hello, buf);
+	r = skv_frame_send(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0);
+	if (r >= 0)
+		r = read_error(s, err, cap, 3000);
+	close(s);
+	return r;
+}
+
+static void test_engine_names(void)
+{
+	char err[256], longname[200];
+
+	CU_ASSERT_EQUAL_FATAL(start_with(""), 0);
+	CU_ASSERT_EQUAL(hello_named("bad\xff\xfename", err, sizeof(err)), -EINVAL);
+	CU_ASSERT(strstr(err, "UTF-8") != NULL);
+	CU_ASSERT_EQUAL(hello_named("over\xc0\xaflong", err, sizeof(err)), -EINVAL);
+	CU_ASSERT_EQUAL(hello_named("ctl\x1b[2Jchar", err, sizeof(err)), -EINVAL);
+	memset(longname, 'n', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	CU_ASSERT_EQUAL(hello_named(longname, err, sizeof(err)), -EINVAL);
+	CU_ASSERT(strstr(err, "at most 63") != NULL);
+	printf("\nhostile: a 199-byte engine name: %s\n", err);
+	/* valid UTF-8 is welcome */
+	{
+		struct skv_client *c = engine("モデル-engine");
+
+		CU_ASSERT_PTR_NOT_NULL(c);
+		skv_client_close(c);
+	}
+	CU_ASSERT(daemon_serves());
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+/* The ledger JSON keeps a cache whose strings are not UTF-8 (an older
+ * daemon's), and each cache keeps its own transports. */
+static void test_ledger_json_whole(void)
+{
+	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
+	Snapkv__V1__CacheLedger c0 = SNAPKV__V1__CACHE_LEDGER__INIT,
+				c1 = SNAPKV__V1__CACHE_LEDGER__INIT, *cp[2] = {&c0, &c1};
+	json_t *j, *caches;
+
+	c0.id = 7;
+	c0.tenant = "root";
+	c0.engine = "bad\xff\xfe";
+	c0.transport = "memfd";
+	c1.id = 8;
+	c1.tenant = "root";
+	c1.engine = "good";
+	c1.transport = "cuda-ipc";
+	r.n_caches = 2;
+	r.caches = cp;
+	j = skv_ledger_json(&r);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	caches = json_object_get(j, "caches");
+	CU_ASSERT_EQUAL(json_array_size(caches), 2);
+	if (json_array_size(caches) == 2) {
+		json_t *a = json_array_get(caches, 0), *b = json_array_get(caches, 1);
+
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(a, "id")), 7);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "transport")), "memfd");
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(b, "id")), 8);
+		CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(b, "transport")),
+				       "cuda-ipc");
+	}
+	json_decref(j);
+}
+
 /* ------------------------------------------------------------------- main */
 
 int main(void)
@@ -522,6 +816,12 @@ int main(void)
 	CU_add_test(s, "4: a reply too large for its slot is refused before any change",
 		    test_reply_sized_first);
 	CU_add_test(s, "5: a 400 KB request frame over the socket", test_large_frames);
+	CU_add_test(s, "3: buffers and mapped bytes per tenant", test_tenant_buffers);
+	CU_add_test(s, "6: the ledger in pages", test_ledger_pages);
+	CU_add_test(s, "10: admin views filtered by SO_PEERCRED", test_views_filtered);
+	CU_add_test(s, "11: engine names checked at HELLO", test_engine_names);
+	CU_add_test(s, "11: ledger JSON keeps every cache and its transports",
+		    test_ledger_json_whole);
 	CU_add_test(s, "7: handshakes hold no slot; tenant and admin slots", test_session_slots);
 	CU_add_test(s, "8: accept backs off at EMFILE", test_accept_emfile);
 	return h_run_tests();
