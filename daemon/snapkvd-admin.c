@@ -303,6 +303,7 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 	r->handshakes = srv->n_handshakes;
 	r->max_request_macs = srv->cfg.max_request_macs;
 	r->max_request_bytes = srv->cfg.max_request_bytes;
+	r->jobs_cancelled = srv->jobs_cancelled;
 	r->arena_transport = "host-memfd";
 	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
 		if (x->garena)

@@ -40,6 +40,7 @@ struct snapkvd_server {
 	uint64_t start_ns;
 	double start_realtime_s;
 	uint64_t requests, errors, compactions, sessions_total;
+	uint64_t jobs_cancelled; /* not run, or stopped, because their session ended */
 	/* signals, housekeeping, finished jobs (snapkvd-server.c) */
 	int signal_fd, timer_fd;
 	struct snapkvd_loop_ev ev_signal, ev_timer, ev_jobs;

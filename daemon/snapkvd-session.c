@@ -314,6 +314,8 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 		s->handshake = false;
 		s->srv->n_handshakes--;
 	}
+	/* queued jobs of this session are not run, running ones stop early */
+	__atomic_store_n(&s->cancelled, true, __ATOMIC_RELEASE);
 	if (why)
 		send_error(s, why, strerror(-why));
 	log_info("session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
@@ -1259,6 +1261,7 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		return;
 	}
 	/* The copy can be large (GBs): the worker does it, the loop moves on. */
+	j->cancel = &s->cancelled;
 	c->busy = true;
 	s->refs++;
 	snapkvd_compactor_submit(s->srv->compactor, j);
@@ -1356,6 +1359,7 @@ static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o
 		complete(s, o, r, err, NULL);
 		return;
 	}
+	j->cancel = &s->cancelled;
 	s->refs++;
 	s->n_caches++; /* counts against max_caches while running */
 	snapkvd_compactor_submit(s->srv->compactor, j);
@@ -1448,6 +1452,8 @@ void snapkvd_session_job_done(struct snapkvd_job *j)
 {
 	struct snapkvd_session *s = j->s;
 
+	if (j->status == -ECANCELED)
+		s->srv->jobs_cancelled++;
 	if (j->kind == SNAPKVD_JOB_GROW) {
 		grow_done(j);
 	} else {

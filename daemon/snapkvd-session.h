@@ -37,6 +37,7 @@ struct snapkvd_session {
 	int refused;  /* -errno to answer the HELLO with, then close */
 	uint64_t created_ns;
 	bool closing;
+	bool cancelled; /* atomic: its jobs see the session ended (snapkvd-job.h) */
 	unsigned refs; /* armed io_uring ops + jobs in flight + 1 while open */
 	struct snapkvd_tenant *tenant;
 	/* ring */

@@ -801,6 +801,111 @@ static void test_ledger_json_whole(void)
 	json_decref(j);
 }
 
+
+/* ------------------------------- 9: work bounded up front, jobs cancelled */
+
+static void test_work_bound(void)
+{
+	const uint32_t L = 1024, D = 64, NH = 4, W = 8;
+	size_t qb = (size_t)NH * W * D * 4, kvb = (size_t)NH * L * D * 4;
+	struct skv_layer_ref lr[1];
+	struct skv_compact_desc d;
+	struct skv_buffer *b = NULL, *small = NULL;
+	struct skv_cache *k = NULL;
+	struct skv_client *c;
+	int r;
+
+	CU_ASSERT_EQUAL_FATAL(start_with("max_request_macs = 1M\n"), 0);
+	c = engine("worker");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	/* overlapping strides: 64K tokens out of a 4 KiB buffer */
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, 4096, &small), 0);
+	tiny_desc(small, 65536, lr, &d);
+	lr[0].k.token_stride = 0;
+	lr[0].v.token_stride = 0;
+	d.params.capacity = 64;
+	r = skv_client_compact(c, &d, &k);
+	printf("\nhostile: 64K tokens from a 4 KiB buffer: %s (%s)\n", strerror(-r),
+	       skv_client_error(c));
+	CU_ASSERT_EQUAL(r, -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(c), "overlap") != NULL);
+	/* over max_request_macs: refused before it is queued, the key named */
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, qb + 2 * kvb, &b), 0);
+	memset(skv_buffer_data(b), 0x3c, qb + 2 * kvb);
+	memset(&d, 0, sizeof(d));
+	d.desc_size = sizeof(d);
+	d.shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
+	d.layers = 1;
+	skv_client_params_init(&d.params);
+	d.params.window = W;
+	d.params.capacity = 64;
+	lr[0].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
+	lr[0].k = (struct skv_tensor_ref){b, qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	lr[0].v = (struct skv_tensor_ref){b, qb + kvb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	d.layer = lr;
+	r = skv_client_compact(c, &d, &k);
+	printf("hostile: 2M MACs over max_request_macs 1M: %s (%s)\n", strerror(-r),
+	       skv_client_error(c));
+	CU_ASSERT_EQUAL(r, -E2BIG);
+	CU_ASSERT(strstr(skv_client_error(c), "max_request_macs") != NULL);
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), 0);
+	CU_ASSERT_EQUAL(skv_client_nop(c), 0);
+	skv_buffer_free(b);
+	skv_buffer_free(small);
+	skv_client_close(c);
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
+static void test_cancel_on_close(void)
+{
+	enum { N = 24, LAYERS = 16 };
+	const uint32_t L = 4096, D = 64, NH = 4, W = 16;
+	size_t qb = (size_t)NH * W * D * 4, kvb = (size_t)NH * L * D * 4;
+	struct skv_layer_ref lr[LAYERS];
+	struct skv_compact_desc d;
+	struct skv_request *rq[N];
+	struct skv_buffer *b = NULL;
+	struct skv_client *c;
+	long long cancelled = 0, prev = -1;
+
+	CU_ASSERT_EQUAL_FATAL(start_with("threads = 1\nworkers = 1\n"), 0);
+	c = engine("quitter");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, qb + 2 * kvb, &b), 0);
+	memset(skv_buffer_data(b), 0x3c, qb + 2 * kvb);
+	memset(&d, 0, sizeof(d));
+	d.desc_size = sizeof(d);
+	d.shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
+	d.layers = LAYERS;
+	skv_client_params_init(&d.params);
+	d.params.window = W;
+	d.params.capacity = 256;
+	for (int l = 0; l < LAYERS; l++) { /* every layer reads the same tensors */
+		lr[l].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
+		lr[l].k = (struct skv_tensor_ref){b, qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+		lr[l].v =
+		    (struct skv_tensor_ref){b, qb + kvb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	}
+	d.layer = lr;
+	for (int i = 0; i < N; i++)
+		CU_ASSERT_EQUAL_FATAL(skv_compact_submit(c, &d, &rq[i]), 0);
+	CU_ASSERT_EQUAL(skv_client_nop(c), 0); /* every submission was taken */
+	for (int i = 0; i < N; i++)
+		skv_request_abandon(rq[i]);
+	skv_client_close(c);
+	/* the queue drains: jobs of the closed session are not run */
+	for (int i = 0; i < 300 && cancelled != prev; i++) {
+		prev = cancelled;
+		h_sleep_ms(100);
+		cancelled = H_STATUS_FIELD(H.sock, jobs_cancelled);
+	}
+	printf("\nhostile: %d queued jobs of a closed session: %lld cancelled\n", N, cancelled);
+	CU_ASSERT(cancelled >= N / 2);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 5000), 0);
+	CU_ASSERT(daemon_serves());
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
 /* ------------------------------------------------------------------- main */
 
 int main(void)
@@ -822,6 +927,8 @@ int main(void)
 	CU_add_test(s, "11: engine names checked at HELLO", test_engine_names);
 	CU_add_test(s, "11: ledger JSON keeps every cache and its transports",
 		    test_ledger_json_whole);
+	CU_add_test(s, "9: work bounded up front", test_work_bound);
+	CU_add_test(s, "9: jobs of a closed session are cancelled", test_cancel_on_close);
 	CU_add_test(s, "7: handshakes hold no slot; tenant and admin slots", test_session_slots);
 	CU_add_test(s, "8: accept backs off at EMFILE", test_accept_emfile);
 	return h_run_tests();
