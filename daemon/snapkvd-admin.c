@@ -304,6 +304,10 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 	r->max_request_macs = srv->cfg.max_request_macs;
 	r->max_request_bytes = srv->cfg.max_request_bytes;
 	r->jobs_cancelled = srv->jobs_cancelled;
+	r->pressure_held = snapkvd_pressure_held(srv->policy.pressure);
+	r->pressure_transitions = snapkvd_pressure_transitions_total(srv->policy.pressure);
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		r->events_coalesced += x->events_coalesced;
 	r->arena_transport = "host-memfd";
 	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
 		if (x->garena)

@@ -59,6 +59,9 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->prefill_wait_max_ms = 10000;
 	c->log_level = SNAPKVD_LOG_INFO;
 	snapkvd_policy_config_init(&c->policy);
+	/* the daemon rate-limits pressure transitions (issue 11); the pressure
+	 * object alone (unit tests) does not */
+	c->policy.pressure.min_dwell_ms = 1000;
 }
 
 int snapkvd_parse_size(const char *s, uint64_t *ret)
@@ -307,6 +310,12 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 	if (strcmp(key, "metrics_textfile") == 0)
 		return set_path(c->metrics_textfile, sizeof(c->metrics_textfile), value, key, err,
 				errlen);
+	if (strcmp(key, "pressure_min_dwell_ms") == 0) {
+		if (parse_u32(value, 0, 3600 * 1000, &u) < 0)
+			return bad(err, errlen, "%s: 0..3600000", key);
+		p->min_dwell_ms = u;
+		return 0;
+	}
 	if (strcmp(key, "hook_timeout_ms") == 0) {
 		if (parse_u32(value, 1, 3600 * 1000, &u) < 0)
 			return bad(err, errlen, "%s: 1..3600000", key);

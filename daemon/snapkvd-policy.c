@@ -408,6 +408,9 @@ int snapkvd_policy_hook_exited(struct snapkvd_policy *ops, struct snapkvd_hook *
 
 void snapkvd_policy_tick(struct snapkvd_policy *ops, uint64_t now_ns)
 {
+	/* a downward transition held back by the dwell is looked at again */
+	if (snapkvd_pressure_level(ops->pressure) != SNAPKVD_PRESSURE_NORMAL)
+		ops->dirty = 1;
 	for (size_t i = 0; i < ops->n_hooks; i++) {
 		struct snapkvd_hook *h = ops->hooks[i];
 

@@ -363,6 +363,34 @@ static int send_msg(struct snapkvd_session *s, uint16_t type, const ProtobufCMes
 
 /* ----------------------------------------------------------------- events */
 
+/* Post one event CQE now: 1, -EAGAIN (no room beside the in-flight
+ * requests' completions) or -EBADMSG. */
+static int post_event(struct snapkvd_session *s, const struct skv_cqe *cqe)
+{
+	int space = skv_ring_space(&s->cq);
+
+	if (space < 0)
+		return -EBADMSG;
+	/* Every in-flight request keeps its completion slot: an engine that
+	 * does not read its CQ misses events, never completions. */
+	if ((unsigned)space <= s->inflight)
+		return -EAGAIN;
+	if (skv_ring_produce(&s->cq, cqe) < 0)
+		return -EBADMSG;
+	s->cq_dirty = true;
+	s->pev_unread = true;
+	s->pev_end = s->cq.local;
+	return 1;
+}
+
+/* Whether the engine has read the last PRESSURE event we posted. */
+static bool pev_read(const struct snapkvd_session *s)
+{
+	uint32_t head = atomic_load_explicit(&s->cq.ctl->head, memory_order_acquire);
+
+	return !s->pev_unread || (int32_t)(head - s->pev_end) >= 0;
+}
+
 int snapkvd_session_post_pressure(struct snapkvd_session *s, int level, uint32_t suggested,
 				  uint32_t scale_permille, uint64_t used)
 {
@@ -374,21 +402,19 @@ int snapkvd_session_post_pressure(struct snapkvd_session *s, int level, uint32_t
 	    .len = scale_permille,
 	    .reserved = used,
 	};
-	int space;
 
 	if (s->closing || !s->ring_map || s->admin)
 		return 0;
-	space = skv_ring_space(&s->cq);
-	if (space < 0)
-		return -EBADMSG;
-	/* Every in-flight request keeps its completion slot: an engine that
-	 * does not read its CQ misses events, never completions. */
-	if ((unsigned)space <= s->inflight)
-		return -EAGAIN;
-	if (skv_ring_produce(&s->cq, &cqe) < 0)
-		return -EBADMSG;
-	s->cq_dirty = true;
-	return 1;
+	if (!pev_read(s)) {
+		/* one unread event per ring: the newest waits for it */
+		if (s->pev_waiting)
+			s->events_coalesced++;
+		s->pev = cqe;
+		s->pev_waiting = true;
+		return 1;
+	}
+	s->pev_waiting = false;
+	return post_event(s, &cqe);
 }
 
 /* A new engine under pressure learns the current level at once. */
@@ -1529,6 +1555,9 @@ static void complete(struct snapkvd_session *s, const struct snapkvd_origin *o, 
 
 void snapkvd_session_flush_cq(struct snapkvd_session *s)
 {
+	if (s->pev_waiting && !s->closing && s->ring_map && pev_read(s) &&
+	    post_event(s, &s->pev) != -EAGAIN)
+		s->pev_waiting = false;
 	if (!s->cq_dirty || s->closing)
 		return;
 	s->cq_dirty = false;

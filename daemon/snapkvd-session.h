@@ -48,6 +48,13 @@ struct snapkvd_session {
 	struct skv_ring_q sq, cq;
 	unsigned inflight; /* SQEs consumed whose CQE is not posted yet */
 	bool cq_dirty;	   /* posted CQEs since the last wakeup check */
+	/* PRESSURE events coalesce per ring: while one is unread (the CQ head
+	 * has not passed pev_end), a newer one waits in pev and replaces any
+	 * other waiting; it is posted once the engine has read the first */
+	bool pev_unread, pev_waiting;
+	uint32_t pev_end;
+	struct skv_cqe pev;
+	uint64_t events_coalesced;
 	uint8_t *scratch;  /* private copy of one argument slot */
 	/* memory */
 	struct snapkvd_arena *arena;
