@@ -43,7 +43,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_tenant_buffers = 1024;
 	c->max_tenant_mapped_bytes = 1ull << 40;
 	c->max_mapped_bytes = 16ull << 40;
-	c->max_request_macs = 1ull << 42;
+	c->max_request_macs = 1ull << 44;
 	c->max_request_bytes = 256ull << 30;
 	c->max_buffers = 256;
 	c->max_caches = 4096;
