@@ -388,7 +388,7 @@ int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_sessio
 	    .after = req->page_after,
 	    /* every page fits a frame, whatever was asked */
 	    .page = req->page_size && req->page_size < SNAPKVD_LEDGER_PAGE ? req->page_size
-									  : SNAPKVD_LEDGER_PAGE,
+									   : SNAPKVD_LEDGER_PAGE,
 	};
 	switch (req->kind) {
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS:

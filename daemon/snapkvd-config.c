@@ -399,9 +399,8 @@ struct skey {
 	}
 static const struct skey skeys[] = {
     S(pool_bytes, 1 << 20),    S(session_arena_bytes, 1 << 20), S(tenant_quota_bytes, 0),
-    S(max_buffer_bytes, 4096), S(max_scratch_bytes, 0),
-    S(max_tenant_mapped_bytes, 4096), S(max_mapped_bytes, 4096),
-    S(max_request_macs, 1 << 20), S(max_request_bytes, 1 << 20),
+    S(max_buffer_bytes, 4096), S(max_scratch_bytes, 0),		S(max_tenant_mapped_bytes, 4096),
+    S(max_mapped_bytes, 4096), S(max_request_macs, 1 << 20),	S(max_request_bytes, 1 << 20),
 };
 
 static int set_key(struct snapkvd_config *c, const char *k, const char *v, const char **why)

@@ -152,7 +152,8 @@ struct ledger_pick {
 
 static int by_id(const void *a, const void *b)
 {
-	uint64_t x = ((const struct ledger_pick *)a)->c->id, y = ((const struct ledger_pick *)b)->c->id;
+	uint64_t x = ((const struct ledger_pick *)a)->c->id,
+		 y = ((const struct ledger_pick *)b)->c->id;
 
 	return x < y ? -1 : x > y;
 }

@@ -109,8 +109,9 @@ static bool pause_accept(struct snapkvd_listener *l, int res)
 	if (l->backoff_ms > ACCEPT_BACKOFF_MAX_MS)
 		l->backoff_ms = ACCEPT_BACKOFF_MAX_MS;
 	if (!l->fd_failures++)
-		log_warning_errno(res, "accept failed: out of file descriptors; pausing accept "
-				       "(backoff up to %d ms, RLIMIT_NOFILE or fs.file-max)",
+		log_warning_errno(res,
+				  "accept failed: out of file descriptors; pausing accept "
+				  "(backoff up to %d ms, RLIMIT_NOFILE or fs.file-max)",
 				  ACCEPT_BACKOFF_MAX_MS);
 	its.it_value.tv_sec = l->backoff_ms / 1000;
 	its.it_value.tv_nsec = (long)(l->backoff_ms % 1000) * 1000000L;

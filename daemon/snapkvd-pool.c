@@ -330,7 +330,8 @@ int snapkvd_pool_map(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t 
 
 	pthread_mutex_lock(&p->mu);
 	if (t->buffers >= lim->max_tenant_buffers) {
-		snprintf(err, errlen, "uid %u already has %u buffers registered: max_tenant_buffers is %u",
+		snprintf(err, errlen,
+			 "uid %u already has %u buffers registered: max_tenant_buffers is %u",
 			 (unsigned)t->uid, t->buffers, lim->max_tenant_buffers);
 		r = -EMFILE;
 	} else if (bytes > lim->max_tenant_mapped_bytes ||

@@ -193,9 +193,9 @@ static int check_work(const struct snapkvd_request_env *env, const struct snapkv
 	uint64_t s = skv_dtype_size(dt) ? skv_dtype_size(dt) : 4, macs, per_layer, bytes;
 	bool over;
 
-	over = mul64((uint64_t)j->layers * sh->h_q, (uint64_t)plan->w_obs * sh->prompt_len,
-		     &macs) ||
-	       mul64(macs, sh->head_dim, &macs);
+	over =
+	    mul64((uint64_t)j->layers * sh->h_q, (uint64_t)plan->w_obs * sh->prompt_len, &macs) ||
+	    mul64(macs, sh->head_dim, &macs);
 	if (over || macs > env->cfg->max_request_macs) {
 		snprintf(err, errlen,
 			 "compaction needs %s%llu multiply-adds (%u layers x %u query heads x %u "
@@ -205,8 +205,8 @@ static int check_work(const struct snapkvd_request_env *env, const struct snapkv
 			 (unsigned long long)env->cfg->max_request_macs);
 		return -E2BIG;
 	}
-	per_layer = (2ull * sh->h_kv * sh->prompt_len + (uint64_t)sh->h_q * sh->n_q) *
-		    sh->head_dim * s;
+	per_layer =
+	    (2ull * sh->h_kv * sh->prompt_len + (uint64_t)sh->h_q * sh->n_q) * sh->head_dim * s;
 	over = mul64(per_layer, j->layers, &bytes);
 	if (over || bytes > env->cfg->max_request_bytes) {
 		snprintf(err, errlen,

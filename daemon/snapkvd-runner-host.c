@@ -61,13 +61,13 @@ static const char *host_ctx_isa(const struct snapkvd_runner_ctx *x)
 static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
 	for (uint32_t l = 0; l < j->layers; l += HOST_LAYERS_PER_STEP) {
-		uint32_t n = j->layers - l < HOST_LAYERS_PER_STEP ? j->layers - l
-								  : HOST_LAYERS_PER_STEP;
+		uint32_t n =
+		    j->layers - l < HOST_LAYERS_PER_STEP ? j->layers - l : HOST_LAYERS_PER_STEP;
 		int r;
 
 		if (l && snapkvd_job_cancelled(j)) {
-			snprintf(kerr->msg, sizeof(kerr->msg), "the session ended; stopped at layer %u",
-				 l);
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "the session ended; stopped at layer %u", l);
 			return -ECANCELED;
 		}
 		r = skv_compact(x->ctx, &j->shape, &j->params, n, j->in + l, j->out + l, kerr);

@@ -483,7 +483,8 @@ static int hello_slot(struct snapkvd_session *s, bool admin, char *err, size_t e
 	unsigned mine = 0;
 
 	if (admin) {
-		unsigned cap = cfg->max_admin_sessions + (snapkvd_config_is_admin(cfg, s->uid) ? 1 : 0);
+		unsigned cap =
+		    cfg->max_admin_sessions + (snapkvd_config_is_admin(cfg, s->uid) ? 1 : 0);
 
 		if (srv->n_admin_sessions >= cap) {
 			snprintf(err, errlen,
@@ -521,8 +522,8 @@ static int hello_admit(struct snapkvd_session *s, bool admin)
 	int r = hello_slot(s, admin, err, sizeof(err));
 
 	if (r < 0) {
-		log_notice("session %llu (uid %u): %s", (unsigned long long)s->id,
-			   (unsigned)s->uid, err);
+		log_notice("session %llu (uid %u): %s", (unsigned long long)s->id, (unsigned)s->uid,
+			   err);
 		send_error(s, r, err);
 		snapkvd_session_close(s, 0);
 		return r;
@@ -584,9 +585,10 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 	if (s->refused) {
 		snapkv__v1__hello__free_unpacked(h, NULL);
 		send_error(s, s->refused,
-			   s->refused == -EACCES ? "uid/gid not in the daemon's allow list (allow_uids, "
-						   "allow_gids)"
-						 : "daemon is shutting down");
+			   s->refused == -EACCES
+			       ? "uid/gid not in the daemon's allow list (allow_uids, "
+				 "allow_gids)"
+			       : "daemon is shutting down");
 		snapkvd_session_close(s, 0);
 		return;
 	}
@@ -1143,13 +1145,12 @@ static int reply_fits(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		return 0; /* a ring request without a slot gets no reply body */
 	if (need <= room)
 		return 0;
-	snprintf(err, errlen,
-		 "the reply (up to %zu bytes for %u layers x %u heads) exceeds the %s of %zu "
-		 "bytes%s; nothing was done",
-		 need, c->layers, c->h_store, o->ring ? "ring's argument slot" : "frame limit",
-		 room,
-		 o->ring ? " (slot_bytes; send this request over the socket or raise slot_bytes)"
-			 : "");
+	snprintf(
+	    err, errlen,
+	    "the reply (up to %zu bytes for %u layers x %u heads) exceeds the %s of %zu "
+	    "bytes%s; nothing was done",
+	    need, c->layers, c->h_store, o->ring ? "ring's argument slot" : "frame limit", room,
+	    o->ring ? " (slot_bytes; send this request over the socket or raise slot_bytes)" : "");
 	return -EMSGSIZE;
 }
 

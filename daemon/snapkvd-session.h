@@ -34,11 +34,11 @@ struct snapkvd_session {
 	bool greeted;	/* HELLO seen */
 	bool handshake; /* counted in srv->n_handshakes until HELLO or close */
 	bool slot;	/* holds a session slot (engine or admin) since HELLO */
-	int refused;  /* -errno to answer the HELLO with, then close */
+	int refused;	/* -errno to answer the HELLO with, then close */
 	uint64_t created_ns;
 	bool closing;
 	bool cancelled; /* atomic: its jobs see the session ended (snapkvd-job.h) */
-	unsigned refs; /* armed io_uring ops + jobs in flight + 1 while open */
+	unsigned refs;	/* armed io_uring ops + jobs in flight + 1 while open */
 	struct snapkvd_tenant *tenant;
 	/* ring */
 	int ring_fd, sq_efd, cq_efd;
@@ -55,7 +55,7 @@ struct snapkvd_session {
 	uint32_t pev_end;
 	struct skv_cqe pev;
 	uint64_t events_coalesced;
-	uint8_t *scratch;  /* private copy of one argument slot */
+	uint8_t *scratch; /* private copy of one argument slot */
 	/* memory */
 	struct snapkvd_arena *arena;
 	/* --backend cuda, on request: the GPU arena (the runner's), offsets

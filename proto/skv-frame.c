@@ -278,4 +278,3 @@ int skv_utf8_valid(const char *s, size_t len)
 	}
 	return 1;
 }
-

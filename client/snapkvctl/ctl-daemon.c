@@ -68,8 +68,8 @@ static int append_page(Snapkv__V1__AdminReply *r, Snapkv__V1__AdminReply *more)
  * always fits a frame): `one` asks for the one page after cache id
  * page_after; else every page is collected into one reply.
  */
-static int admin_ask_page(const char *cmd, const char *path, Snapkv__V1__AdminKind kind,
-			  bool one, uint64_t page_after, Snapkv__V1__AdminReply **ret, char *used)
+static int admin_ask_page(const char *cmd, const char *path, Snapkv__V1__AdminKind kind, bool one,
+			  uint64_t page_after, Snapkv__V1__AdminReply **ret, char *used)
 {
 	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
 	Snapkv__V1__AdminReply *more;
@@ -406,12 +406,10 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 
 int ctl_ledger(int argc, char **argv)
 {
-	static const struct option o[] = {{"socket", required_argument, NULL, 's'},
-					  {"json", no_argument, NULL, 'j'},
-					  {"bytes", no_argument, NULL, 'b'},
-					  {"page", required_argument, NULL, 'p'},
-					  {"help", no_argument, NULL, 'h'},
-					  {0}};
+	static const struct option o[] = {
+	    {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+	    {"bytes", no_argument, NULL, 'b'},	      {"page", required_argument, NULL, 'p'},
+	    {"help", no_argument, NULL, 'h'},	      {0}};
 	static const char usage[] =
 	    "usage: snapkvctl ledger [--socket PATH] [--json | --bytes] [--page AFTER]\n"
 	    "--page AFTER: one page only, the caches with an id above AFTER (0 for\n"
@@ -445,7 +443,8 @@ int ctl_ledger(int argc, char **argv)
 		case 'p':
 			page = strtoull(optarg, &end, 10);
 			if (!*optarg || *end) {
-				ctl_err("ledger", "--page takes a cache id (0: the first page), not \"%s\"",
+				ctl_err("ledger",
+					"--page takes a cache id (0: the first page), not \"%s\"",
 					optarg);
 				return CTL_EXIT_USAGE;
 			}

@@ -414,7 +414,6 @@ static void test_accept_emfile(void)
 	CU_ASSERT_EQUAL(stop_daemon(), 0);
 }
 
-
 /* ------------------------- 4: a reply too large for the slot changes nothing */
 
 static void test_reply_sized_first(void)
@@ -436,7 +435,8 @@ static void test_reply_sized_first(void)
 	memset(skv_buffer_data(b), 0x3c, layers * (qb + 2 * kvb));
 	memset(&d, 0, sizeof(d));
 	d.desc_size = sizeof(d);
-	d.shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
+	d.shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
 	d.layers = layers;
 	skv_client_params_init(&d.params);
 	d.params.window = W;
@@ -446,14 +446,15 @@ static void test_reply_sized_first(void)
 		size_t o = l * (qb + 2 * kvb);
 
 		lr[l].q = (struct skv_tensor_ref){b, o, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
-		lr[l].k = (struct skv_tensor_ref){b, o + qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
-		lr[l].v = (struct skv_tensor_ref){b, o + qb + kvb, SKV_DTYPE_F32, (int64_t)L * D, D,
-						  0, 0};
+		lr[l].k =
+		    (struct skv_tensor_ref){b, o + qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+		lr[l].v = (struct skv_tensor_ref){
+		    b, o + qb + kvb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
 	}
 	d.layer = lr;
 	r = skv_client_compact(c, &d, &k);
-	printf("\nhostile: %u x %u reply over a 4 KiB slot: %s (%s)\n", layers, NH,
-	       strerror(-r), skv_client_error(c));
+	printf("\nhostile: %u x %u reply over a 4 KiB slot: %s (%s)\n", layers, NH, strerror(-r),
+	       skv_client_error(c));
 	CU_ASSERT_EQUAL(r, -EMSGSIZE);
 	CU_ASSERT(strstr(skv_client_error(c), "slot_bytes") != NULL);
 	/* nothing was committed: no orphaned cache, no pool bytes */
@@ -513,7 +514,6 @@ static void test_large_frames(void)
 	CU_ASSERT_EQUAL(stop_daemon(), 0);
 }
 
-
 /* A tiny one-layer problem in buffer b: its desc (L tokens, one head). */
 static void tiny_desc(struct skv_buffer *b, uint32_t L, struct skv_layer_ref *lr,
 		      struct skv_compact_desc *d)
@@ -523,7 +523,8 @@ static void tiny_desc(struct skv_buffer *b, uint32_t L, struct skv_layer_ref *lr
 
 	memset(d, 0, sizeof(*d));
 	d->desc_size = sizeof(*d);
-	d->shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = 1, .h_kv = 1, .n_q = W};
+	d->shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = 1, .h_kv = 1, .n_q = W};
 	d->layers = 1;
 	skv_client_params_init(&d->params);
 	d->params.window = W;
@@ -644,7 +645,8 @@ static void test_ledger_pages(void)
 	CU_ASSERT(pages >= 2);
 	CU_ASSERT(ordered);
 	/* snapkvctl collects every page */
-	snprintf(cmd, sizeof(cmd), "%s/snapkvctl --socket %s ledger --json 2>&1 | grep -c '\"engine\"'",
+	snprintf(cmd, sizeof(cmd),
+		 "%s/snapkvctl --socket %s ledger --json 2>&1 | grep -c '\"engine\"'",
 		 getenv("BUILD") ? getenv("BUILD") : "build", H.sock);
 	pf = popen(cmd, "r");
 	if (pf && fgets(line, sizeof(line), pf))
@@ -806,7 +808,6 @@ static void test_ledger_json_whole(void)
 	json_decref(j);
 }
 
-
 /* ------------------------------- 9: work bounded up front, jobs cancelled */
 
 static void test_work_bound(void)
@@ -839,7 +840,8 @@ static void test_work_bound(void)
 	memset(skv_buffer_data(b), 0x3c, qb + 2 * kvb);
 	memset(&d, 0, sizeof(d));
 	d.desc_size = sizeof(d);
-	d.shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
+	d.shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
 	d.layers = 1;
 	skv_client_params_init(&d.params);
 	d.params.window = W;
@@ -880,7 +882,8 @@ static void test_cancel_on_close(void)
 	memset(skv_buffer_data(b), 0x3c, qb + 2 * kvb);
 	memset(&d, 0, sizeof(d));
 	d.desc_size = sizeof(d);
-	d.shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
+	d.shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
 	d.layers = LAYERS;
 	skv_client_params_init(&d.params);
 	d.params.window = W;
@@ -915,7 +918,6 @@ static void test_cancel_on_close(void)
 	CU_ASSERT(daemon_serves());
 	CU_ASSERT_EQUAL(stop_daemon(), 0);
 }
-
 
 /* ------------------------- 12: pressure transitions rate-limited, coalesced */
 
@@ -952,7 +954,8 @@ static void test_pressure_storm(void)
 	memset(skv_buffer_data(b), 0x3c, qb + 2 * kvb);
 	memset(&d, 0, sizeof(d));
 	d.desc_size = sizeof(d);
-	d.shape = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
+	d.shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
 	d.layers = 1;
 	skv_client_params_init(&d.params);
 	d.params.window = W;
