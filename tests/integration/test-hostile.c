@@ -9,7 +9,9 @@
 
 #include <CUnit/Basic.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -990,6 +992,233 @@ static void test_pressure_storm(void)
 	CU_ASSERT_EQUAL(stop_daemon(), 0);
 }
 
+/* ----------------------------- extras: hostile fds, ids, bytes; a bystander */
+
+/* One REGISTER of fd (size bytes) on a raw greeted session: the reply's status. */
+static int raw_register(int sock, int fd, uint64_t size)
+{
+	Snapkv__V1__RegisterBuffer m = SNAPKV__V1__REGISTER_BUFFER__INIT;
+	static uint8_t buf[SKV_FRAME_HDR_SIZE + 65536];
+	struct skv_frame_hdr h;
+	size_t n;
+	int r;
+
+	m.size = size;
+	m.generation = (uint64_t)fd + 1000;
+	n = snapkv__v1__register_buffer__pack(&m, buf);
+	if (skv_frame_send(sock, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, buf, n, &fd, 1, 0) < 0)
+		return -EIO;
+	r = skv_frame_recv(sock, buf, sizeof(buf), &h, NULL, NULL, 0);
+	if (r < 0 || h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY)
+		return -EPROTO;
+	Snapkv__V1__RegisterReply *rr =
+	    snapkv__v1__register_reply__unpack(NULL, h.length, buf + SKV_FRAME_HDR_SIZE);
+
+	r = rr ? rr->status : -EBADMSG;
+	if (rr)
+		snapkv__v1__register_reply__free_unpacked(rr, NULL);
+	return r;
+}
+
+/* One socket REQUEST on a raw greeted session: the response's status. */
+static int raw_request(int sock, const Snapkv__V1__Request *req)
+{
+	static uint8_t buf[SKV_FRAME_HDR_SIZE + 65536];
+	struct skv_frame_hdr h;
+	size_t n = snapkv__v1__request__pack(req, buf);
+	int r;
+
+	if (skv_frame_send(sock, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REQUEST, buf, n, NULL, 0, 0) < 0)
+		return -EIO;
+	r = skv_frame_recv(sock, buf, sizeof(buf), &h, NULL, NULL, 0);
+	if (r < 0 || h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE)
+		return -EPROTO;
+	Snapkv__V1__Response *rr =
+	    snapkv__v1__response__unpack(NULL, h.length, buf + SKV_FRAME_HDR_SIZE);
+
+	r = rr ? rr->status : -EBADMSG;
+	if (rr)
+		snapkv__v1__response__free_unpacked(rr, NULL);
+	return r;
+}
+
+/* Another uid reaches for root's cache and buffer by id: 0 when refused. */
+static int other_uid_ids(uint64_t cache_id, uint64_t buffer_id)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__ReleaseRequest rel = SNAPKV__V1__RELEASE_REQUEST__INIT;
+	Snapkv__V1__AppendRequest app = SNAPKV__V1__APPEND_REQUEST__INIT;
+	struct h_compact hc;
+	int s, bad = 0;
+
+	if (setgid(65534) < 0 || setuid(65534) < 0)
+		return 100;
+	s = h_connect_raw(H.sock);
+	if (s < 0 || raw_hello(s, false, NULL, 0) < 0)
+		return 101;
+	rel.cache_id = cache_id;
+	req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
+	req.release = &rel;
+	bad |= raw_request(s, &req) != -ENOENT ? 1 : 0;
+	app.cache_id = cache_id;
+	app.tokens = 1;
+	req.op_case = SNAPKV__V1__REQUEST__OP_APPEND;
+	req.append = &app;
+	bad |= raw_request(s, &req) != -ENOENT ? 2 : 0;
+	h_compact_init(&hc, buffer_id, 1, 4, 4, 2, 32, 2, 4);
+	bad |= raw_request(s, &hc.req) != -ENOENT ? 4 : 0;
+	close(s);
+	return bad;
+}
+
+struct flipper {
+	bool stop; /* atomic */
+	uint8_t *p;
+	size_t n;
+};
+
+static void *flip(void *arg)
+{
+	struct flipper *f = arg;
+
+	for (unsigned i = 0; !__atomic_load_n(&f->stop, __ATOMIC_RELAXED); i++)
+		f->p[(i * 2654435761u) % f->n] ^= 0xff;
+	return NULL;
+}
+
+/* A fixed problem of the well-behaved engine: its cache's K, V and positions. */
+static int good_result(struct skv_client *c, struct skv_buffer *b, uint8_t *out, size_t cap,
+		       uint64_t *ret_id)
+{
+	const uint32_t L = 64, D = 16, NH = 2, W = 4;
+	size_t qb = (size_t)NH * W * D * 4, kvb = (size_t)NH * L * D * 4;
+	struct skv_layer_ref lr[1];
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	size_t o = 0;
+	int r;
+
+	memset(&d, 0, sizeof(d));
+	d.desc_size = sizeof(d);
+	d.shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
+	d.layers = 1;
+	skv_client_params_init(&d.params);
+	d.params.window = W;
+	d.params.capacity = 16;
+	lr[0].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
+	lr[0].k = (struct skv_tensor_ref){b, qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	lr[0].v = (struct skv_tensor_ref){b, qb + kvb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	d.layer = lr;
+	r = skv_client_compact(c, &d, &k);
+	if (r < 0)
+		return r;
+	for (uint32_t h = 0; h < skv_cache_info(k)->h_store && o + 2 * 16 * D * 4 <= cap; h++) {
+		memcpy(out + o, skv_cache_k(k, 0, h), 16 * D * 4);
+		o += 16 * D * 4;
+		memcpy(out + o, skv_cache_v(k, 0, h), 16 * D * 4);
+		o += 16 * D * 4;
+	}
+	*ret_id = skv_cache_info(k)->id;
+	return (int)o;
+}
+
+static void test_hostile_extras(void)
+{
+	static uint8_t before[65536], after[65536];
+	struct skv_client *good, *evil;
+	struct skv_buffer *gb = NULL, *eb = NULL;
+	uint64_t cache_id = 0, id2;
+	int nb, na, base, s, st = -1;
+	pid_t pid;
+
+	CU_ASSERT_EQUAL_FATAL(start_with(""), 0);
+	open_socket_to_all();
+	good = engine("well-behaved");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(good);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(good, 1 << 20, &gb), 0);
+	{
+		uint64_t seed = 11;
+		float *f = skv_buffer_data(gb);
+
+		for (size_t i = 0; i < (1 << 20) / 4; i++)
+			f[i] = h_rand(&seed);
+	}
+	nb = good_result(good, gb, before, sizeof(before), &cache_id);
+	CU_ASSERT_FATAL(nb > 0);
+	base = h_count_fds(H.pid);
+	/* fds of every type that is not a sealed memfd */
+	s = h_connect_raw(H.sock);
+	CU_ASSERT_EQUAL_FATAL(raw_hello(s, false, NULL, 0), 0);
+	{
+		int p[2], sp[2], fds[8], n = 0;
+		char tmpf[] = "/tmp/snapkvd-hostile-file-XXXXXX";
+
+		CU_ASSERT_EQUAL(pipe(p), 0);
+		CU_ASSERT_EQUAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+		fds[n++] = p[0];
+		fds[n++] = sp[0];
+		fds[n++] = eventfd(0, 0);
+		fds[n++] = open("/dev/null", O_RDWR);
+		fds[n++] = mkstemp(tmpf);
+		fds[n++] = open("/tmp", O_RDONLY | O_DIRECTORY);
+		fds[n++] = make_memfd(1 << 20); /* unsealed */
+		unlink(tmpf);
+		for (int i = 0; i < n; i++) {
+			int r = raw_register(s, fds[i], 4096);
+
+			CU_ASSERT(r < 0);
+			if (r >= 0)
+				printf("\nhostile: fd type %d accepted\n", i);
+		}
+		/* sealed, but a size beyond the memfd */
+		{
+			int m = make_memfd(4096);
+
+			fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK);
+			CU_ASSERT_EQUAL(raw_register(s, m, 1 << 20), -ERANGE);
+			close(m);
+		}
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		close(p[1]);
+		close(sp[1]);
+	}
+	close(s);
+	h_sleep_ms(100);
+	CU_ASSERT(wait_fds(base, 3000) <= base);
+	/* another uid's reach for root's ids */
+	pid = fork();
+	if (pid == 0)
+		_exit(other_uid_ids(cache_id, skv_buffer_id(gb)));
+	waitpid(pid, &st, 0);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* bytes flipped under a running compaction: an answer, never a crash */
+	evil = engine("flipper");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(evil);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(evil, 1 << 20, &eb), 0);
+	{
+		struct flipper f = {.p = skv_buffer_data(eb), .n = 1 << 20};
+		static uint8_t junk[65536];
+		pthread_t t;
+
+		pthread_create(&t, NULL, flip, &f);
+		for (int i = 0; i < 20; i++)
+			(void)good_result(evil, eb, junk, sizeof(junk), &id2);
+		__atomic_store_n(&f.stop, true, __ATOMIC_RELAXED);
+		pthread_join(t, NULL);
+	}
+	skv_client_close(evil);
+	/* the well-behaved engine: the same bytes as before all this */
+	na = good_result(good, gb, after, sizeof(after), &id2);
+	CU_ASSERT_EQUAL(na, nb);
+	CU_ASSERT(na > 0 && memcmp(before, after, (size_t)na) == 0);
+	printf("\nhostile: well-behaved engine's cache after the hostile acts: %s\n",
+	       na == nb && !memcmp(before, after, (size_t)na) ? "byte-identical" : "CHANGED");
+	skv_client_close(good);
+	CU_ASSERT_EQUAL(stop_daemon(), 0);
+}
+
 /* ------------------------------------------------------------------- main */
 
 int main(void)
@@ -1014,6 +1243,8 @@ int main(void)
 	CU_add_test(s, "9: work bounded up front", test_work_bound);
 	CU_add_test(s, "9: jobs of a closed session are cancelled", test_cancel_on_close);
 	CU_add_test(s, "12: pressure transitions rate-limited", test_pressure_storm);
+	CU_add_test(s, "extras: fds of every type, other uid's ids, flipped bytes, a bystander",
+		    test_hostile_extras);
 	CU_add_test(s, "7: handshakes hold no slot; tenant and admin slots", test_session_slots);
 	CU_add_test(s, "8: accept backs off at EMFILE", test_accept_emfile);
 	return h_run_tests();
