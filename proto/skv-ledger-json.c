@@ -85,16 +85,20 @@ json_t *skv_ledger_json(const Snapkv__V1__AdminReply *r)
 
 	for (size_t i = 0; i < r->n_tenants; i++) {
 		const Snapkv__V1__TenantInfo *t = r->tenants[i];
+		json_t *e = json_pack(
+		    "{s:o, s:I, s:I, s:I, s:I, s:o, s:I, s:o, s:o}", "name", text_json(t->name),
+		    "uid", (json_int_t)t->uid, "used_bytes", (json_int_t)t->used_bytes, "caches",
+		    (json_int_t)t->caches, "sessions", (json_int_t)t->sessions, "quota_bytes",
+		    t->quota_bytes ? json_integer((json_int_t)t->quota_bytes) : json_null(),
+		    "lingering_caches", (json_int_t)t->lingering_caches, "bytes",
+		    bytes_json(t->bytes), "ratio", ratio_json(t->bytes));
 
-		json_array_append_new(
-		    tenants, json_pack("{s:o, s:I, s:I, s:I, s:I, s:o, s:I, s:o, s:o}", "name",
-				       text_json(t->name), "uid", (json_int_t)t->uid, "used_bytes",
-				       (json_int_t)t->used_bytes, "caches", (json_int_t)t->caches,
-				       "sessions", (json_int_t)t->sessions, "quota_bytes",
-				       t->quota_bytes ? json_integer((json_int_t)t->quota_bytes)
-						      : json_null(),
-				       "lingering_caches", (json_int_t)t->lingering_caches, "bytes",
-				       bytes_json(t->bytes), "ratio", ratio_json(t->bytes)));
+		if (!e)
+			continue;
+		/* registered buffers and their bytes mapped in the daemon */
+		json_object_set_new(e, "buffers", json_integer((json_int_t)t->buffers));
+		json_object_set_new(e, "mapped_bytes", json_integer((json_int_t)t->mapped_bytes));
+		json_array_append_new(tenants, e);
 	}
 	for (size_t i = 0; i < r->n_caches; i++) {
 		const Snapkv__V1__CacheLedger *c = r->caches[i];

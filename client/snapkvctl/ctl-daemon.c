@@ -155,6 +155,41 @@ static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
 					     : "host-memfd"));
 }
 
+/* What clients may claim and what they hold (a daemon that says: 150+). */
+static void limits_json(json_t *o, const Snapkv__V1__AdminReply *r)
+{
+	if (!r->max_sessions)
+		return;
+	json_object_set_new(
+	    o, "limits",
+	    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "mapped_bytes",
+		      (json_int_t)r->mapped_bytes, "max_mapped_bytes",
+		      (json_int_t)r->max_mapped_bytes, "max_tenant_mapped_bytes",
+		      (json_int_t)r->max_tenant_mapped_bytes, "max_tenant_buffers",
+		      (json_int_t)r->max_tenant_buffers, "max_sessions",
+		      (json_int_t)r->max_sessions, "max_sessions_per_tenant",
+		      (json_int_t)r->max_sessions_per_tenant, "max_admin_sessions",
+		      (json_int_t)r->max_admin_sessions, "handshakes", (json_int_t)r->handshakes,
+		      "max_request_macs", (json_int_t)r->max_request_macs, "max_request_bytes",
+		      (json_int_t)r->max_request_bytes));
+}
+
+static void limits_text(const Snapkv__V1__AdminReply *r)
+{
+	char a[32], b[32], c[32];
+
+	if (!r->max_sessions)
+		return;
+	printf("  mapped    %s of %s (each tenant at most %s in %u buffers)\n",
+	       ctl_fmt_iec_fixed(r->mapped_bytes, a, sizeof(a)),
+	       ctl_fmt_iec_fixed(r->max_mapped_bytes, b, sizeof(b)),
+	       ctl_fmt_iec_fixed(r->max_tenant_mapped_bytes, c, sizeof(c)), r->max_tenant_buffers);
+	printf("  limits    %u sessions (%u per tenant), %u admin, %u in handshake; "
+	       "%" PRIu64 " MACs, %s per request\n",
+	       r->max_sessions, r->max_sessions_per_tenant, r->max_admin_sessions, r->handshakes,
+	       r->max_request_macs, ctl_fmt_iec_fixed(r->max_request_bytes, a, sizeof(a)));
+}
+
 int ctl_status(int argc, char **argv)
 {
 	const char *sock = NULL;
@@ -179,8 +214,10 @@ int ctl_status(int argc, char **argv)
 			      "errors", (json_int_t)r->errors, "workers", (json_int_t)r->workers,
 			      "threads_per_worker", (json_int_t)r->threads_per_worker);
 
-		if (o)
+		if (o) {
 			transport_json(o, r);
+			limits_json(o, r);
+		}
 		rc = ctl_json_print("status", o);
 	} else {
 		printf("snapkvd %s (pid %u) at %s\n", r->version, r->pid, used);
@@ -198,6 +235,7 @@ int ctl_status(int argc, char **argv)
 		printf("  arena     %s\n", r->arena_transport && r->arena_transport[0]
 					       ? r->arena_transport
 					       : "host-memfd");
+		limits_text(r);
 	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return rc;
