@@ -59,7 +59,9 @@ struct snapkvd_ledger_buf {
  * `page` (0: SNAPKVD_LEDGER_PAGE) of them: every page fits a frame whatever
  * one tenant holds, and the reply's next_page_after continues.
  */
-#define SNAPKVD_LEDGER_PAGE 1024
+/* 512 entries of at most ~260 bytes: below the default net.core.wmem_max
+ * (208 KiB), so a page goes out even where SO_SNDBUFFORCE is not allowed */
+#define SNAPKVD_LEDGER_PAGE 512
 struct snapkvd_ledger_view {
 	bool all;
 	uid_t uid;
