@@ -726,8 +726,6 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 	} else if (s->n_buffers >= s->srv->cfg.max_buffers) {
 		snprintf(err, sizeof(err), "too many buffers in this session");
 		r = -EMFILE;
-	} else if ((r = charge_buffer(s, m->size, err, sizeof(err))) < 0) {
-		/* refused: err says which limit */
 	} else {
 		const struct snapkvd_buffer_cuda bc = {
 		    .kind = (int)m->kind,
@@ -742,14 +740,9 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 		r = snapkvd_buffer_cuda_new(s->srv->runner, s->id, s->next_buffer_id + 1, &bc, fd,
 					    s->srv->cfg.max_buffer_bytes, &b, err, sizeof(err));
 		fd = -1;
-		if (r < 0)
-			snapkvd_pool_unmap(s->srv->pool, s->tenant, m->size);
-		else if (b->size != m->size) { /* charge what was really imported */
-			snapkvd_pool_unmap(s->srv->pool, s->tenant, m->size);
-			snapkvd_pool_map(s->srv->pool, s->tenant, b->size,
-					 &(struct snapkvd_map_limits){~0u, ~0ull, ~0ull}, err,
-					 sizeof(err));
-		}
+		/* validated and imported: charged to the tenant, or dropped again */
+		if (r == 0 && (r = charge_buffer(s, b->size, err, sizeof(err))) < 0)
+			snapkvd_buffer_unref(b);
 	}
 	if (fd >= 0)
 		close(fd);
