@@ -24,10 +24,6 @@
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 
-#ifndef SNAPKVD_VERSION
-#define SNAPKVD_VERSION "0.1.0"
-#endif
-
 /* ----------------------------------------------------------------- metrics */
 
 /* The fields the server, not the policy, knows. */
@@ -53,6 +49,8 @@ static void server_stats(struct snapkvd_server *srv, struct snapkvd_stats *st)
 	st->cache_bytes[SNAPKVD_CACHE_INDEX] = lt.index;
 	st->cache_bytes[SNAPKVD_CACHE_RESERVED] = lt.reserved;
 	st->compactions_total = srv->compactions;
+	st->version = SKV_VERSION;
+	st->backend = srv->cfg.backend;
 	st->workers = snapkvd_compactor_workers(srv->compactor);
 	st->queue_depth = srv->compactor ? snapkvd_compactor_queued(srv->compactor) : 0;
 	st->requests_total = srv->requests;
@@ -373,7 +371,7 @@ int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_sessio
 	int e;
 
 	r.error = "";
-	r.version = SNAPKVD_VERSION;
+	r.version = SKV_VERSION;
 	r.backend = srv->runner->desc;
 	r.pid = (uint32_t)getpid();
 	if (!req) {

@@ -19,6 +19,8 @@
  *   hook_ledger_json = PATH        ledger snapshot handed to hooks
  *   metrics_textfile = PATH        node_exporter textfile (*.prom), "" = off
  *   metrics_interval_s = 15        textfile rewrite period
+ *   metrics_listen = 9464          HTTP /metrics for Prometheus, "" = off
+ *                                  (snapkvd-http.h: its limits' keys)
  *   tenant_quota = UID:BYTES[:SHARE]   per-tenant quota and guaranteed
  *                                      share; repeatable, one per uid
  */
@@ -32,6 +34,7 @@
 #include <stddef.h>
 
 #include "snapkvd-hooks.h"
+#include "snapkvd-http.h"
 #include "snapkvd-pressure.h"
 
 #define SNAPKVD_POLICY_MAX_TENANT_QUOTAS 64
@@ -114,8 +117,10 @@ struct snapkvd_config {
 	unsigned n_allow_uids, n_allow_gids;
 	uid_t allow_uids[SNAPKVD_MAX_ALLOW];
 	gid_t allow_gids[SNAPKVD_MAX_ALLOW];
-	/* pressure_*, hook_*, metrics_*, tenant_quota */
+	/* pressure_*, hook_*, metrics_textfile, metrics_interval_s, tenant_quota */
 	struct snapkvd_policy_config policy;
+	/* metrics_listen, metrics_http_*: the Prometheus listener */
+	struct snapkvd_http_config http;
 };
 
 void snapkvd_config_defaults(struct snapkvd_config *c);
@@ -130,7 +135,18 @@ int snapkvd_parse_size(const char *s, uint64_t *ret);
  */
 int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len, char *err,
 			 size_t errlen);
+/* The same for a file; an error names it: "PATH: line N: KEY: why". */
 int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, size_t errlen);
+/* One key, as a command-line option sets it: the same checks as in a file,
+ * all or nothing. 0 or -EINVAL with "why" (no line, no key) in err. */
+int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *value, char *err,
+		       size_t errlen);
+/*
+ * The effective configuration as a config file: every key with its value,
+ * one per line, in the order of systemd/snapkvd.conf (tenant_quota once per
+ * tenant); parsing it gives c back. A malloc'd string; 0 or -ENOMEM.
+ */
+int snapkvd_config_dump(const struct snapkvd_config *c, char **ret);
 
 /* Whether a peer is allowed in: both allow lists empty means everyone who
  * can reach the socket (its file mode decides). */

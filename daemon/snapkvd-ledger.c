@@ -45,7 +45,14 @@ void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cac
 	if (c->lingering)
 		t->lingering++;
 	t->allocated += c->region_bytes;
-	if (snapkvd_ledger_cache(c, &l) == 0) {
+	if (snapkvd_ledger_cache(c, &l) == 0 && c->writeback) {
+		/* engine-held: only the index tables are the pool's */
+		t->native_full += l.native_full;
+		t->index += l.index;
+		t->engine_held += l.compact + l.reserved;
+		real = l.index;
+		t->real += real;
+	} else if (snapkvd_ledger_cache(c, &l) == 0) {
 		t->native_full += l.native_full;
 		t->compact += l.compact;
 		t->index += l.index;
@@ -85,6 +92,7 @@ static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger
 	b->allocated = t->allocated;
 	b->real = t->real;
 	b->padding = t->padding;
+	b->engine_held = t->engine_held;
 }
 
 static void fill_tenant(const struct snapkvd_session *sessions,
@@ -138,7 +146,12 @@ static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cac
 	cl->lingering = c->lingering;
 	cl->requested_budget = c->requested_budget;
 	cl->transport = (char *)c->transport;
-	cl->arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
+	cl->arena_transport = c->writeback ? "engine" : c->gpu_kv ? "cuda-vmm" : "host-memfd";
+	cl->engine_held = c->writeback;
+	cl->layout = c->layout == SNAPKVD_LAYOUT_PAGED ? SNAPKV__V1__LAYOUT__LAYOUT_PAGED
+		     : c->layout == SNAPKVD_LAYOUT_NHD ? SNAPKV__V1__LAYOUT__LAYOUT_NHD
+						       : SNAPKV__V1__LAYOUT__LAYOUT_HND;
+	cl->block_size = c->block_size;
 	cl->mass_min = mn;
 	cl->mass_mean = nm ? sum / nm : 0;
 	ledger_bytes(lb, &l);

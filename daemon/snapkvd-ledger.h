@@ -26,6 +26,9 @@ struct snapkvd_ledger_total {
 	uint64_t native_full, compact, index, reserved;
 	uint64_t real, allocated, padding;
 	uint64_t caches, lingering;
+	/* writeback caches: compact + reserved K/V bytes in engines' own
+	 * blocks (not in compact, reserved, real or the pool) */
+	uint64_t engine_held;
 };
 
 int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);

@@ -70,7 +70,10 @@ static int listen_on(const char *path)
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EADDRINUSE) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		/* ENOENT, EACCES, ...: the real reason, not listen()'s EINVAL */
+		if (errno != EADDRINUSE)
+			goto fail;
 		if (still_live(&sa)) {
 			close(fd);
 			return -EADDRINUSE;
@@ -79,8 +82,6 @@ static int listen_on(const char *path)
 			unlink(path);
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 			goto fail;
-	} else if (errno == EADDRINUSE) {
-		goto fail;
 	}
 	/* engines of other uids reach us through the group; the allow list decides */
 	(void)chmod(path, 0660);

@@ -16,6 +16,7 @@
 #include "snapkvd-buffer.h"
 #include "snapkvd-config.h"
 #include "snapkvd-job.h"
+#include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-runner.h"
 
@@ -69,7 +70,8 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 	}
 	if (req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_UNSPECIFIED &&
 	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_HND &&
-	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_NHD) {
+	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_NHD &&
+	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_PAGED) {
 		snprintf(err, errlen, "unknown output layout %d", (int)req->out_layout);
 		return -EINVAL;
 	}
@@ -514,8 +516,10 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 		snprintf(err, errlen, "out_dtype must equal the K/V dtype");
 		return -EINVAL;
 	}
-	if (snapkvd_cache_geometry(req->layers, plan->h_store, slots, req->head_dim,
-				   skv_dtype_size(odt), env->arena_bytes, geom) < 0) {
+	if ((j->paged
+		 ? snapkvd_paged_geometry(env, j, plan->h_store, slots, skv_dtype_size(odt), geom)
+		 : snapkvd_cache_geometry(req->layers, plan->h_store, slots, req->head_dim,
+					  skv_dtype_size(odt), env->arena_bytes, geom)) < 0) {
 		snprintf(err, errlen,
 			 "compact cache of %u layers x %u heads x %u slots does not fit",
 			 req->layers, plan->h_store, slots);
@@ -555,6 +559,8 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 	c->evictable = req->evictable;
 	c->pressure_level = (int)snapkvd_pressure_level(env->ops->pressure);
 	name_transports(j, c);
+	if (j->paged)
+		snapkvd_paged_cache(j);
 	return 0;
 }
 
@@ -568,7 +574,8 @@ static int job_arrays(struct snapkvd_job *j, const Snapkv__V1__CompactRequest *r
 		memcpy(j->block_table, req->block_table, req->n_block_table * sizeof(int32_t));
 		j->n_block_table = (uint32_t)req->n_block_table;
 	}
-	j->bufs = calloc((size_t)req->layers * 3 + 1, sizeof(*j->bufs)); /* + the wait flag's */
+	/* Q, K, V and writeback's two pools of each layer, + the wait flag's */
+	j->bufs = calloc((size_t)req->layers * 5 + 1, sizeof(*j->bufs));
 	j->in = calloc(req->layers, sizeof(*j->in));
 	j->out = calloc(req->layers, sizeof(*j->out));
 	return j->bufs && j->in && j->out ? 0 : -ENOMEM;
@@ -616,6 +623,7 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||
 	    (r = check_work(env, j, &plan, odt, err, errlen)) ||
 	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||
+	    (r = snapkvd_paged_check(env, j, req, &plan, odt, err, errlen)) ||
 	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)))
 		goto fail;
 	j->cache->requested_budget = requested_c;
@@ -635,6 +643,25 @@ int snapkvd_request_grow(const struct snapkvd_request_env *env, const struct sna
 {
 	uint32_t max = env->cfg->max_reserve;
 
+	if (c->writeback) {
+		*err = "GROW of a writeback cache: the engine owns its K/V blocks (add blocks in "
+		       "the engine; ask for decode_reserve when compacting)";
+		return -EOPNOTSUPP;
+	}
+	if (c->layout == SNAPKVD_LAYOUT_PAGED) {
+		if (extra == 0 || extra > max || c->slots - c->kept + (uint64_t)extra > max) {
+			*err = "extra must be 1..max_reserve in all";
+			return extra ? -E2BIG : -EINVAL;
+		}
+		if (snapkvd_cache_geometry_paged(c->layers, c->h_store, c->slots + extra,
+						 c->head_dim, c->dtype_bytes, c->block_size, false,
+						 env->arena_bytes, ret_geom) < 0) {
+			*err = "grown cache does not fit the arena";
+			return -E2BIG;
+		}
+		*ret_slots = c->slots + extra;
+		return 0;
+	}
 	if (extra == 0 || extra > max || c->slots - c->kept + (uint64_t)extra > max) {
 		*err = "extra must be 1..max_reserve in all";
 		return extra ? -E2BIG : -EINVAL;

@@ -30,6 +30,7 @@ struct snapkvd_server {
 	struct snapkvd_compactor *compactor;
 	struct snapkvd_loop *loop;
 	struct snapkvd_listener *listener;
+	struct snapkvd_http *http;    /* metrics_listen; NULL when off */
 	struct snapkvd_policy policy; /* pressure policy, hooks, metrics */
 	struct snapkvd_session *sessions;
 	unsigned n_sessions;	   /* engine sessions past HELLO (max_sessions) */

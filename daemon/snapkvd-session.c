@@ -318,8 +318,10 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 	__atomic_store_n(&s->cancelled, true, __ATOMIC_RELEASE);
 	if (why)
 		send_error(s, why, strerror(-why));
-	log_info("session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
-		 (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
+	/* snapkvctl's connections at debug: `top` alone made 7,200 lines an hour */
+	snapkvd_log(s->admin && !why ? SNAPKVD_LOG_DEBUG : SNAPKVD_LOG_INFO, 0,
+		    "session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
+		    (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
 	/* Complete the armed recvmsg and doorbell read so their refs drop. */
 	if (s->fd >= 0)
 		shutdown(s->fd, SHUT_RDWR);
@@ -648,8 +650,9 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 		}
 		greet_pressure(s);
 	}
-	log_info("session %llu: %s (pid %d, uid %u)%s", (unsigned long long)s->id, s->name,
-		 (int)s->pid, (unsigned)s->uid, s->admin ? " admin" : "");
+	snapkvd_log(s->admin ? SNAPKVD_LOG_DEBUG : SNAPKVD_LOG_INFO, 0,
+		    "session %llu: %s (pid %d, uid %u)%s", (unsigned long long)s->id, s->name,
+		    (int)s->pid, (unsigned)s->uid, s->admin ? " admin" : "");
 }
 
 /* ------------------------------------------------------------- registration */
@@ -690,6 +693,36 @@ static int charge_buffer(struct snapkvd_session *s, uint64_t size, char *err, si
 	return snapkvd_pool_map(s->srv->pool, s->tenant, size, &lim, err, errlen);
 }
 
+/* A registration that succeeded: the buffer as registered, writable or not. */
+static void reg_reply_ok(struct snapkvd_session *s, const struct snapkvd_buffer *b)
+{
+	Snapkv__V1__RegisterReply rr = SNAPKV__V1__REGISTER_REPLY__INIT;
+
+	rr.transport = (char *)(b->transport ? b->transport : "memfd");
+	rr.error = "";
+	rr.buffer_id = b->id;
+	rr.generation = b->generation;
+	rr.size = b->size;
+	rr.writable = b->writable;
+	if (send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, &rr.base, NULL, 0) < 0)
+		snapkvd_session_close(s, 0);
+}
+
+/* A repeated registration must ask for what the first one got. */
+static bool reg_same_access(struct snapkvd_session *s, const struct snapkvd_buffer *dup,
+			    bool writable)
+{
+	char err[160];
+
+	if (dup->writable == writable)
+		return true;
+	snprintf(err, sizeof(err), "generation %llu is already buffer %llu, registered %s",
+		 (unsigned long long)dup->generation, (unsigned long long)dup->id,
+		 dup->writable ? "writable" : "read-only");
+	reg_reply(s, -EEXIST, err, 0, dup->generation, 0);
+	return false;
+}
+
 /* A CUDA buffer (the runner imports it); fd (or -1) is consumed. Repeats
  * of a generation are counted on its buffer, so imports are keyed by buffer
  * id (see snapkvd-buffer.h). */
@@ -716,11 +749,12 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 				 (unsigned long long)dup->size);
 			r = -EEXIST;
 		} else {
-			dup->regs++;
 			if (fd >= 0)
 				close(fd);
-			reg_reply_t(s, 0, NULL, dup->id, dup->generation, dup->size,
-				    dup->transport);
+			if (reg_same_access(s, dup, m->writable)) {
+				dup->regs++;
+				reg_reply_ok(s, dup);
+			}
 			return;
 		}
 	} else if (s->n_buffers >= s->srv->cfg.max_buffers) {
@@ -751,14 +785,16 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 		return;
 	}
 	b->id = ++s->next_buffer_id;
+	b->writable = m->writable; /* device memory: the flag gates writeback */
 	b->next = s->buffers;
 	s->buffers = b;
 	s->n_buffers++;
-	reg_reply_t(s, 0, NULL, b->id, b->generation, b->size, b->transport);
+	reg_reply_ok(s, b);
 }
 
 /* A memfd registration of `size` (0: the whole memfd), generation gen. */
-static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uint64_t gen)
+static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uint64_t gen,
+			   bool writable)
 {
 	struct snapkvd_buffer *b, *dup = snapkvd_buffer_by_generation(s->buffers, gen);
 	const char *why = NULL;
@@ -773,6 +809,8 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 		return;
 	}
 	r = snapkvd_buffer_memfd_check(fd, &size, s->srv->cfg.max_buffer_bytes, &dev, &ino, &why);
+	if (r == 0 && writable)
+		r = snapkvd_buffer_memfd_check_writable(fd, &why);
 	if (r < 0) {
 		close(fd);
 		reg_reply(s, r, why, 0, gen, 0);
@@ -790,8 +828,10 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 			reg_reply(s, -EEXIST, err, 0, gen, 0);
 			return;
 		}
-		dup->regs++;
-		reg_reply(s, 0, NULL, dup->id, gen, dup->size);
+		if (reg_same_access(s, dup, writable)) {
+			dup->regs++;
+			reg_reply_ok(s, dup);
+		}
 		return;
 	}
 	/* charged to the tenant before it is mapped */
@@ -801,8 +841,9 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 		reg_reply(s, r, err, 0, gen, 0);
 		return;
 	}
-	/* Mapped once, read-only; the fd is not needed after this. */
-	r = snapkvd_buffer_memfd_new(fd, size, gen, dev, ino, &b);
+	/* Mapped once, read-only unless registered writable; the fd is not
+	 * needed after this. */
+	r = snapkvd_buffer_memfd_map(fd, size, gen, dev, ino, writable, &b);
 	close(fd);
 	if (r < 0) {
 		snapkvd_pool_unmap(s->srv->pool, s->tenant, size);
@@ -813,7 +854,7 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 	b->next = s->buffers;
 	s->buffers = b;
 	s->n_buffers++;
-	reg_reply(s, 0, NULL, b->id, gen, size);
+	reg_reply_ok(s, b);
 }
 
 static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
@@ -821,6 +862,7 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 {
 	Snapkv__V1__RegisterBuffer *m = snapkv__v1__register_buffer__unpack(NULL, len, p);
 	uint64_t size, gen;
+	bool writable;
 	/* more than one fd: none is used; the guard closes them all */
 	int fd = fds_take_one(fds);
 
@@ -846,6 +888,7 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 	}
 	size = m->size;
 	gen = m->generation;
+	writable = m->writable;
 	snapkv__v1__register_buffer__free_unpacked(m, NULL);
 	if (s->admin || !s->arena) {
 		if (fd >= 0)
@@ -857,7 +900,7 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 		reg_reply(s, -EBADF, "RegisterBuffer needs exactly one fd", 0, gen, 0);
 		return;
 	}
-	register_memfd(s, fd, size, gen);
+	register_memfd(s, fd, size, gen, writable);
 }
 
 static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t len)
@@ -1062,6 +1105,19 @@ static struct snapkvd_cache *find_cache(struct snapkvd_session *s, uint64_t id)
 	return NULL;
 }
 
+/* The block format of a PAGED cache (CacheInfo fields 100-105). */
+static void fill_paged_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
+{
+	ci->layout = SNAPKV__V1__LAYOUT__LAYOUT_PAGED;
+	ci->block_size = c->block_size;
+	ci->n_blocks = c->n_blocks;
+	ci->block_stride = c->block_stride;
+	ci->out_dest = c->writeback ? SNAPKV__V1__OUT_DEST__OUT_DEST_WRITEBACK
+				    : SNAPKV__V1__OUT_DEST__OUT_DEST_ARENA;
+	ci->run_bytes = c->run_bytes;
+	ci->out_buffer_id = c->out_buffer_id;
+}
+
 static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
 {
 	ci->cache_id = c->id;
@@ -1092,6 +1148,8 @@ static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo
 	ci->requested_budget = c->requested_budget;
 	ci->budget_scaled = c->budget < c->requested_budget;
 	ci->pressure = (Snapkv__V1__PressureLevel)(c->pressure_level + 1);
+	if (c->layout == SNAPKVD_LAYOUT_PAGED)
+		fill_paged_info(c, ci);
 }
 
 static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origin *o,
@@ -1227,6 +1285,8 @@ static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	j->g.h_store = c->h_store;
 	j->g.row = c->head_dim * c->dtype_bytes;
 	j->g.hnd = c->layout == SNAPKVD_LAYOUT_HND;
+	j->g.paged = c->layout == SNAPKVD_LAYOUT_PAGED;
+	j->g.old_run = c->run_bytes;
 	memcpy(j->g.old_k, c->k_off, c->layers * sizeof(uint64_t));
 	memcpy(j->g.old_v, c->v_off, c->layers * sizeof(uint64_t));
 	memcpy(j->g.old_pos, c->pos_off, c->layers * sizeof(uint64_t));

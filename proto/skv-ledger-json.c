@@ -125,13 +125,30 @@ json_t *skv_ledger_json(const Snapkv__V1__AdminReply *r)
 		/* per cache: the transports its inputs and its arena really used */
 		json_object_set_new(e, "transport", text_json(c->transport));
 		json_object_set_new(e, "arena_transport", text_json(c->arena_transport));
+		/* paged output: the block format, and writeback's engine-held
+		 * K/V (not in the pool: bytes counts the index tables only) */
+		json_object_set_new(
+		    e, "layout",
+		    json_string(c->layout == SNAPKV__V1__LAYOUT__LAYOUT_PAGED ? "paged"
+				: c->layout == SNAPKV__V1__LAYOUT__LAYOUT_NHD ? "nhd"
+									      : "hnd"));
+		if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_PAGED)
+			json_object_set_new(e, "block_size", json_integer(c->block_size));
+		json_object_set_new(e, "engine_held", json_boolean(c->engine_held));
+		json_object_set_new(e, "engine_held_bytes",
+				    json_integer(c->bytes ? (json_int_t)c->bytes->engine_held : 0));
 		json_array_append_new(caches, e);
 	}
-	return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}, s:o, s:o}", "pool",
-			 "total_bytes", (json_int_t)r->pool_total, "used_bytes",
-			 (json_int_t)r->pool_used, "reserved_bytes", (json_int_t)r->pool_reserved,
-			 "free_bytes", (json_int_t)free_b, "caches", (json_int_t)r->n_caches,
-			 "lingering_caches", (json_int_t)r->lingering_caches, "bytes",
-			 bytes_json(r->pool_bytes), "ratio", ratio_json(r->pool_bytes), "tenants",
-			 tenants, "caches", caches);
+	json_t *out = json_pack(
+	    "{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}, s:o, s:o}", "pool", "total_bytes",
+	    (json_int_t)r->pool_total, "used_bytes", (json_int_t)r->pool_used, "reserved_bytes",
+	    (json_int_t)r->pool_reserved, "free_bytes", (json_int_t)free_b, "caches",
+	    (json_int_t)r->n_caches, "lingering_caches", (json_int_t)r->lingering_caches, "bytes",
+	    bytes_json(r->pool_bytes), "ratio", ratio_json(r->pool_bytes), "tenants", tenants,
+	    "caches", caches);
+	if (out)
+		json_object_set_new(
+		    json_object_get(out, "pool"), "engine_held_bytes",
+		    json_integer(r->pool_bytes ? (json_int_t)r->pool_bytes->engine_held : 0));
+	return out;
 }

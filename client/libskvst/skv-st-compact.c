@@ -61,7 +61,7 @@ static uint64_t gcd_u64(uint64_t a, uint64_t b)
 	return a;
 }
 
-#define N_META	 32
+#define N_META	 40
 #define META_VAL 160
 
 static bool is_packed(const struct skv_st_layer_result *lr, uint64_t kept, uint64_t hd)
@@ -182,6 +182,10 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 		META("ledger.ratio_exact", "%" PRIu64 "/%" PRIu64, d->ledger.compact / g,
 		     d->ledger.native_full / g);
 	}
+	if (d->out_block_size) { /* dense files stay as they were */
+		META("out_layout", "paged");
+		META("block_size", "%" PRIu32, d->out_block_size);
+	}
 #undef META
 
 	uint64_t hs = d->plan.h_store, kept = d->plan.kept, hd = d->shape.head_dim;
@@ -210,7 +214,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 			r = skv_st__fail(err, -EINVAL, "layer %" PRIu32 ": negative stride", i);
 			goto out;
 		}
-		if (!is_packed(lr, kept, hd)) {
+		if (!d->out_block_size && !is_packed(lr, kept, hd)) {
 			for (int j = 0; j < 2; j++) {
 				if (!kv[j])
 					continue;
@@ -242,6 +246,15 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 						      .rank = 3,
 						      .shape = {hs, kept, hd},
 						      .data = kv[j]};
+			if (d->out_block_size) {
+				uint64_t bs = d->out_block_size;
+
+				t[j].rank = 4;
+				t[j].shape[0] = (kept + bs - 1) / bs;
+				t[j].shape[1] = bs;
+				t[j].shape[2] = hs;
+				t[j].shape[3] = hd;
+			}
 		}
 		t[2] = (struct skv_st_tensor){.name = nmv[2],
 					      .dtype = SKV_ST_I32,

@@ -605,6 +605,19 @@ static void pack_tensor(uint8_t *dst, const struct skv_tensor *t, uint32_t heads
 			       row);
 }
 
+/* Slot i of head h of an output view, strided or paged. */
+static uint8_t *out_slot(const struct skv_tensor *t, uint32_t h, uint32_t i)
+{
+	int64_t el = (int64_t)h * t->head_stride;
+
+	if (t->block_table)
+		el += (int64_t)t->block_table[i / t->block_size] * t->block_stride +
+		      (int64_t)(i % t->block_size) * t->token_stride;
+	else
+		el += (int64_t)i * t->token_stride;
+	return (uint8_t *)t->data + el * (int64_t)skv_dtype_size(t->dtype);
+}
+
 /* skv_socket_search_run's try: a libsnapkv session at path. */
 struct client_at {
 	const struct skv_client_opts *opts;
@@ -694,6 +707,10 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	d.params = *params;
 	d.layer = lr;
 	d.out_layout = SKV_LAYOUT_HND;
+	if (out[0].k.block_table) { /* --out-layout paged: the daemon's arena blocks */
+		d.out_layout = SKV_LAYOUT_PAGED;
+		d.out_block_size = out[0].k.block_size;
+	}
 	/* not skv_client_compact: --timeout bounds the compaction's wait too */
 	r = skv_compact_submit(c, &d, &rq);
 	if (r == 0) {
@@ -717,20 +734,11 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	size_t row = (size_t)D * skv_dtype_size(ci->dtype);
 	for (uint32_t l = 0; l < n_layers; l++)
 		for (uint32_t h = 0; h < ci->h_store; h++) {
-			const uint8_t *sk = skv_cache_k(k, l, h), *sv = skv_cache_v(k, l, h);
-			size_t es = skv_dtype_size(out[l].k.dtype);
-
 			for (uint32_t i = 0; i < ci->kept; i++) {
-				memcpy((uint8_t *)out[l].k.data +
-					   ((size_t)h * out[l].k.head_stride +
-					    (size_t)i * out[l].k.token_stride) *
-					       es,
-				       sk + (size_t)i * ci->token_stride * es, row);
-				memcpy((uint8_t *)out[l].v.data +
-					   ((size_t)h * out[l].v.head_stride +
-					    (size_t)i * out[l].v.token_stride) *
-					       es,
-				       sv + (size_t)i * ci->token_stride * es, row);
+				memcpy(out_slot(&out[l].k, h, i), skv_cache_k_slot(k, l, h, i),
+				       row);
+				memcpy(out_slot(&out[l].v, h, i), skv_cache_v_slot(k, l, h, i),
+				       row);
 			}
 			memcpy(out[l].positions + (size_t)h * out[l].pos_stride,
 			       skv_cache_positions(k, l, h), (size_t)ci->kept * 4);

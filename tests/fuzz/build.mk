@@ -16,7 +16,7 @@ FUZZ_CC ?= clang
 FUZZ_S ?= 60
 FUZZ_CI_S ?= 8
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -Wall -Wextra -MMD -MP \
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -DSKV_NO_DEPRECATION_WARNINGS -Wall -Wextra -MMD -MP \
 	-I. -Ikernels -Iproto -Iclient -Idaemon -I$(BUILD) -I$(BUILD)/proto
 
 # What each target parses, by source file: when a file moves or splits,

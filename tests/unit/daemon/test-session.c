@@ -103,6 +103,20 @@ int snapkvd_buffer_memfd_new(int fd, uint64_t size, uint64_t gen, dev_t dev, ino
 	return -ENOSYS;
 }
 
+int snapkvd_buffer_memfd_check_writable(int fd, const char **why)
+{
+	(void)fd;
+	*why = "fake";
+	return -EINVAL;
+}
+
+int snapkvd_buffer_memfd_map(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
+			     bool writable, struct snapkvd_buffer **ret)
+{
+	(void)fd, (void)size, (void)gen, (void)dev, (void)ino, (void)writable, (void)ret;
+	return -ENOSYS;
+}
+
 int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint64_t key,
 			    const struct snapkvd_buffer_cuda *m, int fd, uint64_t max_bytes,
 			    struct snapkvd_buffer **ret, char *err, size_t errlen)
