@@ -857,6 +857,7 @@ static void dump_policy(FILE *f, const struct snapkvd_policy_config *p)
 	dump_double(f, "pressure_scale_high", p->pressure.scale_high);
 	dump_double(f, "pressure_scale_critical", p->pressure.scale_critical);
 	dump_double(f, "pressure_guaranteed_share", p->pressure.guaranteed_share);
+	fprintf(f, "pressure_min_dwell_ms = %u\n", p->pressure.min_dwell_ms);
 	fprintf(f, "hook_dir = %s\n", p->hook_dir);
 	fprintf(f, "hook_timeout_ms = %u\n", p->hooks.timeout_ms);
 	fprintf(f, "hook_max = %u\n", p->hooks.max_hooks);
@@ -895,6 +896,7 @@ int snapkvd_config_dump(const struct snapkvd_config *c, char **ret)
 				  *(const uint64_t *)((const char *)c + skeys[i].off));
 	dump_ids(f, "allow_uids", (const uint32_t *)c->allow_uids, c->n_allow_uids);
 	dump_ids(f, "allow_gids", (const uint32_t *)c->allow_gids, c->n_allow_gids);
+	dump_ids(f, "admin_uids", (const uint32_t *)c->admin_uids, c->n_admin_uids);
 	for (size_t i = 0; i < sizeof(ukeys) / sizeof(ukeys[0]); i++)
 		fprintf(f, "%s = %u\n", ukeys[i].name,
 			*(const unsigned *)((const char *)c + ukeys[i].off));
