@@ -109,6 +109,22 @@ check-sanitize: deps
 _check_sanitize: all
 	@BUILD=$(BUILD) SHARED=$(SHARED) scripts/run-sanitize.sh $(SAN_TESTS) -- $(SAN_TEST_SCRIPTS)
 
+# check-tsan: the programs that drive a daemon (its loop thread, compaction
+# workers and their thread pools, hooks), built with ThreadSanitizer in their
+# own tree and run by scripts/run-tsan.sh; any data race fails it. (-Wno-tsan:
+# TSan does not model the rings' fences; they order memory shared with
+# another process, which it cannot see anyway.)
+TSAN_BUILD ?= build-tsan
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan
+TSAN_TESTS ?= $(addprefix $(BUILD)/tests/,test-daemon-e2e test-daemon-badinput test-hostile \
+	test-ops-daemon test-daemon-fuzz)
+.PHONY: check-tsan _check_tsan
+check-tsan: deps
+	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) CUDA=0 CFLAGS="$(TSAN_FLAGS)" \
+		LDFLAGS="$(TSAN_FLAGS)" _check_tsan
+_check_tsan: $(SNAPKVD) $(SNAPKVCTL) $(TSAN_TESTS)
+	@BUILD=$(BUILD) SHARED=$(SHARED) scripts/run-tsan.sh $(TSAN_TESTS)
+
 all: $(LIBS) $(BINS) $(TESTS) $(BENCHES)
 
 $(BUILD)/%.o: %.c
@@ -213,7 +229,7 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD)
 
 # Keep intermediate objects (e.g. the CUDA emulator's) so a second make
 # does not rebuild them.

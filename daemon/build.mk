@@ -119,3 +119,12 @@ $(BUILD)/tests/test-daemon-fuzz: $(BUILD)/tests/integration/test-daemon-fuzz.o \
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
 		-lm $(LDFLAGS)
 TESTS += $(BUILD)/tests/test-daemon-fuzz
+
+# The hostile-client suite (issue 11): one test per hardening defect.
+$(BUILD)/tests/integration/test-hostile.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-hostile.o
+$(BUILD)/tests/test-hostile: $(BUILD)/tests/integration/test-hostile.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(SNAPKVD) $(SNAPKVCTL)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(JSON_LIBS) \
+		$(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-hostile

@@ -38,6 +38,16 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->threads = 0;
 	c->workers = 0; /* min(4, max(1, threads / 8)): snapkvd_compactor_new */
 	c->max_sessions = 256;
+	/* hardening limits (issue 11): what one client or tenant may claim */
+	c->max_sessions_per_tenant = 64;
+	c->max_admin_sessions = 16;
+	c->max_handshakes = 64;
+	c->hello_timeout_ms = 2000;
+	c->max_tenant_buffers = 1024;
+	c->max_tenant_mapped_bytes = 1ull << 40;
+	c->max_mapped_bytes = 16ull << 40;
+	c->max_request_macs = 1ull << 44;
+	c->max_request_bytes = 256ull << 30;
 	c->max_buffers = 256;
 	c->max_caches = 4096;
 	c->max_layers = 1024;
@@ -52,6 +62,9 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->prefill_wait_max_ms = 10000;
 	c->log_level = SNAPKVD_LOG_INFO;
 	snapkvd_policy_config_init(&c->policy);
+	/* the daemon rate-limits pressure transitions (issue 11); the pressure
+	 * object alone (unit tests) does not */
+	c->policy.pressure.min_dwell_ms = 1000;
 	c->http.max_request = 8192;
 	c->http.max_connections = 16;
 	c->http.timeout_ms = 10000;
@@ -415,6 +428,12 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 	if (strcmp(key, "metrics_textfile") == 0)
 		return set_path(c->metrics_textfile, sizeof(c->metrics_textfile), value, key, err,
 				errlen);
+	if (strcmp(key, "pressure_min_dwell_ms") == 0) {
+		if (parse_u32(value, 0, 3600 * 1000, &u) < 0)
+			return bad(err, errlen, "%s: 0..3600000", key);
+		p->min_dwell_ms = u;
+		return 0;
+	}
 	if (strcmp(key, "hook_timeout_ms") == 0) {
 		if (parse_u32(value, 1, 3600 * 1000, &u) < 0)
 			return bad(err, errlen, "%s: 1..3600000", key);
@@ -480,6 +499,11 @@ static const struct ukey ukeys[] = {
     U(watchdog_ms, 10, 60000),
     U(workers, 0, 64),
     U(prefill_wait_max_ms, 1, 600000),
+    U(max_sessions_per_tenant, 1, 65536),
+    U(max_admin_sessions, 1, 4096),
+    U(max_handshakes, 1, 65536),
+    U(hello_timeout_ms, 100, 60000),
+    U(max_tenant_buffers, 1, 1u << 20),
 };
 
 /* the Prometheus listener's limits (snapkvd-http.h) */
@@ -504,6 +528,10 @@ static const struct skey skeys[] = {
     S(tenant_quota_bytes, 0),
     S(max_buffer_bytes, 4096),
     S(max_scratch_bytes, 0),
+    S(max_tenant_mapped_bytes, 4096),
+    S(max_mapped_bytes, 4096),
+    S(max_request_macs, 1 << 20),
+    S(max_request_bytes, 1 << 20),
     {"metrics_http_max_request", offsetof(struct snapkvd_config, http.max_request), 256, 65536},
 };
 
@@ -610,6 +638,14 @@ static int set_key(struct snapkvd_config *c, const char *k, const char *v, const
 			return r;
 		}
 		c->log_level = r;
+		return 0;
+	}
+	if (!strcmp(k, "admin_uids")) {
+		r = parse_idlist(v, &c->n_admin_uids, (uint32_t *)c->admin_uids);
+		if (r < 0) {
+			*why = "expected up to 64 numeric ids separated by spaces or commas";
+			return -EINVAL;
+		}
 		return 0;
 	}
 	if (!strcmp(k, "allow_uids") || !strcmp(k, "allow_gids")) {
@@ -821,6 +857,7 @@ static void dump_policy(FILE *f, const struct snapkvd_policy_config *p)
 	dump_double(f, "pressure_scale_high", p->pressure.scale_high);
 	dump_double(f, "pressure_scale_critical", p->pressure.scale_critical);
 	dump_double(f, "pressure_guaranteed_share", p->pressure.guaranteed_share);
+	fprintf(f, "pressure_min_dwell_ms = %u\n", p->pressure.min_dwell_ms);
 	fprintf(f, "hook_dir = %s\n", p->hook_dir);
 	fprintf(f, "hook_timeout_ms = %u\n", p->hooks.timeout_ms);
 	fprintf(f, "hook_max = %u\n", p->hooks.max_hooks);
@@ -859,6 +896,7 @@ int snapkvd_config_dump(const struct snapkvd_config *c, char **ret)
 				  *(const uint64_t *)((const char *)c + skeys[i].off));
 	dump_ids(f, "allow_uids", (const uint32_t *)c->allow_uids, c->n_allow_uids);
 	dump_ids(f, "allow_gids", (const uint32_t *)c->allow_gids, c->n_allow_gids);
+	dump_ids(f, "admin_uids", (const uint32_t *)c->admin_uids, c->n_admin_uids);
 	for (size_t i = 0; i < sizeof(ukeys) / sizeof(ukeys[0]); i++)
 		fprintf(f, "%s = %u\n", ukeys[i].name,
 			*(const unsigned *)((const char *)c + ukeys[i].off));
@@ -886,6 +924,16 @@ int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid)
 			return 1;
 	for (unsigned i = 0; i < c->n_allow_gids; i++)
 		if (c->allow_gids[i] == gid)
+			return 1;
+	return 0;
+}
+
+int snapkvd_config_is_admin(const struct snapkvd_config *c, uid_t uid)
+{
+	if (uid == 0 || uid == geteuid())
+		return 1;
+	for (unsigned i = 0; i < c->n_admin_uids; i++)
+		if (c->admin_uids[i] == uid)
 			return 1;
 	return 0;
 }

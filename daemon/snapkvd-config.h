@@ -102,6 +102,18 @@ struct snapkvd_config {
 	unsigned watchdog_ms;	      /* timer period for housekeeping */
 	unsigned prefill_wait_max_ms; /* bound on CompactRequest.prefill_wait */
 	int log_level;
+	/* hardening (issue 11): every resource a client can claim is bounded */
+	unsigned max_sessions_per_tenant; /* engine sessions of one uid            */
+	unsigned max_admin_sessions;	  /* snapkvctl sessions (own slots)        */
+	unsigned max_handshakes;	  /* connections not yet past HELLO        */
+	unsigned hello_timeout_ms;	  /* HELLO deadline after accept           */
+	unsigned max_tenant_buffers;	  /* registered buffers of one uid         */
+	uint64_t max_tenant_mapped_bytes; /* bytes of buffers mapped for one uid   */
+	uint64_t max_mapped_bytes;	  /* bytes of buffers mapped, all tenants  */
+	uint64_t max_request_macs;	  /* work of one COMPACT (multiply-adds)   */
+	uint64_t max_request_bytes;	  /* K/V/Q bytes one COMPACT reads         */
+	unsigned n_admin_uids;
+	uid_t admin_uids[SNAPKVD_MAX_ALLOW]; /* see every tenant in admin views */
 	unsigned n_allow_uids, n_allow_gids;
 	uid_t allow_uids[SNAPKVD_MAX_ALLOW];
 	gid_t allow_gids[SNAPKVD_MAX_ALLOW];
@@ -139,5 +151,8 @@ int snapkvd_config_dump(const struct snapkvd_config *c, char **ret);
 /* Whether a peer is allowed in: both allow lists empty means everyone who
  * can reach the socket (its file mode decides). */
 int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid);
+/* Whether uid sees every tenant in admin views and gets the reserved admin
+ * slot: root, the daemon's own user, or an admin_uids member. */
+int snapkvd_config_is_admin(const struct snapkvd_config *c, uid_t uid);
 
 #endif

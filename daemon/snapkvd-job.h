@@ -83,8 +83,18 @@ struct snapkvd_job {
 	int status;
 	char err[256];
 	uint64_t t_start; /* admission, CLOCK_MONOTONIC */
+	/* set (by the loop thread, atomically) when the session ends: a queued
+	 * job is not run, a running one stops at its next safe point
+	 * (snapkvd_job_cancelled); the session outlives its jobs */
+	const bool *cancel;
 	struct snapkvd_job *next;
 };
+
+/* Whether the job's session has ended (any thread). */
+static inline bool snapkvd_job_cancelled(const struct snapkvd_job *j)
+{
+	return j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE);
+}
 
 /* A zeroed job of `kind` for session s. NULL: out of memory. */
 struct snapkvd_job *snapkvd_job_new(enum snapkvd_job_kind kind, struct snapkvd_session *s,

@@ -439,6 +439,9 @@ static void textfile_result(struct snapkvd_policy *ops, int r, uint64_t now_ns)
 
 void snapkvd_policy_tick(struct snapkvd_policy *ops, uint64_t now_ns)
 {
+	/* a downward transition held back by the dwell is looked at again */
+	if (snapkvd_pressure_level(ops->pressure) != SNAPKVD_PRESSURE_NORMAL)
+		ops->dirty = 1;
 	for (size_t i = 0; i < ops->n_hooks; i++) {
 		struct snapkvd_hook *h = ops->hooks[i];
 

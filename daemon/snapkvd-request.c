@@ -187,6 +187,46 @@ static int check_plan(const struct snapkvd_request_env *env, struct snapkvd_job 
 	return 0;
 }
 
+/*
+ * Owns: the work of one request, bounded up front. Multiply-adds of the
+ * scoring (layers x H_q x observation rows x L x D) against
+ * max_request_macs, and the bytes the kernels read (K, V and Q of every
+ * layer) against max_request_bytes: a request refused here has queued
+ * nothing, so no engine waits behind a job of unbounded cost.
+ */
+static int check_work(const struct snapkvd_request_env *env, const struct snapkvd_job *j,
+		      const struct skv_plan *plan, enum skv_dtype dt, char *err, size_t errlen)
+{
+	const struct skv_shape *sh = &j->shape;
+	uint64_t s = skv_dtype_size(dt) ? skv_dtype_size(dt) : 4, macs, per_layer, bytes;
+	bool over;
+
+	over =
+	    mul64((uint64_t)j->layers * sh->h_q, (uint64_t)plan->w_obs * sh->prompt_len, &macs) ||
+	    mul64(macs, sh->head_dim, &macs);
+	if (over || macs > env->cfg->max_request_macs) {
+		snprintf(err, errlen,
+			 "compaction needs %s%llu multiply-adds (%u layers x %u query heads x %u "
+			 "rows x L %u x D %u), over max_request_macs %llu",
+			 over ? "over " : "", (unsigned long long)(over ? UINT64_MAX : macs),
+			 j->layers, sh->h_q, plan->w_obs, sh->prompt_len, sh->head_dim,
+			 (unsigned long long)env->cfg->max_request_macs);
+		return -E2BIG;
+	}
+	per_layer =
+	    (2ull * sh->h_kv * sh->prompt_len + (uint64_t)sh->h_q * sh->n_q) * sh->head_dim * s;
+	over = mul64(per_layer, j->layers, &bytes);
+	if (over || bytes > env->cfg->max_request_bytes) {
+		snprintf(err, errlen,
+			 "compaction reads %s%llu bytes (%u layers of K, V and Q), over "
+			 "max_request_bytes %llu",
+			 over ? "over " : "", (unsigned long long)(over ? UINT64_MAX : bytes),
+			 j->layers, (unsigned long long)env->cfg->max_request_bytes);
+		return -E2BIG;
+	}
+	return 0;
+}
+
 /* The largest of the first nb block table entries; each must be >= 0. */
 static int block_table_max(const struct snapkvd_job *j, uint64_t nb, uint64_t *ret, char *err,
 			   size_t errlen)
@@ -254,6 +294,29 @@ static int tensor_extent(const struct snapkvd_job *j, const Snapkv__V1__TensorRe
 }
 
 /*
+ * Owns: no tensor reads an element twice. Strides that overlap (a zero
+ * token stride, heads closer than a row, a block table naming one block
+ * twice) make a tiny buffer stand for any amount of work; the elements a
+ * tensor names must fit in the bytes its strides span (span, from its
+ * offset). 0 or -EINVAL.
+ */
+static int check_overlap(const struct tensor_want *w, uint64_t span, uint64_t s,
+			 const struct snapkvd_buffer *b, char *err, size_t errlen)
+{
+	uint64_t need;
+
+	if (mul64((uint64_t)w->heads * w->tokens, (uint64_t)w->dim * s, &need) || need > span) {
+		snprintf(err, errlen,
+			 "layer %u: %s: strides overlap: %u heads x %u tokens x %u elements "
+			 "fit in %llu bytes of buffer %llu; each element must be distinct",
+			 w->layer, w->what, w->heads, w->tokens, w->dim, (unsigned long long)span,
+			 (unsigned long long)b->id);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
  * Owns, for one tensor reference: its presence, its dtype, that its buffer
  * is the session's, non-negative strides, an offset aligned to the dtype,
  * paging only where allowed and within the block table, and every element
@@ -311,6 +374,9 @@ static int resolve_tensor(const struct snapkvd_request_env *env, struct snapkvd_
 				 (unsigned long long)b->id, (unsigned long long)b->size);
 			return -ERANGE;
 		}
+		r = check_overlap(w, end - t->offset, s, b, err, errlen);
+		if (r < 0)
+			return r;
 	}
 	snapkvd_job_hold(j, b);
 	*out = (struct skv_tensor){
@@ -561,6 +627,7 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	scale_capacity(env->ops, &j->params, &scaled);
 	if ((r = check_plan(env, j, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
 	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||
+	    (r = check_work(env, j, &plan, odt, err, errlen)) ||
 	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||
 	    (r = snapkvd_paged_check(env, j, req, &plan, odt, err, errlen)) ||
 	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)))

@@ -231,6 +231,11 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 	free(buf);
 	if (r == -ETIMEDOUT)
 		return socket_timeout(c, "take a request");
+	if (r == -EMSGSIZE) /* nothing was sent: the session is fine */
+		return fail(c, r,
+			    "message of %zu bytes exceeds this socket's send buffer "
+			    "(raise net.core.wmem_max to 1.1 MiB for 1 MiB frames)",
+			    n);
 	if (r < 0) {
 		struct skv_frame_hdr eh;
 		unsigned nf = 0;
@@ -379,6 +384,8 @@ static int session_open(struct skv_client *c, uint64_t dl)
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return fail(c, -errno, "socket: %s", strerror(errno));
+	/* frames up to the protocol's 1 MiB both ways, as far as the kernel lets */
+	(void)skv_frame_size_socket(c->fd, NULL);
 	strcpy(sa.sun_path, c->path);
 	r = skv_io_connect(c->fd, &sa, dl);
 	if (r == -ETIMEDOUT) {

@@ -338,7 +338,19 @@ static void test_events(void)
 	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), -EAGAIN);
 	s->inflight = 7;
 	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), 1);
-	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), -EAGAIN);
+	/* one unread event per ring: the next waits (coalesced) for it */
+	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 0, 2048, 1000, 7), 1);
+	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 1, 1024, 500, 8), 1);
+	CU_ASSERT_TRUE(s->pev_waiting);
+	CU_ASSERT_EQUAL(s->events_coalesced, 1);
+	CU_ASSERT_EQUAL(reap(&cqe), 0);
+	CU_ASSERT_EQUAL(cqe.res, 3);
+	CU_ASSERT_EQUAL(reap(&cqe), -EAGAIN); /* nothing more until flushed */
+	snapkvd_session_flush_cq(s);	      /* the engine read it: the newest goes */
+	CU_ASSERT_FALSE(s->pev_waiting);
+	CU_ASSERT_EQUAL(reap(&cqe), 0);
+	CU_ASSERT_EQUAL(cqe.res, 2);
+	CU_ASSERT_EQUAL(cqe.reserved, 8);
 	s->inflight = 0;
 	/* admin sessions and sessions without a ring get none */
 	s->admin = true;
