@@ -7,3 +7,15 @@ OBJS += $(SKV_BENCH).o
 $(BUILD)/bench/bench-kernels.o: CFLAGS_BASE += $(BLAS_CFLAGS)
 $(SKV_BENCH): %: %.o $(LIBSKV)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(BLAS_LIBS) $(LDFLAGS)
+
+# bench-daemon: whole-model and per-layer compactions through a live snapkvd
+# vs OpenBLAS sgemm, daemon page faults, FMA peak, ring vs cache-line
+# ping-pong (bench/README.md). Named literally: daemon/build.mk, which
+# defines the daemon's variables, is read after this file.
+BENCH_DAEMON := $(BUILD)/bench/bench-daemon
+OBJS += $(BENCH_DAEMON).o
+$(BUILD)/bench/bench-daemon.o: CFLAGS_BASE += $(BLAS_CFLAGS)
+$(BENCH_DAEMON): $(BUILD)/bench/bench-daemon.o $(BUILD)/libsnapkv.so $(BUILD)/snapkvd
+	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lsnapkv -Wl,-rpath,$(abspath $(BUILD)) \
+		$(BLAS_LIBS) $(PBC_LIBS) $(LDFLAGS)
+BENCHES += $(BENCH_DAEMON)
