@@ -145,12 +145,6 @@ static int plan_at(const struct skv_shape *sh, const struct skv_params *p, uint3
 	default:
 		return skv_fail(err, -1, -1, "unknown policy %d", (int)p->policy);
 	}
-	if (pl.bypass) {
-		/* Nothing is scored: every position is kept as it is. */
-		pl.sinks = 0;
-		pl.w_obs = 0;
-		pl.w_keep = L;
-	}
 	*ret_plan = pl;
 	return 0;
 }
@@ -349,6 +343,12 @@ static int budget_plan(const struct skv_shape *sh, const struct skv_params *p,
 	}
 	if (r < 0)
 		return r;
+	if (pl.bypass) {
+		/* Nothing is scored: every position is kept as it is. */
+		pl.sinks = 0;
+		pl.w_obs = 0;
+		pl.w_keep = sh->prompt_len;
+	}
 	*ret_plan = pl;
 	return 0;
 }
