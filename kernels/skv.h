@@ -383,6 +383,15 @@ struct skv_ledger {
 /* -EINVAL on zero sizes or g > reserve; -EOVERFLOW when a product overflows. */
 int skv_ledger_compute(const struct skv_ledger_in *in, struct skv_ledger *ret);
 
+/*
+ * The summed ledger of SPEC.md's budget modes: kept[n_kept] per (layer,
+ * stored head), n_kept = N * H_store; compact 2*B*s*D*sum(kept + g), index
+ * 4*B*sum(kept + g); native_full and reserved as skv_ledger_compute() (which
+ * it equals for equal counts). capacity is not read. -EINVAL, -EOVERFLOW.
+ */
+int skv_ledger_sum(const struct skv_ledger_in *in, const uint32_t *kept, uint64_t n_kept,
+		   struct skv_ledger *ret);
+
 #ifdef __cplusplus
 }
 #endif

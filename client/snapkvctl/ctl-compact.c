@@ -44,40 +44,53 @@ static const enum skv_gqa gqa_vals[] = {SKV_GQA_EXPAND, SKV_GQA_GROUP};
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: snapkvctl compact [--offline | --socket PATH] IN OUT [options]\n"
-		"\n"
-		"Compacts the K/V in safetensors file IN (per layer N: layers.N.q [H_q, rows, D],\n"
-		"layers.N.k and layers.N.v [H_kv, L, D]; F32, F16 or BF16; q may be absent for\n"
-		"streamingllm and window) and writes OUT (layers.N.k/.v [H_store, kept, D],\n"
-		"layers.N.indices I32 [H_store, kept], layers.N.retained_mass F32 [H_store],\n"
-		"__metadata__ with the parameters and the capacity ledger). snapkv uses the last\n"
-		"W rows of q; h2o needs all L rows (and ignores --kernel); streamingllm and\n"
-		"window use the rows of q, when present, only to report retained mass.\n"
-		"Without --offline snapkvd compacts (at --socket PATH, else $SNAPKV_SOCKET, else\n"
-		"/run/snapkvd/snapkvd.sock if it exists, else $XDG_RUNTIME_DIR/snapkvd.sock);\n"
-		"OUT is the same bytes.\n"
-		"\n"
-		"options:\n"
-		"  --offline            compact here with libskv (no daemon)\n"
-		"  --socket PATH        snapkvd's socket, when not --offline\n"
-		"  --policy P           snapkv (default), h2o, streamingllm, window\n"
-		"  --window W           observation window / recent keep (default 32)\n"
-		"  --capacity C         positions kept per stored head, window included (2048)\n"
-		"  --kernel K           pooling width, odd, 1 = none (default 5)\n"
-		"  --pooling avg|max    pooling kind (default avg)\n"
-		"  --gqa expand|group   store H_q heads (default) or H_kv heads\n"
-		"  --sinks S            streamingllm sink positions (default 4)\n"
-		"  --protect A:B        always keep positions A..B-1 (half-open, like a Python\n"
-		"                       slice); repeatable, at most %d ranges\n"
-		"  --threads N          --offline worker threads, 0 = one per core (default 0)\n"
-		"  --show H             print the kept positions of the first H heads per layer\n"
-		"  -q, --quiet          print nothing on success\n"
-		"  -h, --help           this text\n"
-		"\n"
-		"Exit status: 0 success, 1 run-time failure (I/O, memory, daemon), 2 bad options,\n"
-		"bad input file or invalid parameters. OUT is replaced atomically or not at all.\n",
-		SKV_MAX_PROTECTED);
+	fprintf(
+	    f,
+	    "usage: snapkvctl compact [--offline | --socket PATH] IN OUT [options]\n"
+	    "\n"
+	    "Compacts the K/V in safetensors file IN (per layer N: layers.N.q [H_q, rows, D],\n"
+	    "layers.N.k and layers.N.v [H_kv, L, D]; F32, F16 or BF16; q may be absent for\n"
+	    "streamingllm and window) and writes OUT (layers.N.k/.v [H_store, kept, D],\n"
+	    "layers.N.indices I32 [H_store, kept], layers.N.retained_mass F32 [H_store],\n"
+	    "__metadata__ with the parameters and the capacity ledger). snapkv uses the last\n"
+	    "W rows of q; h2o needs all L rows (and ignores --kernel); streamingllm and\n"
+	    "window use the rows of q, when present, only to report retained mass.\n"
+	    "Without --offline snapkvd compacts (at --socket PATH, else $SNAPKV_SOCKET, else\n"
+	    "/run/snapkvd/snapkvd.sock if it exists, else $XDG_RUNTIME_DIR/snapkvd.sock);\n"
+	    "OUT is the same bytes.\n"
+	    "\n"
+	    "options:\n"
+	    "  --offline            compact here with libskv (no daemon)\n"
+	    "  --socket PATH        snapkvd's socket, when not --offline\n"
+	    "  --policy P           snapkv (default), h2o, streamingllm, window\n"
+	    "  --window W           observation window / recent keep (default 32)\n"
+	    "  --capacity C         positions kept per stored head, window included (2048)\n"
+	    "  --kernel K           pooling width, odd, 1 = none (default 5)\n"
+	    "  --pooling avg|max    pooling kind (default avg)\n"
+	    "  --gqa expand|group   store H_q heads (default) or H_kv heads\n"
+	    "  --sinks S            streamingllm sink positions (default 4)\n"
+	    "  --protect A:B        always keep positions A..B-1 (half-open, like a Python\n"
+	    "                       slice); repeatable, at most %d ranges\n"
+	    "  --budget B           how many positions each head keeps (SPEC.md budget modes):\n"
+	    "                       uniform (default: C everywhere), layers:C0,C1,.. (one per\n"
+	    "                       layer), pyramid:R (C_l around C, R < 1 shrinks with depth),\n"
+	    "                       heads[:A] (AdaKV: floor A of C each, default 0.2, the rest\n"
+	    "                       layer-wide), mass:TAU[:CMIN:CMAX:STEP] (one C* for the\n"
+	    "                       cache: the smallest C on the ladder keeping retained mass\n"
+	    "                       >= TAU in every head), mass-heads:TAU[:CMIN:CMAX] (per\n"
+	    "                       head the smallest count reaching TAU); CMIN defaults to\n"
+	    "                       W+1, CMAX to C, STEP to (C-W)/16. heads and mass-heads\n"
+	    "                       write ragged layers ([sum kept, D], layers.N.kept)\n"
+	    "  --fallback-below F   keep the full prompt when any head's retained mass would\n"
+	    "                       be below F (0 < F <= 1; default: never)\n"
+	    "  --threads N          --offline worker threads, 0 = one per core (default 0)\n"
+	    "  --show H             print the kept positions of the first H heads per layer\n"
+	    "  -q, --quiet          print nothing on success\n"
+	    "  -h, --help           this text\n"
+	    "\n"
+	    "Exit status: 0 success, 1 run-time failure (I/O, memory, daemon), 2 bad options,\n"
+	    "bad input file or invalid parameters. OUT is replaced atomically or not at all.\n",
+	    SKV_MAX_PROTECTED);
 }
 
 struct opts {
@@ -101,7 +114,9 @@ enum {
 	OPT_THREADS,
 	OPT_SHOW,
 	OPT_SOCKET,
-	OPT_LAST = OPT_SOCKET,
+	OPT_BUDGET,
+	OPT_FALLBACK,
+	OPT_LAST = OPT_FALLBACK,
 };
 
 static const struct option long_opts[] = {
@@ -117,6 +132,8 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"show", required_argument, NULL, OPT_SHOW},
     {"socket", required_argument, NULL, OPT_SOCKET},
+    {"budget", required_argument, NULL, OPT_BUDGET},
+    {"fallback-below", required_argument, NULL, OPT_FALLBACK},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -226,6 +243,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			if ((r = parse_protect(optarg, &o->params)) != 0)
 				return r;
 			break;
+		case OPT_BUDGET:
+			if ((r = ctl_parse_budget(CMD, optarg, &o->params)) != 0)
+				return r;
+			break;
+		case OPT_FALLBACK:
+			if (ctl_parse_float(optarg, &o->params.fallback_below) < 0) {
+				ctl_err(CMD, "--fallback-below: \"%s\" is not a number", optarg);
+				return CTL_EXIT_USAGE;
+			}
+			break;
 		case 'q':
 			o->quiet = true;
 			break;
@@ -255,6 +282,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	o->in = argv[optind];
 	o->out = argv[optind + 1];
+	ctl_budget_defaults(&o->params);
 	if (o->offline && o->socket) {
 		ctl_err(CMD, "--offline and --socket exclude each other");
 		return CTL_EXIT_USAGE;
@@ -306,6 +334,9 @@ struct job {
 	struct skv_layer_out *kout;
 	struct skv_st_layer_result *res;
 	void *outbuf;
+	uint32_t room;	/* rows of room per stored head (skv_budget_rows) */
+	uint32_t *kept; /* [n_layers][h_store] what each head kept */
+	struct skv_budget_result outcome;
 };
 
 static void job_free(struct job *j)
@@ -318,6 +349,7 @@ static void job_free(struct job *j)
 	free(j->kout);
 	free(j->res);
 	free(j->outbuf);
+	free(j->kept);
 	skv_st_close(j->in);
 }
 
@@ -537,7 +569,7 @@ static uint64_t phys_mem(void)
 
 static int setup_buffers(struct job *j)
 {
-	uint32_t nl = j->n_layers, hs = j->plan.h_store, kept = j->plan.kept;
+	uint32_t nl = j->n_layers, hs = j->plan.h_store, kept = j->room;
 	uint32_t D = j->shape.head_dim, L = j->shape.prompt_len;
 	size_t es = skv_dtype_size(j->kv_dtype);
 	uint64_t kv_bytes, pos_bytes, mass_bytes, per_layer, total;
@@ -562,7 +594,8 @@ static int setup_buffers(struct job *j)
 	j->kin = calloc(nl, sizeof(*j->kin));
 	j->kout = calloc(nl, sizeof(*j->kout));
 	j->res = calloc(nl, sizeof(*j->res));
-	if (!j->copies || !j->kin || !j->kout || !j->res ||
+	j->kept = calloc((size_t)nl * hs, sizeof(*j->kept));
+	if (!j->copies || !j->kin || !j->kout || !j->res || !j->kept ||
 	    posix_memalign(&j->outbuf, 64, total ? total : 64)) {
 		j->outbuf = NULL;
 		ctl_err(CMD, "out of memory for %" PRIu64 " bytes of output", total);
@@ -612,9 +645,46 @@ static int setup_buffers(struct job *j)
 		    .v = ko->v.data,
 		    .positions = ko->positions,
 		    .retained_mass = ko->retained_mass,
+		    .head_stride = (int64_t)kept * D,
+		    .token_stride = D,
+		    .pos_stride = kept,
+		    .kept = j->kept + (size_t)l * hs,
 		};
 	}
 #undef R64
+	return 0;
+}
+
+/*
+ * Rows of room each head's output needs (the most any layer needs); the
+ * budget's per-layer rules (list length, pyramid C_l) are checked here,
+ * before any work. Budgets other than uniform run here only (--offline).
+ */
+static int budget_room(struct job *j)
+{
+	const struct skv_params *p = &j->o.params;
+	struct skv_error e = {.layer = -1, .head = -1};
+	uint32_t *rows = calloc(j->n_layers, sizeof(*rows));
+
+	if (!rows) {
+		ctl_err(CMD, "out of memory");
+		return CTL_EXIT_FAIL;
+	}
+	int r = skv_budget_rows(&j->shape, p, j->n_layers, rows, &e);
+	j->room = 0;
+	for (uint32_t l = 0; !r && l < j->n_layers; l++)
+		j->room = rows[l] > j->room ? rows[l] : j->room;
+	free(rows);
+	if (r < 0) {
+		ctl_err(CMD, "invalid parameters: %s", e.msg[0] ? e.msg : strerror(-r));
+		return CTL_EXIT_USAGE;
+	}
+	if (!j->o.offline && (p->budget != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
+		ctl_err(CMD, "--budget %s%s: snapkvd does not take budget modes yet; use --offline",
+			skv_budget_name(p->budget),
+			p->fallback_below > 0.0f ? " with a fallback" : "");
+		return CTL_EXIT_USAGE;
+	}
 	return 0;
 }
 
@@ -645,10 +715,29 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 	for (uint32_t i = 0; i < p->n_protected; i++)
 		printf("%s%" PRIu32 ":%" PRIu32, i ? ", " : ", protected ",
 		       p->protected_ranges[i].begin, p->protected_ranges[i].end);
-	printf("\n  kept %" PRIu32 " of %" PRIu32 " positions per head, %" PRIu32
-	       " stored heads per layer%s\n",
-	       j->plan.kept, j->shape.prompt_len, j->plan.h_store,
-	       j->plan.bypass ? " (bypass: L < C, nothing scored)" : "");
+	if (p->budget == SKV_BUDGET_UNIFORM && !j->outcome.fallback) {
+		printf("\n  kept %" PRIu32 " of %" PRIu32 " positions per head, %" PRIu32
+		       " stored heads per layer%s\n",
+		       j->plan.kept, j->shape.prompt_len, j->plan.h_store,
+		       j->plan.bypass ? " (bypass: L < C, nothing scored)" : "");
+	} else {
+		uint64_t tot = 0, n = (uint64_t)j->n_layers * j->plan.h_store;
+		uint32_t kmin = UINT32_MAX;
+		for (uint64_t i = 0; i < n; i++) {
+			tot += j->kept[i];
+			kmin = j->kept[i] < kmin ? j->kept[i] : kmin;
+		}
+		printf("\n  budget %s", skv_budget_name(p->budget));
+		if (j->outcome.c_star)
+			printf(", C* %" PRIu32, j->outcome.c_star);
+		printf(": kept per head mean %.1f, min %" PRIu32 " of %" PRIu32
+		       " positions, %" PRIu32 " stored heads per layer\n",
+		       (double)tot / (double)n, kmin, j->shape.prompt_len, j->plan.h_store);
+		if (j->outcome.fallback)
+			printf("  fallback: a head would keep retained mass %.4f < %.4g, so every "
+			       "head keeps the full prompt\n",
+			       (double)j->outcome.min_mass, (double)p->fallback_below);
+	}
 	for (uint32_t l = 0; l < j->n_layers; l++)
 		for (uint32_t h = 0; h < j->plan.h_store; h++) {
 			float m = j->res[l].retained_mass[h];
@@ -671,8 +760,8 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 	for (uint32_t l = 0; l < j->n_layers; l++)
 		for (uint32_t h = 0; h < j->plan.h_store && h < j->o.show; h++) {
 			printf("  layer %" PRIu32 " head %" PRIu32 " kept: ", l, h);
-			ctl_print_ranges(stdout, j->res[l].positions + (size_t)h * j->plan.kept,
-					 j->plan.kept, 12);
+			ctl_print_ranges(stdout, j->res[l].positions + (size_t)h * j->room,
+					 j->kept[(size_t)l * j->plan.h_store + h], 12);
 		}
 	printf("  ledger (B 1, N %" PRIu32 ", g 0):\n", j->n_layers);
 	print_bytes("native full", lg->native_full);
@@ -724,7 +813,7 @@ int ctl_compact(int argc, char **argv)
 		goto out;
 	}
 	j.plan = desc.plan;
-	if ((rc = setup_buffers(&j)))
+	if ((rc = budget_room(&j)) || (rc = setup_buffers(&j)))
 		goto out;
 
 	if (j.o.offline) {
@@ -736,7 +825,10 @@ int ctl_compact(int argc, char **argv)
 		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		kerr = (struct skv_error){.layer = -1, .head = -1};
-		r = skv_compact(ctx, &j.shape, &j.o.params, j.n_layers, j.kin, j.kout, &kerr);
+		j.outcome =
+		    (struct skv_budget_result){.result_size = sizeof(j.outcome), .kept = j.kept};
+		r = skv_compact_budget(ctx, &j.shape, &j.o.params, j.n_layers, j.kin, j.kout,
+				       &j.outcome, &kerr);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (r < 0) {
 			const char *why = kerr.msg[0] ? kerr.msg : strerror(-r);
@@ -764,6 +856,16 @@ int ctl_compact(int argc, char **argv)
 			goto out;
 		}
 		snprintf(where, sizeof(where), "in snapkvd at %.250s", sock);
+		for (size_t i = 0; i < (size_t)j.n_layers * j.plan.h_store; i++)
+			j.kept[i] = j.plan.kept;
+		j.outcome.c_star = j.o.params.capacity;
+	}
+	r = skv_st_compact_desc_budget(&desc, j.kept, j.outcome.c_star, j.outcome.fallback);
+	if (r < 0) {
+		ctl_err(CMD, "ledger: %s",
+			r == -EOVERFLOW ? "byte counts overflow 64 bits" : "invalid kept counts");
+		rc = CTL_EXIT_FAIL;
+		goto out;
 	}
 
 	r = skv_st_write_compact(j.o.out, &desc, j.res, &sterr);

@@ -512,6 +512,42 @@ static void test_invalid_budgets(void)
 	prob_free(&pb);
 }
 
+static void test_ledger_sum(void)
+{
+	struct skv_ledger_in in = {
+	    .batch = 1,
+	    .layers = 32,
+	    .h_q = 32,
+	    .h_kv = 8,
+	    .head_dim = 128,
+	    .dtype_bytes = 2,
+	    .prompt_len = 16384,
+	    .capacity = 1024,
+	    .appended = 512,
+	    .reserve = 512,
+	    .gqa = SKV_GQA_EXPAND,
+	};
+	struct skv_ledger a, b;
+	static uint32_t kept[32 * 32];
+
+	/* equal counts: SPEC's worked ledger exactly */
+	for (int i = 0; i < 32 * 32; i++)
+		kept[i] = 1024;
+	CU_ASSERT_EQUAL_FATAL(skv_ledger_compute(&in, &a), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_ledger_sum(&in, kept, 32 * 32, &b), 0);
+	CU_ASSERT_EQUAL(b.compact, 805306368ull);
+	CU_ASSERT(memcmp(&a, &b, sizeof(a)) == 0);
+	/* ragged: one head keeps 24 more, one 24 fewer, one 100 more */
+	kept[0] += 24;
+	kept[5] -= 24;
+	kept[77] += 100;
+	CU_ASSERT_EQUAL_FATAL(skv_ledger_sum(&in, kept, 32 * 32, &b), 0);
+	CU_ASSERT_EQUAL(b.compact, 805306368ull + 2ull * 100 * 128 * 2);
+	CU_ASSERT_EQUAL(b.index, a.index + 400);
+	CU_ASSERT_EQUAL(b.native_full, a.native_full);
+	CU_ASSERT_EQUAL(skv_ledger_sum(&in, kept, 32 * 31, &b), -EINVAL);
+}
+
 /* ------------------------------------------------ random vs reference */
 
 /*
@@ -1008,6 +1044,7 @@ int main(void)
 	CU_add_test(s, "heads: worked floor and layer-wide cases", test_heads_worked);
 	CU_add_test(s, "layers: pyramid by hand, list", test_layers_worked);
 	CU_add_test(s, "fallback: worked cases", test_fallback_worked);
+	CU_add_test(s, "summed ledger", test_ledger_sum);
 	CU_add_test(s, "invalid budget parameters: -EINVAL, nothing written", test_invalid_budgets);
 	CU_add_test(s, "random uniform (with fallback) vs reference", test_random_uniform);
 	CU_add_test(s, "random layers vs reference", test_random_layers);
