@@ -177,9 +177,18 @@ int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, u
 uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *votes, uint32_t k);
 /* Pooled votes of the prefix [0, P) into out. */
 void skv_pool_votes(const struct skv_job *jb, const float *votes, float *out);
-/* Ranking key: pooled score above the complemented position (ties to the
- * smaller position); higher is better. */
-uint64_t skv_rank_key(float score, uint32_t pos);
+/*
+ * Ranking key: higher is better. The score's bits, made monotonic as an
+ * unsigned integer, above the complement of the position, so that equal
+ * scores rank the smaller position first. One integer compare per step.
+ */
+static inline uint64_t skv_rank_key(float score, uint32_t pos)
+{
+	uint32_t u;
+	__builtin_memcpy(&u, &score, 4);
+	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return (uint64_t)u << 32 | (uint32_t)~pos;
+}
 /* The R best non-forced prefix positions of one head, best first, in
  * w->key[0..n) (position = ~(uint32_t)key); returns n = min(R, candidates). */
 uint32_t skv_rank(const struct skv_job *jb, struct skv_ws *w, const float *votes, uint32_t R);
