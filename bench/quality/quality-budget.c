@@ -7,8 +7,8 @@
  * full cache's greedy continuation of T tokens is the reference and every
  * compacted cache is teacher-forced through it: top-1 agreement and
  * KL(full || compacted) per step. Table 1 compares, at the memory of uniform
- * SnapKV at C (total kept slots N * H * C), uniform, layers (pyramid r 0.5
- * and 2), heads (AdaKV, a 0.2), mass-heads with tau bisected per prompt to
+ * SnapKV at C (total kept slots N * H * C), uniform, layers (pyramid r 0.7
+ * and 1.5), heads (AdaKV, a 0.2), mass-heads with tau bisected per prompt to
  * the same memory, and StreamingLLM (S 4). mass at equal memory is uniform
  * itself (C* = C). Table 2 follows mass and mass-heads along tau: mean kept
  * fraction against KL, and how often a fallback below 0.5 would fire.
@@ -32,8 +32,12 @@ static const uint32_t caps[] = {12, 24, 48};
 #define N_CAP 3
 enum { M_UNIFORM, M_PYR_05, M_PYR_2, M_HEADS, M_MASS_HEADS_EQ, M_STREAMING, N_EQ };
 static const char *const eq_names[N_EQ] = {
-    "uniform (snapkv avg k5)",	       "layers pyramid r 0.5", "layers pyramid r 2", "heads a 0.2",
-    "mass-heads, tau to equal memory", "streamingllm S4",
+    "uniform (snapkv avg k5)",
+    "layers pyramid r 0.7",
+    "layers pyramid r 1.5",
+    "heads a 0.2",
+    "mass-heads, tau to equal memory",
+    "streamingllm S4",
 };
 static const float taus[] = {0.5f, 0.7f, 0.8f, 0.9f, 0.95f, 0.98f};
 #define N_TAU (sizeof(taus) / sizeof(taus[0]))
@@ -175,7 +179,7 @@ static void params_for(struct skv_params *p, int mode, uint32_t C, uint32_t L)
 	case M_PYR_05:
 	case M_PYR_2:
 		p->budget = SKV_BUDGET_LAYERS;
-		p->pyramid_r = mode == M_PYR_05 ? 0.5f : 2.0f;
+		p->pyramid_r = mode == M_PYR_05 ? 0.7f : 1.5f;
 		break;
 	case M_HEADS:
 		p->budget = SKV_BUDGET_HEADS;
