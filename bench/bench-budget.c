@@ -4,7 +4,8 @@
  * the host: one Llama-3-8B-shaped layer (H_q 32, H_kv 8, D 128, W 32, k 5
  * avg, expand, f32) at L tokens, compacted as uniform C 2048 and as mass,
  * mass-heads and heads (ladder C_min 64 .. C_max 2048 by 64), the modes
- * interleaved run by run so that drift hits them alike. Prints the median
+ * interleaved run by run, their order rotated each round, so that drift and
+ * cache state hit them alike. Prints the median
  * of each and its ratio to uniform.
  *
  * bench-budget [--threads N] [--reps N] [--len L] [--cpu]
@@ -144,7 +145,8 @@ int main(int argc, char **argv)
 	double *t = calloc((size_t)NM * reps, sizeof(double));
 	double kept_mean[NM] = {0};
 	for (unsigned r = 0; r <= reps; r++)
-		for (int m = 0; m < NM; m++) {
+		for (int mi = 0; mi < NM; mi++) {
+			int m = (int)((mi + r) % NM); /* each mode in every place of the round */
 			struct skv_budget_result res = {.result_size = sizeof(res), .kept = kept};
 			struct skv_error e;
 			double t0 = now();

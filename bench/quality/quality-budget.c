@@ -45,6 +45,7 @@ static const float taus[] = {0.5f, 0.7f, 0.8f, 0.9f, 0.95f, 0.98f};
 struct acc {
 	double kl, agree, kept_frac;
 	uint64_t n, compactions, fallbacks;
+	double last_prompt_kl; /* mean KL over the steps of the latest prompt */
 };
 
 /* log-softmax of logits into out (double). */
@@ -156,14 +157,18 @@ static int score(const struct tl_model *m, struct tl_state *st, struct bcache *b
 		 double *lp, struct acc *a, double full_slots)
 {
 	const uint32_t V = m->cfg.vocab_size;
+	double pk = 0;
 	for (uint32_t i = 0; i < T; i++) {
 		if (tl_forward(m, st, b->kv, toks[i], NULL) < 0)
 			return -1;
 		log_softmax(tl_state_logits(st), V, lp);
-		a->kl += kl(ref_lp + (size_t)i * V, lp, V);
+		double k = kl(ref_lp + (size_t)i * V, lp, V);
+		a->kl += k;
+		pk += k;
 		a->agree += tl_argmax(tl_state_logits(st), V) == ref_top[i];
 		a->n++;
 	}
+	a->last_prompt_kl = pk / T;
 	a->kept_frac += (double)b->kept_total / full_slots;
 	a->compactions++;
 	a->fallbacks += b->res.fallback ? 1 : 0;
@@ -234,7 +239,7 @@ int main(int argc, char **argv)
 	snprintf(defpath, sizeof(defpath), "%s/models/stories260K.gguf",
 		 shared && *shared ? shared : "../shared");
 	const char *path = getenv("SNAPKV_MODEL") ? getenv("SNAPKV_MODEL") : defpath;
-	uint32_t N = 16, L = 320, T = 64;
+	uint32_t N = 24, L = 320, T = 64;
 	uint64_t seed = 1234;
 	int c;
 
@@ -281,6 +286,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	static struct acc eq[N_EQ][N_CAP], tc[2][N_TAU];
+	/* per-prompt KL minus uniform's at the same memory: sum, squares, wins */
+	static double dsum[N_EQ][N_CAP], dsq[N_EQ][N_CAP];
+	static uint32_t dwin[N_EQ][N_CAP];
 	struct skv_ctx *ctx;
 	struct tl_state *st;
 	if (skv_ctx_new(1, &ctx) < 0 || tl_state_new(m, &st) < 0)
@@ -351,6 +359,13 @@ int main(int argc, char **argv)
 					return 1;
 				bcache_free(&b);
 			}
+		for (int mi = 1; mi < N_EQ; mi++)
+			for (uint32_t ki = 0; ki < N_CAP; ki++) {
+				double d = eq[mi][ki].last_prompt_kl - eq[M_UNIFORM][ki].last_prompt_kl;
+				dsum[mi][ki] += d;
+				dsq[mi][ki] += d * d;
+				dwin[mi][ki] += d < 0;
+			}
 		for (int md = 0; md < 2; md++)
 			for (uint32_t ti = 0; ti < N_TAU; ti++) {
 				struct bcache b;
@@ -394,6 +409,24 @@ int main(int argc, char **argv)
 			const struct acc *a = &eq[mi][ki];
 			printf(" %.1f%% / %.4f (%.3f) |", 100.0 * a->agree / a->n, a->kl / a->n,
 			       a->kept_frac / a->compactions);
+		}
+		printf("\n");
+	}
+	printf("\npaired with uniform at the same memory: mean per-prompt KL difference ± "
+	       "standard error (prompts where the mode's KL is lower)\n\n| mode |");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf(" memory of C = %u |", caps[ki]);
+	printf("\n|---|");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf("---|");
+	printf("\n");
+	for (int mi = 1; mi < N_EQ; mi++) {
+		printf("| %s |", eq_names[mi]);
+		for (uint32_t ki = 0; ki < N_CAP; ki++) {
+			double md = dsum[mi][ki] / N;
+			double var = N > 1 ? (dsq[mi][ki] - N * md * md) / (N - 1) : 0;
+			printf(" %+.4f ± %.4f (%u/%u) |", md, sqrt(var > 0 ? var : 0) / sqrt(N),
+			       dwin[mi][ki], N);
 		}
 		printf("\n");
 	}
