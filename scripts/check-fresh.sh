@@ -128,6 +128,9 @@ mnt() { # mount args... target
 	mount "$@"
 	mounted+=("${!#}")
 }
+# the chroot's / a mount point of its own: `unshare -m` (test-cli-socket.sh)
+# sets the propagation of / and gets EINVAL on a plain directory
+mnt --bind "$root" "$root"
 mnt -t proc proc "$root/proc"
 mnt -t sysfs sysfs "$root/sys"
 mnt --bind /dev "$root/dev"

@@ -19,19 +19,18 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -Wall -Wextra -MMD -MP \
 	-I. -Ikernels -Iproto -Iclient -Idaemon -I$(BUILD) -I$(BUILD)/proto
 
-# What each target parses, by source file: when a file moves (libskvst to
-# client/libskvst/, the config parser's split), change its line here.
+# What each target parses, by source file: when a file moves or splits,
+# change its line here (`make fuzz-build` is in CI, so a stale line fails it).
 FUZZ_FRAME_SRCS ?= proto/skv-frame.c $(BUILD)/proto/snapkv.pb-c.c
 FUZZ_RING_SRCS ?=
 # validation as snapkvd does it, then libskv's real kernels (ISA files with their flags)
-FUZZ_REQUEST_SRCS ?= $(BUILD)/proto/snapkv.pb-c.c kernels/skv.c kernels/skv-scalar.c \
-	kernels/skv-avx2.c kernels/skv-avx512.c
-FUZZ_ST_SRCS ?= client/skv-safetensors.c
-FUZZ_ST_INC ?= -Iclient
+FUZZ_REQUEST_SRCS ?= $(BUILD)/proto/snapkv.pb-c.c $(SKV_SRCS)
+FUZZ_ST_SRCS ?= client/libskvst/skv-safetensors.c
+FUZZ_ST_INC ?= -Iclient/libskvst
 FUZZ_GGUF_SRCS ?= examples/tiny-llama/tl-gguf.c
 FUZZ_GGUF_INC ?= -Iexamples/tiny-llama
-FUZZ_CONFIG_SRCS ?= daemon/snapkvd-config.c daemon/snapkvd-ops-config.c daemon/snapkvd-log.c \
-	daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c
+FUZZ_CONFIG_SRCS ?= daemon/snapkvd-config.c daemon/snapkvd-log.c daemon/snapkvd-pressure.c \
+	daemon/snapkvd-hooks.c
 FUZZ_CONFIG_INC ?= -Idaemon
 
 FUZZ_TARGETS := frame ring request safetensors gguf config
@@ -46,7 +45,7 @@ $(FUZZ_BUILD)/obj/%.o: %.c
 $(call FUZZ_OBJ,$(FUZZ_TARGETS:%=tests/fuzz/fuzz-%.c)): FUZZ_CFLAGS += -Werror
 $(call FUZZ_OBJ,$(FUZZ_TARGETS:%=tests/fuzz/fuzz-%.c) $(FUZZ_FRAME_SRCS)): | $(SKV_PB_H)
 $(call FUZZ_OBJ,$(filter kernels/%,$(FUZZ_REQUEST_SRCS))): FUZZ_CFLAGS += -fno-math-errno
-$(call FUZZ_OBJ,kernels/skv.c): FUZZ_CFLAGS += -include tests/fuzz/clang-cpu.h
+$(call FUZZ_OBJ,kernels/skv-ctx.c): FUZZ_CFLAGS += -include tests/fuzz/clang-cpu.h
 $(call FUZZ_OBJ,kernels/skv-avx2.c): FUZZ_CFLAGS += -mavx2 -mfma -mf16c
 $(call FUZZ_OBJ,kernels/skv-avx512.c): FUZZ_CFLAGS += -mavx512f -mavx512dq -mavx512bw \
 	-mavx512vl -mfma -mf16c

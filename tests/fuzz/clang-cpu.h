@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * clang-cpu.h - forced into libskv's fuzz build (clang 14): clang does not
- * know __builtin_cpu_supports("f16c"), which kernels/skv.c's ISA choice
- * asks, so in that build the builtin becomes a run-time CPUID check of the
- * features skv.c names (with the OS's XSAVE state for AVX and AVX-512).
+ * know __builtin_cpu_supports("f16c"), which libskv's ISA choice
+ * (skv-ctx.c) asks, so in that build the builtin becomes a run-time CPUID check of the
+ * features skv-ctx.c names (with the OS's XSAVE state for AVX and AVX-512).
  */
 #ifndef SKV_FUZZ_CLANG_CPU_H
 #define SKV_FUZZ_CLANG_CPU_H
