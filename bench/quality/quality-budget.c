@@ -361,7 +361,8 @@ int main(int argc, char **argv)
 			}
 		for (int mi = 1; mi < N_EQ; mi++)
 			for (uint32_t ki = 0; ki < N_CAP; ki++) {
-				double d = eq[mi][ki].last_prompt_kl - eq[M_UNIFORM][ki].last_prompt_kl;
+				double d =
+				    eq[mi][ki].last_prompt_kl - eq[M_UNIFORM][ki].last_prompt_kl;
 				dsum[mi][ki] += d;
 				dsq[mi][ki] += d * d;
 				dwin[mi][ki] += d < 0;
