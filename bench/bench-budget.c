@@ -84,7 +84,7 @@ int main(int argc, char **argv)
 		skv_params_init(&p[m]);
 		p[m].window = W;
 		p[m].capacity = C;
-		p[m].budget = m == 0   ? SKV_BUDGET_UNIFORM
+		p[m].budget_mode = m == 0   ? SKV_BUDGET_UNIFORM
 			      : m == 1 ? SKV_BUDGET_MASS
 			      : m == 2 ? SKV_BUDGET_MASS_HEADS
 				       : SKV_BUDGET_HEADS;

@@ -265,7 +265,7 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 	    .n_items = n_layers * sh->h_kv,
 	    .G = G,
 	    .scale = (float)(1.0 / __builtin_sqrt((double)sh->head_dim)),
-	    .mode = p->budget,
+	    .mode = p->budget_mode,
 	    .h_store = pl->h_store,
 	};
 	jb->score = !pl->bypass && (skv_policy_scores(p->policy) || sh->n_q > 0);
@@ -275,7 +275,7 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 		    : p->policy == SKV_POLICY_H2O    ? L
 						     : sh->n_q;
 	jb->forced = pl->bypass ? 0 : skv_forced_count(sh, p);
-	if (p->budget == SKV_BUDGET_MASS && jb->select) {
+	if (p->budget_mode == SKV_BUDGET_MASS && jb->select) {
 		uint32_t avail = L - jb->forced, most = p->c_max - jb->forced;
 		jb->R = most < avail ? most : avail;
 	}
@@ -289,7 +289,7 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 	sz->split =
 	    jb->score && G > 1 && jb->n_items < threads &&
 	    (uint64_t)jb->n_items * G * L * 4 <= SKV_SPLIT_BUDGET &&
-	    ((p->budget != SKV_BUDGET_MASS && p->budget != SKV_BUDGET_HEADS) || !jb->select);
+	    ((p->budget_mode != SKV_BUDGET_MASS && p->budget_mode != SKV_BUDGET_HEADS) || !jb->select);
 
 	/* call-wide scratch, held by the context: forced positions, the full list
 	 * when nothing is chosen, per-item status, split mode's column sums */
@@ -323,7 +323,7 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 		jb->rb = SKV_ROWPAD;
 	}
 	uint32_t max_units = sz->split ? jb->n_items * G : jb->n_items;
-	if (p->budget == SKV_BUDGET_HEADS && jb->select)
+	if (p->budget_mode == SKV_BUDGET_HEADS && jb->select)
 		max_units = n_layers;
 	sz->nth = threads < max_units ? threads : max_units;
 }
@@ -428,9 +428,9 @@ static int run_phases(struct skv_ctx *ctx, struct skv_job *jb, bool split, uint3
 	const size_t nh = (size_t)n_layers * jb->h_store;
 	int r;
 
-	if (p->budget == SKV_BUDGET_HEADS && jb->select) {
+	if (p->budget_mode == SKV_BUDGET_HEADS && jb->select) {
 		skv_ctx_run(ctx, jb, PH_LAYERS, n_layers);
-	} else if (p->budget == SKV_BUDGET_MASS && jb->select) {
+	} else if (p->budget_mode == SKV_BUDGET_MASS && jb->select) {
 		skv_ctx_run(ctx, jb, PH_RANK, jb->n_items);
 		if ((r = item_errors(jb, err)) < 0)
 			return r;
@@ -532,8 +532,8 @@ static void finish_result(struct skv_ctx *ctx, struct skv_job *jb, uint32_t n_la
 		return;
 	if (res->kept)
 		memcpy(res->kept, jb->kept_all, nh * sizeof(*res->kept));
-	res->c_star = p->budget == SKV_BUDGET_MASS	? (jb->select ? jb->c_star : p->c_min)
-		      : p->budget == SKV_BUDGET_UNIFORM ? p->capacity
+	res->c_star = p->budget_mode == SKV_BUDGET_MASS	? (jb->select ? jb->c_star : p->c_min)
+		      : p->budget_mode == SKV_BUDGET_UNIFORM ? p->capacity
 							: 0;
 	res->fallback = fall;
 	res->min_mass = nh ? lo : NAN;
@@ -566,12 +566,12 @@ int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *sh,
 	if (!in || !out)
 		return skv_fail(err, -1, -1, "layer inputs and outputs are required");
 	if ((!res || !res->kept) &&
-	    (p->budget == SKV_BUDGET_HEADS || p->budget == SKV_BUDGET_MASS ||
-	     p->budget == SKV_BUDGET_MASS_HEADS || p->fallback_below > 0.0f))
+	    (p->budget_mode == SKV_BUDGET_HEADS || p->budget_mode == SKV_BUDGET_MASS ||
+	     p->budget_mode == SKV_BUDGET_MASS_HEADS || p->fallback_below > 0.0f))
 		return skv_fail(err, -1, -1,
 				"budget mode %s%s decides the counts per head: give a result "
 				"with a kept array (skv_compact_budget)",
-				skv_budget_name(p->budget),
+				skv_budget_name(p->budget_mode),
 				p->fallback_below > 0.0f ? " with a fallback" : "");
 
 	struct skv_job jb;

@@ -169,19 +169,19 @@ static bool unit_float(float x, bool zero_ok)
 /* The parameters of the budget mode on their own, before any shape rule. */
 static int check_budget_params(const struct skv_params *p, struct skv_error *err)
 {
-	const char *name = skv_budget_name(p->budget);
+	const char *name = skv_budget_name(p->budget_mode);
 
 	if (!name)
-		return skv_fail(err, -1, -1, "unknown budget mode %d", (int)p->budget);
+		return skv_fail(err, -1, -1, "unknown budget mode %d", (int)p->budget_mode);
 	if (!unit_float(p->fallback_below, true))
 		return skv_fail(err, -1, -1, "fallback_below %g must be in [0, 1]",
 				(double)p->fallback_below);
-	if (p->budget != SKV_BUDGET_UNIFORM && p->budget != SKV_BUDGET_LAYERS &&
+	if (p->budget_mode != SKV_BUDGET_UNIFORM && p->budget_mode != SKV_BUDGET_LAYERS &&
 	    !skv_policy_scores(p->policy))
 		return skv_fail(err, -1, -1,
 				"budget mode %s needs scores: policy %s takes uniform or layers",
 				name, skv_policy_name(p->policy));
-	switch (p->budget) {
+	switch (p->budget_mode) {
 	case SKV_BUDGET_LAYERS:
 		if (p->n_layer_caps > SKV_MAX_LAYER_CAPS)
 			return skv_fail(err, -1, -1, "%u per-layer budgets, at most %u",
@@ -209,7 +209,7 @@ static int check_budget_params(const struct skv_params *p, struct skv_error *err
 			return skv_fail(err, -1, -1,
 					"%s: C_min = %u must be at least 1 and at most C_max = %u",
 					name, p->c_min, p->c_max);
-		if (p->budget == SKV_BUDGET_MASS && p->c_step == 0)
+		if (p->budget_mode == SKV_BUDGET_MASS && p->c_step == 0)
 			return skv_fail(err, -1, -1, "mass: step must be at least 1");
 		break;
 	default:
@@ -229,7 +229,7 @@ static int check_budget_params(const struct skv_params *p, struct skv_error *err
 int skv_layer_caps(const struct skv_params *p, uint32_t n_layers, uint32_t *caps,
 		   struct skv_error *err)
 {
-	if (p->budget == SKV_BUDGET_LAYERS && p->n_layer_caps) {
+	if (p->budget_mode == SKV_BUDGET_LAYERS && p->n_layer_caps) {
 		if (p->n_layer_caps != n_layers)
 			return skv_fail(err, -1, -1,
 					"layers: the list has %u budgets for %u layers",
@@ -237,8 +237,8 @@ int skv_layer_caps(const struct skv_params *p, uint32_t n_layers, uint32_t *caps
 		memcpy(caps, p->layer_caps, (size_t)n_layers * sizeof(*caps));
 		return 0;
 	}
-	if (p->budget != SKV_BUDGET_LAYERS) {
-		uint32_t c = p->budget == SKV_BUDGET_MASS || p->budget == SKV_BUDGET_MASS_HEADS
+	if (p->budget_mode != SKV_BUDGET_LAYERS) {
+		uint32_t c = p->budget_mode == SKV_BUDGET_MASS || p->budget_mode == SKV_BUDGET_MASS_HEADS
 				 ? p->c_max
 				 : p->capacity;
 		for (uint32_t l = 0; l < n_layers; l++)
@@ -277,7 +277,7 @@ uint32_t skv_rows_at(const struct skv_shape *sh, const struct skv_params *p, uin
 
 	if (p->fallback_below > 0.0f)
 		return (uint32_t)L;
-	if (p->budget == SKV_BUDGET_HEADS && L >= C) {
+	if (p->budget_mode == SKV_BUDGET_HEADS && L >= C) {
 		uint64_t f = skv_forced_count(sh, p);
 		uint64_t hs = p->gqa == SKV_GQA_EXPAND ? sh->h_q : sh->h_kv;
 		uint64_t most = f + hs * (C - f);
@@ -294,7 +294,7 @@ static int budget_plan(const struct skv_shape *sh, const struct skv_params *p,
 
 	if (r < 0)
 		return r;
-	switch (p->budget) {
+	switch (p->budget_mode) {
 	case SKV_BUDGET_LAYERS:
 		if (p->n_layer_caps) {
 			/* every C_l on its own, then the plan at the smallest */
@@ -331,7 +331,7 @@ static int budget_plan(const struct skv_shape *sh, const struct skv_params *p,
 		if (r < 0 && err) {
 			char m[sizeof(err->msg)];
 			snprintf(m, sizeof(m), "%s", err->msg);
-			skv_fail(err, -1, -1, "%s: at C_min = %u: %s", skv_budget_name(p->budget),
+			skv_fail(err, -1, -1, "%s: at C_min = %u: %s", skv_budget_name(p->budget_mode),
 				 p->c_min, m);
 		}
 		pl.kept = skv_rows_at(sh, p, p->c_max);
@@ -373,7 +373,7 @@ int skv_budget_rows(const struct skv_shape *sh, const struct skv_params *params,
 	if (r < 0)
 		return r;
 	for (uint32_t l = 0; l < n_layers; l++) {
-		if (pr.budget == SKV_BUDGET_LAYERS && !pr.n_layer_caps) {
+		if (pr.budget_mode == SKV_BUDGET_LAYERS && !pr.n_layer_caps) {
 			r = plan_at(sh, &pr, ret_rows[l], &pl, err);
 			if (r < 0) {
 				if (err) {

@@ -105,7 +105,7 @@ struct skv_params {
 	 * SKV_PARAMS_SIZE_V1 and gets uniform with no fallback; nothing below
 	 * is read then.
 	 */
-	enum skv_budget budget;
+	enum skv_budget budget_mode;
 	uint32_t n_layer_caps;			 /* layers: list length, 0 = pyramid */
 	uint32_t layer_caps[SKV_MAX_LAYER_CAPS]; /* layers: C_l of layer l          */
 	float pyramid_r;			 /* layers, no list: r in (0, 64]    */
@@ -116,7 +116,7 @@ struct skv_params {
 };
 
 /* params_size of callers built before the budget modes. */
-#define SKV_PARAMS_SIZE_V1 offsetof(struct skv_params, budget)
+#define SKV_PARAMS_SIZE_V1 offsetof(struct skv_params, budget_mode)
 
 /* Reference defaults: snapkv, W 32, C 2048, k 5, avg, expand, S 4. */
 void skv_params_init(struct skv_params *p);
@@ -127,7 +127,7 @@ void skv_params_init(struct skv_params *p);
 	{                                                                                          \
 		.params_size = sizeof(struct skv_params), .policy = SKV_POLICY_SNAPKV,             \
 		.window = 32, .capacity = 2048, .kernel = 5, .pooling = SKV_POOL_AVG,              \
-		.gqa = SKV_GQA_EXPAND, .sinks = 4, .budget = SKV_BUDGET_UNIFORM,                   \
+		.gqa = SKV_GQA_EXPAND, .sinks = 4, .budget_mode = SKV_BUDGET_UNIFORM,              \
 		.head_floor = 0.2f,                                                                \
 	}
 

@@ -183,15 +183,15 @@ static void params_for(struct skv_params *p, int mode, uint32_t C, uint32_t L)
 	switch (mode) {
 	case M_PYR_05:
 	case M_PYR_2:
-		p->budget = SKV_BUDGET_LAYERS;
+		p->budget_mode = SKV_BUDGET_LAYERS;
 		p->pyramid_r = mode == M_PYR_05 ? 0.7f : 1.5f;
 		break;
 	case M_HEADS:
-		p->budget = SKV_BUDGET_HEADS;
+		p->budget_mode = SKV_BUDGET_HEADS;
 		p->head_floor = 0.2f;
 		break;
 	case M_MASS_HEADS_EQ:
-		p->budget = SKV_BUDGET_MASS_HEADS;
+		p->budget_mode = SKV_BUDGET_MASS_HEADS;
 		p->c_min = WINDOW + 1;
 		p->c_max = L;
 		break;
@@ -374,7 +374,7 @@ int main(int argc, char **argv)
 				struct skv_error e = {0};
 				skv_params_init(&p);
 				p.window = WINDOW;
-				p.budget = md ? SKV_BUDGET_MASS_HEADS : SKV_BUDGET_MASS;
+				p.budget_mode = md ? SKV_BUDGET_MASS_HEADS : SKV_BUDGET_MASS;
 				p.tau = taus[ti];
 				p.c_min = WINDOW + 1;
 				p.c_max = L;

@@ -96,7 +96,7 @@ static int budget_meta(const struct skv_st_compact_desc *d, struct skv_st_meta *
 		       char (*vals)[META_VAL], size_t *nm, char **ret_lst)
 {
 	const struct skv_params *p = &d->params;
-	const char *name = skv_budget_name(p->budget);
+	const char *name = skv_budget_name(p->budget_mode);
 
 	if (!name)
 		return -EINVAL;
@@ -116,7 +116,7 @@ static int budget_meta(const struct skv_st_compact_desc *d, struct skv_st_meta *
 		BMETA("budget.c_star", "none");
 	BMETA("budget.fallback", "%d", d->fallback ? 1 : 0);
 	BMETA("budget.fallback_below", "%.6g", (double)p->fallback_below);
-	switch (p->budget) {
+	switch (p->budget_mode) {
 	case SKV_BUDGET_LAYERS:
 		if (p->n_layer_caps) {
 			size_t cap = (size_t)p->n_layer_caps * 11 + 1, o = 0;
@@ -145,7 +145,7 @@ static int budget_meta(const struct skv_st_compact_desc *d, struct skv_st_meta *
 		BMETA("budget.tau", "%.6g", (double)p->tau);
 		BMETA("budget.c_min", "%" PRIu32, p->c_min);
 		BMETA("budget.c_max", "%" PRIu32, p->c_max);
-		if (p->budget == SKV_BUDGET_MASS)
+		if (p->budget_mode == SKV_BUDGET_MASS)
 			BMETA("budget.step", "%" PRIu32, p->c_step);
 		break;
 	default:
@@ -319,7 +319,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 #undef META
 
 	uint64_t hs = d->plan.h_store, hd = d->shape.head_dim;
-	const bool ragged = skv_st_budget_ragged(d->params.budget);
+	const bool ragged = skv_st_budget_ragged(d->params.budget_mode);
 	size_t nt = (size_t)d->n_layers * 5;
 	ts = calloc(nt, sizeof(*ts));
 	names = calloc(nt, sizeof(*names));
@@ -361,7 +361,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 						 "layer %" PRIu32
 						 ": heads keep different counts in "
 						 "budget mode %s",
-						 i, skv_budget_name(d->params.budget));
+						 i, skv_budget_name(d->params.budget_mode));
 				goto out;
 			}
 		const void *kv[2] = {lr->k, lr->v};
@@ -468,7 +468,7 @@ int skv_st_compact_desc_init(struct skv_st_compact_desc *ret_desc, const struct 
 		memcpy(&d.params, params, SKV_PARAMS_SIZE_V1);
 		d.params.params_size = sizeof(d.params);
 	}
-	d.c_star = d.params.budget == SKV_BUDGET_UNIFORM ? d.params.capacity : 0;
+	d.c_star = d.params.budget_mode == SKV_BUDGET_UNIFORM ? d.params.capacity : 0;
 	d.shape = *shape;
 	d.dtype = dtype;
 	d.n_layers = n_layers;

@@ -199,7 +199,7 @@ static void desc_store_v1(struct skv_compact_desc *d, const struct skv_compact_d
 static bool desc_budget_plain(const struct skv_compact_desc *d)
 {
 	return d->params.params_size != sizeof(d->params) ||
-	       (d->params.budget == SKV_BUDGET_UNIFORM && d->params.fallback_below == 0.0f);
+	       (d->params.budget_mode == SKV_BUDGET_UNIFORM && d->params.fallback_below == 0.0f);
 }
 
 static void mark_dead(struct skv_client *c, int r)
@@ -1286,7 +1286,7 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 		return fail(c, -EINVAL,
 			    "budget mode %d / fallback_below %g: not carried to snapkvd by this "
 			    "libsnapkv (uniform only)",
-			    (int)d->params.budget, (double)d->params.fallback_below);
+			    (int)d->params.budget_mode, (double)d->params.fallback_below);
 	return compact_submit(c, d, ret_req);
 }
 

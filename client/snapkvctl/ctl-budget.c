@@ -80,23 +80,23 @@ int ctl_parse_budget(const char *cmd, const char *spec, struct skv_params *p)
 	}
 	p->c_min = p->c_max = p->c_step = 0; /* 0: the defaults, once W and C are known */
 	if (!strcmp(f[0], "uniform") && n == 1) {
-		p->budget = SKV_BUDGET_UNIFORM;
+		p->budget_mode = SKV_BUDGET_UNIFORM;
 	} else if (!strcmp(f[0], "layers") && n == 2) {
-		p->budget = SKV_BUDGET_LAYERS;
+		p->budget_mode = SKV_BUDGET_LAYERS;
 		p->pyramid_r = 0;
 		return parse_list(cmd, f[1], p);
 	} else if (!strcmp(f[0], "pyramid") && n == 2) {
-		p->budget = SKV_BUDGET_LAYERS;
+		p->budget_mode = SKV_BUDGET_LAYERS;
 		p->n_layer_caps = 0;
 		if (ctl_parse_float(f[1], &p->pyramid_r) < 0)
 			goto bad_num;
 	} else if (!strcmp(f[0], "heads") && n <= 2) {
-		p->budget = SKV_BUDGET_HEADS;
+		p->budget_mode = SKV_BUDGET_HEADS;
 		if (n == 2 && ctl_parse_float(f[1], &p->head_floor) < 0)
 			goto bad_num;
 	} else if ((!strcmp(f[0], "mass") && (n == 2 || n == 5)) ||
 		   (!strcmp(f[0], "mass-heads") && (n == 2 || n == 4))) {
-		p->budget = f[0][4] ? SKV_BUDGET_MASS_HEADS : SKV_BUDGET_MASS;
+		p->budget_mode = f[0][4] ? SKV_BUDGET_MASS_HEADS : SKV_BUDGET_MASS;
 		if (ctl_parse_float(f[1], &p->tau) < 0)
 			goto bad_num;
 		if (n >= 4 && (ctl_parse_u32(f[2], 0, UINT32_MAX, &p->c_min) < 0 ||
@@ -128,7 +128,7 @@ bad_num:
 
 void ctl_budget_defaults(struct skv_params *p)
 {
-	if (p->budget != SKV_BUDGET_MASS && p->budget != SKV_BUDGET_MASS_HEADS)
+	if (p->budget_mode != SKV_BUDGET_MASS && p->budget_mode != SKV_BUDGET_MASS_HEADS)
 		return;
 	if (!p->c_max)
 		p->c_max = p->capacity;

@@ -679,9 +679,9 @@ static int budget_room(struct job *j)
 		ctl_err(CMD, "invalid parameters: %s", e.msg[0] ? e.msg : strerror(-r));
 		return CTL_EXIT_USAGE;
 	}
-	if (!j->o.offline && (p->budget != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
+	if (!j->o.offline && (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
 		ctl_err(CMD, "--budget %s%s: snapkvd does not take budget modes yet; use --offline",
-			skv_budget_name(p->budget),
+			skv_budget_name(p->budget_mode),
 			p->fallback_below > 0.0f ? " with a fallback" : "");
 		return CTL_EXIT_USAGE;
 	}
@@ -715,7 +715,7 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 	for (uint32_t i = 0; i < p->n_protected; i++)
 		printf("%s%" PRIu32 ":%" PRIu32, i ? ", " : ", protected ",
 		       p->protected_ranges[i].begin, p->protected_ranges[i].end);
-	if (p->budget == SKV_BUDGET_UNIFORM && !j->outcome.fallback) {
+	if (p->budget_mode == SKV_BUDGET_UNIFORM && !j->outcome.fallback) {
 		printf("\n  kept %" PRIu32 " of %" PRIu32 " positions per head, %" PRIu32
 		       " stored heads per layer%s\n",
 		       j->plan.kept, j->shape.prompt_len, j->plan.h_store,
@@ -727,7 +727,7 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 			tot += j->kept[i];
 			kmin = j->kept[i] < kmin ? j->kept[i] : kmin;
 		}
-		printf("\n  budget %s", skv_budget_name(p->budget));
+		printf("\n  budget %s", skv_budget_name(p->budget_mode));
 		if (j->outcome.c_star)
 			printf(", C* %" PRIu32, j->outcome.c_star);
 		printf(": kept per head mean %.1f, min %" PRIu32 " of %" PRIu32

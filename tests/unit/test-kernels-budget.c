@@ -136,7 +136,7 @@ static uint64_t golden_case(int c, bool v1)
 	if (v1) {
 		/* a caller built before the modes: its struct ends before them, and
 		 * whatever lies beyond is not read */
-		memset(&pb.p.budget, 0x5a, sizeof(pb.p) - SKV_PARAMS_SIZE_V1);
+		memset(&pb.p.budget_mode, 0x5a, sizeof(pb.p) - SKV_PARAMS_SIZE_V1);
 		pb.p.params_size = SKV_PARAMS_SIZE_V1;
 	}
 	if (prob_run(&pb, 2, NULL) != 0) {
@@ -188,7 +188,7 @@ static void mass_heads_case(float tau, uint32_t cmin, uint32_t cmax, const int32
 	struct skv_error e;
 
 	build_ex_a(&pb);
-	pb.p.budget = SKV_BUDGET_MASS_HEADS;
+	pb.p.budget_mode = SKV_BUDGET_MASS_HEADS;
 	pb.p.tau = tau;
 	pb.p.c_min = cmin;
 	pb.p.c_max = cmax;
@@ -228,7 +228,7 @@ static void mass_case(float tau, uint32_t cmin, uint32_t cmax, uint32_t step, ui
 	struct skv_error e;
 
 	build_ex_a(&pb);
-	pb.p.budget = SKV_BUDGET_MASS;
+	pb.p.budget_mode = SKV_BUDGET_MASS;
 	pb.p.tau = tau;
 	pb.p.c_min = cmin;
 	pb.p.c_max = cmax;
@@ -274,7 +274,7 @@ static void heads_case(uint32_t C, float a, const int32_t *const want[3], const 
 	struct skv_error e;
 
 	build_weights(&pb, 6, 1, 3, hw_comp, hw);
-	pb.p.budget = SKV_BUDGET_HEADS;
+	pb.p.budget_mode = SKV_BUDGET_HEADS;
 	pb.p.capacity = C;
 	pb.p.head_floor = a;
 	prob_build(&pb);
@@ -329,7 +329,7 @@ static void test_layers_worked(void)
 	skv_params_init(&p);
 	p.window = 2;
 	p.capacity = 10;
-	p.budget = SKV_BUDGET_LAYERS;
+	p.budget_mode = SKV_BUDGET_LAYERS;
 	/* r = 0.5, N = 4: w = 1, 5/6, 2/3, 1/2, sum 3; 40 w / 3 = 13.33, 11.11,
 	 * 8.89, 6.67 -> 13, 11, 8, 6 = 38; the 2 left go to layers 0 and 1 */
 	p.pyramid_r = 0.5f;
@@ -356,7 +356,7 @@ static void test_layers_worked(void)
 	struct prob pb;
 	build_ex_a(&pb);
 	pb.n_layers = 1;
-	pb.p.budget = SKV_BUDGET_LAYERS;
+	pb.p.budget_mode = SKV_BUDGET_LAYERS;
 	pb.p.n_layer_caps = 1;
 	pb.p.layer_caps[0] = 4;
 	prob_build(&pb);
@@ -407,7 +407,7 @@ static void test_fallback_worked(void)
 
 	/* mass: C_max 4 reaches 0.823 < tau 0.9; fallback 0.85 keeps all */
 	build_ex_a(&pb);
-	pb.p.budget = SKV_BUDGET_MASS;
+	pb.p.budget_mode = SKV_BUDGET_MASS;
 	pb.p.tau = 0.9f;
 	pb.p.c_min = 3;
 	pb.p.c_max = 4;
@@ -478,7 +478,7 @@ static void test_invalid_budgets(void)
 		build_ex_a(&pb);
 		pb.n_layers = 1;
 		pb.p.policy = c[i].pol;
-		pb.p.budget = c[i].b;
+		pb.p.budget_mode = c[i].b;
 		pb.p.tau = c[i].tau;
 		pb.p.head_floor = c[i].a;
 		pb.p.pyramid_r = c[i].r;
@@ -634,10 +634,10 @@ static void ref_budget(const struct prob *pb, const uint32_t *caps, struct rb *o
 	uint32_t *cneed = calloc((size_t)o->nl * hs, 4);
 	struct ref_result *rr = calloc(o->nl, sizeof(*rr));
 	struct skv_params pu = *p;
-	pu.budget = SKV_BUDGET_UNIFORM;
+	pu.budget_mode = SKV_BUDGET_UNIFORM;
 	pu.capacity = F + 1 <= L ? F + 1 : L; /* anything that scores */
 	pu.fallback_below = 0;
-	bool mass_mode = p->budget == SKV_BUDGET_MASS || p->budget == SKV_BUDGET_MASS_HEADS;
+	bool mass_mode = p->budget_mode == SKV_BUDGET_MASS || p->budget_mode == SKV_BUDGET_MASS_HEADS;
 	bool bypass_all = mass_mode && L < p->c_min;
 
 	/* mass curve of head h at k kept, from its ranking */
@@ -675,9 +675,9 @@ static void ref_budget(const struct prob *pb, const uint32_t *caps, struct rb *o
 				continue;
 			}
 			memcpy(kp, forced, L);
-			if (p->budget == SKV_BUDGET_UNIFORM || p->budget == SKV_BUDGET_LAYERS) {
+			if (p->budget_mode == SKV_BUDGET_UNIFORM || p->budget_mode == SKV_BUDGET_LAYERS) {
 				picks = caps[l] - F;
-			} else if (p->budget == SKV_BUDGET_MASS_HEADS) {
+			} else if (p->budget_mode == SKV_BUDGET_MASS_HEADS) {
 				uint32_t k = p->c_min;
 				for (;; k++) {
 					CURVE(l, h, k, m);
@@ -689,7 +689,7 @@ static void ref_budget(const struct prob *pb, const uint32_t *caps, struct rb *o
 				if (m < p->tau)
 					k = p->c_max;
 				picks = k - F;
-			} else if (p->budget == SKV_BUDGET_MASS) {
+			} else if (p->budget_mode == SKV_BUDGET_MASS) {
 				uint32_t c = p->c_min;
 				for (;;) {
 					CURVE(l, h, c, m);
@@ -721,7 +721,7 @@ static void ref_budget(const struct prob *pb, const uint32_t *caps, struct rb *o
 				o->mass[hi] = a;
 			}
 		}
-		if (p->budget == SKV_BUDGET_HEADS && L >= caps[l]) {
+		if (p->budget_mode == SKV_BUDGET_HEADS && L >= caps[l]) {
 			/* floor, then the layer-wide rest */
 			uint32_t b = caps[l] - F, f = (uint32_t)((double)p->head_floor * b);
 			if (f > avail)
@@ -760,13 +760,13 @@ static void ref_budget(const struct prob *pb, const uint32_t *caps, struct rb *o
 			}
 			free(rest);
 		}
-		if (p->budget == SKV_BUDGET_MASS && !bypass_all) {
+		if (p->budget_mode == SKV_BUDGET_MASS && !bypass_all) {
 			/* rankings of this layer kept for the decision after all layers */
 			for (uint32_t h = 0; h < hs; h++)
 				memcpy(o->keep + ((size_t)l * hs + h) * L, forced, L);
 		}
 	}
-	if (p->budget == SKV_BUDGET_MASS) {
+	if (p->budget_mode == SKV_BUDGET_MASS) {
 		o->c_star = p->c_min;
 		for (size_t i = 0; i < (size_t)o->nl * hs && !bypass_all; i++)
 			o->c_star = cneed[i] > o->c_star ? cneed[i] : o->c_star;
@@ -785,7 +785,7 @@ static void ref_budget(const struct prob *pb, const uint32_t *caps, struct rb *o
 				o->kept[hi] = F + picks;
 				CURVE(l, h, F + picks, o->mass[hi]);
 			}
-	} else if (p->budget == SKV_BUDGET_UNIFORM) {
+	} else if (p->budget_mode == SKV_BUDGET_UNIFORM) {
 		o->c_star = p->capacity;
 	}
 #undef CURVE
@@ -845,7 +845,7 @@ static void random_budget_prob(struct prob *pb, enum skv_budget b)
 		const struct skv_range *r = &pb->p.protected_ranges[0];
 		F += r->end <= L - W ? r->end - r->begin : L - W - r->begin;
 	}
-	pb->p.budget = b;
+	pb->p.budget_mode = b;
 	pb->p.capacity = F + 1 + pick(L - F + 3);
 	switch (b) {
 	case SKV_BUDGET_LAYERS:
