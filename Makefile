@@ -11,11 +11,13 @@
 #   INSTALL_CONFIGS, INSTALL_MANS, INSTALL_COMPLETIONS  the same, for the
 #   service (systemd/), its man pages (man/) and bash completion (shell/)
 
-# The project's version: `snapkvctl --version` (and, for the daemon's part,
-# `snapkvd --version` and snapkvd_build_info) print it. libsnapkv's file
-# version follows its ABI instead (client/libsnapkv/build.mk).
-VERSION  := 0.1.0
-VERSION_DEFINE := -DSKV_VERSION='"$(VERSION)"'
+# One version for the project: libsnapkv's (1.MINOR.PATCH, MINOR its newest
+# SNAPKV_1.MINOR symbol node: client/libsnapkv/build.mk), so that the .so's
+# file name, `snapkvd --version`, `snapkvctl --version`, snapkvctl status and
+# the metric snapkvd_build_info all say the same. Objects that print it
+# depend on $(BUILD)/version, rewritten only when it changes.
+VERSION = $(LIBSNAPKV_VER)
+VERSION_DEFINE = -DSKV_VERSION='"$(VERSION)"'
 
 PREFIX   ?= /usr/local
 # Where `make install` puts things (under $(DESTDIR)); the units get these
@@ -36,7 +38,7 @@ BUILD    ?= build
 CC       ?= gcc
 OPT      ?= -O2
 CFLAGS_BASE := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fPIC -pthread \
-	-D_GNU_SOURCE -MMD -MP -I. -Ikernels -Iproto -Iclient/libsnapkv \
+	-D_GNU_SOURCE -DSKV_NO_DEPRECATION_WARNINGS -MMD -MP -I. -Ikernels -Iproto -Iclient/libsnapkv \
 	-Iclient/libskvst -I$(BUILD)
 CFLAGS   ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
@@ -98,13 +100,30 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fr
 SAN_TESTS ?= $(TESTS)
 SAN_TEST_SCRIPTS ?= $(filter $(addprefix tests/integration/,test-cli-online.sh \
 	test-daemon-ctl.sh test-daemon-ledger.sh test-ops-ctl.sh test-llama-daemon.sh \
-	test-daemon-config.sh test-daemon-workers.sh test-cli-socket.sh test-cli-top.sh),$(TEST_SCRIPTS))
+	test-daemon-config.sh test-daemon-workers.sh test-cli-socket.sh test-cli-top.sh \
+	test-metrics-http.sh),$(TEST_SCRIPTS))
 .PHONY: check-sanitize _check_sanitize
 check-sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) CUDA=0 CFLAGS="$(SAN_FLAGS)" \
 		LDFLAGS="$(SAN_FLAGS)" _check_sanitize
 _check_sanitize: all
 	@BUILD=$(BUILD) SHARED=$(SHARED) scripts/run-sanitize.sh $(SAN_TESTS) -- $(SAN_TEST_SCRIPTS)
+
+# check-tsan: the programs that drive a daemon (its loop thread, compaction
+# workers and their thread pools, hooks), built with ThreadSanitizer in their
+# own tree and run by scripts/run-tsan.sh; any data race fails it. (-Wno-tsan:
+# TSan does not model the rings' fences; they order memory shared with
+# another process, which it cannot see anyway.)
+TSAN_BUILD ?= build-tsan
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan
+TSAN_TESTS ?= $(addprefix $(BUILD)/tests/,test-daemon-e2e test-daemon-badinput test-hostile \
+	test-ops-daemon test-daemon-fuzz)
+.PHONY: check-tsan _check_tsan
+check-tsan: deps
+	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) CUDA=0 CFLAGS="$(TSAN_FLAGS)" \
+		LDFLAGS="$(TSAN_FLAGS)" _check_tsan
+_check_tsan: $(SNAPKVD) $(SNAPKVCTL) $(TSAN_TESTS)
+	@BUILD=$(BUILD) SHARED=$(SHARED) scripts/run-tsan.sh $(TSAN_TESTS)
 
 all: $(LIBS) $(BINS) $(TESTS) $(BENCHES)
 
@@ -131,8 +150,10 @@ demo: deps
 
 # The main job: two tiny-llama engines beside one snapkvd (examples/tiny-llama/
 # demo.sh); without the model file it runs two generated-K/V engines instead.
+# Then the reference paged engine in Python (examples/torch-paged/demo.sh).
 _demo: all
 	@$(MAKE) --no-print-directory _demo_llama
+	@$(MAKE) --no-print-directory _demo_torch_paged
 
 # The installed paths, rewritten only when they change, so that files that
 # have them written in (units, snapkv.pc) follow PREFIX and friends.
@@ -141,6 +162,11 @@ $(BUILD)/install-paths: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(INSTALL_PATHS)' | cmp -s - $@ || echo '$(INSTALL_PATHS)' >$@
 FORCE:
+
+$(BUILD)/version: FORCE
+	$(if $(VERSION),,$(error VERSION is unset: it is libsnapkv's LIBSNAPKV_VER))
+	@mkdir -p $(BUILD)
+	@echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' >$@
 
 SNAPKV_PC := $(BUILD)/snapkv.pc
 $(SNAPKV_PC): snapkv.pc.in $(BUILD)/install-paths
@@ -203,7 +229,7 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD)
 
 # Keep intermediate objects (e.g. the CUDA emulator's) so a second make
 # does not rebuild them.

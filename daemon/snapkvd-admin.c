@@ -15,6 +15,7 @@
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
 #include "snapkvd-compactor.h"
+#include "snapkvd-config.h"
 #include "snapkvd-ledger.h"
 #include "snapkvd-log.h"
 #include "snapkvd-policy.h"
@@ -22,10 +23,6 @@
 #include "snapkvd-runner.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
-
-#ifndef SNAPKVD_VERSION
-#define SNAPKVD_VERSION "0.1.0"
-#endif
 
 /* ----------------------------------------------------------------- metrics */
 
@@ -52,6 +49,8 @@ static void server_stats(struct snapkvd_server *srv, struct snapkvd_stats *st)
 	st->cache_bytes[SNAPKVD_CACHE_INDEX] = lt.index;
 	st->cache_bytes[SNAPKVD_CACHE_RESERVED] = lt.reserved;
 	st->compactions_total = srv->compactions;
+	st->version = SKV_VERSION;
+	st->backend = srv->cfg.backend;
 	st->workers = snapkvd_compactor_workers(srv->compactor);
 	st->queue_depth = srv->compactor ? snapkvd_compactor_queued(srv->compactor) : 0;
 	st->requests_total = srv->requests;
@@ -292,10 +291,51 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 				r->buffers_cuda_vmm_fd++;
 		}
 	r->cuda_imports = snapkvd_runner_imports(srv->runner);
+	r->mapped_bytes = snapkvd_pool_mapped(srv->pool);
+	r->max_mapped_bytes = srv->cfg.max_mapped_bytes;
+	r->max_tenant_mapped_bytes = srv->cfg.max_tenant_mapped_bytes;
+	r->max_tenant_buffers = srv->cfg.max_tenant_buffers;
+	r->max_sessions = srv->cfg.max_sessions;
+	r->max_sessions_per_tenant = srv->cfg.max_sessions_per_tenant;
+	r->max_admin_sessions = srv->cfg.max_admin_sessions;
+	r->handshakes = srv->n_handshakes;
+	r->max_request_macs = srv->cfg.max_request_macs;
+	r->max_request_bytes = srv->cfg.max_request_bytes;
+	r->jobs_cancelled = srv->jobs_cancelled;
+	r->pressure_held = snapkvd_pressure_held(srv->policy.pressure);
+	r->pressure_transitions = snapkvd_pressure_transitions_total(srv->policy.pressure);
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		r->events_coalesced += x->events_coalesced;
 	r->arena_transport = "host-memfd";
 	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
 		if (x->garena)
 			r->arena_transport = "host-memfd+cuda-vmm";
+}
+
+/*
+ * Metrics for a caller that sees its own tenant only: every sample labelled
+ * with another tenant goes (in place); the daemon-wide ones stay.
+ */
+static void own_tenant_lines(char *text, const char *own)
+{
+	char *out = text, *line = text;
+	char mine[96];
+
+	snprintf(mine, sizeof(mine), "tenant=\"%s\"", own);
+	while (*line) {
+		char *nl = strchr(line, '\n');
+		size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
+		char *t = memmem(line, n, "tenant=\"", 8);
+		bool keep = !t || ((size_t)(line + n - t) >= strlen(mine) &&
+				   !strncmp(t, mine, strlen(mine)));
+
+		if (keep) {
+			memmove(out, line, n);
+			out += n;
+		}
+		line += n;
+	}
+	*out = 0;
 }
 
 static int pack(const Snapkv__V1__AdminReply *r, uint8_t **ret_buf, size_t *ret_len)
@@ -325,12 +365,13 @@ int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_sessio
 	Snapkv__V1__AdminRequest *req = snapkv__v1__admin_request__unpack(NULL, len, payload);
 	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
 	struct snapkvd_ledger_buf lbuf = {0};
+	struct snapkvd_ledger_view view;
 	struct pressure_buf *pb = NULL;
 	char *text = NULL;
 	int e;
 
 	r.error = "";
-	r.version = SNAPKVD_VERSION;
+	r.version = SKV_VERSION;
 	r.backend = srv->runner->desc;
 	r.pid = (uint32_t)getpid();
 	if (!req) {
@@ -339,18 +380,28 @@ int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_sessio
 		return pack(&r, ret_buf, ret_len);
 	}
 	fill_status(srv, &r);
+	view = (struct snapkvd_ledger_view){
+	    .all = snapkvd_config_is_admin(&srv->cfg, s->uid),
+	    .uid = s->uid,
+	    .after = req->page_after,
+	    /* every page fits a frame, whatever was asked */
+	    .page = req->page_size && req->page_size < SNAPKVD_LEDGER_PAGE ? req->page_size
+									   : SNAPKVD_LEDGER_PAGE,
+	};
 	switch (req->kind) {
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS:
 		break;
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES:
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER:
-		if (snapkvd_ledger_reply(srv, &r, &lbuf) < 0) {
+		if (snapkvd_ledger_reply(srv, &r, &lbuf, &view) < 0) {
 			r.status = -ENOMEM;
 			r.error = "out of memory";
 		}
 		break;
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS:
 		text = snapkvd_admin_metrics_text(srv);
+		if (text && !view.all)
+			own_tenant_lines(text, s->tenant ? snapkvd_tenant_name(s->tenant) : "");
 		if (!text) {
 			r.status = -ENOMEM;
 			r.error = "out of memory";

@@ -17,6 +17,7 @@
 #include "snapkvd-arena.h"
 #include "snapkvd-cache.h"
 #include "snapkvd-job.h"
+#include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
 #include "snapkvd-runner.h"
@@ -45,6 +46,8 @@ static void point_outputs(struct snapkvd_job *j, uint8_t *host_base, uint8_t *kv
 		    .pos_stride = c->slots,
 		    .retained_mass = c->mass + (size_t)l * c->h_store,
 		};
+	if (j->paged)
+		snapkvd_paged_outputs(j, kv_base);
 }
 
 /* Pool then arena: 0, or -errno with the reason (nothing held). */

@@ -67,14 +67,38 @@ int snapkvd_buffer_memfd_check(int fd, uint64_t *size, uint64_t max_bytes, dev_t
 	return 0;
 }
 
+int snapkvd_buffer_memfd_check_writable(int fd, const char **why)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (seals < 0) {
+		*why = "not a memfd (no seals)";
+		return -EINVAL;
+	}
+	if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) {
+		*why = "a writable buffer's memfd must not carry F_SEAL_WRITE or "
+		       "F_SEAL_FUTURE_WRITE";
+		return -EPERM;
+	}
+	return 0;
+}
+
 int snapkvd_buffer_memfd_new(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
 			     struct snapkvd_buffer **ret)
+{
+	return snapkvd_buffer_memfd_map(fd, size, gen, dev, ino, false, ret);
+}
+
+int snapkvd_buffer_memfd_map(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
+			     bool writable, struct snapkvd_buffer **ret)
 {
 	struct snapkvd_buffer *b = calloc(1, sizeof(*b));
 
 	if (!b)
 		return -ENOMEM;
-	b->map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	/* PROT_WRITE only for a buffer registered writable: a bug elsewhere
+	 * cannot write into an engine's read-only K/V */
+	b->map = mmap(NULL, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
 	if (b->map == MAP_FAILED) {
 		int r = -errno;
 
@@ -87,6 +111,7 @@ int snapkvd_buffer_memfd_new(int fd, uint64_t size, uint64_t gen, dev_t dev, ino
 	b->regs = 1;
 	b->dev = dev;
 	b->ino = ino;
+	b->writable = writable;
 	*ret = b;
 	return 0;
 }

@@ -13,6 +13,7 @@
 #ifndef SNAPKVD_BUFFER_H
 #define SNAPKVD_BUFFER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -36,6 +37,9 @@ struct snapkvd_buffer {
 	const char *transport;	       /* "memfd", "cuda-vmm-fd", "cuda-ipc" */
 	int kind;		       /* Snapkv__V1__BufferKind of a CUDA buffer */
 	uint64_t ipc_off;	       /* CUDA_IPC: offset in the allocation */
+	/* registered writable (RegisterBuffer.writable): a writeback
+	 * destination; a memfd is then mapped PROT_READ | PROT_WRITE */
+	bool writable;
 	struct snapkvd_buffer *next;
 };
 
@@ -55,6 +59,16 @@ int snapkvd_buffer_memfd_check(int fd, uint64_t *size, uint64_t max_bytes, dev_t
 /* Map a checked memfd once, read-only (fd stays open). 0 or -errno. */
 int snapkvd_buffer_memfd_new(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
 			     struct snapkvd_buffer **ret);
+/*
+ * Writable registrations (writeback destinations): the memfd must not be
+ * sealed against writes (F_SEAL_WRITE, F_SEAL_FUTURE_WRITE): 0, or -EPERM
+ * with the reason in *why. Then snapkvd_buffer_memfd_map() with writable
+ * maps it PROT_READ | PROT_WRITE (and marks the buffer writable); without,
+ * it is snapkvd_buffer_memfd_new().
+ */
+int snapkvd_buffer_memfd_check_writable(int fd, const char **why);
+int snapkvd_buffer_memfd_map(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
+			     bool writable, struct snapkvd_buffer **ret);
 
 /* A CUDA registration's fields (RegisterBuffer). */
 struct snapkvd_buffer_cuda {

@@ -37,11 +37,45 @@ int snapkvd_cache_geometry(uint32_t layers, uint32_t h_store, uint32_t slots, ui
 	return 0;
 }
 
+int snapkvd_cache_geometry_paged(uint32_t layers, uint32_t h_store, uint32_t slots,
+				 uint32_t head_dim, uint32_t dtype_bytes, uint32_t block_size,
+				 bool writeback, uint64_t max_region,
+				 struct snapkvd_cache_geom *ret)
+{
+	uint64_t blocks, block_bytes, run = 0, pos, all, region;
+
+	if (!block_size)
+		return -EINVAL;
+	blocks = ((uint64_t)slots + block_size - 1) / block_size;
+	if (blocks > UINT32_MAX ||
+	    __builtin_mul_overflow((uint64_t)block_size * h_store, (uint64_t)head_dim * dtype_bytes,
+				   &block_bytes) ||
+	    __builtin_mul_overflow(blocks, block_bytes, &run) ||
+	    run > UINT64_MAX - SNAPKVD_ARENA_ALIGN ||
+	    __builtin_mul_overflow((uint64_t)h_store * slots, 4, &pos) || pos > UINT64_MAX - 63)
+		return -E2BIG;
+	run = writeback ? 0 : snapkvd_arena_round(run);
+	pos = align64(pos);
+	if (__builtin_mul_overflow(run, 2, &all) || __builtin_add_overflow(all, pos, &all) ||
+	    __builtin_mul_overflow(all, (uint64_t)layers, &region) ||
+	    region > UINT64_MAX - SNAPKVD_ARENA_ALIGN)
+		return -E2BIG;
+	region = snapkvd_arena_round(region);
+	if (!region || region > max_region)
+		return -E2BIG;
+	*ret = (struct snapkvd_cache_geom){.kv_bytes = run,
+					   .pos_bytes = pos,
+					   .region = region,
+					   .kv_first = true,
+					   .n_blocks = (uint32_t)blocks};
+	return 0;
+}
+
 void snapkvd_region_layer(uint64_t off, uint32_t layers, uint32_t l,
 			  const struct snapkvd_cache_geom *g, bool gpu_kv, uint64_t *ret_k,
 			  uint64_t *ret_v, uint64_t *ret_pos)
 {
-	if (gpu_kv) {
+	if (gpu_kv || g->kv_first) {
 		*ret_k = off + (uint64_t)l * 2 * g->kv_bytes;
 		*ret_pos = off + (uint64_t)layers * 2 * g->kv_bytes + (uint64_t)l * g->pos_bytes;
 	} else {
@@ -88,6 +122,28 @@ void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
 	c->region_off = off;
 	c->region_bytes = g->region;
 	c->slots = slots;
+	if (c->layout == SNAPKVD_LAYOUT_PAGED) {
+		/* [block][row][head][dim]; writeback keeps the engine's strides
+		 * and offsets, set when the request was read */
+		if (!c->writeback) {
+			c->head_stride = c->head_dim;
+			c->token_stride = (int64_t)c->h_store * c->head_dim;
+			c->block_stride = c->token_stride * c->block_size;
+			c->run_bytes = g->kv_bytes;
+			c->n_blocks = g->n_blocks;
+		}
+		for (uint32_t l = 0; l < c->layers; l++) {
+			uint64_t k, v;
+
+			snapkvd_region_layer(off, c->layers, l, g, c->gpu_kv, &k, &v,
+					     &c->pos_off[l]);
+			if (!c->writeback) {
+				c->k_off[l] = k;
+				c->v_off[l] = v;
+			}
+		}
+		return;
+	}
 	if (c->layout == SNAPKVD_LAYOUT_HND) {
 		c->head_stride = (int64_t)slots * c->head_dim;
 		c->token_stride = c->head_dim;
@@ -131,6 +187,18 @@ void snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base
 	uint64_t k, v, p;
 
 	snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
+	if (g->paged) { /* the same blocks, more of them: the old run as is */
+		*ret_k = (struct skv_cuda_copy){.dst = base + k,
+						.src = base + g->old_k[l],
+						.width = g->old_run,
+						.height = 1,
+						.dpitch = g->old_run,
+						.spitch = g->old_run};
+		*ret_v = *ret_k;
+		ret_v->dst = base + v;
+		ret_v->src = base + g->old_v[l];
+		return;
+	}
 	*ret_k = (struct skv_cuda_copy){
 	    .dst = base + k,
 	    .src = base + g->old_k[l],

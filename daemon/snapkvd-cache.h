@@ -6,6 +6,13 @@
  * Per layer: K [h_store][slots][head_dim] (HND; NHD swaps heads and slots),
  * V the same, positions [h_store][slots] int32, each 64-byte aligned; the
  * whole region rounded to the arena's granularity.
+ *
+ * PAGED (the engine's block format): per layer a K run and a V run of
+ * n_blocks = ceil(slots / block_size) blocks [block][block_size][h_store]
+ * [head_dim], each run page-aligned and a page multiple (so an engine can
+ * mmap it MAP_FIXED into its pool at a block boundary), every run first,
+ * then the positions of every layer. Writeback: no runs (the K/V are in the
+ * engine's buffers), the region holds the positions only.
  */
 #ifndef SNAPKVD_CACHE_H
 #define SNAPKVD_CACHE_H
@@ -20,6 +27,7 @@
 enum snapkvd_layout {
 	SNAPKVD_LAYOUT_HND = 0, /* [head][slot][dim] */
 	SNAPKVD_LAYOUT_NHD,	/* [slot][head][dim] */
+	SNAPKVD_LAYOUT_PAGED,	/* [block][row][head][dim] per (layer, K/V) */
 };
 
 struct snapkvd_cache {
@@ -44,12 +52,26 @@ struct snapkvd_cache {
 	int pressure_level;	   /* snapkvd_pressure_level at admission */
 	char transport[48];	   /* of its inputs: "memfd", "cuda-vmm-fd+cuda-ipc", ... */
 	bool gpu_kv;		   /* K/V in the session's GPU arena (positions stay on host) */
+	/* PAGED: slots per block, blocks per (layer, K/V) (arena: the run's;
+	 * writeback: the destination table's), elements between blocks, bytes of
+	 * each arena run. writeback: K/V in the engine's buffer (k_off/v_off are
+	 * offsets there), the region holds the index tables only, engine_bytes
+	 * of K/V are engine-held */
+	uint32_t block_size, n_blocks;
+	int64_t block_stride;
+	uint64_t run_bytes;
+	bool writeback;
+	uint64_t out_buffer_id;
 	struct snapkvd_cache *next;
 };
 
 /* The byte sizes of a region: per layer K (= V) and positions, and the whole. */
 struct snapkvd_cache_geom {
 	uint64_t kv_bytes, pos_bytes, region;
+	/* PAGED: every layer's K/V runs first (kv_bytes: one run, a page
+	 * multiple; 0 for writeback), then the positions; n_blocks per run */
+	bool kv_first;
+	uint32_t n_blocks;
 };
 
 /*
@@ -60,6 +82,16 @@ struct snapkvd_cache_geom {
 int snapkvd_cache_geometry(uint32_t layers, uint32_t h_store, uint32_t slots, uint32_t head_dim,
 			   uint32_t dtype_bytes, uint64_t max_region,
 			   struct snapkvd_cache_geom *ret);
+
+/*
+ * Sizes of a PAGED region (see the top of this file): runs of
+ * ceil(slots / block_size) blocks of block_size x h_store x head_dim
+ * elements, or none for writeback. 0, or -E2BIG as above.
+ */
+int snapkvd_cache_geometry_paged(uint32_t layers, uint32_t h_store, uint32_t slots,
+				 uint32_t head_dim, uint32_t dtype_bytes, uint32_t block_size,
+				 bool writeback, uint64_t max_region,
+				 struct snapkvd_cache_geom *ret);
 
 /*
  * Where layer l of a region at `off` keeps its K, V and positions. Host
@@ -80,6 +112,8 @@ struct snapkvd_grow {
 	uint64_t off;			/* of the new region */
 	uint32_t slots, old_slots, used, layers, h_store, row;
 	bool hnd, gpu;
+	bool paged;	  /* PAGED: each old run is copied whole to the new run */
+	uint64_t old_run; /* PAGED: bytes of an old run */
 	uint8_t *kv_base;
 	uint64_t *old_k, *old_v, *old_pos; /* [layers] */
 };

@@ -71,6 +71,11 @@ static void run_job(struct snapkvd_worker *w, struct snapkvd_job *j)
 {
 	struct skv_error kerr = {{0}, -1, -1};
 
+	if (snapkvd_job_cancelled(j)) { /* its session ended while it waited */
+		j->status = -ECANCELED;
+		snprintf(j->err, sizeof(j->err), "the session ended before the job ran");
+		return;
+	}
 	if (j->kind == SNAPKVD_JOB_COMPACT) {
 		run_compact(w, j);
 		return;

@@ -2,11 +2,14 @@
 /* Configuration parsing with limits; see snapkvd-config.h. */
 #include "snapkvd-config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,16 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->threads = 0;
 	c->workers = 0; /* min(4, max(1, threads / 8)): snapkvd_compactor_new */
 	c->max_sessions = 256;
+	/* hardening limits (issue 11): what one client or tenant may claim */
+	c->max_sessions_per_tenant = 64;
+	c->max_admin_sessions = 16;
+	c->max_handshakes = 64;
+	c->hello_timeout_ms = 2000;
+	c->max_tenant_buffers = 1024;
+	c->max_tenant_mapped_bytes = 1ull << 40;
+	c->max_mapped_bytes = 16ull << 40;
+	c->max_request_macs = 1ull << 44;
+	c->max_request_bytes = 256ull << 30;
 	c->max_buffers = 256;
 	c->max_caches = 4096;
 	c->max_layers = 1024;
@@ -49,6 +62,12 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->prefill_wait_max_ms = 10000;
 	c->log_level = SNAPKVD_LOG_INFO;
 	snapkvd_policy_config_init(&c->policy);
+	/* the daemon rate-limits pressure transitions (issue 11); the pressure
+	 * object alone (unit tests) does not */
+	c->policy.pressure.min_dwell_ms = 1000;
+	c->http.max_request = 8192;
+	c->http.max_connections = 16;
+	c->http.timeout_ms = 10000;
 }
 
 int snapkvd_parse_size(const char *s, uint64_t *ret)
@@ -129,6 +148,118 @@ static int parse_idlist(const char *s, unsigned *n, uint32_t *ids)
 			return -EINVAL;
 		ids[(*n)++] = v;
 	}
+	return 0;
+}
+
+/* ------------------------------------------- metrics_listen's address */
+
+static int parse_port(const char *s, uint16_t *ret)
+{
+	unsigned long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < 1 || v > 65535)
+		return -EINVAL;
+	*ret = (uint16_t)v;
+	return 0;
+}
+
+static int to_sockaddr(const char *v, struct sockaddr_storage *ss, socklen_t *ret_len,
+		       const char **why)
+{
+	char host[SNAPKVD_HTTP_LISTEN_MAX];
+	const char *port_s, *colon;
+	bool v6 = *v == '[';
+	uint16_t port;
+
+	*why = "expected PORT, IPV4:PORT, [IPV6]:PORT or localhost:PORT (port 1..65535)";
+	if (strlen(v) >= sizeof(host))
+		return -EINVAL;
+	if (v6) {
+		const char *rb = strchr(v, ']');
+
+		if (!rb || rb[1] != ':')
+			return -EINVAL;
+		snprintf(host, sizeof(host), "%.*s", (int)(rb - v - 1), v + 1);
+		port_s = rb + 2;
+	} else if ((colon = strrchr(v, ':'))) {
+		if (memchr(v, ':', colon - v)) {
+			*why = "an IPv6 address goes in brackets: [::1]:9464";
+			return -EINVAL;
+		}
+		snprintf(host, sizeof(host), "%.*s", (int)(colon - v), v);
+		port_s = colon + 1;
+	} else {
+		snprintf(host, sizeof(host), "127.0.0.1"); /* a port alone: loopback */
+		port_s = v;
+	}
+	if (parse_port(port_s, &port) < 0)
+		return -EINVAL;
+	if (!v6 && !strcmp(host, "localhost"))
+		snprintf(host, sizeof(host), "127.0.0.1");
+	memset(ss, 0, sizeof(*ss));
+	if (!v6) {
+		struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+
+		if (inet_pton(AF_INET, host, &in4->sin_addr) != 1) {
+			*why = "not a numeric IPv4 address (names are not resolved)";
+			return -EINVAL;
+		}
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons(port);
+		*ret_len = sizeof(*in4);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+
+		if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1) {
+			*why = "not a numeric IPv6 address in brackets";
+			return -EINVAL;
+		}
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		*ret_len = sizeof(*in6);
+	}
+	return 0;
+}
+
+static void format_addr(const struct sockaddr_storage *ss, char out[SNAPKVD_HTTP_LISTEN_MAX])
+{
+	char a[INET6_ADDRSTRLEN] = "";
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in4 = (const struct sockaddr_in *)ss;
+
+		inet_ntop(AF_INET, &in4->sin_addr, a, sizeof(a));
+		snprintf(out, SNAPKVD_HTTP_LISTEN_MAX, "%s:%u", a, ntohs(in4->sin_port));
+	} else {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+
+		inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
+		snprintf(out, SNAPKVD_HTTP_LISTEN_MAX, "[%s]:%u", a, ntohs(in6->sin6_port));
+	}
+}
+
+/* "" or "off"; PORT (loopback); IPV4:PORT; [IPV6]:PORT; localhost:PORT. */
+static int parse_listen(struct snapkvd_http_config *h, const char *value, const char **why)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int r;
+
+	if (!*value || !strcmp(value, "off")) {
+		h->listen[0] = 0;
+		return 0;
+	}
+	r = to_sockaddr(value, &ss, &len, why);
+	if (r < 0)
+		return r;
+	h->addr = ss;
+	h->addr_len = len;
+	format_addr(&ss, h->listen);
 	return 0;
 }
 
@@ -297,6 +428,12 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 	if (strcmp(key, "metrics_textfile") == 0)
 		return set_path(c->metrics_textfile, sizeof(c->metrics_textfile), value, key, err,
 				errlen);
+	if (strcmp(key, "pressure_min_dwell_ms") == 0) {
+		if (parse_u32(value, 0, 3600 * 1000, &u) < 0)
+			return bad(err, errlen, "%s: 0..3600000", key);
+		p->min_dwell_ms = u;
+		return 0;
+	}
 	if (strcmp(key, "hook_timeout_ms") == 0) {
 		if (parse_u32(value, 1, 3600 * 1000, &u) < 0)
 			return bad(err, errlen, "%s: 1..3600000", key);
@@ -362,60 +499,122 @@ static const struct ukey ukeys[] = {
     U(watchdog_ms, 10, 60000),
     U(workers, 0, 64),
     U(prefill_wait_max_ms, 1, 600000),
+    U(max_sessions_per_tenant, 1, 65536),
+    U(max_admin_sessions, 1, 4096),
+    U(max_handshakes, 1, 65536),
+    U(hello_timeout_ms, 100, 60000),
+    U(max_tenant_buffers, 1, 1u << 20),
+};
+
+/* the Prometheus listener's limits (snapkvd-http.h) */
+static const struct ukey http_ukeys[] = {
+    {"metrics_http_max_connections", offsetof(struct snapkvd_config, http.max_connections), 1,
+     1024},
+    {"metrics_http_timeout_ms", offsetof(struct snapkvd_config, http.timeout_ms), 100, 600000},
 };
 
 struct skey {
 	const char *name;
 	size_t off;
-	uint64_t lo;
+	uint64_t lo, hi;
 };
 #define S(n, lo)                                                                                   \
 	{                                                                                          \
-#n, offsetof(struct snapkvd_config, n), lo                                         \
+#n, offsetof(struct snapkvd_config, n), lo, UINT64_MAX                             \
 	}
 static const struct skey skeys[] = {
-    S(pool_bytes, 1 << 20),    S(session_arena_bytes, 1 << 20), S(tenant_quota_bytes, 0),
-    S(max_buffer_bytes, 4096), S(max_scratch_bytes, 0),
+    S(pool_bytes, 1 << 20),
+    S(session_arena_bytes, 1 << 20),
+    S(tenant_quota_bytes, 0),
+    S(max_buffer_bytes, 4096),
+    S(max_scratch_bytes, 0),
+    S(max_tenant_mapped_bytes, 4096),
+    S(max_mapped_bytes, 4096),
+    S(max_request_macs, 1 << 20),
+    S(max_request_bytes, 1 << 20),
+    {"metrics_http_max_request", offsetof(struct snapkvd_config, http.max_request), 256, 65536},
 };
+
+/* 1048576 -> "1M": the largest suffix that says it exactly. */
+static void fmt_size(uint64_t v, char *buf, size_t len)
+{
+	static const char sfx[] = "KMGT";
+	int i = -1;
+
+	while (i < 3 && v && !(v & 1023)) {
+		v >>= 10;
+		i++;
+	}
+	if (i < 0)
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+	else
+		snprintf(buf, len, "%llu%c", (unsigned long long)v, sfx[i]);
+}
+
+static int set_ukey(struct snapkvd_config *c, const struct ukey *u, const char *v, const char **why)
+{
+	static __thread char msg[96];
+	unsigned x;
+
+	if (parse_uint(v, u->lo, u->hi, &x) < 0) {
+		snprintf(msg, sizeof(msg), "not an integer in %u..%u", u->lo, u->hi);
+		*why = msg;
+		return -EINVAL;
+	}
+	if (!strcmp(u->name, "sq_entries") && (x & (x - 1))) {
+		*why = "not a power of two";
+		return -EINVAL;
+	}
+	if (!strcmp(u->name, "slot_bytes") && x % 64) {
+		*why = "not a multiple of 64";
+		return -EINVAL;
+	}
+	*(unsigned *)((char *)c + u->off) = x;
+	return 0;
+}
+
+static int set_skey(struct snapkvd_config *c, const struct skey *k, const char *v, const char **why)
+{
+	static __thread char msg[128];
+	char lo[24], hi[24];
+	uint64_t x;
+
+	fmt_size(k->lo, lo, sizeof(lo));
+	fmt_size(k->hi, hi, sizeof(hi));
+	if (snapkvd_parse_size(v, &x) < 0) {
+		snprintf(msg, sizeof(msg), "not a size (4096, 64K, 1M, 2G; at least %s)", lo);
+		*why = msg;
+		return -EINVAL;
+	}
+	if (x < k->lo || x > k->hi) {
+		if (k->hi == UINT64_MAX)
+			snprintf(msg, sizeof(msg), "%s is below the minimum %s (%llu bytes)", v, lo,
+				 (unsigned long long)k->lo);
+		else
+			snprintf(msg, sizeof(msg), "%s is outside %s..%s (%llu..%llu bytes)", v, lo,
+				 hi, (unsigned long long)k->lo, (unsigned long long)k->hi);
+		*why = msg;
+		return -EINVAL;
+	}
+	*(uint64_t *)((char *)c + k->off) = x;
+	return 0;
+}
 
 static int set_key(struct snapkvd_config *c, const char *k, const char *v, const char **why)
 {
 	int r;
 
-	for (size_t i = 0; i < sizeof(ukeys) / sizeof(ukeys[0]); i++) {
-		if (strcmp(k, ukeys[i].name))
-			continue;
-		unsigned x;
-
-		r = parse_uint(v, ukeys[i].lo, ukeys[i].hi, &x);
-		if (r < 0) {
-			*why = "not an integer in range";
-			return r;
-		}
-		if (!strcmp(k, "sq_entries") && (x & (x - 1))) {
-			*why = "not a power of two";
-			return -EINVAL;
-		}
-		if (!strcmp(k, "slot_bytes") && x % 64) {
-			*why = "not a multiple of 64";
-			return -EINVAL;
-		}
-		*(unsigned *)((char *)c + ukeys[i].off) = x;
-		return 0;
-	}
-	for (size_t i = 0; i < sizeof(skeys) / sizeof(skeys[0]); i++) {
-		if (strcmp(k, skeys[i].name))
-			continue;
-		uint64_t x;
-
-		r = snapkvd_parse_size(v, &x);
-		if (r < 0 || x < skeys[i].lo) {
-			*why = "not a size (4096, 64K, 1M, 2G) in range";
-			return -EINVAL;
-		}
-		*(uint64_t *)((char *)c + skeys[i].off) = x;
-		return 0;
-	}
+	for (size_t i = 0; i < sizeof(ukeys) / sizeof(ukeys[0]); i++)
+		if (!strcmp(k, ukeys[i].name))
+			return set_ukey(c, &ukeys[i], v, why);
+	for (size_t i = 0; i < sizeof(http_ukeys) / sizeof(http_ukeys[0]); i++)
+		if (!strcmp(k, http_ukeys[i].name))
+			return set_ukey(c, &http_ukeys[i], v, why);
+	for (size_t i = 0; i < sizeof(skeys) / sizeof(skeys[0]); i++)
+		if (!strcmp(k, skeys[i].name))
+			return set_skey(c, &skeys[i], v, why);
+	if (!strcmp(k, "metrics_listen"))
+		return parse_listen(&c->http, v, why);
 	if (!strcmp(k, "socket")) {
 		if (*v != '/' || strlen(v) >= sizeof(c->socket_path)) {
 			*why = "socket must be an absolute path shorter than 108 bytes";
@@ -439,6 +638,14 @@ static int set_key(struct snapkvd_config *c, const char *k, const char *v, const
 			return r;
 		}
 		c->log_level = r;
+		return 0;
+	}
+	if (!strcmp(k, "admin_uids")) {
+		r = parse_idlist(v, &c->n_admin_uids, (uint32_t *)c->admin_uids);
+		if (r < 0) {
+			*why = "expected up to 64 numeric ids separated by spaces or commas";
+			return -EINVAL;
+		}
 		return 0;
 	}
 	if (!strcmp(k, "allow_uids") || !strcmp(k, "allow_gids")) {
@@ -562,12 +769,150 @@ int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, s
 	}
 	r = n < 0 ? -errno : 0;
 	close(fd);
-	if (r == 0)
-		r = snapkvd_config_parse(c, buf, have, err, errlen);
-	else
+	if (r == 0) {
+		char why[SNAPKVD_CONFIG_MAX_LINE + 64] = "";
+
+		r = snapkvd_config_parse(c, buf, have, why, sizeof(why));
+		if (r < 0)
+			snprintf(err, errlen, "%s: %s", path, why);
+	} else {
 		snprintf(err, errlen, "%s: read: %s", path, strerror(-r));
+	}
 	free(buf);
 	return r;
+}
+
+int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *value, char *err,
+		       size_t errlen)
+{
+	struct snapkvd_config tmp = *c;
+	const char *why = "";
+	char msg[256];
+
+	if (set_key(&tmp, key, value, &why) < 0) {
+		snprintf(err, errlen, "%s", why);
+		return -EINVAL;
+	}
+	if (snapkvd_policy_config_check(&tmp.policy, msg, sizeof(msg)) < 0) {
+		snprintf(err, errlen, "pressure: %s", msg);
+		return -EINVAL;
+	}
+	*c = tmp;
+	return 0;
+}
+
+/* ------------------------------------------------- the effective config */
+
+static void dump_size(FILE *f, const char *key, uint64_t v)
+{
+	char b[24];
+
+	fmt_size(v, b, sizeof(b));
+	fprintf(f, "%s = %s\n", key, b);
+}
+
+static void dump_ids(FILE *f, const char *key, const uint32_t *ids, unsigned n)
+{
+	fprintf(f, "%s =", key);
+	for (unsigned i = 0; i < n; i++)
+		fprintf(f, " %u", ids[i]);
+	fputc('\n', f);
+}
+
+/* The shortest of %.15g and %.17g that reads back as the same double. */
+static const char *fmt_double(double d, char b[40])
+{
+	snprintf(b, 40, "%.15g", d);
+	if (strtod(b, NULL) != d)
+		snprintf(b, 40, "%.17g", d);
+	return b;
+}
+
+static void dump_double(FILE *f, const char *key, double d)
+{
+	char b[40];
+
+	fprintf(f, "%s = %s\n", key, fmt_double(d, b));
+}
+
+static void dump_policy(FILE *f, const struct snapkvd_policy_config *p)
+{
+	const struct {
+		const char *key;
+		const struct snapkvd_watermark *wm;
+	} wms[] = {
+	    {"pressure_high", &p->pressure.high_enter},
+	    {"pressure_high_leave", &p->pressure.high_leave},
+	    {"pressure_critical", &p->pressure.critical_enter},
+	    {"pressure_critical_leave", &p->pressure.critical_leave},
+	};
+	char b[128];
+
+	for (size_t i = 0; i < sizeof(wms) / sizeof(wms[0]); i++) {
+		snapkvd_watermark_format(wms[i].wm, b, sizeof(b));
+		fprintf(f, "%s = %s\n", wms[i].key, b);
+	}
+	snapkvd_pressure_order_format(&p->pressure, b, sizeof(b));
+	fprintf(f, "pressure_actions = %s\n", b);
+	dump_double(f, "pressure_scale_high", p->pressure.scale_high);
+	dump_double(f, "pressure_scale_critical", p->pressure.scale_critical);
+	dump_double(f, "pressure_guaranteed_share", p->pressure.guaranteed_share);
+	fprintf(f, "pressure_min_dwell_ms = %u\n", p->pressure.min_dwell_ms);
+	fprintf(f, "hook_dir = %s\n", p->hook_dir);
+	fprintf(f, "hook_timeout_ms = %u\n", p->hooks.timeout_ms);
+	fprintf(f, "hook_max = %u\n", p->hooks.max_hooks);
+	dump_size(f, "hook_max_output", p->hooks.max_output);
+	fprintf(f, "hook_ledger_json = %s\n", p->hook_ledger_json);
+	if (!p->n_quotas)
+		fprintf(f, "# tenant_quota: none\n");
+	for (unsigned i = 0; i < p->n_quotas; i++) {
+		fmt_size(p->quotas[i].quota_bytes, b, sizeof(b));
+		fprintf(f, "tenant_quota = %u:%s", (unsigned)p->quotas[i].uid, b);
+		if (p->quotas[i].guaranteed_share >= 0)
+			fprintf(f, ":%s", fmt_double(p->quotas[i].guaranteed_share, b));
+		fputc('\n', f);
+	}
+	fprintf(f, "metrics_textfile = %s\n", p->metrics_textfile);
+	fprintf(f, "metrics_interval_s = %u\n", p->metrics_interval_s);
+}
+
+int snapkvd_config_dump(const struct snapkvd_config *c, char **ret)
+{
+	static const char *const levels[] = {"error", "warning", "notice", "info", "debug"};
+	const char *level = "info";
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return -ENOMEM;
+	for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
+		if (snapkvd_log_parse_level(levels[i]) == c->log_level)
+			level = levels[i];
+	fprintf(f, "socket = %s\nbackend = %s\n", c->socket_path, c->backend);
+	for (size_t i = 0; i < sizeof(skeys) / sizeof(skeys[0]); i++)
+		if (strncmp(skeys[i].name, "metrics_", 8))
+			dump_size(f, skeys[i].name,
+				  *(const uint64_t *)((const char *)c + skeys[i].off));
+	dump_ids(f, "allow_uids", (const uint32_t *)c->allow_uids, c->n_allow_uids);
+	dump_ids(f, "allow_gids", (const uint32_t *)c->allow_gids, c->n_allow_gids);
+	dump_ids(f, "admin_uids", (const uint32_t *)c->admin_uids, c->n_admin_uids);
+	for (size_t i = 0; i < sizeof(ukeys) / sizeof(ukeys[0]); i++)
+		fprintf(f, "%s = %u\n", ukeys[i].name,
+			*(const unsigned *)((const char *)c + ukeys[i].off));
+	fprintf(f, "log_level = %s\n", level);
+	dump_policy(f, &c->policy);
+	fprintf(f, "metrics_listen = %s\n", c->http.listen);
+	dump_size(f, "metrics_http_max_request", c->http.max_request);
+	for (size_t i = 0; i < sizeof(http_ukeys) / sizeof(http_ukeys[0]); i++)
+		fprintf(f, "%s = %u\n", http_ukeys[i].name,
+			*(const unsigned *)((const char *)c + http_ukeys[i].off));
+	if (fclose(f) != 0 || !buf) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*ret = buf;
+	return 0;
 }
 
 int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid)
@@ -579,6 +924,16 @@ int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid)
 			return 1;
 	for (unsigned i = 0; i < c->n_allow_gids; i++)
 		if (c->allow_gids[i] == gid)
+			return 1;
+	return 0;
+}
+
+int snapkvd_config_is_admin(const struct snapkvd_config *c, uid_t uid)
+{
+	if (uid == 0 || uid == geteuid())
+		return 1;
+	for (unsigned i = 0; i < c->n_admin_uids; i++)
+		if (c->admin_uids[i] == uid)
 			return 1;
 	return 0;
 }

@@ -19,6 +19,8 @@
  *   hook_ledger_json = PATH        ledger snapshot handed to hooks
  *   metrics_textfile = PATH        node_exporter textfile (*.prom), "" = off
  *   metrics_interval_s = 15        textfile rewrite period
+ *   metrics_listen = 9464          HTTP /metrics for Prometheus, "" = off
+ *                                  (snapkvd-http.h: its limits' keys)
  *   tenant_quota = UID:BYTES[:SHARE]   per-tenant quota and guaranteed
  *                                      share; repeatable, one per uid
  */
@@ -32,6 +34,7 @@
 #include <stddef.h>
 
 #include "snapkvd-hooks.h"
+#include "snapkvd-http.h"
 #include "snapkvd-pressure.h"
 
 #define SNAPKVD_POLICY_MAX_TENANT_QUOTAS 64
@@ -99,11 +102,25 @@ struct snapkvd_config {
 	unsigned watchdog_ms;	      /* timer period for housekeeping */
 	unsigned prefill_wait_max_ms; /* bound on CompactRequest.prefill_wait */
 	int log_level;
+	/* hardening (issue 11): every resource a client can claim is bounded */
+	unsigned max_sessions_per_tenant; /* engine sessions of one uid            */
+	unsigned max_admin_sessions;	  /* snapkvctl sessions (own slots)        */
+	unsigned max_handshakes;	  /* connections not yet past HELLO        */
+	unsigned hello_timeout_ms;	  /* HELLO deadline after accept           */
+	unsigned max_tenant_buffers;	  /* registered buffers of one uid         */
+	uint64_t max_tenant_mapped_bytes; /* bytes of buffers mapped for one uid   */
+	uint64_t max_mapped_bytes;	  /* bytes of buffers mapped, all tenants  */
+	uint64_t max_request_macs;	  /* work of one COMPACT (multiply-adds)   */
+	uint64_t max_request_bytes;	  /* K/V/Q bytes one COMPACT reads         */
+	unsigned n_admin_uids;
+	uid_t admin_uids[SNAPKVD_MAX_ALLOW]; /* see every tenant in admin views */
 	unsigned n_allow_uids, n_allow_gids;
 	uid_t allow_uids[SNAPKVD_MAX_ALLOW];
 	gid_t allow_gids[SNAPKVD_MAX_ALLOW];
-	/* pressure_*, hook_*, metrics_*, tenant_quota */
+	/* pressure_*, hook_*, metrics_textfile, metrics_interval_s, tenant_quota */
 	struct snapkvd_policy_config policy;
+	/* metrics_listen, metrics_http_*: the Prometheus listener */
+	struct snapkvd_http_config http;
 };
 
 void snapkvd_config_defaults(struct snapkvd_config *c);
@@ -118,10 +135,24 @@ int snapkvd_parse_size(const char *s, uint64_t *ret);
  */
 int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len, char *err,
 			 size_t errlen);
+/* The same for a file; an error names it: "PATH: line N: KEY: why". */
 int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, size_t errlen);
+/* One key, as a command-line option sets it: the same checks as in a file,
+ * all or nothing. 0 or -EINVAL with "why" (no line, no key) in err. */
+int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *value, char *err,
+		       size_t errlen);
+/*
+ * The effective configuration as a config file: every key with its value,
+ * one per line, in the order of systemd/snapkvd.conf (tenant_quota once per
+ * tenant); parsing it gives c back. A malloc'd string; 0 or -ENOMEM.
+ */
+int snapkvd_config_dump(const struct snapkvd_config *c, char **ret);
 
 /* Whether a peer is allowed in: both allow lists empty means everyone who
  * can reach the socket (its file mode decides). */
 int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid);
+/* Whether uid sees every tenant in admin views and gets the reserved admin
+ * slot: root, the daemon's own user, or an admin_uids member. */
+int snapkvd_config_is_admin(const struct snapkvd_config *c, uid_t uid);
 
 #endif

@@ -31,6 +31,10 @@ void snapkvd_job_free(struct snapkvd_job *j)
 	free(j->in);
 	free(j->out);
 	free(j->block_table);
+	free(j->out_table);
+	free(j->wb_base);
+	free(j->wb_k_off);
+	free(j->wb_v_off);
 	snapkvd_cache_free(j->cache);
 	free(j->g.old_k);
 	free(j->g.old_v);

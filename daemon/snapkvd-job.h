@@ -53,6 +53,18 @@ struct snapkvd_job {
 	bool scaled;			/* C was scaled down for pressure */
 	int32_t *block_table;		/* private copy, n_block_table entries */
 	uint32_t n_block_table;
+	/* out_layout PAGED (snapkvd-paged.c): slots per block; the output
+	 * block table (arena: 0 .. n-1; writeback: the engine's, a private
+	 * copy); writeback: the destination pools' addresses, [2 * layers]
+	 * (K, V of each layer), their strides, and the K buffer of layer 0 */
+	bool paged, writeback;
+	uint32_t out_block_size;
+	int32_t *out_table;
+	uint32_t n_out_table;
+	uint8_t **wb_base;
+	int64_t wb_head_stride, wb_token_stride, wb_block_stride;
+	uint64_t *wb_k_off, *wb_v_off; /* [layers]: pool offsets in their buffers */
+	uint64_t wb_buffer_id;
 	/* CompactRequest.prefill_wait CUDA_FLAG: the stream waits until the
 	 * word at device address wait_flag is >= wait_value (wait_flag NULL: no
 	 * wait); past wait_ms the runner's waiter thread writes the value
@@ -71,8 +83,18 @@ struct snapkvd_job {
 	int status;
 	char err[256];
 	uint64_t t_start; /* admission, CLOCK_MONOTONIC */
+	/* set (by the loop thread, atomically) when the session ends: a queued
+	 * job is not run, a running one stops at its next safe point
+	 * (snapkvd_job_cancelled); the session outlives its jobs */
+	const bool *cancel;
 	struct snapkvd_job *next;
 };
+
+/* Whether the job's session has ended (any thread). */
+static inline bool snapkvd_job_cancelled(const struct snapkvd_job *j)
+{
+	return j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE);
+}
 
 /* A zeroed job of `kind` for session s. NULL: out of memory. */
 struct snapkvd_job *snapkvd_job_new(enum snapkvd_job_kind kind, struct snapkvd_session *s,

@@ -45,7 +45,14 @@ void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cac
 	if (c->lingering)
 		t->lingering++;
 	t->allocated += c->region_bytes;
-	if (snapkvd_ledger_cache(c, &l) == 0) {
+	if (snapkvd_ledger_cache(c, &l) == 0 && c->writeback) {
+		/* engine-held: only the index tables are the pool's */
+		t->native_full += l.native_full;
+		t->index += l.index;
+		t->engine_held += l.compact + l.reserved;
+		real = l.index;
+		t->real += real;
+	} else if (snapkvd_ledger_cache(c, &l) == 0) {
 		t->native_full += l.native_full;
 		t->compact += l.compact;
 		t->index += l.index;
@@ -85,6 +92,7 @@ static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger
 	b->allocated = t->allocated;
 	b->real = t->real;
 	b->padding = t->padding;
+	b->engine_held = t->engine_held;
 }
 
 static void fill_tenant(const struct snapkvd_session *sessions,
@@ -138,26 +146,86 @@ static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cac
 	cl->lingering = c->lingering;
 	cl->requested_budget = c->requested_budget;
 	cl->transport = (char *)c->transport;
-	cl->arena_transport = c->gpu_kv ? "cuda-vmm" : "host-memfd";
+	cl->arena_transport = c->writeback ? "engine" : c->gpu_kv ? "cuda-vmm" : "host-memfd";
+	cl->engine_held = c->writeback;
+	cl->layout = c->layout == SNAPKVD_LAYOUT_PAGED ? SNAPKV__V1__LAYOUT__LAYOUT_PAGED
+		     : c->layout == SNAPKVD_LAYOUT_NHD ? SNAPKV__V1__LAYOUT__LAYOUT_NHD
+						       : SNAPKV__V1__LAYOUT__LAYOUT_HND;
+	cl->block_size = c->block_size;
 	cl->mass_min = mn;
 	cl->mass_mean = nm ? sum / nm : 0;
 	ledger_bytes(lb, &l);
 	cl->bytes = lb;
 }
 
+struct ledger_pick {
+	const struct snapkvd_session *x;
+	const struct snapkvd_cache *c;
+};
+
+static int by_id(const void *a, const void *b)
+{
+	uint64_t x = ((const struct ledger_pick *)a)->c->id,
+		 y = ((const struct ledger_pick *)b)->c->id;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool sees_session(const struct snapkvd_ledger_view *v, const struct snapkvd_session *x)
+{
+	return !v || v->all || x->uid == v->uid;
+}
+
+/*
+ * The caches v may see with an id above v->after, the page_size smallest:
+ * into b->pick (sorted by id). *ret_n picked, *ret_visible all it may see,
+ * *ret_next the cursor of the next page (0: none).
+ */
+static int pick_caches(struct snapkvd_server *srv, const struct snapkvd_ledger_view *v,
+		       struct snapkvd_ledger_buf *b, size_t *ret_n, uint64_t *ret_visible,
+		       uint64_t *ret_next)
+{
+	size_t n = 0, cap = 0, page = v ? (v->page ? v->page : SNAPKVD_LEDGER_PAGE) : SIZE_MAX;
+	uint64_t after = v ? v->after : 0, visible = 0;
+
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (sees_session(v, x))
+			for (struct snapkvd_cache *c = x->caches; c; c = c->next)
+				cap++;
+	b->pick = calloc(cap ? cap : 1, sizeof(*b->pick));
+	if (!b->pick)
+		return -ENOMEM;
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next) {
+		if (!sees_session(v, x))
+			continue;
+		for (struct snapkvd_cache *c = x->caches; c; c = c->next) {
+			visible++;
+			if (c->id > after)
+				b->pick[n++] = (struct ledger_pick){x, c};
+		}
+	}
+	qsort(b->pick, n, sizeof(*b->pick), by_id);
+	*ret_next = n > page ? b->pick[page - 1].c->id : 0;
+	*ret_n = n > page ? page : n;
+	*ret_visible = visible;
+	return 0;
+}
+
 int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
-			 struct snapkvd_ledger_buf *b)
+			 struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_view *v)
 {
 	struct snapkvd_pool_stats ps;
 	struct snapkvd_ledger_total pt;
-	size_t nt = 0, nc = 0, i = 0;
+	size_t nt = 0, nc = 0, i = 0, k = 0;
+	uint64_t visible = 0, next = 0;
 
 	memset(b, 0, sizeof(*b));
 	if (snapkvd_pool_snapshot(srv->pool, &ps, &b->ts, &nt) < 0)
 		return -ENOMEM;
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		for (struct snapkvd_cache *c = x->caches; c; c = c->next)
-			nc++;
+	if (pick_caches(srv, v, b, &nc, &visible, &next) < 0) {
+		snapkvd_ledger_reply_free(b);
+		return -ENOMEM;
+	}
 	b->ti = calloc(nt ? nt : 1, sizeof(*b->ti));
 	b->tip = calloc(nt ? nt : 1, sizeof(*b->tip));
 	b->tb = calloc(nt ? nt : 1, sizeof(*b->tb));
@@ -168,9 +236,15 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 		snapkvd_ledger_reply_free(b);
 		return -ENOMEM;
 	}
+	/* a tenant sees its own line only; root and admin_uids see every one */
 	for (i = 0; i < nt; i++) {
-		fill_tenant(srv->sessions, &b->ts[i], &b->ti[i], &b->tb[i]);
-		b->tip[i] = &b->ti[i];
+		if (v && !v->all && b->ts[i].uid != v->uid)
+			continue;
+		fill_tenant(srv->sessions, &b->ts[i], &b->ti[k], &b->tb[k]);
+		b->ti[k].buffers = b->ts[i].buffers;
+		b->ti[k].mapped_bytes = b->ts[i].mapped_bytes;
+		b->tip[k] = &b->ti[k];
+		k++;
 	}
 	r->pool_total = ps.total;
 	r->pool_used = ps.used;
@@ -179,16 +253,17 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 	ledger_bytes(&b->pool, &pt);
 	r->pool_bytes = &b->pool;
 	r->lingering_caches = pt.lingering;
-	r->n_tenants = nt;
+	r->n_tenants = k;
 	r->tenants = b->tip;
-	i = 0;
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		for (struct snapkvd_cache *c = x->caches; c; c = c->next, i++) {
-			fill_cache(x, c, &b->cl[i], &b->lb[i]);
-			b->clp[i] = &b->cl[i];
-		}
+	for (i = 0; i < nc; i++) {
+		fill_cache(b->pick[i].x, b->pick[i].c, &b->cl[i], &b->lb[i]);
+		b->clp[i] = &b->cl[i];
+	}
 	r->n_caches = nc;
 	r->caches = b->clp;
+	r->next_page_after = next;
+	r->caches_visible = visible;
+	r->all_tenants = !v || v->all;
 	return 0;
 }
 
@@ -201,6 +276,7 @@ void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b)
 	free(b->lb);
 	free(b->tb);
 	free(b->ts);
+	free(b->pick);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -215,7 +291,7 @@ char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name)
 	json_t *j = NULL;
 	char *text = NULL;
 
-	if (snapkvd_ledger_reply(srv, &r, &b) < 0)
+	if (snapkvd_ledger_reply(srv, &r, &b, NULL) < 0)
 		return NULL;
 	j = skv_ledger_json(&r);
 	if (j && json_object_set_new(j, "pressure", json_pack("{s:s}", "level", level_name)) == 0)

@@ -7,7 +7,9 @@
 #ifndef SNAPKVD_LEDGER_H
 #define SNAPKVD_LEDGER_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "proto/snapkv.pb-c.h"
 #include "skv.h"
@@ -24,6 +26,9 @@ struct snapkvd_ledger_total {
 	uint64_t native_full, compact, index, reserved;
 	uint64_t real, allocated, padding;
 	uint64_t caches, lingering;
+	/* writeback caches: compact + reserved K/V bytes in engines' own
+	 * blocks (not in compact, reserved, real or the pool) */
+	uint64_t engine_held;
 };
 
 int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);
@@ -42,14 +47,33 @@ void snapkvd_ledger_tenant(const struct snapkvd_session *sessions, const struct 
  * snapkvd_ledger_reply_free() once *r is no longer used. 0 or -ENOMEM (then
  * *r holds no pointer into *b).
  */
+struct ledger_pick;
 struct snapkvd_ledger_buf {
+	struct ledger_pick *pick; /* the caches of the reply, by id */
 	Snapkv__V1__TenantInfo *ti, **tip;
 	Snapkv__V1__CacheLedger *cl, **clp;
 	Snapkv__V1__LedgerBytes *lb, *tb, pool;
 	struct snapkvd_tenant_stats *ts;
 };
+/*
+ * Who asks, and which page. A caller that is not root, the daemon's user or
+ * in admin_uids (all = false) sees its own tenant and the caches of its own
+ * uid's sessions only. Caches come by id, those above `after`, at most
+ * `page` (0: SNAPKVD_LEDGER_PAGE) of them: every page fits a frame whatever
+ * one tenant holds, and the reply's next_page_after continues.
+ */
+/* 512 entries of at most ~260 bytes: below the default net.core.wmem_max
+ * (208 KiB), so a page goes out even where SO_SNDBUFFORCE is not allowed */
+#define SNAPKVD_LEDGER_PAGE 512
+struct snapkvd_ledger_view {
+	bool all;
+	uid_t uid;
+	uint64_t after;
+	uint32_t page;
+};
+/* v NULL: everything, unpaged (the hooks' snapshot). */
 int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
-			 struct snapkvd_ledger_buf *b);
+			 struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_view *v);
 void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b);
 
 /* The hooks' ledger snapshot: the LEDGER reply as `snapkvctl ledger --json`

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -24,7 +25,18 @@ struct snapkvd_listener {
 	snapkvd_listener_fn on_conn;
 	void *data;
 	struct snapkvd_loop_ev ev;
+	/* EMFILE/ENFILE: accept pauses on a timer, backing off 10 ms .. 1 s,
+	 * with one warning per pause (and the count of refusals it covered) */
+	int timer_fd;
+	uint64_t timerbuf;
+	struct snapkvd_loop_ev ev_timer;
+	unsigned backoff_ms;
+	uint64_t fd_failures; /* accepts failed for want of fds, this pause */
+	bool paused;
 };
+
+#define ACCEPT_BACKOFF_MIN_MS 10
+#define ACCEPT_BACKOFF_MAX_MS 1000
 
 /* Whether a daemon still listens at sa. One killed a moment ago can: its
  * io_uring is torn down asynchronously after exit. Give that a second. */
@@ -58,7 +70,10 @@ static int listen_on(const char *path)
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EADDRINUSE) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		/* ENOENT, EACCES, ...: the real reason, not listen()'s EINVAL */
+		if (errno != EADDRINUSE)
+			goto fail;
 		if (still_live(&sa)) {
 			close(fd);
 			return -EADDRINUSE;
@@ -67,8 +82,6 @@ static int listen_on(const char *path)
 			unlink(path);
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 			goto fail;
-	} else if (errno == EADDRINUSE) {
-		goto fail;
 	}
 	/* engines of other uids reach us through the group; the allow list decides */
 	(void)chmod(path, 0660);
@@ -81,16 +94,63 @@ fail:
 	return r;
 }
 
+static void arm_accept(struct snapkvd_listener *l)
+{
+	if (!snapkvd_loop_stopped(l->loop))
+		snapkvd_loop_accept(l->loop, l->fd, &l->ev);
+}
+
+/* Out of fds: accepting again at once would fail at once, forever (a busy
+ * loop); wait, doubling the wait while it lasts. False: no timer, go on. */
+static bool pause_accept(struct snapkvd_listener *l, int res)
+{
+	struct itimerspec its = {0};
+
+	l->backoff_ms = l->backoff_ms ? l->backoff_ms * 2 : ACCEPT_BACKOFF_MIN_MS;
+	if (l->backoff_ms > ACCEPT_BACKOFF_MAX_MS)
+		l->backoff_ms = ACCEPT_BACKOFF_MAX_MS;
+	if (!l->fd_failures++)
+		log_warning_errno(res,
+				  "accept failed: out of file descriptors; pausing accept "
+				  "(backoff up to %d ms, RLIMIT_NOFILE or fs.file-max)",
+				  ACCEPT_BACKOFF_MAX_MS);
+	its.it_value.tv_sec = l->backoff_ms / 1000;
+	its.it_value.tv_nsec = (long)(l->backoff_ms % 1000) * 1000000L;
+	if (l->timer_fd < 0 || timerfd_settime(l->timer_fd, 0, &its, NULL) < 0 ||
+	    snapkvd_loop_read(l->loop, l->timer_fd, &l->timerbuf, sizeof(l->timerbuf),
+			      &l->ev_timer) < 0)
+		return false;
+	l->paused = true;
+	return true;
+}
+
 static void on_accept(void *data, int res)
 {
 	struct snapkvd_listener *l = data;
 
-	if (res >= 0)
+	if (res >= 0) {
+		if (l->fd_failures > 1)
+			log_notice("accepting again; %llu accepts failed for want of fds",
+				   (unsigned long long)l->fd_failures);
+		l->fd_failures = 0;
+		l->backoff_ms = 0;
 		l->on_conn(l->data, res);
-	else if (res != -EAGAIN && res != -EINTR && res != -ECONNABORTED)
+	} else if (res == -EMFILE || res == -ENFILE || res == -ENOBUFS || res == -ENOMEM) {
+		if (pause_accept(l, res))
+			return;
+	} else if (res != -EAGAIN && res != -EINTR && res != -ECONNABORTED) {
 		log_warning_errno(res, "accept failed");
-	if (!snapkvd_loop_stopped(l->loop))
-		snapkvd_loop_accept(l->loop, l->fd, &l->ev);
+	}
+	arm_accept(l);
+}
+
+static void on_backoff(void *data, int res)
+{
+	struct snapkvd_listener *l = data;
+
+	(void)res;
+	l->paused = false;
+	arm_accept(l);
 }
 
 static int open_socket(struct snapkvd_listener *l, const char *path)
@@ -129,6 +189,9 @@ int snapkvd_listener_new(struct snapkvd_loop *loop, const char *path, snapkvd_li
 	l->on_conn = on_conn;
 	l->data = data;
 	l->ev = (struct snapkvd_loop_ev){.fn = on_accept, .data = l};
+	l->ev_timer = (struct snapkvd_loop_ev){.fn = on_backoff, .data = l};
+	/* made now: at EMFILE it could not be */
+	l->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	r = open_socket(l, path);
 	if (r == 0 && snapkvd_loop_accept(loop, l->fd, &l->ev) < 0)
 		r = -EBUSY;
@@ -144,6 +207,8 @@ void snapkvd_listener_free(struct snapkvd_listener *l)
 {
 	if (!l)
 		return;
+	if (l->timer_fd >= 0)
+		close(l->timer_fd);
 	if (l->fd >= 0) {
 		close(l->fd);
 		if (l->owned)

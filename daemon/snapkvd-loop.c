@@ -111,6 +111,18 @@ int snapkvd_loop_recvmsg(struct snapkvd_loop *l, int fd, struct msghdr *m, unsig
 	return 0;
 }
 
+int snapkvd_loop_send(struct snapkvd_loop *l, int fd, const void *buf, unsigned len,
+		      struct snapkvd_loop_ev *ev)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_send(sqe, fd, buf, len, MSG_NOSIGNAL);
+	io_uring_sqe_set_data(sqe, ev);
+	return 0;
+}
+
 /* Every completion ready now, each to its {fn, data}. Returns how many. */
 static unsigned dispatch(struct snapkvd_loop *l)
 {

@@ -47,6 +47,9 @@ int snapkvd_loop_poll(struct snapkvd_loop *l, int fd, struct snapkvd_loop_ev *ev
 int snapkvd_loop_accept(struct snapkvd_loop *l, int fd, struct snapkvd_loop_ev *ev);
 int snapkvd_loop_recvmsg(struct snapkvd_loop *l, int fd, struct msghdr *m, unsigned flags,
 			 struct snapkvd_loop_ev *ev);
+/* send(2) of up to len bytes, MSG_NOSIGNAL; res: bytes sent or -errno. */
+int snapkvd_loop_send(struct snapkvd_loop *l, int fd, const void *buf, unsigned len,
+		      struct snapkvd_loop_ev *ev);
 
 /* Run until snapkvd_loop_stop(). 0, or -errno when waiting failed. */
 int snapkvd_loop_run(struct snapkvd_loop *l);

@@ -215,8 +215,11 @@ static void write_pool(FILE *f, const struct snapkvd_stats *s)
 	       s->pool_used_bytes);
 	scalar(f, "snapkvd_pool_reserved_bytes", "gauge",
 	       "Pool bytes reserved by admissions not yet committed.", s->pool_reserved_bytes);
+	/* exported as the wire and snapkv.h number it (enum skv_pressure_level),
+	 * the one encoding users see */
 	scalar(f, "snapkvd_pressure_level", "gauge",
-	       "Memory pressure level: 0 normal, 1 high, 2 critical.", (uint64_t)s->pressure_level);
+	       "Memory pressure level: 1 normal, 2 high, 3 critical (enum skv_pressure_level).",
+	       (uint64_t)s->pressure_level + 1);
 	scalar(f, "snapkvd_pressure_transitions_total", "counter", "Changes of the pressure level.",
 	       s->pressure_transitions_total);
 	scalar(f, "snapkvd_sessions", "gauge", "Connected engine sessions.", s->sessions);
@@ -316,6 +319,16 @@ static void write_actions(FILE *f, const struct snapkvd_stats *s)
 		fputs("snapkvd_start_time_seconds ", f);
 		put_double(f, s->start_time_seconds);
 		fputc('\n', f);
+	}
+	if (s->version) {
+		head(f, "snapkvd_build_info", "gauge",
+		     "Always 1: the version (the project's one, libsnapkv's and snapkvd "
+		     "--version's) and the compute backend as labels.");
+		fputs("snapkvd_build_info{version=\"", f);
+		put_label(f, s->version);
+		fputs("\",backend=\"", f);
+		put_label(f, s->backend ? s->backend : "");
+		fputs("\"} 1\n", f);
 	}
 }
 

@@ -72,7 +72,8 @@ struct snapkvd_stats {
 	uint64_t pool_used_bytes;
 	uint64_t pool_total_bytes;
 	uint64_t pool_reserved_bytes; /* reserved, not yet committed */
-	int pressure_level;	      /* 0 normal, 1 high, 2 critical  */
+	int pressure_level;	      /* enum snapkvd_pressure_level: 0 normal,
+				       * 1 high, 2 critical; exported + 1 */
 	uint64_t pressure_transitions_total;
 	uint64_t sessions;
 	uint64_t caches;
@@ -100,6 +101,8 @@ struct snapkvd_stats {
 	const struct snapkvd_histogram *compaction_seconds; /* may be NULL */
 	const struct snapkvd_histogram *retained_mass;	    /* may be NULL */
 	double start_time_seconds; /* process start, Unix time; 0 omits it */
+	const char *version;	   /* snapkvd_build_info; NULL omits it */
+	const char *backend;	   /* its backend label (NULL: "") */
 };
 
 /*

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define TEXTFILE_WARN_NS (600ull * 1000000000ull) /* a failing textfile: 10 min */
+
 static void logf_(struct snapkvd_policy *ops, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void logf_(struct snapkvd_policy *ops, int level, const char *fmt, ...)
@@ -406,8 +408,40 @@ int snapkvd_policy_hook_exited(struct snapkvd_policy *ops, struct snapkvd_hook *
 	return 0;
 }
 
+/*
+ * Never stop trying, but say a failure once, then at most every
+ * TEXTFILE_WARN_NS while the same error repeats (with the count since), and
+ * once when it works again: a textfile in a missing directory used to warn
+ * every metrics_interval_s.
+ */
+static void textfile_result(struct snapkvd_policy *ops, int r, uint64_t now_ns)
+{
+	if (r < 0) {
+		ops->textfile_failures++;
+		if (r == ops->textfile_err && now_ns - ops->textfile_warned_ns < TEXTFILE_WARN_NS)
+			return;
+		logf_(ops, SNAPKVD_POLICY_LOG_WARNING,
+		      "metrics textfile %s: %s (%llu failed writes; said again in %llu s if it "
+		      "still fails)",
+		      ops->cfg.metrics_textfile, strerror(-r),
+		      (unsigned long long)ops->textfile_failures,
+		      (unsigned long long)(TEXTFILE_WARN_NS / 1000000000ull));
+		ops->textfile_err = r;
+		ops->textfile_warned_ns = now_ns;
+	} else if (ops->textfile_err) {
+		logf_(ops, SNAPKVD_POLICY_LOG_NOTICE,
+		      "metrics textfile %s: written again after %llu failed writes",
+		      ops->cfg.metrics_textfile, (unsigned long long)ops->textfile_failures);
+		ops->textfile_err = 0;
+		ops->textfile_failures = 0;
+	}
+}
+
 void snapkvd_policy_tick(struct snapkvd_policy *ops, uint64_t now_ns)
 {
+	/* a downward transition held back by the dwell is looked at again */
+	if (snapkvd_pressure_level(ops->pressure) != SNAPKVD_PRESSURE_NORMAL)
+		ops->dirty = 1;
 	for (size_t i = 0; i < ops->n_hooks; i++) {
 		struct snapkvd_hook *h = ops->hooks[i];
 
@@ -425,10 +459,7 @@ void snapkvd_policy_tick(struct snapkvd_policy *ops, uint64_t now_ns)
 		    text ? snapkvd_atomic_write(ops->cfg.metrics_textfile, text, strlen(text), 0644)
 			 : -ENOMEM;
 
-		/* Log a failure once per interval at most, never stop trying. */
-		if (r < 0)
-			logf_(ops, SNAPKVD_POLICY_LOG_WARNING, "metrics textfile %s: %s",
-			      ops->cfg.metrics_textfile, strerror(-r));
+		textfile_result(ops, r, now_ns);
 		free(text);
 		ops->next_textfile_ns =
 		    now_ns + (uint64_t)ops->cfg.metrics_interval_s * 1000000000ull;

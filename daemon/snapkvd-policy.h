@@ -77,6 +77,9 @@ struct snapkvd_policy {
 	struct snapkvd_hook **hooks;
 	size_t n_hooks, cap_hooks;
 	uint64_t next_textfile_ns;
+	/* a failing textfile: the last error, when it was last said, how often since */
+	int textfile_err;
+	uint64_t textfile_warned_ns, textfile_failures;
 	/* counters (loop thread) */
 	uint64_t hooks_started, hooks_failed, hooks_timed_out;
 	uint64_t evictions, evicted_bytes, refusals, scaled;

@@ -18,6 +18,8 @@ struct snapkvd_tenant {
 	uint64_t quota;		   /* 0: the pool's tenant_quota (tenant_quota = UID:BYTES) */
 	uint64_t compactions;	   /* finished, for the metrics */
 	uint64_t quota_rejections; /* reservations refused with EDQUOT */
+	unsigned buffers;	   /* registered buffers, all its sessions */
+	uint64_t mapped;	   /* their bytes mapped in the daemon */
 	struct snapkvd_tenant *next;
 };
 
@@ -28,6 +30,7 @@ struct snapkvd_pool {
 	uint64_t reserved;
 	uint64_t tenant_quota; /* 0: no per-tenant limit below the pool */
 	uint64_t peak;
+	uint64_t mapped; /* registered buffers' bytes mapped, all tenants */
 	struct snapkvd_tenant *tenants;
 };
 
@@ -309,6 +312,8 @@ int snapkvd_pool_snapshot(struct snapkvd_pool *p, struct snapkvd_pool_stats *ret
 		    .compactions = t->compactions,
 		    .quota_rejections = t->quota_rejections,
 		    .sessions = t->sessions,
+		    .buffers = t->buffers,
+		    .mapped_bytes = t->mapped,
 		};
 	*ret = (struct snapkvd_pool_stats){
 	    .total = p->total, .used = p->used + p->reserved, .reserved = p->reserved};
@@ -316,4 +321,59 @@ int snapkvd_pool_snapshot(struct snapkvd_pool *p, struct snapkvd_pool_stats *ret
 	*ret_tenants = ts;
 	*ret_n = n;
 	return 0;
+}
+
+int snapkvd_pool_map(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes,
+		     const struct snapkvd_map_limits *lim, char *err, size_t errlen)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&p->mu);
+	if (t->buffers >= lim->max_tenant_buffers) {
+		snprintf(err, errlen,
+			 "uid %u already has %u buffers registered: max_tenant_buffers is %u",
+			 (unsigned)t->uid, t->buffers, lim->max_tenant_buffers);
+		r = -EMFILE;
+	} else if (bytes > lim->max_tenant_mapped_bytes ||
+		   t->mapped > lim->max_tenant_mapped_bytes - bytes) {
+		snprintf(err, errlen,
+			 "uid %u has %llu bytes of buffers mapped, %llu more would pass "
+			 "max_tenant_mapped_bytes %llu",
+			 (unsigned)t->uid, (unsigned long long)t->mapped, (unsigned long long)bytes,
+			 (unsigned long long)lim->max_tenant_mapped_bytes);
+		r = -EDQUOT;
+	} else if (bytes > lim->max_mapped_bytes || p->mapped > lim->max_mapped_bytes - bytes) {
+		snprintf(err, errlen,
+			 "the daemon has %llu bytes of buffers mapped, %llu more would pass "
+			 "max_mapped_bytes %llu",
+			 (unsigned long long)p->mapped, (unsigned long long)bytes,
+			 (unsigned long long)lim->max_mapped_bytes);
+		r = -ENOSPC;
+	} else {
+		t->buffers++;
+		t->mapped += bytes;
+		p->mapped += bytes;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return r;
+}
+
+void snapkvd_pool_unmap(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes)
+{
+	pthread_mutex_lock(&p->mu);
+	if (t->buffers)
+		t->buffers--;
+	t->mapped -= bytes < t->mapped ? bytes : t->mapped;
+	p->mapped -= bytes < p->mapped ? bytes : p->mapped;
+	pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t snapkvd_pool_mapped(struct snapkvd_pool *p)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&p->mu);
+	m = p->mapped;
+	pthread_mutex_unlock(&p->mu);
+	return m;
 }

@@ -63,6 +63,21 @@ uint64_t snapkvd_pool_tenant_use(struct snapkvd_pool *p, const struct snapkvd_te
 /* Set once when the tenant is created: no lock needed. */
 const char *snapkvd_tenant_name(const struct snapkvd_tenant *t);
 
+/*
+ * Registered buffers are mapped whole in the daemon: their count and bytes
+ * are charged to the tenant (all its sessions) and to the daemon, against
+ * max_tenant_buffers, max_tenant_mapped_bytes and max_mapped_bytes. 0, or
+ * -EMFILE / -EDQUOT / -ENOSPC with the limit and its key in err.
+ */
+struct snapkvd_map_limits {
+	unsigned max_tenant_buffers;
+	uint64_t max_tenant_mapped_bytes, max_mapped_bytes;
+};
+int snapkvd_pool_map(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes,
+		     const struct snapkvd_map_limits *lim, char *err, size_t errlen);
+void snapkvd_pool_unmap(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes);
+uint64_t snapkvd_pool_mapped(struct snapkvd_pool *p);
+
 /* What the admin replies and the metrics show, copied under the lock. */
 struct snapkvd_pool_stats {
 	uint64_t total, used, reserved; /* used: used + reserved */
@@ -75,6 +90,8 @@ struct snapkvd_tenant_stats {
 	uint64_t quota_bytes; /* effective: its own, else the pool's */
 	uint64_t caches, compactions, quota_rejections;
 	unsigned sessions;
+	unsigned buffers;      /* registered buffers */
+	uint64_t mapped_bytes; /* their bytes mapped in the daemon */
 };
 /* *ret and a malloc'd array of every tenant (free() it). 0 or -ENOMEM. */
 int snapkvd_pool_snapshot(struct snapkvd_pool *p, struct snapkvd_pool_stats *ret,

@@ -25,6 +25,8 @@ struct snapkvd_pressure {
 	size_t hist_head;
 	size_t hist_len;
 	uint64_t transitions_total;
+	uint64_t since_ns; /* when the level was entered (clock) */
+	uint64_t held;	   /* downward transitions held back by the dwell */
 };
 
 static const char *const level_names[SNAPKVD_PRESSURE_N_LEVELS] = {"normal", "high", "critical"};
@@ -452,6 +454,16 @@ int snapkvd_pressure_update(struct snapkvd_pressure *p, uint64_t used, uint64_t 
 	if (next == prev)
 		return 0;
 	t.time_ns = p->clock(p->clock_opaque);
+	/* Rate limit: a level is left downwards only after min_dwell_ms (up is
+	 * at once: eviction and refusal must not wait), so one engine crossing
+	 * a watermark back and forth makes at most two transitions (and their
+	 * hooks and events) per dwell. The caller re-evaluates later. */
+	if (next < prev && p->cfg.min_dwell_ms && t.time_ns >= p->since_ns &&
+	    t.time_ns - p->since_ns < (uint64_t)p->cfg.min_dwell_ms * 1000000ull) {
+		p->held++;
+		return 0;
+	}
+	p->since_ns = t.time_ns;
 	t.prev = prev;
 	t.level = next;
 	t.used_bytes = used;
@@ -611,4 +623,9 @@ int snapkvd_pressure_pick_evictions(const struct snapkvd_evict_candidate *c, siz
 	if (ret_bytes)
 		*ret_bytes = bytes;
 	return 0;
+}
+
+uint64_t snapkvd_pressure_held(const struct snapkvd_pressure *p)
+{
+	return p->held;
 }

@@ -57,6 +57,9 @@ struct snapkvd_pressure_config {
 				      critical, [0, 1]; default 0           */
 	uint32_t default_capacity; /* C the suggested budget is based on (2048) */
 	uint32_t default_window;   /* W of that suggestion (32)              */
+	uint32_t min_dwell_ms;	   /* a level is held this long before it is
+				      left downwards (0 here; the daemon's
+				      pressure_min_dwell_ms, default 1000) */
 };
 
 /* Defaults: 80/75, 95/90, order notify,hooks,scale,evict,refuse, 0.5, 0.25. */
@@ -132,6 +135,8 @@ int snapkvd_pressure_update(struct snapkvd_pressure *p, uint64_t used, uint64_t 
 			    struct snapkvd_pressure_change *ret_change);
 
 enum snapkvd_pressure_level snapkvd_pressure_level(const struct snapkvd_pressure *p);
+/* Downward transitions held back by min_dwell_ms so far. */
+uint64_t snapkvd_pressure_held(const struct snapkvd_pressure *p);
 /* Whether the configured order contains the action at all. */
 int snapkvd_pressure_action_enabled(const struct snapkvd_pressure *p,
 				    enum snapkvd_pressure_action a);

@@ -16,6 +16,7 @@
 #include "snapkvd-buffer.h"
 #include "snapkvd-config.h"
 #include "snapkvd-job.h"
+#include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-runner.h"
 
@@ -29,14 +30,17 @@ static int add64(uint64_t a, uint64_t b, uint64_t *r)
 	return __builtin_add_overflow(a, b, r) ? -EOVERFLOW : 0;
 }
 
-static int limit(uint32_t v, uint32_t lo, uint32_t hi, const char *what, char *err, size_t errlen)
+/* key: the config key that sets hi (NULL when hi is not one) */
+static int limit(uint32_t v, uint32_t lo, uint32_t hi, const char *what, const char *key, char *err,
+		 size_t errlen)
 {
 	if (v < lo) {
 		snprintf(err, errlen, "%s = %u: must be at least %u", what, v, lo);
 		return -EINVAL;
 	}
 	if (v > hi) {
-		snprintf(err, errlen, "%s = %u exceeds the limit %u", what, v, hi);
+		snprintf(err, errlen, "%s = %u exceeds the limit %u%s%s%s", what, v, hi,
+			 key ? " (" : "", key ? key : "", key ? ")" : "");
 		return -E2BIG;
 	}
 	return 0;
@@ -50,13 +54,16 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 {
 	int r;
 
-	if ((r = limit(req->layers, 1, cfg->max_layers, "layers", err, errlen)) ||
-	    (r = limit(req->h_q, 1, cfg->max_heads, "h_q", err, errlen)) ||
-	    (r = limit(req->h_kv, 1, cfg->max_heads, "h_kv", err, errlen)) ||
-	    (r = limit(req->head_dim, 1, cfg->max_head_dim, "head_dim", err, errlen)) ||
-	    (r = limit(req->prompt_len, 1, cfg->max_prompt_len, "prompt_len", err, errlen)) ||
-	    (r = limit(req->n_q, 0, req->prompt_len, "n_q", err, errlen)) ||
-	    (r = limit(req->decode_reserve, 0, cfg->max_reserve, "decode_reserve", err, errlen)))
+	if ((r = limit(req->layers, 1, cfg->max_layers, "layers", "max_layers", err, errlen)) ||
+	    (r = limit(req->h_q, 1, cfg->max_heads, "h_q", "max_heads", err, errlen)) ||
+	    (r = limit(req->h_kv, 1, cfg->max_heads, "h_kv", "max_heads", err, errlen)) ||
+	    (r = limit(req->head_dim, 1, cfg->max_head_dim, "head_dim", "max_head_dim", err,
+		       errlen)) ||
+	    (r = limit(req->prompt_len, 1, cfg->max_prompt_len, "prompt_len", "max_prompt_len", err,
+		       errlen)) ||
+	    (r = limit(req->n_q, 0, req->prompt_len, "n_q", NULL, err, errlen)) ||
+	    (r = limit(req->decode_reserve, 0, cfg->max_reserve, "decode_reserve", "max_reserve",
+		       err, errlen)))
 		return r == -E2BIG && !strncmp(err, "n_q", 3) ? -EINVAL : r;
 	if (req->n_layer != req->layers) {
 		snprintf(err, errlen, "%zu layer descriptions for %u layers", req->n_layer,
@@ -69,7 +76,8 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 	}
 	if (req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_UNSPECIFIED &&
 	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_HND &&
-	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_NHD) {
+	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_NHD &&
+	    req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_PAGED) {
 		snprintf(err, errlen, "unknown output layout %d", (int)req->out_layout);
 		return -EINVAL;
 	}
@@ -179,6 +187,46 @@ static int check_plan(const struct snapkvd_request_env *env, struct snapkvd_job 
 	return 0;
 }
 
+/*
+ * Owns: the work of one request, bounded up front. Multiply-adds of the
+ * scoring (layers x H_q x observation rows x L x D) against
+ * max_request_macs, and the bytes the kernels read (K, V and Q of every
+ * layer) against max_request_bytes: a request refused here has queued
+ * nothing, so no engine waits behind a job of unbounded cost.
+ */
+static int check_work(const struct snapkvd_request_env *env, const struct snapkvd_job *j,
+		      const struct skv_plan *plan, enum skv_dtype dt, char *err, size_t errlen)
+{
+	const struct skv_shape *sh = &j->shape;
+	uint64_t s = skv_dtype_size(dt) ? skv_dtype_size(dt) : 4, macs, per_layer, bytes;
+	bool over;
+
+	over =
+	    mul64((uint64_t)j->layers * sh->h_q, (uint64_t)plan->w_obs * sh->prompt_len, &macs) ||
+	    mul64(macs, sh->head_dim, &macs);
+	if (over || macs > env->cfg->max_request_macs) {
+		snprintf(err, errlen,
+			 "compaction needs %s%llu multiply-adds (%u layers x %u query heads x %u "
+			 "rows x L %u x D %u), over max_request_macs %llu",
+			 over ? "over " : "", (unsigned long long)(over ? UINT64_MAX : macs),
+			 j->layers, sh->h_q, plan->w_obs, sh->prompt_len, sh->head_dim,
+			 (unsigned long long)env->cfg->max_request_macs);
+		return -E2BIG;
+	}
+	per_layer =
+	    (2ull * sh->h_kv * sh->prompt_len + (uint64_t)sh->h_q * sh->n_q) * sh->head_dim * s;
+	over = mul64(per_layer, j->layers, &bytes);
+	if (over || bytes > env->cfg->max_request_bytes) {
+		snprintf(err, errlen,
+			 "compaction reads %s%llu bytes (%u layers of K, V and Q), over "
+			 "max_request_bytes %llu",
+			 over ? "over " : "", (unsigned long long)(over ? UINT64_MAX : bytes),
+			 j->layers, (unsigned long long)env->cfg->max_request_bytes);
+		return -E2BIG;
+	}
+	return 0;
+}
+
 /* The largest of the first nb block table entries; each must be >= 0. */
 static int block_table_max(const struct snapkvd_job *j, uint64_t nb, uint64_t *ret, char *err,
 			   size_t errlen)
@@ -246,6 +294,29 @@ static int tensor_extent(const struct snapkvd_job *j, const Snapkv__V1__TensorRe
 }
 
 /*
+ * Owns: no tensor reads an element twice. Strides that overlap (a zero
+ * token stride, heads closer than a row, a block table naming one block
+ * twice) make a tiny buffer stand for any amount of work; the elements a
+ * tensor names must fit in the bytes its strides span (span, from its
+ * offset). 0 or -EINVAL.
+ */
+static int check_overlap(const struct tensor_want *w, uint64_t span, uint64_t s,
+			 const struct snapkvd_buffer *b, char *err, size_t errlen)
+{
+	uint64_t need;
+
+	if (mul64((uint64_t)w->heads * w->tokens, (uint64_t)w->dim * s, &need) || need > span) {
+		snprintf(err, errlen,
+			 "layer %u: %s: strides overlap: %u heads x %u tokens x %u elements "
+			 "fit in %llu bytes of buffer %llu; each element must be distinct",
+			 w->layer, w->what, w->heads, w->tokens, w->dim, (unsigned long long)span,
+			 (unsigned long long)b->id);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
  * Owns, for one tensor reference: its presence, its dtype, that its buffer
  * is the session's, non-negative strides, an offset aligned to the dtype,
  * paging only where allowed and within the block table, and every element
@@ -303,6 +374,9 @@ static int resolve_tensor(const struct snapkvd_request_env *env, struct snapkvd_
 				 (unsigned long long)b->id, (unsigned long long)b->size);
 			return -ERANGE;
 		}
+		r = check_overlap(w, end - t->offset, s, b, err, errlen);
+		if (r < 0)
+			return r;
 	}
 	snapkvd_job_hold(j, b);
 	*out = (struct skv_tensor){
@@ -448,8 +522,10 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 		snprintf(err, errlen, "out_dtype must equal the K/V dtype");
 		return -EINVAL;
 	}
-	if (snapkvd_cache_geometry(req->layers, plan->h_store, slots, req->head_dim,
-				   skv_dtype_size(odt), env->arena_bytes, geom) < 0) {
+	if ((j->paged
+		 ? snapkvd_paged_geometry(env, j, plan->h_store, slots, skv_dtype_size(odt), geom)
+		 : snapkvd_cache_geometry(req->layers, plan->h_store, slots, req->head_dim,
+					  skv_dtype_size(odt), env->arena_bytes, geom)) < 0) {
 		snprintf(err, errlen,
 			 "compact cache of %u layers x %u heads x %u slots does not fit",
 			 req->layers, plan->h_store, slots);
@@ -489,6 +565,8 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 	c->evictable = req->evictable;
 	c->pressure_level = (int)snapkvd_pressure_level(env->ops->pressure);
 	name_transports(j, c);
+	if (j->paged)
+		snapkvd_paged_cache(j);
 	return 0;
 }
 
@@ -502,7 +580,8 @@ static int job_arrays(struct snapkvd_job *j, const Snapkv__V1__CompactRequest *r
 		memcpy(j->block_table, req->block_table, req->n_block_table * sizeof(int32_t));
 		j->n_block_table = (uint32_t)req->n_block_table;
 	}
-	j->bufs = calloc((size_t)req->layers * 3 + 1, sizeof(*j->bufs)); /* + the wait flag's */
+	/* Q, K, V and writeback's two pools of each layer, + the wait flag's */
+	j->bufs = calloc((size_t)req->layers * 5 + 1, sizeof(*j->bufs));
 	j->in = calloc(req->layers, sizeof(*j->in));
 	j->out = calloc(req->layers, sizeof(*j->out));
 	return j->bufs && j->in && j->out ? 0 : -ENOMEM;
@@ -548,7 +627,9 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	scale_capacity(env->ops, &j->params, &scaled);
 	if ((r = check_plan(env, j, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
 	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||
+	    (r = check_work(env, j, &plan, odt, err, errlen)) ||
 	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||
+	    (r = snapkvd_paged_check(env, j, req, &plan, odt, err, errlen)) ||
 	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)))
 		goto fail;
 	j->cache->requested_budget = requested_c;
@@ -568,6 +649,25 @@ int snapkvd_request_grow(const struct snapkvd_request_env *env, const struct sna
 {
 	uint32_t max = env->cfg->max_reserve;
 
+	if (c->writeback) {
+		*err = "GROW of a writeback cache: the engine owns its K/V blocks (add blocks in "
+		       "the engine; ask for decode_reserve when compacting)";
+		return -EOPNOTSUPP;
+	}
+	if (c->layout == SNAPKVD_LAYOUT_PAGED) {
+		if (extra == 0 || extra > max || c->slots - c->kept + (uint64_t)extra > max) {
+			*err = "extra must be 1..max_reserve in all";
+			return extra ? -E2BIG : -EINVAL;
+		}
+		if (snapkvd_cache_geometry_paged(c->layers, c->h_store, c->slots + extra,
+						 c->head_dim, c->dtype_bytes, c->block_size, false,
+						 env->arena_bytes, ret_geom) < 0) {
+			*err = "grown cache does not fit the arena";
+			return -E2BIG;
+		}
+		*ret_slots = c->slots + extra;
+		return 0;
+	}
 	if (extra == 0 || extra > max || c->slots - c->kept + (uint64_t)extra > max) {
 		*err = "extra must be 1..max_reserve in all";
 		return extra ? -E2BIG : -EINVAL;

@@ -255,15 +255,32 @@ static int register_ranges(struct cuda_runner *c, struct snapkvd_job *j, void **
 static int upload_block_table(struct snapkvd_runner_ctx *x, struct snapkvd_job *j,
 			      struct skv_error *kerr)
 {
+	/* one upload (the context keeps one device copy): the input table,
+	 * then a paged output's table (staged before ctx_upload returns) */
+	uint64_t n_in = j->block_table ? j->n_block_table : 0, n_out = j->n_out_table;
+	int32_t *both = malloc((n_in + n_out) * 4);
 	void *dbt = NULL;
-	int r = ops_of(x->c)->ctx_upload(x->gctx, j->block_table, (uint64_t)j->n_block_table * 4,
-					 &dbt, kerr);
+	int r;
 
+	if (!both) {
+		snprintf(kerr->msg, sizeof(kerr->msg), "out of memory");
+		return -ENOMEM;
+	}
+	if (n_in)
+		memcpy(both, j->block_table, n_in * 4);
+	if (n_out)
+		memcpy(both + n_in, j->out_table, n_out * 4);
+	r = ops_of(x->c)->ctx_upload(x->gctx, both, (n_in + n_out) * 4, &dbt, kerr);
+	free(both);
 	for (uint32_t l = 0; r == 0 && l < j->layers; l++) {
 		if (j->in[l].k.block_table)
 			j->in[l].k.block_table = dbt;
 		if (j->in[l].v.block_table)
 			j->in[l].v.block_table = dbt;
+		if (j->out[l].k.block_table)
+			j->out[l].k.block_table = (const int32_t *)dbt + n_in;
+		if (j->out[l].v.block_table)
+			j->out[l].v.block_table = (const int32_t *)dbt + n_in;
 	}
 	return r;
 }
@@ -316,7 +333,7 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 			return r;
 	}
 	r = register_ranges(c, j, done, &n_done, kerr);
-	if (r == 0 && j->block_table)
+	if (r == 0 && (j->block_table || j->n_out_table))
 		r = upload_block_table(x, j, kerr);
 	if (r == 0 && j->wait_flag)
 		r = wait_flag(x, j, kerr);

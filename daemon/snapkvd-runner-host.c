@@ -4,6 +4,7 @@
  * worker, whose thread pool spreads a compaction over (layer, head) items.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "snapkvd-job.h"
@@ -50,9 +51,39 @@ static const char *host_ctx_isa(const struct snapkvd_runner_ctx *x)
 	return skv_ctx_isa(x->ctx);
 }
 
+/*
+ * Layers are independent: a job runs in groups of layers, and between two
+ * groups (the safe point) it stops when its session has ended, so a long
+ * job of a closed session does not hold the worker for the rest of it.
+ */
+#define HOST_LAYERS_PER_STEP 8
+
 static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
-	return skv_compact(x->ctx, &j->shape, &j->params, j->layers, j->in, j->out, kerr);
+	for (uint32_t l = 0; l < j->layers; l += HOST_LAYERS_PER_STEP) {
+		uint32_t n =
+		    j->layers - l < HOST_LAYERS_PER_STEP ? j->layers - l : HOST_LAYERS_PER_STEP;
+		int r;
+
+		if (l && snapkvd_job_cancelled(j)) {
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "the session ended; stopped at layer %u", l);
+			return -ECANCELED;
+		}
+		r = skv_compact(x->ctx, &j->shape, &j->params, n, j->in + l, j->out + l, kerr);
+		if (r < 0 && l) { /* the kernels count layers from this group's first */
+			char m[sizeof(kerr->msg)];
+
+			snprintf(m, sizeof(m), "%s", kerr->msg);
+			snprintf(kerr->msg, sizeof(kerr->msg), "in layers %u..%u: %.200s", l,
+				 l + n - 1, m);
+			if (kerr->layer >= 0)
+				kerr->layer += (int32_t)l;
+		}
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 /* a GPU-arena cache never reaches a host runner: refused at COMPACT */

@@ -26,6 +26,7 @@
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
 #include "snapkvd-compactor.h"
+#include "snapkvd-http.h"
 #include "snapkvd-job.h"
 #include "snapkvd-ledger.h"
 #include "snapkvd-listener.h"
@@ -154,6 +155,7 @@ static void reload(struct snapkvd_server *srv)
 	c.sq_entries = srv->cfg.sq_entries;
 	c.slot_bytes = srv->cfg.slot_bytes;
 	c.session_arena_bytes = srv->cfg.session_arena_bytes;
+	c.http = srv->cfg.http;
 	srv->cfg = c;
 	snapkvd_log_max = c.log_level;
 	set_hooks(srv);
@@ -201,6 +203,7 @@ static void on_timer(void *data, int res)
 		snapkvd_session_check_hello(s, now);
 	}
 	snapkvd_policy_tick(&srv->policy, now);
+	snapkvd_http_tick(srv->http, now);
 	if (now - srv->last_status_ns > 1000000000ull) {
 		srv->last_status_ns = now;
 		sd_notifyf(0, "STATUS=%u sessions, pool %llu/%llu bytes, %llu compactions",
@@ -432,6 +435,22 @@ static uint64_t realtime_ns(void *opaque)
 	return snapkvd_realtime_ns();
 }
 
+static bool cb_healthy(void *opaque)
+{
+	return !((struct snapkvd_server *)opaque)->draining;
+}
+
+/* The Prometheus listener, when metrics_listen is set: the same text. */
+static int http_init(struct snapkvd_server *srv)
+{
+	const struct snapkvd_http_cb cb = {
+	    .data = srv, .metrics = cb_metrics_text, .healthy = cb_healthy};
+
+	if (!srv->cfg.http.listen[0])
+		return 0;
+	return snapkvd_http_new(srv->loop, &srv->cfg.http, &cb, &srv->http);
+}
+
 static int policy_init(struct snapkvd_server *srv)
 {
 	const struct snapkvd_policy_cb cb = {
@@ -512,7 +531,7 @@ int snapkvd_server_new(const struct snapkvd_config *cfg, const char *config_path
 	set_hooks(srv);
 	if ((r = snapkvd_listener_new(srv->loop, cfg->socket_path, on_connection, srv,
 				      &srv->listener)) < 0 ||
-	    (r = arm_fds(srv)) < 0)
+	    (r = http_init(srv)) < 0 || (r = arm_fds(srv)) < 0)
 		goto fail;
 	srv->start_realtime_s = (double)time(NULL);
 	if ((r = policy_init(srv)) < 0)
@@ -565,8 +584,8 @@ static void free_sessions(struct snapkvd_server *srv)
  * The order matters: the workers stop first (every job done), then the
  * io_uring goes (no armed op can complete into freed memory), the policy
  * (its hooks' poll records), the sessions (which drop their CUDA imports
- * and GPU arenas: before the plugin goes), the listening socket and the
- * fds, the runner (the plugin), the pool last.
+ * and GPU arenas: before the plugin goes), the listening sockets (metrics
+ * connections too) and the fds, the runner (the plugin), the pool last.
  */
 void snapkvd_server_free(struct snapkvd_server *srv)
 {
@@ -577,6 +596,7 @@ void snapkvd_server_free(struct snapkvd_server *srv)
 	policy_fini(srv);
 	free_sessions(srv);
 	snapkvd_listener_free(srv->listener);
+	snapkvd_http_free(srv->http);
 	if (srv->signal_fd >= 0)
 		close(srv->signal_fd);
 	if (srv->timer_fd >= 0)

@@ -30,14 +30,18 @@ struct snapkvd_server {
 	struct snapkvd_compactor *compactor;
 	struct snapkvd_loop *loop;
 	struct snapkvd_listener *listener;
+	struct snapkvd_http *http;    /* metrics_listen; NULL when off */
 	struct snapkvd_policy policy; /* pressure policy, hooks, metrics */
 	struct snapkvd_session *sessions;
-	unsigned n_sessions;
+	unsigned n_sessions;	   /* engine sessions past HELLO (max_sessions) */
+	unsigned n_admin_sessions; /* admin sessions past HELLO (max_admin_sessions) */
+	unsigned n_handshakes;	   /* connections before HELLO (max_handshakes) */
 	uint64_t next_session_id, next_cache_id;
 	bool draining; /* SIGTERM: no new work, stop once the queue is empty */
 	uint64_t start_ns;
 	double start_realtime_s;
 	uint64_t requests, errors, compactions, sessions_total;
+	uint64_t jobs_cancelled; /* not run, or stopped, because their session ended */
 	/* signals, housekeeping, finished jobs (snapkvd-server.c) */
 	int signal_fd, timer_fd;
 	struct snapkvd_loop_ev ev_signal, ev_timer, ev_jobs;

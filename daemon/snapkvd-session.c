@@ -35,7 +35,36 @@
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 
-#define SNAPKVD_HELLO_TIMEOUT_MS 5000
+/*
+ * The fds that came with one frame. Owned by this guard from recvmsg on:
+ * a handler takes the one it keeps (fds_take), and whatever is left when
+ * the frame's handling ends is closed, on every path (refused, first frame
+ * not HELLO, malformed, session closing).
+ */
+struct frame_fds {
+	int fd[SKV_FRAME_MAX_FDS];
+	unsigned n;
+};
+
+static void frame_fds_close(struct frame_fds *f)
+{
+	for (unsigned i = 0; i < f->n; i++)
+		if (f->fd[i] >= 0)
+			close(f->fd[i]);
+	f->n = 0;
+}
+
+/* The only fd of a frame that must carry exactly one, else -1. */
+static int fds_take_one(struct frame_fds *f)
+{
+	int fd;
+
+	if (f->n != 1)
+		return -1;
+	fd = f->fd[0];
+	f->fd[0] = -1;
+	return fd;
+}
 
 static void on_recv(void *data, int res);
 static void on_doorbell(void *data, int res);
@@ -85,6 +114,64 @@ static void send_error(struct snapkvd_session *s, int status, const char *msg)
 			     MSG_DONTWAIT);
 }
 
+/* A connection we cannot keep: say why, then close it (never a silent hang). */
+static void refuse_fd(int fd, int status, const char *msg)
+{
+	Snapkv__V1__ErrorNotice e = SNAPKV__V1__ERROR_NOTICE__INIT;
+	uint8_t buf[256];
+	size_t n;
+
+	e.status = status;
+	e.error = (char *)msg;
+	n = snapkv__v1__error_notice__pack(&e, buf);
+	(void)skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR, buf, n, NULL, 0,
+			     MSG_DONTWAIT);
+	close(fd);
+}
+
+/* Replies (a ledger, a long CacheInfo) up to the 1 MiB frame limit. */
+static void size_sockbufs(int fd)
+{
+	static bool told;
+	size_t max = 0;
+
+	if (skv_frame_size_socket(fd, &max) < 0 && !told) {
+		told = true;
+		log_notice("socket buffers capped at %zu bytes (no CAP_NET_ADMIN and "
+			   "net.core.wmem_max/rmem_max lower): frames above that fail",
+			   max);
+	}
+}
+
+/* The oldest connection still in its handshake, or NULL. */
+static struct snapkvd_session *oldest_handshake(struct snapkvd_server *srv)
+{
+	struct snapkvd_session *old = NULL;
+
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (x->handshake && !x->closing)
+			old = x; /* the list is newest first */
+	return old;
+}
+
+/*
+ * A connection in its handshake holds no session slot: only max_handshakes
+ * of them exist at once (the oldest gives way to a new one) and each has
+ * hello_timeout_ms to say HELLO. Slots are taken at HELLO (hello_slot()).
+ */
+static void make_room_for_handshake(struct snapkvd_server *srv)
+{
+	struct snapkvd_session *old;
+
+	if (srv->n_handshakes < srv->cfg.max_handshakes || !(old = oldest_handshake(srv)))
+		return;
+	log_debug("session %llu: no HELLO yet, gives way to a new connection (max_handshakes %u)",
+		  (unsigned long long)old->id, srv->cfg.max_handshakes);
+	send_error(old, -ETIMEDOUT,
+		   "no HELLO before max_handshakes newer connections arrived (max_handshakes)");
+	snapkvd_session_close(old, 0);
+}
+
 int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_session **ret)
 {
 	struct snapkvd_session *s;
@@ -94,14 +181,22 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
 		r = -errno;
-		close(fd);
+		refuse_fd(fd, r, "snapkvd could not read the peer's credentials");
 		return r;
 	}
 	s = calloc(1, sizeof(*s));
-	if (!s) {
-		close(fd);
+	if (s) {
+		s->rbuf_cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD;
+		s->rbuf = malloc(s->rbuf_cap);
+	}
+	if (!s || !s->rbuf) {
+		if (s)
+			free(s);
+		refuse_fd(fd, -ENOMEM, "snapkvd is out of memory; try again later");
 		return -ENOMEM;
 	}
+	size_sockbufs(fd);
+	make_room_for_handshake(srv);
 	s->srv = srv;
 	s->fd = fd;
 	s->ring_fd = s->sq_efd = s->cq_efd = -1;
@@ -114,16 +209,10 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 	s->ev_recv = (struct snapkvd_loop_ev){.fn = on_recv, .data = s};
 	s->ev_doorbell = (struct snapkvd_loop_ev){.fn = on_doorbell, .data = s};
 	snprintf(s->name, sizeof(s->name), "pid%d", (int)cred.pid);
-	s->rbuf_cap = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD;
-	s->rbuf = malloc(s->rbuf_cap);
-	if (!s->rbuf) {
-		free(s);
-		close(fd);
-		return -ENOMEM;
-	}
 	s->next = srv->sessions;
 	srv->sessions = s;
-	srv->n_sessions++;
+	s->handshake = true;
+	srv->n_handshakes++;
 	srv->sessions_total++;
 	/* Refusals are answered at HELLO, once the client's message has been
 	 * read: closing a socket with unread data would turn our reason into a
@@ -132,24 +221,16 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 		log_notice("session %llu: uid %u gid %u not allowed", (unsigned long long)s->id,
 			   (unsigned)cred.uid, (unsigned)cred.gid);
 		s->refused = -EACCES;
-	} else if (srv->n_sessions > srv->cfg.max_sessions) {
-		s->refused = -EUSERS;
 	} else if (srv->draining) {
 		s->refused = -ESHUTDOWN;
 	}
-	r = snapkvd_pool_tenant_get(srv->pool, cred.uid, &s->tenant);
-	if (r < 0)
-		goto refuse;
-	snapkvd_pool_tenant_set_quota(srv->pool, s->tenant,
-				      snapkvd_policy_tenant_quota(&srv->policy, cred.uid));
 	r = arm_recv(s);
-	if (r < 0)
-		goto refuse;
+	if (r < 0) {
+		snapkvd_session_close(s, r);
+		return r;
+	}
 	*ret = s;
 	return 0;
-refuse:
-	snapkvd_session_close(s, 0);
-	return r;
 }
 
 static void free_cache_memory(struct snapkvd_session *s, struct snapkvd_cache *c)
@@ -173,6 +254,15 @@ void snapkvd_session_drop_cache(struct snapkvd_session *s, struct snapkvd_cache 
 	}
 }
 
+/* A buffer leaves the session: its mapping stops counting for the tenant
+ * (a running job keeps its own reference until it is done). */
+static void drop_buffer(struct snapkvd_session *s, struct snapkvd_buffer *b)
+{
+	s->n_buffers--;
+	snapkvd_pool_unmap(s->srv->pool, s->tenant, b->size);
+	snapkvd_buffer_unref(b);
+}
+
 static void session_free(struct snapkvd_session *s)
 {
 	struct snapkvd_session **pp;
@@ -180,9 +270,14 @@ static void session_free(struct snapkvd_session *s)
 	for (pp = &s->srv->sessions; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
-			s->srv->n_sessions--;
 			break;
 		}
+	if (s->slot) {
+		if (s->admin)
+			s->srv->n_admin_sessions--;
+		else
+			s->srv->n_sessions--;
+	}
 	if (s->ring_map)
 		munmap(s->ring_map, s->ring_bytes);
 	if (s->sq_efd >= 0)
@@ -215,10 +310,18 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 	if (s->closing)
 		return;
 	s->closing = true;
+	if (s->handshake) {
+		s->handshake = false;
+		s->srv->n_handshakes--;
+	}
+	/* queued jobs of this session are not run, running ones stop early */
+	__atomic_store_n(&s->cancelled, true, __ATOMIC_RELEASE);
 	if (why)
 		send_error(s, why, strerror(-why));
-	log_info("session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
-		 (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
+	/* snapkvctl's connections at debug: `top` alone made 7,200 lines an hour */
+	snapkvd_log(s->admin && !why ? SNAPKVD_LOG_DEBUG : SNAPKVD_LOG_INFO, 0,
+		    "session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
+		    (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
 	/* Complete the armed recvmsg and doorbell read so their refs drop. */
 	if (s->fd >= 0)
 		shutdown(s->fd, SHUT_RDWR);
@@ -234,8 +337,7 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 		struct snapkvd_buffer *b = s->buffers;
 
 		s->buffers = b->next;
-		s->n_buffers--;
-		snapkvd_buffer_unref(b);
+		drop_buffer(s, b);
 	}
 	snapkvd_session_unref(s);
 }
@@ -263,6 +365,34 @@ static int send_msg(struct snapkvd_session *s, uint16_t type, const ProtobufCMes
 
 /* ----------------------------------------------------------------- events */
 
+/* Post one event CQE now: 1, -EAGAIN (no room beside the in-flight
+ * requests' completions) or -EBADMSG. */
+static int post_event(struct snapkvd_session *s, const struct skv_cqe *cqe)
+{
+	int space = skv_ring_space(&s->cq);
+
+	if (space < 0)
+		return -EBADMSG;
+	/* Every in-flight request keeps its completion slot: an engine that
+	 * does not read its CQ misses events, never completions. */
+	if ((unsigned)space <= s->inflight)
+		return -EAGAIN;
+	if (skv_ring_produce(&s->cq, cqe) < 0)
+		return -EBADMSG;
+	s->cq_dirty = true;
+	s->pev_unread = true;
+	s->pev_end = s->cq.local;
+	return 1;
+}
+
+/* Whether the engine has read the last PRESSURE event we posted. */
+static bool pev_read(const struct snapkvd_session *s)
+{
+	uint32_t head = atomic_load_explicit(&s->cq.ctl->head, memory_order_acquire);
+
+	return !s->pev_unread || (int32_t)(head - s->pev_end) >= 0;
+}
+
 int snapkvd_session_post_pressure(struct snapkvd_session *s, int level, uint32_t suggested,
 				  uint32_t scale_permille, uint64_t used)
 {
@@ -274,21 +404,19 @@ int snapkvd_session_post_pressure(struct snapkvd_session *s, int level, uint32_t
 	    .len = scale_permille,
 	    .reserved = used,
 	};
-	int space;
 
 	if (s->closing || !s->ring_map || s->admin)
 		return 0;
-	space = skv_ring_space(&s->cq);
-	if (space < 0)
-		return -EBADMSG;
-	/* Every in-flight request keeps its completion slot: an engine that
-	 * does not read its CQ misses events, never completions. */
-	if ((unsigned)space <= s->inflight)
-		return -EAGAIN;
-	if (skv_ring_produce(&s->cq, &cqe) < 0)
-		return -EBADMSG;
-	s->cq_dirty = true;
-	return 1;
+	if (!pev_read(s)) {
+		/* one unread event per ring: the newest waits for it */
+		if (s->pev_waiting)
+			s->events_coalesced++;
+		s->pev = cqe;
+		s->pev_waiting = true;
+		return 1;
+	}
+	s->pev_waiting = false;
+	return post_event(s, &cqe);
 }
 
 /* A new engine under pressure learns the current level at once. */
@@ -343,6 +471,105 @@ static int setup_ring(struct snapkvd_session *s, uint32_t want_sq)
 	return snapkvd_arena_new(cfg->session_arena_bytes, "snapkvd-arena", &s->arena);
 }
 
+/*
+ * The session slot a greeted connection takes. Engines: max_sessions in
+ * all and max_sessions_per_tenant per uid. Admin sessions (snapkvctl) have
+ * their own max_admin_sessions, so engines never lock the operator out,
+ * and root or an admin_uids member gets one slot more beyond that. 0, or
+ * -EUSERS with the limit and its key in err.
+ */
+static int hello_slot(struct snapkvd_session *s, bool admin, char *err, size_t errlen)
+{
+	struct snapkvd_server *srv = s->srv;
+	const struct snapkvd_config *cfg = &srv->cfg;
+	unsigned mine = 0;
+
+	if (admin) {
+		unsigned cap =
+		    cfg->max_admin_sessions + (snapkvd_config_is_admin(cfg, s->uid) ? 1 : 0);
+
+		if (srv->n_admin_sessions >= cap) {
+			snprintf(err, errlen,
+				 "too many admin sessions: %u open, max_admin_sessions is %u",
+				 srv->n_admin_sessions, cfg->max_admin_sessions);
+			return -EUSERS;
+		}
+		srv->n_admin_sessions++;
+		s->slot = true;
+		return 0;
+	}
+	if (srv->n_sessions >= cfg->max_sessions) {
+		snprintf(err, errlen, "too many sessions: %u open, max_sessions is %u",
+			 srv->n_sessions, cfg->max_sessions);
+		return -EUSERS;
+	}
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		if (x->slot && !x->admin && !x->closing && x->uid == s->uid)
+			mine++;
+	if (mine >= cfg->max_sessions_per_tenant) {
+		snprintf(err, errlen,
+			 "uid %u already has %u sessions: max_sessions_per_tenant is %u",
+			 (unsigned)s->uid, mine, cfg->max_sessions_per_tenant);
+		return -EUSERS;
+	}
+	srv->n_sessions++;
+	s->slot = true;
+	return 0;
+}
+
+/* The slot, then the tenant: 0, or the session is closed with the reason. */
+static int hello_admit(struct snapkvd_session *s, bool admin)
+{
+	char err[160];
+	int r = hello_slot(s, admin, err, sizeof(err));
+
+	if (r < 0) {
+		log_notice("session %llu (uid %u): %s", (unsigned long long)s->id, (unsigned)s->uid,
+			   err);
+		send_error(s, r, err);
+		snapkvd_session_close(s, 0);
+		return r;
+	}
+	r = snapkvd_pool_tenant_get(s->srv->pool, s->uid, &s->tenant);
+	if (r < 0) {
+		send_error(s, r, "snapkvd is out of memory; try again later");
+		snapkvd_session_close(s, 0);
+		return r;
+	}
+	snapkvd_pool_tenant_set_quota(s->srv->pool, s->tenant,
+				      snapkvd_policy_tenant_quota(&s->srv->policy, s->uid));
+	return 0;
+}
+
+/*
+ * The engine name shows in logs, the ledger, its JSON and the metrics: it
+ * must be UTF-8 without control characters, at most sizeof(name) - 1 bytes.
+ * Refused at HELLO otherwise (the session is closed with the reason).
+ */
+static int check_name(struct snapkvd_session *s, const char *name)
+{
+	size_t n = strlen(name);
+	char err[128];
+
+	if (n >= sizeof(s->name))
+		snprintf(err, sizeof(err), "engine name of %zu bytes: at most %zu", n,
+			 sizeof(s->name) - 1);
+	else if (!skv_utf8_valid(name, n))
+		snprintf(err, sizeof(err),
+			 "engine name is not valid UTF-8 or holds control characters");
+	else {
+		snprintf(s->name, sizeof(s->name), "%s", name);
+		for (size_t i = 0; s->name[i]; i++) /* label- and log-safe */
+			if (s->name[i] == '"' || s->name[i] == '\\')
+				s->name[i] = '_';
+		return 0;
+	}
+	log_notice("session %llu (uid %u): %s", (unsigned long long)s->id, (unsigned)s->uid, err);
+	send_error(s, -EINVAL, err);
+	snapkvd_session_close(s, 0);
+	return -EINVAL;
+}
+
 static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 {
 	Snapkv__V1__Hello *h = snapkv__v1__hello__unpack(NULL, len, p);
@@ -353,12 +580,17 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 		snapkvd_session_close(s, -EBADMSG);
 		return;
 	}
+	if (s->handshake) {
+		s->handshake = false;
+		s->srv->n_handshakes--;
+	}
 	if (s->refused) {
 		snapkv__v1__hello__free_unpacked(h, NULL);
 		send_error(s, s->refused,
-			   s->refused == -EACCES   ? "uid/gid not in the daemon's allow list"
-			   : s->refused == -EUSERS ? "too many sessions"
-						   : "daemon is shutting down");
+			   s->refused == -EACCES
+			       ? "uid/gid not in the daemon's allow list (allow_uids, "
+				 "allow_gids)"
+			       : "daemon is shutting down");
 		snapkvd_session_close(s, 0);
 		return;
 	}
@@ -367,14 +599,13 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 		snapkvd_session_close(s, -EPROTONOSUPPORT);
 		return;
 	}
-	if (h->name && h->name[0]) {
-		size_t i;
-
-		snprintf(s->name, sizeof(s->name), "%s", h->name);
-		for (i = 0; s->name[i]; i++)
-			if ((unsigned char)s->name[i] < 0x20 || s->name[i] == '"' ||
-			    s->name[i] == '\\')
-				s->name[i] = '_';
+	if (h->name && h->name[0] && check_name(s, h->name) < 0) {
+		snapkv__v1__hello__free_unpacked(h, NULL);
+		return;
+	}
+	if (hello_admit(s, h->admin) < 0) {
+		snapkv__v1__hello__free_unpacked(h, NULL);
+		return;
 	}
 	s->admin = h->admin;
 	if (!s->admin) {
@@ -419,8 +650,9 @@ static void on_hello(struct snapkvd_session *s, const uint8_t *p, size_t len)
 		}
 		greet_pressure(s);
 	}
-	log_info("session %llu: %s (pid %d, uid %u)%s", (unsigned long long)s->id, s->name,
-		 (int)s->pid, (unsigned)s->uid, s->admin ? " admin" : "");
+	snapkvd_log(s->admin ? SNAPKVD_LOG_DEBUG : SNAPKVD_LOG_INFO, 0,
+		    "session %llu: %s (pid %d, uid %u)%s", (unsigned long long)s->id, s->name,
+		    (int)s->pid, (unsigned)s->uid, s->admin ? " admin" : "");
 }
 
 /* ------------------------------------------------------------- registration */
@@ -446,6 +678,49 @@ static void reg_reply(struct snapkvd_session *s, int status, const char *err, ui
 		      uint64_t gen, uint64_t size)
 {
 	reg_reply_t(s, status, err, id, gen, size, "memfd");
+}
+
+/* Charge a buffer of `size` bytes to the session's tenant (and the daemon). */
+static int charge_buffer(struct snapkvd_session *s, uint64_t size, char *err, size_t errlen)
+{
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	const struct snapkvd_map_limits lim = {
+	    .max_tenant_buffers = cfg->max_tenant_buffers,
+	    .max_tenant_mapped_bytes = cfg->max_tenant_mapped_bytes,
+	    .max_mapped_bytes = cfg->max_mapped_bytes,
+	};
+
+	return snapkvd_pool_map(s->srv->pool, s->tenant, size, &lim, err, errlen);
+}
+
+/* A registration that succeeded: the buffer as registered, writable or not. */
+static void reg_reply_ok(struct snapkvd_session *s, const struct snapkvd_buffer *b)
+{
+	Snapkv__V1__RegisterReply rr = SNAPKV__V1__REGISTER_REPLY__INIT;
+
+	rr.transport = (char *)(b->transport ? b->transport : "memfd");
+	rr.error = "";
+	rr.buffer_id = b->id;
+	rr.generation = b->generation;
+	rr.size = b->size;
+	rr.writable = b->writable;
+	if (send_msg(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, &rr.base, NULL, 0) < 0)
+		snapkvd_session_close(s, 0);
+}
+
+/* A repeated registration must ask for what the first one got. */
+static bool reg_same_access(struct snapkvd_session *s, const struct snapkvd_buffer *dup,
+			    bool writable)
+{
+	char err[160];
+
+	if (dup->writable == writable)
+		return true;
+	snprintf(err, sizeof(err), "generation %llu is already buffer %llu, registered %s",
+		 (unsigned long long)dup->generation, (unsigned long long)dup->id,
+		 dup->writable ? "writable" : "read-only");
+	reg_reply(s, -EEXIST, err, 0, dup->generation, 0);
+	return false;
 }
 
 /* A CUDA buffer (the runner imports it); fd (or -1) is consumed. Repeats
@@ -474,11 +749,12 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 				 (unsigned long long)dup->size);
 			r = -EEXIST;
 		} else {
-			dup->regs++;
 			if (fd >= 0)
 				close(fd);
-			reg_reply_t(s, 0, NULL, dup->id, dup->generation, dup->size,
-				    dup->transport);
+			if (reg_same_access(s, dup, m->writable)) {
+				dup->regs++;
+				reg_reply_ok(s, dup);
+			}
 			return;
 		}
 	} else if (s->n_buffers >= s->srv->cfg.max_buffers) {
@@ -498,6 +774,9 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 		r = snapkvd_buffer_cuda_new(s->srv->runner, s->id, s->next_buffer_id + 1, &bc, fd,
 					    s->srv->cfg.max_buffer_bytes, &b, err, sizeof(err));
 		fd = -1;
+		/* validated and imported: charged to the tenant, or dropped again */
+		if (r == 0 && (r = charge_buffer(s, b->size, err, sizeof(err))) < 0)
+			snapkvd_buffer_unref(b);
 	}
 	if (fd >= 0)
 		close(fd);
@@ -506,18 +785,20 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 		return;
 	}
 	b->id = ++s->next_buffer_id;
+	b->writable = m->writable; /* device memory: the flag gates writeback */
 	b->next = s->buffers;
 	s->buffers = b;
 	s->n_buffers++;
-	reg_reply_t(s, 0, NULL, b->id, b->generation, b->size, b->transport);
+	reg_reply_ok(s, b);
 }
 
 /* A memfd registration of `size` (0: the whole memfd), generation gen. */
-static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uint64_t gen)
+static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uint64_t gen,
+			   bool writable)
 {
 	struct snapkvd_buffer *b, *dup = snapkvd_buffer_by_generation(s->buffers, gen);
 	const char *why = NULL;
-	char err[160];
+	char err[256];
 	dev_t dev;
 	ino_t ino;
 	int r;
@@ -528,6 +809,8 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 		return;
 	}
 	r = snapkvd_buffer_memfd_check(fd, &size, s->srv->cfg.max_buffer_bytes, &dev, &ino, &why);
+	if (r == 0 && writable)
+		r = snapkvd_buffer_memfd_check_writable(fd, &why);
 	if (r < 0) {
 		close(fd);
 		reg_reply(s, r, why, 0, gen, 0);
@@ -545,14 +828,25 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 			reg_reply(s, -EEXIST, err, 0, gen, 0);
 			return;
 		}
-		dup->regs++;
-		reg_reply(s, 0, NULL, dup->id, gen, dup->size);
+		if (reg_same_access(s, dup, writable)) {
+			dup->regs++;
+			reg_reply_ok(s, dup);
+		}
 		return;
 	}
-	/* Mapped once, read-only; the fd is not needed after this. */
-	r = snapkvd_buffer_memfd_new(fd, size, gen, dev, ino, &b);
+	/* charged to the tenant before it is mapped */
+	r = charge_buffer(s, size, err, sizeof(err));
+	if (r < 0) {
+		close(fd);
+		reg_reply(s, r, err, 0, gen, 0);
+		return;
+	}
+	/* Mapped once, read-only unless registered writable; the fd is not
+	 * needed after this. */
+	r = snapkvd_buffer_memfd_map(fd, size, gen, dev, ino, writable, &b);
 	close(fd);
 	if (r < 0) {
+		snapkvd_pool_unmap(s->srv->pool, s->tenant, size);
 		reg_reply(s, r, r == -ENOMEM ? "out of memory" : "mmap failed", 0, gen, 0);
 		return;
 	}
@@ -560,19 +854,18 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 	b->next = s->buffers;
 	s->buffers = b;
 	s->n_buffers++;
-	reg_reply(s, 0, NULL, b->id, gen, size);
+	reg_reply_ok(s, b);
 }
 
-static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len, int *fds,
-			unsigned n_fds)
+static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
+			struct frame_fds *fds)
 {
 	Snapkv__V1__RegisterBuffer *m = snapkv__v1__register_buffer__unpack(NULL, len, p);
 	uint64_t size, gen;
-	int fd = n_fds == 1 ? fds[0] : -1;
+	bool writable;
+	/* more than one fd: none is used; the guard closes them all */
+	int fd = fds_take_one(fds);
 
-	/* more than one fd: none is used (fd is -1), so every one is closed */
-	for (unsigned i = n_fds == 1 ? 1 : 0; i < n_fds; i++)
-		close(fds[i]);
 	if (!m) {
 		if (fd >= 0)
 			close(fd);
@@ -595,6 +888,7 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 	}
 	size = m->size;
 	gen = m->generation;
+	writable = m->writable;
 	snapkv__v1__register_buffer__free_unpacked(m, NULL);
 	if (s->admin || !s->arena) {
 		if (fd >= 0)
@@ -606,7 +900,7 @@ static void on_register(struct snapkvd_session *s, const uint8_t *p, size_t len,
 		reg_reply(s, -EBADF, "RegisterBuffer needs exactly one fd", 0, gen, 0);
 		return;
 	}
-	register_memfd(s, fd, size, gen);
+	register_memfd(s, fd, size, gen, writable);
 }
 
 static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t len)
@@ -634,8 +928,7 @@ static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t le
 				break;
 			}
 			*pp = b->next;
-			s->n_buffers--;
-			snapkvd_buffer_unref(b); /* a running job keeps its own ref */
+			drop_buffer(s, b); /* a running job keeps its own ref */
 			break;
 		}
 		snapkv__v1__unregister__free_unpacked(m, NULL);
@@ -698,13 +991,10 @@ static void on_admin(struct snapkvd_session *s, const uint8_t *payload, size_t l
 }
 
 static void on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
-		     const uint8_t *payload, int *fds, unsigned n_fds)
+		     const uint8_t *payload, struct frame_fds *fds)
 {
 	bool hello = h->type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO;
 
-	if (h->type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER)
-		for (unsigned i = 0; i < n_fds; i++)
-			close(fds[i]);
 	/* The first message must be HELLO, and only the first. */
 	if (hello == s->greeted) {
 		s->requests++;
@@ -718,7 +1008,7 @@ static void on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
 		on_hello(s, payload, h->length);
 		break;
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER:
-		on_register(s, payload, h->length, fds, n_fds);
+		on_register(s, payload, h->length, fds);
 		break;
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER:
 		on_unregister(s, payload, h->length);
@@ -754,8 +1044,7 @@ static void on_recv(void *data, int res)
 {
 	struct snapkvd_session *s = data;
 	struct skv_frame_hdr h;
-	int fds[SKV_FRAME_MAX_FDS];
-	unsigned n_fds = SKV_FRAME_MAX_FDS;
+	struct frame_fds fds __attribute__((cleanup(frame_fds_close))) = {.n = 0};
 	int r;
 
 	if (s->closing) {
@@ -764,7 +1053,10 @@ static void on_recv(void *data, int res)
 		snapkvd_session_unref(s);
 		return;
 	}
-	r = skv_frame_parse(&s->rmsg, res, SKV_FRAME_MAX_PAYLOAD, &h, fds, &n_fds);
+	fds.n = SKV_FRAME_MAX_FDS;
+	r = skv_frame_parse(&s->rmsg, res, SKV_FRAME_MAX_PAYLOAD, &h, fds.fd, &fds.n);
+	if (r < 0)
+		fds.n = 0; /* the parser closed them */
 	if (r < 0) {
 		/* end of stream, or framing we cannot trust: close this one */
 		if (r != -ECONNRESET)
@@ -772,7 +1064,7 @@ static void on_recv(void *data, int res)
 				   strerror(-r));
 		snapkvd_session_close(s, r == -ECONNRESET ? 0 : r);
 	} else {
-		on_frame(s, &h, s->rbuf + SKV_FRAME_HDR_SIZE, fds, n_fds);
+		on_frame(s, &h, s->rbuf + SKV_FRAME_HDR_SIZE, &fds);
 		if (!s->closing && arm_recv(s) < 0)
 			snapkvd_session_close(s, -EBUSY);
 	}
@@ -792,9 +1084,15 @@ static void on_doorbell(void *data, int res)
 
 void snapkvd_session_check_hello(struct snapkvd_session *s, uint64_t now_ns)
 {
-	if (!s->greeted && !s->closing &&
-	    now_ns - s->created_ns > SNAPKVD_HELLO_TIMEOUT_MS * 1000000ull)
-		snapkvd_session_close(s, -ETIMEDOUT);
+	char err[96];
+
+	if (!s->handshake || s->closing ||
+	    now_ns - s->created_ns <= s->srv->cfg.hello_timeout_ms * 1000000ull)
+		return;
+	snprintf(err, sizeof(err), "no HELLO within hello_timeout_ms (%u ms)",
+		 s->srv->cfg.hello_timeout_ms);
+	send_error(s, -ETIMEDOUT, err);
+	snapkvd_session_close(s, 0);
 }
 
 /* ----------------------------------------------------------------- requests */
@@ -805,6 +1103,19 @@ static struct snapkvd_cache *find_cache(struct snapkvd_session *s, uint64_t id)
 		if (c->id == id && !c->lingering) /* released: gone for the engine */
 			return c;
 	return NULL;
+}
+
+/* The block format of a PAGED cache (CacheInfo fields 100-105). */
+static void fill_paged_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
+{
+	ci->layout = SNAPKV__V1__LAYOUT__LAYOUT_PAGED;
+	ci->block_size = c->block_size;
+	ci->n_blocks = c->n_blocks;
+	ci->block_stride = c->block_stride;
+	ci->out_dest = c->writeback ? SNAPKV__V1__OUT_DEST__OUT_DEST_WRITEBACK
+				    : SNAPKV__V1__OUT_DEST__OUT_DEST_ARENA;
+	ci->run_bytes = c->run_bytes;
+	ci->out_buffer_id = c->out_buffer_id;
 }
 
 static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
@@ -837,6 +1148,8 @@ static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo
 	ci->requested_budget = c->requested_budget;
 	ci->budget_scaled = c->budget < c->requested_budget;
 	ci->pressure = (Snapkv__V1__PressureLevel)(c->pressure_level + 1);
+	if (c->layout == SNAPKVD_LAYOUT_PAGED)
+		fill_paged_info(c, ci);
 }
 
 static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origin *o,
@@ -849,6 +1162,47 @@ static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origi
 	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_CACHE;
 	resp.cache = &ci;
 	complete(s, o, 0, NULL, &resp);
+}
+
+/*
+ * An upper bound of the reply describing cache c (its Response with the
+ * CacheInfo): its arrays are packed as they are, every varint that a later
+ * placement may widen (offsets, ids, counts) counted at its widest.
+ */
+static size_t cache_reply_bound(const struct snapkvd_cache *c)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	Snapkv__V1__CacheInfo ci = SNAPKV__V1__CACHE_INFO__INIT;
+
+	fill_cache_info(c, &ci);
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_CACHE;
+	resp.cache = &ci;
+	return snapkv__v1__response__get_packed_size(&resp) + (size_t)c->layers * 3 * 10 + 256;
+}
+
+/*
+ * Replies are sized before any state changes: a COMPACT or GROW whose
+ * answer could not reach the engine (larger than the ring's argument slot,
+ * or than a frame) is refused up front, so no cache is ever committed, or
+ * old region freed, for a reply that then cannot be sent. 0 or -EMSGSIZE.
+ */
+static int reply_fits(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		      const struct snapkvd_cache *c, char *err, size_t errlen)
+{
+	size_t need = cache_reply_bound(c);
+	size_t room = o->ring ? (o->has_slot ? s->layout.arg_slot_size : 0) : SKV_FRAME_MAX_PAYLOAD;
+
+	if (o->ring && !o->has_slot)
+		return 0; /* a ring request without a slot gets no reply body */
+	if (need <= room)
+		return 0;
+	snprintf(
+	    err, errlen,
+	    "the reply (up to %zu bytes for %u layers x %u heads) exceeds the %s of %zu "
+	    "bytes%s; nothing was done",
+	    need, c->layers, c->h_store, o->ring ? "ring's argument slot" : "frame limit", room,
+	    o->ring ? " (slot_bytes; send this request over the socket or raise slot_bytes)" : "");
+	return -EMSGSIZE;
 }
 
 static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
@@ -931,6 +1285,8 @@ static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	j->g.h_store = c->h_store;
 	j->g.row = c->head_dim * c->dtype_bytes;
 	j->g.hnd = c->layout == SNAPKVD_LAYOUT_HND;
+	j->g.paged = c->layout == SNAPKVD_LAYOUT_PAGED;
+	j->g.old_run = c->run_bytes;
 	memcpy(j->g.old_k, c->k_off, c->layers * sizeof(uint64_t));
 	memcpy(j->g.old_v, c->v_off, c->layers * sizeof(uint64_t));
 	memcpy(j->g.old_pos, c->pos_off, c->layers * sizeof(uint64_t));
@@ -964,6 +1320,11 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		complete(s, o, r, why, NULL);
 		return;
 	}
+	r = reply_fits(s, o, c, err, sizeof(err));
+	if (r < 0) {
+		complete(s, o, r, err, NULL);
+		return;
+	}
 	/* K/V in the GPU arena: the same offsets there, copied on the device */
 	if (c->gpu_kv && !(kv_base = snapkvd_runner_arena_base(s->srv->runner, s->garena))) {
 		complete(s, o, -EIO, "the session's GPU arena is gone", NULL);
@@ -980,6 +1341,7 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		return;
 	}
 	/* The copy can be large (GBs): the worker does it, the loop moves on. */
+	j->cancel = &s->cancelled;
 	c->busy = true;
 	s->refs++;
 	snapkvd_compactor_submit(s->srv->compactor, j);
@@ -1066,6 +1428,8 @@ static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o
 		return;
 	}
 	r = snapkvd_request_compact(&env, s, o, req, &j, err, sizeof(err));
+	if (r == 0 && (r = reply_fits(s, o, j->cache, err, sizeof(err))) < 0)
+		snapkvd_job_free(j);
 	if (r == 0) {
 		r = snapkvd_admission_compact(s->srv, s, j, err, sizeof(err));
 		if (r < 0)
@@ -1075,6 +1439,7 @@ static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o
 		complete(s, o, r, err, NULL);
 		return;
 	}
+	j->cancel = &s->cancelled;
 	s->refs++;
 	s->n_caches++; /* counts against max_caches while running */
 	snapkvd_compactor_submit(s->srv->compactor, j);
@@ -1167,6 +1532,8 @@ void snapkvd_session_job_done(struct snapkvd_job *j)
 {
 	struct snapkvd_session *s = j->s;
 
+	if (j->status == -ECANCELED)
+		s->srv->jobs_cancelled++;
 	if (j->kind == SNAPKVD_JOB_GROW) {
 		grow_done(j);
 	} else {
@@ -1242,6 +1609,9 @@ static void complete(struct snapkvd_session *s, const struct snapkvd_origin *o, 
 
 void snapkvd_session_flush_cq(struct snapkvd_session *s)
 {
+	if (s->pev_waiting && !s->closing && s->ring_map && pev_read(s) &&
+	    post_event(s, &s->pev) != -EAGAIN)
+		s->pev_waiting = false;
 	if (!s->cq_dirty || s->closing)
 		return;
 	s->cq_dirty = false;

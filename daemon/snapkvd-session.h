@@ -31,11 +31,14 @@ struct snapkvd_session {
 	gid_t gid;
 	char name[64];
 	bool admin;
-	bool greeted; /* HELLO seen */
-	int refused;  /* -errno to answer the HELLO with, then close */
+	bool greeted;	/* HELLO seen */
+	bool handshake; /* counted in srv->n_handshakes until HELLO or close */
+	bool slot;	/* holds a session slot (engine or admin) since HELLO */
+	int refused;	/* -errno to answer the HELLO with, then close */
 	uint64_t created_ns;
 	bool closing;
-	unsigned refs; /* armed io_uring ops + jobs in flight + 1 while open */
+	bool cancelled; /* atomic: its jobs see the session ended (snapkvd-job.h) */
+	unsigned refs;	/* armed io_uring ops + jobs in flight + 1 while open */
 	struct snapkvd_tenant *tenant;
 	/* ring */
 	int ring_fd, sq_efd, cq_efd;
@@ -45,7 +48,14 @@ struct snapkvd_session {
 	struct skv_ring_q sq, cq;
 	unsigned inflight; /* SQEs consumed whose CQE is not posted yet */
 	bool cq_dirty;	   /* posted CQEs since the last wakeup check */
-	uint8_t *scratch;  /* private copy of one argument slot */
+	/* PRESSURE events coalesce per ring: while one is unread (the CQ head
+	 * has not passed pev_end), a newer one waits in pev and replaces any
+	 * other waiting; it is posted once the engine has read the first */
+	bool pev_unread, pev_waiting;
+	uint32_t pev_end;
+	struct skv_cqe pev;
+	uint64_t events_coalesced;
+	uint8_t *scratch; /* private copy of one argument slot */
 	/* memory */
 	struct snapkvd_arena *arena;
 	/* --backend cuda, on request: the GPU arena (the runner's), offsets

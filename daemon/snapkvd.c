@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ struct args {
 	const char *config_path;
 	/* command-line overrides of config keys, by key */
 	const char *socket, *backend, *pool, *threads, *workers, *level;
+	bool check_config; /* --check-config: validate, print, exit */
 };
 
 static pthread_t main_thread;
@@ -57,12 +59,15 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: snapkvd [--config FILE] [--socket PATH] [--backend host|cuda]\n"
 		   "               [--pool-bytes SIZE] [--threads N] [--workers N]\n"
-		   "               [--log-level LEVEL]\n"
+		   "               [--log-level LEVEL] [--check-config]\n"
 		   "Runs in the foreground. SIGTERM drains in-flight work and exits 0;\n"
-		   "SIGHUP reloads the limits of the config file.\n");
+		   "SIGHUP reloads the limits of the config file. --check-config prints\n"
+		   "the effective configuration (file and options) and exits: 0 when\n"
+		   "valid, 1 on a configuration error, as the daemon would.\n");
 }
 
-/* -1: go on; else the exit code (0 after --help/--version, 2 on misuse). */
+/* -1: go on; else the exit code (0 after --help/--version, 2 on misuse:
+ * an unknown option; a bad value is a configuration error, load_config's). */
 static int parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
@@ -73,6 +78,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	    {"threads", required_argument, NULL, 't'},
 	    {"workers", required_argument, NULL, 'w'},
 	    {"log-level", required_argument, NULL, 'l'},
+	    {"check-config", no_argument, NULL, 'C'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {0},
@@ -89,8 +95,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 		} else if (c == 'h') {
 			usage(stdout);
 			return 0;
+		} else if (c == 'C') {
+			a->check_config = true;
 		} else if (c == 'V') {
-			puts("snapkvd 0.1.0");
+			printf("snapkvd %s\n", SKV_VERSION);
 			return 0;
 		} else {
 			usage(stderr);
@@ -104,15 +112,17 @@ static int parse_args(int argc, char **argv, struct args *a)
 	return -1;
 }
 
-/* Defaults, the file, then the command line through the same parser.
- * 0, or the exit code: 1 for a bad file, 2 for a bad option. */
+/* Defaults, the file, then the command line through the same checks.
+ * 0, or 1 for a configuration error, whether from the file (named with the
+ * line) or from an option (named as it was given). */
 static int load_config(const struct args *a, struct snapkvd_config *cfg)
 {
 	const struct {
-		const char *key, *val;
-	} ov[] = {{"socket", a->socket},   {"backend", a->backend}, {"pool_bytes", a->pool},
-		  {"threads", a->threads}, {"workers", a->workers}, {"log_level", a->level}};
-	char err[256], line[512];
+		const char *opt, *key, *val;
+	} ov[] = {{"socket", "socket", a->socket},	 {"backend", "backend", a->backend},
+		  {"pool-bytes", "pool_bytes", a->pool}, {"threads", "threads", a->threads},
+		  {"workers", "workers", a->workers},	 {"log-level", "log_level", a->level}};
+	char err[SNAPKVD_CONFIG_MAX_LINE + PATH_MAX];
 
 	snapkvd_config_defaults(cfg);
 	if (a->config_path && snapkvd_config_load(cfg, a->config_path, err, sizeof(err)) < 0) {
@@ -120,17 +130,28 @@ static int load_config(const struct args *a, struct snapkvd_config *cfg)
 		return 1;
 	}
 	for (size_t i = 0; i < sizeof(ov) / sizeof(ov[0]); i++) {
-		if (!ov[i].val)
-			continue;
-		int n = snprintf(line, sizeof(line), "%s = %s\n", ov[i].key, ov[i].val);
-		if (n >= (int)sizeof(line) ||
-		    snapkvd_config_parse(cfg, line, n, err, sizeof(err)) < 0) {
-			log_error("--%s: %s", ov[i].key,
-				  n >= (int)sizeof(line) ? "too long" : err + 8);
-			return 2;
+		if (ov[i].val &&
+		    snapkvd_config_set(cfg, ov[i].key, ov[i].val, err, sizeof(err)) < 0) {
+			log_error("--%s %s: %s", ov[i].opt, ov[i].val, err);
+			return 1;
 		}
 	}
 	return 0;
+}
+
+/* --check-config: the effective configuration on stdout, as a file. */
+static int check_config(const struct snapkvd_config *cfg, const char *path)
+{
+	char *text = NULL;
+
+	if (snapkvd_config_dump(cfg, &text) < 0) {
+		log_error("--check-config: out of memory");
+		return 1;
+	}
+	printf("# snapkvd %s: the effective configuration (%s, then the options): valid\n%s",
+	       SKV_VERSION, path ? path : "the defaults", text);
+	free(text);
+	return fflush(stdout) == 0 ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -145,8 +166,8 @@ int main(int argc, char **argv)
 	block_signals();
 	snapkvd_log_init();
 	r = load_config(&a, &cfg);
-	if (r)
-		return r;
+	if (r || a.check_config)
+		return r ? r : check_config(&cfg, a.config_path);
 	r = snapkvd_server_new(&cfg, a.config_path, &srv);
 	if (r < 0)
 		return 1;

@@ -14,6 +14,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Words, one meaning each in the public headers: the *budget* is C, the
+ * positions kept per stored head (window included); a cache's *capacity* is
+ * its slots per head (kept plus decode headroom). Fields that said capacity
+ * for C are now budget; the old names stay as deprecated aliases (same
+ * storage, same ABI) and warn when used, unless SKV_NO_DEPRECATION_WARNINGS
+ * is defined (this tree defines it until its own code is moved over).
+ */
+#ifndef SKV_DEPRECATED
+#if defined(__GNUC__) && !defined(SKV_NO_DEPRECATION_WARNINGS)
+#define SKV_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define SKV_DEPRECATED(msg)
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -86,15 +102,18 @@ const char *skv_budget_name(enum skv_budget b);
  * Compaction parameters: SPEC.md's single parameterisation. Fill with
  * skv_params_init(), then override. For policy snapkv and h2o, `window` is
  * W (observation rows and recent keep); streamingllm uses `sinks`; window
- * uses only `capacity`. Protected ranges are kept unconditionally and count
- * against the capacity.
+ * uses only `budget`. Protected ranges are kept unconditionally and count
+ * against the budget.
  */
 struct skv_params {
 	uint32_t params_size; /* sizeof(struct skv_params), for ABI growth */
 	enum skv_policy policy;
-	uint32_t window;   /* W (default 32)                        */
-	uint32_t capacity; /* C, per stored head, window included (2048) */
-	uint32_t kernel;   /* pooling width k, odd; 1 = none (5)    */
+	uint32_t window; /* W (default 32)                        */
+	union {
+		uint32_t budget; /* C, per stored head, window included (2048) */
+		uint32_t capacity SKV_DEPRECATED("skv_params.capacity is now budget (C)");
+	};
+	uint32_t kernel; /* pooling width k, odd; 1 = none (5)    */
 	enum skv_pooling pooling;
 	enum skv_gqa gqa;
 	uint32_t sinks; /* S, streamingllm only (default 4)        */
@@ -126,7 +145,7 @@ void skv_params_init(struct skv_params *p);
 #define SKV_PARAMS_DEFAULTS                                                                        \
 	{                                                                                          \
 		.params_size = sizeof(struct skv_params), .policy = SKV_POLICY_SNAPKV,             \
-		.window = 32, .capacity = 2048, .kernel = 5, .pooling = SKV_POOL_AVG,              \
+		.window = 32, .budget = 2048, .kernel = 5, .pooling = SKV_POOL_AVG,                \
 		.gqa = SKV_GQA_EXPAND, .sinks = 4, .budget_mode = SKV_BUDGET_UNIFORM,              \
 		.head_floor = 0.2f,                                                                \
 	}
@@ -365,9 +384,12 @@ struct skv_ledger_in {
 	uint64_t head_dim;    /* D                          */
 	uint64_t dtype_bytes; /* s                          */
 	uint64_t prompt_len;  /* L                          */
-	uint64_t capacity;    /* C                          */
-	uint64_t appended;    /* g                          */
-	uint64_t reserve;     /* decode slots allocated per stored head (>= g) */
+	union {
+		uint64_t budget; /* C                          */
+		uint64_t capacity SKV_DEPRECATED("skv_ledger_in.capacity is now budget (C)");
+	};
+	uint64_t appended; /* g                          */
+	uint64_t reserve;  /* decode slots allocated per stored head (>= g) */
 	enum skv_gqa gqa;
 };
 

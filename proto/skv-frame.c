@@ -211,3 +211,70 @@ int skv_frame_recv(int sock, void *buf, size_t cap, struct skv_frame_hdr *ret_hd
 		return -errno;
 	return skv_frame_parse(&msg, n, max, ret_hdr, fds, n_fds);
 }
+
+static int set_buf(int sock, int force_opt, int opt, int want)
+{
+	int got = 0;
+	socklen_t len = sizeof(got);
+
+	if (setsockopt(sock, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
+		(void)setsockopt(sock, SOL_SOCKET, opt, &want, sizeof(want));
+	if (getsockopt(sock, SOL_SOCKET, opt, &got, &len) < 0)
+		return 0;
+	return got;
+}
+
+int skv_frame_size_socket(int sock, size_t *ret_max)
+{
+	/* the kernel doubles what it is given (for its bookkeeping) and keeps
+	 * a little of a datagram's budget for itself */
+	const int want = SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD + 64 * 1024;
+	int snd = set_buf(sock, SO_SNDBUFFORCE, SO_SNDBUF, want);
+	int rcv = set_buf(sock, SO_RCVBUFFORCE, SO_RCVBUF, want);
+	int lo = snd < rcv ? snd : rcv;
+
+	if (ret_max)
+		*ret_max = lo > 1024 ? (size_t)lo - 1024 : 0;
+	return snd >= want && rcv >= want ? 0 : -ENOBUFS;
+}
+
+/* The length of the UTF-8 sequence at p (at most n bytes), 0 if malformed. */
+size_t skv_utf8_seq(const unsigned char *p, size_t n)
+{
+	unsigned c = p[0], len, cp, min;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2, cp = c & 0x1f, min = 0x80;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3, cp = c & 0x0f, min = 0x800;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4, cp = c & 0x07, min = 0x10000;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (unsigned i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+int skv_utf8_valid(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	for (size_t i = 0; i < len;) {
+		size_t k = skv_utf8_seq(p + i, len - i);
+
+		if (!k || p[i] < 0x20 || p[i] == 0x7f)
+			return 0;
+		i += k;
+	}
+	return 1;
+}

@@ -87,6 +87,24 @@ int skv_frame_parse(struct msghdr *msg, ssize_t got, size_t max_payload,
 /* Close every fd carried in a received msghdr's control data. */
 void skv_frame_close_fds(struct msghdr *msg);
 
+/*
+ * Size sock's send and receive buffers for the largest frame (header +
+ * SKV_FRAME_MAX_PAYLOAD): on AF_UNIX a datagram larger than the sender's
+ * SO_SNDBUF fails with EMSGSIZE, and the default (net.core.wmem_default,
+ * about 208 KiB) is below the protocol's 1 MiB. SO_SNDBUFFORCE is tried
+ * first (CAP_NET_ADMIN), then SO_SNDBUF (capped by net.core.wmem_max).
+ * 0 when both fit a whole frame, -ENOBUFS when the kernel capped them
+ * lower (frames up to *ret_max still work; ret_max may be NULL).
+ */
+int skv_frame_size_socket(int sock, size_t *ret_max);
+
+/* Whether s[0..len) is well-formed UTF-8 (no overlongs, surrogates or
+ * code points above U+10FFFF) without NUL or other control characters;
+ * engine names are checked with it at HELLO. */
+int skv_utf8_valid(const char *s, size_t len);
+/* The length of the UTF-8 sequence at p (at most n bytes), 0 if malformed. */
+size_t skv_utf8_seq(const unsigned char *p, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@
 #define SKV_LEDGER_JSON_H
 
 #include <jansson.h>
+#include <stddef.h>
 
 #include "proto/snapkv.pb-c.h"
 

@@ -180,6 +180,11 @@ struct skv_st_compact_desc {
 	struct skv_ledger ledger; /* skv_ledger_compute() with B = 1, g = 0,
 				     reserve = 0, N = n_layers, C = capacity;
 				     skv_st_compact_desc_budget(): summed */
+	/* 0: k/v [h_store, kept, D]; else paged output with this many slots
+	 * per block: k/v [ceil(kept / N), N, h_store, D], packed, rows past
+	 * kept zero; metadata out_layout=paged, block_size=N. 0 from
+	 * skv_st_compact_desc_init(). */
+	uint32_t out_block_size;
 	/* the budget's outcome (skv_st_compact_desc_budget); uniform: C, 0 */
 	uint32_t c_star; /* mass: C*; uniform: C; other modes 0 (none) */
 	int32_t fallback;

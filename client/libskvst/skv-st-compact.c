@@ -313,6 +313,10 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 		META("ledger.ratio_exact", "%" PRIu64 "/%" PRIu64, d->ledger.compact / g,
 		     d->ledger.native_full / g);
 	}
+	if (d->out_block_size) { /* dense files stay as they were */
+		META("out_layout", "paged");
+		META("block_size", "%" PRIu32, d->out_block_size);
+	}
 	r = budget_meta(d, meta, vals, &nm, &lst);
 	if (r < 0)
 		return skv_st__fail(err, r, "budget parameters do not fit the metadata");
@@ -366,7 +370,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 			}
 		const void *kv[2] = {lr->k, lr->v};
 		const int32_t *pos = lr->positions;
-		if (!is_packed(lr, kept, hd)) {
+		if (!d->out_block_size && !is_packed(lr, kept, hd)) {
 			for (int j = 0; j < 2; j++) {
 				if (!kv[j])
 					continue;
@@ -398,6 +402,15 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 						      .rank = 3,
 						      .shape = {hs, kept, hd},
 						      .data = kv[j]};
+			if (d->out_block_size) {
+				uint64_t bs = d->out_block_size;
+
+				t[j].rank = 4;
+				t[j].shape[0] = (kept + bs - 1) / bs;
+				t[j].shape[1] = bs;
+				t[j].shape[2] = hs;
+				t[j].shape[3] = hd;
+			}
 		}
 		t[2] = (struct skv_st_tensor){.name = nmv[2],
 					      .dtype = SKV_ST_I32,

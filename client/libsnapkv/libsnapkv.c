@@ -92,11 +92,26 @@ struct skv_buffer {
 	uint64_t offset;
 	int device;
 	char transport[16]; /* the daemon's answer */
+	uint32_t flags;	    /* SKV_BUFFER_* asked for (SNAPKV_1.5) */
 	struct skv_buffer *next;
+};
+
+/*
+ * Where a writeback compaction's blocks are (SNAPKV_1.5), copied from the
+ * description so the cache can name its slots: the mapping and size of the
+ * buffer of each layer's K and V pool (NULL: not mapped by libsnapkv), and
+ * the destination block table.
+ */
+struct skv_wb {
+	uint32_t layers, n_table;
+	uint8_t **data; /* [2 * layers]: K then V of each layer */
+	uint64_t *size; /* [2 * layers] */
+	int32_t *table; /* [n_table] */
 };
 
 struct skv_request {
 	struct skv_client *c;
+	struct skv_wb *wb; /* writeback: handed to the cache */
 	uint32_t slot;
 	uint64_t user_data;
 	/* a request too large for a ring slot went over the socket and is
@@ -113,6 +128,8 @@ struct skv_cache {
 	uint8_t *arena;
 	uint64_t *k_off, *v_off, *pos_off;
 	float *mass;
+	uint64_t run_bytes; /* SKV_LAYOUT_PAGED in the arena: of each (layer, K/V) run */
+	struct skv_wb *wb;  /* SKV_OUT_WRITEBACK */
 };
 
 static int fail(struct skv_client *c, int r, const char *fmt, ...)
@@ -271,6 +288,11 @@ static int rpc(struct skv_client *c, uint16_t type, const ProtobufCMessage *m, c
 	free(buf);
 	if (r == -ETIMEDOUT)
 		return socket_timeout(c, "take a request");
+	if (r == -EMSGSIZE) /* nothing was sent: the session is fine */
+		return fail(c, r,
+			    "message of %zu bytes exceeds this socket's send buffer "
+			    "(raise net.core.wmem_max to 1.1 MiB for 1 MiB frames)",
+			    n);
 	if (r < 0) {
 		struct skv_frame_hdr eh;
 		unsigned nf = 0;
@@ -419,6 +441,8 @@ static int session_open(struct skv_client *c, uint64_t dl)
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return fail(c, -errno, "socket: %s", strerror(errno));
+	/* frames up to the protocol's 1 MiB both ways, as far as the kernel lets */
+	(void)skv_frame_size_socket(c->fd, NULL);
 	strcpy(sa.sun_path, c->path);
 	r = skv_io_connect(c->fd, &sa, dl);
 	if (r == -ETIMEDOUT) {
@@ -602,6 +626,24 @@ SKV_EXPORT int skv_client_reconnect(struct skv_client *c)
 
 /* ---------------------------------------------------------------- buffers */
 
+/* UNREGISTER buffer `id`: 0 or -errno. Locked. */
+static int unregister_id(struct skv_client *c, uint64_t id, uint64_t dl)
+{
+	Snapkv__V1__Unregister m = SNAPKV__V1__UNREGISTER__INIT;
+	Snapkv__V1__UnregisterReply *rr = NULL;
+	int r;
+
+	m.buffer_id = id;
+	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER, &m.base, NULL, 0,
+		SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER_REPLY, (ProtobufCMessage **)&rr, NULL,
+		NULL, dl);
+	if (r == 0) {
+		r = rr->status;
+		snapkv__v1__unregister_reply__free_unpacked(rr, NULL);
+	}
+	return r;
+}
+
 static int do_register(struct skv_client *c, struct skv_buffer *b, uint64_t dl)
 {
 	Snapkv__V1__RegisterBuffer m = SNAPKV__V1__REGISTER_BUFFER__INIT;
@@ -617,6 +659,7 @@ static int do_register(struct skv_client *c, struct skv_buffer *b, uint64_t dl)
 		m.offset = b->offset;
 	}
 	m.device = b->device;
+	m.writable = (b->flags & SKV_BUFFER_WRITABLE) != 0;
 	r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER, &m.base, &b->fd, b->fd >= 0 ? 1 : 0,
 		SNAPKV__V1__MSG_TYPE__MSG_TYPE_REGISTER_REPLY, (ProtobufCMessage **)&rr, NULL, NULL,
 		dl);
@@ -625,7 +668,11 @@ static int do_register(struct skv_client *c, struct skv_buffer *b, uint64_t dl)
 	r = rr->status;
 	if (r < 0)
 		fail(c, r, "register: %s", rr->error ? rr->error : "failed");
-	else {
+	else if (m.writable && !rr->writable) {
+		/* a daemon older than writable buffers ignores the flag */
+		unregister_id(c, rr->buffer_id, dl);
+		r = fail(c, -EOPNOTSUPP, "register: this snapkvd does not take writable buffers");
+	} else {
 		b->id = rr->buffer_id;
 		snprintf(b->transport, sizeof(b->transport), "%s",
 			 rr->transport && rr->transport[0] ? rr->transport : "memfd");
@@ -664,19 +711,29 @@ static int buffer_add_kind(struct skv_client *c, int fd, void *data, size_t size
 	return 0;
 }
 
-static int buffer_add(struct skv_client *c, int fd, void *data, size_t size, bool own,
-		      struct skv_buffer **ret)
+static int check_flags(struct skv_client *c, uint32_t flags)
 {
-	return buffer_add_kind(c, fd, data, size, own, NULL, ret);
+	if (flags & ~SKV_BUFFER_WRITABLE)
+		return fail(c, -EINVAL, "unknown buffer flags 0x%x", flags & ~SKV_BUFFER_WRITABLE);
+	return 0;
 }
 
 SKV_EXPORT int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_buffer **ret_buf)
 {
+	return skv_buffer_alloc_flags(c, size, 0, ret_buf);
+}
+
+SKV_EXPORT int skv_buffer_alloc_flags(struct skv_client *c, size_t size, uint32_t flags,
+				      struct skv_buffer **ret_buf)
+{
+	struct skv_buffer k = {.flags = flags};
 	void *p;
 	int fd, r;
 
 	if (!c || !size || !ret_buf)
 		return fail(c, -EINVAL, "buffer size must be > 0");
+	if ((r = check_flags(c, flags)))
+		return r;
 	fd = memfd_create("skv-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return fail(c, -errno, "memfd_create: %s", strerror(errno));
@@ -692,7 +749,7 @@ SKV_EXPORT int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_bu
 		close(fd);
 		return fail(c, r, "mmap: %s", strerror(-r));
 	}
-	r = buffer_add(c, fd, p, size, true, ret_buf);
+	r = buffer_add_kind(c, fd, p, size, true, &k, ret_buf);
 	if (r < 0) {
 		munmap(p, size);
 		close(fd);
@@ -703,14 +760,23 @@ SKV_EXPORT int skv_buffer_alloc(struct skv_client *c, size_t size, struct skv_bu
 SKV_EXPORT int skv_buffer_register_fd(struct skv_client *c, int memfd, size_t size,
 				      struct skv_buffer **ret_buf)
 {
+	return skv_buffer_register_fd_flags(c, memfd, size, 0, ret_buf);
+}
+
+SKV_EXPORT int skv_buffer_register_fd_flags(struct skv_client *c, int memfd, size_t size,
+					    uint32_t flags, struct skv_buffer **ret_buf)
+{
+	struct skv_buffer k = {.flags = flags};
 	int fd, r;
 
 	if (!c || memfd < 0 || !ret_buf)
 		return fail(c, -EINVAL, "bad arguments");
+	if ((r = check_flags(c, flags)))
+		return r;
 	fd = fcntl(memfd, F_DUPFD_CLOEXEC, 3);
 	if (fd < 0)
 		return fail(c, -errno, "dup: %s", strerror(errno));
-	r = buffer_add(c, fd, NULL, size, false, ret_buf);
+	r = buffer_add_kind(c, fd, NULL, size, false, &k, ret_buf);
 	if (r < 0)
 		close(fd);
 	return r;
@@ -719,12 +785,22 @@ SKV_EXPORT int skv_buffer_register_fd(struct skv_client *c, int memfd, size_t si
 SKV_EXPORT int skv_buffer_register_cuda_fd(struct skv_client *c, int vmm_fd, size_t size,
 					   int device, struct skv_buffer **ret_buf)
 {
+	return skv_buffer_register_cuda_fd_flags(c, vmm_fd, size, device, 0, ret_buf);
+}
+
+SKV_EXPORT int skv_buffer_register_cuda_fd_flags(struct skv_client *c, int vmm_fd, size_t size,
+						 int device, uint32_t flags,
+						 struct skv_buffer **ret_buf)
+{
 	struct skv_buffer k = {.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD,
-			       .device = device};
+			       .device = device,
+			       .flags = flags};
 	int fd, r;
 
 	if (!c || vmm_fd < 0 || !size || !ret_buf)
 		return fail(c, -EINVAL, "bad arguments");
+	if ((r = check_flags(c, flags)))
+		return r;
 	fd = fcntl(vmm_fd, F_DUPFD_CLOEXEC, 3);
 	if (fd < 0)
 		return fail(c, -errno, "dup: %s", strerror(errno));
@@ -738,12 +814,24 @@ SKV_EXPORT int skv_buffer_register_cuda_ipc(struct skv_client *c, const void *ip
 					    size_t offset, size_t size, int device,
 					    struct skv_buffer **ret_buf)
 {
+	return skv_buffer_register_cuda_ipc_flags(c, ipc_handle64, offset, size, device, 0,
+						  ret_buf);
+}
+
+SKV_EXPORT int skv_buffer_register_cuda_ipc_flags(struct skv_client *c, const void *ipc_handle64,
+						  size_t offset, size_t size, int device,
+						  uint32_t flags, struct skv_buffer **ret_buf)
+{
 	struct skv_buffer k = {.kind = SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_IPC,
 			       .offset = offset,
-			       .device = device};
+			       .device = device,
+			       .flags = flags};
+	int r;
 
 	if (!c || !ipc_handle64 || !size || !ret_buf)
 		return fail(c, -EINVAL, "bad arguments");
+	if ((r = check_flags(c, flags)))
+		return r;
 	memcpy(k.ipc_handle, ipc_handle64, sizeof(k.ipc_handle));
 	return buffer_add_kind(c, -1, NULL, size, false, &k, ret_buf);
 }
@@ -798,6 +886,29 @@ SKV_EXPORT size_t skv_buffer_size(const struct skv_buffer *b)
 	return b ? b->size : 0;
 }
 
+SKV_EXPORT uint32_t skv_buffer_flags(const struct skv_buffer *b)
+{
+	return b ? b->flags : 0;
+}
+
+SKV_EXPORT int skv_buffer_restore(struct skv_buffer *b, uint64_t offset, uint64_t len)
+{
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), mapped;
+	void *p;
+
+	if (!b || !b->own || !b->data || b->fd < 0 || !len || offset % pg)
+		return -EINVAL;
+	mapped = (b->size + pg - 1) / pg * pg;
+	if (len > UINT64_MAX - pg)
+		return -EINVAL;
+	len = (len + pg - 1) / pg * pg;
+	if (offset > mapped || len > mapped - offset)
+		return -EINVAL;
+	p = mmap((uint8_t *)b->data + offset, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		 b->fd, (off_t)offset);
+	return p == MAP_FAILED ? -errno : 0;
+}
+
 SKV_EXPORT uint64_t skv_buffer_id(const struct skv_buffer *b)
 {
 	return b ? b->id : 0;
@@ -818,19 +929,8 @@ SKV_EXPORT int skv_buffer_free(struct skv_buffer *b)
 			*pp = b->next;
 			break;
 		}
-	if (!c->dead) {
-		Snapkv__V1__Unregister m = SNAPKV__V1__UNREGISTER__INIT;
-		Snapkv__V1__UnregisterReply *rr = NULL;
-
-		m.buffer_id = b->id;
-		r = rpc(c, SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER, &m.base, NULL, 0,
-			SNAPKV__V1__MSG_TYPE__MSG_TYPE_UNREGISTER_REPLY, (ProtobufCMessage **)&rr,
-			NULL, NULL, call_deadline(c));
-		if (r == 0) {
-			r = rr->status;
-			snapkv__v1__unregister_reply__free_unpacked(rr, NULL);
-		}
-	}
+	if (!c->dead)
+		r = unregister_id(c, b->id, call_deadline(c));
 	pthread_mutex_unlock(&c->mu);
 	if (b->own && b->data)
 		munmap(b->data, b->size);
@@ -1240,6 +1340,107 @@ static int wait_event(struct skv_compact_desc *d, const void *ipc_handle, uint32
 	return 0;
 }
 
+static void wb_free(struct skv_wb *w)
+{
+	if (!w)
+		return;
+	free(w->data);
+	free(w->size);
+	free(w->table);
+	free(w);
+}
+
+static void request_free(struct skv_request *rq)
+{
+	if (!rq)
+		return;
+	wb_free(rq->wb);
+	free(rq);
+}
+
+/* The messages paged_fields() allocates; the caller frees them. */
+struct paged_msgs {
+	Snapkv__V1__OutLayerRef *ol, **olp;
+	Snapkv__V1__TensorRef *tr;
+};
+
+static void paged_msgs_free(struct paged_msgs *m)
+{
+	free(m->ol);
+	free(m->olp);
+	free(m->tr);
+}
+
+/* The writeback destination as the cache will need it: each pool's mapping. */
+static int wb_new(const struct skv_compact_desc *d, struct skv_wb **ret)
+{
+	struct skv_wb *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return -ENOMEM;
+	w->layers = d->layers;
+	w->n_table = d->out_n_blocks;
+	w->data = calloc((size_t)d->layers * 2, sizeof(*w->data));
+	w->size = calloc((size_t)d->layers * 2, sizeof(*w->size));
+	w->table = malloc(((size_t)d->out_n_blocks + 1) * sizeof(int32_t));
+	if (!w->data || !w->size || !w->table) {
+		wb_free(w);
+		return -ENOMEM;
+	}
+	if (d->out_n_blocks)
+		memcpy(w->table, d->out_block_table, d->out_n_blocks * sizeof(int32_t));
+	for (uint32_t l = 0; l < d->layers; l++)
+		for (unsigned t = 0; t < 2; t++) {
+			const struct skv_buffer *b =
+			    t ? d->out_layer[l].v.buf : d->out_layer[l].k.buf;
+
+			w->data[2 * l + t] = b ? b->data : NULL;
+			w->size[2 * l + t] = b ? b->size : 0;
+		}
+	*ret = w;
+	return 0;
+}
+
+/*
+ * The SNAPKV_1.5 fields of d into cr (when desc_size covers them): block
+ * size and destination; for writeback the destination pools and table, and
+ * *ret_wb for the cache. The daemon judges the values.
+ */
+static int paged_fields(struct skv_client *c, const struct skv_compact_desc *d,
+			Snapkv__V1__CompactRequest *cr, struct paged_msgs *m,
+			struct skv_wb **ret_wb)
+{
+	if (d->desc_size <
+	    offsetof(struct skv_compact_desc, out_n_blocks) + sizeof(d->out_n_blocks))
+		return 0;
+	cr->out_block_size = d->out_block_size;
+	if (d->out_dest == SKV_OUT_ARENA)
+		return 0;
+	if (d->out_dest != SKV_OUT_WRITEBACK)
+		return fail(c, -EINVAL, "unknown out_dest %d", (int)d->out_dest);
+	cr->out_dest = SNAPKV__V1__OUT_DEST__OUT_DEST_WRITEBACK;
+	if (!d->out_layer || (d->out_n_blocks && !d->out_block_table))
+		return fail(c, -EINVAL, "writeback needs out_layer[layers] and out_block_table");
+	m->ol = calloc(d->layers, sizeof(*m->ol));
+	m->olp = calloc(d->layers, sizeof(*m->olp));
+	m->tr = calloc((size_t)d->layers * 2, sizeof(*m->tr));
+	if (!m->ol || !m->olp || !m->tr || wb_new(d, ret_wb) < 0)
+		return fail(c, -ENOMEM, "out of memory");
+	for (uint32_t l = 0; l < d->layers; l++) {
+		snapkv__v1__out_layer_ref__init(&m->ol[l]);
+		tensor_msg(&d->out_layer[l].k, &m->tr[2 * l]);
+		tensor_msg(&d->out_layer[l].v, &m->tr[2 * l + 1]);
+		m->ol[l].k = &m->tr[2 * l];
+		m->ol[l].v = &m->tr[2 * l + 1];
+		m->olp[l] = &m->ol[l];
+	}
+	cr->n_out_layer = d->layers;
+	cr->out_layer = m->olp;
+	cr->n_out_block_table = d->out_n_blocks;
+	cr->out_block_table = (int32_t *)d->out_block_table;
+	return 0;
+}
+
 /* The wait helpers on a description of either layout. */
 SKV_EXPORT int skv_compact_desc_wait_flag(struct skv_compact_desc *d,
 					  const struct skv_buffer *flag_buf, uint64_t offset,
@@ -1293,6 +1494,7 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 			  struct skv_request **ret_req)
 {
+	struct paged_msgs pgm = {0};
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
 	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
 	Snapkv__V1__Params pm = SNAPKV__V1__PARAMS__INIT;
@@ -1376,6 +1578,9 @@ static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d
 		}
 		cr.prefill_wait = &pw;
 	}
+	r = paged_fields(c, d, &cr, &pgm, &rq->wb);
+	if (r < 0)
+		goto out;
 	req.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
 	req.compact = &cr;
 	pthread_mutex_lock(&c->mu);
@@ -1404,11 +1609,12 @@ static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d
 	}
 	pthread_mutex_unlock(&c->mu);
 out:
+	paged_msgs_free(&pgm);
 	free(lr);
 	free(lrp);
 	free(tr);
 	if (r < 0) {
-		free(rq);
+		request_free(rq);
 		return r;
 	}
 	*ret_req = rq;
@@ -1455,6 +1661,7 @@ static void cache_free(struct skv_cache *k)
 {
 	if (!k)
 		return;
+	wb_free(k->wb);
 	free(k->k_off);
 	free(k->v_off);
 	free(k->pos_off);
@@ -1462,21 +1669,56 @@ static void cache_free(struct skv_cache *k)
 	free(k);
 }
 
+/*
+ * The bytes of one layer's K (= V) that must lie in the arena: the dense
+ * tensor, a paged arena cache's run (which must hold its blocks), 0 for
+ * writeback (the engine's buffers). -EPROTO for a paged description that
+ * does not add up.
+ */
+static int cache_kv_bytes(struct skv_client *c, const Snapkv__V1__CacheInfo *ci, uint64_t es,
+			  uint64_t *ret)
+{
+	uint64_t blocks;
+
+	if (ci->layout != SNAPKV__V1__LAYOUT__LAYOUT_PAGED) {
+		*ret = (uint64_t)ci->h_store * ci->capacity * ci->head_dim * es;
+		return 0;
+	}
+	if (!ci->block_size || ci->block_size > SKV_MAX_OUT_BLOCK_SIZE || ci->block_stride < 0)
+		return fail(c, -EPROTO, "malformed paged cache description");
+	if (ci->out_dest == SNAPKV__V1__OUT_DEST__OUT_DEST_WRITEBACK) {
+		*ret = 0;
+		return 0;
+	}
+	if ((uint64_t)ci->n_blocks * ci->block_size < ci->capacity ||
+	    __builtin_mul_overflow((uint64_t)ci->n_blocks, (uint64_t)ci->block_stride, &blocks) ||
+	    __builtin_mul_overflow(blocks, es, &blocks) || blocks > ci->run_bytes)
+		return fail(c, -EPROTO, "paged cache: its blocks do not fit its runs");
+	*ret = ci->run_bytes;
+	return 0;
+}
+
 /* Adopt a CacheInfo: every offset checked against the arena we mapped. */
 static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci,
 			   struct skv_cache *k)
 {
 	uint64_t es = ci->dtype == SNAPKV__V1__DTYPE__D_TYPE_F32 ? 4 : 2;
-	uint64_t kv = (uint64_t)ci->h_store * ci->capacity * ci->head_dim * es;
+	uint64_t kv = 0;
 	uint64_t pos = (uint64_t)ci->h_store * ci->capacity * 4;
 	size_t nm = (size_t)ci->layers * ci->h_store;
+	bool wb = ci->layout == SNAPKV__V1__LAYOUT__LAYOUT_PAGED &&
+		  ci->out_dest == SNAPKV__V1__OUT_DEST__OUT_DEST_WRITEBACK;
+	int r;
 
 	if (!ci->layers || ci->n_k_offset != ci->layers || ci->n_v_offset != ci->layers ||
 	    ci->n_pos_offset != ci->layers || ci->n_retained_mass != nm)
 		return fail(c, -EPROTO, "malformed cache description");
+	if ((r = cache_kv_bytes(c, ci, es, &kv)) < 0)
+		return r;
 	for (uint32_t l = 0; l < ci->layers; l++)
-		if (ci->k_offset[l] > c->arena_bytes || kv > c->arena_bytes - ci->k_offset[l] ||
-		    ci->v_offset[l] > c->arena_bytes || kv > c->arena_bytes - ci->v_offset[l] ||
+		if ((!wb &&
+		     (ci->k_offset[l] > c->arena_bytes || kv > c->arena_bytes - ci->k_offset[l] ||
+		      ci->v_offset[l] > c->arena_bytes || kv > c->arena_bytes - ci->v_offset[l])) ||
 		    ci->pos_offset[l] > c->arena_bytes || pos > c->arena_bytes - ci->pos_offset[l])
 			return fail(c, -EPROTO, "cache outside the arena");
 	free(k->k_off);
@@ -1517,6 +1759,13 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 			    ? SKV_ARENA_CUDA
 			    : SKV_ARENA_HOST,
 	};
+	if (ci->layout == SNAPKV__V1__LAYOUT__LAYOUT_PAGED) {
+		k->info.block_size = ci->block_size;
+		k->info.n_blocks = ci->n_blocks;
+		k->info.block_stride = ci->block_stride;
+		k->info.out_dest = wb ? SKV_OUT_WRITEBACK : SKV_OUT_ARENA;
+		k->run_bytes = wb ? 0 : ci->run_bytes;
+	}
 	return 0;
 }
 
@@ -1571,11 +1820,19 @@ result:
 		goto out;
 	}
 	r = cache_from_info(c, resp->cache, k);
+	if (r == 0 && k->info.out_dest == SKV_OUT_WRITEBACK) {
+		if (!rq->wb || rq->wb->layers != k->info.layers) {
+			r = fail(c, -EPROTO, "a writeback cache for a request that asked none");
+		} else {
+			k->wb = rq->wb;
+			rq->wb = NULL;
+		}
+	}
 out:
 	if (resp)
 		snapkv__v1__response__free_unpacked(resp, NULL);
 	pthread_mutex_unlock(&c->mu);
-	free(rq);
+	request_free(rq);
 	if (r < 0) {
 		cache_free(k);
 		return r;
@@ -1623,7 +1880,7 @@ SKV_EXPORT void skv_request_abandon(struct skv_request *rq)
 	if (resp)
 		snapkv__v1__response__free_unpacked(resp, NULL);
 	pthread_mutex_unlock(&c->mu);
-	free(rq);
+	request_free(rq);
 	if (k)
 		(void)skv_cache_release(k);
 }
@@ -1658,12 +1915,16 @@ static uint8_t *cache_ptr(const struct skv_cache *k, const uint64_t *offs, uint3
 
 SKV_EXPORT void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
-	return k && k->info.kv_arena == SKV_ARENA_HOST ? cache_ptr(k, k->k_off, layer, head) : NULL;
+	return k && k->info.kv_arena == SKV_ARENA_HOST && k->info.out_dest != SKV_OUT_WRITEBACK
+		   ? cache_ptr(k, k->k_off, layer, head)
+		   : NULL;
 }
 
 SKV_EXPORT void *skv_cache_v(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
-	return k && k->info.kv_arena == SKV_ARENA_HOST ? cache_ptr(k, k->v_off, layer, head) : NULL;
+	return k && k->info.kv_arena == SKV_ARENA_HOST && k->info.out_dest != SKV_OUT_WRITEBACK
+		   ? cache_ptr(k, k->v_off, layer, head)
+		   : NULL;
 }
 
 static int64_t cache_off(const struct skv_cache *k, const uint64_t *offs, uint32_t layer,
@@ -1683,6 +1944,131 @@ SKV_EXPORT int64_t skv_cache_k_offset(const struct skv_cache *k, uint32_t layer,
 SKV_EXPORT int64_t skv_cache_v_offset(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
 	return k ? cache_off(k, k->v_off, layer, head) : -1;
+}
+
+/* ------------------------------------------- any layout, paged (1.5) */
+
+static size_t cache_es(const struct skv_cache *k)
+{
+	return k->info.dtype == SKV_DTYPE_F32 ? 4 : 2;
+}
+
+/* Element offset of slot `slot` of head h within a (paged) pool or dense tensor. */
+static int64_t slot_elems(const struct skv_cache *k, uint32_t h, uint32_t slot, int64_t block)
+{
+	const struct skv_cache_info *i = &k->info;
+
+	if (i->layout != SKV_LAYOUT_PAGED)
+		return (int64_t)h * i->head_stride + (int64_t)slot * i->token_stride;
+	return block * i->block_stride + (int64_t)(slot % i->block_size) * i->token_stride +
+	       (int64_t)h * i->head_stride;
+}
+
+static void *cache_slot(const struct skv_cache *k, enum skv_kv kv, uint32_t layer, uint32_t head,
+			uint32_t slot)
+{
+	const struct skv_cache_info *i;
+	const uint64_t *offs;
+	size_t es, row;
+
+	if (!k || layer >= k->info.layers || head >= k->info.h_store || slot >= k->info.capacity)
+		return NULL;
+	i = &k->info;
+	es = cache_es(k);
+	row = (size_t)i->head_dim * es;
+	offs = kv == SKV_KV_V ? k->v_off : k->k_off;
+	if (i->layout == SKV_LAYOUT_PAGED && i->out_dest == SKV_OUT_WRITEBACK) {
+		uint32_t j = slot / i->block_size;
+		size_t t = 2 * (size_t)layer + (kv == SKV_KV_V);
+		uint64_t at;
+
+		if (!k->wb || j >= k->wb->n_table || !k->wb->data[t])
+			return NULL;
+		at = offs[layer] + (uint64_t)slot_elems(k, head, slot, k->wb->table[j]) * es;
+		if (at > k->wb->size[t] || row > k->wb->size[t] - at)
+			return NULL;
+		return k->wb->data[t] + at;
+	}
+	if (i->kv_arena != SKV_ARENA_HOST)
+		return NULL;
+	return k->arena + offs[layer] +
+	       (uint64_t)slot_elems(k, head, slot,
+				    (int64_t)(slot / (i->block_size ? i->block_size : 1))) *
+		   es;
+}
+
+SKV_EXPORT void *skv_cache_k_slot(const struct skv_cache *k, uint32_t layer, uint32_t head,
+				  uint32_t slot)
+{
+	return cache_slot(k, SKV_KV_K, layer, head, slot);
+}
+
+SKV_EXPORT void *skv_cache_v_slot(const struct skv_cache *k, uint32_t layer, uint32_t head,
+				  uint32_t slot)
+{
+	return cache_slot(k, SKV_KV_V, layer, head, slot);
+}
+
+SKV_EXPORT int64_t skv_cache_block_offset(const struct skv_cache *k, uint32_t layer, enum skv_kv kv,
+					  uint32_t block)
+{
+	const uint64_t *offs;
+	int64_t b;
+
+	if (!k || k->info.layout != SKV_LAYOUT_PAGED || layer >= k->info.layers ||
+	    (kv != SKV_KV_K && kv != SKV_KV_V))
+		return -1;
+	offs = kv == SKV_KV_V ? k->v_off : k->k_off;
+	if (k->info.out_dest == SKV_OUT_WRITEBACK) {
+		if (!k->wb || block >= k->wb->n_table)
+			return -1;
+		b = k->wb->table[block];
+	} else {
+		if (block >= k->info.n_blocks)
+			return -1;
+		b = block;
+	}
+	return (int64_t)offs[layer] + b * k->info.block_stride * (int64_t)cache_es(k);
+}
+
+SKV_EXPORT int skv_cache_block_run(const struct skv_cache *k, uint32_t layer, enum skv_kv kv,
+				   uint64_t *ret_offset, uint64_t *ret_bytes)
+{
+	if (!k || k->info.layout != SKV_LAYOUT_PAGED || k->info.out_dest != SKV_OUT_ARENA ||
+	    layer >= k->info.layers || (kv != SKV_KV_K && kv != SKV_KV_V) || !ret_offset ||
+	    !ret_bytes)
+		return -EINVAL;
+	*ret_offset = kv == SKV_KV_V ? k->v_off[layer] : k->k_off[layer];
+	*ret_bytes = k->run_bytes;
+	return 0;
+}
+
+SKV_EXPORT int skv_cache_map_blocks(const struct skv_cache *k, uint32_t layer, enum skv_kv kv,
+				    void *addr)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t off, len;
+	struct skv_client *c;
+	void *p;
+	int r;
+
+	if (!k || k->info.kv_arena != SKV_ARENA_HOST ||
+	    skv_cache_block_run(k, layer, kv, &off, &len) < 0 || !addr ||
+	    (uintptr_t)addr % (uintptr_t)pg || off % (uint64_t)pg || len % (uint64_t)pg)
+		return -EINVAL;
+	c = k->c;
+	pthread_mutex_lock(&c->mu);
+	if (c->session_id != k->session_id || c->arena_fd < 0) {
+		r = fail(c, -ENOTCONN, "the cache's session is gone");
+	} else {
+		p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, c->arena_fd,
+			 (off_t)off);
+		r = p == MAP_FAILED
+			? fail(c, -errno, "mmap of the cache's blocks: %s", strerror(errno))
+			: 0;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return r;
 }
 
 SKV_EXPORT const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_t layer,

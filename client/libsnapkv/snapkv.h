@@ -131,6 +131,35 @@ uint64_t skv_buffer_id(const struct skv_buffer *b);
 /* Unregister and unmap. NULL is fine. */
 int skv_buffer_free(struct skv_buffer *b);
 
+/*
+ * Writable buffers (SNAPKV_1.5). A buffer is registered read-only unless
+ * flags has SKV_BUFFER_WRITABLE: only then does the daemon map a memfd with
+ * PROT_WRITE (a memfd must then not carry F_SEAL_WRITE/F_SEAL_FUTURE_WRITE),
+ * and only a writable buffer can be the destination of a writeback
+ * compaction (SKV_OUT_WRITEBACK: the daemon writes the compact K/V into the
+ * blocks the request names there, and nowhere else). Unknown flag bits are
+ * -EINVAL. The _flags variants with flags 0 are the calls above.
+ */
+#define SKV_BUFFER_WRITABLE 0x1u
+int skv_buffer_alloc_flags(struct skv_client *c, size_t size, uint32_t flags,
+			   struct skv_buffer **ret_buf);
+int skv_buffer_register_fd_flags(struct skv_client *c, int memfd, size_t size, uint32_t flags,
+				 struct skv_buffer **ret_buf);
+int skv_buffer_register_cuda_fd_flags(struct skv_client *c, int vmm_fd, size_t size, int device,
+				      uint32_t flags, struct skv_buffer **ret_buf);
+int skv_buffer_register_cuda_ipc_flags(struct skv_client *c, const void *ipc_handle64,
+				       size_t offset, size_t size, int device, uint32_t flags,
+				       struct skv_buffer **ret_buf);
+/* The flags the daemon registered the buffer with (SKV_BUFFER_*). */
+uint32_t skv_buffer_flags(const struct skv_buffer *b);
+/*
+ * Undo skv_cache_map_blocks(): map the buffer's own memfd back over
+ * [offset, offset + len) of its mapping (skv_buffer_data(b) + offset, both
+ * page-aligned; len is rounded up to pages), MAP_FIXED. Only for buffers
+ * libsnapkv mapped (skv_buffer_alloc*); -EINVAL otherwise or out of range.
+ */
+int skv_buffer_restore(struct skv_buffer *b, uint64_t offset, uint64_t len);
+
 /* Where one tensor lives in a registered buffer (strides in elements). */
 struct skv_tensor_ref {
 	const struct skv_buffer *buf;
@@ -150,8 +179,71 @@ struct skv_layer_ref {
 
 enum skv_layout {
 	SKV_LAYOUT_UNSPECIFIED = 0,
-	SKV_LAYOUT_HND = 1, /* [head][slot][dim] */
-	SKV_LAYOUT_NHD = 2, /* [slot][head][dim] */
+	SKV_LAYOUT_HND = 1,   /* [head][slot][dim] */
+	SKV_LAYOUT_NHD = 2,   /* [slot][head][dim] */
+	SKV_LAYOUT_PAGED = 3, /* SNAPKV_1.5: per layer K and V pools
+				 [block][block_size][H_store][D] */
+};
+
+/*
+ * Paged output (SNAPKV_1.5): out_layout SKV_LAYOUT_PAGED, out_block_size
+ * slots per block (1..SKV_MAX_OUT_BLOCK_SIZE). Compact slot i of every
+ * stored head is in block i / out_block_size, row i % out_block_size; the
+ * positions table is per (layer, head) as for HND/NHD. Only budgets with one
+ * count for every head and layer (today: every request's single C; the
+ * budget modes that give heads different counts are refused, -EINVAL).
+ * Where the blocks go is out_dest:
+ *
+ * SKV_OUT_ARENA: in the cache's region of the arena (out_arena: host or
+ *   CUDA). Each layer's K pool and V pool is one "run" of
+ *   n_blocks = ceil(capacity / out_block_size) consecutive blocks
+ *   [n_blocks][block_size][H_store][D] (block_stride = block_size * H_store
+ *   * D elements, token_stride = H_store * D, head_stride = D); every run
+ *   starts on a page boundary of the arena and is followed by padding up to
+ *   the next page. skv_cache_block_run() gives a run's offset and length and
+ *   skv_cache_map_blocks() maps it MAP_SHARED|MAP_FIXED, read-write, over
+ *   the engine's own pool at a block boundary, so an unmodified paged
+ *   attention reads it as blocks b .. b + n_blocks - 1 of that pool (when
+ *   the block's bytes are not a page multiple the run's padding covers the
+ *   start of the pool's following block(s): the engine keeps those blocks
+ *   out of use while mapped). Decode tokens go into slots kept .. capacity-1
+ *   of the same blocks. Before releasing or growing the cache, map the pool
+ *   back (skv_buffer_restore()): the daemon reuses the region.
+ *   On CUDA (SKV_ARENA_CUDA) the runs are at skv_cache_block_run() offsets
+ *   of the GPU arena, page- (not VMM-granularity-) aligned.
+ *
+ * SKV_OUT_WRITEBACK: into the engine's own pool. out_layer[l] names layer
+ *   l's K and V pools (buffer registered SKV_BUFFER_WRITABLE, offset of
+ *   pool block 0, dtype: the cache's dtype, head/token/block strides in
+ *   elements; block_size 0 or out_block_size), out_block_table the
+ *   destination blocks (indices into every pool, shared by all layers as the
+ *   input block table is): slot i goes to block out_block_table[i /
+ *   out_block_size]. The table needs at least ceil(kept / out_block_size)
+ *   entries (kept = min(L, C)), at most the daemon's max_prompt_len (its
+ *   config key, as for the input block table); the daemon
+ *   writes the kept slots only, nothing else in the buffers. Refused with
+ *   -EINVAL before any work: a buffer not writable, a block outside its
+ *   buffer, two destination blocks meeting, a destination block meeting any
+ *   byte the request reads (Q, K, V of every layer). The cache then holds
+ *   only the index tables (positions, mass) in the arena; the ledger shows
+ *   it as engine-held. skv_cache_k/v() are NULL; use skv_cache_k_slot() or
+ *   skv_cache_k_block_offset(). APPEND advances g as usual (the engine
+ *   writes decode K/V into blocks it manages itself, up to capacity =
+ *   kept + decode_reserve slots); GROW is refused with -EOPNOTSUPP (the
+ *   engine owns the blocks: it adds blocks itself and asks for enough
+ *   decode_reserve up front); RELEASE frees the index tables only.
+ */
+#define SKV_MAX_OUT_BLOCK_SIZE 4096u
+
+enum skv_out_dest {
+	SKV_OUT_ARENA = 0,     /* the session's arena (out_arena says which) */
+	SKV_OUT_WRITEBACK = 1, /* the engine's writable buffer                */
+};
+
+/* Destination pools of one layer for SKV_OUT_WRITEBACK. */
+struct skv_layer_out_ref {
+	struct skv_tensor_ref k; /* pool [block][block_size][H_store][D] or any strides */
+	struct skv_tensor_ref v;
 };
 
 /* Where a compact cache's K/V go (positions are always in the host arena). */
@@ -202,6 +294,14 @@ struct skv_compact_desc {
 	uint32_t wait_value;
 	uint32_t wait_timeout_ms;
 	uint8_t wait_ipc_event[64];
+	/* since SNAPKV_1.5, read when desc_size covers them: paged output
+	 * (see SKV_LAYOUT_PAGED above); ignored for other layouts except that
+	 * out_dest must stay SKV_OUT_ARENA */
+	uint32_t out_block_size;
+	enum skv_out_dest out_dest;
+	const struct skv_layer_out_ref *out_layer; /* writeback: [layers] */
+	const int32_t *out_block_table;		   /* writeback */
+	uint32_t out_n_blocks;
 };
 
 /* Fill the SNAPKV_1.3 wait fields of d for a CUDA_FLAG wait (desc_size must
@@ -264,7 +364,8 @@ struct skv_cache_info {
 	enum skv_layout layout;
 	uint32_t prompt_len;		   /* L */
 	uint32_t kept;			   /* slots filled by the compaction, per head */
-	uint32_t capacity;		   /* slots per head: kept + decode headroom   */
+	uint32_t capacity;		   /* slots per head: kept + decode headroom
+					    * (a capacity is slots; C is a budget) */
 	uint32_t appended;		   /* g */
 	uint32_t budget;		   /* C used: after pressure scaling */
 	int64_t head_stride, token_stride; /* elements */
@@ -275,6 +376,14 @@ struct skv_cache_info {
 	/* since SNAPKV_1.2: SKV_ARENA_CUDA: K/V are in the GPU arena; use
 	 * skv_cache_k_offset()/skv_cache_v_offset() there (skv_cache_k/v: NULL) */
 	enum skv_arena_kind kv_arena;
+	/* since SNAPKV_1.5, SKV_LAYOUT_PAGED only (else 0): slots per block,
+	 * blocks per layer in each of the K and V pools (arena: the run's,
+	 * ceil(capacity / block_size); writeback: the destination table's),
+	 * elements between blocks, where the blocks are */
+	uint32_t block_size;
+	uint32_t n_blocks;
+	int64_t block_stride;
+	enum skv_out_dest out_dest;
 };
 
 /* Valid until the next grow/release of this cache. */
@@ -287,6 +396,46 @@ void *skv_cache_v(const struct skv_cache *k, uint32_t layer, uint32_t head);
  * (SNAPKV_1.2); -1 when out of range. */
 int64_t skv_cache_k_offset(const struct skv_cache *k, uint32_t layer, uint32_t head);
 int64_t skv_cache_v_offset(const struct skv_cache *k, uint32_t layer, uint32_t head);
+/*
+ * Any layout (SNAPKV_1.5): the address of slot `slot` (< capacity) of
+ * (layer, head) in the host arena mapping, or for writeback in the mapping
+ * of the destination buffer (skv_buffer_alloc* buffers only). NULL when out
+ * of range or not mapped here (CUDA arena or buffer).
+ */
+void *skv_cache_k_slot(const struct skv_cache *k, uint32_t layer, uint32_t head, uint32_t slot);
+void *skv_cache_v_slot(const struct skv_cache *k, uint32_t layer, uint32_t head, uint32_t slot);
+/* Which pool of a layer: K or V. */
+enum skv_kv {
+	SKV_KV_K = 0,
+	SKV_KV_V = 1,
+};
+/*
+ * SKV_LAYOUT_PAGED (SNAPKV_1.5): byte offset of the cache's block `block`
+ * (< n_blocks) of (layer, K/V): in the arena kv_arena names (SKV_OUT_ARENA),
+ * or in the destination buffer (SKV_OUT_WRITEBACK: pool offset +
+ * out_block_table[block] * block_stride * dtype size). -1 when out of range
+ * or not paged.
+ */
+int64_t skv_cache_block_offset(const struct skv_cache *k, uint32_t layer, enum skv_kv kv,
+			       uint32_t block);
+/*
+ * SKV_LAYOUT_PAGED in the arena (SNAPKV_1.5): the page-aligned run holding
+ * (layer, K/V)'s n_blocks blocks: *ret_offset in the arena kv_arena names,
+ * *ret_bytes its length, a page multiple (n_blocks * block bytes, then
+ * padding). -EINVAL when not a paged arena cache or out of range.
+ */
+int skv_cache_block_run(const struct skv_cache *k, uint32_t layer, enum skv_kv kv,
+			uint64_t *ret_offset, uint64_t *ret_bytes);
+/*
+ * Map (layer, K/V)'s run of a paged host-arena cache at addr (page-aligned:
+ * typically the engine's pool + b * block bytes), MAP_SHARED|MAP_FIXED,
+ * read-write: the pool's blocks b .. b + n_blocks - 1 are then the cache's,
+ * and what the pool held there is hidden until skv_buffer_restore() (or
+ * another mapping) replaces it. The engine must restore before releasing or
+ * growing the cache. -EINVAL: not a paged host-arena cache, addr not
+ * page-aligned, out of range; -errno of mmap.
+ */
+int skv_cache_map_blocks(const struct skv_cache *k, uint32_t layer, enum skv_kv kv, void *addr);
 /* Original position of every slot; -1 for decode slots not yet appended. */
 const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_t layer, uint32_t head);
 float skv_cache_retained_mass(const struct skv_cache *k, uint32_t layer, uint32_t head);
@@ -315,11 +464,15 @@ enum skv_pressure_level {
 };
 
 struct skv_pressure {
-	uint32_t level;		     /* enum skv_pressure_level */
-	uint32_t suggested_capacity; /* C the daemon suggests for new requests */
-	uint32_t scale_permille;     /* factor applied to C of new requests, x1000 */
-	uint64_t pool_used;	     /* pool bytes in use at the event */
-	uint64_t events;	     /* events seen on this session */
+	uint32_t level; /* enum skv_pressure_level */
+	union {
+		uint32_t suggested_budget; /* C the daemon suggests for new requests */
+		uint32_t suggested_capacity
+		    SKV_DEPRECATED("skv_pressure.suggested_capacity is now suggested_budget (C)");
+	};
+	uint32_t scale_permille; /* factor applied to C of new requests, x1000 */
+	uint64_t pool_used;	 /* pool bytes in use at the event */
+	uint64_t events;	 /* events seen on this session */
 };
 /* Takes pending completions off the ring (without waiting) and returns the
  * latest pressure event. Since SNAPKV_1.1. */

@@ -14,7 +14,7 @@ OBJS += $(SNAPKVCTL_OBJS)
 $(SNAPKVCTL_OBJS): | $(SKV_PB_H)
 # --version; a new VERSION rebuilds it
 $(BUILD)/client/snapkvctl/snapkvctl.o: ALL_CFLAGS += $(VERSION_DEFINE)
-$(BUILD)/client/snapkvctl/snapkvctl.o: Makefile
+$(BUILD)/client/snapkvctl/snapkvctl.o: $(BUILD)/version
 BINS += $(SNAPKVCTL)
 INSTALL_BINS += $(SNAPKVCTL)
 

@@ -89,6 +89,19 @@ int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__
 	r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, dl);
 	if (r >= 0)
 		r = skv_io_recv(fd, buf, sizeof(buf), &hdr, NULL, NULL, dl);
+	if (r >= 0 && hdr.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
+		/* refused at HELLO (not allowed, no admin slot, ...): say why */
+		Snapkv__V1__ErrorNotice *e =
+		    snapkv__v1__error_notice__unpack(NULL, hdr.length, buf + SKV_FRAME_HDR_SIZE);
+
+		r = e && e->status < 0 ? e->status : -EPROTO;
+		snprintf(err, errlen, "snapkvd at %s refused the connection: %s", sock,
+			 e && e->error && *e->error ? e->error : strerror(-r));
+		if (e)
+			snapkv__v1__error_notice__free_unpacked(e, NULL);
+		close(fd);
+		return r;
+	}
 	if (r >= 0 && hdr.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
 		r = -EPROTO;
 	if (r >= 0) {

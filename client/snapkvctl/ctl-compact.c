@@ -25,6 +25,7 @@
 #include "proto/skv-socket.h"
 #include "skv-safetensors.h"
 #include "skv.h"
+#include "snapkv.h" /* SKV_MAX_OUT_BLOCK_SIZE */
 #include "snapkvctl.h"
 
 #define CMD	    "compact"
@@ -85,12 +86,16 @@ static void usage(FILE *f)
 	    "                       be below F (0 < F <= 1; default: never)\n"
 	    "  --threads N          --offline worker threads, 0 = one per core (default 0)\n"
 	    "  --show H             print the kept positions of the first H heads per layer\n"
+	    "  --out-layout L       hnd (default) or paged: OUT's layers.N.k/.v are then the\n"
+	    "                       engine's block format [blocks, N, H_store, D], kept slot i\n"
+	    "                       in block i / N, row i %% N, rows past kept zero\n"
+	    "  --block-size N       slots per block of --out-layout paged, 1..%u\n"
 	    "  -q, --quiet          print nothing on success\n"
 	    "  -h, --help           this text\n"
 	    "\n"
 	    "Exit status: 0 success, 1 run-time failure (I/O, memory, daemon), 2 bad options,\n"
 	    "bad input file or invalid parameters. OUT is replaced atomically or not at all.\n",
-	    SKV_MAX_PROTECTED);
+	    SKV_MAX_PROTECTED, SKV_MAX_OUT_BLOCK_SIZE);
 }
 
 struct opts {
@@ -99,6 +104,8 @@ struct opts {
 	struct skv_params params;
 	unsigned threads;
 	uint32_t show;
+	uint32_t block_size; /* --out-layout paged: slots per block; 0: dense HND */
+	bool paged;
 };
 
 enum {
@@ -116,7 +123,9 @@ enum {
 	OPT_SOCKET,
 	OPT_BUDGET,
 	OPT_FALLBACK,
-	OPT_LAST = OPT_FALLBACK,
+	OPT_OUT_LAYOUT,
+	OPT_BLOCK_SIZE,
+	OPT_LAST = OPT_BLOCK_SIZE,
 };
 
 static const struct option long_opts[] = {
@@ -134,6 +143,8 @@ static const struct option long_opts[] = {
     {"socket", required_argument, NULL, OPT_SOCKET},
     {"budget", required_argument, NULL, OPT_BUDGET},
     {"fallback-below", required_argument, NULL, OPT_FALLBACK},
+    {"out-layout", required_argument, NULL, OPT_OUT_LAYOUT},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -253,6 +264,17 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				return CTL_EXIT_USAGE;
 			}
 			break;
+		case OPT_OUT_LAYOUT:
+			optname = "out-layout";
+			if (strcmp(optarg, "hnd") && strcmp(optarg, "paged"))
+				goto bad_choice;
+			o->paged = !strcmp(optarg, "paged");
+			break;
+		case OPT_BLOCK_SIZE:
+			if ((r = ctl_parse_u32(optarg, 1, SKV_MAX_OUT_BLOCK_SIZE, &o->block_size)) <
+			    0)
+				return bad_int("--block-size", optarg, r);
+			break;
 		case 'q':
 			o->quiet = true;
 			break;
@@ -285,6 +307,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	ctl_budget_defaults(&o->params);
 	if (o->offline && o->socket) {
 		ctl_err(CMD, "--offline and --socket exclude each other");
+		return CTL_EXIT_USAGE;
+	}
+	if (o->paged != (o->block_size != 0)) {
+		ctl_err(CMD, o->paged ? "--out-layout paged needs --block-size N"
+				      : "--block-size is for --out-layout paged");
 		return CTL_EXIT_USAGE;
 	}
 	return 0;
@@ -337,6 +364,8 @@ struct job {
 	uint32_t room;	/* rows of room per stored head (skv_budget_rows) */
 	uint32_t *kept; /* [n_layers][h_store] what each head kept */
 	struct skv_budget_result outcome;
+	int32_t *out_table; /* --out-layout paged: blocks 0 .. n_out - 1 */
+	uint32_t n_out;
 };
 
 static void job_free(struct job *j)
@@ -350,6 +379,7 @@ static void job_free(struct job *j)
 	free(j->res);
 	free(j->outbuf);
 	free(j->kept);
+	free(j->out_table);
 	skv_st_close(j->in);
 }
 
@@ -567,6 +597,31 @@ static uint64_t phys_mem(void)
 	return (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : UINT64_MAX;
 }
 
+/* --out-layout paged: the identity block table of the output pools. */
+static int paged_table(struct job *j, uint32_t n)
+{
+	j->out_table = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+	if (!j->out_table)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		j->out_table[i] = (int32_t)i;
+	j->n_out = n;
+	return 0;
+}
+
+/* A paged output pool at base: [n_out][N][hs][D], slot i in block i / N. */
+static struct skv_tensor paged_out(const struct job *j, void *base, uint32_t hs, uint32_t D)
+{
+	return (struct skv_tensor){.data = base,
+				   .dtype = j->kv_dtype,
+				   .head_stride = D,
+				   .token_stride = (int64_t)hs * D,
+				   .block_table = j->out_table,
+				   .block_size = j->o.block_size,
+				   .n_blocks = j->n_out,
+				   .block_stride = (int64_t)j->o.block_size * hs * D};
+}
+
 static int setup_buffers(struct job *j)
 {
 	uint32_t nl = j->n_layers, hs = j->plan.h_store, kept = j->room;
@@ -576,7 +631,11 @@ static int setup_buffers(struct job *j)
 
 	/* 64-byte rounding keeps every sub-buffer aligned for SIMD stores. */
 #define R64(x) (((x) + 63) & ~(uint64_t)63)
-	if (__builtin_mul_overflow((uint64_t)hs * kept, (uint64_t)D * es, &kv_bytes) ||
+	/* paged: kept slots rounded up to whole blocks, [blocks][N][H_store][D] */
+	uint64_t slots =
+	    j->o.paged ? (uint64_t)(kept + j->o.block_size - 1) / j->o.block_size * j->o.block_size
+		       : kept;
+	if (__builtin_mul_overflow((uint64_t)hs * slots, (uint64_t)D * es, &kv_bytes) ||
 	    __builtin_mul_overflow((uint64_t)nl, 2 * R64(kv_bytes), &total)) {
 		ctl_err(CMD, "output size overflows");
 		return CTL_EXIT_USAGE;
@@ -596,11 +655,13 @@ static int setup_buffers(struct job *j)
 	j->res = calloc(nl, sizeof(*j->res));
 	j->kept = calloc((size_t)nl * hs, sizeof(*j->kept));
 	if (!j->copies || !j->kin || !j->kout || !j->res || !j->kept ||
-	    posix_memalign(&j->outbuf, 64, total ? total : 64)) {
-		j->outbuf = NULL;
+	    posix_memalign(&j->outbuf, 64, total ? total : 64) ||
+	    (j->o.paged && paged_table(j, (uint32_t)(slots / j->o.block_size)) < 0)) {
 		ctl_err(CMD, "out of memory for %" PRIu64 " bytes of output", total);
 		return CTL_EXIT_FAIL;
 	}
+	if (j->o.paged) /* the rows of the last block past kept read as zero */
+		memset(j->outbuf, 0, total);
 	for (uint32_t l = 0; l < nl; l++) {
 		const struct layer_in *li = &j->layers[l];
 		struct skv_layer_in *ki = &j->kin[l];
@@ -635,10 +696,13 @@ static int setup_buffers(struct job *j)
 					    .dtype = j->kv_dtype,
 					    .head_stride = (int64_t)kept * D,
 					    .token_stride = D};
+		if (j->o.paged)
+			ko->k = paged_out(j, base, hs, D);
 		ko->v = ko->k;
 		ko->v.data = base + R64(kv_bytes);
 		ko->positions = (int32_t *)(base + 2 * R64(kv_bytes));
 		ko->pos_stride = kept;
+		ko->pool_blocks = j->n_out;
 		ko->retained_mass = (float *)(base + 2 * R64(kv_bytes) + pos_bytes);
 		j->res[l] = (struct skv_st_layer_result){
 		    .k = ko->k.data,
@@ -677,6 +741,11 @@ static int budget_room(struct job *j)
 	free(rows);
 	if (r < 0) {
 		ctl_err(CMD, "invalid parameters: %s", e.msg[0] ? e.msg : strerror(-r));
+		return CTL_EXIT_USAGE;
+	}
+	if (j->o.paged && (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
+		ctl_err(CMD, "--out-layout paged takes --budget uniform without a fallback here "
+			     "(mass with paged output is not written yet)");
 		return CTL_EXIT_USAGE;
 	}
 	if (!j->o.offline && (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
@@ -813,6 +882,7 @@ int ctl_compact(int argc, char **argv)
 		goto out;
 	}
 	j.plan = desc.plan;
+	desc.out_block_size = j.o.block_size;
 	if ((rc = budget_room(&j)) || (rc = setup_buffers(&j)))
 		goto out;
 

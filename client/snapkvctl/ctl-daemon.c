@@ -45,18 +45,63 @@ uint64_t ctl_daemon_deadline(void)
 }
 
 /* One admin question (ctl-admin.c); the reason of a failure on stderr. */
-static int admin_ask(const char *cmd, const char *path, Snapkv__V1__AdminKind kind,
-		     Snapkv__V1__AdminReply **ret, char *used)
+/* Move the caches of page `more` to the end of reply r (more keeps none). */
+static int append_page(Snapkv__V1__AdminReply *r, Snapkv__V1__AdminReply *more)
+{
+	Snapkv__V1__CacheLedger **cl;
+
+	if (!more->n_caches)
+		return 0;
+	cl = realloc(r->caches, (r->n_caches + more->n_caches) * sizeof(*cl));
+	if (!cl)
+		return -ENOMEM;
+	memcpy(cl + r->n_caches, more->caches, more->n_caches * sizeof(*cl));
+	r->caches = cl;
+	r->n_caches += more->n_caches;
+	more->n_caches = 0;
+	r->next_page_after = more->next_page_after;
+	return 0;
+}
+
+/*
+ * One admin question. The ledger and cache list come in pages (a page
+ * always fits a frame): `one` asks for the one page after cache id
+ * page_after; else every page is collected into one reply.
+ */
+static int admin_ask_page(const char *cmd, const char *path, Snapkv__V1__AdminKind kind, bool one,
+			  uint64_t page_after, Snapkv__V1__AdminReply **ret, char *used)
 {
 	Snapkv__V1__AdminRequest ar = SNAPKV__V1__ADMIN_REQUEST__INIT;
+	Snapkv__V1__AdminReply *more;
 	char err[900];
 	int r;
 
 	ar.kind = kind;
+	ar.page_after = page_after;
 	r = ctl_admin_call(path, &ar, ret, used, err, sizeof(err));
+	while (r == 0 && !one && (*ret)->next_page_after) {
+		ar.page_after = (*ret)->next_page_after;
+		r = ctl_admin_call(path, &ar, &more, NULL, err, sizeof(err));
+		if (r == 0) {
+			r = append_page(*ret, more);
+			if (r < 0)
+				snprintf(err, sizeof(err), "out of memory");
+			snapkv__v1__admin_reply__free_unpacked(more, NULL);
+		}
+		if (r < 0) {
+			snapkv__v1__admin_reply__free_unpacked(*ret, NULL);
+			*ret = NULL;
+		}
+	}
 	if (r < 0)
 		ctl_err(cmd, "%s", err);
 	return r;
+}
+
+static int admin_ask(const char *cmd, const char *path, Snapkv__V1__AdminKind kind,
+		     Snapkv__V1__AdminReply **ret, char *used)
+{
+	return admin_ask_page(cmd, path, kind, false, 0, ret, used);
 }
 
 static int parse_common(const char *cmd, int argc, char **argv, const char **sock, bool *json,
@@ -110,6 +155,41 @@ static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
 					     : "host-memfd"));
 }
 
+/* What clients may claim and what they hold (a daemon that says: 150+). */
+static void limits_json(json_t *o, const Snapkv__V1__AdminReply *r)
+{
+	if (!r->max_sessions)
+		return;
+	json_object_set_new(
+	    o, "limits",
+	    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "mapped_bytes",
+		      (json_int_t)r->mapped_bytes, "max_mapped_bytes",
+		      (json_int_t)r->max_mapped_bytes, "max_tenant_mapped_bytes",
+		      (json_int_t)r->max_tenant_mapped_bytes, "max_tenant_buffers",
+		      (json_int_t)r->max_tenant_buffers, "max_sessions",
+		      (json_int_t)r->max_sessions, "max_sessions_per_tenant",
+		      (json_int_t)r->max_sessions_per_tenant, "max_admin_sessions",
+		      (json_int_t)r->max_admin_sessions, "handshakes", (json_int_t)r->handshakes,
+		      "max_request_macs", (json_int_t)r->max_request_macs, "max_request_bytes",
+		      (json_int_t)r->max_request_bytes));
+}
+
+static void limits_text(const Snapkv__V1__AdminReply *r)
+{
+	char a[32], b[32], c[32];
+
+	if (!r->max_sessions)
+		return;
+	printf("  mapped    %s of %s (each tenant at most %s in %u buffers)\n",
+	       ctl_fmt_iec_fixed(r->mapped_bytes, a, sizeof(a)),
+	       ctl_fmt_iec_fixed(r->max_mapped_bytes, b, sizeof(b)),
+	       ctl_fmt_iec_fixed(r->max_tenant_mapped_bytes, c, sizeof(c)), r->max_tenant_buffers);
+	printf("  limits    %u sessions (%u per tenant), %u admin, %u in handshake; "
+	       "%" PRIu64 " MACs, %s per request\n",
+	       r->max_sessions, r->max_sessions_per_tenant, r->max_admin_sessions, r->handshakes,
+	       r->max_request_macs, ctl_fmt_iec_fixed(r->max_request_bytes, a, sizeof(a)));
+}
+
 int ctl_status(int argc, char **argv)
 {
 	const char *sock = NULL;
@@ -134,8 +214,10 @@ int ctl_status(int argc, char **argv)
 			      "errors", (json_int_t)r->errors, "workers", (json_int_t)r->workers,
 			      "threads_per_worker", (json_int_t)r->threads_per_worker);
 
-		if (o)
+		if (o) {
 			transport_json(o, r);
+			limits_json(o, r);
+		}
 		rc = ctl_json_print("status", o);
 	} else {
 		printf("snapkvd %s (pid %u) at %s\n", r->version, r->pid, used);
@@ -153,6 +235,7 @@ int ctl_status(int argc, char **argv)
 		printf("  arena     %s\n", r->arena_transport && r->arena_transport[0]
 					       ? r->arena_transport
 					       : "host-memfd");
+		limits_text(r);
 	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return rc;
@@ -361,13 +444,15 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 
 int ctl_ledger(int argc, char **argv)
 {
-	static const struct option o[] = {{"socket", required_argument, NULL, 's'},
-					  {"json", no_argument, NULL, 'j'},
-					  {"bytes", no_argument, NULL, 'b'},
-					  {"help", no_argument, NULL, 'h'},
-					  {0}};
+	static const struct option o[] = {
+	    {"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+	    {"bytes", no_argument, NULL, 'b'},	      {"page", required_argument, NULL, 'p'},
+	    {"help", no_argument, NULL, 'h'},	      {0}};
 	static const char usage[] =
-	    "usage: snapkvctl ledger [--socket PATH] [--json | --bytes]\n"
+	    "usage: snapkvctl ledger [--socket PATH] [--json | --bytes] [--page AFTER]\n"
+	    "--page AFTER: one page only, the caches with an id above AFTER (0 for\n"
+	    "the first); the next page's AFTER goes to stderr. Without it every page\n"
+	    "is fetched. A tenant sees its own caches; root and admin_uids see all.\n"
 	    "Capacity ledger (SPEC.md) of every cache, per tenant and for the pool:\n"
 	    "native-full, compact, index tables, reserved decode headroom, real (their\n"
 	    "formula bytes: compact + index + reserved) and allocated (what the arena\n"
@@ -376,6 +461,9 @@ int ctl_ledger(int argc, char **argv)
 	const char *sock = NULL;
 	bool json = false, exact = false;
 	Snapkv__V1__AdminReply *r;
+	uint64_t page = 0;
+	bool paged = false;
+	char *end;
 	int c;
 
 	optind = 1;
@@ -390,6 +478,16 @@ int ctl_ledger(int argc, char **argv)
 		case 'b':
 			exact = true;
 			break;
+		case 'p':
+			page = strtoull(optarg, &end, 10);
+			if (!*optarg || *end) {
+				ctl_err("ledger",
+					"--page takes a cache id (0: the first page), not \"%s\"",
+					optarg);
+				return CTL_EXIT_USAGE;
+			}
+			paged = true;
+			break;
 		case 'h':
 			printf("%s", usage);
 			return CTL_EXIT_OK;
@@ -402,8 +500,16 @@ int ctl_ledger(int argc, char **argv)
 		ctl_err("ledger", "unexpected argument \"%s\"", argv[optind]);
 		return CTL_EXIT_USAGE;
 	}
-	if (admin_ask("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, &r, NULL) < 0)
+	if (admin_ask_page("ledger", sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER, paged, page,
+			   &r, NULL) < 0)
 		return CTL_EXIT_FAIL;
+	if (paged) {
+		if (r->next_page_after)
+			fprintf(stderr, "next page: --page %llu\n",
+				(unsigned long long)r->next_page_after);
+		else
+			fprintf(stderr, "last page\n");
+	}
 	if (json) {
 		c = ctl_json_print("ledger", skv_ledger_json(r));
 		snapkv__v1__admin_reply__free_unpacked(r, NULL);
@@ -499,6 +605,19 @@ static void pack_tensor(uint8_t *dst, const struct skv_tensor *t, uint32_t heads
 			       row);
 }
 
+/* Slot i of head h of an output view, strided or paged. */
+static uint8_t *out_slot(const struct skv_tensor *t, uint32_t h, uint32_t i)
+{
+	int64_t el = (int64_t)h * t->head_stride;
+
+	if (t->block_table)
+		el += (int64_t)t->block_table[i / t->block_size] * t->block_stride +
+		      (int64_t)(i % t->block_size) * t->token_stride;
+	else
+		el += (int64_t)i * t->token_stride;
+	return (uint8_t *)t->data + el * (int64_t)skv_dtype_size(t->dtype);
+}
+
 /* skv_socket_search_run's try: a libsnapkv session at path. */
 struct client_at {
 	const struct skv_client_opts *opts;
@@ -588,6 +707,10 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	d.params = *params;
 	d.layer = lr;
 	d.out_layout = SKV_LAYOUT_HND;
+	if (out[0].k.block_table) { /* --out-layout paged: the daemon's arena blocks */
+		d.out_layout = SKV_LAYOUT_PAGED;
+		d.out_block_size = out[0].k.block_size;
+	}
 	/* not skv_client_compact: --timeout bounds the compaction's wait too */
 	r = skv_compact_submit(c, &d, &rq);
 	if (r == 0) {
@@ -611,20 +734,11 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	size_t row = (size_t)D * skv_dtype_size(ci->dtype);
 	for (uint32_t l = 0; l < n_layers; l++)
 		for (uint32_t h = 0; h < ci->h_store; h++) {
-			const uint8_t *sk = skv_cache_k(k, l, h), *sv = skv_cache_v(k, l, h);
-			size_t es = skv_dtype_size(out[l].k.dtype);
-
 			for (uint32_t i = 0; i < ci->kept; i++) {
-				memcpy((uint8_t *)out[l].k.data +
-					   ((size_t)h * out[l].k.head_stride +
-					    (size_t)i * out[l].k.token_stride) *
-					       es,
-				       sk + (size_t)i * ci->token_stride * es, row);
-				memcpy((uint8_t *)out[l].v.data +
-					   ((size_t)h * out[l].v.head_stride +
-					    (size_t)i * out[l].v.token_stride) *
-					       es,
-				       sv + (size_t)i * ci->token_stride * es, row);
+				memcpy(out_slot(&out[l].k, h, i), skv_cache_k_slot(k, l, h, i),
+				       row);
+				memcpy(out_slot(&out[l].v, h, i), skv_cache_v_slot(k, l, h, i),
+				       row);
 			}
 			memcpy(out[l].positions + (size_t)h * out[l].pos_stride,
 			       skv_cache_positions(k, l, h), (size_t)ci->kept * 4);

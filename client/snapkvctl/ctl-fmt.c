@@ -80,9 +80,8 @@ const char *ctl_pressure_name(int level)
 
 int ctl_pressure_from_metric(double v)
 {
-	/* snapkvd_pressure_level counts from 0 (normal): the one place it is
-	 * turned into the wire numbering */
-	if (isnan(v) || v < 0 || v > SKV_PRESSURE_CRITICAL - 1)
+	/* snapkvd_pressure_level is numbered as the wire is: checked only */
+	if (isnan(v) || v < SKV_PRESSURE_NORMAL || v > SKV_PRESSURE_CRITICAL)
 		return SKV_PRESSURE_NONE;
-	return (int)v + 1;
+	return (int)v;
 }

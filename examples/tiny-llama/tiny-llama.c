@@ -45,6 +45,7 @@ struct opts {
 	uint32_t grow;
 	uint32_t pause_ms;
 	int compare;
+	int print_positions;
 	int quiet;
 };
 
@@ -56,7 +57,7 @@ static void usage(FILE *f)
 	       "         [-k kernel] [--pool avg|max] [--gqa expand|group] [--sinks S]\n"
 	       "         [--socket PATH | --local] [--layout hnd|nhd] [--reserve R] [--grow N]\n"
 	       "         [--protect B:E ...] [--compare] [--name NAME]\n"
-	       "         [--pause-before-release MS] [-q]\n"
+	       "         [--pause-before-release MS] [--print-positions] [-q]\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
@@ -113,6 +114,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   {"name", required_argument, NULL, 11},
 					   {"pause-before-release", required_argument, NULL, 12},
 					   {"protect", required_argument, NULL, 13},
+					   {"print-positions", no_argument, NULL, 14},
 					   {"quiet", no_argument, NULL, 'q'},
 					   {"help", no_argument, NULL, 'h'},
 					   {0, 0, 0, 0}};
@@ -182,6 +184,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 12:
 			bad |= parse_u32(optarg, &o->pause_ms) < 0;
+			break;
+		case 14:
+			o->print_positions = 1;
 			break;
 		case 'q':
 			o->quiet = 1;
@@ -643,6 +648,19 @@ int main(int argc, char **argv)
 		    h == c->n_heads ? "expand" : "group",
 		    skv_policy_name(o.params.policy) ? skv_policy_name(o.params.policy) : "?");
 	}
+
+	/* The kept positions, one line per layer and head (the Python engine
+	 * examples/torch-paged prints the same lines; a test compares them). */
+	for (uint32_t l = 0; o.print_positions && o.backend != BK_FULL && l < c->n_layers; l++)
+		for (uint32_t h = 0; h < lc.kv->h_store; h++) {
+			const int32_t *pos = lc.cache ? skv_cache_positions(lc.cache, l, h)
+						      : lc.kv->layers[l].pos +
+							    (size_t)h * lc.kv->layers[l].pos_stride;
+			printf("positions layer %u head %u:", l, h);
+			for (uint32_t i = 0; pos && i < lc.kv->len; i++)
+				printf(" %d", pos[i]);
+			printf("\n");
+		}
 
 	if (o.backend != BK_FULL && o.params.n_protected) {
 		/* Read the positions before decoding appends to them. */

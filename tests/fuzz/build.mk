@@ -3,7 +3,7 @@
 # for every parser that reads what another process wrote: the control
 # socket's frames and messages, the shared ring, COMPACT requests (checked
 # as snapkvd checks them, then run through libskv's kernels), safetensors,
-# GGUF, the daemon's config file. Not part of `make`/`make all` (they need clang):
+# GGUF, the daemon's config file, the Prometheus listener's requests. Not part of `make`/`make all` (they need clang):
 #   make fuzz FUZZ_S=N   each target N seconds (default 60) over its seeds
 #   make fuzz-ci         each target FUZZ_CI_S seconds (8), then every
 #                        regression input once (CI runs this)
@@ -16,7 +16,7 @@ FUZZ_CC ?= clang
 FUZZ_S ?= 60
 FUZZ_CI_S ?= 8
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -Wall -Wextra -MMD -MP \
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -DSKV_NO_DEPRECATION_WARNINGS -Wall -Wextra -MMD -MP \
 	-I. -Ikernels -Iproto -Iclient -Idaemon -I$(BUILD) -I$(BUILD)/proto
 
 # What each target parses, by source file: when a file moves or splits,
@@ -32,8 +32,11 @@ FUZZ_GGUF_INC ?= -Iexamples/tiny-llama
 FUZZ_CONFIG_SRCS ?= daemon/snapkvd-config.c daemon/snapkvd-log.c daemon/snapkvd-pressure.c \
 	daemon/snapkvd-hooks.c
 FUZZ_CONFIG_INC ?= -Idaemon
+# the Prometheus listener's request parsing (snapkvd-http.c is #included by
+# the target, on a fake loop)
+FUZZ_HTTP_SRCS ?= daemon/snapkvd-log.c
 
-FUZZ_TARGETS := frame ring request safetensors gguf config
+FUZZ_TARGETS := frame ring request safetensors gguf config http
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz-%)
 FUZZ_OBJ = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(1))
 
@@ -63,9 +66,12 @@ $(FUZZ_BUILD)/fuzz-gguf: $(call FUZZ_OBJ,tests/fuzz/fuzz-gguf.c $(FUZZ_GGUF_SRCS
 	$(FUZZ_LINK) -lm
 $(FUZZ_BUILD)/fuzz-config: $(call FUZZ_OBJ,tests/fuzz/fuzz-config.c $(FUZZ_CONFIG_SRCS))
 	$(FUZZ_LINK) -lm
+$(FUZZ_BUILD)/fuzz-http: $(call FUZZ_OBJ,tests/fuzz/fuzz-http.c $(FUZZ_HTTP_SRCS))
+	$(FUZZ_LINK)
 
 -include $(patsubst %.o,%.d,$(call FUZZ_OBJ,$(FUZZ_TARGETS:%=tests/fuzz/fuzz-%.c) \
-	$(FUZZ_FRAME_SRCS) $(FUZZ_REQUEST_SRCS) $(FUZZ_ST_SRCS) $(FUZZ_GGUF_SRCS) $(FUZZ_CONFIG_SRCS)))
+	$(FUZZ_FRAME_SRCS) $(FUZZ_REQUEST_SRCS) $(FUZZ_ST_SRCS) $(FUZZ_GGUF_SRCS) $(FUZZ_CONFIG_SRCS) \
+	$(FUZZ_HTTP_SRCS)))
 
 .PHONY: fuzz fuzz-ci fuzz-build fuzz-seeds
 fuzz-build: $(FUZZ_BINS)
@@ -89,3 +95,9 @@ fuzz-seeds: $(FUZZ_GEN_SEEDS)
 	mkdir -p tests/fuzz/corpus/config
 	cp systemd/snapkvd.conf tests/fuzz/corpus/config/sample
 	sed -n 's/^#\([a-z_]* = \)/\1/p' systemd/snapkvd.conf > tests/fuzz/corpus/config/every-key
+	mkdir -p tests/fuzz/corpus/http
+	printf '\000\003\001GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n' >tests/fuzz/corpus/http/get-metrics
+	printf '\005\000\000HEAD /healthz HTTP/1.0\n\n' >tests/fuzz/corpus/http/head-healthz
+	printf '\001\000\001POST /x HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc' >tests/fuzz/corpus/http/post
+	{ printf '\000\000\001GET /metrics HTTP/1.1\r\nX: '; head -c 400 /dev/zero | tr '\0' a; \
+	  printf '\r\n\r\n'; } >tests/fuzz/corpus/http/big-header

@@ -799,6 +799,27 @@ static int gp_row(struct skv_cache *k, char *gbase, uint32_t l, uint32_t h, uint
 	const struct skv_cache_info *ci = skv_cache_info(k);
 	size_t off = (size_t)slot * ci->token_stride * 4, n = HD * 4;
 
+	if (ci->layout == SKV_LAYOUT_PAGED) { /* the engine's block format */
+		int64_t b =
+		    skv_cache_block_offset(k, l, v ? SKV_KV_V : SKV_KV_K, slot / ci->block_size);
+		char *hp = v ? skv_cache_v_slot(k, l, h, slot) : skv_cache_k_slot(k, l, h, slot);
+
+		if (gbase && b >= 0) {
+			char *p =
+			    gbase + b +
+			    ((slot % ci->block_size) * ci->token_stride + h * ci->head_stride) * 4;
+			cudaError_t e = to_dev ? cudaMemcpy(p, row, n, cudaMemcpyHostToDevice)
+					       : cudaMemcpy(row, p, n, cudaMemcpyDeviceToHost);
+			return e == cudaSuccess ? 0 : -EIO;
+		}
+		if (gbase || !hp)
+			return -EINVAL;
+		if (to_dev)
+			memcpy(hp, row, n);
+		else
+			memcpy(row, hp, n);
+		return 0;
+	}
 	if (gbase) {
 		char *p =
 		    gbase + (v ? skv_cache_v_offset(k, l, h) : skv_cache_k_offset(k, l, h)) + off;
@@ -1069,6 +1090,10 @@ static void gp_paged_desc(struct skv_compact_desc *d, struct skv_layer_ref *lr,
  * negative entries, and a short table, are refused before any work, the pool
  * untouched, and the next request served.
  */
+static void gp_paged_out(struct skv_client *c, struct skv_cuda_dev *dev,
+			 const struct skv_compact_desc *d0, const struct skv_buffer *in,
+			 char *abase, const struct gp_expect *e);
+
 static void gp_paged(struct skv_client *c, struct skv_cuda_dev *dev, struct skv_compact_desc *d0,
 		     struct skv_layer_ref *lr0, const float *hkv, char *abase,
 		     const struct gp_expect *e, const float *om)
@@ -1163,6 +1188,7 @@ static void gp_paged(struct skv_client *c, struct skv_cuda_dev *dev, struct skv_
 	printf("engine: paged: out-of-range -ERANGE, negative and short table -EINVAL; pool %llu "
 	       "bytes as before; served after: %s\n",
 	       (unsigned long long)st1.pool_used, fails ? "FAILED" : "ok");
+	gp_paged_out(c, dev, d0, bm, abase, e);
 out:
 	skv_buffer_free(bv);
 	skv_buffer_free(bm);
@@ -1170,6 +1196,92 @@ out:
 		close(fd);
 	skv_cuda_arena_free(vmem);
 	free(paged);
+}
+
+/*
+ * Paged output (SNAPKV_1.5) through the CUDA backend, from the paged memfd
+ * input: blocks of 4 in the host arena and in the GPU arena, and written
+ * back into a writable engine VMM buffer at blocks the engine names; every
+ * row and position the strided reference's.
+ */
+static void gp_paged_out(struct skv_client *c, struct skv_cuda_dev *dev,
+			 const struct skv_compact_desc *d0, const struct skv_buffer *in,
+			 char *abase, const struct gp_expect *e)
+{
+	static const int32_t bt[GP_NB] = {4, 0, 5, 2, 1, 3};
+	enum { OBS = 4, ONB = 16 };
+	const size_t oblk = (size_t)OBS * e->pl->h_store * HD * 4;
+	struct skv_layer_ref lr[LAYERS];
+	struct skv_layer_out_ref ol[LAYERS];
+	struct skv_compact_desc d = *d0;
+	struct skv_cuda_arena *wmem = NULL;
+	struct skv_buffer *wb = NULL;
+	struct skv_error err = {0};
+	int32_t otab[ONB];
+	unsigned bad = 0;
+	int fd = -1, r;
+
+	memcpy(lr, d0->layer, sizeof(lr)); /* the window queries */
+	gp_paged_desc(&d, lr, in, bt);
+	d.layer = lr;
+	d.out_layout = SKV_LAYOUT_PAGED;
+	d.out_block_size = OBS;
+	for (int a = 0; a < 2; a++) {
+		struct skv_cache *k = NULL;
+
+		d.out_arena = a ? SKV_ARENA_CUDA : SKV_ARENA_HOST;
+		r = skv_client_compact(c, &d, &k);
+		EXPECT(r == 0, "paged output, %s arena: %d (%s)", a ? "GPU" : "host", r,
+		       skv_client_error(c));
+		if (r == 0) {
+			bad += gp_check(k, a ? abase : NULL, e->pl->kept, e);
+			skv_cache_release(k);
+		}
+	}
+	if (skv_cuda_arena_new(dev, 2 * LAYERS * ONB * oblk, &wmem, &err) < 0 ||
+	    skv_cuda_arena_export_fd(wmem, &fd, &err) < 0 ||
+	    skv_buffer_register_cuda_fd_flags(c, fd, skv_cuda_arena_size(wmem), 0,
+					      SKV_BUFFER_WRITABLE, &wb) < 0) {
+		EXPECT(0, "writeback buffer: %s / %s", skv_client_error(c), err.msg);
+		goto out;
+	}
+	for (int i = 0; i < ONB; i++)
+		otab[i] = (i * 5 + 3) % ONB;
+	for (int l = 0; l < LAYERS; l++) {
+		struct skv_tensor_ref t = {.buf = wb,
+					   .dtype = SKV_DTYPE_F32,
+					   .head_stride = HD,
+					   .token_stride = (int64_t)e->pl->h_store * HD,
+					   .block_stride = (int64_t)oblk / 4};
+		ol[l].k = t, ol[l].k.offset = (size_t)(2 * l) * ONB * oblk;
+		ol[l].v = t, ol[l].v.offset = (size_t)(2 * l + 1) * ONB * oblk;
+	}
+	d.out_arena = SKV_ARENA_HOST;
+	d.out_dest = SKV_OUT_WRITEBACK;
+	d.out_layer = ol;
+	d.out_block_table = otab;
+	d.out_n_blocks = (e->pl->kept + OBS - 1) / OBS;
+	{
+		struct skv_cache *k = NULL;
+
+		r = skv_client_compact(c, &d, &k);
+		EXPECT(r == 0, "paged writeback into a VMM buffer: %d (%s)", r,
+		       skv_client_error(c));
+		if (r == 0) {
+			bad += gp_check(k, skv_cuda_arena_ptr(wmem), e->pl->kept, e);
+			EXPECT(skv_cache_grow(k, 4) == -EOPNOTSUPP, "GROW of a writeback cache");
+			skv_cache_release(k);
+		}
+	}
+	printf("engine: paged output (blocks of %d) in the host arena, the GPU arena and written "
+	       "back into an engine VMM buffer: %s\n",
+	       OBS, bad ? "DIFFERENT" : "equal to the host result");
+	EXPECT(bad == 0, "paged output: %u positions/K/V elements differ", bad);
+out:
+	skv_buffer_free(wb);
+	if (fd >= 0)
+		close(fd);
+	skv_cuda_arena_free(wmem);
 }
 
 /*

@@ -19,3 +19,7 @@ CHAOS_SEED ?= 1
 chaos: $(TEST_CHAOS)
 	BUILD=$(BUILD) CHAOS_SECONDS=$(CHAOS_S) CHAOS_ENGINES=$(CHAOS_ENGINES) \
 		CHAOS_SEED=$(CHAOS_SEED) CHAOS_MAX_KILLS=$$(( $(CHAOS_S) * 4 )) $(TEST_CHAOS)
+
+# the Prometheus listener (metrics_listen) through curl and promtool
+# (scripts/deps.sh unpacks promtool from Debian's prometheus package)
+TEST_SCRIPTS += tests/integration/test-metrics-http.sh

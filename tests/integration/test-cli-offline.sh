@@ -298,6 +298,29 @@ def check_json(st_path, json_path):
     want = {n: (dt, s, len(b)) for n, (dt, s, b) in t.items()}
     assert got == want, "tensors differ"
 
+def check_paged(dense_path, paged_path, bs):
+    """--out-layout paged holds the dense file's rows in blocks, the rest zero."""
+    bs = int(bs)
+    d, dm = read(dense_path)
+    p, pm = read(paged_path)
+    assert pm["out_layout"] == "paged" and pm["block_size"] == str(bs), "metadata"
+    assert {k: v for k, v in pm.items() if k not in ("out_layout", "block_size")} == dm
+    for name, (dt, shape, b) in d.items():
+        pdt, pshape, pb = p[name]
+        if not (name.endswith(".k") or name.endswith(".v")):
+            assert (pdt, pshape, pb) == (dt, shape, b), name
+            continue
+        hs, kept, hd = shape
+        es = len(b) // (hs * kept * hd)
+        row = hd * es
+        assert pshape == [(kept + bs - 1) // bs, bs, hs, hd], name + " shape"
+        for h in range(hs):
+            for i in range(kept):
+                at = ((i // bs) * bs * hs + (i % bs) * hs + h) * row
+                assert pb[at:at + row] == b[(h * kept + i) * row:(h * kept + i + 1) * row], name
+        tail = pb[kept * hs * row:]
+        assert tail == bytes(len(tail)), name + " tail"
+
 def evil(path):
     """A valid file whose names and metadata carry terminal escapes."""
     write(path, [("x\x1b[2Jy", "F32", [1], f32([1.0]))], meta={"k\x07": "v\x1b]0;t\x07"})
@@ -308,7 +331,8 @@ if __name__ == "__main__":
         {"example": example, "check-example": lambda p, w, m: check_example(
             p, [int(x) for x in w.split(",")], float(m)),
          "check-roundtrip": check_roundtrip, "check-set": check_set,
-         "contains": contains, "bad": bad, "check-json": check_json, "evil": evil}[cmd](*args)
+         "contains": contains, "bad": bad, "check-json": check_json, "evil": evil,
+         "check-paged": check_paged}[cmd](*args)
     except AssertionError as e:
         print("check failed:", e, file=sys.stderr)
         sys.exit(1)
@@ -514,6 +538,30 @@ if command -v valgrind >/dev/null 2>&1; then
 	rc=$?
 	[ $rc -eq 0 ] && ok "valgrind inspect: clean" || not_ok "valgrind inspect: rc $rc $(head -c 500 "$tmp/vg.err")"
 fi
+
+echo "== paged output"
+"$GEN" "$tmp/pg.st" --layers 2 --h-q 4 --h-kv 2 --head-dim 16 --len 80 --rows 8 --dtype bf16 \
+	--seed 5 --quiet
+for bs in 1 7 16 64; do
+	if "$CTL" compact --offline "$tmp/pg.st" "$tmp/pg-d.st" -q --window 6 --capacity 30 \
+		--gqa group 2>"$tmp/err" &&
+		"$CTL" compact --offline "$tmp/pg.st" "$tmp/pg-p.st" -q --window 6 --capacity 30 \
+			--gqa group --out-layout paged --block-size $bs 2>>"$tmp/err" &&
+		py check-paged "$tmp/pg-d.st" "$tmp/pg-p.st" $bs 2>>"$tmp/err"; then
+		ok "--out-layout paged --block-size $bs: the dense rows in blocks, the rest zero"
+	else
+		not_ok "paged $bs: $(cat "$tmp/err")"
+	fi
+done
+for bad in "--out-layout paged" "--block-size 16" "--out-layout paged --block-size 0" \
+	"--out-layout paged --block-size 4097" "--out-layout nhd --block-size 4"; do
+	# shellcheck disable=SC2086
+	"$CTL" compact --offline "$tmp/pg.st" "$tmp/pg-x.st" -q --window 6 --capacity 30 $bad \
+		2>"$tmp/err"
+	rc=$?
+	[ $rc -eq 2 ] && [ ! -e "$tmp/pg-x.st" ] && ok "refused ($bad): $(head -1 "$tmp/err")" ||
+		not_ok "$bad: rc $rc"
+done
 
 echo "test-cli-offline: $pass passed, $fail failed"
 [ $fail -eq 0 ]

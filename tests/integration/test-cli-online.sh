@@ -68,6 +68,10 @@ same "streamingllm --sinks 0" "$tmp/h2o.st" --policy streamingllm --sinks 0 --ca
 same "h2o --window 0" "$tmp/h2o.st" --policy h2o --window 0 --capacity 16
 same "window --window 0 --sinks 0" "$tmp/noq.st" --policy window --window 0 --sinks 0 \
 	--capacity 12
+same "paged output, block size 8" "$tmp/in.st" --window 6 --capacity 30 --gqa group \
+	--out-layout paged --block-size 8
+same "paged output, block size 64 (one block)" "$tmp/h2o.st" --policy h2o --window 4 \
+	--capacity 16 --out-layout paged --block-size 64
 
 echo "== errors"
 echo sentinel >"$tmp/out.st"

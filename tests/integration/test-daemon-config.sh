@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # test-daemon-config: snapkvd as a service. A bad config is refused with its
-# line number; SIGHUP reloads limits; sd_notify sends READY, STATUS,
+# file, line number and limit, a bad option value with the same exit code;
+# --check-config prints every key and reads back; SIGHUP reloads limits; sd_notify sends READY, STATUS,
 # WATCHDOG and STOPPING; a socket passed by systemd (sd_listen_fds) is used;
 # SIGTERM exits 0 every time.
 set -euo pipefail
@@ -40,6 +41,60 @@ head -c 70000 /dev/zero | tr '\0' '#' >"$tmp/big.conf"
 rc=0; "$D" --config "$tmp/big.conf" --socket "$tmp/x.sock" 2>/dev/null || rc=$?
 [ "$rc" -eq 1 ] || fail "oversized config accepted"
 [ ! -e "$tmp/x.sock" ] || fail "listened despite a bad config"
+grep -q "$tmp/bad.conf: line 2: threads: not an integer in 0..1024" <("$D" --config \
+	"$tmp/bad.conf" --check-config 2>&1) || fail "the error does not name the file and the range"
+
+# one exit code for a bad value, from the file or the command line; the
+# option named as given, the limit printed
+printf 'pool_bytes = 64K\n' >"$tmp/small.conf"
+rc=0; "$D" --config "$tmp/small.conf" --socket "$tmp/x.sock" 2>"$tmp/err" || rc=$?
+grep -q "small.conf: line 1: pool_bytes: 64K is below the minimum 1M (1048576 bytes)" "$tmp/err" ||
+	fail "file: $(cat "$tmp/err")"
+rc2=0; "$D" --pool-bytes 64K --socket "$tmp/x.sock" 2>"$tmp/err" || rc2=$?
+grep -q -- "--pool-bytes 64K: 64K is below the minimum 1M (1048576 bytes)" "$tmp/err" ||
+	fail "option: $(cat "$tmp/err")"
+[ "$rc" -eq 1 ] && [ "$rc2" -eq 1 ] || fail "a bad pool_bytes exits $rc from the file, $rc2 as an option"
+rc=0; "$D" --threads lots --socket "$tmp/x.sock" 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q -- "--threads lots: not an integer in 0..1024" "$tmp/err" ||
+	fail "--threads lots: rc $rc: $(cat "$tmp/err")"
+printf 'metrics_http_max_request = 1M\n' >"$tmp/big-req.conf"
+rc=0; "$D" --config "$tmp/big-req.conf" --check-config >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "1M is outside 256..64K (256..65536 bytes)" "$tmp/err" ||
+	fail "an upper size limit: rc $rc: $(cat "$tmp/err")"
+printf 'pressure_high = 80%%\npressure_high_leave = 85%%\n' >"$tmp/leave.conf"
+rc=0; "$D" --config "$tmp/leave.conf" --check-config >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "leave.conf: pressure: " "$tmp/err" ||
+	fail "a cross-key error: rc $rc: $(cat "$tmp/err")"
+[ ! -e "$tmp/x.sock" ] || fail "listened despite a bad option"
+
+# a socket that cannot be bound: the path and bind's own errno, exit 1
+rc=0; "$D" --socket "$tmp/no/such/dir/s.sock" 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "Failed to listen on $tmp/no/such/dir/s.sock: No such file or directory" \
+	"$tmp/err" || fail "missing directory: rc $rc: $(cat "$tmp/err")"
+touch "$tmp/plain"
+rc=0; "$D" --socket "$tmp/plain/s.sock" 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "Failed to listen on $tmp/plain/s.sock: Not a directory" "$tmp/err" ||
+	fail "a file as the directory: rc $rc: $(cat "$tmp/err")"
+
+# --check-config: the effective configuration, every key, and it reads back
+"$D" --check-config >"$tmp/eff.conf" 2>"$tmp/err" || fail "--check-config: $(cat "$tmp/err")"
+keys() { sed -n 's/^#\?\([a-z_]*\) =.*/\1/p' "$1" | sort -u; }
+doc=$(keys systemd/snapkvd.conf)
+printed=$(keys "$tmp/eff.conf"; grep -q '^# tenant_quota: none' "$tmp/eff.conf" && echo tenant_quota)
+[ "$(echo "$printed" | sort -u)" = "$doc" ] ||
+	fail "--check-config keys differ from systemd/snapkvd.conf's: $(diff <(echo "$doc") <(echo "$printed" | sort -u))"
+printf 'pool_bytes = 3G\ntenant_quota = 1000:2G:25%%\nmetrics_listen = 9464\nallow_gids = 5 6\n' \
+	>"$tmp/some.conf"
+"$D" --config "$tmp/some.conf" --threads 3 --log-level debug --check-config \
+	--socket "$tmp/y.sock" >"$tmp/eff2.conf" || fail "--check-config with a file"
+for want in "pool_bytes = 3G" "threads = 3" "log_level = debug" "tenant_quota = 1000:2G:0.25" \
+	"metrics_listen = 127.0.0.1:9464" "allow_gids = 5 6" "socket = $tmp/y.sock"; do
+	grep -qx "$want" "$tmp/eff2.conf" || fail "--check-config lacks '$want': $(cat "$tmp/eff2.conf")"
+done
+"$D" --config "$tmp/eff2.conf" --check-config >"$tmp/eff3.conf" || fail "the dump does not parse"
+diff <(tail -n +2 "$tmp/eff2.conf") <(tail -n +2 "$tmp/eff3.conf") >/dev/null ||
+	fail "the dump does not read back as the same configuration"
+[ ! -e "$tmp/y.sock" ] || fail "--check-config listened"
 
 # SIGHUP reloads limits; a broken file on reload keeps the old ones
 printf 'pool_bytes = 64M\nlog_level = notice\n' >"$tmp/good.conf"
@@ -57,6 +112,25 @@ grep -q "keeping the old limits" "$tmp/log" || fail "bad reload not reported"
 "$BUILD/snapkv-engine" --socket "$tmp/a.sock" --layers 1 --prompt 128 --capacity 64 \
 	--decode 2 >/dev/null || fail "engine after reload"
 stop "${pids[-1]}"
+
+# snapkvctl's (admin) connections are logged at debug level only, engines' at info
+for level in info debug; do
+	"$D" --socket "$tmp/f.sock" --log-level $level 2>"$tmp/log" &
+	pids+=($!)
+	wait_sock "$tmp/f.sock" || fail "did not start at $level"
+	for _ in 1 2 3; do "$BUILD/snapkvctl" --socket "$tmp/f.sock" status >/dev/null || fail "status"; done
+	"$BUILD/snapkv-engine" --socket "$tmp/f.sock" --layers 1 --prompt 128 --capacity 64 \
+		--decode 1 >/dev/null || fail "engine at $level"
+	stop "${pids[-1]}"
+	admin=$(grep -c ' admin$\|(snapkvctl, uid [0-9]*) closed' "$tmp/log" || true)
+	engine=$(grep -c 'session [0-9]*: .*(pid [0-9]*, uid [0-9]*)$' "$tmp/log" || true)
+	if [ $level = info ]; then
+		[ "$admin" -eq 0 ] && [ "$engine" -eq 1 ] ||
+			fail "at info: $admin admin lines (want 0), $engine engine lines (want 1): $(cat "$tmp/log")"
+	else
+		[ "$admin" -eq 6 ] || fail "at debug: $admin admin lines, want 6: $(cat "$tmp/log")"
+	fi
+done
 
 # allow list (SO_PEERCRED) and per-tenant quota
 me=$(id -u)

@@ -6,7 +6,7 @@
 # schema and numbers are checked independently against SPEC.md's formulas)
 # and metrics answer, each read command with --json too (caches and metrics
 # agree with the tables, pressure's strings are escaped), ledger --bytes has
-# no IEC unit left; --version is the Makefile's VERSION; an unreachable
+# no IEC unit left; --version is the project's VERSION (libsnapkv's); an unreachable
 # daemon is a clean exit 1.
 set -euo pipefail
 BUILD=${BUILD:-build}
@@ -147,7 +147,7 @@ head -1 "$tmp/ledger.bytes" | grep -Eq '^pool: [0-9]+ B used of [0-9]+ B \(' ||
 	fail "ledger --bytes header: $(head -1 "$tmp/ledger.bytes")"
 ! grep -q 'iB' "$tmp/ledger.bytes" || fail "ledger --bytes still has IEC units"
 "$CTL" ledger | head -1 | grep -Eq '^pool: [0-9.]+ [KMGT]iB used of' || fail "ledger header: $("$CTL" ledger | head -1)"
-ver=$(sed -n 's/^VERSION *:= *//p' Makefile)
+ver=$(make --no-print-directory -s -f Makefile -f - _print_version <<<'_print_version: ; @echo $(VERSION)' 2>/dev/null)
 [ -n "$ver" ] && [ "$("$CTL" --version)" = "snapkvctl $ver" ] ||
 	fail "--version: '$("$CTL" --version)', Makefile VERSION '$ver'"
 touch "$tmp/go"

@@ -42,6 +42,7 @@ declare -A want=(
 	[$p/lib/tmpfiles.d/snapkvd.conf]=644 [$p/lib/sysusers.d/snapkvd.conf]=644
 	[/etc/snapkvd/snapkvd.conf]=644 [$p/share/snapkvd/snapkvd.conf]=644
 	[$p/share/snapkvd/snapkvd.service.d/cuda.conf]=644
+	[$p/share/snapkvd/snapkvd.service.d/metrics.conf]=644
 	[$p/share/man/man8/snapkvd.8]=644 [$p/share/man/man1/snapkvctl.1]=644
 	[$p/share/man/man5/snapkvd.conf.5]=644
 	[$p/share/bash-completion/completions/snapkvctl]=644
@@ -68,9 +69,16 @@ done
 extra=$(cd "$d" && find . \( -type f -o -type l \) | sed 's|^\.||' | sort | while read -r f; do
 	[ -n "${want[$f]+x}" ] && continue
 	case $f in $p/include/snapkv/*.h | $p/lib/libskv*.so | $p/lib/libskv*.a) continue ;; esac
+	case $f in $p/lib/python3*/*-packages/snapkv.*.so) continue ;; esac
 	echo "$f"
 done)
 [ -z "$extra" ] && ok "nothing else installed" || not_ok "unexpected files: $extra"
+# the Python module (client/python), when it was built, in the interpreter's site dir
+if ls "$BUILD"/python/snapkv.*.so >/dev/null 2>&1; then
+	py=$(cd "$d" && ls .$p/lib/python3*/*-packages/snapkv.*.so 2>/dev/null | head -n 1)
+	[ -n "$py" ] && [ "$(stat -c %a "$d/$py")" = 644 ] &&
+		ok "Python module installed: ${py#.}" || not_ok "Python module not installed"
+fi
 [ "$(readlink "$d$p/lib/libsnapkv.so")" = libsnapkv.so.1 ] &&
 	[ "$(readlink "$d$p/lib/libsnapkv.so.1")" = "$real" ] &&
 	ok "libsnapkv.so -> libsnapkv.so.1 -> $real" || not_ok "library links"
@@ -208,9 +216,47 @@ if cc -Werror -Wall -o "$tmp/engine" "$tmp/engine.c" $flags 2>"$tmp/cc.err" &&
 else
 	not_ok "engine against the installed tree: $(cat "$tmp/cc.err") $out"
 fi
+# budget is C, capacity is slots: the new names compile clean with -Werror;
+# the old ones (skv_params.capacity, suggested_capacity) still compile and
+# alias the same storage, with a deprecation warning naming the new one
+cat >"$tmp/names.c" <<'EOF'
+#include <snapkv.h>
+int main(void)
+{
+	struct skv_params p = SKV_PARAMS_DEFAULTS;
+	struct skv_pressure pr = {0};
+	struct skv_ledger_in li = {0};
+#ifdef OLD
+	p.capacity = 7, pr.suggested_capacity = 3, li.capacity = 5;
+#else
+	p.budget = 7, pr.suggested_budget = 3, li.budget = 5;
+#endif
+	return !(p.budget == 7 && pr.suggested_budget == 3 && li.budget == 5 && p.window == 32);
+}
+EOF
+# shellcheck disable=SC2086
+if cc -Wall -Wextra -Werror -o "$tmp/names" "$tmp/names.c" $flags 2>"$tmp/cc.err" && "$tmp/names" &&
+	cc -Wall -DOLD -o "$tmp/names-old" "$tmp/names.c" $flags 2>"$tmp/cc-old.err" &&
+	"$tmp/names-old" && [ "$(grep -c 'warning: .* is deprecated: .* is now' "$tmp/cc-old.err")" -eq 3 ]; then
+	ok "budget/suggested_budget compile clean; the old capacity names alias them, deprecated"
+else
+	not_ok "names: $(cat "$tmp/cc.err" "$tmp/cc-old.err" 2>/dev/null)"
+fi
 "$d$p/bin/snapkvctl" --socket "$sock" status >"$tmp/status" 2>&1 &&
 	ok "the installed snapkvctl talks to the installed snapkvd" ||
 	not_ok "snapkvctl status: $(cat "$tmp/status")"
+# one version: the programs, the library's file name, pkg-config, the
+# metric snapkvd_build_info and snapkvctl status all say the same
+v=$("$d$p/bin/snapkvd" --version | awk '{print $2}')
+vctl=$("$d$p/bin/snapkvctl" --version | awk '{print $2}')
+vinfo=$("$d$p/bin/snapkvctl" --socket "$sock" metrics 2>&1 |
+	sed -n 's/^snapkvd_build_info{version="\([^"]*\)",backend="host"} 1$/\1/p')
+vstat=$("$d$p/bin/snapkvctl" --socket "$sock" status 2>&1 | sed -n '1s/^snapkvd \([^ ]*\) .*/\1/p')
+vpc=$(PKG_CONFIG_SYSROOT_DIR=$d PKG_CONFIG_PATH=$d$p/lib/pkgconfig pkg-config --modversion snapkv)
+[ -n "$v" ] && [ "$vctl" = "$v" ] && [ "$vinfo" = "$v" ] && [ "$vstat" = "$v" ] &&
+	[ "$vpc" = "$v" ] && [ "$real" = "libsnapkv.so.$v" ] &&
+	ok "one version $v: snapkvd, snapkvctl, $real, snapkv.pc, snapkvd_build_info, status" ||
+	not_ok "versions: snapkvd '$v' snapkvctl '$vctl' build_info '$vinfo' status '$vstat' pc '$vpc' $real"
 kill -TERM $dpid
 wait $dpid && ok "the installed snapkvd stops with 0 on SIGTERM" || not_ok "snapkvd exit $?"
 
@@ -274,6 +320,22 @@ if command -v systemd-analyze >/dev/null; then
 		echo "$sec" | grep -q 'char-nvidia-frontend:rw' &&
 		ok "the drop-in applies: devices opened to the nvidia ones (exposure $score -> $cscore)" ||
 		not_ok "the drop-in did not apply: $sec"
+	rm -r "$u/snapkvd.service.d"
+	# the metrics drop-in: parses, opens the network (PrivateNetwork=no,
+	# AF_INET/AF_INET6) and keeps peers to loopback
+	mkdir -p "$u/snapkvd.service.d"
+	cp "$q/share/snapkvd/snapkvd.service.d/metrics.conf" "$u/snapkvd.service.d/"
+	out=$(cd "$tmp" && MANPATH=$q/share/man SYSTEMD_LOG_LEVEL=warning \
+		systemd-analyze verify "$u/snapkvd.socket" "$u/snapkvd.service" 2>&1)
+	[ $? -eq 0 ] && ! echo "$out" | grep -q 'snapkvd\.\(service\|socket\)\|metrics\.conf' &&
+		ok "systemd-analyze verify with the metrics drop-in" || not_ok "verify with metrics.conf: $out"
+	sec=$(systemd-analyze security --offline=yes "$u/snapkvd.service" 2>&1)
+	mscore=$(echo "$sec" | sed -n 's/.*Overall exposure level for snapkvd.service: \([0-9.]*\).*/\1/p')
+	echo "$sec" | grep -q '^✗ PrivateNetwork=' &&
+		echo "$sec" | grep -qF '✗ RestrictAddressFamilies=~AF_(INET|INET6)' &&
+		echo "$sec" | grep -q '^✗ IPAddressDeny=.*only localhost entries' &&
+		ok "the metrics drop-in applies: network opened, peers loopback (exposure $score -> $mscore)" ||
+		not_ok "the metrics drop-in did not apply: $sec"
 	rm -r "$u/snapkvd.service.d"
 	mk uninstall PREFIX="$q" SYSCONFDIR="$q/etc"
 else

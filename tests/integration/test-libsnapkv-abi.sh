@@ -41,6 +41,13 @@ lib_syms=$(nm -D --defined-only "$lib" | awk '$2 == "T" {print $3}' | sort)
 	ok "$(echo "$map_syms" | wc -l) exports, each at its map node" ||
 	not_ok "exports differ from the map: $(diff <(echo "$map_syms") <(echo "$lib_syms") |
 		grep '^[<>]' | tr '\n' ' ')"
+# The paged-output calls (SNAPKV_1.5) are where engines built for them look.
+for f in skv_buffer_alloc_flags skv_buffer_register_fd_flags skv_buffer_flags \
+	skv_buffer_restore skv_cache_k_slot skv_cache_block_offset skv_cache_block_run \
+	skv_cache_map_blocks; do
+	echo "$lib_syms" | grep -qx "$f@@SNAPKV_1.5" && ok "$f@@SNAPKV_1.5" ||
+		not_ok "$f is not exported at SNAPKV_1.5"
+done
 # Nodes chain: SNAPKV_1.N inherits SNAPKV_1.(N-1), none skipped.
 chain=$(awk '/^} SNAPKV_1\.[0-9]+;/ {gsub(/[};]/, ""); print $1}' client/libsnapkv/libsnapkv.map |
 	sed 's/SNAPKV_1\.//' | tr '\n' ' ')

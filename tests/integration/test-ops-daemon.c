@@ -526,6 +526,10 @@ static void test_pressure_policy(void)
 		if (k[i])
 			CU_ASSERT_EQUAL(skv_cache_release(k[i]), 0);
 	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	/* down only after the level's minimum dwell (pressure_min_dwell_ms, 1 s) */
+	for (int i = 0; i < 50 && level_now() != SNAPKV__V1__PRESSURE_LEVEL__PRESSURE_LEVEL_NORMAL;
+	     i++)
+		h_sleep_ms(100);
 	CU_ASSERT_EQUAL(level_now(), SNAPKV__V1__PRESSURE_LEVEL__PRESSURE_LEVEL_NORMAL);
 	CU_ASSERT_EQUAL(wait_event(&e, 1, &ev), 0);
 	engine_close(&e);

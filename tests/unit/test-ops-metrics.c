@@ -373,7 +373,8 @@ static void test_round_trip(void)
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_pool_used_bytes", ""), 900000000000.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_pool_total_bytes", ""), 1099511627776.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_pool_reserved_bytes", ""), 4096, 0);
-	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_pressure_level", ""), 2, 0);
+	/* critical, numbered as enum skv_pressure_level and the wire */
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_pressure_level", ""), 3, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_pressure_transitions_total", ""), 5, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_compactions_total", ""), 18446744073709551615.0,
 			       0);

@@ -348,6 +348,47 @@ static void test_textfile_tick(void)
 	snapkvd_policy_fini(&ops);
 }
 
+static unsigned count(const char *hay, const char *needle)
+{
+	unsigned n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+/* A textfile that cannot be written: said once, then every 10 minutes while
+ * it fails, and once when it works again; written on every interval. */
+static void test_textfile_failure_rate_limited(void)
+{
+	struct snapkvd_policy ops;
+	struct snapkvd_policy_config c;
+	char dir[300];
+	uint64_t t = 0;
+
+	setup(&ops, &c, NULL);
+	F.logs[0] = 0;
+	snprintf(dir, sizeof(dir), "%s/textdir", tmpdir);
+	snprintf(c.metrics_textfile, sizeof(c.metrics_textfile), "%s/snapkvd.prom", dir);
+	c.metrics_interval_s = 15;
+	CU_ASSERT_EQUAL_FATAL(snapkvd_policy_init(&ops, &c, &CB, fake_clock, NULL), 0);
+	for (int i = 0; i < 40; i++, t += 15000000000ull) /* 10 minutes of failures */
+		snapkvd_policy_tick(&ops, t);
+	CU_ASSERT_EQUAL(count(F.logs, "<4>metrics textfile"), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(F.logs, "No such file or directory (1 failed writes"));
+	snapkvd_policy_tick(&ops, t);
+	CU_ASSERT_EQUAL(count(F.logs, "<4>metrics textfile"), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(F.logs, "(41 failed writes"));
+	CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+	snapkvd_policy_tick(&ops, t += 15000000000ull);
+	CU_ASSERT_PTR_NOT_NULL(strstr(F.logs, "<5>metrics textfile"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(F.logs, "written again after 41 failed writes"));
+	CU_ASSERT_EQUAL(access(c.metrics_textfile, F_OK), 0);
+	unlink(c.metrics_textfile);
+	rmdir(dir);
+	snapkvd_policy_fini(&ops);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -365,6 +406,8 @@ int main(void)
 	CU_add_test(s, "failing, hanging and unwatchable hooks", test_hook_failures_and_timeout);
 	CU_add_test(s, "admission, scaling and stats", test_admission_scaling_stats);
 	CU_add_test(s, "metrics textfile on the timer", test_textfile_tick);
+	CU_add_test(s, "a failing textfile warns once per 10 minutes",
+		    test_textfile_failure_rate_limited);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();

@@ -262,6 +262,9 @@ grep -q "paged: out-of-range -ERANGE, negative and short table -EINVAL; .*: ok" 
 	"$tmp/eng.out" &&
 	ok "$(grep -m1 'paged: out-of-range' "$tmp/eng.out" | sed 's/^engine: //')" ||
 	not_ok "paged refusals: $(cat "$tmp/eng.out")"
+grep -q "paged output (blocks of 4) in the host arena, the GPU arena and written back .*: equal to the host result" \
+	"$tmp/eng.out" && ok "$(grep -m1 'paged output' "$tmp/eng.out" | sed 's/^engine: //')" ||
+	not_ok "paged output: $(cat "$tmp/eng.out")"
 [ $rc -eq 0 ] && ok "grow/paged engine exits 0" ||
 	not_ok "grow/paged engine exited $rc: $(cat "$tmp/eng.out")"
 status_has "(0 CUDA imports live)" && ok "grow/paged: 0 imports live after the session" ||

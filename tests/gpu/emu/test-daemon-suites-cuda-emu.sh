@@ -11,7 +11,7 @@ set -u
 BUILD=${BUILD:-build}
 PLUGIN=${PLUGIN:-$BUILD/tests/gpu/emu/libskv-cuda-emu.so}
 for f in "$BUILD/snapkvd" "$PLUGIN" "$BUILD/tests/test-daemon-badinput" \
-	"$BUILD/tests/test-daemon-fuzz"; do
+	"$BUILD/tests/test-daemon-fuzz" "$BUILD/tests/test-daemon-paged"; do
 	if [ ! -e "$f" ]; then
 		echo "skip: $f not built (CUDA=0?)"
 		exit 0
@@ -23,7 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 export SNAPKVD_TEST_BACKEND=cuda-emu
 SKV_CUDA_PLUGIN=$(realpath "$PLUGIN")
 export SKV_CUDA_PLUGIN
-for tw in test-daemon-badinput:1 test-daemon-fuzz:3; do
+for tw in test-daemon-badinput:1 test-daemon-fuzz:3 test-daemon-paged:2; do
 	t=${tw%:*} w=${tw#*:}
 	{
 		if SNAPKVD_TEST_WORKERS=$w "$BUILD/tests/$t" >"$tmp/$t.out" 2>&1; then

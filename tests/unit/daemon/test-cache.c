@@ -27,7 +27,7 @@ static void test_geometry(void)
 
 static void test_limits(void)
 {
-	struct snapkvd_cache_geom g = {1, 2, 3};
+	struct snapkvd_cache_geom g = {.kv_bytes = 1, .pos_bytes = 2, .region = 3};
 
 	/* exactly the arena: fits; one page less: does not */
 	CU_ASSERT_EQUAL(snapkvd_cache_geometry(2, 4, 10, 64, 2, 24576, &g), 0);
@@ -130,6 +130,54 @@ static void test_grow(void)
 	}
 }
 
+/* PAGED: runs are page multiples, all runs first, positions after; writeback
+ * has no runs; block size 0 and overflow refused. */
+static void test_paged(void)
+{
+	struct snapkvd_cache_geom g;
+	struct snapkvd_cache *c = NULL;
+
+	/* 2 layers, 2 heads, 100 slots, D 64, f32, blocks of 16: 7 blocks of 8 KiB */
+	CU_ASSERT_EQUAL_FATAL(
+	    snapkvd_cache_geometry_paged(2, 2, 100, 64, 4, 16, false, 1 << 30, &g), 0);
+	CU_ASSERT_EQUAL(g.n_blocks, 7);
+	CU_ASSERT_EQUAL(g.kv_bytes, 7 * 8192);
+	CU_ASSERT(g.kv_first);
+	CU_ASSERT_EQUAL(g.region % SNAPKVD_ARENA_ALIGN, 0);
+	/* 3 slots of 2 heads x 10 dims f16 per block: 120 B, a run of one page */
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry_paged(1, 2, 5, 10, 2, 3, false, 1 << 30, &g), 0);
+	CU_ASSERT_EQUAL(g.kv_bytes, SNAPKVD_ARENA_ALIGN);
+	CU_ASSERT_EQUAL(g.n_blocks, 2);
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry_paged(2, 2, 100, 64, 4, 16, true, 1 << 30, &g), 0);
+	CU_ASSERT_EQUAL(g.kv_bytes, 0);
+	CU_ASSERT_EQUAL(g.region, SNAPKVD_ARENA_ALIGN); /* positions only */
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry_paged(2, 2, 100, 64, 4, 0, false, 1 << 30, &g),
+			-EINVAL);
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry_paged(1000, 4096, UINT32_MAX, 4096, 4, 4096, false,
+						     UINT64_MAX, &g),
+			-E2BIG);
+	CU_ASSERT_EQUAL(snapkvd_cache_geometry_paged(2, 2, 100, 64, 4, 16, false, 4096, &g),
+			-E2BIG);
+	/* placement: every run page-aligned at a page-aligned region */
+	CU_ASSERT_EQUAL_FATAL(
+	    snapkvd_cache_geometry_paged(3, 2, 100, 64, 2, 16, false, 1 << 30, &g), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_cache_new(3, 2, &c), 0);
+	c->layout = SNAPKVD_LAYOUT_PAGED;
+	c->head_dim = 64;
+	c->block_size = 16;
+	snapkvd_cache_place(c, 8192, 100, &g);
+	CU_ASSERT_EQUAL(c->token_stride, 2 * 64);
+	CU_ASSERT_EQUAL(c->block_stride, 16 * 2 * 64);
+	CU_ASSERT_EQUAL(c->n_blocks, 7);
+	for (uint32_t l = 0; l < 3; l++) {
+		CU_ASSERT_EQUAL(c->k_off[l] % SNAPKVD_ARENA_ALIGN, 0);
+		CU_ASSERT_EQUAL(c->v_off[l], c->k_off[l] + c->run_bytes);
+		CU_ASSERT(c->pos_off[l] >= 8192 + 6 * c->run_bytes);
+		CU_ASSERT(c->pos_off[l] + 4 * 2 * 100 <= 8192 + g.region);
+	}
+	snapkvd_cache_free(c);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -143,6 +191,7 @@ int main(void)
 	CU_add_test(s, "layer offsets, host and GPU arena", test_layout);
 	CU_add_test(s, "placement and strides", test_place);
 	CU_add_test(s, "GROW copies and positions", test_grow);
+	CU_add_test(s, "PAGED: page-aligned runs, writeback, limits", test_paged);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();

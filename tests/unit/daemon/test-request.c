@@ -216,14 +216,21 @@ static void test_valid(void)
 /* check_limits */
 static void test_limits(void)
 {
+	char msg[128];
+
 	req.layers = 0, expect(-EINVAL, "layers = 0: must be at least 1");
-	req.layers = cfg.max_layers + 1, expect(-E2BIG, "layers");
+	/* the limit, its number and the config key that sets it */
+	snprintf(msg, sizeof(msg), "layers = %u exceeds the limit %u (max_layers)",
+		 cfg.max_layers + 1, cfg.max_layers);
+	req.layers = cfg.max_layers + 1, expect(-E2BIG, msg);
 	req.h_q = 0, expect(-EINVAL, "h_q");
 	req.h_kv = cfg.max_heads + 1, expect(-E2BIG, "h_kv");
 	req.head_dim = cfg.max_head_dim + 1, expect(-E2BIG, "head_dim");
 	req.prompt_len = 0, expect(-EINVAL, "prompt_len");
 	req.n_q = L + 1, expect(-EINVAL, "n_q = 65 exceeds"); /* -EINVAL, not -E2BIG */
-	req.decode_reserve = cfg.max_reserve + 1, expect(-E2BIG, "decode_reserve");
+	snprintf(msg, sizeof(msg), "decode_reserve = %u exceeds the limit %u (max_reserve)",
+		 cfg.max_reserve + 1, cfg.max_reserve);
+	req.decode_reserve = cfg.max_reserve + 1, expect(-E2BIG, msg);
 	req.n_layer = 1, expect(-EINVAL, "1 layer descriptions for 2 layers");
 	req.n_block_table = (size_t)cfg.max_prompt_len + 1, expect(-E2BIG, "block table of");
 	req.out_layout = 9, expect(-EINVAL, "unknown output layout 9");

@@ -1,0 +1,530 @@
+// SPDX-License-Identifier: MIT
+#include "skvpy-cache.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "snapkv.h"
+#include "skvpy-array.h"
+#include "skvpy-client.h"
+#include "skvpy-error.h"
+#include "skvpy-mapping.h"
+
+static void unlink_cache(struct skvpy_cache *c)
+{
+	struct skvpy_client *cl = c->client;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (cl->caches == c)
+		cl->caches = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+}
+
+PyObject *skvpy_cache_new(struct skvpy_client *cl, struct skv_cache *k, PyObject *out)
+{
+	struct skvpy_cache *c = PyObject_New(struct skvpy_cache, &skvpy_cache_type);
+
+	if (!c) {
+		skv_cache_release(k);
+		Py_XDECREF(out);
+		return NULL;
+	}
+	c->out = out;
+	c->busy = 0;
+	Py_INCREF(cl);
+	c->client = cl;
+	c->k = k;
+	c->prev = NULL;
+	c->next = cl->caches;
+	if (cl->caches)
+		cl->caches->prev = c;
+	cl->caches = c;
+	return (PyObject *)c;
+}
+
+/* Release (linger or not) without the GIL. */
+static int release(struct skvpy_cache *c, int linger)
+{
+	struct skv_cache *k = c->k;
+	int r;
+
+	c->k = NULL;
+	unlink_cache(c);
+	c->client->busy++;
+	Py_BEGIN_ALLOW_THREADS r = linger ? skv_cache_release_linger(k) : skv_cache_release(k);
+	Py_END_ALLOW_THREADS c->client->busy--;
+	return r;
+}
+
+void skvpy_cache_drop(struct skvpy_cache *c)
+{
+	if (c->k)
+		release(c, 0);
+	else
+		unlink_cache(c);
+}
+
+static void cache_dealloc(struct skvpy_cache *c)
+{
+	if (c->k)
+		release(c, 0);
+	Py_XDECREF(c->out);
+	Py_DECREF(c->client);
+	PyObject_Free(c);
+}
+
+static int live(struct skvpy_cache *c)
+{
+	if (!c->k)
+		return skvpy_error_int(EBADF, "the cache was released%s",
+				       c->client->c ? "" : " (its client is closed)");
+	return 0;
+}
+
+static const struct skv_cache_info *info(struct skvpy_cache *c)
+{
+	return live(c) < 0 ? NULL : skv_cache_info(c->k);
+}
+
+static int layer_arg(struct skvpy_cache *c, PyObject *o, uint32_t *ret)
+{
+	const struct skv_cache_info *in = info(c);
+	long l;
+
+	if (!in)
+		return -1;
+	l = PyLong_AsLong(o);
+	if (l == -1 && PyErr_Occurred())
+		return -1;
+	if (l < 0 || (unsigned long)l >= in->layers) {
+		PyErr_Format(PyExc_IndexError, "layer %ld: the cache has %u", l, in->layers);
+		return -1;
+	}
+	*ret = (uint32_t)l;
+	return 0;
+}
+
+/* Paged output: writeback gives the engine's own pool back; the arena gives
+ * the cache's run [n_blocks, block_size, H_store, D] over the alias. */
+static PyObject *kv_paged(struct skvpy_cache *c, const struct skv_cache_info *in, uint32_t l,
+			  int is_v)
+{
+	size_t base;
+
+	if (in->out_dest == SKV_OUT_WRITEBACK) {
+		if (!c->out)
+			return skvpy_error(EPROTO, "writeback cache without its pools");
+		PyObject *pools = PyTuple_GET_ITEM(c->out, is_v ? 1 : 0);
+		PyObject *t = PyList_GetItem(pools, l);
+		Py_XINCREF(t);
+		return t;
+	}
+	int64_t off = skv_cache_block_offset(c->k, l, is_v ? SKV_KV_V : SKV_KV_K, 0);
+	const int32_t *pos = skv_cache_positions(c->k, l, 0);
+	if (off < 0 || !pos)
+		return skvpy_error(EPROTO, "layer %u has no blocks in the arena", l);
+	if (skvpy_client_arena_offset(c->client, pos, &base) < 0) /* makes the alias */
+		return NULL;
+	if ((uint64_t)off >= c->client->arena->size)
+		return skvpy_error(EPROTO, "blocks of layer %u outside the arena", l);
+	int64_t shape[4] = {in->n_blocks, in->block_size, in->h_store, in->head_dim};
+	int64_t strides[4] = {in->block_stride, in->token_stride, in->head_stride, 1};
+	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, (size_t)off,
+			       (enum skvpy_elem)in->dtype, 4, shape, strides);
+}
+
+/* K (kv 0) or V of one layer: [h_store, capacity, D] (HND) or [capacity, h_store, D]. */
+static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
+{
+	const struct skv_cache_info *in;
+	uint32_t l;
+	size_t off;
+
+	if (layer_arg(c, o, &l) < 0)
+		return NULL;
+	in = skv_cache_info(c->k);
+	if (in->kv_arena != SKV_ARENA_HOST)
+		return skvpy_error(EOPNOTSUPP, "the cache's K/V are in the GPU arena");
+	if (in->layout == SKV_LAYOUT_PAGED)
+		return kv_paged(c, in, l, is_v);
+	void *p = is_v ? skv_cache_v(c->k, l, 0) : skv_cache_k(c->k, l, 0);
+	if (!p)
+		return skvpy_error(EPROTO, "layer %u has no K/V in the arena", l);
+	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+		return NULL;
+	int nhd = in->layout == SKV_LAYOUT_NHD;
+	int64_t shape[3] = {nhd ? in->capacity : in->h_store, nhd ? in->h_store : in->capacity,
+			    in->head_dim};
+	int64_t strides[3] = {nhd ? in->token_stride : in->head_stride,
+			      nhd ? in->head_stride : in->token_stride, 1};
+	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off,
+			       (enum skvpy_elem)in->dtype, 3, shape, strides);
+}
+
+/* map_blocks/unmap_blocks(layer, which, dest): which 'k' or 'v'; dest a
+ * tensor from empty() whose first byte is page-aligned. */
+static int map_args(struct skvpy_cache *c, PyObject *args, const char *fn, uint32_t *ret_l,
+		    enum skv_kv *ret_kv, struct skvpy_view *ret_v, struct skvpy_mapping **ret_m)
+{
+	PyObject *lo, *dest;
+	const char *which;
+	uintptr_t lo_a, hi_a;
+
+	if (!PyArg_ParseTuple(args, "OsO", &lo, &which, &dest) || layer_arg(c, lo, ret_l) < 0)
+		return -1;
+	if (strcmp(which, "k") && strcmp(which, "v")) {
+		PyErr_Format(PyExc_ValueError, "%s: which must be 'k' or 'v'", fn);
+		return -1;
+	}
+	*ret_kv = which[0] == 'k' ? SKV_KV_K : SKV_KV_V;
+	if (skvpy_view_of(dest, "dest", ret_v) < 0)
+		return -1;
+	skvpy_view_extent(ret_v, &lo_a, &hi_a);
+	*ret_m = ret_v->cuda ? NULL : skvpy_mapping_find(lo_a, hi_a);
+	if (!*ret_m) {
+		PyErr_Format(PyExc_ValueError, "%s: dest must be a tensor from client.empty()", fn);
+		return -1;
+	}
+	if (ret_v->ptr % (uintptr_t)sysconf(_SC_PAGESIZE)) {
+		PyErr_Format(PyExc_ValueError, "%s: dest must start on a page boundary", fn);
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *cache_map_blocks(struct skvpy_cache *c, PyObject *args)
+{
+	struct skvpy_mapping *m;
+	struct skvpy_view v;
+	enum skv_kv which;
+	uint64_t off, bytes;
+	uint32_t l;
+	int r;
+
+	if (map_args(c, args, "map_blocks", &l, &which, &v, &m) < 0)
+		return NULL;
+	r = skv_cache_block_run(c->k, l, which, &off, &bytes);
+	if (r < 0)
+		return skvpy_error(r, "map_blocks: not a paged arena cache");
+	if (v.ptr + bytes > (uintptr_t)m->data + m->size)
+		return skvpy_error(EINVAL,
+				   "map_blocks: the run of %llu bytes passes the buffer's end",
+				   (unsigned long long)bytes);
+	r = skv_cache_map_blocks(c->k, l, which, (void *)v.ptr);
+	if (r < 0)
+		return skvpy_client_fail(c->client, r, "map_blocks");
+	Py_RETURN_NONE;
+}
+
+static PyObject *cache_unmap_blocks(struct skvpy_cache *c, PyObject *args)
+{
+	struct skvpy_mapping *m;
+	struct skvpy_view v;
+	enum skv_kv which;
+	uint64_t off, bytes;
+	uint32_t l;
+	int r;
+
+	if (map_args(c, args, "unmap_blocks", &l, &which, &v, &m) < 0)
+		return NULL;
+	r = skv_cache_block_run(c->k, l, which, &off, &bytes);
+	if (r < 0)
+		return skvpy_error(r, "unmap_blocks: not a paged arena cache");
+	r = skvpy_mapping_restore(m, v.ptr - (uintptr_t)m->data, bytes);
+	if (r < 0)
+		return skvpy_error(r, "unmap_blocks: restoring the buffer's pages failed");
+	Py_RETURN_NONE;
+}
+
+static PyObject *cache_k(struct skvpy_cache *c, PyObject *o)
+{
+	return kv(c, o, 0);
+}
+
+static PyObject *cache_v(struct skvpy_cache *c, PyObject *o)
+{
+	return kv(c, o, 1);
+}
+
+static PyObject *cache_positions(struct skvpy_cache *c, PyObject *o)
+{
+	uint32_t l;
+	size_t off;
+
+	if (layer_arg(c, o, &l) < 0)
+		return NULL;
+	const struct skv_cache_info *in = skv_cache_info(c->k);
+	const int32_t *p = skv_cache_positions(c->k, l, 0);
+	if (!p)
+		return skvpy_error(EPROTO, "layer %u has no position table", l);
+	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+		return NULL;
+	int64_t shape[2] = {in->h_store, in->capacity}, strides[2] = {in->capacity, 1};
+	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off, SKVPY_EL_I32, 2,
+			       shape, strides);
+}
+
+/* append(n), grow(extra): ring calls without the GIL. */
+static PyObject *ring_call(struct skvpy_cache *c, PyObject *o, int grow)
+{
+	long n;
+	int r;
+
+	if (live(c) < 0)
+		return NULL;
+	n = PyLong_AsLong(o);
+	if (n == -1 && PyErr_Occurred())
+		return NULL;
+	if (n < (grow ? 1 : 0) || n > (1l << 22)) {
+		PyErr_Format(PyExc_ValueError, "%s %ld: %d .. %ld", grow ? "grow" : "append", n,
+			     grow ? 1 : 0, 1l << 22);
+		return NULL;
+	}
+	if (c->busy)
+		return skvpy_error(EBUSY, "another thread is appending to or growing this cache");
+	c->busy = 1;
+	c->client->busy++;
+	Py_BEGIN_ALLOW_THREADS r =
+	    grow ? skv_cache_grow(c->k, (uint32_t)n) : skv_cache_append(c->k, (uint32_t)n);
+	Py_END_ALLOW_THREADS c->client->busy--;
+	c->busy = 0;
+	if (r < 0)
+		return skvpy_client_fail(c->client, r, grow ? "grow" : "append");
+	Py_RETURN_NONE;
+}
+
+static PyObject *cache_append(struct skvpy_cache *c, PyObject *args)
+{
+	PyObject *n = NULL;
+
+	if (!PyArg_ParseTuple(args, "|O:append", &n))
+		return NULL;
+	if (n)
+		return ring_call(c, n, 0);
+	PyObject *one = PyLong_FromLong(1);
+	PyObject *r = one ? ring_call(c, one, 0) : NULL;
+	Py_XDECREF(one);
+	return r;
+}
+
+static PyObject *cache_grow(struct skvpy_cache *c, PyObject *o)
+{
+	return ring_call(c, o, 1);
+}
+
+static PyObject *cache_release(struct skvpy_cache *c, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"linger", NULL};
+	int linger = 0, r;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:release", kwlist, &linger))
+		return NULL;
+	if (live(c) < 0)
+		return NULL;
+	if (c->busy)
+		return skvpy_error(EBUSY, "release: another thread is appending to or growing "
+					  "this cache");
+	r = release(c, linger);
+	if (r < 0)
+		return skvpy_error(r, "release: %s",
+				   c->client->c ? skv_client_error(c->client->c) : "failed");
+	Py_RETURN_NONE;
+}
+
+static PyObject *cache_enter(struct skvpy_cache *c, PyObject *unused)
+{
+	(void)unused;
+	if (live(c) < 0)
+		return NULL;
+	Py_INCREF(c);
+	return (PyObject *)c;
+}
+
+static PyObject *cache_exit(struct skvpy_cache *c, PyObject *args)
+{
+	(void)args;
+	if (c->busy)
+		return skvpy_error(EBUSY, "release: another thread is appending to or growing "
+					  "this cache");
+	if (c->k)
+		release(c, 0);
+	Py_RETURN_FALSE;
+}
+
+static PyObject *cache_mass(struct skvpy_cache *c, void *closure)
+{
+	const struct skv_cache_info *in = info(c);
+	PyObject *res;
+
+	(void)closure;
+	if (!in)
+		return NULL;
+	size_t n = (size_t)in->layers * in->h_store;
+	float *m = PyMem_Malloc(n * sizeof(float) + 1);
+	if (!m)
+		return PyErr_NoMemory();
+	for (uint32_t l = 0; l < in->layers; l++)
+		for (uint32_t h = 0; h < in->h_store; h++)
+			m[(size_t)l * in->h_store + h] = skv_cache_retained_mass(c->k, l, h);
+	res = skvpy_array_from_floats(c->client->kind, m, in->layers, in->h_store);
+	PyMem_Free(m);
+	return res;
+}
+
+/* The integer fields of skv_cache_info, by offset. */
+#define FIELD(f) ((void *)offsetof(struct skv_cache_info, f))
+
+static PyObject *cache_u32(struct skvpy_cache *c, void *off)
+{
+	const struct skv_cache_info *in = info(c);
+
+	if (!in)
+		return NULL;
+	return PyLong_FromUnsignedLong(*(const uint32_t *)((const char *)in + (size_t)off));
+}
+
+static PyObject *cache_id(struct skvpy_cache *c, void *closure)
+{
+	const struct skv_cache_info *in = info(c);
+
+	(void)closure;
+	return in ? PyLong_FromUnsignedLongLong(in->id) : NULL;
+}
+
+static PyObject *cache_next_position(struct skvpy_cache *c, void *closure)
+{
+	(void)closure;
+	return live(c) < 0 ? NULL : PyLong_FromUnsignedLong(skv_cache_next_position(c->k));
+}
+
+static PyObject *cache_next_slot(struct skvpy_cache *c, void *closure)
+{
+	(void)closure;
+	return live(c) < 0 ? NULL : PyLong_FromUnsignedLong(skv_cache_next_slot(c->k));
+}
+
+static PyObject *cache_dtype(struct skvpy_cache *c, void *closure)
+{
+	const struct skv_cache_info *in = info(c);
+
+	(void)closure;
+	return in ? PyUnicode_FromString(skv_dtype_name(in->dtype) ? skv_dtype_name(in->dtype)
+								   : "?")
+		  : NULL;
+}
+
+static PyObject *cache_layout(struct skvpy_cache *c, void *closure)
+{
+	const struct skv_cache_info *in = info(c);
+
+	(void)closure;
+	if (!in)
+		return NULL;
+	return PyUnicode_FromString(in->layout == SKV_LAYOUT_NHD     ? "nhd"
+				    : in->layout == SKV_LAYOUT_PAGED ? "paged"
+								     : "hnd");
+}
+
+static PyObject *cache_block_table(struct skvpy_cache *c, void *closure)
+{
+	(void)closure;
+	if (live(c) < 0)
+		return NULL;
+	if (!c->out)
+		Py_RETURN_NONE;
+	PyObject *t = PyTuple_GET_ITEM(c->out, 2);
+	Py_INCREF(t);
+	return t;
+}
+
+static PyObject *cache_released(struct skvpy_cache *c, void *closure)
+{
+	(void)closure;
+	return PyBool_FromLong(!c->k);
+}
+
+static PyGetSetDef cache_getset[] = {
+    {"id", (getter)cache_id, NULL, "the daemon's cache id", NULL},
+    {"layers", (getter)cache_u32, NULL, "layers", FIELD(layers)},
+    {"h_store", (getter)cache_u32, NULL, "stored heads (H_q expand, H_kv group)", FIELD(h_store)},
+    {"head_dim", (getter)cache_u32, NULL, "D", FIELD(head_dim)},
+    {"prompt_len", (getter)cache_u32, NULL, "L", FIELD(prompt_len)},
+    {"kept", (getter)cache_u32, NULL, "slots filled by the compaction, per head", FIELD(kept)},
+    {"capacity", (getter)cache_u32, NULL, "slots per head: kept + decode headroom",
+     FIELD(capacity)},
+    {"appended", (getter)cache_u32, NULL, "g, decode tokens appended", FIELD(appended)},
+    {"budget", (getter)cache_u32, NULL, "C used (after pressure scaling)", FIELD(budget)},
+    {"requested_budget", (getter)cache_u32, NULL, "C asked for", FIELD(requested_budget)},
+    {"pressure", (getter)cache_u32, NULL, "pool pressure at admission (1 normal .. 3)",
+     FIELD(pressure)},
+    {"next_position", (getter)cache_next_position, NULL,
+     "logical position of the next token: L + g (RoPE)", NULL},
+    {"next_slot", (getter)cache_next_slot, NULL, "physical slot of the next token: kept + g", NULL},
+    {"dtype", (getter)cache_dtype, NULL, "'f32', 'f16' or 'bf16'", NULL},
+    {"layout", (getter)cache_layout, NULL, "'hnd', 'nhd' or 'paged'", NULL},
+    {"block_size", (getter)cache_u32, NULL, "paged: slots per block (else 0)", FIELD(block_size)},
+    {"n_blocks", (getter)cache_u32, NULL, "paged: blocks per layer in each of K and V",
+     FIELD(n_blocks)},
+    {"block_table", (getter)cache_block_table, NULL,
+     "writeback: the destination blocks (slot i in block_table[i // block_size]); else None", NULL},
+    {"retained_mass", (getter)cache_mass, NULL, "[layers, h_store] float32 (a copy)", NULL},
+    {"released", (getter)cache_released, NULL, "True once released", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef cache_methods[] = {
+    {"k", (PyCFunction)cache_k, METH_O,
+     "k(layer) -> zero-copy K of a layer: [h_store, capacity, D] (hnd) or\n"
+     "[capacity, h_store, D] (nhd); slots kept + g onwards are the decode headroom.\n"
+     "Paged: [n_blocks, block_size, h_store, D], slot i at block i // block_size (in the\n"
+     "arena), or for writeback the engine's own pool (see block_table)."},
+    {"v", (PyCFunction)cache_v, METH_O, "v(layer) -> zero-copy V, as k()."},
+    {"positions", (PyCFunction)cache_positions, METH_O,
+     "positions(layer) -> int32 [h_store, capacity]: each slot's original position,\n"
+     "-1 for slots not yet appended."},
+    {"map_blocks", (PyCFunction)cache_map_blocks, METH_VARARGS,
+     "map_blocks(layer, 'k'|'v', dest): map the paged arena cache's run of that pool over\n"
+     "dest (a page-aligned view of a tensor from empty(), e.g. pool[b]), MAP_FIXED: the\n"
+     "pool's blocks there are the cache's until unmap_blocks()."},
+    {"unmap_blocks", (PyCFunction)cache_unmap_blocks, METH_VARARGS,
+     "unmap_blocks(layer, 'k'|'v', dest): put the buffer's own pages back over dest\n"
+     "(before release() or grow(): the daemon reuses the region)."},
+    {"append", (PyCFunction)cache_append, METH_VARARGS,
+     "append(n=1): report n decode tokens written at slots next_slot.. (positions\n"
+     "next_position..)."},
+    {"grow", (PyCFunction)cache_grow, METH_O,
+     "grow(extra): more decode headroom (the cache moves: take k()/v() again)."},
+    {"release", (PyCFunction)(void (*)(void))cache_release, METH_VARARGS | METH_KEYWORDS,
+     "release(linger=False): free the cache in the daemon (linger: keep it counted until\n"
+     "pressure evicts it or the session ends)."},
+    {"__enter__", (PyCFunction)cache_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)cache_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject skvpy_cache_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "snapkv.Cache",
+    .tp_basicsize = sizeof(struct skvpy_cache),
+    .tp_dealloc = (destructor)cache_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A compact cache held by snapkvd (from Client.compact or Request.wait).",
+    .tp_methods = cache_methods,
+    .tp_getset = cache_getset,
+};
+
+int skvpy_cache_init_type(PyObject *module)
+{
+	if (PyType_Ready(&skvpy_cache_type) < 0)
+		return -1;
+	Py_INCREF(&skvpy_cache_type);
+	if (PyModule_AddObject(module, "Cache", (PyObject *)&skvpy_cache_type) < 0) {
+		Py_DECREF(&skvpy_cache_type);
+		return -1;
+	}
+	return 0;
+}

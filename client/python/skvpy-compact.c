@@ -1,0 +1,606 @@
+// SPDX-License-Identifier: MIT
+#include "skvpy-compact.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "skvpy-array.h"
+#include "skvpy-client.h"
+#include "skvpy-error.h"
+
+struct args {
+	PyObject *q, *k, *v;
+	PyObject *window, *capacity, *kernel, *pooling, *gqa, *policy, *sinks, *protect;
+	PyObject *reserve, *block_table, *out, *out_block_size, *out_block_table, *out_buffer;
+	PyObject *layout, *out_layout, *prompt_len, *evictable;
+};
+
+/* What layer 0 fixed; every other layer must match it. */
+struct geom {
+	int paged, nhd;
+	int64_t k_shape[4], q_shape[3];
+	enum skv_dtype k_dtype, q_dtype;
+	uint32_t h_kv, h_q, n_q, D, T, block_size, pool_blocks;
+};
+
+static int u32_arg(PyObject *o, const char *name, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	long long x;
+
+	if (!o || o == Py_None)
+		return 0;
+	if (!PyLong_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name,
+			     Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	x = PyLong_AsLongLong(o);
+	if (x == -1 && PyErr_Occurred()) {
+		if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+			return -1;
+		PyErr_Clear();
+	}
+	if (x < (long long)lo || x > (long long)hi) {
+		PyErr_Format(PyExc_ValueError, "%s must be in %u .. %u", name, lo, hi);
+		return -1;
+	}
+	*out = (uint32_t)x;
+	return 0;
+}
+
+/* One of names[] -> vals[]; absent: *out unchanged. */
+static int choice(PyObject *o, const char *name, const char *const *names, const int *vals,
+		  int *out)
+{
+	const char *s;
+
+	if (!o || o == Py_None)
+		return 0;
+	if (!PyUnicode_Check(o) || !(s = PyUnicode_AsUTF8(o))) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_TypeError, "%s must be a string", name);
+		return -1;
+	}
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(s, names[i])) {
+			*out = vals[i];
+			return 0;
+		}
+	char all[128] = "";
+	for (int i = 0; names[i]; i++)
+		snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s'%s'", i ? ", " : "",
+			 names[i]);
+	PyErr_Format(PyExc_ValueError, "%s '%s' unknown (one of %s)", name, s, all);
+	return -1;
+}
+
+static int parse_params(const struct args *a, struct skv_params *p)
+{
+	static const char *const pool_n[] = {"avg", "max", NULL};
+	static const int pool_v[] = {SKV_POOL_AVG, SKV_POOL_MAX};
+	static const char *const gqa_n[] = {"group", "expand", NULL};
+	static const int gqa_v[] = {SKV_GQA_GROUP, SKV_GQA_EXPAND};
+	static const char *const pol_n[] = {"snapkv", "h2o", "streamingllm", "window", NULL};
+	static const int pol_v[] = {SKV_POLICY_SNAPKV, SKV_POLICY_H2O, SKV_POLICY_STREAMINGLLM,
+				    SKV_POLICY_WINDOW};
+	int pooling = SKV_POOL_AVG, gqa = SKV_GQA_GROUP, policy = SKV_POLICY_SNAPKV;
+
+	skv_client_params_init(p);
+	p->gqa = SKV_GQA_GROUP;
+	if (u32_arg(a->window, "window", 1, 1u << 22, &p->window) < 0 ||
+	    u32_arg(a->capacity, "capacity", 1, 1u << 22, &p->capacity) < 0 ||
+	    u32_arg(a->kernel, "kernel", 1, 255, &p->kernel) < 0 ||
+	    u32_arg(a->sinks, "sinks", 0, 1u << 22, &p->sinks) < 0 ||
+	    choice(a->pooling, "pooling", pool_n, pool_v, &pooling) < 0 ||
+	    choice(a->gqa, "gqa", gqa_n, gqa_v, &gqa) < 0 ||
+	    choice(a->policy, "policy", pol_n, pol_v, &policy) < 0)
+		return -1;
+	p->pooling = pooling;
+	p->gqa = gqa;
+	p->policy = policy;
+	if (!a->protect || a->protect == Py_None)
+		return 0;
+	PyObject *seq = PySequence_Fast(a->protect, "protect must be a sequence of (begin, end)");
+	if (!seq)
+		return -1;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	if (n > SKV_MAX_PROTECTED) {
+		Py_DECREF(seq);
+		PyErr_Format(PyExc_ValueError, "protect: %zd ranges (at most %d)", n,
+			     SKV_MAX_PROTECTED);
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		unsigned int b, e;
+		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+		if (!PyTuple_Check(it) && !PyList_Check(it)) {
+			PyErr_SetString(PyExc_TypeError, "protect: each range is (begin, end)");
+			Py_DECREF(seq);
+			return -1;
+		}
+		PyObject *t = PySequence_Tuple(it);
+		int ok = t && PyArg_ParseTuple(t, "II", &b, &e);
+		Py_XDECREF(t);
+		if (!ok || b >= e || e > (1u << 22)) {
+			Py_DECREF(seq);
+			if (!PyErr_Occurred() || !PyErr_ExceptionMatches(PyExc_TypeError)) {
+				PyErr_Clear();
+				PyErr_Format(PyExc_ValueError,
+					     "protect[%zd]: (begin, end) with 0 <= begin < end <= "
+					     "%u",
+					     i, 1u << 22);
+			}
+			return -1;
+		}
+		p->protected_ranges[i] = (struct skv_range){b, e};
+	}
+	p->n_protected = (uint32_t)n;
+	Py_DECREF(seq);
+	return 0;
+}
+
+/* A list or tuple of tensors, one per layer. */
+static PyObject *layer_list(PyObject *o, const char *name, Py_ssize_t *n)
+{
+	if (!PyList_Check(o) && !PyTuple_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s must be a list of tensors, one per layer", name);
+		return NULL;
+	}
+	PyObject *seq = PySequence_Fast(o, name);
+	if (!seq)
+		return NULL;
+	*n = PySequence_Fast_GET_SIZE(seq);
+	if (*n < 1 || *n > SKVPY_MAX_LAYERS) {
+		Py_DECREF(seq);
+		PyErr_Format(PyExc_ValueError, "%s has %zd layers (1 .. %d allowed)", name, *n,
+			     SKVPY_MAX_LAYERS);
+		return NULL;
+	}
+	return seq;
+}
+
+static int bad(const char *what, const char *fmt, const char *detail)
+{
+	PyErr_Format(PyExc_ValueError, fmt, what, detail);
+	return -1;
+}
+
+/* K or V of one layer into ref; layer 0's fixes the geometry. */
+static int kv_ref(struct skvpy_client *cl, PyObject *t, const char *what, int first, struct geom *g,
+		  struct skv_tensor_ref *ref)
+{
+	struct skvpy_view v;
+
+	if (skvpy_view_of(t, what, &v) < 0)
+		return -1;
+	if (v.ndim != (g->paged ? 4 : 3))
+		return bad(what, "%s: %s",
+			   g->paged ? "a paged pool is [n_blocks, block_size, H_kv, D]"
+				    : "expected 3 dimensions ([H, T, D] or [T, H, D])");
+	for (int i = 0; i < v.ndim; i++)
+		if (v.strides[i] < 0)
+			return bad(what, "%s: %s", "negative strides are not supported");
+	if (v.strides[v.ndim - 1] != 1)
+		return bad(what, "%s: %s", "the last (head_dim) dimension must be contiguous");
+	if (first) {
+		memcpy(g->k_shape, v.shape, sizeof(g->k_shape));
+		g->k_dtype = v.dtype;
+	} else if (memcmp(g->k_shape, v.shape, sizeof(int64_t) * v.ndim) || g->k_dtype != v.dtype)
+		return bad(what, "%s: %s", "shape or dtype differs from k[0]");
+	if (skvpy_client_locate(cl, &v, what, ref, NULL) < 0)
+		return -1;
+	if (g->paged) {
+		ref->block_stride = v.strides[0];
+		ref->block_size = (uint32_t)v.shape[1];
+		ref->token_stride = v.strides[1];
+		ref->head_stride = v.strides[2];
+	} else {
+		ref->head_stride = v.strides[g->nhd ? 1 : 0];
+		ref->token_stride = v.strides[g->nhd ? 0 : 1];
+	}
+	return 0;
+}
+
+static int q_ref(struct skvpy_client *cl, PyObject *t, const char *what, int first, struct geom *g,
+		 struct skv_tensor_ref *ref)
+{
+	struct skvpy_view v;
+
+	if (skvpy_view_of(t, what, &v) < 0)
+		return -1;
+	if (v.ndim != 3)
+		return bad(what, "%s: %s", "window queries are [H_q, n_q, D] (or [n_q, H_q, D])");
+	if (v.strides[0] < 0 || v.strides[1] < 0 || v.strides[2] != 1)
+		return bad(what, "%s: %s", "strides must be >= 0 with a contiguous last dimension");
+	if (first) {
+		memcpy(g->q_shape, v.shape, sizeof(g->q_shape));
+		g->q_dtype = v.dtype;
+	} else if (memcmp(g->q_shape, v.shape, sizeof(g->q_shape)) || g->q_dtype != v.dtype)
+		return bad(what, "%s: %s", "shape or dtype differs from q[0]");
+	if (skvpy_client_locate(cl, &v, what, ref, NULL) < 0)
+		return -1;
+	ref->head_stride = v.strides[g->nhd ? 1 : 0];
+	ref->token_stride = v.strides[g->nhd ? 0 : 1];
+	return 0;
+}
+
+static int layers(struct skvpy_client *cl, const struct args *a, struct geom *g,
+		  struct skvpy_compact *p)
+{
+	Py_ssize_t nk, nv, nq = 0;
+	PyObject *k = NULL, *v = NULL, *q = NULL;
+	char what[32];
+	int r = -1;
+
+	if (!(k = layer_list(a->k, "k", &nk)) || !(v = layer_list(a->v, "v", &nv)))
+		goto out;
+	if (a->q != Py_None && !(q = layer_list(a->q, "q", &nq)))
+		goto out;
+	if (nv != nk || (q && nq != nk)) {
+		PyErr_Format(PyExc_ValueError, "q, k, v have %zd, %zd, %zd layers", q ? nq : nk, nk,
+			     nv);
+		goto out;
+	}
+	p->refs = PyMem_Calloc((size_t)nk, sizeof(*p->refs));
+	if (!p->refs) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t l = 0; l < nk; l++) {
+		struct skv_layer_ref *lr = &p->refs[l];
+		snprintf(what, sizeof(what), "k[%zd]", l);
+		if (kv_ref(cl, PySequence_Fast_GET_ITEM(k, l), what, l == 0, g, &lr->k) < 0)
+			goto out;
+		snprintf(what, sizeof(what), "v[%zd]", l);
+		if (kv_ref(cl, PySequence_Fast_GET_ITEM(v, l), what, 0, g, &lr->v) < 0)
+			goto out;
+		snprintf(what, sizeof(what), "q[%zd]", l);
+		if (q && q_ref(cl, PySequence_Fast_GET_ITEM(q, l), what, l == 0, g, &lr->q) < 0)
+			goto out;
+	}
+	p->d.layers = (uint32_t)nk;
+	r = 0;
+out:
+	Py_XDECREF(k);
+	Py_XDECREF(v);
+	Py_XDECREF(q);
+	return r;
+}
+
+/* The block table: ints in a list/tuple, a numpy array or a torch tensor. */
+static int parse_table(PyObject *o, uint32_t pool_blocks, int32_t **ret, uint32_t *ret_n)
+{
+	PyObject *seq, *lst = NULL;
+
+	if (PyList_Check(o) || PyTuple_Check(o))
+		seq = PySequence_Fast(o, "block_table");
+	else {
+		lst = PyObject_CallMethod(o, "tolist", NULL);
+		if (!lst) {
+			PyErr_Clear();
+			PyErr_SetString(PyExc_TypeError,
+					"block_table must be a list of ints, a numpy array or a "
+					"tensor");
+			return -1;
+		}
+		seq = PySequence_Fast(lst, "block_table must be one-dimensional");
+	}
+	Py_XDECREF(lst);
+	if (!seq)
+		return -1;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	if (n < 1 || n > (1 << 22)) {
+		Py_DECREF(seq);
+		PyErr_Format(PyExc_ValueError, "block_table has %zd entries (1 .. %d)", n, 1 << 22);
+		return -1;
+	}
+	int32_t *t = PyMem_Malloc((size_t)n * sizeof(*t));
+	if (!t) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+		long long x = PyLong_Check(it) ? PyLong_AsLongLong(it) : -1;
+		if (x < 0 || x >= pool_blocks) {
+			PyErr_Clear();
+			PyErr_Format(
+			    PyExc_ValueError,
+			    "block_table[%zd] must be an int in 0 .. %u (the pool's blocks)", i,
+			    pool_blocks - 1);
+			PyMem_Free(t);
+			Py_DECREF(seq);
+			return -1;
+		}
+		t[i] = (int32_t)x;
+	}
+	Py_DECREF(seq);
+	*ret = t;
+	*ret_n = (uint32_t)n;
+	return 0;
+}
+
+/* The problem shape from layer 0; L from prompt_len or the tensors. */
+static int shape(const struct args *a, struct geom *g, struct skvpy_compact *p)
+{
+	struct skv_shape *s = &p->d.shape;
+	uint32_t L = 0;
+
+	if (g->paged) {
+		g->pool_blocks = (uint32_t)g->k_shape[0];
+		g->block_size = (uint32_t)g->k_shape[1];
+		g->h_kv = (uint32_t)g->k_shape[2];
+	} else {
+		g->T = (uint32_t)g->k_shape[g->nhd ? 0 : 1];
+		g->h_kv = (uint32_t)g->k_shape[g->nhd ? 1 : 0];
+	}
+	g->D = (uint32_t)g->k_shape[g->paged ? 3 : 2];
+	if (a->q != Py_None) {
+		g->h_q = (uint32_t)g->q_shape[g->nhd ? 1 : 0];
+		g->n_q = (uint32_t)g->q_shape[g->nhd ? 0 : 1];
+		if (g->q_shape[2] != g->D) {
+			PyErr_Format(PyExc_ValueError, "q has head_dim %lld, k %u",
+				     (long long)g->q_shape[2], g->D);
+			return -1;
+		}
+	} else {
+		g->h_q = g->h_kv;
+	}
+	if (g->paged && (!a->prompt_len || a->prompt_len == Py_None)) {
+		PyErr_SetString(PyExc_ValueError, "prompt_len is needed with a block_table");
+		return -1;
+	}
+	L = g->T;
+	if (u32_arg(a->prompt_len, "prompt_len", 1, 1u << 22, &L) < 0)
+		return -1;
+	if (!g->paged && L > g->T) {
+		PyErr_Format(PyExc_ValueError, "prompt_len %u but k holds %u tokens", L, g->T);
+		return -1;
+	}
+	if (g->paged && (uint64_t)p->d.n_blocks * g->block_size < L) {
+		PyErr_Format(PyExc_ValueError,
+			     "block_table has %u blocks of %u tokens: fewer than prompt_len %u",
+			     p->d.n_blocks, g->block_size, L);
+		return -1;
+	}
+	*s = (struct skv_shape){
+	    .prompt_len = L, .head_dim = g->D, .h_q = g->h_q, .h_kv = g->h_kv, .n_q = g->n_q};
+	return 0;
+}
+
+enum { OUT_ARENA, OUT_PAGED, OUT_WRITEBACK };
+
+static int output(const struct args *a, struct skvpy_compact *p, int *ret_out)
+{
+	static const char *const out_n[] = {"arena", "paged", "writeback", NULL};
+	static const int out_v[] = {OUT_ARENA, OUT_PAGED, OUT_WRITEBACK};
+	static const char *const lay_n[] = {"hnd", "nhd", NULL};
+	static const int lay_v[] = {SKV_LAYOUT_HND, SKV_LAYOUT_NHD};
+	int out = OUT_ARENA, layout = SKV_LAYOUT_HND;
+	int has_bs = a->out_block_size && a->out_block_size != Py_None;
+
+	if (choice(a->out, "out", out_n, out_v, &out) < 0 ||
+	    choice(a->out_layout, "out_layout", lay_n, lay_v, &layout) < 0 ||
+	    u32_arg(a->reserve, "decode_reserve", 0, 1u << 22, &p->d.decode_reserve) < 0)
+		return -1;
+	if (out == OUT_ARENA && (has_bs || (a->out_block_table && a->out_block_table != Py_None) ||
+				 (a->out_buffer && a->out_buffer != Py_None))) {
+		PyErr_SetString(PyExc_ValueError,
+				"out_block_size, out_block_table and out_buffer are for "
+				"out='paged' or 'writeback'");
+		return -1;
+	}
+	if (out != OUT_ARENA) {
+		if (!has_bs || (a->out_layout && a->out_layout != Py_None)) {
+			PyErr_SetString(PyExc_ValueError,
+					"out='paged' and 'writeback' need out_block_size (and no "
+					"out_layout: the blocks are [block][block_size][H][D])");
+			return -1;
+		}
+		if (out == OUT_PAGED && ((a->out_block_table && a->out_block_table != Py_None) ||
+					 (a->out_buffer && a->out_buffer != Py_None))) {
+			PyErr_SetString(PyExc_ValueError,
+					"out_block_table and out_buffer are for out='writeback'");
+			return -1;
+		}
+		if (u32_arg(a->out_block_size, "out_block_size", 1, SKV_MAX_OUT_BLOCK_SIZE,
+			    &p->d.out_block_size) < 0)
+			return -1;
+		layout = SKV_LAYOUT_PAGED;
+		p->d.out_dest = out == OUT_WRITEBACK ? SKV_OUT_WRITEBACK : SKV_OUT_ARENA;
+	}
+	p->d.out_layout = (enum skv_layout)layout;
+	p->d.out_arena = SKV_ARENA_HOST;
+	if (a->evictable && a->evictable != Py_None) {
+		int e = PyObject_IsTrue(a->evictable);
+		if (e < 0)
+			return -1;
+		p->d.evictable = e;
+	}
+	*ret_out = out;
+	return 0;
+}
+
+/* One destination pool: [n_blocks, out_block_size, H_store, D] in a buffer
+ * registered writable with this client, the dtype of k. */
+static int out_ref(struct skvpy_client *cl, PyObject *t, const char *what, const struct geom *g,
+		   uint32_t bs, struct skv_tensor_ref *ref, uint32_t *ret_blocks)
+{
+	const struct skvpy_reg *reg;
+	struct skvpy_view v;
+
+	if (skvpy_view_of(t, what, &v) < 0)
+		return -1;
+	if (v.ndim != 4 || v.shape[1] != bs || v.shape[3] != g->D || v.strides[3] != 1 ||
+	    v.strides[0] < 0 || v.strides[1] < 0 || v.strides[2] < 0)
+		return bad(what, "%s: %s",
+			   "a destination pool is [n_blocks, out_block_size, H_store, D] with a "
+			   "contiguous last dimension");
+	if (v.dtype != g->k_dtype)
+		return bad(what, "%s: %s", "a destination pool has the dtype of k");
+	if (skvpy_client_locate(cl, &v, what, ref, &reg) < 0)
+		return -1;
+	if (!reg->writable)
+		return bad(what, "%s: %s",
+			   "a writeback destination must be in a buffer from "
+			   "client.empty(..., writable=True)");
+	ref->block_size = bs;
+	ref->block_stride = v.strides[0];
+	ref->token_stride = v.strides[1];
+	ref->head_stride = v.strides[2];
+	if (*ret_blocks == 0 || (uint64_t)v.shape[0] < *ret_blocks)
+		*ret_blocks = (uint32_t)v.shape[0];
+	return 0;
+}
+
+/* Writeback: the pools (out_buffer = (k_pools, v_pools), default the paged
+ * inputs) and out_block_table. */
+static int writeback(struct skvpy_client *cl, const struct args *a, const struct geom *g,
+		     struct skvpy_compact *p)
+{
+	PyObject *kl = a->k, *vl = a->v, *ks = NULL, *vs = NULL, *tab = NULL;
+	Py_ssize_t nk = 0, nv = 0;
+	uint32_t blocks = 0;
+	char what[40];
+	int r = -1;
+
+	if (a->out_buffer && a->out_buffer != Py_None) {
+		if (!PyTuple_Check(a->out_buffer) || PyTuple_GET_SIZE(a->out_buffer) != 2) {
+			PyErr_SetString(
+			    PyExc_TypeError,
+			    "out_buffer must be (k_pools, v_pools): two lists, one pool "
+			    "per layer");
+			return -1;
+		}
+		kl = PyTuple_GET_ITEM(a->out_buffer, 0);
+		vl = PyTuple_GET_ITEM(a->out_buffer, 1);
+	} else if (!g->paged) {
+		PyErr_SetString(PyExc_ValueError,
+				"out='writeback' without out_buffer writes into the input pools: "
+				"they must be paged (block_table)");
+		return -1;
+	}
+	if (!a->out_block_table || a->out_block_table == Py_None) {
+		PyErr_SetString(PyExc_ValueError, "out='writeback' needs out_block_table");
+		return -1;
+	}
+	if (!(ks = layer_list(kl, "out_buffer[0]", &nk)) ||
+	    !(vs = layer_list(vl, "out_buffer[1]", &nv)))
+		goto out;
+	if (nk != p->d.layers || nv != p->d.layers) {
+		PyErr_Format(PyExc_ValueError, "out_buffer has %zd and %zd pools for %u layers", nk,
+			     nv, p->d.layers);
+		goto out;
+	}
+	p->out_refs = PyMem_Calloc(p->d.layers, sizeof(*p->out_refs));
+	if (!p->out_refs) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (uint32_t l = 0; l < p->d.layers; l++) {
+		snprintf(what, sizeof(what), "out k pool [%u]", l);
+		if (out_ref(cl, PySequence_Fast_GET_ITEM(ks, l), what, g, p->d.out_block_size,
+			    &p->out_refs[l].k, &blocks) < 0)
+			goto out;
+		snprintf(what, sizeof(what), "out v pool [%u]", l);
+		if (out_ref(cl, PySequence_Fast_GET_ITEM(vs, l), what, g, p->d.out_block_size,
+			    &p->out_refs[l].v, &blocks) < 0)
+			goto out;
+	}
+	if (parse_table(a->out_block_table, blocks, &p->out_table, &p->d.out_n_blocks) < 0)
+		goto out;
+	tab = PyTuple_New(p->d.out_n_blocks);
+	for (uint32_t i = 0; tab && i < p->d.out_n_blocks; i++) {
+		PyObject *x = PyLong_FromLong(p->out_table[i]);
+		if (!x)
+			Py_CLEAR(tab);
+		else
+			PyTuple_SET_ITEM(tab, i, x);
+	}
+	if (!tab)
+		goto out;
+	p->out = Py_BuildValue("(NNN)", PySequence_List(ks), PySequence_List(vs), tab);
+	tab = NULL;
+	if (!p->out)
+		goto out;
+	p->d.out_layer = p->out_refs;
+	p->d.out_block_table = p->out_table;
+	r = 0;
+out:
+	Py_XDECREF(ks);
+	Py_XDECREF(vs);
+	Py_XDECREF(tab);
+	return r;
+}
+
+int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
+			struct skvpy_compact *p)
+{
+	static char *kwlist[] = {"q",
+				 "k",
+				 "v",
+				 "window",
+				 "capacity",
+				 "kernel",
+				 "pooling",
+				 "gqa",
+				 "policy",
+				 "sinks",
+				 "protect",
+				 "decode_reserve",
+				 "block_table",
+				 "out",
+				 "out_block_size",
+				 "out_block_table",
+				 "out_buffer",
+				 "layout",
+				 "out_layout",
+				 "prompt_len",
+				 "evictable",
+				 NULL};
+	static const char *const lay_n[] = {"hnd", "nhd", NULL};
+	static const int lay_v[] = {0, 1};
+	struct args a = {0};
+	struct geom g = {0};
+	int out = OUT_ARENA;
+
+	memset(p, 0, sizeof(*p));
+	if (!PyArg_ParseTupleAndKeywords(
+		args, kw, "OOO|$OOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v, &a.window,
+		&a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks, &a.protect,
+		&a.reserve, &a.block_table, &a.out, &a.out_block_size, &a.out_block_table,
+		&a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len, &a.evictable))
+		return -1;
+	p->d.desc_size = sizeof(p->d);
+	g.paged = a.block_table && a.block_table != Py_None;
+	if (choice(a.layout, "layout", lay_n, lay_v, &g.nhd) < 0 ||
+	    parse_params(&a, &p->d.params) < 0 || output(&a, p, &out) < 0 ||
+	    layers(cl, &a, &g, p) < 0)
+		goto fail;
+	if (g.paged &&
+	    parse_table(a.block_table, (uint32_t)g.k_shape[0], &p->table, &p->d.n_blocks) < 0)
+		goto fail;
+	if (shape(&a, &g, p) < 0 || (out == OUT_WRITEBACK && writeback(cl, &a, &g, p) < 0))
+		goto fail;
+	p->d.block_table = p->table;
+	p->d.layer = p->refs;
+	return 0;
+fail:
+	skvpy_compact_free(p);
+	return -1;
+}
+
+void skvpy_compact_free(struct skvpy_compact *p)
+{
+	PyMem_Free(p->refs);
+	PyMem_Free(p->table);
+	PyMem_Free(p->out_refs);
+	PyMem_Free(p->out_table);
+	p->refs = NULL;
+	p->table = NULL;
+	p->out_refs = NULL;
+	p->out_table = NULL;
+	Py_CLEAR(p->out);
+}

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: MIT
+/*
+ * skvpy-module.c - the snapkv Python module: snapkvd's engine API
+ * (libsnapkv) for Python engines that hold K/V in torch tensors or numpy
+ * arrays. See client/python/README.md.
+ */
+#include <Python.h>
+
+#include "skvpy-cache.h"
+#include "skvpy-client.h"
+#include "skvpy-error.h"
+#include "skvpy-mapping.h"
+#include "skvpy-request.h"
+
+static struct PyModuleDef snapkv_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "snapkv",
+    .m_doc = "snapkvd for Python engines: Client, Cache, Request, Error (over libsnapkv).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit_snapkv(void)
+{
+	PyObject *m = PyModule_Create(&snapkv_module);
+
+	if (!m)
+		return NULL;
+	if (skvpy_error_init(m) < 0 || skvpy_mapping_init(m) < 0 || skvpy_client_init_type(m) < 0 ||
+	    skvpy_cache_init_type(m) < 0 || skvpy_request_init_type(m) < 0 ||
+	    PyModule_AddStringConstant(m, "__version__", SKV_VERSION) < 0) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}

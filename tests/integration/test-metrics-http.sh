@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# test-metrics-http.sh - snapkvd's Prometheus listener (metrics_listen), with
+# a real HTTP client (curl, on loopback only) and Prometheus' own checker:
+#  - off by default: no TCP socket at all among the daemon's fds;
+#  - GET /metrics: 200, the 0.0.4 text type, the same families (HELP and
+#    TYPE lines) as `snapkvctl metrics`, accepted by `promtool check
+#    metrics` (which is shown to reject a broken exposition); HEAD, /healthz;
+#  - 404, 405 (with Allow), 400 (bad request line, bad version, bad header),
+#    431 for a head over metrics_http_max_request;
+#  - metrics_http_max_connections: one more connection is answered 503
+#    while the others stay open, and served again once they close;
+#  - metrics_http_timeout_ms: a client that trickles its request (slowloris)
+#    or never reads is disconnected, and others are still served;
+#  - a port in use: start-up fails with exit 1 naming the address and errno;
+#  - SIGTERM with connections open exits 0.
+# Timings are printed (curl's time_total), never asserted.
+set -u
+BUILD=${BUILD:-build}
+. "$(dirname "$0")/../tally.sh"
+D=$BUILD/snapkvd
+tmp=$(mktemp -d /tmp/snapkvd-http-XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+PROMTOOL=${PROMTOOL:-$(command -v promtool || echo /var/cache/snapkv-tools/promtool)}
+
+# A free loopback port (the kernel's pick; the daemon binds it right after).
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+wait_for() { # file pattern
+	for _ in $(seq 500); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.02; done
+	return 1
+}
+# start NAME CONFIG-LINES...: a daemon on $tmp/NAME.sock; sets $pid
+start() {
+	local name=$1
+	shift
+	printf '%s\n' "$@" >"$tmp/$name.conf"
+	"$D" --config "$tmp/$name.conf" --socket "$tmp/$name.sock" --threads 1 \
+		--log-level debug 2>"$tmp/$name.log" &
+	pid=$!
+	pids+=("$pid")
+	wait_for "$tmp/$name.log" "backend host" || { kill -0 $pid 2>/dev/null || wait $pid; }
+}
+stop() { # pid name: SIGTERM, expect 0
+	kill -TERM "$1"
+	local rc=0
+	wait "$1" || rc=$?
+	[ $rc -eq 0 ] && ok "$2: SIGTERM exits 0" || not_ok "$2: exit $rc after SIGTERM: $(tail -3 "$tmp/$2.log")"
+}
+# the inodes of the TCP sockets (any state) that process $1 holds
+tcp_inodes() {
+	local ino
+	for ino in $(find /proc/"$1"/fd -lname 'socket:*' -printf '%l\n' 2>/dev/null | tr -dc '0-9\n'); do
+		awk -v i="$ino" 'NR > 1 && $10 == i { print i }' /proc/net/tcp /proc/net/tcp6
+	done
+}
+# raw REQUEST-BYTES: what the daemon answers (the status line), via python
+raw() {
+	python3 - "$port" "$1" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+s.sendall(sys.argv[2].encode().decode("unicode_escape").encode("latin-1"))
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+print(data.split(b"\r\n", 1)[0].decode())
+PY
+}
+status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+
+# ---- off by default ----
+start off "log_level = debug"
+if [ -z "$(tcp_inodes $pid)" ] && ! grep -q "metrics on http" "$tmp/off.log"; then
+	ok "off by default: the daemon holds no TCP socket"
+else
+	not_ok "a TCP socket without metrics_listen: $(tcp_inodes $pid)"
+fi
+stop $pid off
+
+# ---- on: /metrics through curl, checked by promtool ----
+port=$(free_port)
+start on "metrics_listen = $port" "metrics_http_max_request = 1K"
+grep -q "metrics on http://127.0.0.1:$port/metrics" "$tmp/on.log" &&
+	ok "a port alone listens on loopback (127.0.0.1:$port)" || not_ok "log: $(cat "$tmp/on.log")"
+"$BUILD/snapkvctl" --socket "$tmp/on.sock" metrics >"$tmp/ctl.prom" 2>&1 ||
+	not_ok "snapkvctl metrics: $(cat "$tmp/ctl.prom")"
+hdr=$(curl -sS -D - -o "$tmp/http.prom" -w 'time_total=%{time_total}' \
+	"http://127.0.0.1:$port/metrics" 2>&1)
+echo "    curl /metrics: $(echo "$hdr" | tail -1) s, $(wc -c <"$tmp/http.prom") bytes"
+echo "$hdr" | head -1 | grep -q '^HTTP/1.1 200' &&
+	echo "$hdr" | grep -qi '^Content-Type: text/plain; version=0.0.4' &&
+	ok "GET /metrics: 200, text/plain; version=0.0.4" || not_ok "GET /metrics: $hdr"
+if [ -s "$tmp/http.prom" ] && diff <(grep '^# ' "$tmp/ctl.prom") <(grep '^# ' "$tmp/http.prom") \
+	>"$tmp/fam.diff"; then
+	ok "the same $(grep -c '^# TYPE' "$tmp/http.prom") families as snapkvctl metrics"
+else
+	not_ok "families differ from snapkvctl metrics: $(head -5 "$tmp/fam.diff")"
+fi
+grep -q '^snapkvd_pool_total_bytes [0-9]' "$tmp/http.prom" &&
+	ok "values present (snapkvd_pool_total_bytes)" || not_ok "no pool gauge"
+if [ -x "$PROMTOOL" ]; then
+	if out=$("$PROMTOOL" check metrics <"$tmp/http.prom" 2>&1); then
+		ok "promtool check metrics accepts /metrics"
+	else
+		not_ok "promtool check metrics: $out"
+	fi
+	printf '# TYPE x counter\nx{a="1" 2\n' >"$tmp/broken.prom"
+	"$PROMTOOL" check metrics <"$tmp/broken.prom" >/dev/null 2>&1 &&
+		not_ok "promtool accepted a broken exposition" || ok "promtool rejects a broken one"
+else
+	not_ok "promtool missing ($PROMTOOL): run scripts/deps.sh as root"
+fi
+[ "$(status -I "http://127.0.0.1:$port/metrics")" = 200 ] &&
+	[ -z "$(curl -s -I "http://127.0.0.1:$port/metrics" | tr -d '\r' | sed '1,/^$/d')" ] &&
+	ok "HEAD /metrics: 200, no body" || not_ok "HEAD /metrics"
+[ "$(curl -s "http://127.0.0.1:$port/healthz")" = ok ] &&
+	[ "$(status "http://127.0.0.1:$port/healthz")" = 200 ] &&
+	ok "GET /healthz: 200 ok" || not_ok "/healthz"
+[ "$(status "http://127.0.0.1:$port/metrics?x=1")" = 200 ] && ok "a query string is ignored" ||
+	not_ok "query string"
+[ "$(status "http://127.0.0.1:$port/")" = 404 ] &&
+	[ "$(status "http://127.0.0.1:$port/metricsx")" = 404 ] && ok "other paths: 404" ||
+	not_ok "404"
+out=$(curl -s -D - -o /dev/null -X POST "http://127.0.0.1:$port/metrics")
+echo "$out" | head -1 | grep -q ' 405 ' && echo "$out" | grep -qi '^Allow: GET, HEAD' &&
+	ok "POST: 405 with Allow: GET, HEAD" || not_ok "POST: $out"
+[ "$(raw 'GARBAGE\r\n\r\n')" = "HTTP/1.1 400 Bad Request" ] &&
+	[ "$(raw 'GET /metrics HTTP/2.0\r\n\r\n')" = "HTTP/1.1 400 Bad Request" ] &&
+	[ "$(raw 'GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n')" = "HTTP/1.1 400 Bad Request" ] &&
+	[ "$(raw 'GET metrics HTTP/1.1\r\n\r\n')" = "HTTP/1.1 400 Bad Request" ] &&
+	ok "bad request line, version, header, target: 400" || not_ok "400s"
+[ "$(raw 'GET /metrics HTTP/1.0\n\n')" = "HTTP/1.1 200 OK" ] &&
+	ok "HTTP/1.0 with bare newlines: 200" || not_ok "HTTP/1.0"
+pad=$(head -c 2000 /dev/zero | tr '\0' a)
+[ "$(status -H "X-Pad: $pad" "http://127.0.0.1:$port/metrics")" = 431 ] &&
+	ok "a 2000-byte header over metrics_http_max_request = 1K: 431" || not_ok "431"
+[ "$(status -H "X-Pad: ${pad:0:800}" "http://127.0.0.1:$port/metrics")" = 200 ] &&
+	ok "an 800-byte header within it: 200" || not_ok "800-byte header refused"
+# an engine's socket is not disturbed by the listener
+"$BUILD/snapkv-engine" --socket "$tmp/on.sock" --layers 1 --prompt 128 --capacity 64 \
+	--decode 2 >/dev/null 2>&1 && ok "an engine runs beside the listener" || not_ok "engine"
+curl -s "http://127.0.0.1:$port/metrics" | grep -q '^snapkvd_compactions_total [1-9]' &&
+	ok "/metrics counts the engine's compaction" || not_ok "compaction not counted"
+stop $pid on
+
+# ---- the connection limit ----
+port=$(free_port)
+start limit "metrics_listen = 127.0.0.1:$port" "metrics_http_max_connections = 2" \
+	"metrics_http_timeout_ms = 600000"
+python3 - "$port" >"$tmp/limit.out" 2>&1 <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
+extra = socket.create_connection(("127.0.0.1", port), timeout=30)
+data = b""
+while True:
+    b = extra.recv(4096)
+    if not b:
+        break
+    data += b
+print("third:", data.split(b"\r\n", 1)[0].decode())
+# the two idle ones were not closed meanwhile
+for s in idle:
+    s.setblocking(False)
+    try:
+        print("idle:", "closed" if s.recv(1) == b"" else "data")
+    except BlockingIOError:
+        print("idle: open")
+for s in idle:
+    s.close()
+PY
+grep -q '^third: HTTP/1.1 503 Service Unavailable' "$tmp/limit.out" &&
+	[ "$(grep -c '^idle: open' "$tmp/limit.out")" = 2 ] &&
+	ok "max_connections 2: a third gets 503, the two stay open" ||
+	not_ok "connection limit: $(cat "$tmp/limit.out")"
+code=""
+for _ in $(seq 100); do
+	code=$(status "http://127.0.0.1:$port/healthz")
+	[ "$code" = 200 ] && break
+	sleep 0.1
+done
+[ "$code" = 200 ] && ok "served again once they closed" || not_ok "after closing: $code"
+grep -q "metrics_http_max_connections" "$tmp/limit.log" &&
+	ok "the refusal is logged (debug) with its key" || not_ok "no refusal in the log"
+stop $pid limit
+
+# ---- the per-connection deadline: slowloris, a reader that never reads ----
+port=$(free_port)
+start slow "metrics_listen = $port" "metrics_http_timeout_ms = 300"
+python3 - "$port" >"$tmp/slow.out" 2>&1 <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+# trickle a request one byte every 50 ms: cut off, however slowly it goes
+s = socket.create_connection(("127.0.0.1", port), timeout=30)
+req = b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 10000
+end = time.time() + 60
+sent = 0
+try:
+    while time.time() < end:
+        s.sendall(req[sent:sent + 1])
+        sent += 1
+        s.settimeout(0.05)
+        try:
+            if s.recv(4096) == b"":
+                print("trickle: closed after %d bytes" % sent)
+                break
+        except socket.timeout:
+            pass
+    else:
+        print("trickle: still open after 60 s")
+except (BrokenPipeError, ConnectionResetError):
+    print("trickle: closed after %d bytes" % sent)
+# a client that sends nothing at all
+s = socket.create_connection(("127.0.0.1", port), timeout=60)
+try:
+    print("silent:", "closed" if s.recv(1) == b"" else "data")
+except socket.timeout:
+    print("silent: still open after 60 s")
+PY
+grep -q '^trickle: closed' "$tmp/slow.out" && grep -q '^silent: closed' "$tmp/slow.out" &&
+	ok "metrics_http_timeout_ms: a trickling and a silent client are disconnected" ||
+	not_ok "deadline: $(cat "$tmp/slow.out")"
+grep -q "past metrics_http_timeout_ms" "$tmp/slow.log" && ok "the cut is logged (debug)" ||
+	not_ok "no deadline in the log"
+[ "$(status "http://127.0.0.1:$port/healthz")" = 200 ] && ok "others still served" ||
+	not_ok "not served after the slow clients"
+# SIGTERM while a client holds a connection open
+python3 -c 'import socket, sys, time; s = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); time.sleep(30)' \
+	"$port" &
+holder=$!
+sleep 0.2
+stop $pid slow
+kill $holder 2>/dev/null
+wait $holder 2>/dev/null
+
+# ---- a port in use: start-up fails, naming it ----
+python3 -c 'import socket, sys, time; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(30)' \
+	>"$tmp/busy.port" &
+holder=$!
+for _ in $(seq 200); do [ -s "$tmp/busy.port" ] && break; sleep 0.02; done
+busy=$(cat "$tmp/busy.port")
+printf 'metrics_listen = %s\n' "$busy" >"$tmp/busy.conf"
+rc=0
+timeout 60 "$D" --config "$tmp/busy.conf" --socket "$tmp/busy.sock" --threads 1 2>"$tmp/busy.log" ||
+	rc=$?
+kill $holder 2>/dev/null
+wait $holder 2>/dev/null
+[ $rc -eq 1 ] && grep -q "127.0.0.1:$busy (metrics_listen): Address already in use" "$tmp/busy.log" &&
+	[ ! -e "$tmp/busy.sock" ] &&
+	ok "port in use: exit 1, naming 127.0.0.1:$busy and EADDRINUSE" ||
+	not_ok "port in use: rc $rc: $(cat "$tmp/busy.log")"
+
+echo "test-metrics-http: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: MIT
+"""Fixtures of the snapkv module's tests: a private snapkvd on a temporary
+socket (started once per test session, and fresh ones where a test kills
+its daemon), the module imported from the build tree, and helpers."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
+sys.path.insert(0, os.path.join(BUILD, "python"))
+
+
+class Daemon:
+    """snapkvd on a socket in a temporary directory."""
+
+    def __init__(self, extra=()):
+        self.dir = tempfile.mkdtemp(prefix="snapkv-py.")
+        self.sock = os.path.join(self.dir, "snapkvd.sock")
+        self.log = open(os.path.join(self.dir, "snapkvd.log"), "w")
+        self.proc = subprocess.Popen(
+            [os.path.join(BUILD, "snapkvd"), "--socket", self.sock, "--threads", "1",
+             "--log-level", "warning", *extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(200):
+            if os.path.exists(self.sock):
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not os.path.exists(self.sock):
+            self.stop()
+            raise RuntimeError("snapkvd did not start: " + self.logtext())
+
+    def logtext(self):
+        with open(os.path.join(self.dir, "snapkvd.log")) as f:
+            return f.read()
+
+    def ctl(self, *args):
+        env = dict(os.environ, SNAPKV_SOCKET=self.sock)
+        return subprocess.run([os.path.join(BUILD, "snapkvctl"), *args], env=env,
+                              capture_output=True, text=True, check=True).stdout
+
+    def ledger(self):
+        return json.loads(self.ctl("ledger", "--json"))
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    d = Daemon()
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def fresh_daemon():
+    d = Daemon()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def snapkv():
+    import snapkv as m
+    return m
+
+
+@pytest.fixture
+def client(daemon, snapkv):
+    with snapkv.Client(daemon.sock, name="pytest") as c:
+        yield c
