@@ -7,3 +7,10 @@ OBJS += $(SKV_BENCH).o
 $(BUILD)/bench/bench-kernels.o: CFLAGS_BASE += $(BLAS_CFLAGS)
 $(SKV_BENCH): %: %.o $(LIBSKV)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(BLAS_LIBS) $(LDFLAGS)
+
+# bench-budget: the budget modes' cost over uniform (one layer, L 32768).
+BUDGET_BENCH := $(BUILD)/bench/bench-budget
+BENCHES += $(BUDGET_BENCH)
+OBJS += $(BUDGET_BENCH).o
+$(BUDGET_BENCH): $(BUDGET_BENCH).o $(LIBSKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ -lpthread $(LDFLAGS)
