@@ -19,3 +19,10 @@ $(BENCH_DAEMON): $(BUILD)/bench/bench-daemon.o $(BUILD)/libsnapkv.so $(BUILD)/sn
 	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lsnapkv -Wl,-rpath,$(abspath $(BUILD)) \
 		$(BLAS_LIBS) $(PBC_LIBS) $(LDFLAGS)
 BENCHES += $(BENCH_DAEMON)
+
+# bench-budget: the budget modes' cost over uniform (one layer, L 32768).
+BUDGET_BENCH := $(BUILD)/bench/bench-budget
+BENCHES += $(BUDGET_BENCH)
+OBJS += $(BUDGET_BENCH).o
+$(BUDGET_BENCH): $(BUDGET_BENCH).o $(LIBSKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ -lpthread $(LDFLAGS)

@@ -3,6 +3,7 @@
 #include "snapkvd-pool.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,10 @@ struct snapkvd_pool {
 	uint64_t tenant_quota; /* 0: no per-tenant limit below the pool */
 	uint64_t peak;
 	uint64_t mapped; /* registered buffers' bytes mapped, all tenants */
+	struct map_limits {
+		unsigned max_tenant_buffers;
+		uint64_t max_tenant_mapped_bytes, max_mapped_bytes;
+	} map_limits;
 	struct snapkvd_tenant *tenants;
 };
 
@@ -39,6 +44,7 @@ static int snapkvd_pool_init(struct snapkvd_pool *p, uint64_t total, uint64_t te
 	memset(p, 0, sizeof(*p));
 	p->total = total;
 	p->tenant_quota = tenant_quota;
+	p->map_limits = (struct map_limits){UINT_MAX, UINT64_MAX, UINT64_MAX};
 	return -pthread_mutex_init(&p->mu, NULL);
 }
 
@@ -323,9 +329,22 @@ int snapkvd_pool_snapshot(struct snapkvd_pool *p, struct snapkvd_pool_stats *ret
 	return 0;
 }
 
-int snapkvd_pool_map(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes,
-		     const struct snapkvd_map_limits *lim, char *err, size_t errlen)
+void snapkvd_pool_set_map_limits(struct snapkvd_pool *p, unsigned max_tenant_buffers,
+				 uint64_t max_tenant_mapped_bytes, uint64_t max_mapped_bytes)
 {
+	pthread_mutex_lock(&p->mu);
+	p->map_limits = (struct map_limits){
+	    .max_tenant_buffers = max_tenant_buffers,
+	    .max_tenant_mapped_bytes = max_tenant_mapped_bytes,
+	    .max_mapped_bytes = max_mapped_bytes,
+	};
+	pthread_mutex_unlock(&p->mu);
+}
+
+int snapkvd_pool_map(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes, char *err,
+		     size_t errlen)
+{
+	const struct map_limits *lim = &p->map_limits;
 	int r = 0;
 
 	pthread_mutex_lock(&p->mu);

@@ -66,15 +66,14 @@ const char *snapkvd_tenant_name(const struct snapkvd_tenant *t);
 /*
  * Registered buffers are mapped whole in the daemon: their count and bytes
  * are charged to the tenant (all its sessions) and to the daemon, against
- * max_tenant_buffers, max_tenant_mapped_bytes and max_mapped_bytes. 0, or
- * -EMFILE / -EDQUOT / -ENOSPC with the limit and its key in err.
+ * max_tenant_buffers, max_tenant_mapped_bytes and max_mapped_bytes (set at
+ * start and on SIGHUP; none until set). 0, or -EMFILE /
+ * -EDQUOT / -ENOSPC with the limit and its key in err.
  */
-struct snapkvd_map_limits {
-	unsigned max_tenant_buffers;
-	uint64_t max_tenant_mapped_bytes, max_mapped_bytes;
-};
-int snapkvd_pool_map(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes,
-		     const struct snapkvd_map_limits *lim, char *err, size_t errlen);
+void snapkvd_pool_set_map_limits(struct snapkvd_pool *p, unsigned max_tenant_buffers,
+				 uint64_t max_tenant_mapped_bytes, uint64_t max_mapped_bytes);
+int snapkvd_pool_map(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes, char *err,
+		     size_t errlen);
 void snapkvd_pool_unmap(struct snapkvd_pool *p, struct snapkvd_tenant *t, uint64_t bytes);
 uint64_t snapkvd_pool_mapped(struct snapkvd_pool *p);
 

@@ -160,6 +160,8 @@ static void reload(struct snapkvd_server *srv)
 	snapkvd_log_max = c.log_level;
 	set_hooks(srv);
 	snapkvd_pool_set_limits(srv->pool, c.pool_bytes, c.tenant_quota_bytes);
+	snapkvd_pool_set_map_limits(srv->pool, c.max_tenant_buffers, c.max_tenant_mapped_bytes,
+				    c.max_mapped_bytes);
 	if (snapkvd_policy_reconfigure(&srv->policy, &c.policy, err, sizeof(err)) < 0)
 		log_error("SIGHUP: keeping the old pressure policy: %s", err);
 	/* per-tenant quotas (tenant_quota = UID:BYTES) of tenants already known */
@@ -521,6 +523,8 @@ int snapkvd_server_new(const struct snapkvd_config *cfg, const char *config_path
 		log_error_errno(r, "Failed to set up the pool");
 		goto fail;
 	}
+	snapkvd_pool_set_map_limits(srv->pool, cfg->max_tenant_buffers,
+				    cfg->max_tenant_mapped_bytes, cfg->max_mapped_bytes);
 	if ((r = start_workers(srv)) < 0)
 		goto fail;
 	r = snapkvd_loop_new(512, &srv->loop);

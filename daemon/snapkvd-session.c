@@ -683,14 +683,7 @@ static void reg_reply(struct snapkvd_session *s, int status, const char *err, ui
 /* Charge a buffer of `size` bytes to the session's tenant (and the daemon). */
 static int charge_buffer(struct snapkvd_session *s, uint64_t size, char *err, size_t errlen)
 {
-	const struct snapkvd_config *cfg = &s->srv->cfg;
-	const struct snapkvd_map_limits lim = {
-	    .max_tenant_buffers = cfg->max_tenant_buffers,
-	    .max_tenant_mapped_bytes = cfg->max_tenant_mapped_bytes,
-	    .max_mapped_bytes = cfg->max_mapped_bytes,
-	};
-
-	return snapkvd_pool_map(s->srv->pool, s->tenant, size, &lim, err, errlen);
+	return snapkvd_pool_map(s->srv->pool, s->tenant, size, err, errlen);
 }
 
 /* A registration that succeeded: the buffer as registered, writable or not. */

@@ -2,7 +2,7 @@
 # libskv: host selection + gather kernels (kernels/skv.h). The SIMD files are
 # compiled for their ISA only; skv-ctx.c picks one at run time. No libm needed.
 SKV_SRCS := $(addprefix kernels/,skv-params.c skv-dtype.c skv-plan.c skv-ledger.c skv-ctx.c \
-	skv-score.c skv-select.c skv-gather.c skv-compact.c skv-scalar.c skv-avx2.c skv-avx512.c)
+	skv-score.c skv-select.c skv-budget.c skv-gather.c skv-compact.c skv-scalar.c skv-avx2.c skv-avx512.c)
 SKV_OBJS := $(SKV_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(SKV_OBJS)
 LIBS += $(LIBSKV)
@@ -19,7 +19,8 @@ $(LIBSKV): $(SKV_OBJS)
 
 # Kernel tests (tests/unit/test-kernels*.c) against the scalar reference.
 SKV_TEST_REF := $(BUILD)/tests/unit/ref-snapkv.o
-SKV_TESTS := $(addprefix $(BUILD)/tests/unit/,test-kernels test-kernels-random test-kernels-paged)
+SKV_TESTS := $(addprefix $(BUILD)/tests/unit/,test-kernels test-kernels-random test-kernels-paged \
+	test-kernels-budget)
 TESTS += $(SKV_TESTS)
 OBJS += $(SKV_TEST_REF) $(SKV_TESTS:%=%.o)
 

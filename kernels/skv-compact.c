@@ -13,6 +13,76 @@
 
 #include "skv-driver.h"
 
+/* Whether layer `layer` keeps everything without scoring (L < C_l; the
+ * mass modes: L < C_min for the whole call). */
+static bool layer_bypass(const struct skv_job *jb, uint32_t layer)
+{
+	if (jb->mode == SKV_BUDGET_MASS || jb->mode == SKV_BUDGET_MASS_HEADS)
+		return jb->pl->bypass;
+	return jb->sh->prompt_len < jb->caps[layer];
+}
+
+/* Non-scoring selection of a layer into w->pos: the forced positions, then
+ * the most recent others up to min(L, C_l). Returns the count. */
+static uint32_t fill_recent(const struct skv_job *jb, struct skv_ws *w, uint32_t layer)
+{
+	const uint32_t L = jb->sh->prompt_len, C = jb->caps[layer];
+	uint32_t fill = (L < C ? L : C) - jb->forced, cnt = 0;
+
+	memcpy(w->keep, jb->base_keep, L);
+	for (uint32_t j = L; j-- > 0 && fill;)
+		if (!w->keep[j]) {
+			w->keep[j] = 1;
+			fill--;
+		}
+	for (uint32_t j = 0; j < L; j++)
+		if (w->keep[j])
+			w->pos[cnt++] = (int32_t)j;
+	return cnt;
+}
+
+/* The same positions for every head of the item: bypass or no scoring. */
+static void finish_unscored(const struct skv_job *jb, struct skv_ws *w, uint32_t layer,
+			    uint32_t kvh, const float *colsum, uint32_t ga, uint32_t gz)
+{
+	const uint32_t G = jb->G, L = jb->sh->prompt_len;
+	const bool expand = jb->p->gqa == SKV_GQA_EXPAND;
+	const bool bypass = layer_bypass(jb, layer);
+	const int32_t *pos = jb->all_pos;
+	uint32_t cnt = L;
+
+	if (!bypass)
+		cnt = fill_recent(jb, w, layer), pos = w->pos;
+	for (uint32_t g = ga; g < gz; g++) {
+		uint32_t h = expand ? kvh * G + g : kvh;
+		float mass;
+		if (bypass) {
+			mass = 1.0f;
+		} else if (!jb->score) {
+			mass = NAN;
+		} else if (expand) {
+			mass = skv_mass_of(colsum + (size_t)g * L, pos, cnt, jb->n_obs);
+		} else {
+			skv_group_votes(jb, w, colsum);
+			mass = skv_mass_of(w->vote, pos, cnt, jb->n_obs);
+		}
+		skv_emit(jb, w, layer, kvh, h, pos, cnt, mass);
+	}
+}
+
+/* One stored head with votes v: uniform and layers keep C_l, mass-heads
+ * its own k. */
+static void finish_head(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+			uint32_t h, const float *v)
+{
+	if (jb->mode == SKV_BUDGET_MASS_HEADS) {
+		skv_mass_heads_head(jb, w, layer, kvh, h, v);
+		return;
+	}
+	uint32_t cnt = skv_choose(jb, w, v, jb->caps[layer] - jb->forced);
+	skv_emit(jb, w, layer, kvh, h, w->pos, cnt, skv_mass_of(v, w->pos, cnt, jb->n_obs));
+}
+
 /*
  * Selection, gather and retained mass for the stored heads of one item,
  * given the column sums of its G query heads ([G][L], unused when nothing
@@ -23,51 +93,29 @@ static void finish_item(const struct skv_job *jb, struct skv_ws *w, uint32_t lay
 {
 	const uint32_t G = jb->G, L = jb->sh->prompt_len;
 	const bool expand = jb->p->gqa == SKV_GQA_EXPAND;
-	const uint32_t kept = jb->pl->kept;
 	const uint32_t ga = gq < 0 ? 0 : (uint32_t)gq;
 	const uint32_t gz = gq < 0 ? (expand ? G : 1) : (uint32_t)gq + 1;
 
-	if (!jb->score || !jb->select) {
-		/* the same positions for every head: bypass or no scoring */
-		for (uint32_t g = ga; g < gz; g++) {
-			uint32_t h = expand ? kvh * G + g : kvh;
-			float mass;
-			if (jb->pl->bypass) {
-				mass = 1.0f;
-			} else if (!jb->score) {
-				mass = NAN;
-			} else if (expand) {
-				mass = skv_mass_of(colsum + (size_t)g * L, jb->base_pos, kept,
-						   jb->n_obs);
-			} else {
-				skv_group_votes(jb, w, colsum);
-				mass = skv_mass_of(w->vote, jb->base_pos, kept, jb->n_obs);
-			}
-			skv_emit(jb, w, layer, kvh, h, jb->base_pos, kept, mass);
-		}
+	if (!jb->score || !jb->select || layer_bypass(jb, layer)) {
+		finish_unscored(jb, w, layer, kvh, colsum, ga, gz);
 		return;
 	}
 	if (expand) {
-		for (uint32_t g = ga; g < gz; g++) {
-			const float *v = colsum + (size_t)g * L;
-			uint32_t cnt = skv_choose(jb, w, v);
-			skv_emit(jb, w, layer, kvh, kvh * G + g, w->pos, cnt,
-				 skv_mass_of(v, w->pos, cnt, jb->n_obs));
-		}
+		for (uint32_t g = ga; g < gz; g++)
+			finish_head(jb, w, layer, kvh, kvh * G + g, colsum + (size_t)g * L);
 	} else {
 		/* group: the G heads' votes are averaged before pooling */
 		skv_group_votes(jb, w, colsum);
-		uint32_t cnt = skv_choose(jb, w, w->vote);
-		skv_emit(jb, w, layer, kvh, kvh, w->pos, cnt,
-			 skv_mass_of(w->vote, w->pos, cnt, jb->n_obs));
+		finish_head(jb, w, layer, kvh, kvh, w->vote);
 	}
 }
 
 static int run_item(const struct skv_job *jb, struct skv_ws *w, uint32_t item, int32_t *ret_head)
 {
 	const uint32_t layer = item / jb->sh->h_kv, kvh = item % jb->sh->h_kv;
+	const bool scored = jb->score && !layer_bypass(jb, layer);
 
-	if (jb->score) {
+	if (scored) {
 		uint32_t bad_g = 0;
 		int r = skv_score_item(jb, w, layer, kvh, 0, jb->G, w->colsum, &bad_g);
 		if (r < 0) {
@@ -75,6 +123,8 @@ static int run_item(const struct skv_job *jb, struct skv_ws *w, uint32_t item, i
 			return r;
 		}
 	}
+	if (jb->phase == PH_RANK && scored)
+		return skv_mass_rank_item(jb, w, layer, kvh, w->colsum);
 	finish_item(jb, w, layer, kvh, w->colsum, -1);
 	return 0;
 }
@@ -84,7 +134,8 @@ static void run_unit(struct skv_job *jb, struct skv_ws *w, uint32_t u)
 	const uint32_t G = jb->G, L = jb->sh->prompt_len, h_kv = jb->sh->h_kv;
 
 	switch (jb->phase) {
-	case PH_ITEMS: {
+	case PH_ITEMS:
+	case PH_RANK: {
 		int32_t head = -1;
 		jb->errs[u].rc = run_item(jb, w, u, &head);
 		jb->errs[u].head = head;
@@ -92,6 +143,8 @@ static void run_unit(struct skv_job *jb, struct skv_ws *w, uint32_t u)
 	}
 	case PH_SCORE_HEADS: { /* split mode: unit = (item, g) */
 		uint32_t item = u / G, g = u % G, bad_g = 0;
+		if (layer_bypass(jb, item / h_kv))
+			break;
 		jb->uerrs[u].rc = skv_score_item(jb, w, item / h_kv, item % h_kv, g, g + 1,
 						 jb->cs + (size_t)u * L, &bad_g);
 		break;
@@ -105,6 +158,28 @@ static void run_unit(struct skv_job *jb, struct skv_ws *w, uint32_t u)
 			    expand ? (int)(u % G) : -1);
 		break;
 	}
+	case PH_MASS: /* unit = item; bypassed calls never get here */
+		skv_mass_finish_item(jb, w, u / h_kv, u % h_kv);
+		break;
+	case PH_LAYERS: { /* heads: unit = layer */
+		uint32_t item = 0;
+		int32_t head = -1;
+		if (layer_bypass(jb, u)) {
+			for (uint32_t k = 0; k < h_kv; k++)
+				finish_unscored(jb, w, u, k, NULL, 0,
+						jb->p->gqa == SKV_GQA_EXPAND ? G : 1);
+			break;
+		}
+		int r = skv_heads_layer(jb, w, u, &item, &head);
+		if (r < 0) {
+			jb->errs[item].rc = r;
+			jb->errs[item].head = head;
+		}
+		break;
+	}
+	case PH_FULL:
+		skv_full_item(jb, w, u / h_kv, u % h_kv);
+		break;
 	}
 }
 
@@ -113,6 +188,8 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	const size_t L = j->sh->prompt_len, D = j->sh->head_dim, rb = j->rb, G = j->G;
 	const size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
 	const size_t sc = j->score ? 1 : 0, se = j->select ? 1 : 0;
+	const size_t hl = j->mode == SKV_BUDGET_HEADS && j->select ? (size_t)j->h_store * L : 0;
+	const size_t rk = j->mode == SKV_BUDGET_MASS || j->mode == SKV_BUDGET_MASS_HEADS ? se : 0;
 	size_t n = 0;
 
 #define T(field, type, count)                                                                      \
@@ -133,10 +210,15 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	T(pooled, float, (se * L));		  /* pooled votes                  */
 	T(trow, int32_t, (sc * rb));		  /* last visible key per row      */
 	T(bad, uint8_t, (sc * rb));		  /* NaN/Inf seen per row          */
-	T(keep, uint8_t, (se * L));		  /* kept flags                    */
+	T(keep, uint8_t, (L));			  /* kept flags                    */
 	T(key, uint64_t, (se * L));		  /* ranking keys                  */
-	T(pos, int32_t, (se * L));		  /* kept positions                */
+	T(pos, int32_t, (L));			  /* kept positions                */
 	T(segs, struct skv_seg, (sc * (G + rb))); /* rows of each head         */
+	T(rpos, uint32_t, (rk * L));		  /* ranked positions (mass)   */
+	T(hpool, float, (hl));			  /* heads: pooled, per head   */
+	T(hvote, float, (hl));			  /* heads: votes, per head    */
+	T(hkeep, uint8_t, (hl));		  /* heads: kept flags         */
+	T(hkey, unsigned __int128, (hl));	  /* heads: pair keys          */
 #undef T
 	return n;
 }
@@ -165,6 +247,8 @@ struct skv_sizing {
 	bool split;   /* score query heads as separate units          */
 	unsigned nth; /* threads taking part, each with its scratch   */
 	size_t o_pos, o_errs, o_cs, o_uerrs;
+	/* budget modes: 0 .. L-1, C_l, kept and mass per head, mass rankings */
+	size_t o_all, o_caps, o_kept, o_mass, o_rank, o_rvote, o_fsum, o_cneed;
 	size_t common; /* call-wide scratch bytes                      */
 };
 
@@ -181,6 +265,8 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 	    .n_items = n_layers * sh->h_kv,
 	    .G = G,
 	    .scale = (float)(1.0 / __builtin_sqrt((double)sh->head_dim)),
+	    .mode = p->budget_mode,
+	    .h_store = pl->h_store,
 	};
 	jb->score = !pl->bypass && (skv_policy_scores(p->policy) || sh->n_q > 0);
 	jb->select = !pl->bypass && skv_policy_scores(p->policy);
@@ -188,23 +274,41 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 		    : p->policy == SKV_POLICY_SNAPKV ? p->window
 		    : p->policy == SKV_POLICY_H2O    ? L
 						     : sh->n_q;
+	jb->forced = pl->bypass ? 0 : skv_forced_count(sh, p);
+	if (p->budget_mode == SKV_BUDGET_MASS && jb->select) {
+		uint32_t avail = L - jb->forced, most = p->c_max - jb->forced;
+		jb->R = most < avail ? most : avail;
+	}
 
 	/*
 	 * Fewer items than threads (one layer on a big machine): score the query
 	 * heads of each item as separate units, then select. Same bits as the
-	 * item-at-a-time path (score_item), G times the key traffic.
+	 * item-at-a-time path (score_item), G times the key traffic. Not for
+	 * the modes that decide across items (mass, heads).
 	 */
-	sz->split = jb->score && G > 1 && jb->n_items < threads &&
-		    (uint64_t)jb->n_items * G * L * 4 <= SKV_SPLIT_BUDGET;
+	sz->split =
+	    jb->score && G > 1 && jb->n_items < threads &&
+	    (uint64_t)jb->n_items * G * L * 4 <= SKV_SPLIT_BUDGET &&
+	    ((p->budget_mode != SKV_BUDGET_MASS && p->budget_mode != SKV_BUDGET_HEADS) || !jb->select);
 
 	/* call-wide scratch, held by the context: forced positions, the full list
 	 * when nothing is chosen, per-item status, split mode's column sums */
+	const size_t nh = (size_t)n_layers * pl->h_store, nr = jb->R ? nh * jb->R : 0;
 	sz->o_pos = align64(L);
 	sz->o_errs = sz->o_pos + align64((size_t)L * 4);
 	sz->o_cs = sz->o_errs + align64((size_t)jb->n_items * sizeof(struct skv_item_err));
 	sz->o_uerrs = sz->o_cs + (sz->split ? align64((size_t)jb->n_items * G * L * 4) : 0);
-	sz->common =
-	    sz->o_uerrs + (sz->split ? (size_t)jb->n_items * G * sizeof(struct skv_item_err) : 0);
+	sz->o_all =
+	    sz->o_uerrs +
+	    (sz->split ? align64((size_t)jb->n_items * G * sizeof(struct skv_item_err)) : 0);
+	sz->o_caps = sz->o_all + align64((size_t)L * 4);
+	sz->o_kept = sz->o_caps + align64((size_t)n_layers * 4);
+	sz->o_mass = sz->o_kept + align64(nh * 4);
+	sz->o_rank = sz->o_mass + align64(nh * 4);
+	sz->o_rvote = sz->o_rank + align64(nr * 4);
+	sz->o_fsum = sz->o_rvote + align64(nr * 4);
+	sz->o_cneed = sz->o_fsum + (jb->R ? align64(nh * 8) : 0);
+	sz->common = sz->o_cneed + (jb->R ? align64(nh * 4) : 0);
 
 	/* rows per block: as many as keep the logit buffer in budget */
 	if (jb->score) {
@@ -219,12 +323,16 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 		jb->rb = SKV_ROWPAD;
 	}
 	uint32_t max_units = sz->split ? jb->n_items * G : jb->n_items;
+	if (p->budget_mode == SKV_BUDGET_HEADS && jb->select)
+		max_units = n_layers;
 	sz->nth = threads < max_units ? threads : max_units;
 }
 
-int skv_scratch_bytes(const struct skv_shape *sh, const struct skv_params *p, uint32_t n_layers,
-		      unsigned threads, uint64_t *ret_bytes, struct skv_error *err)
+int skv_scratch_bytes(const struct skv_shape *sh, const struct skv_params *params,
+		      uint32_t n_layers, unsigned threads, uint64_t *ret_bytes,
+		      struct skv_error *err)
 {
+	struct skv_params pr;
 	struct skv_plan pl;
 	struct skv_job jb;
 	struct skv_sizing sz;
@@ -232,9 +340,10 @@ int skv_scratch_bytes(const struct skv_shape *sh, const struct skv_params *p, ui
 	int r;
 
 	skv_error_clear(err);
-	r = skv_plan(sh, p, &pl, err);
+	r = skv_plan(sh, params, &pl, err);
 	if (r < 0)
 		return r;
+	skv_params_resolve(params, &pr, err);
 	if (n_layers > SKV_MAX_LAYERS)
 		return skv_fail(err, -1, -1, "%u layers exceed %u", n_layers, SKV_MAX_LAYERS);
 	if (!ret_bytes)
@@ -247,8 +356,251 @@ int skv_scratch_bytes(const struct skv_shape *sh, const struct skv_params *p, ui
 		*ret_bytes = 0;
 		return 0;
 	}
-	job_derive(sh, p, &pl, n_layers, threads, &jb, &sz);
+	job_derive(sh, &pr, &pl, n_layers, threads, &jb, &sz);
 	*ret_bytes = (uint64_t)sz.common + (uint64_t)sz.nth * ws_layout(&w, &jb, NULL);
+	return 0;
+}
+
+/* Every layer's tensors against the shape and the rows[l] each stored head
+ * of its output must hold; paged outputs must not overlap. */
+static int check_io(const struct skv_job *jb, uint32_t n_layers, const uint32_t *rows,
+		    struct skv_error *err)
+{
+	const struct skv_shape *sh = jb->sh;
+	const uint32_t L = sh->prompt_len, hs = jb->h_store;
+	int r;
+
+	for (uint32_t l = 0; l < n_layers; l++) {
+		const struct skv_layer_out *o = &jb->out[l];
+		const struct skv_layer_in *in = &jb->in[l];
+		if (jb->score) {
+			r = skv_check_tensor(&in->q, "q", l, sh->h_q, sh->n_q, sh->head_dim, false,
+					     err);
+			if (r < 0)
+				return r;
+		}
+		r = skv_check_tensor(&in->k, "k", l, sh->h_kv, L, sh->head_dim, NULL, err);
+		if (!r)
+			r = skv_check_tensor(&in->v, "v", l, sh->h_kv, L, sh->head_dim, false, err);
+		if (!r)
+			r = skv_check_tensor(&o->k, "output k", l, hs, rows[l], sh->head_dim, o,
+					     err);
+		if (!r)
+			r = skv_check_tensor(&o->v, "output v", l, hs, rows[l], sh->head_dim, o,
+					     err);
+		if (r < 0)
+			return r;
+		if (!o->positions)
+			return skv_fail(err, (int32_t)l, -1, "layer %u: no positions output", l);
+		if (o->pos_stride < rows[l] && hs > 1)
+			return skv_fail(err, (int32_t)l, -1,
+					"layer %u: pos_stride %u is below the kept count %u", l,
+					o->pos_stride, rows[l]);
+	}
+	return skv_check_paged_disjoint(n_layers, jb->out, rows, hs, sh->head_dim, err);
+}
+
+/* The first failing item's error into err; 0 when none failed. */
+static int item_errors(const struct skv_job *jb, struct skv_error *err)
+{
+	for (uint32_t i = 0; i < jb->n_items; i++)
+		if (jb->errs[i].rc < 0) {
+			uint32_t layer = i / jb->sh->h_kv;
+			if (err) {
+				snprintf(err->msg, sizeof(err->msg),
+					 "layer %u query head %d (kv head %u): NaN or Inf in the "
+					 "attention logits",
+					 layer, jb->errs[i].head, i % jb->sh->h_kv);
+				err->layer = (int32_t)layer;
+				err->head = jb->errs[i].head;
+			}
+			return jb->errs[i].rc;
+		}
+	return 0;
+}
+
+/* The phases of one call on the pool, by mode; then the fallback. */
+static int run_phases(struct skv_ctx *ctx, struct skv_job *jb, bool split, uint32_t n_layers,
+		      struct skv_error *err)
+{
+	const struct skv_params *p = jb->p;
+	const uint32_t G = jb->G, h_kv = jb->sh->h_kv;
+	const size_t nh = (size_t)n_layers * jb->h_store;
+	int r;
+
+	if (p->budget_mode == SKV_BUDGET_HEADS && jb->select) {
+		skv_ctx_run(ctx, jb, PH_LAYERS, n_layers);
+	} else if (p->budget_mode == SKV_BUDGET_MASS && jb->select) {
+		skv_ctx_run(ctx, jb, PH_RANK, jb->n_items);
+		if ((r = item_errors(jb, err)) < 0)
+			return r;
+		/* C*: the smallest ladder C every head reaches tau at */
+		jb->c_star = p->c_min;
+		for (size_t i = 0; i < nh; i++)
+			jb->c_star = jb->cneed[i] > jb->c_star ? jb->cneed[i] : jb->c_star;
+		skv_ctx_run(ctx, jb, PH_MASS, jb->n_items);
+	} else if (!split) {
+		skv_ctx_run(ctx, jb, PH_ITEMS, jb->n_items);
+	} else {
+		skv_ctx_run(ctx, jb, PH_SCORE_HEADS, jb->n_items * G);
+		for (uint32_t i = 0; i < jb->n_items; i++)
+			for (uint32_t g = 0; g < G; g++)
+				if (jb->uerrs[(size_t)i * G + g].rc < 0) {
+					jb->errs[i].rc = jb->uerrs[(size_t)i * G + g].rc;
+					jb->errs[i].head = (int32_t)((i % h_kv) * G + g);
+					break;
+				}
+		skv_ctx_run(ctx, jb, PH_FINISH,
+			    p->gqa == SKV_GQA_EXPAND ? jb->n_items * G : jb->n_items);
+	}
+	return item_errors(jb, err);
+}
+
+/* Common scratch of the call: sized by job_derive, held by the context. */
+static int setup_common(struct skv_ctx *ctx, struct skv_job *jb, const struct skv_sizing *sz,
+			const struct skv_params *p, uint32_t n_layers, struct skv_error *err)
+{
+	const struct skv_shape *sh = jb->sh;
+	const uint32_t L = sh->prompt_len;
+
+	if (sz->common > ctx->common_cap) {
+		void *m = NULL;
+		if (posix_memalign(&m, 64, sz->common))
+			return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
+		free(ctx->common);
+		ctx->common = m;
+		ctx->common_cap = sz->common;
+	}
+	char *cm = ctx->common;
+	uint8_t *base_keep = (uint8_t *)cm;
+	int32_t *base_pos = (int32_t *)(cm + sz->o_pos), *all_pos = (int32_t *)(cm + sz->o_all);
+	jb->errs = (struct skv_item_err *)(cm + sz->o_errs);
+	memset(jb->errs, 0, (size_t)jb->n_items * sizeof(*jb->errs));
+	if (sz->split) {
+		jb->cs = (float *)(cm + sz->o_cs);
+		jb->uerrs = (struct skv_item_err *)(cm + sz->o_uerrs);
+		memset(jb->uerrs, 0, (size_t)jb->n_items * jb->G * sizeof(*jb->uerrs));
+	}
+	uint32_t *caps = (uint32_t *)(cm + sz->o_caps);
+	int r = skv_layer_caps(p, n_layers, caps, err);
+	if (r < 0)
+		return r;
+	jb->caps = caps;
+	jb->kept_all = (uint32_t *)(cm + sz->o_kept);
+	jb->mass_all = (float *)(cm + sz->o_mass);
+	if (jb->R) {
+		jb->rank = (uint32_t *)(cm + sz->o_rank);
+		jb->rvote = (float *)(cm + sz->o_rvote);
+		jb->fsum = (double *)(cm + sz->o_fsum);
+		jb->cneed = (uint32_t *)(cm + sz->o_cneed);
+	}
+	memset(base_keep, 0, L);
+	if (!jb->pl->bypass)
+		skv_mark_forced(sh, p, jb->select ? 0 : jb->pl->sinks,
+				jb->select ? jb->pl->w_keep : 0, base_keep);
+	jb->P = L - (jb->select ? jb->pl->w_keep : 0);
+	for (uint32_t j = 0, n = 0; j < L; j++) {
+		all_pos[j] = (int32_t)j;
+		if (base_keep[j])
+			base_pos[n++] = (int32_t)j;
+	}
+	jb->base_keep = base_keep;
+	jb->base_pos = base_pos;
+	jb->all_pos = all_pos;
+	jb->budget = 0;
+	return 0;
+}
+
+/* Fallback (SPEC.md): some head below fallback_below keeps the full prompt
+ * in every head; NaN masses (nothing voted) never trigger it. */
+static void finish_result(struct skv_ctx *ctx, struct skv_job *jb, uint32_t n_layers,
+			  struct skv_budget_result *res)
+{
+	const struct skv_params *p = jb->p;
+	const size_t nh = (size_t)n_layers * jb->h_store;
+	float lo = INFINITY;
+	bool fall = false;
+
+	for (size_t i = 0; i < nh; i++) {
+		float m = jb->mass_all[i];
+		lo = m < lo ? m : lo;
+		fall |= m < p->fallback_below;
+	}
+	if (fall)
+		skv_ctx_run(ctx, jb, PH_FULL, jb->n_items);
+	if (!res)
+		return;
+	if (res->kept)
+		memcpy(res->kept, jb->kept_all, nh * sizeof(*res->kept));
+	res->c_star = p->budget_mode == SKV_BUDGET_MASS	? (jb->select ? jb->c_star : p->c_min)
+		      : p->budget_mode == SKV_BUDGET_UNIFORM ? p->capacity
+							: 0;
+	res->fallback = fall;
+	res->min_mass = nh ? lo : NAN;
+}
+
+int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *sh,
+		       const struct skv_params *params, uint32_t n_layers,
+		       const struct skv_layer_in *in, const struct skv_layer_out *out,
+		       struct skv_budget_result *res, struct skv_error *err)
+{
+	struct skv_params pr;
+	struct skv_plan pl;
+	int r;
+
+	skv_error_clear(err);
+	if (!ctx)
+		return skv_fail(err, -1, -1, "no context");
+	r = skv_plan(sh, params, &pl, err);
+	if (r < 0)
+		return r;
+	skv_params_resolve(params, &pr, err);
+	const struct skv_params *p = &pr;
+	if (res && res->result_size != sizeof(*res))
+		return skv_fail(err, -1, -1, "result_size is %u, expected %zu", res->result_size,
+				sizeof(*res));
+	if (n_layers == 0)
+		return 0;
+	if (n_layers > SKV_MAX_LAYERS)
+		return skv_fail(err, -1, -1, "%u layers exceed %u", n_layers, SKV_MAX_LAYERS);
+	if (!in || !out)
+		return skv_fail(err, -1, -1, "layer inputs and outputs are required");
+	if ((!res || !res->kept) &&
+	    (p->budget_mode == SKV_BUDGET_HEADS || p->budget_mode == SKV_BUDGET_MASS ||
+	     p->budget_mode == SKV_BUDGET_MASS_HEADS || p->fallback_below > 0.0f))
+		return skv_fail(err, -1, -1,
+				"budget mode %s%s decides the counts per head: give a result "
+				"with a kept array (skv_compact_budget)",
+				skv_budget_name(p->budget_mode),
+				p->fallback_below > 0.0f ? " with a fallback" : "");
+
+	struct skv_job jb;
+	struct skv_sizing sz;
+	uint32_t *rows = malloc((size_t)n_layers * sizeof(*rows));
+	if (!rows)
+		return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
+	r = skv_budget_rows(sh, p, n_layers, rows, err);
+	job_derive(sh, p, &pl, n_layers, ctx->threads, &jb, &sz);
+	jb.in = in;
+	jb.out = out;
+	jb.isa = ctx->isa;
+	jb.run_unit = run_unit;
+	if (!r)
+		r = check_io(&jb, n_layers, rows, err);
+	free(rows);
+	if (r < 0)
+		return r;
+	r = setup_common(ctx, &jb, &sz, p, n_layers, err);
+	if (r < 0)
+		return r;
+	for (unsigned t = 0; t < sz.nth; t++)
+		if (ws_reserve(&ctx->ws[t], &jb) < 0)
+			return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
+	jb.nth = sz.nth;
+	r = run_phases(ctx, &jb, sz.split, n_layers, err);
+	if (r < 0)
+		return r;
+	finish_result(ctx, &jb, n_layers, res);
 	return 0;
 }
 
@@ -256,150 +608,5 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 		uint32_t n_layers, const struct skv_layer_in *in, const struct skv_layer_out *out,
 		struct skv_error *err)
 {
-	struct skv_plan pl;
-	int r;
-
-	skv_error_clear(err);
-	if (!ctx)
-		return skv_fail(err, -1, -1, "no context");
-	r = skv_plan(sh, p, &pl, err);
-	if (r < 0)
-		return r;
-	if (n_layers == 0)
-		return 0;
-	if (n_layers > SKV_MAX_LAYERS)
-		return skv_fail(err, -1, -1, "%u layers exceed %u", n_layers, SKV_MAX_LAYERS);
-	if (!in || !out)
-		return skv_fail(err, -1, -1, "layer inputs and outputs are required");
-
-	const uint32_t L = sh->prompt_len, G = sh->h_q / sh->h_kv;
-	struct skv_job jb;
-	struct skv_sizing sz;
-
-	job_derive(sh, p, &pl, n_layers, ctx->threads, &jb, &sz);
-	jb.in = in;
-	jb.out = out;
-	jb.isa = ctx->isa;
-	jb.run_unit = run_unit;
-
-	for (uint32_t l = 0; l < n_layers; l++) {
-		const struct skv_layer_out *o = &out[l];
-		if (jb.score) {
-			r = skv_check_tensor(&in[l].q, "q", l, sh->h_q, sh->n_q, sh->head_dim,
-					     false, err);
-			if (r < 0)
-				return r;
-		}
-		r = skv_check_tensor(&in[l].k, "k", l, sh->h_kv, L, sh->head_dim, NULL, err);
-		if (!r)
-			r = skv_check_tensor(&in[l].v, "v", l, sh->h_kv, L, sh->head_dim, false,
-					     err);
-		if (!r)
-			r = skv_check_tensor(&o->k, "output k", l, pl.h_store, pl.kept,
-					     sh->head_dim, o, err);
-		if (!r)
-			r = skv_check_tensor(&o->v, "output v", l, pl.h_store, pl.kept,
-					     sh->head_dim, o, err);
-		if (r < 0)
-			return r;
-		if (!o->positions)
-			return skv_fail(err, (int32_t)l, -1, "layer %u: no positions output", l);
-		if (o->pos_stride < pl.kept && pl.h_store > 1)
-			return skv_fail(err, (int32_t)l, -1,
-					"layer %u: pos_stride %u is below the kept count %u", l,
-					o->pos_stride, pl.kept);
-	}
-	uint32_t *rows = malloc((size_t)n_layers * sizeof(*rows));
-	if (!rows)
-		return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
-	for (uint32_t l = 0; l < n_layers; l++)
-		rows[l] = pl.kept;
-	r = skv_check_paged_disjoint(n_layers, out, rows, pl.h_store, sh->head_dim, err);
-	free(rows);
-	if (r < 0)
-		return r;
-
-	/*
-	 * Fewer items than threads (one layer on a big machine): score the query
-	 * heads of each item as separate units, then select. Same bits as the
-	 * item-at-a-time path (score_item), G times the key traffic.
-	 */
-	const bool split = sz.split;
-	size_t o_pos = sz.o_pos, o_errs = sz.o_errs, o_cs = sz.o_cs, o_uerrs = sz.o_uerrs;
-	size_t total = sz.common;
-	if (total > ctx->common_cap) {
-		void *m = NULL;
-		if (posix_memalign(&m, 64, total))
-			return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
-		free(ctx->common);
-		ctx->common = m;
-		ctx->common_cap = total;
-	}
-	char *cm = ctx->common;
-	uint8_t *base_keep = (uint8_t *)cm;
-	int32_t *base_pos = (int32_t *)(cm + o_pos);
-	struct skv_item_err *errs = (struct skv_item_err *)(cm + o_errs);
-	memset(errs, 0, (size_t)jb.n_items * sizeof(*errs));
-	if (split) {
-		jb.cs = (float *)(cm + o_cs);
-		jb.uerrs = (struct skv_item_err *)(cm + o_uerrs);
-		memset(jb.uerrs, 0, (size_t)jb.n_items * G * sizeof(*jb.uerrs));
-	}
-	if (pl.bypass) {
-		memset(base_keep, 1, L);
-	} else if (jb.select) {
-		jb.P = L - pl.w_keep;
-		uint32_t forced = skv_mark_forced(sh, p, 0, pl.w_keep, base_keep);
-		jb.budget = pl.kept - forced;
-	} else {
-		uint32_t forced = skv_mark_forced(sh, p, pl.sinks, 0, base_keep);
-		uint32_t fill = pl.kept - forced;
-		for (uint32_t j = L; j-- > 0 && fill;)
-			if (!base_keep[j]) {
-				base_keep[j] = 1;
-				fill--;
-			}
-	}
-	for (uint32_t j = 0, n = 0; j < L; j++)
-		if (base_keep[j])
-			base_pos[n++] = (int32_t)j;
-	jb.base_keep = base_keep;
-	jb.base_pos = base_pos;
-
-	unsigned nth = sz.nth;
-	for (unsigned t = 0; t < nth; t++)
-		if (ws_reserve(&ctx->ws[t], &jb) < 0)
-			return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
-	jb.errs = errs;
-	jb.nth = nth;
-	if (!split) {
-		skv_ctx_run(ctx, &jb, PH_ITEMS, jb.n_items);
-	} else {
-		skv_ctx_run(ctx, &jb, PH_SCORE_HEADS, jb.n_items * G);
-		for (uint32_t i = 0; i < jb.n_items; i++)
-			for (uint32_t g = 0; g < G; g++)
-				if (jb.uerrs[(size_t)i * G + g].rc < 0) {
-					errs[i].rc = jb.uerrs[(size_t)i * G + g].rc;
-					errs[i].head = (int32_t)((i % sh->h_kv) * G + g);
-					break;
-				}
-		skv_ctx_run(ctx, &jb, PH_FINISH,
-			    p->gqa == SKV_GQA_EXPAND ? jb.n_items * G : jb.n_items);
-	}
-	r = 0;
-	for (uint32_t i = 0; i < jb.n_items; i++)
-		if (errs[i].rc < 0) {
-			uint32_t layer = i / sh->h_kv;
-			r = errs[i].rc;
-			if (err) {
-				snprintf(err->msg, sizeof(err->msg),
-					 "layer %u query head %d (kv head %u): NaN or Inf in the "
-					 "attention logits",
-					 layer, errs[i].head, i % sh->h_kv);
-				err->layer = (int32_t)layer;
-				err->head = errs[i].head;
-			}
-			break;
-		}
-	return r;
+	return skv_compact_budget(ctx, sh, p, n_layers, in, out, NULL, err);
 }

@@ -50,6 +50,10 @@ __attribute__((format(printf, 4, 5))) int skv_fail(struct skv_error *err, int32_
 						   int32_t head, const char *fmt, ...);
 /* Clears err to "no error" (empty message, layer and head -1). */
 void skv_error_clear(struct skv_error *err);
+/* The caller's params as the current struct: a SKV_PARAMS_SIZE_V1 caller's
+ * budget fields take their defaults (uniform, no fallback). -EINVAL on any
+ * other params_size. */
+int skv_params_resolve(const struct skv_params *p, struct skv_params *ret, struct skv_error *err);
 
 /* --------------------------------------------------------- skv-plan.c */
 
@@ -61,6 +65,14 @@ bool skv_policy_scores(enum skv_policy p);
  */
 uint32_t skv_mark_forced(const struct skv_shape *sh, const struct skv_params *p, uint32_t sinks,
 			 uint32_t w_keep, uint8_t *keep);
+/* |window U protected| (scoring policies) or |sinks U protected| (others). */
+uint32_t skv_forced_count(const struct skv_shape *sh, const struct skv_params *p);
+/* C_l of each of n_layers layers (mass modes: C_max); -EINVAL for a list
+ * of the wrong length. params resolved and checked. */
+int skv_layer_caps(const struct skv_params *p, uint32_t n_layers, uint32_t *caps,
+		   struct skv_error *err);
+/* Rows a stored head's output needs at per-layer budget C. */
+uint32_t skv_rows_at(const struct skv_shape *sh, const struct skv_params *p, uint32_t C);
 
 /* ---------------------------------------------------------- skv-ctx.c */
 
@@ -72,7 +84,12 @@ struct skv_ws {
 	uint8_t *bad, *keep;
 	uint64_t *key;
 	int32_t *pos;
+	uint32_t *rpos; /* ranked positions, best first (mass modes) */
 	struct skv_seg *segs;
+	/* heads mode, one layer at a time: per stored head [H_store][L] */
+	float *hpool, *hvote;
+	uint8_t *hkeep;
+	unsigned __int128 *hkey;
 	size_t cap; /* bytes in mem */
 	void *mem;
 };
@@ -114,7 +131,7 @@ struct skv_job {
 	atomic_uint next;
 	struct skv_item_err *errs;
 	/* the phase run by the pool, its unit count and what runs one unit */
-	enum { PH_ITEMS, PH_SCORE_HEADS, PH_FINISH } phase;
+	enum { PH_ITEMS, PH_SCORE_HEADS, PH_FINISH, PH_RANK, PH_MASS, PH_LAYERS, PH_FULL } phase;
 	uint32_t n_units;
 	void (*run_unit)(struct skv_job *jb, struct skv_ws *w, uint32_t u);
 	float *cs;		    /* split mode: [item][G][L] column sums    */
@@ -126,8 +143,22 @@ struct skv_job {
 	uint32_t budget;   /* positions filled by top-k                     */
 	bool score, select;
 	const uint8_t *base_keep; /* forced positions                      */
-	const int32_t *base_pos;  /* kept positions when nothing is chosen */
+	const int32_t *base_pos;  /* the forced positions, ascending       */
+	const int32_t *all_pos;	  /* 0 .. L-1 (bypass, fallback)           */
 	float scale;
+	/* budget modes */
+	enum skv_budget mode;
+	const uint32_t *caps; /* [n_layers] C_l (mass modes: C_max)     */
+	uint32_t forced;      /* count of base_pos                      */
+	uint32_t h_store;
+	uint32_t *kept_all; /* [n_layers][h_store] kept per head        */
+	float *mass_all;    /* [n_layers][h_store] retained mass        */
+	uint32_t R;	    /* mass: ranked picks held per head         */
+	uint32_t *rank;	    /* mass: [n_layers * h_store][R] best first */
+	float *rvote;	    /* mass: the votes of those positions       */
+	double *fsum;	    /* mass: summed votes of the forced ones    */
+	uint32_t *cneed;    /* mass: smallest ladder C reaching tau     */
+	uint32_t c_star;    /* mass: the chosen C                       */
 };
 
 /* Run jb->run_unit on units 0 .. n_units-1 over the pool, the calling thread
@@ -141,12 +172,57 @@ int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, u
 
 /* ------------------------------------------------------- skv-select.c */
 
-/* Positions kept for one stored head into w->pos (ascending); returns count. */
-uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *votes);
+/* Positions kept for one stored head into w->pos (ascending), the forced
+ * ones and the k best by pooled score; returns count. */
+uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *votes, uint32_t k);
+/* Pooled votes of the prefix [0, P) into out. */
+void skv_pool_votes(const struct skv_job *jb, const float *votes, float *out);
+/*
+ * Ranking key: higher is better. The score's bits, made monotonic as an
+ * unsigned integer, above the complement of the position, so that equal
+ * scores rank the smaller position first. One integer compare per step.
+ */
+static inline uint64_t skv_rank_key(float score, uint32_t pos)
+{
+	uint32_t u;
+	__builtin_memcpy(&u, &score, 4);
+	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return (uint64_t)u << 32 | (uint32_t)~pos;
+}
+/* The R best non-forced prefix positions of one head, best first, in
+ * w->key[0..n) (position = ~(uint32_t)key); returns n = min(R, candidates). */
+uint32_t skv_rank(const struct skv_job *jb, struct skv_ws *w, const float *votes, uint32_t R);
+/* Forced positions plus the first `picks` of ranked[] into w->pos, ascending. */
+uint32_t skv_keep_ranked(const struct skv_job *jb, struct skv_ws *w, const uint32_t *ranked,
+			 uint32_t picks);
+/* Sum in double of votes over the forced positions, ascending. */
+double skv_forced_sum(const struct skv_job *jb, const float *votes);
+/* The mass-curve value of SPEC.md's budget modes: min(1, (float)(acc / rows)). */
+float skv_curve(double acc, uint32_t rows);
+/* The min(k, n) largest of key[0..n) into its front (unordered); returns it. */
+uint32_t skv_top_keys(uint64_t *key, uint32_t n, uint32_t k);
+/* Quickselect of the k largest 128-bit keys into key[0..k). */
+void skv_select_top128(unsigned __int128 *key, size_t n, size_t k);
 /* Retained mass of the kept positions pos[0..cnt) given column sums. */
 float skv_mass_of(const float *colsum, const int32_t *pos, uint32_t cnt, uint32_t rows);
 /* Group votes into w->vote: the G heads' column sums averaged, in a fixed order. */
 void skv_group_votes(const struct skv_job *jb, struct skv_ws *w, const float *colsum);
+
+/* ------------------------------------------------------- skv-budget.c */
+
+/* mass-heads: one stored head h (votes v) ranked, its k chosen and written. */
+void skv_mass_heads_head(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+			 uint32_t h, const float *v);
+/* mass, phase one: rankings and per-head smallest ladder C held in the job. */
+int skv_mass_rank_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+		       const float *colsum);
+/* mass, phase two: every stored head of the item keeps min(L, C*). */
+void skv_mass_finish_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh);
+/* Fallback: all L positions for every stored head of the item. */
+void skv_full_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh);
+/* heads: one layer scored, decided and written; -EDOM names item and head. */
+int skv_heads_layer(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t *ret_item,
+		    int32_t *ret_head);
 
 /* ------------------------------------------------------- skv-gather.c */
 

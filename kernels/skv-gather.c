@@ -208,4 +208,8 @@ void skv_emit(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32
 	}
 	if (out->retained_mass)
 		out->retained_mass[h] = mass;
+	if (jb->kept_all) {
+		jb->kept_all[(size_t)layer * jb->h_store + h] = cnt;
+		jb->mass_all[(size_t)layer * jb->h_store + h] = mass;
+	}
 }

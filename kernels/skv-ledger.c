@@ -48,3 +48,34 @@ int skv_ledger_compute(const struct skv_ledger_in *in, struct skv_ledger *ret)
 	*ret = l;
 	return 0;
 }
+
+int skv_ledger_sum(const struct skv_ledger_in *in, const uint32_t *kept, uint64_t n_kept,
+		   struct skv_ledger *ret)
+{
+	struct skv_ledger_in u;
+	struct skv_ledger l;
+	int r;
+
+	if (!in || !kept || !ret)
+		return -EINVAL;
+	u = *in;
+	u.capacity = in->capacity ? in->capacity : 1;
+	r = skv_ledger_compute(&u, &l);
+	if (r < 0)
+		return r;
+	uint64_t pairs, slots = 0, t, ds;
+	if (__builtin_mul_overflow(in->layers, l.h_store, &pairs))
+		return -EOVERFLOW;
+	if (pairs != n_kept)
+		return -EINVAL;
+	for (uint64_t i = 0; i < n_kept; i++)
+		if (__builtin_add_overflow(slots, (uint64_t)kept[i] + in->appended, &slots))
+			return -EOVERFLOW;
+	if (__builtin_mul_overflow(slots, in->batch, &slots) ||
+	    __builtin_mul_overflow(in->head_dim, in->dtype_bytes, &ds) ||
+	    __builtin_mul_overflow(slots, ds, &t) || __builtin_mul_overflow(t, 2, &l.compact) ||
+	    __builtin_mul_overflow(slots, 4, &l.index))
+		return -EOVERFLOW;
+	*ret = l;
+	return 0;
+}

@@ -26,6 +26,24 @@ const char *skv_policy_name(enum skv_policy p)
 	}
 }
 
+const char *skv_budget_name(enum skv_budget b)
+{
+	switch (b) {
+	case SKV_BUDGET_UNIFORM:
+		return "uniform";
+	case SKV_BUDGET_LAYERS:
+		return "layers";
+	case SKV_BUDGET_HEADS:
+		return "heads";
+	case SKV_BUDGET_MASS:
+		return "mass";
+	case SKV_BUDGET_MASS_HEADS:
+		return "mass-heads";
+	default:
+		return NULL;
+	}
+}
+
 int skv_fail(struct skv_error *err, int32_t layer, int32_t head, const char *fmt, ...)
 {
 	if (err) {
@@ -56,4 +74,23 @@ void skv_params_init(struct skv_params *p)
 	static const struct skv_params d = SKV_PARAMS_DEFAULTS;
 
 	memcpy(p, &d, sizeof(*p));
+}
+
+int skv_params_resolve(const struct skv_params *p, struct skv_params *ret, struct skv_error *err)
+{
+	static const struct skv_params d = SKV_PARAMS_DEFAULTS;
+
+	if (p->params_size == SKV_PARAMS_SIZE_V1) {
+		/* a caller built before the budget modes: uniform, no fallback */
+		memcpy(ret, &d, sizeof(*ret));
+		memcpy(ret, p, SKV_PARAMS_SIZE_V1);
+		ret->params_size = sizeof(*ret);
+		return 0;
+	}
+	if (p->params_size != sizeof(*p))
+		return skv_fail(err, -1, -1,
+				"params_size is %u, expected %zu or %zu (use skv_params_init)",
+				p->params_size, sizeof(*p), (size_t)SKV_PARAMS_SIZE_V1);
+	memcpy(ret, p, sizeof(*ret));
+	return 0;
 }

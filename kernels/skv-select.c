@@ -3,6 +3,7 @@
  * skv-select.c - selection of one stored head: pooling, top-k with ties to the
  * smaller position, and the retained mass of what is kept.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "skv-driver.h"
@@ -52,20 +53,47 @@ static void pool(const struct skv_params *p, uint32_t kernel, const float *v, fl
 	}
 }
 
-/*
- * Ranking keys: higher is better. The score's bits, made monotonic as an
- * unsigned integer, above the complement of the position, so that equal
- * scores rank the smaller position first. One integer compare per step.
- */
-static inline uint64_t rank_key(float score, uint32_t pos)
+/* Rearrange key[0..n) so that its first k entries are the k largest (quickselect). */
+#define SELECT_TOP(NAME, KT, IT)                                                                   \
+	static void NAME(KT *key, IT n, IT k)                                                      \
+	{                                                                                          \
+		IT lo = 0, hi = n; /* [0, lo) best, [hi, n) worst, k in [lo, hi] */                \
+		while (hi - lo > 1) {                                                              \
+			IT ia = lo, ib = lo + (hi - lo) / 2, ic = hi - 1, ip;                      \
+			KT a = key[ia], b = key[ib], c = key[ic], t;                               \
+			if (a > b)                                                                 \
+				ip = b > c ? ib : (a > c ? ic : ia);                               \
+			else                                                                       \
+				ip = a > c ? ia : (b > c ? ic : ib);                               \
+			t = key[ip];                                                               \
+			key[ip] = key[hi - 1];                                                     \
+			key[hi - 1] = t;                                                           \
+			KT pv = t;                                                                 \
+			IT st = lo;                                                                \
+			for (IT i = lo; i < hi - 1; i++) {                                         \
+				KT x = key[i];                                                     \
+				key[i] = key[st];                                                  \
+				key[st] = x;                                                       \
+				st += x > pv;                                                      \
+			}                                                                          \
+			key[hi - 1] = key[st];                                                     \
+			key[st] = pv;                                                              \
+			if (k == st || k == st + 1)                                                \
+				return;                                                            \
+			if (k < st)                                                                \
+				hi = st;                                                           \
+			else                                                                       \
+				lo = st + 1;                                                       \
+		}                                                                                  \
+	}
+SELECT_TOP(select_top128, unsigned __int128, size_t)
+#undef SELECT_TOP
+
+void skv_select_top128(unsigned __int128 *key, size_t n, size_t k)
 {
-	uint32_t u;
-	memcpy(&u, &score, 4);
-	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-	return (uint64_t)u << 32 | (uint32_t)~pos;
+	select_top128(key, n, k);
 }
 
-/* Rearrange key[0..n) so that its first k entries are the k largest (quickselect). */
 static void select_top(uint64_t *key, uint32_t n, uint32_t k)
 {
 	uint32_t lo = 0, hi = n; /* [0, lo) best, [hi, n) worst, k in [lo, hi] */
@@ -102,22 +130,27 @@ static void select_top(uint64_t *key, uint32_t n, uint32_t k)
 	}
 }
 
+void skv_pool_votes(const struct skv_job *jb, const float *votes, float *out)
+{
+	uint32_t kernel = jb->p->policy == SKV_POLICY_H2O ? 1 : jb->p->kernel;
+
+	pool(jb->p, kernel, votes, out, jb->P);
+}
+
 /* Positions kept for one stored head into w->pos (ascending); returns count. */
-uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *votes)
+uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *votes, uint32_t k)
 {
 	const uint32_t L = jb->sh->prompt_len, P = jb->P;
-	uint32_t kernel = jb->p->policy == SKV_POLICY_H2O ? 1 : jb->p->kernel;
 	uint32_t n = 0, cnt = 0;
 
 	memcpy(w->keep, jb->base_keep, L);
-	pool(jb->p, kernel, votes, w->pooled, P);
-	uint32_t k = jb->budget;
+	skv_pool_votes(jb, votes, w->pooled);
 	if (k >= P) { /* everything left fits (L == C) */
 		memset(w->keep, 1, P);
 	} else {
 		for (uint32_t j = 0; j < P; j++)
 			if (!w->keep[j])
-				w->key[n++] = rank_key(w->pooled[j], j);
+				w->key[n++] = skv_rank_key(w->pooled[j], j);
 		if (k > n)
 			k = n;
 		if (k < n)
@@ -151,4 +184,106 @@ void skv_group_votes(const struct skv_job *jb, struct skv_ws *w, const float *co
 			acc += colsum[(size_t)q * L + j];
 		w->vote[j] = acc / (float)G;
 	}
+}
+
+/* ------------------------------------------------- budget modes: ranking */
+
+/* Sort distinct keys descending: quicksort (median of three, the smaller
+ * side first, the larger iterated), insertion sort below 16. qsort()'s
+ * indirect compares cost the mass modes ~10% of a compaction. */
+static void sort_desc(uint64_t *a, uint32_t n)
+{
+	while (n > 16) {
+		uint32_t m = n / 2;
+		uint64_t x = a[0], y = a[m], z = a[n - 1];
+		uint64_t pv = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+		uint32_t i = 0, j = n - 1;
+		for (;;) {
+			while (a[i] > pv)
+				i++;
+			while (a[j] < pv)
+				j--;
+			if (i >= j)
+				break;
+			uint64_t t = a[i];
+			a[i] = a[j];
+			a[j] = t;
+			i++;
+			j--;
+		}
+		/* [0, j] >= pv >= [j + 1, n) */
+		uint32_t left = j + 1;
+		if (left < n - left) {
+			sort_desc(a, left);
+			a += left;
+			n -= left;
+		} else {
+			sort_desc(a + left, n - left);
+			n = left;
+		}
+	}
+	for (uint32_t i = 1; i < n; i++) {
+		uint64_t v = a[i];
+		uint32_t j = i;
+		for (; j > 0 && a[j - 1] < v; j--)
+			a[j] = a[j - 1];
+		a[j] = v;
+	}
+}
+
+uint32_t skv_rank(const struct skv_job *jb, struct skv_ws *w, const float *votes, uint32_t R)
+{
+	const uint32_t P = jb->P;
+	uint32_t n = 0;
+
+	skv_pool_votes(jb, votes, w->pooled);
+	for (uint32_t j = 0; j < P; j++)
+		if (!jb->base_keep[j])
+			w->key[n++] = skv_rank_key(w->pooled[j], j);
+	if (R > n)
+		R = n;
+	if (R < n)
+		select_top(w->key, n, R);
+	/* keys are distinct (the position is in them): the order is total */
+	sort_desc(w->key, R);
+	return R;
+}
+
+uint32_t skv_keep_ranked(const struct skv_job *jb, struct skv_ws *w, const uint32_t *ranked,
+			 uint32_t picks)
+{
+	const uint32_t L = jb->sh->prompt_len;
+	uint32_t cnt = 0;
+
+	memcpy(w->keep, jb->base_keep, L);
+	for (uint32_t i = 0; i < picks; i++)
+		w->keep[ranked[i]] = 1;
+	for (uint32_t j = 0; j < L; j++)
+		if (w->keep[j])
+			w->pos[cnt++] = (int32_t)j;
+	return cnt;
+}
+
+double skv_forced_sum(const struct skv_job *jb, const float *votes)
+{
+	double acc = 0.0;
+
+	for (uint32_t i = 0; i < jb->forced; i++)
+		acc += votes[jb->base_pos[i]];
+	return acc;
+}
+
+float skv_curve(double acc, uint32_t rows)
+{
+	float m = (float)(acc / rows);
+
+	return m < 1.0f ? m : 1.0f;
+}
+
+uint32_t skv_top_keys(uint64_t *key, uint32_t n, uint32_t k)
+{
+	if (k >= n)
+		return n;
+	select_top(key, n, k);
+	return k;
 }

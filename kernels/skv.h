@@ -80,6 +80,23 @@ struct skv_range {
 };
 
 #define SKV_MAX_PROTECTED 16
+/* Entries of an explicit per-layer budget list (budget mode layers). */
+#define SKV_MAX_LAYER_CAPS 256
+
+/*
+ * Budget modes of SPEC.md ("Budgets beyond one C"). uniform is today's one C
+ * for every head and the default; the others are built from the same single
+ * scoring pass.
+ */
+enum skv_budget {
+	SKV_BUDGET_UNIFORM = 0,	   /* capacity C for every stored head          */
+	SKV_BUDGET_LAYERS = 1,	   /* layer_caps[l], or pyramid r around C      */
+	SKV_BUDGET_HEADS = 2,	   /* AdaKV: floor a, then a layer-wide top-k   */
+	SKV_BUDGET_MASS = 3,	   /* one C* on the ladder c_min..c_max by step */
+	SKV_BUDGET_MASS_HEADS = 4, /* per head the smallest k reaching tau      */
+};
+/* "uniform", "layers", "heads", "mass", "mass-heads"; NULL for an unknown one. */
+const char *skv_budget_name(enum skv_budget b);
 
 /*
  * Compaction parameters: SPEC.md's single parameterisation. Fill with
@@ -102,7 +119,23 @@ struct skv_params {
 	uint32_t sinks; /* S, streamingllm only (default 4)        */
 	uint32_t n_protected;
 	struct skv_range protected_ranges[SKV_MAX_PROTECTED];
+	/*
+	 * Budget modes. A caller built before them passes params_size ==
+	 * SKV_PARAMS_SIZE_V1 and gets uniform with no fallback; nothing below
+	 * is read then.
+	 */
+	enum skv_budget budget_mode;
+	uint32_t n_layer_caps;			 /* layers: list length, 0 = pyramid */
+	uint32_t layer_caps[SKV_MAX_LAYER_CAPS]; /* layers: C_l of layer l          */
+	float pyramid_r;			 /* layers, no list: r in (0, 64]    */
+	float head_floor;			 /* heads: a in [0, 1] (0.2)         */
+	float tau;				 /* mass, mass-heads: in (0, 1]      */
+	uint32_t c_min, c_max, c_step;		 /* mass ladder (mass-heads: no step) */
+	float fallback_below;			 /* tau_f in [0, 1]; 0 = never fall back (0) */
 };
+
+/* params_size of callers built before the budget modes. */
+#define SKV_PARAMS_SIZE_V1 offsetof(struct skv_params, budget_mode)
 
 /* Reference defaults: snapkv, W 32, C 2048, k 5, avg, expand, S 4. */
 void skv_params_init(struct skv_params *p);
@@ -113,7 +146,8 @@ void skv_params_init(struct skv_params *p);
 	{                                                                                          \
 		.params_size = sizeof(struct skv_params), .policy = SKV_POLICY_SNAPKV,             \
 		.window = 32, .budget = 2048, .kernel = 5, .pooling = SKV_POOL_AVG,                \
-		.gqa = SKV_GQA_EXPAND, .sinks = 4,                                                 \
+		.gqa = SKV_GQA_EXPAND, .sinks = 4, .budget_mode = SKV_BUDGET_UNIFORM,              \
+		.head_floor = 0.2f,                                                                \
 	}
 
 /* Problem shape of one layer; identical for every layer of a call. */
@@ -129,7 +163,11 @@ struct skv_shape {
 
 /*
  * What a compaction will produce, derived from shape and params before any
- * work (skv_plan()). All stored heads of all layers keep the same count.
+ * work (skv_plan()). In budget mode uniform all stored heads of all layers
+ * keep `kept`; in the other modes `kept` is the most rows one head may keep
+ * (layers pyramid: 2 C, before N is known; with a fallback: L) and bypass
+ * means every layer bypasses (mass modes: L < C_min); skv_budget_rows()
+ * gives the per-layer room.
  */
 struct skv_plan {
 	uint32_t h_store; /* h_q (expand) or h_kv (group)                  */
@@ -167,7 +205,8 @@ struct skv_error {
  * - Weights below exp(-87.3) of a row's maximum count as 0.
  * - -EDOM: err->head is the QUERY head (kv_head * G + g) of the lowest
  *   failing (layer, head); that item writes nothing, others may have.
- * - params_size must equal sizeof(struct skv_params).
+ * - params_size must equal sizeof(struct skv_params) or SKV_PARAMS_SIZE_V1
+ *   (a caller built before the budget modes: uniform, no fallback).
  * - Output dtype may differ from the input's (converted, round to nearest
  *   even); rows are otherwise copied bit for bit.
  * - Limits: L <= 2^22, D <= 4096, h_q <= 4096, kernel <= 255.
@@ -270,6 +309,72 @@ int skv_scratch_bytes(const struct skv_shape *shape, const struct skv_params *pa
 		      uint32_t n_layers, unsigned threads, uint64_t *ret_bytes,
 		      struct skv_error *err);
 
+/*
+ * Budget modes (SPEC.md "Budgets beyond one C"). skv_compact() takes any
+ * mode whose counts are fixed before any work (uniform, layers, no
+ * fallback); the others need skv_compact_budget() and a kept array.
+ *
+ * Outputs keep the layout of struct skv_layer_out: stored head h of layer l
+ * writes its kept_h rows at (h, 0 .. kept_h - 1) and its positions at
+ * h * pos_stride; each head needs room for rows[l] of skv_budget_rows()
+ * (exactly C_l for uniform and layers; the most a head may keep otherwise;
+ * L when fallback_below > 0). Ragged storage (one block of sum_h cap_h rows
+ * per layer) is the caller's packing of these rows, head after head.
+ *
+ * Decisions of the host implementation where SPEC.md leaves room (the CUDA
+ * backend must match them):
+ * - F = |window U protected| (scoring) or |sinks U protected|; P(C) = C - F
+ *   prefix picks. Rules involving C are checked at every C_l of a list, at
+ *   every pyramid C_l once N is known, and at C_min for the mass modes (the
+ *   same message, prefixed with the layer or "C_min").
+ * - Mass curve m_h(k) (mass, mass-heads): the votes of the forced positions
+ *   summed in double in ascending order, then the ranked picks added in rank
+ *   order (pooled score descending, ties to the smaller position), divided
+ *   by W_obs, rounded to float and capped at 1; exactly 1 when all L
+ *   positions are kept. It is non-decreasing in k by construction. These
+ *   modes report m_h(kept_h) as the retained mass (uniform, layers and heads
+ *   report the ascending-order sum of the kept set, as before).
+ * - mass ladder: C_min, C_min + step, .. while below C_max, then C_max (so
+ *   C_max is always a candidate). A ladder C >= L keeps all L (mass 1). When
+ *   L < C_min nothing is scored: every head keeps L, C* = C_min, mass 1.
+ * - mass-heads: k runs over [C_min, C_max]; kept_h = min(L, k).
+ * - heads: f = floor(a * P(C)) in double; a head's floor picks are its own
+ *   best by pooled score; the rest are chosen among all remaining (head,
+ *   prefix position) pairs of the layer by pooled score, ties to the smaller
+ *   stored head, then the smaller position. Bypass when L < C.
+ * - layers pyramid: skv_layer_caps() in skv-plan.c (double arithmetic, the
+ *   remainder to layers 0, 1, ..). The list must have n_layers entries.
+ *   Per-layer bypass when L < C_l.
+ * - Fallback: checked after the choice over every (layer, stored head): a
+ *   mass below fallback_below (NaN never) makes every head of every layer
+ *   keep all L positions in order with mass 1; the result says fallback and
+ *   min_mass is the choice's, before the fallback.
+ * - heads, mass, mass-heads need a scoring policy (snapkv, h2o).
+ */
+struct skv_budget_result {
+	uint32_t result_size; /* sizeof(struct skv_budget_result)           */
+	uint32_t *kept;	      /* [n_layers][h_store] in: array, out: kept_h  */
+	uint32_t c_star;      /* out: mass: C*; uniform: C; otherwise 0      */
+	int32_t fallback;     /* out: 1 when the full prompt was kept        */
+	float min_mass;	      /* out: smallest m_h of the choice             */
+	uint32_t reserved[3];
+};
+
+/*
+ * Rows each stored head of layer l's outputs must have room for, into
+ * ret_rows[n_layers]; validates the mode against n_layers (list length,
+ * every pyramid C_l). 0 or -EINVAL with a reason.
+ */
+int skv_budget_rows(const struct skv_shape *shape, const struct skv_params *params,
+		    uint32_t n_layers, uint32_t *ret_rows, struct skv_error *err);
+
+/* skv_compact() for every budget mode; res may be NULL for uniform and
+ * layers without a fallback. Same returns as skv_compact(). */
+int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *shape,
+		       const struct skv_params *params, uint32_t n_layers,
+		       const struct skv_layer_in *in, const struct skv_layer_out *out,
+		       struct skv_budget_result *res, struct skv_error *err);
+
 /* Capacity ledger of SPEC.md for one cache. */
 struct skv_ledger_in {
 	uint64_t batch;	 /* B                          */
@@ -299,6 +404,15 @@ struct skv_ledger {
 
 /* -EINVAL on zero sizes or g > reserve; -EOVERFLOW when a product overflows. */
 int skv_ledger_compute(const struct skv_ledger_in *in, struct skv_ledger *ret);
+
+/*
+ * The summed ledger of SPEC.md's budget modes: kept[n_kept] per (layer,
+ * stored head), n_kept = N * H_store; compact 2*B*s*D*sum(kept + g), index
+ * 4*B*sum(kept + g); native_full and reserved as skv_ledger_compute() (which
+ * it equals for equal counts). capacity is not read. -EINVAL, -EOVERFLOW.
+ */
+int skv_ledger_sum(const struct skv_ledger_in *in, const uint32_t *kept, uint64_t n_kept,
+		   struct skv_ledger *ret);
 
 #ifdef __cplusplus
 }

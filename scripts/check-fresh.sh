@@ -67,6 +67,7 @@ flock 9
 if [ ! -s "$tarball" ]; then
 	say "building the base tree ($suite minbase + $base_pkgs from $mirror), cached as $tarball"
 	tree=$(mktemp -d "$cache/tree.XXXXXX")
+	chmod 0755 "$tree"
 	if ! debootstrap --variant=minbase --include="$base_pkgs" "$suite" "$tree" "$mirror" \
 		>"$cache/debootstrap.log" 2>&1; then
 		tail -n 30 "$cache/debootstrap.log" >&2
@@ -117,6 +118,9 @@ trap 'exit 129' HUP
 
 mkdir -p "$root"
 tar -C "$root" --numeric-owner -xpf "$tarball"
+# mktemp -d made the tree's top 0700 and tar -p gave that to the chroot's /:
+# a test that drops to another uid (test-hostile) could reach nothing
+chmod 0755 "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 mkdir -p "$root/src"
 git clone -q --no-local --no-checkout "$top" "$root/src/snapkvd"

@@ -10,3 +10,12 @@ $(BUILD)/bench/quality/quality.o: ALL_CFLAGS += -Iexamples/tiny-llama
 
 BENCHES += $(BUILD)/bench-quality
 OBJS    += $(BUILD)/bench/quality/quality.o
+
+# bench-quality-budget: the budget modes of SPEC.md at equal memory and along tau.
+$(BUILD)/bench-quality-budget: $(BUILD)/bench/quality/quality-budget.o $(BUILD)/libtinyllama.a $(LIBSKV)
+	$(CC) $(LDFLAGS) -o $@ $^ -lm -pthread
+
+$(BUILD)/bench/quality/quality-budget.o: ALL_CFLAGS += -Iexamples/tiny-llama
+
+BENCHES += $(BUILD)/bench-quality-budget
+OBJS    += $(BUILD)/bench/quality/quality-budget.o

@@ -163,6 +163,10 @@ struct skv_st_layer_result {
 	int64_t head_stride;
 	int64_t token_stride;
 	uint32_t pos_stride;
+	/* [h_store] rows head h holds (rows 0 .. kept[h]-1 at the strides
+	 * above); NULL: desc.plan.kept for every head. Equal counts in a layer
+	 * of a non-ragged mode are written [h_store, kept, D] */
+	const uint32_t *kept;
 };
 
 /* Everything the OUT file's __metadata__ records; fill with
@@ -174,13 +178,23 @@ struct skv_st_compact_desc {
 	enum skv_dtype dtype;	  /* of k/v in and out                      */
 	uint32_t n_layers;
 	struct skv_ledger ledger; /* skv_ledger_compute() with B = 1, g = 0,
-				     reserve = 0, N = n_layers, C = capacity */
+				     reserve = 0, N = n_layers, C = capacity;
+				     skv_st_compact_desc_budget(): summed */
 	/* 0: k/v [h_store, kept, D]; else paged output with this many slots
 	 * per block: k/v [ceil(kept / N), N, h_store, D], packed, rows past
 	 * kept zero; metadata out_layout=paged, block_size=N. 0 from
 	 * skv_st_compact_desc_init(). */
 	uint32_t out_block_size;
+	/* the budget's outcome (skv_st_compact_desc_budget); uniform: C, 0 */
+	uint32_t c_star; /* mass: C*; uniform: C; other modes 0 (none) */
+	int32_t fallback;
 };
+
+/* Budget modes whose file layers are ragged: heads, mass-heads. */
+static inline int skv_st_budget_ragged(enum skv_budget b)
+{
+	return b == SKV_BUDGET_HEADS || b == SKV_BUDGET_MASS_HEADS;
+}
 
 /*
  * Fill *ret_desc for a compaction of n_layers layers of `shape` with
@@ -193,6 +207,13 @@ int skv_st_compact_desc_init(struct skv_st_compact_desc *ret_desc, const struct 
 			     struct skv_error *err);
 
 /*
+ * Record a compaction's budget outcome in *desc: C*, fallback, and the
+ * ledger summed over kept[n_layers * h_store] (SPEC.md). -EINVAL, -EOVERFLOW.
+ */
+int skv_st_compact_desc_budget(struct skv_st_compact_desc *desc, const uint32_t *kept,
+			       uint32_t c_star, int fallback);
+
+/*
  * Write the compact-cache file of a compaction: for each layer N tensors
  * layers.N.k, layers.N.v [h_store, kept, D] (dtype), layers.N.indices I32
  * [h_store, kept], layers.N.retained_mass F32 [h_store], and __metadata__
@@ -201,7 +222,14 @@ int skv_st_compact_desc_init(struct skv_st_compact_desc *ret_desc, const struct 
  * h_q, h_kv, head_dim, dtype, n_q), the plan (h_store, kept, plan.sinks,
  * plan.w_obs, plan.w_keep, bypass) and the ledger (ledger.batch,
  * ledger.appended, ledger.native_full, ledger.compact, ledger.index,
- * ledger.reserved, ledger.ratio, ledger.ratio_exact). Byte-identical for
+ * ledger.reserved, ledger.ratio, ledger.ratio_exact), and the budget (budget,
+ * budget.c_star ("none" when the mode picks no one C), budget.fallback,
+ * budget.fallback_below, and the mode's parameters: budget.layers (list),
+ * budget.pyramid_r, budget.floor, budget.tau, budget.c_min, budget.c_max,
+ * budget.step). In a ragged mode (heads, mass-heads) layer N is instead
+ * layers.N.k/.v [sum_h kept_h, D] head after head, layers.N.indices I32
+ * [sum_h kept_h] (each head ascending), layers.N.kept I32 [h_store] and
+ * layers.N.retained_mass F32 [h_store]. Byte-identical for
  * identical inputs, whichever path produced the results. Atomic as
  * skv_st_write().
  */

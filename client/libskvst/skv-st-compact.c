@@ -61,7 +61,7 @@ static uint64_t gcd_u64(uint64_t a, uint64_t b)
 	return a;
 }
 
-#define N_META	 40
+#define N_META	 48
 #define META_VAL 160
 
 static bool is_packed(const struct skv_st_layer_result *lr, uint64_t kept, uint64_t hd)
@@ -88,6 +88,136 @@ static int pack_kv(const void *src, const struct skv_st_layer_result *lr, uint64
 	return 0;
 }
 
+/*
+ * The budget's metadata: mode, outcome and the mode's own parameters. The
+ * per-layer list may be long: it gets its own buffer (*ret_lst).
+ */
+static int budget_meta(const struct skv_st_compact_desc *d, struct skv_st_meta *meta,
+		       char (*vals)[META_VAL], size_t *nm, char **ret_lst)
+{
+	const struct skv_params *p = &d->params;
+	const char *name = skv_budget_name(p->budget_mode);
+
+	if (!name)
+		return -EINVAL;
+#define BMETA(k, ...)                                                                              \
+	do {                                                                                       \
+		if (*nm >= N_META)                                                                 \
+			return -EINVAL;                                                            \
+		snprintf(vals[*nm], META_VAL, __VA_ARGS__);                                        \
+		meta[*nm].key = (k);                                                               \
+		meta[*nm].value = vals[*nm];                                                       \
+		(*nm)++;                                                                           \
+	} while (0)
+	BMETA("budget", "%s", name);
+	if (d->c_star)
+		BMETA("budget.c_star", "%" PRIu32, d->c_star);
+	else
+		BMETA("budget.c_star", "none");
+	BMETA("budget.fallback", "%d", d->fallback ? 1 : 0);
+	BMETA("budget.fallback_below", "%.6g", (double)p->fallback_below);
+	switch (p->budget_mode) {
+	case SKV_BUDGET_LAYERS:
+		if (p->n_layer_caps) {
+			size_t cap = (size_t)p->n_layer_caps * 11 + 1, o = 0;
+			char *l = malloc(cap);
+			if (!l)
+				return -ENOMEM;
+			l[0] = '\0';
+			for (uint32_t i = 0; i < p->n_layer_caps && i < SKV_MAX_LAYER_CAPS; i++)
+				o += (size_t)snprintf(l + o, cap - o, "%s%" PRIu32, i ? "," : "",
+						      p->layer_caps[i]);
+			*ret_lst = l;
+			if (*nm >= N_META)
+				return -EINVAL;
+			meta[*nm].key = "budget.layers";
+			meta[*nm].value = l;
+			(*nm)++;
+		} else {
+			BMETA("budget.pyramid_r", "%.6g", (double)p->pyramid_r);
+		}
+		break;
+	case SKV_BUDGET_HEADS:
+		BMETA("budget.floor", "%.6g", (double)p->head_floor);
+		break;
+	case SKV_BUDGET_MASS:
+	case SKV_BUDGET_MASS_HEADS:
+		BMETA("budget.tau", "%.6g", (double)p->tau);
+		BMETA("budget.c_min", "%" PRIu32, p->c_min);
+		BMETA("budget.c_max", "%" PRIu32, p->c_max);
+		if (p->budget_mode == SKV_BUDGET_MASS)
+			BMETA("budget.step", "%" PRIu32, p->c_step);
+		break;
+	default:
+		break;
+	}
+#undef BMETA
+	return 0;
+}
+
+/* A ragged layer: K, V [sum kept, D] head after head, indices [sum kept],
+ * kept [h_store], retained mass [h_store], into t[0..4]. */
+static int ragged_layer(const struct skv_st_compact_desc *d, const struct skv_st_layer_result *lr,
+			uint32_t layer, struct skv_st_tensor *t, char (*nmv)[32], void **packed,
+			size_t *n_packed, enum skv_st_dtype st_dt, struct skv_st_error *err)
+{
+	const uint64_t hs = d->plan.h_store, hd = d->shape.head_dim;
+	const size_t es = skv_dtype_size(d->dtype);
+	uint64_t sum = 0;
+
+	if (!lr->kept || !lr->positions || !lr->head_stride || !lr->pos_stride)
+		return skv_st__fail(err, -EINVAL,
+				    "layer %" PRIu32 ": a ragged layer needs kept counts and "
+				    "explicit strides",
+				    layer);
+	for (uint64_t h = 0; h < hs; h++)
+		sum += lr->kept[h];
+	uint64_t tst = lr->token_stride ? (uint64_t)lr->token_stride : hd;
+	int32_t *idx = malloc((sum ? sum : 1) * sizeof(int32_t));
+	int32_t *kc = malloc(hs * sizeof(int32_t));
+	if (!idx || !kc) {
+		free(idx);
+		free(kc);
+		return skv_st__fail(err, -ENOMEM, "out of memory");
+	}
+	packed[(*n_packed)++] = idx;
+	packed[(*n_packed)++] = kc;
+	const void *src[2] = {lr->k, lr->v};
+	void *dst[2] = {NULL, NULL};
+	for (int j = 0; j < 2; j++) {
+		uint8_t *o = malloc(sum * hd * es + 1);
+		if (!o)
+			return skv_st__fail(err, -ENOMEM, "out of memory");
+		packed[(*n_packed)++] = o;
+		dst[j] = o;
+		for (uint64_t h = 0, row = 0; h < hs; h++)
+			for (uint64_t i = 0; i < lr->kept[h]; i++, row++)
+				memcpy(o + row * hd * es,
+				       (const uint8_t *)src[j] +
+					   (h * (uint64_t)lr->head_stride + i * tst) * es,
+				       hd * es);
+	}
+	for (uint64_t h = 0, row = 0; h < hs; h++) {
+		kc[h] = (int32_t)lr->kept[h];
+		memcpy(idx + row, lr->positions + h * lr->pos_stride,
+		       lr->kept[h] * sizeof(int32_t));
+		row += lr->kept[h];
+	}
+	for (int j = 0; j < 2; j++)
+		t[j] = (struct skv_st_tensor){
+		    .name = nmv[j], .dtype = st_dt, .rank = 2, .shape = {sum, hd}, .data = dst[j]};
+	t[2] = (struct skv_st_tensor){
+	    .name = nmv[2], .dtype = SKV_ST_I32, .rank = 1, .shape = {sum}, .data = idx};
+	t[3] = (struct skv_st_tensor){.name = nmv[3],
+				      .dtype = SKV_ST_F32,
+				      .rank = 1,
+				      .shape = {hs},
+				      .data = lr->retained_mass};
+	t[4] = (struct skv_st_tensor){
+	    .name = nmv[4], .dtype = SKV_ST_I32, .rank = 1, .shape = {hs}, .data = kc};
+	return 0;
+}
+
 int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 			 const struct skv_st_layer_result *layers, struct skv_st_error *err)
 {
@@ -95,6 +225,7 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 	char vals[N_META][META_VAL];
 	struct skv_st_tensor *ts = NULL;
 	char(*names)[32] = NULL;
+	char *lst = NULL;
 	float *nan_mass = NULL;
 	void **packed = NULL;
 	size_t nm = 0, n_packed = 0;
@@ -186,13 +317,17 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 		META("out_layout", "paged");
 		META("block_size", "%" PRIu32, d->out_block_size);
 	}
+	r = budget_meta(d, meta, vals, &nm, &lst);
+	if (r < 0)
+		return skv_st__fail(err, r, "budget parameters do not fit the metadata");
 #undef META
 
-	uint64_t hs = d->plan.h_store, kept = d->plan.kept, hd = d->shape.head_dim;
-	size_t nt = (size_t)d->n_layers * 4;
+	uint64_t hs = d->plan.h_store, hd = d->shape.head_dim;
+	const bool ragged = skv_st_budget_ragged(d->params.budget_mode);
+	size_t nt = (size_t)d->n_layers * 5;
 	ts = calloc(nt, sizeof(*ts));
 	names = calloc(nt, sizeof(*names));
-	packed = calloc(nt, sizeof(*packed));
+	packed = calloc(nt + 1, sizeof(*packed));
 	nan_mass = malloc((hs ? hs : 1) * sizeof(float));
 	if (!ts || !names || !packed || !nan_mass) {
 		r = skv_st__fail(err, -ENOMEM, "out of memory");
@@ -200,20 +335,41 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 	}
 	for (uint64_t h = 0; h < hs; h++)
 		nan_mass[h] = NAN;
+	size_t ti = 0;
 	for (uint32_t i = 0; i < d->n_layers; i++) {
 		const struct skv_st_layer_result *lr = &layers[i];
-		struct skv_st_tensor *t = &ts[(size_t)i * 4];
-		char(*nmv)[32] = &names[(size_t)i * 4];
+		struct skv_st_tensor *t = &ts[ti];
+		char(*nmv)[32] = &names[ti];
 		snprintf(nmv[0], 32, "layers.%" PRIu32 ".k", i);
 		snprintf(nmv[1], 32, "layers.%" PRIu32 ".v", i);
 		snprintf(nmv[2], 32, "layers.%" PRIu32 ".indices", i);
 		snprintf(nmv[3], 32, "layers.%" PRIu32 ".retained_mass", i);
-		const void *kv[2] = {lr->k, lr->v};
-		const int32_t *pos = lr->positions;
+		snprintf(nmv[4], 32, "layers.%" PRIu32 ".kept", i);
 		if (lr->head_stride < 0 || lr->token_stride < 0) {
 			r = skv_st__fail(err, -EINVAL, "layer %" PRIu32 ": negative stride", i);
 			goto out;
 		}
+		if (ragged) {
+			r = ragged_layer(d, lr, i, t, nmv, packed, &n_packed, st_dt, err);
+			if (r < 0)
+				goto out;
+			if (!t[3].data)
+				t[3].data = nan_mass;
+			ti += 5;
+			continue;
+		}
+		uint64_t kept = lr->kept ? lr->kept[0] : d->plan.kept;
+		for (uint64_t h = 1; lr->kept && h < hs; h++)
+			if (lr->kept[h] != kept) {
+				r = skv_st__fail(err, -EINVAL,
+						 "layer %" PRIu32
+						 ": heads keep different counts in "
+						 "budget mode %s",
+						 i, skv_budget_name(d->params.budget_mode));
+				goto out;
+			}
+		const void *kv[2] = {lr->k, lr->v};
+		const int32_t *pos = lr->positions;
 		if (!d->out_block_size && !is_packed(lr, kept, hd)) {
 			for (int j = 0; j < 2; j++) {
 				if (!kv[j])
@@ -267,7 +423,9 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 					      .shape = {hs},
 					      .data =
 						  lr->retained_mass ? lr->retained_mass : nan_mass};
+		ti += 4;
 	}
+	nt = ti;
 	r = skv_st_write(path, ts, nt, meta, nm, err);
 out:
 	for (size_t i = 0; i < n_packed; i++)
@@ -276,6 +434,7 @@ out:
 	free(ts);
 	free(names);
 	free(nan_mass);
+	free(lst);
 	return r;
 }
 
@@ -316,9 +475,40 @@ int skv_st_compact_desc_init(struct skv_st_compact_desc *ret_desc, const struct 
 		return r;
 	}
 	d.params = *params;
+	if (params->params_size != sizeof(*params)) {
+		/* a V1 caller: its struct ends before the budget fields */
+		skv_params_init(&d.params);
+		memcpy(&d.params, params, SKV_PARAMS_SIZE_V1);
+		d.params.params_size = sizeof(d.params);
+	}
+	d.c_star = d.params.budget_mode == SKV_BUDGET_UNIFORM ? d.params.capacity : 0;
 	d.shape = *shape;
 	d.dtype = dtype;
 	d.n_layers = n_layers;
 	*ret_desc = d;
+	return 0;
+}
+
+int skv_st_compact_desc_budget(struct skv_st_compact_desc *d, const uint32_t *kept, uint32_t c_star,
+			       int fallback)
+{
+	if (!d || !kept)
+		return -EINVAL;
+	struct skv_ledger_in li = {
+	    .batch = 1,
+	    .layers = d->n_layers,
+	    .h_q = d->shape.h_q,
+	    .h_kv = d->shape.h_kv,
+	    .head_dim = d->shape.head_dim,
+	    .dtype_bytes = skv_dtype_size(d->dtype),
+	    .prompt_len = d->shape.prompt_len,
+	    .capacity = d->params.capacity,
+	    .gqa = d->params.gqa,
+	};
+	int r = skv_ledger_sum(&li, kept, (uint64_t)d->n_layers * d->plan.h_store, &d->ledger);
+	if (r < 0)
+		return r;
+	d->c_star = c_star;
+	d->fallback = fallback ? 1 : 0;
 	return 0;
 }

@@ -44,3 +44,10 @@ $(TEST_LIBSNAPKV_DEADLINE): $(BUILD)/tests/integration/test-libsnapkv-deadline.o
 TESTS += $(TEST_LIBSNAPKV_DEADLINE)
 # the exported symbols against the map and snapkv.h, the file version
 TEST_SCRIPTS += tests/integration/test-libsnapkv-abi.sh
+
+# libsnapkv with a description laid out before the budget modes grew skv_params.
+TEST_LIBSNAPKV_V1 := $(BUILD)/tests/unit/test-libsnapkv-v1
+OBJS += $(BUILD)/tests/unit/test-libsnapkv-v1.o
+$(TEST_LIBSNAPKV_V1): $(BUILD)/tests/unit/test-libsnapkv-v1.o $(LIBSNAPKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(CUNIT_LIBS) $(LDFLAGS)
+TESTS += $(TEST_LIBSNAPKV_V1)

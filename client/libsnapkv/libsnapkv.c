@@ -159,7 +159,64 @@ SKV_EXPORT void skv_client_params_init(struct skv_params *p)
 	/* static: its padding is zero too, as memset left it before */
 	static const struct skv_params d = SKV_PARAMS_DEFAULTS;
 
-	memcpy(p, &d, sizeof(*p));
+	/* Only the fields before the budget modes: a program built before them
+	 * passes a struct that ends there (params_size says so). */
+	memcpy(p, &d, SKV_PARAMS_SIZE_V1);
+	p->params_size = SKV_PARAMS_SIZE_V1;
+}
+
+/*
+ * Descriptions laid out before the budget modes grew struct skv_params: their
+ * fields after `params` start at the old end of params, 8-aligned. Such a
+ * description is shorter than where `layer` lies now (desc_size says so).
+ */
+#define DESC_TAIL offsetof(struct skv_compact_desc, layer)
+#define DESC_V1_TAIL                                                                               \
+	((offsetof(struct skv_compact_desc, params) + SKV_PARAMS_SIZE_V1 + 7) & ~(size_t)7)
+#define DESC_V1_SHIFT (DESC_TAIL - DESC_V1_TAIL)
+
+static bool desc_is_v1(const struct skv_compact_desc *d)
+{
+	return d->desc_size < DESC_TAIL;
+}
+
+/* A caller's description in the current layout: d itself, or *tmp filled
+ * from an old-layout one (its params take the budget defaults). */
+static const struct skv_compact_desc *desc_current(const struct skv_compact_desc *d,
+						   struct skv_compact_desc *tmp)
+{
+	static const struct skv_params dp = SKV_PARAMS_DEFAULTS;
+
+	if (!desc_is_v1(d))
+		return d;
+	memset(tmp, 0, sizeof(*tmp));
+	memcpy(tmp, d, offsetof(struct skv_compact_desc, params) + SKV_PARAMS_SIZE_V1);
+	memcpy((char *)&tmp->params + SKV_PARAMS_SIZE_V1, (const char *)&dp + SKV_PARAMS_SIZE_V1,
+	       sizeof(dp) - SKV_PARAMS_SIZE_V1);
+	if (d->desc_size > DESC_V1_TAIL) {
+		size_t n = d->desc_size - DESC_V1_TAIL;
+		if (n > sizeof(*tmp) - DESC_TAIL)
+			n = sizeof(*tmp) - DESC_TAIL;
+		memcpy((char *)tmp + DESC_TAIL, (const char *)d + DESC_V1_TAIL, n);
+	}
+	tmp->desc_size = d->desc_size > DESC_V1_TAIL ? d->desc_size + (uint32_t)DESC_V1_SHIFT
+						     : (uint32_t)DESC_TAIL;
+	return tmp;
+}
+
+/* Write back what the wait helpers set into an old-layout description. */
+static void desc_store_v1(struct skv_compact_desc *d, const struct skv_compact_desc *cur)
+{
+	if (d->desc_size > DESC_V1_TAIL)
+		memcpy((char *)d + DESC_V1_TAIL, (const char *)cur + DESC_TAIL,
+		       d->desc_size - DESC_V1_TAIL);
+}
+
+/* Budget modes are not carried to snapkvd yet: refuse rather than drop them. */
+static bool desc_budget_plain(const struct skv_compact_desc *d)
+{
+	return d->params.params_size != sizeof(d->params) ||
+	       (d->params.budget_mode == SKV_BUDGET_UNIFORM && d->params.fallback_below == 0.0f);
 }
 
 static void mark_dead(struct skv_client *c, int r)
@@ -1253,9 +1310,8 @@ static void tensor_msg(const struct skv_tensor_ref *t, Snapkv__V1__TensorRef *m)
 	m->block_stride = t->block_stride;
 }
 
-SKV_EXPORT int skv_compact_desc_wait_flag(struct skv_compact_desc *d,
-					  const struct skv_buffer *flag_buf, uint64_t offset,
-					  uint32_t value, uint32_t timeout_ms)
+static int wait_flag(struct skv_compact_desc *d, const struct skv_buffer *flag_buf, uint64_t offset,
+		     uint32_t value, uint32_t timeout_ms)
 {
 	if (!d || !flag_buf || offset % 4 ||
 	    d->desc_size <
@@ -1269,8 +1325,7 @@ SKV_EXPORT int skv_compact_desc_wait_flag(struct skv_compact_desc *d,
 	return 0;
 }
 
-SKV_EXPORT int skv_compact_desc_wait_event(struct skv_compact_desc *d, const void *ipc_handle,
-					   uint32_t timeout_ms)
+static int wait_event(struct skv_compact_desc *d, const void *ipc_handle, uint32_t timeout_ms)
 {
 	if (!d || !ipc_handle ||
 	    d->desc_size <
@@ -1386,8 +1441,58 @@ static int paged_fields(struct skv_client *c, const struct skv_compact_desc *d,
 	return 0;
 }
 
+/* The wait helpers on a description of either layout. */
+SKV_EXPORT int skv_compact_desc_wait_flag(struct skv_compact_desc *d,
+					  const struct skv_buffer *flag_buf, uint64_t offset,
+					  uint32_t value, uint32_t timeout_ms)
+{
+	struct skv_compact_desc tmp;
+	int r;
+
+	if (!d || !desc_is_v1(d))
+		return wait_flag(d, flag_buf, offset, value, timeout_ms);
+	r = wait_flag((struct skv_compact_desc *)desc_current(d, &tmp), flag_buf, offset, value,
+		      timeout_ms);
+	if (r == 0)
+		desc_store_v1(d, &tmp);
+	return r;
+}
+
+SKV_EXPORT int skv_compact_desc_wait_event(struct skv_compact_desc *d, const void *ipc_handle,
+					   uint32_t timeout_ms)
+{
+	struct skv_compact_desc tmp;
+	int r;
+
+	if (!d || !desc_is_v1(d))
+		return wait_event(d, ipc_handle, timeout_ms);
+	r = wait_event((struct skv_compact_desc *)desc_current(d, &tmp), ipc_handle, timeout_ms);
+	if (r == 0)
+		desc_store_v1(d, &tmp);
+	return r;
+}
+
+static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
+			  struct skv_request **ret_req);
+
 SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 				  struct skv_request **ret_req)
+{
+	struct skv_compact_desc tmp;
+
+	if (!c || !d || !ret_req)
+		return fail(c, -EINVAL, "compaction needs a description with layers");
+	d = desc_current(d, &tmp);
+	if (!desc_budget_plain(d))
+		return fail(c, -EINVAL,
+			    "budget mode %d / fallback_below %g: not carried to snapkvd by this "
+			    "libsnapkv (uniform only)",
+			    (int)d->params.budget_mode, (double)d->params.fallback_below);
+	return compact_submit(c, d, ret_req);
+}
+
+static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
+			  struct skv_request **ret_req)
 {
 	struct paged_msgs pgm = {0};
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;

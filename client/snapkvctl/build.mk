@@ -31,7 +31,8 @@ $(GEN_LAYER): $(BUILD)/examples/gen-layer.o $(LIBSKVST) $(LIBSKV)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKVST) $(LIBSKV) $(JSON_LIBS) -lm $(LDFLAGS)
 
-TEST_SCRIPTS += tests/integration/test-cli-offline.sh tests/integration/test-cli-online.sh
+TEST_SCRIPTS += tests/integration/test-cli-offline.sh tests/integration/test-cli-online.sh \
+	tests/integration/test-cli-budget.sh
 # snapkvctl against a live daemon: status, caches, ledger, metrics, compact
 TEST_SCRIPTS += tests/integration/test-daemon-ctl.sh
 # pressure and top against a live daemon

@@ -72,6 +72,18 @@ static void usage(FILE *f)
 	    "  --sinks S            streamingllm sink positions (default 4)\n"
 	    "  --protect A:B        always keep positions A..B-1 (half-open, like a Python\n"
 	    "                       slice); repeatable, at most %d ranges\n"
+	    "  --budget B           how many positions each head keeps (SPEC.md budget modes):\n"
+	    "                       uniform (default: C everywhere), layers:C0,C1,.. (one per\n"
+	    "                       layer), pyramid:R (C_l around C, R < 1 shrinks with depth),\n"
+	    "                       heads[:A] (AdaKV: floor A of C each, default 0.2, the rest\n"
+	    "                       layer-wide), mass:TAU[:CMIN:CMAX:STEP] (one C* for the\n"
+	    "                       cache: the smallest C on the ladder keeping retained mass\n"
+	    "                       >= TAU in every head), mass-heads:TAU[:CMIN:CMAX] (per\n"
+	    "                       head the smallest count reaching TAU); CMIN defaults to\n"
+	    "                       W+1, CMAX to C, STEP to (C-W)/16. heads and mass-heads\n"
+	    "                       write ragged layers ([sum kept, D], layers.N.kept)\n"
+	    "  --fallback-below F   keep the full prompt when any head's retained mass would\n"
+	    "                       be below F (0 < F <= 1; default: never)\n"
 	    "  --threads N          --offline worker threads, 0 = one per core (default 0)\n"
 	    "  --show H             print the kept positions of the first H heads per layer\n"
 	    "  --out-layout L       hnd (default) or paged: OUT's layers.N.k/.v are then the\n"
@@ -109,6 +121,8 @@ enum {
 	OPT_THREADS,
 	OPT_SHOW,
 	OPT_SOCKET,
+	OPT_BUDGET,
+	OPT_FALLBACK,
 	OPT_OUT_LAYOUT,
 	OPT_BLOCK_SIZE,
 	OPT_LAST = OPT_BLOCK_SIZE,
@@ -127,6 +141,8 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"show", required_argument, NULL, OPT_SHOW},
     {"socket", required_argument, NULL, OPT_SOCKET},
+    {"budget", required_argument, NULL, OPT_BUDGET},
+    {"fallback-below", required_argument, NULL, OPT_FALLBACK},
     {"out-layout", required_argument, NULL, OPT_OUT_LAYOUT},
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"quiet", no_argument, NULL, 'q'},
@@ -238,6 +254,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			if ((r = parse_protect(optarg, &o->params)) != 0)
 				return r;
 			break;
+		case OPT_BUDGET:
+			if ((r = ctl_parse_budget(CMD, optarg, &o->params)) != 0)
+				return r;
+			break;
+		case OPT_FALLBACK:
+			if (ctl_parse_float(optarg, &o->params.fallback_below) < 0) {
+				ctl_err(CMD, "--fallback-below: \"%s\" is not a number", optarg);
+				return CTL_EXIT_USAGE;
+			}
+			break;
 		case OPT_OUT_LAYOUT:
 			optname = "out-layout";
 			if (strcmp(optarg, "hnd") && strcmp(optarg, "paged"))
@@ -278,6 +304,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	o->in = argv[optind];
 	o->out = argv[optind + 1];
+	ctl_budget_defaults(&o->params);
 	if (o->offline && o->socket) {
 		ctl_err(CMD, "--offline and --socket exclude each other");
 		return CTL_EXIT_USAGE;
@@ -334,6 +361,9 @@ struct job {
 	struct skv_layer_out *kout;
 	struct skv_st_layer_result *res;
 	void *outbuf;
+	uint32_t room;	/* rows of room per stored head (skv_budget_rows) */
+	uint32_t *kept; /* [n_layers][h_store] what each head kept */
+	struct skv_budget_result outcome;
 	int32_t *out_table; /* --out-layout paged: blocks 0 .. n_out - 1 */
 	uint32_t n_out;
 };
@@ -348,6 +378,7 @@ static void job_free(struct job *j)
 	free(j->kout);
 	free(j->res);
 	free(j->outbuf);
+	free(j->kept);
 	free(j->out_table);
 	skv_st_close(j->in);
 }
@@ -593,7 +624,7 @@ static struct skv_tensor paged_out(const struct job *j, void *base, uint32_t hs,
 
 static int setup_buffers(struct job *j)
 {
-	uint32_t nl = j->n_layers, hs = j->plan.h_store, kept = j->plan.kept;
+	uint32_t nl = j->n_layers, hs = j->plan.h_store, kept = j->room;
 	uint32_t D = j->shape.head_dim, L = j->shape.prompt_len;
 	size_t es = skv_dtype_size(j->kv_dtype);
 	uint64_t kv_bytes, pos_bytes, mass_bytes, per_layer, total;
@@ -622,7 +653,8 @@ static int setup_buffers(struct job *j)
 	j->kin = calloc(nl, sizeof(*j->kin));
 	j->kout = calloc(nl, sizeof(*j->kout));
 	j->res = calloc(nl, sizeof(*j->res));
-	if (!j->copies || !j->kin || !j->kout || !j->res ||
+	j->kept = calloc((size_t)nl * hs, sizeof(*j->kept));
+	if (!j->copies || !j->kin || !j->kout || !j->res || !j->kept ||
 	    posix_memalign(&j->outbuf, 64, total ? total : 64) ||
 	    (j->o.paged && paged_table(j, (uint32_t)(slots / j->o.block_size)) < 0)) {
 		ctl_err(CMD, "out of memory for %" PRIu64 " bytes of output", total);
@@ -677,9 +709,51 @@ static int setup_buffers(struct job *j)
 		    .v = ko->v.data,
 		    .positions = ko->positions,
 		    .retained_mass = ko->retained_mass,
+		    .head_stride = (int64_t)kept * D,
+		    .token_stride = D,
+		    .pos_stride = kept,
+		    .kept = j->kept + (size_t)l * hs,
 		};
 	}
 #undef R64
+	return 0;
+}
+
+/*
+ * Rows of room each head's output needs (the most any layer needs); the
+ * budget's per-layer rules (list length, pyramid C_l) are checked here,
+ * before any work. Budgets other than uniform run here only (--offline).
+ */
+static int budget_room(struct job *j)
+{
+	const struct skv_params *p = &j->o.params;
+	struct skv_error e = {.layer = -1, .head = -1};
+	uint32_t *rows = calloc(j->n_layers, sizeof(*rows));
+
+	if (!rows) {
+		ctl_err(CMD, "out of memory");
+		return CTL_EXIT_FAIL;
+	}
+	int r = skv_budget_rows(&j->shape, p, j->n_layers, rows, &e);
+	j->room = 0;
+	for (uint32_t l = 0; !r && l < j->n_layers; l++)
+		j->room = rows[l] > j->room ? rows[l] : j->room;
+	free(rows);
+	if (r < 0) {
+		ctl_err(CMD, "invalid parameters: %s", e.msg[0] ? e.msg : strerror(-r));
+		return CTL_EXIT_USAGE;
+	}
+	if (j->o.paged && (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
+		ctl_err(CMD, "--out-layout paged takes --budget uniform without a fallback here "
+			     "(mass with paged output is not written yet)");
+		return CTL_EXIT_USAGE;
+	}
+	if (!j->o.offline && (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
+		ctl_err(CMD, "--budget %s%s: snapkvd does not take budget modes yet; use --offline",
+			skv_budget_name(p->budget_mode),
+			p->fallback_below > 0.0f ? " with a fallback" : "");
+		return CTL_EXIT_USAGE;
+	}
 	return 0;
 }
 
@@ -710,10 +784,29 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 	for (uint32_t i = 0; i < p->n_protected; i++)
 		printf("%s%" PRIu32 ":%" PRIu32, i ? ", " : ", protected ",
 		       p->protected_ranges[i].begin, p->protected_ranges[i].end);
-	printf("\n  kept %" PRIu32 " of %" PRIu32 " positions per head, %" PRIu32
-	       " stored heads per layer%s\n",
-	       j->plan.kept, j->shape.prompt_len, j->plan.h_store,
-	       j->plan.bypass ? " (bypass: L < C, nothing scored)" : "");
+	if (p->budget_mode == SKV_BUDGET_UNIFORM && !j->outcome.fallback) {
+		printf("\n  kept %" PRIu32 " of %" PRIu32 " positions per head, %" PRIu32
+		       " stored heads per layer%s\n",
+		       j->plan.kept, j->shape.prompt_len, j->plan.h_store,
+		       j->plan.bypass ? " (bypass: L < C, nothing scored)" : "");
+	} else {
+		uint64_t tot = 0, n = (uint64_t)j->n_layers * j->plan.h_store;
+		uint32_t kmin = UINT32_MAX;
+		for (uint64_t i = 0; i < n; i++) {
+			tot += j->kept[i];
+			kmin = j->kept[i] < kmin ? j->kept[i] : kmin;
+		}
+		printf("\n  budget %s", skv_budget_name(p->budget_mode));
+		if (j->outcome.c_star)
+			printf(", C* %" PRIu32, j->outcome.c_star);
+		printf(": kept per head mean %.1f, min %" PRIu32 " of %" PRIu32
+		       " positions, %" PRIu32 " stored heads per layer\n",
+		       (double)tot / (double)n, kmin, j->shape.prompt_len, j->plan.h_store);
+		if (j->outcome.fallback)
+			printf("  fallback: a head would keep retained mass %.4f < %.4g, so every "
+			       "head keeps the full prompt\n",
+			       (double)j->outcome.min_mass, (double)p->fallback_below);
+	}
 	for (uint32_t l = 0; l < j->n_layers; l++)
 		for (uint32_t h = 0; h < j->plan.h_store; h++) {
 			float m = j->res[l].retained_mass[h];
@@ -736,8 +829,8 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 	for (uint32_t l = 0; l < j->n_layers; l++)
 		for (uint32_t h = 0; h < j->plan.h_store && h < j->o.show; h++) {
 			printf("  layer %" PRIu32 " head %" PRIu32 " kept: ", l, h);
-			ctl_print_ranges(stdout, j->res[l].positions + (size_t)h * j->plan.kept,
-					 j->plan.kept, 12);
+			ctl_print_ranges(stdout, j->res[l].positions + (size_t)h * j->room,
+					 j->kept[(size_t)l * j->plan.h_store + h], 12);
 		}
 	printf("  ledger (B 1, N %" PRIu32 ", g 0):\n", j->n_layers);
 	print_bytes("native full", lg->native_full);
@@ -790,7 +883,7 @@ int ctl_compact(int argc, char **argv)
 	}
 	j.plan = desc.plan;
 	desc.out_block_size = j.o.block_size;
-	if ((rc = setup_buffers(&j)))
+	if ((rc = budget_room(&j)) || (rc = setup_buffers(&j)))
 		goto out;
 
 	if (j.o.offline) {
@@ -802,7 +895,10 @@ int ctl_compact(int argc, char **argv)
 		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		kerr = (struct skv_error){.layer = -1, .head = -1};
-		r = skv_compact(ctx, &j.shape, &j.o.params, j.n_layers, j.kin, j.kout, &kerr);
+		j.outcome =
+		    (struct skv_budget_result){.result_size = sizeof(j.outcome), .kept = j.kept};
+		r = skv_compact_budget(ctx, &j.shape, &j.o.params, j.n_layers, j.kin, j.kout,
+				       &j.outcome, &kerr);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (r < 0) {
 			const char *why = kerr.msg[0] ? kerr.msg : strerror(-r);
@@ -830,6 +926,16 @@ int ctl_compact(int argc, char **argv)
 			goto out;
 		}
 		snprintf(where, sizeof(where), "in snapkvd at %.250s", sock);
+		for (size_t i = 0; i < (size_t)j.n_layers * j.plan.h_store; i++)
+			j.kept[i] = j.plan.kept;
+		j.outcome.c_star = j.o.params.capacity;
+	}
+	r = skv_st_compact_desc_budget(&desc, j.kept, j.outcome.c_star, j.outcome.fallback);
+	if (r < 0) {
+		ctl_err(CMD, "ledger: %s",
+			r == -EOVERFLOW ? "byte counts overflow 64 bits" : "invalid kept counts");
+		rc = CTL_EXIT_FAIL;
+		goto out;
 	}
 
 	r = skv_st_write_compact(j.o.out, &desc, j.res, &sterr);

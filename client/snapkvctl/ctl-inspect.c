@@ -90,19 +90,40 @@ static int print_compact(const struct skv_st_file *f, uint32_t show)
 		const struct skv_st_tensor *tm = skv_st_find(f, name);
 		if (!ti && !tm)
 			return 0;
-		if (!ti || !tm || ti->dtype != SKV_ST_I32 || ti->rank != 2 ||
-		    tm->dtype != SKV_ST_F32 || tm->rank != 1 || tm->shape[0] != ti->shape[0] ||
-		    ti->shape[1] > UINT32_MAX || (uintptr_t)ti->data % 4 ||
-		    (uintptr_t)tm->data % 4) {
+		snprintf(name, sizeof(name), "layers.%" PRIu32 ".kept", l);
+		const struct skv_st_tensor *tk = skv_st_find(f, name);
+		if (!ti || !tm || ti->dtype != SKV_ST_I32 || ti->rank != (tk ? 1 : 2) ||
+		    tm->dtype != SKV_ST_F32 || tm->rank != 1 ||
+		    (!tk && (tm->shape[0] != ti->shape[0] || ti->shape[1] > UINT32_MAX)) ||
+		    (uintptr_t)ti->data % 4 || (uintptr_t)tm->data % 4) {
 			ctl_err(CMD,
 				"layer %" PRIu32 ": indices or retained_mass missing or malformed",
 				l);
 			return -EBADMSG;
 		}
-		const int32_t *idx = ti->data;
+		const int32_t *idx = ti->data, *kc = NULL;
 		const float *mass = tm->data;
-		uint64_t hs = ti->shape[0];
-		uint32_t kept = (uint32_t)ti->shape[1];
+		uint64_t hs = tm->shape[0];
+		uint32_t kept = tk ? 0 : (uint32_t)ti->shape[1];
+		if (tk) {
+			/* ragged (budget modes heads, mass-heads): counts per head that
+			 * add up to the indices */
+			uint64_t sum = 0;
+			bool ok = tk->dtype == SKV_ST_I32 && tk->rank == 1 && tk->shape[0] == hs &&
+				  (uintptr_t)tk->data % 4 == 0;
+			kc = tk->data;
+			for (uint64_t h = 0; ok && h < hs; h++) {
+				ok = kc[h] >= 0;
+				sum += ok ? (uint64_t)kc[h] : 0;
+			}
+			if (!ok || sum != ti->shape[0]) {
+				ctl_err(CMD,
+					"layer %" PRIu32 ": kept counts malformed or not adding up "
+					"to the %" PRIu64 " indices",
+					l, ti->shape[0]);
+				return -EBADMSG;
+			}
+		}
 		double sum = 0, mn = INFINITY;
 		uint64_t cnt = 0;
 		for (uint64_t h = 0; h < hs; h++)
@@ -111,15 +132,26 @@ static int print_compact(const struct skv_st_file *f, uint32_t show)
 				cnt++;
 				mn = mass[h] < mn ? mass[h] : mn;
 			}
-		printf("layer %" PRIu32 ": %" PRIu64 " heads x %" PRIu32 " kept, retained mass ", l,
-		       hs, kept);
+		if (kc)
+			printf("layer %" PRIu32 ": %" PRIu64 " heads, ragged: %" PRIu64
+			       " kept in all, retained mass ",
+			       l, hs, ti->shape[0]);
+		else
+			printf("layer %" PRIu32 ": %" PRIu64 " heads x %" PRIu32
+			       " kept, retained mass ",
+			       l, hs, kept);
 		if (cnt)
 			printf("min %.4f mean %.4f\n", mn, sum / (double)cnt);
 		else
 			printf("n/a\n");
-		for (uint64_t h = 0; h < hs && h < show; h++) {
-			printf("  head %" PRIu64 " kept: ", h);
-			ctl_print_ranges(stdout, idx + h * kept, kept, 16);
+		for (uint64_t h = 0, at = 0; h < hs && h < show; h++) {
+			uint32_t n = kc ? (uint32_t)kc[h] : kept;
+			if (kc)
+				printf("  head %" PRIu64 " kept %" PRIu32 ": ", h, n);
+			else
+				printf("  head %" PRIu64 " kept: ", h);
+			ctl_print_ranges(stdout, idx + (kc ? at : h * kept), n, 16);
+			at += n;
 		}
 	}
 }

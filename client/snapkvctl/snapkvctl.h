@@ -44,6 +44,15 @@ void ctl_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf
 int ctl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 int ctl_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret);
 
+/* ctl-budget.c. A finite decimal number; 0 or -EINVAL. */
+int ctl_parse_float(const char *s, float *ret);
+/* --budget SPEC into p (budget mode and its parameters); 0 or an exit code
+ * after one line on stderr. Ranges are left to skv_plan(). */
+struct skv_params;
+int ctl_parse_budget(const char *cmd, const char *spec, struct skv_params *p);
+/* The mass modes' unset C_min (W + 1), C_max (C) and step ((C - W) / 16). */
+void ctl_budget_defaults(struct skv_params *p);
+
 /* Index of `s` in the NULL-terminated `names`, or -EINVAL. */
 int ctl_parse_choice(const char *s, const char *const *names);
 

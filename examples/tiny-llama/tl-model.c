@@ -412,10 +412,15 @@ int tl_forward(const struct tl_model *m, struct tl_state *s, struct tl_kv *kv, u
 		return -EINVAL;
 	if (kv->len >= kv->cap || kv->next_pos >= INT32_MAX)
 		return -ENOSPC;
+	/* ragged heads: kv->len is the longest head */
+	for (uint32_t l = 0; l < kv->n_layers; l++)
+		for (uint32_t sh = 0; kv->layers[l].head_len && sh < kv->h_store; sh++)
+			if (kv->layers[l].head_len[sh] > kv->len)
+				return -EINVAL;
 	if ((r = grow_att(s, kv->len + 1)) < 0)
 		return r;
 
-	const uint32_t pos = kv->next_pos, slot = kv->len, n = kv->len + 1;
+	const uint32_t pos = kv->next_pos, slot = kv->len, n_all = kv->len + 1;
 	/* Stored heads per K/V head (1 or G) and query heads per stored head. */
 	const uint32_t rep = kv->h_store / hkv, qper = hq / kv->h_store;
 	const float scale = 1.0f / sqrtf((float)hd);
@@ -439,17 +444,18 @@ int tl_forward(const struct tl_model *m, struct tl_state *s, struct tl_kv *kv, u
 				       s->q + (size_t)h * hd, hd * sizeof(float));
 		/* Append: every stored head copies the K/V of the K/V head it derives from. */
 		for (uint32_t sh = 0; sh < kv->h_store; sh++) {
-			uint32_t kvh = sh / rep;
-			memcpy(L->k + sh * L->head_stride + (int64_t)slot * L->token_stride,
+			uint32_t kvh = sh / rep, at = L->head_len ? L->head_len[sh] : slot;
+			memcpy(L->k + sh * L->head_stride + (int64_t)at * L->token_stride,
 			       s->k + (size_t)kvh * hd, hd * sizeof(float));
-			memcpy(L->v + sh * L->head_stride + (int64_t)slot * L->token_stride,
+			memcpy(L->v + sh * L->head_stride + (int64_t)at * L->token_stride,
 			       s->v + (size_t)kvh * hd, hd * sizeof(float));
 			if (L->pos)
-				L->pos[(size_t)sh * L->pos_stride + slot] = (int32_t)pos;
+				L->pos[(size_t)sh * L->pos_stride + at] = (int32_t)pos;
 		}
 		for (uint32_t h = 0; h < hq; h++) {
 			const float *q = s->q + (size_t)h * hd;
 			const uint32_t sh = h / qper;
+			const uint32_t n = L->head_len ? L->head_len[sh] + 1 : n_all;
 			const float *kb = L->k + sh * L->head_stride;
 			const float *vb = L->v + sh * L->head_stride;
 			float *att = s->att, *o = s->xb + (size_t)h * hd;
@@ -476,6 +482,8 @@ int tl_forward(const struct tl_model *m, struct tl_state *s, struct tl_kv *kv, u
 					o[d] += a * v[d];
 			}
 		}
+		for (uint32_t sh = 0; L->head_len && sh < kv->h_store; sh++)
+			L->head_len[sh]++;
 		matvec(s->xb2, s->xb, w->wo, qd, dim);
 		for (uint32_t i = 0; i < dim; i++)
 			s->x[i] += s->xb2[i];

@@ -81,6 +81,10 @@ struct tl_kv_layer {
 	 * the owner keeps the table (the daemon records L + g on APPEND). */
 	int32_t *pos;
 	uint32_t pos_stride;
+	/* [h_store] filled slots of each stored head when they differ (the
+	 * ragged budget modes of SPEC.md), owned by the caller; NULL: len for
+	 * every head. tl_forward appends at head_len[h] and counts it up. */
+	uint32_t *head_len;
 };
 
 struct tl_kv {

@@ -536,6 +536,14 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	r = skv_plan(sh, p, &pl, err);
 	if (r < 0)
 		return r;
+	/* The budget modes of SPEC.md run on the host backend only so far:
+	 * refuse them rather than compute uniform. */
+	if (p->params_size == sizeof(*p) &&
+	    (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f))
+		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
+				     "budget mode %s%s: the CUDA backend takes uniform only",
+				     skv_budget_name(p->budget_mode),
+				     p->fallback_below > 0.0f ? " with a fallback" : "");
 	if (n_layers == 0)
 		return 0;
 	if (!in || !out)

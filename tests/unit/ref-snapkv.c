@@ -64,11 +64,13 @@ int ref_compact(const struct skv_shape *sh, const struct skv_params *p, const fl
 	res->mass = calloc(res->h_store, sizeof(double));
 	res->score = calloc((size_t)res->h_store * L, sizeof(double));
 	res->thresh = calloc(res->h_store, sizeof(double));
+	res->vote = calloc((size_t)res->h_store * L, sizeof(double));
 	double *cs = calloc((size_t)G * L, sizeof(double));
 	double *v = calloc(L, sizeof(double));
 	char *keep = calloc(L, 1);
 	struct cand *cd = calloc(L, sizeof(*cd));
-	if (!res->pos || !res->mass || !res->score || !res->thresh || !cs || !v || !keep || !cd)
+	if (!res->pos || !res->mass || !res->score || !res->thresh || !res->vote || !cs || !v ||
+	    !keep || !cd)
 		goto nomem;
 
 	uint32_t rows = p->policy == SKV_POLICY_SNAPKV ? p->window
@@ -159,6 +161,12 @@ int ref_compact(const struct skv_shape *sh, const struct skv_params *p, const fl
 			res->mass[hs] = NAN;
 			continue;
 		}
+		for (uint32_t j = 0; j < L; j++) {
+			double a = 0;
+			for (uint32_t g = 0; g < nh; g++)
+				a += cs[(size_t)g * L + j];
+			res->vote[(size_t)hs * L + j] = a / nh / rows;
+		}
 		double m = 0;
 		for (uint32_t g = 0; g < nh; g++) {
 			double mg = 0;
@@ -189,5 +197,6 @@ void ref_result_free(struct ref_result *res)
 	free(res->mass);
 	free(res->score);
 	free(res->thresh);
+	free(res->vote);
 	memset(res, 0, sizeof(*res));
 }

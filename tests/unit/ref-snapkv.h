@@ -19,6 +19,9 @@ struct ref_result {
 	double *score;	/* [h_store][L] pooled score, prefix only (else -1)   */
 	double *thresh; /* [h_store] score of the worst position chosen by top-k
 			   (+inf when top-k chose nothing, e.g. all kept)     */
+	double *vote;	/* [h_store][L] mass share of every position: the
+			   (group-mean) column sum over the rows, / rows; 0
+			   when nothing was scored                            */
 };
 
 /*

@@ -1,0 +1,460 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bench-quality-budget: the budget modes of SPEC.md on a real model, at
+ * equal memory and along the retained-mass target.
+ *
+ * Prompts are sampled from the model as in bench-quality (quality.c); the
+ * full cache's greedy continuation of T tokens is the reference and every
+ * compacted cache is teacher-forced through it: top-1 agreement and
+ * KL(full || compacted) per step. Table 1 compares, at the memory of uniform
+ * SnapKV at C (total kept slots N * H * C), uniform, layers (pyramid r 0.7
+ * and 1.5), heads (AdaKV, a 0.2), mass-heads with tau bisected per prompt to
+ * the same memory, and StreamingLLM (S 4). mass at equal memory is uniform
+ * itself (C* = C). Table 2 follows mass and mass-heads along tau: mean kept
+ * fraction against KL, and how often a fallback below 0.5 would fire.
+ *
+ *   bench-quality-budget [-m model.gguf] [-n prompts] [-L len] [-T steps] [-s seed]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tl-compact.h"
+#include "tl-model.h"
+
+#define WINDOW 8
+static const uint32_t caps[] = {12, 24, 48};
+#define N_CAP 3
+enum { M_UNIFORM, M_PYR_05, M_PYR_2, M_HEADS, M_MASS_HEADS_EQ, M_STREAMING, N_EQ };
+static const char *const eq_names[N_EQ] = {
+    "uniform (snapkv avg k5)",
+    "layers pyramid r 0.7",
+    "layers pyramid r 1.5",
+    "heads a 0.2",
+    "mass-heads, tau to equal memory",
+    "streamingllm S4",
+};
+static const float taus[] = {0.5f, 0.7f, 0.8f, 0.9f, 0.95f, 0.98f};
+#define N_TAU (sizeof(taus) / sizeof(taus[0]))
+
+struct acc {
+	double kl, agree, kept_frac;
+	uint64_t n, compactions, fallbacks;
+	double last_prompt_kl; /* mean KL over the steps of the latest prompt */
+};
+
+/* log-softmax of logits into out (double). */
+static void log_softmax(const float *x, uint32_t n, double *out)
+{
+	double mx = x[0], sum = 0;
+	for (uint32_t i = 1; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	for (uint32_t i = 0; i < n; i++)
+		sum += exp(x[i] - mx);
+	double lse = mx + log(sum);
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = x[i] - lse;
+}
+
+static double kl(const double *lp, const double *lq, uint32_t n)
+{
+	double s = 0;
+	for (uint32_t i = 0; i < n; i++)
+		s += exp(lp[i]) * (lp[i] - lq[i]);
+	return s;
+}
+
+/* A compact cache with per-head lengths where the mode is ragged. */
+struct bcache {
+	struct tl_kv *kv;
+	uint32_t *head_len; /* [layers][h_store] */
+	uint64_t kept_total;
+	struct skv_budget_result res;
+};
+
+static void bcache_free(struct bcache *b)
+{
+	tl_kv_free(b->kv);
+	free(b->head_len);
+	free(b->res.kept);
+	memset(b, 0, sizeof(*b));
+}
+
+/* tl_compact() for every budget mode: room from skv_budget_rows(), kept
+ * counts from skv_compact_budget(), ragged heads through head_len. */
+static int budget_compact(struct skv_ctx *ctx, const struct tl_model *m, const struct tl_kv *full,
+			  const float *q, const struct skv_params *p, uint32_t reserve,
+			  struct bcache *b, struct skv_error *err)
+{
+	const struct tl_config *c = &m->cfg;
+	const uint32_t L = full->len, D = c->head_dim, hq = c->n_heads, nl = c->n_layers;
+	struct skv_shape sh = {.prompt_len = L,
+			       .head_dim = D,
+			       .h_q = hq,
+			       .h_kv = c->n_kv_heads,
+			       .n_q = tl_compact_n_q(p, L)};
+	struct skv_plan pl;
+	uint32_t rows[TL_MAX_LAYERS], room = 0;
+	int r = skv_plan(&sh, p, &pl, err);
+
+	if (!r)
+		r = skv_budget_rows(&sh, p, nl, rows, err);
+	if (r < 0)
+		return r;
+	for (uint32_t l = 0; l < nl; l++)
+		room = rows[l] > room ? rows[l] : room;
+	memset(b, 0, sizeof(*b));
+	b->res = (struct skv_budget_result){.result_size = sizeof(b->res),
+					    .kept = calloc((size_t)nl * pl.h_store, 4)};
+	b->head_len = calloc((size_t)nl * pl.h_store, 4);
+	struct skv_layer_in in[TL_MAX_LAYERS > 64 ? 64 : TL_MAX_LAYERS];
+	struct skv_layer_out out[64];
+	if (nl > 64 || !b->res.kept || !b->head_len ||
+	    tl_kv_new(c, pl.h_store, room + reserve, &b->kv) < 0) {
+		bcache_free(b);
+		return -ENOMEM;
+	}
+	for (uint32_t l = 0; l < nl; l++) {
+		in[l] = (struct skv_layer_in){
+		    .q = {.data = sh.n_q ? (void *)(q + (((size_t)l * hq) * L + (L - sh.n_q)) * D)
+					 : NULL,
+			  .dtype = SKV_DTYPE_F32,
+			  .head_stride = (int64_t)L * D,
+			  .token_stride = D},
+		    .k = tl_kv_tensor(full, l, 0),
+		    .v = tl_kv_tensor(full, l, 1)};
+		out[l] = (struct skv_layer_out){.k = tl_kv_tensor(b->kv, l, 0),
+						.v = tl_kv_tensor(b->kv, l, 1),
+						.positions = b->kv->layers[l].pos,
+						.pos_stride = b->kv->layers[l].pos_stride};
+	}
+	r = skv_compact_budget(ctx, &sh, p, nl, in, out, &b->res, err);
+	if (r < 0) {
+		bcache_free(b);
+		return r;
+	}
+	uint32_t mx = 0;
+	for (uint32_t i = 0; i < nl * pl.h_store; i++) {
+		b->head_len[i] = b->res.kept[i];
+		b->kept_total += b->res.kept[i];
+		mx = b->res.kept[i] > mx ? b->res.kept[i] : mx;
+	}
+	for (uint32_t l = 0; l < nl; l++)
+		b->kv->layers[l].head_len = b->head_len + (size_t)l * pl.h_store;
+	b->kv->len = mx;
+	b->kv->next_pos = L;
+	return 0;
+}
+
+/* Teacher-forced T steps through b against the reference. */
+static int score(const struct tl_model *m, struct tl_state *st, struct bcache *b,
+		 const uint32_t *toks, uint32_t T, const double *ref_lp, const uint32_t *ref_top,
+		 double *lp, struct acc *a, double full_slots)
+{
+	const uint32_t V = m->cfg.vocab_size;
+	double pk = 0;
+	for (uint32_t i = 0; i < T; i++) {
+		if (tl_forward(m, st, b->kv, toks[i], NULL) < 0)
+			return -1;
+		log_softmax(tl_state_logits(st), V, lp);
+		double k = kl(ref_lp + (size_t)i * V, lp, V);
+		a->kl += k;
+		pk += k;
+		a->agree += tl_argmax(tl_state_logits(st), V) == ref_top[i];
+		a->n++;
+	}
+	a->last_prompt_kl = pk / T;
+	a->kept_frac += (double)b->kept_total / full_slots;
+	a->compactions++;
+	a->fallbacks += b->res.fallback ? 1 : 0;
+	return 0;
+}
+
+static void params_for(struct skv_params *p, int mode, uint32_t C, uint32_t L)
+{
+	skv_params_init(p);
+	p->window = WINDOW;
+	p->capacity = C;
+	switch (mode) {
+	case M_PYR_05:
+	case M_PYR_2:
+		p->budget_mode = SKV_BUDGET_LAYERS;
+		p->pyramid_r = mode == M_PYR_05 ? 0.7f : 1.5f;
+		break;
+	case M_HEADS:
+		p->budget_mode = SKV_BUDGET_HEADS;
+		p->head_floor = 0.2f;
+		break;
+	case M_MASS_HEADS_EQ:
+		p->budget_mode = SKV_BUDGET_MASS_HEADS;
+		p->c_min = WINDOW + 1;
+		p->c_max = L;
+		break;
+	case M_STREAMING:
+		p->policy = SKV_POLICY_STREAMINGLLM;
+		p->sinks = 4;
+		break;
+	default:
+		break;
+	}
+}
+
+/* mass-heads at the memory of uniform C: the largest tau whose total kept
+ * slots do not exceed N * H * C (the total is monotone in tau). */
+static int mass_heads_equal(struct skv_ctx *ctx, const struct tl_model *m, const struct tl_kv *full,
+			    const float *q, uint32_t C, uint32_t T, struct bcache *ret)
+{
+	const uint64_t target = (uint64_t)m->cfg.n_layers * m->cfg.n_heads * C;
+	struct skv_params p;
+	struct skv_error e;
+	float lo = 0.0f, hi = 1.0f;
+
+	params_for(&p, M_MASS_HEADS_EQ, C, full->len);
+	for (int it = 0; it < 24; it++) {
+		struct bcache b;
+		p.tau = (lo + hi) / 2;
+		if (p.tau <= 0)
+			break;
+		if (budget_compact(ctx, m, full, q, &p, 0, &b, &e) < 0)
+			return -1;
+		if (b.kept_total <= target)
+			lo = p.tau;
+		else
+			hi = p.tau;
+		bcache_free(&b);
+	}
+	p.tau = lo > 0 ? lo : 1e-6f;
+	return budget_compact(ctx, m, full, q, &p, T, ret, &e);
+}
+
+int main(int argc, char **argv)
+{
+	const char *shared = getenv("SHARED");
+	char defpath[4096];
+	snprintf(defpath, sizeof(defpath), "%s/models/stories260K.gguf",
+		 shared && *shared ? shared : "../shared");
+	const char *path = getenv("SNAPKV_MODEL") ? getenv("SNAPKV_MODEL") : defpath;
+	uint32_t N = 24, L = 320, T = 64;
+	uint64_t seed = 1234;
+	int c;
+
+	while ((c = getopt(argc, argv, "m:n:L:T:s:")) != -1) {
+		switch (c) {
+		case 'm':
+			path = optarg;
+			break;
+		case 'n':
+			N = (uint32_t)atoi(optarg);
+			break;
+		case 'L':
+			L = (uint32_t)atoi(optarg);
+			break;
+		case 'T':
+			T = (uint32_t)atoi(optarg);
+			break;
+		case 's':
+			seed = strtoull(optarg, NULL, 10);
+			break;
+		default:
+			fprintf(stderr,
+				"usage: bench-quality-budget [-m model] [-n prompts] [-L len] "
+				"[-T steps] [-s seed]\n");
+			return 2;
+		}
+	}
+	struct tl_err terr = {{0}};
+	struct tl_model *m;
+	if (access(path, R_OK) != 0) {
+		printf("bench-quality-budget: model %s not found; skipped (set SHARED or "
+		       "SNAPKV_MODEL)\n",
+		       path);
+		return 0;
+	}
+	if (tl_model_load(path, &m, &terr) < 0) {
+		fprintf(stderr, "bench-quality-budget: %s\n", terr.msg);
+		return 1;
+	}
+	const struct tl_config *mc = &m->cfg;
+	const uint32_t V = mc->vocab_size;
+	if (N == 0 || L < 64 || T == 0 || L + T + 1 > 512) {
+		fprintf(stderr, "bench-quality-budget: need N > 0, L >= 64, L + T < 512\n");
+		return 2;
+	}
+	static struct acc eq[N_EQ][N_CAP], tc[2][N_TAU];
+	/* per-prompt KL minus uniform's at the same memory: sum, squares, wins */
+	static double dsum[N_EQ][N_CAP], dsq[N_EQ][N_CAP];
+	static uint32_t dwin[N_EQ][N_CAP];
+	struct skv_ctx *ctx;
+	struct tl_state *st;
+	if (skv_ctx_new(1, &ctx) < 0 || tl_state_new(m, &st) < 0)
+		return 1;
+	float *q = calloc((size_t)mc->n_layers * mc->n_heads * L * mc->head_dim, sizeof(float));
+	float *probs = calloc(V, sizeof(float)), *logits0 = calloc(V, sizeof(float));
+	double *ref_lp = calloc((size_t)T * V, sizeof(double)), *lp = calloc(V, sizeof(double));
+	uint32_t *ref_top = calloc(T, sizeof(uint32_t)),
+		 *toks = calloc(L + T + 1, sizeof(uint32_t));
+	if (!q || !probs || !logits0 || !ref_lp || !lp || !ref_top || !toks)
+		return 1;
+	const double full_slots = (double)mc->n_layers * mc->n_heads * L;
+	struct tl_rng rng;
+	tl_rng_seed(&rng, seed);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint32_t pi = 0; pi < N; pi++) {
+		struct tl_kv *full, *ref;
+		if (tl_kv_new(mc, mc->n_kv_heads, L + T + 1, &full) < 0)
+			return 1;
+		struct tl_qcap qc = {.q = q, .first = 0, .n = L};
+		toks[0] = m->tok->bos;
+		for (uint32_t i = 0; i < L; i++) {
+			if (tl_forward(m, st, full, toks[i], &qc) < 0)
+				return 1;
+			if (i + 1 < L)
+				toks[i + 1] = tl_sample(tl_state_logits(st), V, 1.0f, &rng, probs);
+		}
+		memcpy(logits0, tl_state_logits(st), V * sizeof(float));
+		if (tl_kv_new(mc, mc->n_kv_heads, L + T + 1, &ref) < 0)
+			return 1;
+		for (uint32_t l = 0; l < mc->n_layers; l++) {
+			size_t n = (size_t)full->h_store * full->cap;
+			memcpy(ref->layers[l].k, full->layers[l].k, n * full->head_dim * 4);
+			memcpy(ref->layers[l].v, full->layers[l].v, n * full->head_dim * 4);
+			memcpy(ref->layers[l].pos, full->layers[l].pos, n * 4);
+		}
+		ref->len = full->len;
+		ref->next_pos = full->next_pos;
+		toks[L] = tl_argmax(logits0, V);
+		for (uint32_t i = 0; i < T; i++) {
+			if (tl_forward(m, st, ref, toks[L + i], NULL) < 0)
+				return 1;
+			log_softmax(tl_state_logits(st), V, ref_lp + (size_t)i * V);
+			ref_top[i] = tl_argmax(tl_state_logits(st), V);
+			toks[L + i + 1] = ref_top[i];
+		}
+		tl_kv_free(ref);
+		for (int mi = 0; mi < N_EQ; mi++)
+			for (uint32_t ki = 0; ki < N_CAP; ki++) {
+				struct bcache b;
+				struct skv_params p;
+				struct skv_error e = {0};
+				int r;
+				if (mi == M_MASS_HEADS_EQ) {
+					r = mass_heads_equal(ctx, m, full, q, caps[ki], T, &b);
+				} else {
+					params_for(&p, mi, caps[ki], L);
+					r = budget_compact(ctx, m, full, q, &p, T, &b, &e);
+				}
+				if (r < 0) {
+					fprintf(stderr, "bench-quality-budget: %s C %u: %s\n",
+						eq_names[mi], caps[ki], e.msg);
+					return 1;
+				}
+				if (score(m, st, &b, toks + L, T, ref_lp, ref_top, lp, &eq[mi][ki],
+					  full_slots) < 0)
+					return 1;
+				bcache_free(&b);
+			}
+		for (int mi = 1; mi < N_EQ; mi++)
+			for (uint32_t ki = 0; ki < N_CAP; ki++) {
+				double d =
+				    eq[mi][ki].last_prompt_kl - eq[M_UNIFORM][ki].last_prompt_kl;
+				dsum[mi][ki] += d;
+				dsq[mi][ki] += d * d;
+				dwin[mi][ki] += d < 0;
+			}
+		for (int md = 0; md < 2; md++)
+			for (uint32_t ti = 0; ti < N_TAU; ti++) {
+				struct bcache b;
+				struct skv_params p;
+				struct skv_error e = {0};
+				skv_params_init(&p);
+				p.window = WINDOW;
+				p.budget_mode = md ? SKV_BUDGET_MASS_HEADS : SKV_BUDGET_MASS;
+				p.tau = taus[ti];
+				p.c_min = WINDOW + 1;
+				p.c_max = L;
+				p.c_step = 4;
+				p.fallback_below = 0.5f;
+				if (budget_compact(ctx, m, full, q, &p, T, &b, &e) < 0) {
+					fprintf(stderr, "bench-quality-budget: tau %g: %s\n",
+						(double)taus[ti], e.msg);
+					return 1;
+				}
+				if (score(m, st, &b, toks + L, T, ref_lp, ref_top, lp, &tc[md][ti],
+					  full_slots) < 0)
+					return 1;
+				bcache_free(&b);
+			}
+		tl_kv_free(full);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("budget modes at equal memory: %u prompts x %u tokens sampled from the model "
+	       "(seed %llu), %u-token greedy continuation of the full cache, W = %d, gqa expand;\n"
+	       "top-1 agreement %% / mean KL(full || compacted) in nats (kept fraction of the "
+	       "full cache)\n\n| mode |",
+	       N, L, (unsigned long long)seed, T, WINDOW);
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf(" memory of C = %u |", caps[ki]);
+	printf("\n|---|");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf("---|");
+	printf("\n");
+	for (int mi = 0; mi < N_EQ; mi++) {
+		printf("| %s |", eq_names[mi]);
+		for (uint32_t ki = 0; ki < N_CAP; ki++) {
+			const struct acc *a = &eq[mi][ki];
+			printf(" %.1f%% / %.4f (%.3f) |", 100.0 * a->agree / a->n, a->kl / a->n,
+			       a->kept_frac / a->compactions);
+		}
+		printf("\n");
+	}
+	printf("\npaired with uniform at the same memory: mean per-prompt KL difference ± "
+	       "standard error (prompts where the mode's KL is lower)\n\n| mode |");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf(" memory of C = %u |", caps[ki]);
+	printf("\n|---|");
+	for (uint32_t ki = 0; ki < N_CAP; ki++)
+		printf("---|");
+	printf("\n");
+	for (int mi = 1; mi < N_EQ; mi++) {
+		printf("| %s |", eq_names[mi]);
+		for (uint32_t ki = 0; ki < N_CAP; ki++) {
+			double md = dsum[mi][ki] / N;
+			double var = N > 1 ? (dsq[mi][ki] - N * md * md) / (N - 1) : 0;
+			printf(" %+.4f ± %.4f (%u/%u) |", md, sqrt(var > 0 ? var : 0) / sqrt(N),
+			       dwin[mi][ki], N);
+		}
+		printf("\n");
+	}
+	printf("\nretained-mass targets (C_min %d, C_max L, mass step 4, fallback below 0.5): "
+	       "mean kept fraction / top-1 / KL / fallbacks\n\n| tau | mass | mass-heads |\n"
+	       "|---|---|---|\n",
+	       WINDOW + 1);
+	for (uint32_t ti = 0; ti < N_TAU; ti++) {
+		printf("| %.2f |", (double)taus[ti]);
+		for (int md = 0; md < 2; md++) {
+			const struct acc *a = &tc[md][ti];
+			printf(" %.3f / %.1f%% / %.4f / %llu |", a->kept_frac / a->compactions,
+			       100.0 * a->agree / a->n, a->kl / a->n,
+			       (unsigned long long)a->fallbacks);
+		}
+		printf("\n");
+	}
+	printf("\n%.1f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+	free(q);
+	free(probs);
+	free(logits0);
+	free(ref_lp);
+	free(lp);
+	free(ref_top);
+	free(toks);
+	tl_state_free(st);
+	skv_ctx_free(ctx);
+	tl_model_free(m);
+	return 0;
+}
