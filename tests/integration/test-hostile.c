@@ -603,6 +603,7 @@ static void test_tenant_buffers(void)
 static void test_ledger_pages(void)
 {
 	enum { N = 1500 };
+	static struct skv_cache *ks[N];
 	struct skv_client *c;
 	struct skv_buffer *b = NULL;
 	struct skv_layer_ref lr[1];
@@ -623,9 +624,7 @@ static void test_ledger_pages(void)
 	memset(skv_buffer_data(b), 0x3c, 4096);
 	tiny_desc(b, 4, lr, &d);
 	for (int i = 0; i < N; i++) {
-		struct skv_cache *k = NULL;
-
-		if (skv_client_compact(c, &d, &k) != 0) {
+		if (skv_client_compact(c, &d, &ks[i]) != 0) {
 			CU_FAIL("compaction failed");
 			break;
 		}
@@ -662,6 +661,8 @@ static void test_ledger_pages(void)
 		pclose(pf);
 	CU_ASSERT_EQUAL(n, N);
 	CU_ASSERT_EQUAL(skv_client_nop(c), 0);
+	for (int i = 0; i < N; i++)
+		skv_cache_release(ks[i]);
 	skv_buffer_free(b);
 	skv_client_close(c);
 	CU_ASSERT_EQUAL(stop_daemon(), 0);
@@ -1092,8 +1093,8 @@ static void *flip(void *arg)
 }
 
 /* A fixed problem of the well-behaved engine: its cache's K, V and positions. */
-static int good_result(struct skv_client *c, struct skv_buffer *b, uint8_t *out, size_t cap,
-		       uint64_t *ret_id)
+static int good_result(struct skv_client *c, struct skv_buffer *b, struct skv_cache **ret_k,
+		       uint8_t *out, size_t cap, uint64_t *ret_id)
 {
 	const uint32_t L = 64, D = 16, NH = 2, W = 4;
 	size_t qb = (size_t)NH * W * D * 4, kvb = (size_t)NH * L * D * 4;
@@ -1125,6 +1126,7 @@ static int good_result(struct skv_client *c, struct skv_buffer *b, uint8_t *out,
 		o += 16 * D * 4;
 	}
 	*ret_id = skv_cache_info(k)->id;
+	*ret_k = k;
 	return (int)o;
 }
 
@@ -1133,6 +1135,7 @@ static void test_hostile_extras(void)
 	static uint8_t before[65536], after[65536];
 	struct skv_client *good, *evil;
 	struct skv_buffer *gb = NULL, *eb = NULL;
+	struct skv_cache *kb = NULL, *ka = NULL;
 	uint64_t cache_id = 0, id2;
 	int nb, na, base, s, st = -1;
 	pid_t pid;
@@ -1149,7 +1152,7 @@ static void test_hostile_extras(void)
 		for (size_t i = 0; i < (1 << 20) / 4; i++)
 			f[i] = h_rand(&seed);
 	}
-	nb = good_result(good, gb, before, sizeof(before), &cache_id);
+	nb = good_result(good, gb, &kb, before, sizeof(before), &cache_id);
 	CU_ASSERT_FATAL(nb > 0);
 	base = h_count_fds(H.pid);
 	/* fds of every type that is not a sealed memfd */
@@ -1208,18 +1211,24 @@ static void test_hostile_extras(void)
 		pthread_t t;
 
 		pthread_create(&t, NULL, flip, &f);
-		for (int i = 0; i < 20; i++)
-			(void)good_result(evil, eb, junk, sizeof(junk), &id2);
+		for (int i = 0; i < 20; i++) {
+			struct skv_cache *kj = NULL;
+
+			(void)good_result(evil, eb, &kj, junk, sizeof(junk), &id2);
+			skv_cache_release(kj);
+		}
 		__atomic_store_n(&f.stop, true, __ATOMIC_RELAXED);
 		pthread_join(t, NULL);
 	}
 	skv_client_close(evil);
 	/* the well-behaved engine: the same bytes as before all this */
-	na = good_result(good, gb, after, sizeof(after), &id2);
+	na = good_result(good, gb, &ka, after, sizeof(after), &id2);
 	CU_ASSERT_EQUAL(na, nb);
 	CU_ASSERT(na > 0 && memcmp(before, after, (size_t)na) == 0);
 	printf("\nhostile: well-behaved engine's cache after the hostile acts: %s\n",
 	       na == nb && !memcmp(before, after, (size_t)na) ? "byte-identical" : "CHANGED");
+	skv_cache_release(ka);
+	skv_cache_release(kb);
 	skv_client_close(good);
 	CU_ASSERT_EQUAL(stop_daemon(), 0);
 }
