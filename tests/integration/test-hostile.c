@@ -544,6 +544,26 @@ static void tiny_desc(struct skv_buffer *b, uint32_t L, struct skv_layer_ref *lr
 	d->layer = lr;
 }
 
+/* One f32 HND layer of NH heads in b: Q (W rows), then K, then V; budget C. */
+static void hnd_desc(struct skv_buffer *b, uint32_t L, uint32_t D, uint32_t NH, uint32_t W,
+		     uint32_t C, struct skv_layer_ref *lr, struct skv_compact_desc *d)
+{
+	size_t qb = (size_t)NH * W * D * 4, kvb = (size_t)NH * L * D * 4;
+
+	memset(d, 0, sizeof(*d));
+	d->desc_size = sizeof(*d);
+	d->shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
+	d->layers = 1;
+	skv_client_params_init(&d->params);
+	d->params.window = W;
+	d->params.capacity = C;
+	lr[0].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
+	lr[0].k = (struct skv_tensor_ref){b, qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	lr[0].v = (struct skv_tensor_ref){b, qb + kvb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
+	d->layer = lr;
+}
+
 /* ------------------------- 3: buffers and mapped bytes bounded per tenant */
 
 static void test_tenant_buffers(void)
@@ -846,18 +866,7 @@ static void test_work_bound(void)
 	/* over max_request_macs: refused before it is queued, the key named */
 	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, qb + 2 * kvb, &b), 0);
 	memset(skv_buffer_data(b), 0x3c, qb + 2 * kvb);
-	memset(&d, 0, sizeof(d));
-	d.desc_size = sizeof(d);
-	d.shape =
-	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
-	d.layers = 1;
-	skv_client_params_init(&d.params);
-	d.params.window = W;
-	d.params.capacity = 64;
-	lr[0].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
-	lr[0].k = (struct skv_tensor_ref){b, qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
-	lr[0].v = (struct skv_tensor_ref){b, qb + kvb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
-	d.layer = lr;
+	hnd_desc(b, L, D, NH, W, 64, lr, &d);
 	r = skv_client_compact(c, &d, &k);
 	printf("hostile: 2M MACs over max_request_macs 1M: %s (%s)\n", strerror(-r),
 	       skv_client_error(c));
@@ -1097,25 +1106,13 @@ static int good_result(struct skv_client *c, struct skv_buffer *b, struct skv_ca
 		       uint8_t *out, size_t cap, uint64_t *ret_id)
 {
 	const uint32_t L = 64, D = 16, NH = 2, W = 4;
-	size_t qb = (size_t)NH * W * D * 4, kvb = (size_t)NH * L * D * 4;
 	struct skv_layer_ref lr[1];
 	struct skv_compact_desc d;
 	struct skv_cache *k = NULL;
 	size_t o = 0;
 	int r;
 
-	memset(&d, 0, sizeof(d));
-	d.desc_size = sizeof(d);
-	d.shape =
-	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = NH, .h_kv = NH, .n_q = W};
-	d.layers = 1;
-	skv_client_params_init(&d.params);
-	d.params.window = W;
-	d.params.capacity = 16;
-	lr[0].q = (struct skv_tensor_ref){b, 0, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
-	lr[0].k = (struct skv_tensor_ref){b, qb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
-	lr[0].v = (struct skv_tensor_ref){b, qb + kvb, SKV_DTYPE_F32, (int64_t)L * D, D, 0, 0};
-	d.layer = lr;
+	hnd_desc(b, L, D, NH, W, 16, lr, &d);
 	r = skv_client_compact(c, &d, &k);
 	if (r < 0)
 		return r;
