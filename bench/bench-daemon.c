@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-host.h"
 #include "snapkv.h"
 
 void openblas_set_num_threads(int n);
@@ -101,35 +102,6 @@ static long minflt(pid_t pid)
 		v = -1;
 	fclose(f);
 	return v;
-}
-
-static void loadavg(char *out, size_t n)
-{
-	FILE *f = fopen("/proc/loadavg", "r");
-	double a = 0, b = 0, c = 0;
-
-	if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
-		snprintf(out, n, "%.2f %.2f %.2f", a, b, c);
-	else
-		snprintf(out, n, "?");
-	if (f)
-		fclose(f);
-}
-
-static void cpu_model(char *out, size_t n)
-{
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	char line[256];
-
-	snprintf(out, n, "?");
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-			snprintf(out, n, "%s", strchr(line, ':') + 2);
-			out[strcspn(out, "\n")] = 0;
-			break;
-		}
-	if (f)
-		fclose(f);
 }
 
 static void pin(int cpu)
@@ -585,12 +557,7 @@ int main(int argc, char **argv)
 	time_t tt = time(NULL);
 	int st, rc = 0;
 
-	/* see bench-kernels.c: OpenBLAS on its AVX-512 kernels */
-	__builtin_cpu_init();
-	if (!getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f")) {
-		setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-		execv("/proc/self/exe", argv);
-	}
+	bench_openblas_avx512(argv);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			threads = (unsigned)atoi(argv[++i]);
@@ -643,8 +610,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	openblas_set_num_threads((int)threads);
-	loadavg(la0, sizeof(la0));
-	cpu_model(cpu, sizeof(cpu));
+	bench_loadavg(la0, sizeof(la0));
+	bench_cpu_model(cpu, sizeof(cpu));
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", gmtime(&tt));
 	printf("bench-daemon: Llama-3-8B (H_q %d, H_kv %d, D %d, W %d, C %d, k 5, avg) through "
 	       "snapkvd --threads %u; sgemm: same threads; median of %d%s\n",
@@ -670,7 +637,7 @@ int main(int argc, char **argv)
 	}
 	if (ring && !rc)
 		rc = bench_ring(r.c, r.dpid, quick ? 4000 : 20000);
-	loadavg(la1, sizeof(la1));
+	bench_loadavg(la1, sizeof(la1));
 	printf("  load average after %s\n", la1);
 	skv_client_close(r.c);
 	kill(r.dpid, SIGTERM);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-host.h"
 #include "skv.h"
 
 void openblas_set_num_threads(int n);
@@ -139,18 +140,8 @@ int main(int argc, char **argv)
 	int n_lens = 3;
 	int do_sgemm = 1, only_dt = -1; /* for profiling the kernels alone */
 
-	/*
-	 * Debian's DYNAMIC_ARCH OpenBLAS 0.3.21 does not recognise every AVX-512
-	 * CPU (under KVM it may fall back to its Prescott SSE3 kernels), which
-	 * would make the baseline unfairly slow. Unless the caller chose a core
-	 * type, rerun ourselves (before parsing: strtok edits argv) with the
-	 * SkylakeX (AVX-512) kernels.
-	 */
-	__builtin_cpu_init();
-	if (!getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f")) {
-		setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-		execv("/proc/self/exe", argv);
-	}
+	/* before parsing: strtok edits argv */
+	bench_openblas_avx512(argv);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
 			threads = (unsigned)atoi(argv[++i]);

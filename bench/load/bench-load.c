@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench-host.h"
 #include "snapkv.h"
 
 struct opts {
@@ -191,35 +192,6 @@ static int parse(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
-static void loadavg(char *out, size_t n)
-{
-	FILE *f = fopen("/proc/loadavg", "r");
-	double a = 0, b = 0, c = 0;
-
-	if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
-		snprintf(out, n, "%.2f %.2f %.2f", a, b, c);
-	else
-		snprintf(out, n, "?");
-	if (f)
-		fclose(f);
-}
-
-static void cpu_model(char *out, size_t n)
-{
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	char line[256];
-
-	snprintf(out, n, "?");
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-			snprintf(out, n, "%s", strchr(line, ':') + 2);
-			out[strcspn(out, "\n")] = 0;
-			break;
-		}
-	if (f)
-		fclose(f);
-}
-
 int main(int argc, char **argv)
 {
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
@@ -281,7 +253,7 @@ int main(int argc, char **argv)
 	}
 	while (atomic_load(&sh->ready) < o.engines)
 		usleep(1000);
-	loadavg(la0, sizeof(la0));
+	bench_loadavg(la0, sizeof(la0));
 	t0 = now_ns();
 	atomic_store(&sh->go, 1);
 	for (unsigned i = 0; i < o.engines; i++) {
@@ -289,7 +261,7 @@ int main(int argc, char **argv)
 		failed |= !WIFEXITED(st) || WEXITSTATUS(st);
 	}
 	wall = now_ns() - t0;
-	loadavg(la1, sizeof(la1));
+	bench_loadavg(la1, sizeof(la1));
 	kill(dpid, SIGTERM);
 	waitpid(dpid, &st, 0);
 	unlink(sock);
@@ -299,7 +271,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	qsort(sh->lat_ns, total, sizeof(uint64_t), cmp);
-	cpu_model(cpu, sizeof(cpu));
+	bench_cpu_model(cpu, sizeof(cpu));
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", gmtime(&tt));
 	printf("%u engines x %u compactions, each %u layers, H_q %u, H_kv %u, D %u, L %u, W %u, "
 	       "C %u, group, f32 (snapkvd --threads %s --workers %s)\n",
