@@ -169,11 +169,14 @@ static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
 /* map_blocks/unmap_blocks(layer, which, dest): which 'k' or 'v'; dest a
  * tensor from empty() whose first byte is page-aligned. */
 static int map_args(struct skvpy_cache *c, PyObject *args, const char *fn, uint32_t *ret_l,
-		    enum skv_kv *ret_kv, struct skvpy_view *ret_v, struct skvpy_mapping **ret_m)
+		    enum skv_kv *ret_kv, struct skvpy_view *ret_v, struct skvpy_mapping **ret_m,
+		    uint64_t *ret_bytes)
 {
 	PyObject *lo, *dest;
 	const char *which;
 	uintptr_t lo_a, hi_a;
+	uint64_t off;
+	int r;
 
 	if (!PyArg_ParseTuple(args, "OsO", &lo, &which, &dest) || layer_arg(c, lo, ret_l) < 0)
 		return -1;
@@ -194,6 +197,11 @@ static int map_args(struct skvpy_cache *c, PyObject *args, const char *fn, uint3
 		PyErr_Format(PyExc_ValueError, "%s: dest must start on a page boundary", fn);
 		return -1;
 	}
+	r = skv_cache_block_run(c->k, *ret_l, *ret_kv, &off, ret_bytes);
+	if (r < 0) {
+		skvpy_error(r, "%s: not a paged arena cache", fn);
+		return -1;
+	}
 	return 0;
 }
 
@@ -202,15 +210,12 @@ static PyObject *cache_map_blocks(struct skvpy_cache *c, PyObject *args)
 	struct skvpy_mapping *m;
 	struct skvpy_view v;
 	enum skv_kv which;
-	uint64_t off, bytes;
+	uint64_t bytes;
 	uint32_t l;
 	int r;
 
-	if (map_args(c, args, "map_blocks", &l, &which, &v, &m) < 0)
+	if (map_args(c, args, "map_blocks", &l, &which, &v, &m, &bytes) < 0)
 		return NULL;
-	r = skv_cache_block_run(c->k, l, which, &off, &bytes);
-	if (r < 0)
-		return skvpy_error(r, "map_blocks: not a paged arena cache");
 	if (v.ptr + bytes > (uintptr_t)m->data + m->size)
 		return skvpy_error(EINVAL,
 				   "map_blocks: the run of %llu bytes passes the buffer's end",
@@ -226,15 +231,12 @@ static PyObject *cache_unmap_blocks(struct skvpy_cache *c, PyObject *args)
 	struct skvpy_mapping *m;
 	struct skvpy_view v;
 	enum skv_kv which;
-	uint64_t off, bytes;
+	uint64_t bytes;
 	uint32_t l;
 	int r;
 
-	if (map_args(c, args, "unmap_blocks", &l, &which, &v, &m) < 0)
+	if (map_args(c, args, "unmap_blocks", &l, &which, &v, &m, &bytes) < 0)
 		return NULL;
-	r = skv_cache_block_run(c->k, l, which, &off, &bytes);
-	if (r < 0)
-		return skvpy_error(r, "unmap_blocks: not a paged arena cache");
 	r = skvpy_mapping_restore(m, v.ptr - (uintptr_t)m->data, bytes);
 	if (r < 0)
 		return skvpy_error(r, "unmap_blocks: restoring the buffer's pages failed");
