@@ -97,7 +97,9 @@ int snapkvd_cache_new(uint32_t layers, uint32_t h_store, struct snapkvd_cache **
 	c->v_off = calloc(layers, sizeof(uint64_t));
 	c->pos_off = calloc(layers, sizeof(uint64_t));
 	c->mass = calloc((size_t)layers * h_store, sizeof(float));
-	if (!c->k_off || !c->v_off || !c->pos_off || !c->mass) {
+	c->layer_mass = calloc((size_t)layers * 2, sizeof(float));
+	c->layer_kept = calloc(layers, sizeof(uint64_t));
+	if (!c->k_off || !c->v_off || !c->pos_off || !c->mass || !c->layer_mass || !c->layer_kept) {
 		snapkvd_cache_free(c);
 		return -ENOMEM;
 	}
@@ -113,7 +115,122 @@ void snapkvd_cache_free(struct snapkvd_cache *c)
 	free(c->v_off);
 	free(c->pos_off);
 	free(c->mass);
+	free(c->hkept);
+	free(c->hstart);
+	free(c->layer_mass);
+	free(c->layer_kept);
 	free(c);
+}
+
+uint32_t snapkvd_cache_head_kept(const struct snapkvd_cache *c, uint32_t l, uint32_t h)
+{
+	return c->hkept ? c->hkept[(size_t)l * c->h_store + h] : c->kept;
+}
+
+void snapkvd_cache_summarise(struct snapkvd_cache *c)
+{
+	for (uint32_t l = 0; l < c->layers; l++) {
+		float mn = __builtin_nanf(""), sum = 0;
+		uint32_t n = 0;
+
+		c->layer_kept[l] = 0;
+		for (uint32_t h = 0; h < c->h_store; h++) {
+			float m = c->mass[(size_t)l * c->h_store + h];
+
+			c->layer_kept[l] += snapkvd_cache_head_kept(c, l, h);
+			if (m != m)
+				continue;
+			mn = n == 0 || m < mn ? m : mn;
+			sum += m;
+			n++;
+		}
+		c->layer_mass[l] = mn;
+		c->layer_mass[c->layers + l] = n ? sum / (float)n : __builtin_nanf("");
+	}
+}
+
+int snapkvd_cache_budget_arrays(struct snapkvd_cache *c)
+{
+	size_t n = (size_t)c->layers * c->h_store;
+
+	c->hkept = calloc(n, sizeof(*c->hkept));
+	c->hstart = calloc(n, sizeof(*c->hstart));
+	return c->hkept && c->hstart ? 0 : -ENOMEM;
+}
+
+/* A ragged cache's head starts: cap_h = hkept + the decode reserve. */
+static void ragged_starts(struct snapkvd_cache *c)
+{
+	uint32_t res = c->slots - c->kept;
+
+	for (uint32_t l = 0; l < c->layers; l++) {
+		uint64_t st = 0;
+
+		for (uint32_t h = 0; h < c->h_store; h++) {
+			size_t i = (size_t)l * c->h_store + h;
+
+			c->hstart[i] = st;
+			st += (uint64_t)c->hkept[i] + res;
+		}
+	}
+}
+
+uint64_t snapkvd_cache_pos_index(const struct snapkvd_cache *c, uint32_t l, uint32_t h, uint32_t i)
+{
+	if (c->ragged)
+		return c->hstart[(size_t)l * c->h_store + h] + i;
+	return (uint64_t)h * c->slots + i;
+}
+
+/* One head's rows and positions from `src` to `dst` (rows from the layer's
+ * start; dst <= src, so heads move in ascending order), decode slots -1. */
+struct settle_move {
+	uint8_t *k, *v;
+	int32_t *pos;
+	size_t row;
+	bool kv; /* HND: the K/V rows move too */
+};
+
+static void settle_head(const struct settle_move *m, uint64_t src, uint64_t dst, uint32_t n,
+			uint32_t res)
+{
+	if (m->kv && src != dst) {
+		memmove(m->k + dst * m->row, m->k + src * m->row, (size_t)n * m->row);
+		memmove(m->v + dst * m->row, m->v + src * m->row, (size_t)n * m->row);
+	}
+	if (src != dst)
+		memmove(m->pos + dst, m->pos + src, (size_t)n * 4);
+	for (uint32_t i = 0; i < res; i++)
+		m->pos[dst + n + i] = -1;
+}
+
+void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base)
+{
+	size_t n = (size_t)c->layers * c->h_store;
+	uint32_t room = c->slots, res = c->slots - c->kept, most = 0;
+
+	for (size_t i = 0; i < n; i++)
+		most = c->hkept[i] > most ? c->hkept[i] : most;
+	c->kept = c->ragged ? most : c->hkept[0];
+	c->slots = c->kept + res;
+	if (c->ragged)
+		ragged_starts(c);
+	for (uint32_t l = 0; l < c->layers; l++) {
+		struct settle_move m = {.k = kv_base + c->k_off[l],
+					.v = kv_base + c->v_off[l],
+					.pos = (int32_t *)(host_base + c->pos_off[l]),
+					.row = (size_t)c->head_dim * c->dtype_bytes,
+					.kv = c->layout == SNAPKVD_LAYOUT_HND};
+
+		for (uint32_t h = 0; h < c->h_store; h++) {
+			size_t i = (size_t)l * c->h_store + h;
+
+			settle_head(&m, (uint64_t)h * room, snapkvd_cache_pos_index(c, l, h, 0),
+				    c->hkept[i], res);
+		}
+	}
+	if (c->layout == SNAPKVD_LAYOUT_HND)
+		c->head_stride = c->ragged ? 0 : (int64_t)c->slots * c->head_dim;
 }
 
 void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
@@ -145,8 +262,10 @@ void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
 		return;
 	}
 	if (c->layout == SNAPKVD_LAYOUT_HND) {
-		c->head_stride = (int64_t)slots * c->head_dim;
+		c->head_stride = c->ragged ? 0 : (int64_t)slots * c->head_dim;
 		c->token_stride = c->head_dim;
+		if (c->ragged)
+			ragged_starts(c);
 	} else {
 		c->head_stride = c->head_dim;
 		c->token_stride = (int64_t)c->h_store * c->head_dim;
@@ -212,8 +331,38 @@ void snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base
 	ret_v->src = base + g->old_v[l];
 }
 
+/* GROW of a ragged cache: each head's kept and appended rows to its new
+ * start (caps grown by the extra slots), its decode slots' positions -1. */
+static void grow_ragged(const struct snapkvd_grow *g, uint8_t *base)
+{
+	for (uint32_t l = 0; l < g->layers; l++) {
+		uint64_t k, v, p, os = 0, ns = 0;
+
+		snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
+		for (uint32_t h = 0; h < g->h_store; h++) {
+			uint32_t kept = g->hkept[(size_t)l * g->h_store + h],
+				 n = kept + g->appended;
+			int32_t *np = (int32_t *)(base + p) + ns;
+
+			memcpy(base + k + ns * g->row, base + g->old_k[l] + os * g->row,
+			       (size_t)n * g->row);
+			memcpy(base + v + ns * g->row, base + g->old_v[l] + os * g->row,
+			       (size_t)n * g->row);
+			memcpy(np, (const int32_t *)(base + g->old_pos[l]) + os, (size_t)n * 4);
+			for (uint32_t i = n; i < kept + g->res; i++)
+				np[i] = -1;
+			os += (uint64_t)kept + g->old_res;
+			ns += (uint64_t)kept + g->res;
+		}
+	}
+}
+
 void snapkvd_grow_host(const struct snapkvd_grow *g, uint8_t *host_base)
 {
+	if (g->hkept) {
+		grow_ragged(g, host_base);
+		return;
+	}
 	for (uint32_t l = 0; l < g->layers; l++) {
 		struct skv_cuda_copy cp[2];
 

@@ -62,6 +62,26 @@ struct snapkvd_cache {
 	uint64_t run_bytes;
 	bool writeback;
 	uint64_t out_buffer_id;
+	/* Budget modes (SPEC.md "Budgets beyond one C"). budgeted: the request
+	 * named a mode other than uniform or a fallback; then hkept holds the
+	 * rows each (layer, head) kept, [layers * h_store], c_star the mass
+	 * mode's C* (uniform: C; else 0), fallback whether the full prompt was
+	 * kept and mass_choice the choice's smallest mass. ragged (layers,
+	 * heads, mass-heads without a fallback, HND only): per layer one block
+	 * of sum_h cap_h rows, head h at rows hstart[l * h_store + h], cap_h =
+	 * hkept + slots - kept (kept: the largest hkept); head_stride 0.
+	 * Otherwise every head keeps `kept` in the layout above. */
+	bool budgeted, ragged, fallback;
+	enum skv_budget budget_mode;
+	uint32_t c_star;
+	float mass_choice;
+	uint32_t *hkept;
+	uint64_t *hstart;
+	/* per layer (snapkvd_cache_summarise): retained mass min over heads
+	 * ([0, layers)) then mean ([layers, 2 layers)), NaN heads skipped;
+	 * rows kept summed over heads */
+	float *layer_mass;
+	uint64_t *layer_kept;
 	struct snapkvd_cache *next;
 };
 
@@ -116,6 +136,10 @@ struct snapkvd_grow {
 	uint64_t old_run; /* PAGED: bytes of an old run */
 	uint8_t *kv_base;
 	uint64_t *old_k, *old_v, *old_pos; /* [layers] */
+	/* ragged: the heads' kept rows (the job's copy, [layers * h_store]),
+	 * g appended rows each, decode reserve old_res then res */
+	const uint32_t *hkept;
+	uint32_t appended, old_res, res;
 };
 
 struct skv_cuda_copy;
@@ -135,8 +159,32 @@ void snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base
 int snapkvd_cache_new(uint32_t layers, uint32_t h_store, struct snapkvd_cache **ret);
 void snapkvd_cache_free(struct snapkvd_cache *c);
 
+/* Fill layer_mass and layer_kept from mass and the kept counts. */
+void snapkvd_cache_summarise(struct snapkvd_cache *c);
+
+/* Rows (layer l, head h) kept: hkept for a budgeted cache, else kept. */
+uint32_t snapkvd_cache_head_kept(const struct snapkvd_cache *c, uint32_t l, uint32_t h);
+
+/* The per-head arrays of a budgeted cache (hkept, hstart). 0 or -ENOMEM. */
+int snapkvd_cache_budget_arrays(struct snapkvd_cache *c);
+
+/*
+ * After a budget-mode compaction into c's region: the kernels wrote head h
+ * of layer l at rows h * c->slots with c->hkept rows each; settle packs the
+ * heads (at kept + reserve slots each, or ragged, see above), fills the
+ * decode slots' positions with -1 and sets kept, slots, strides and
+ * hstart. The region and the layers' offsets stay. K/V at kv_base,
+ * positions at host_base.
+ */
+void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base);
+
+/* Index of slot i of (layer l, head h) in layer l's positions: h * slots
+ * + i, or hstart + i for a ragged cache (whose K/V rows are the same). */
+uint64_t snapkvd_cache_pos_index(const struct snapkvd_cache *c, uint32_t l, uint32_t h, uint32_t i);
+
 /* Put c (layout, h_store, head_dim, layers set) at `off` with `slots`
- * slots: region, strides and every layer's offsets. */
+ * slots: region, strides and every layer's offsets (and a ragged cache's
+ * head starts for its decode reserve slots - kept). */
 void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
 			 const struct snapkvd_cache_geom *g);
 

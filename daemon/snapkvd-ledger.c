@@ -33,6 +33,9 @@ int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret)
 	    .gqa = c->gqa,
 	};
 
+	/* budget modes: SPEC's sums over (layer, head) */
+	if (c->hkept)
+		return skv_ledger_sum(&in, c->hkept, (uint64_t)c->layers * c->h_store, ret);
 	return skv_ledger_compute(&in, ret);
 }
 
@@ -114,6 +117,32 @@ static void fill_tenant(const struct snapkvd_session *sessions,
 	ti->lingering_caches = lt.lingering;
 }
 
+/* Budget mode, its outcome, and per layer the rows kept and the retained
+ * mass (min, mean) of every cache; the mode's fields only when set. */
+static void fill_cache_budget(const struct snapkvd_cache *c, Snapkv__V1__CacheLedger *cl)
+{
+	size_t nk = (size_t)c->layers * c->h_store;
+	uint64_t tot = 0;
+	uint32_t mn = UINT32_MAX;
+
+	cl->n_layer_kept = cl->n_layer_mass_min = cl->n_layer_mass_mean = c->layers;
+	cl->layer_kept = c->layer_kept;
+	cl->layer_mass_min = c->layer_mass;
+	cl->layer_mass_mean = c->layer_mass + c->layers;
+	if (!c->budgeted)
+		return;
+	for (size_t i = 0; i < nk; i++) {
+		tot += c->hkept[i];
+		mn = c->hkept[i] < mn ? c->hkept[i] : mn;
+	}
+	cl->budget_mode = (Snapkv__V1__BudgetMode)(c->budget_mode + 1);
+	cl->c_star = c->c_star;
+	cl->fallback = c->fallback;
+	cl->ragged = c->ragged;
+	cl->kept_mean = nk ? (float)((double)tot / (double)nk) : 0.0f;
+	cl->kept_min = nk ? mn : 0;
+}
+
 static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cache *c,
 		       Snapkv__V1__CacheLedger *cl, Snapkv__V1__LedgerBytes *lb)
 {
@@ -154,6 +183,7 @@ static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cac
 	cl->block_size = c->block_size;
 	cl->mass_min = mn;
 	cl->mass_mean = nm ? sum / nm : 0;
+	fill_cache_budget(c, cl);
 	ledger_bytes(lb, &l);
 	cl->bytes = lb;
 }

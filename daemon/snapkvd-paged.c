@@ -400,8 +400,21 @@ int snapkvd_paged_check(const struct snapkvd_request_env *env, struct snapkvd_jo
 		return req->out_block_size ? -E2BIG : -EINVAL;
 	}
 	/* Paged-attention kernels need one count for every head and layer:
-	 * today every request has its single C (plan->kept for all heads); a
-	 * budget that gives heads different counts must be refused here. */
+	 * a budget that gives heads different counts is refused here; mass
+	 * (one C*) and a fallback are not written paged yet. */
+	if (j->params.budget_mode != SKV_BUDGET_UNIFORM || j->params.fallback_below != 0.0f) {
+		bool ragged = j->params.budget_mode != SKV_BUDGET_MASS &&
+			      j->params.budget_mode != SKV_BUDGET_UNIFORM;
+
+		snprintf(err, errlen,
+			 ragged ? "budget mode %s gives heads different counts: paged output "
+				  "needs one count for every head (uniform)"
+				: "budget mode %s%s with paged output is not supported by this "
+				  "snapkvd yet (uniform only)",
+			 skv_budget_name(j->params.budget_mode),
+			 j->params.fallback_below != 0.0f ? " with a fallback" : "");
+		return -EINVAL;
+	}
 	if (req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM && wb) {
 		snprintf(err, errlen, "writeback names its own buffers: out_arena must be unset");
 		return -EINVAL;

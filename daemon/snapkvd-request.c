@@ -131,6 +131,96 @@ static int read_params(const Snapkv__V1__Params *p, struct skv_params *ret, char
 	return 0;
 }
 
+/*
+ * Owns: the budget mode's fields (CompactRequest 120-129) into params: the
+ * mode's value and the list's length; the values themselves are
+ * skv_plan()'s and skv_budget_rows()'s to judge. Absent fields (older
+ * senders) leave uniform with no fallback, as before.
+ */
+static int read_budget(const Snapkv__V1__CompactRequest *req, struct skv_params *p, char *err,
+		       size_t errlen)
+{
+	if (req->budget_mode < 0 ||
+	    req->budget_mode > SNAPKV__V1__BUDGET_MODE__BUDGET_MODE_MASS_HEADS) {
+		snprintf(err, errlen, "unknown budget mode %d", (int)req->budget_mode);
+		return -EINVAL;
+	}
+	if (req->n_layer_caps > SKV_MAX_LAYER_CAPS) {
+		snprintf(err, errlen, "%zu per-layer budgets, at most %d", req->n_layer_caps,
+			 SKV_MAX_LAYER_CAPS);
+		return -E2BIG;
+	}
+	p->budget_mode =
+	    req->budget_mode ? (enum skv_budget)(req->budget_mode - 1) : SKV_BUDGET_UNIFORM;
+	p->n_layer_caps = (uint32_t)req->n_layer_caps;
+	if (req->n_layer_caps)
+		memcpy(p->layer_caps, req->layer_caps, req->n_layer_caps * sizeof(uint32_t));
+	p->pyramid_r = req->pyramid_r;
+	if (req->head_floor_given || req->head_floor != 0.0f)
+		p->head_floor = req->head_floor;
+	p->tau = req->tau;
+	p->c_min = req->c_min;
+	p->c_max = req->c_max;
+	p->c_step = req->c_step;
+	p->fallback_below = req->fallback_below;
+	return 0;
+}
+
+/* Not today's single C: a mode other than uniform, or a fallback. */
+static bool budgeted(const struct skv_params *p)
+{
+	return p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below != 0.0f;
+}
+
+/* Heads keep different counts: stored ragged (SPEC.md). */
+static bool ragged_mode(const struct skv_params *p)
+{
+	return p->budget_mode == SKV_BUDGET_LAYERS || p->budget_mode == SKV_BUDGET_HEADS ||
+	       p->budget_mode == SKV_BUDGET_MASS_HEADS;
+}
+
+/*
+ * Owns, for a budget mode: the per-layer rules (skv_budget_rows: list
+ * length, every pyramid C_l), the room of the region (the most rows a head
+ * of any layer may keep, as plan->kept), the backend (the CUDA kernels take
+ * uniform only) and the output layout (ragged modes store row blocks: HND).
+ */
+static int check_budget(const struct snapkvd_request_env *env, struct snapkvd_job *j,
+			const Snapkv__V1__CompactRequest *req, struct skv_plan *plan, char *err,
+			size_t errlen)
+{
+	struct skv_error kerr = {{0}, -1, -1};
+	const char *mode = skv_budget_name(j->params.budget_mode);
+	uint32_t *rows;
+	int r;
+
+	if (!budgeted(&j->params))
+		return 0;
+	if (snapkvd_runner_device(env->runner)) {
+		snprintf(err, errlen, "budget mode %s%s needs the host backend", mode,
+			 j->params.fallback_below != 0.0f ? " with a fallback" : "");
+		return -EOPNOTSUPP;
+	}
+	if (ragged_mode(&j->params) && req->out_layout == SNAPKV__V1__LAYOUT__LAYOUT_NHD) {
+		snprintf(err, errlen,
+			 "budget mode %s stores heads ragged (one row block per layer): "
+			 "out_layout must be HND",
+			 mode);
+		return -EINVAL;
+	}
+	rows = calloc(j->layers, sizeof(*rows));
+	if (!rows)
+		return -ENOMEM;
+	r = skv_budget_rows(&j->shape, &j->params, j->layers, rows, &kerr);
+	plan->kept = 0;
+	for (uint32_t l = 0; r == 0 && l < j->layers; l++)
+		plan->kept = rows[l] > plan->kept ? rows[l] : plan->kept;
+	free(rows);
+	if (r < 0)
+		snprintf(err, errlen, "%s", kerr.msg[0] ? kerr.msg : "invalid budget");
+	return r;
+}
+
 /* Memory pressure: new requests at high/critical get a smaller C, never
  * below what the policy keeps unconditionally plus one slot. Reads the
  * level only; admission counts a scaled request. */
@@ -564,6 +654,12 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 	c->budget = j->params.capacity;
 	c->evictable = req->evictable;
 	c->pressure_level = (int)snapkvd_pressure_level(env->ops->pressure);
+	if (budgeted(&j->params)) {
+		c->budgeted = true;
+		c->budget_mode = j->params.budget_mode;
+		if (snapkvd_cache_budget_arrays(c) < 0)
+			return -ENOMEM;
+	}
 	name_transports(j, c);
 	if (j->paged)
 		snapkvd_paged_cache(j);
@@ -621,11 +717,14 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	    .n_q = req->n_q,
 	};
 	r = read_params(req->params, &j->params, err, errlen);
+	if (r == 0)
+		r = read_budget(req, &j->params, err, errlen);
 	if (r < 0)
 		goto fail;
 	requested_c = j->params.capacity;
 	scale_capacity(env->ops, &j->params, &scaled);
-	if ((r = check_plan(env, j, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
+	if ((r = check_plan(env, j, &plan, err, errlen)) ||
+	    (r = check_budget(env, j, req, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
 	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||
 	    (r = check_work(env, j, &plan, odt, err, errlen)) ||
 	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||

@@ -327,6 +327,14 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	unsigned n_done = 0;
 	int r;
 
+	/* the CUDA kernels take uniform only (validation refuses the rest
+	 * first; this guards the kernels' call) */
+	if (j->params.budget_mode != SKV_BUDGET_UNIFORM || j->params.fallback_below != 0.0f) {
+		snprintf(kerr->msg, sizeof(kerr->msg), "budget mode %s%s needs the host backend",
+			 skv_budget_name(j->params.budget_mode),
+			 j->params.fallback_below != 0.0f ? " with a fallback" : "");
+		return -EOPNOTSUPP;
+	}
 	if (j->has_event) { /* before anything is page-locked for the job */
 		r = wait_event(c, j, kerr);
 		if (r < 0)

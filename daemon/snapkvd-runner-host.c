@@ -58,8 +58,39 @@ static const char *host_ctx_isa(const struct snapkvd_runner_ctx *x)
  */
 #define HOST_LAYERS_PER_STEP 8
 
+/*
+ * A budget mode (SPEC.md "Budgets beyond one C"): one call over every layer
+ * (mass chooses C* over the whole cache), the per-head counts into the
+ * job's cache (its own until the job is done), then the heads packed or
+ * laid out ragged in the region.
+ */
+static int host_compact_budget(struct snapkvd_runner_ctx *x, struct snapkvd_job *j,
+			       struct skv_error *kerr)
+{
+	struct snapkvd_cache *c = j->cache;
+	struct skv_budget_result res = {.result_size = sizeof(res), .kept = c->hkept};
+	int r;
+
+	r = skv_compact_budget(x->ctx, &j->shape, &j->params, j->layers, j->in, j->out, &res, kerr);
+	if (r < 0)
+		return r;
+	c->c_star = res.c_star;
+	c->fallback = res.fallback != 0;
+	c->mass_choice = res.min_mass;
+	/* heads keep different counts, unless all kept all L (fallback) */
+	c->ragged = !c->fallback &&
+		    (c->budget_mode == SKV_BUDGET_LAYERS || c->budget_mode == SKV_BUDGET_HEADS ||
+		     c->budget_mode == SKV_BUDGET_MASS_HEADS);
+	if (c->budget_mode == SKV_BUDGET_MASS && !c->fallback)
+		c->budget = res.c_star;
+	snapkvd_cache_settle(c, j->host_base, j->host_base);
+	return 0;
+}
+
 static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
+	if (j->cache && j->cache->budgeted)
+		return host_compact_budget(x, j, kerr);
 	for (uint32_t l = 0; l < j->layers; l += HOST_LAYERS_PER_STEP) {
 		uint32_t n =
 		    j->layers - l < HOST_LAYERS_PER_STEP ? j->layers - l : HOST_LAYERS_PER_STEP;

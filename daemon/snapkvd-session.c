@@ -1111,6 +1111,29 @@ static void fill_paged_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo
 	ci->out_buffer_id = c->out_buffer_id;
 }
 
+/* The budget mode's outcome (CacheInfo 120-128): per-head counts, and for
+ * a ragged cache the head starts. */
+static void fill_budget_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
+{
+	size_t n = (size_t)c->layers * c->h_store;
+
+	ci->budget_mode = (Snapkv__V1__BudgetMode)(c->budget_mode + 1);
+	ci->n_head_kept = n;
+	ci->head_kept = c->hkept;
+	ci->ragged = c->ragged;
+	if (c->ragged) {
+		ci->n_head_start = n;
+		ci->head_start = c->hstart;
+		ci->pos_stride = 0;
+	}
+	ci->c_star = c->c_star;
+	ci->fallback = c->fallback;
+	ci->mass_min = c->mass_choice;
+	ci->n_layer_mass_min = ci->n_layer_mass_mean = c->layers;
+	ci->layer_mass_min = c->layer_mass;
+	ci->layer_mass_mean = c->layer_mass + c->layers;
+}
+
 static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
 {
 	ci->cache_id = c->id;
@@ -1143,6 +1166,8 @@ static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo
 	ci->pressure = (Snapkv__V1__PressureLevel)(c->pressure_level + 1);
 	if (c->layout == SNAPKVD_LAYOUT_PAGED)
 		fill_paged_info(c, ci);
+	if (c->budgeted)
+		fill_budget_info(c, ci);
 }
 
 static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origin *o,
@@ -1223,10 +1248,13 @@ static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	for (uint32_t l = 0; l < c->layers; l++) {
 		int32_t *pos = (int32_t *)(s->arena->base + c->pos_off[l]);
 
-		for (uint32_t h = 0; h < c->h_store; h++)
+		for (uint32_t h = 0; h < c->h_store; h++) {
+			uint64_t at = snapkvd_cache_pos_index(
+			    c, l, h, snapkvd_cache_head_kept(c, l, h) + c->appended);
+
 			for (uint32_t i = 0; i < a->tokens; i++)
-				pos[(size_t)h * c->slots + c->kept + c->appended + i] =
-				    (int32_t)(c->prompt_len + c->appended + i);
+				pos[at + i] = (int32_t)(c->prompt_len + c->appended + i);
+		}
 	}
 	c->appended += a->tokens;
 	c->last_use_ns = snapkvd_now_ns();
@@ -1257,11 +1285,14 @@ static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		    uint8_t *kv_base, struct snapkvd_job **ret)
 {
 	struct snapkvd_job *j = snapkvd_job_new(SNAPKVD_JOB_GROW, s, o);
+	size_t nk = c->ragged ? (size_t)c->layers * c->h_store : 0;
 
 	if (j) {
 		j->g.old_k = malloc(c->layers * sizeof(uint64_t));
 		j->g.old_v = malloc(c->layers * sizeof(uint64_t));
-		j->g.old_pos = malloc(c->layers * sizeof(uint64_t));
+		/* a ragged cache's counts ride after the positions' offsets, so
+		 * they are freed with them */
+		j->g.old_pos = malloc(c->layers * sizeof(uint64_t) + nk * sizeof(uint32_t));
 	}
 	if (!j || !j->g.old_k || !j->g.old_v || !j->g.old_pos) {
 		snapkvd_job_free(j);
@@ -1283,6 +1314,15 @@ static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	memcpy(j->g.old_k, c->k_off, c->layers * sizeof(uint64_t));
 	memcpy(j->g.old_v, c->v_off, c->layers * sizeof(uint64_t));
 	memcpy(j->g.old_pos, c->pos_off, c->layers * sizeof(uint64_t));
+	if (nk) {
+		uint32_t *hk = (uint32_t *)(j->g.old_pos + c->layers);
+
+		memcpy(hk, c->hkept, nk * sizeof(uint32_t));
+		j->g.hkept = hk;
+		j->g.appended = c->appended;
+		j->g.old_res = c->slots - c->kept;
+		j->g.res = slots - c->kept;
+	}
 	*ret = j;
 	return 0;
 }
@@ -1510,6 +1550,7 @@ static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 
 	j->cache = NULL;
 	c->last_use_ns = now;
+	snapkvd_cache_summarise(c);
 	snapkvd_policy_observe_compaction(&s->srv->policy, (double)(now - j->t_start) / 1e9,
 					  c->mass, (size_t)c->layers * c->h_store);
 	snapkvd_pool_tenant_compaction(pool, s->tenant);

@@ -57,6 +57,42 @@ double skv_ledger_ratio(const Snapkv__V1__LedgerBytes *b)
 	return b && b->native_full ? (double)b->compact / (double)b->native_full : -1.0;
 }
 
+/* A float, or null for NaN (no observation rows). */
+static json_t *mass_json(float m)
+{
+	return m == m ? json_real(m) : json_null();
+}
+
+/* Budget mode and outcome, per-layer rows kept and retained mass (min,
+ * mean); a cache from before the budget modes reads as uniform. */
+static void budget_json(json_t *e, const Snapkv__V1__CacheLedger *c)
+{
+	json_t *lk = json_array(), *lmin = json_array(), *lmean = json_array();
+	int mode =
+	    c->budget_mode ? (int)c->budget_mode : SNAPKV__V1__BUDGET_MODE__BUDGET_MODE_UNIFORM;
+	static const char *const names[] = {"uniform", "uniform", "layers",
+					    "heads",   "mass",	  "mass-heads"};
+
+	json_object_set_new(e, "budget_mode",
+			    json_string(mode >= 0 && mode <= 5 ? names[mode] : "unknown"));
+	if (c->budget_mode) {
+		json_object_set_new(e, "c_star", json_integer(c->c_star));
+		json_object_set_new(e, "fallback", json_boolean(c->fallback));
+		json_object_set_new(e, "ragged", json_boolean(c->ragged));
+		json_object_set_new(e, "kept_mean", json_real(c->kept_mean));
+		json_object_set_new(e, "kept_min", json_integer(c->kept_min));
+	}
+	for (size_t l = 0; l < c->n_layer_kept; l++)
+		json_array_append_new(lk, json_integer((json_int_t)c->layer_kept[l]));
+	for (size_t l = 0; l < c->n_layer_mass_min && l < c->n_layer_mass_mean; l++) {
+		json_array_append_new(lmin, mass_json(c->layer_mass_min[l]));
+		json_array_append_new(lmean, mass_json(c->layer_mass_mean[l]));
+	}
+	json_object_set_new(e, "layer_kept", lk);
+	json_object_set_new(e, "layer_mass_min", lmin);
+	json_object_set_new(e, "layer_mass_mean", lmean);
+}
+
 static json_t *ratio_json(const Snapkv__V1__LedgerBytes *b)
 {
 	double x = skv_ledger_ratio(b);
@@ -134,6 +170,7 @@ json_t *skv_ledger_json(const Snapkv__V1__AdminReply *r)
 									      : "hnd"));
 		if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_PAGED)
 			json_object_set_new(e, "block_size", json_integer(c->block_size));
+		budget_json(e, c);
 		json_object_set_new(e, "engine_held", json_boolean(c->engine_held));
 		json_object_set_new(e, "engine_held_bytes",
 				    json_integer(c->bytes ? (json_int_t)c->bytes->engine_held : 0));
