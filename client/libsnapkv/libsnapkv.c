@@ -130,6 +130,13 @@ struct skv_cache {
 	float *mass;
 	uint64_t run_bytes; /* SKV_LAYOUT_PAGED in the arena: of each (layer, K/V) run */
 	struct skv_wb *wb;  /* SKV_OUT_WRITEBACK */
+	/* budget modes (SNAPKV_1.6): the outcome; hkept [layers * h_store]
+	 * (NULL without a mode), hstart the same when ragged; lmass per layer
+	 * min then mean */
+	struct skv_cache_budget budget;
+	uint32_t *hkept;
+	uint64_t *hstart;
+	float *lmass;
 };
 
 static int fail(struct skv_client *c, int r, const char *fmt, ...)
@@ -212,11 +219,28 @@ static void desc_store_v1(struct skv_compact_desc *d, const struct skv_compact_d
 		       d->desc_size - DESC_V1_TAIL);
 }
 
-/* Budget modes are not carried to snapkvd yet: refuse rather than drop them. */
+/* Today's single C: params from before the budget modes, or uniform with
+ * no fallback (sent without the budget fields, as before). */
 static bool desc_budget_plain(const struct skv_compact_desc *d)
 {
 	return d->params.params_size != sizeof(d->params) ||
 	       (d->params.budget_mode == SKV_BUDGET_UNIFORM && d->params.fallback_below == 0.0f);
+}
+
+/* The budget mode's fields of a CompactRequest (120-129). */
+static void budget_msg(const struct skv_params *p, Snapkv__V1__CompactRequest *cr)
+{
+	cr->budget_mode = (Snapkv__V1__BudgetMode)(p->budget_mode + 1);
+	cr->n_layer_caps = p->n_layer_caps <= SKV_MAX_LAYER_CAPS ? p->n_layer_caps : 0;
+	cr->layer_caps = (uint32_t *)p->layer_caps;
+	cr->pyramid_r = p->pyramid_r;
+	cr->head_floor = p->head_floor;
+	cr->head_floor_given = true;
+	cr->tau = p->tau;
+	cr->c_min = p->c_min;
+	cr->c_max = p->c_max;
+	cr->c_step = p->c_step;
+	cr->fallback_below = p->fallback_below;
 }
 
 static void mark_dead(struct skv_client *c, int r)
@@ -1483,11 +1507,9 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	if (!c || !d || !ret_req)
 		return fail(c, -EINVAL, "compaction needs a description with layers");
 	d = desc_current(d, &tmp);
-	if (!desc_budget_plain(d))
-		return fail(c, -EINVAL,
-			    "budget mode %d / fallback_below %g: not carried to snapkvd by this "
-			    "libsnapkv (uniform only)",
-			    (int)d->params.budget_mode, (double)d->params.fallback_below);
+	if (!desc_budget_plain(d) && d->params.n_layer_caps > SKV_MAX_LAYER_CAPS)
+		return fail(c, -EINVAL, "%u per-layer budgets, at most %u", d->params.n_layer_caps,
+			    SKV_MAX_LAYER_CAPS);
 	return compact_submit(c, d, ret_req);
 }
 
@@ -1543,6 +1565,8 @@ static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d
 		rgp[i] = &rg[i];
 	}
 	cr.params = &pm;
+	if (!desc_budget_plain(d))
+		budget_msg(&d->params, &cr);
 	for (uint32_t l = 0; l < d->layers; l++) {
 		snapkv__v1__layer_ref__init(&lr[l]);
 		tensor_msg(&d->layer[l].q, &tr[3 * l]);
@@ -1666,6 +1690,9 @@ static void cache_free(struct skv_cache *k)
 	free(k->v_off);
 	free(k->pos_off);
 	free(k->mass);
+	free(k->hkept);
+	free(k->hstart);
+	free(k->lmass);
 	free(k);
 }
 
@@ -1698,6 +1725,56 @@ static int cache_kv_bytes(struct skv_client *c, const Snapkv__V1__CacheInfo *ci,
 	return 0;
 }
 
+/*
+ * The budget outcome of a CacheInfo (120-128): the per-head counts, and a
+ * ragged cache's head blocks, each inside its layer's K/V (h_store x
+ * capacity rows, checked against the arena by the caller).
+ */
+static int cache_budget_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci,
+				  struct skv_cache *k)
+{
+	size_t nm = (size_t)ci->layers * ci->h_store;
+	uint64_t rows = (uint64_t)ci->h_store * ci->capacity, tot = 0;
+	uint32_t mn = UINT32_MAX;
+
+	if (!ci->budget_mode)
+		return 0;
+	if (ci->n_head_kept != nm || ci->n_layer_mass_min != ci->layers ||
+	    ci->n_layer_mass_mean != ci->layers || (ci->ragged && ci->n_head_start != nm) ||
+	    ci->budget_mode > SNAPKV__V1__BUDGET_MODE__BUDGET_MODE_MASS_HEADS)
+		return fail(c, -EPROTO, "malformed budget description");
+	for (size_t i = 0; i < nm; i++) {
+		uint64_t cap = (uint64_t)ci->head_kept[i] + ci->capacity - ci->kept;
+
+		if (ci->head_kept[i] > ci->kept ||
+		    (ci->ragged && (ci->head_start[i] > rows || cap > rows - ci->head_start[i])))
+			return fail(c, -EPROTO, "budget description: a head outside its layer");
+		tot += ci->head_kept[i];
+		mn = ci->head_kept[i] < mn ? ci->head_kept[i] : mn;
+	}
+	k->hkept = malloc(nm * sizeof(*k->hkept));
+	k->hstart = ci->ragged ? malloc(nm * sizeof(*k->hstart)) : NULL;
+	k->lmass = malloc((size_t)ci->layers * 2 * sizeof(float));
+	if (!k->hkept || (ci->ragged && !k->hstart) || !k->lmass)
+		return fail(c, -ENOMEM, "out of memory");
+	memcpy(k->hkept, ci->head_kept, nm * sizeof(*k->hkept));
+	if (ci->ragged)
+		memcpy(k->hstart, ci->head_start, nm * sizeof(*k->hstart));
+	memcpy(k->lmass, ci->layer_mass_min, ci->layers * sizeof(float));
+	memcpy(k->lmass + ci->layers, ci->layer_mass_mean, ci->layers * sizeof(float));
+	k->budget = (struct skv_cache_budget){
+	    .budget_size = sizeof(k->budget),
+	    .mode = (enum skv_budget)(ci->budget_mode - 1),
+	    .c_star = ci->c_star,
+	    .fallback = ci->fallback,
+	    .ragged = ci->ragged,
+	    .mass_min = ci->mass_min,
+	    .kept_min = nm ? mn : 0,
+	    .kept_mean = nm ? (float)((double)tot / (double)nm) : 0.0f,
+	};
+	return 0;
+}
+
 /* Adopt a CacheInfo: every offset checked against the arena we mapped. */
 static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci,
 			   struct skv_cache *k)
@@ -1725,6 +1802,14 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 	free(k->v_off);
 	free(k->pos_off);
 	free(k->mass);
+	free(k->hkept);
+	free(k->hstart);
+	free(k->lmass);
+	k->hkept = NULL;
+	k->hstart = NULL;
+	k->lmass = NULL;
+	k->budget = (struct skv_cache_budget){
+	    .budget_size = sizeof(k->budget), .mode = SKV_BUDGET_UNIFORM, .c_star = ci->budget};
 	k->k_off = malloc(ci->layers * sizeof(uint64_t));
 	k->v_off = malloc(ci->layers * sizeof(uint64_t));
 	k->pos_off = malloc(ci->layers * sizeof(uint64_t));
@@ -1759,6 +1844,8 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 			    ? SKV_ARENA_CUDA
 			    : SKV_ARENA_HOST,
 	};
+	if ((r = cache_budget_from_info(c, ci, k)) < 0)
+		return r;
 	if (ci->layout == SNAPKV__V1__LAYOUT__LAYOUT_PAGED) {
 		k->info.block_size = ci->block_size;
 		k->info.n_blocks = ci->n_blocks;
@@ -1903,6 +1990,16 @@ SKV_EXPORT const struct skv_cache_info *skv_cache_info(const struct skv_cache *k
 	return k ? &k->info : NULL;
 }
 
+/* Elements from a layer's K/V start to (layer, head)'s slot 0: a ragged
+ * head's start row, else head * head_stride. */
+static int64_t head_elems(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	if (k->hstart)
+		return (int64_t)k->hstart[(size_t)layer * k->info.h_store + head] *
+		       k->info.token_stride;
+	return (int64_t)head * k->info.head_stride;
+}
+
 static uint8_t *cache_ptr(const struct skv_cache *k, const uint64_t *offs, uint32_t layer,
 			  uint32_t head)
 {
@@ -1910,7 +2007,7 @@ static uint8_t *cache_ptr(const struct skv_cache *k, const uint64_t *offs, uint3
 
 	if (!k || layer >= k->info.layers || head >= k->info.h_store)
 		return NULL;
-	return k->arena + offs[layer] + (size_t)head * k->info.head_stride * es;
+	return k->arena + offs[layer] + (size_t)head_elems(k, layer, head) * es;
 }
 
 SKV_EXPORT void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head)
@@ -1932,7 +2029,7 @@ static int64_t cache_off(const struct skv_cache *k, const uint64_t *offs, uint32
 {
 	if (!k || layer >= k->info.layers || head >= k->info.h_store)
 		return -1;
-	return (int64_t)(offs[layer] + (uint64_t)head * k->info.head_stride *
+	return (int64_t)(offs[layer] + (uint64_t)head_elems(k, layer, head) *
 					   (k->info.dtype == SKV_DTYPE_F32 ? 4 : 2));
 }
 
@@ -1959,7 +2056,7 @@ static int64_t slot_elems(const struct skv_cache *k, uint32_t h, uint32_t slot, 
 	const struct skv_cache_info *i = &k->info;
 
 	if (i->layout != SKV_LAYOUT_PAGED)
-		return (int64_t)h * i->head_stride + (int64_t)slot * i->token_stride;
+		return (int64_t)slot * i->token_stride; /* + head_elems() */
 	return block * i->block_stride + (int64_t)(slot % i->block_size) * i->token_stride +
 	       (int64_t)h * i->head_stride;
 }
@@ -1971,7 +2068,8 @@ static void *cache_slot(const struct skv_cache *k, enum skv_kv kv, uint32_t laye
 	const uint64_t *offs;
 	size_t es, row;
 
-	if (!k || layer >= k->info.layers || head >= k->info.h_store || slot >= k->info.capacity)
+	if (!k || layer >= k->info.layers || head >= k->info.h_store ||
+	    slot >= skv_cache_head_capacity(k, layer, head))
 		return NULL;
 	i = &k->info;
 	es = cache_es(k);
@@ -1991,10 +2089,11 @@ static void *cache_slot(const struct skv_cache *k, enum skv_kv kv, uint32_t laye
 	}
 	if (i->kv_arena != SKV_ARENA_HOST)
 		return NULL;
+	if (i->layout != SKV_LAYOUT_PAGED)
+		return k->arena + offs[layer] +
+		       (uint64_t)(head_elems(k, layer, head) + slot_elems(k, head, slot, 0)) * es;
 	return k->arena + offs[layer] +
-	       (uint64_t)slot_elems(k, head, slot,
-				    (int64_t)(slot / (i->block_size ? i->block_size : 1))) *
-		   es;
+	       (uint64_t)slot_elems(k, head, slot, (int64_t)(slot / i->block_size)) * es;
 }
 
 SKV_EXPORT void *skv_cache_k_slot(const struct skv_cache *k, uint32_t layer, uint32_t head,
@@ -2076,7 +2175,83 @@ SKV_EXPORT const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_
 {
 	if (!k || layer >= k->info.layers || head >= k->info.h_store)
 		return NULL;
-	return (const int32_t *)(k->arena + k->pos_off[layer]) + (size_t)head * k->info.capacity;
+	return (const int32_t *)(k->arena + k->pos_off[layer]) +
+	       (k->hstart ? k->hstart[(size_t)layer * k->info.h_store + head]
+			  : (size_t)head * k->info.capacity);
+}
+
+/* ------------------------------------------------ budget modes (1.6) */
+
+SKV_EXPORT int skv_cache_budget(const struct skv_cache *k, struct skv_cache_budget *ret)
+{
+	uint32_t n;
+
+	if (!k || !ret || ret->budget_size < offsetof(struct skv_cache_budget, kept_min))
+		return -EINVAL;
+	n = ret->budget_size < sizeof(*ret) ? ret->budget_size : (uint32_t)sizeof(*ret);
+	memcpy(ret, &k->budget, n);
+	ret->budget_size = n;
+	if (!k->hkept) {
+		ret->kept_min = k->info.kept;
+		ret->kept_mean = (float)k->info.kept;
+	}
+	return 0;
+}
+
+SKV_EXPORT uint32_t skv_cache_head_kept(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	if (!k || layer >= k->info.layers || head >= k->info.h_store)
+		return 0;
+	return k->hkept ? k->hkept[(size_t)layer * k->info.h_store + head] : k->info.kept;
+}
+
+SKV_EXPORT uint32_t skv_cache_head_capacity(const struct skv_cache *k, uint32_t layer,
+					    uint32_t head)
+{
+	if (!k || layer >= k->info.layers || head >= k->info.h_store)
+		return 0;
+	return skv_cache_head_kept(k, layer, head) + (k->info.capacity - k->info.kept);
+}
+
+SKV_EXPORT int64_t skv_cache_head_start(const struct skv_cache *k, uint32_t layer, uint32_t head)
+{
+	if (!k || layer >= k->info.layers || head >= k->info.h_store)
+		return -1;
+	if (k->hstart)
+		return (int64_t)k->hstart[(size_t)layer * k->info.h_store + head];
+	return k->info.layout == SKV_LAYOUT_HND ? (int64_t)head * k->info.capacity : -1;
+}
+
+/* Min (which 0) or mean (1) over a layer's heads, NaN heads skipped. */
+static float layer_mass(const struct skv_cache *k, uint32_t layer, int which)
+{
+	float mn = 0.0f / 0.0f, sum = 0;
+	uint32_t n = 0;
+
+	if (!k || layer >= k->info.layers)
+		return 0.0f / 0.0f;
+	if (k->lmass)
+		return k->lmass[(size_t)which * k->info.layers + layer];
+	for (uint32_t h = 0; h < k->info.h_store; h++) {
+		float m = k->mass[(size_t)layer * k->info.h_store + h];
+
+		if (m != m)
+			continue;
+		mn = n == 0 || m < mn ? m : mn;
+		sum += m;
+		n++;
+	}
+	return which ? (n ? sum / (float)n : 0.0f / 0.0f) : mn;
+}
+
+SKV_EXPORT float skv_cache_layer_mass_min(const struct skv_cache *k, uint32_t layer)
+{
+	return layer_mass(k, layer, 0);
+}
+
+SKV_EXPORT float skv_cache_layer_mass_mean(const struct skv_cache *k, uint32_t layer)
+{
+	return layer_mass(k, layer, 1);
 }
 
 SKV_EXPORT float skv_cache_retained_mass(const struct skv_cache *k, uint32_t layer, uint32_t head)

@@ -439,7 +439,8 @@ int skv_cache_map_blocks(const struct skv_cache *k, uint32_t layer, enum skv_kv 
 /* Original position of every slot; -1 for decode slots not yet appended. */
 const int32_t *skv_cache_positions(const struct skv_cache *k, uint32_t layer, uint32_t head);
 float skv_cache_retained_mass(const struct skv_cache *k, uint32_t layer, uint32_t head);
-/* Slot index and logical position of the next appended token: kept + g, L + g. */
+/* Slot index and logical position of the next appended token: kept + g, L + g
+ * (ragged caches: head h's next slot is skv_cache_head_kept() + g). */
 uint32_t skv_cache_next_slot(const struct skv_cache *k);
 uint32_t skv_cache_next_position(const struct skv_cache *k);
 /* Report `tokens` K/V rows written at the next slots. -ENOSPC: grow first. */
@@ -452,6 +453,37 @@ int skv_cache_release(struct skv_cache *k);
  * the ledger) until memory pressure evicts it, least recently used first,
  * or the session ends. Since SNAPKV_1.1. */
 int skv_cache_release_linger(struct skv_cache *k);
+
+/*
+ * Budget modes (SNAPKV_1.6; SPEC.md "Budgets beyond one C"). A description
+ * whose params were filled with skv_params_init() (params_size the current
+ * one) carries budget_mode, its parameters and fallback_below to snapkvd;
+ * uniform with no fallback is today's request. The outcome of a cache:
+ */
+struct skv_cache_budget {
+	uint32_t budget_size; /* sizeof(struct skv_cache_budget), set by the caller */
+	enum skv_budget mode; /* uniform for a cache compacted without a mode */
+	uint32_t c_star;      /* mass: the chosen C*; uniform: C; otherwise 0 */
+	int fallback;	      /* 1: every head kept the full prompt */
+	int ragged;	      /* heads keep different counts: per layer one
+			       * row block, head h at skv_cache_head_start() */
+	float mass_min;	      /* the choice's smallest retained mass (before a fallback) */
+	uint32_t kept_min;    /* fewest rows a (layer, head) kept */
+	float kept_mean;      /* mean rows kept per (layer, head) */
+};
+/* The budget outcome of k into *ret (ret->budget_size set). 0 or -EINVAL. */
+int skv_cache_budget(const struct skv_cache *k, struct skv_cache_budget *ret);
+/* Rows (layer, head) kept; info->kept for a cache without a mode; 0 out of range. */
+uint32_t skv_cache_head_kept(const struct skv_cache *k, uint32_t layer, uint32_t head);
+/* Slots of (layer, head): its kept rows + the decode headroom (capacity -
+ * kept); 0 out of range. */
+uint32_t skv_cache_head_capacity(const struct skv_cache *k, uint32_t layer, uint32_t head);
+/* Row of (layer, head)'s slot 0 counted from the layer's K (V, positions)
+ * start: the ragged start, or head * capacity in HND; -1 otherwise. */
+int64_t skv_cache_head_start(const struct skv_cache *k, uint32_t layer, uint32_t head);
+/* Retained mass of a layer over its heads: min and mean (NaN: none). */
+float skv_cache_layer_mass_min(const struct skv_cache *k, uint32_t layer);
+float skv_cache_layer_mass_mean(const struct skv_cache *k, uint32_t layer);
 
 /* The latest PRESSURE event the daemon posted on this session's ring. */
 /* Pressure levels, numbered as snapkv.v1.PressureLevel on the wire (the

@@ -48,6 +48,12 @@ for f in skv_buffer_alloc_flags skv_buffer_register_fd_flags skv_buffer_flags \
 	echo "$lib_syms" | grep -qx "$f@@SNAPKV_1.5" && ok "$f@@SNAPKV_1.5" ||
 		not_ok "$f is not exported at SNAPKV_1.5"
 done
+# The budget-mode calls (SNAPKV_1.6).
+for f in skv_cache_budget skv_cache_head_kept skv_cache_head_capacity skv_cache_head_start \
+	skv_cache_layer_mass_min skv_cache_layer_mass_mean; do
+	echo "$lib_syms" | grep -qx "$f@@SNAPKV_1.6" && ok "$f@@SNAPKV_1.6" ||
+		not_ok "$f is not exported at SNAPKV_1.6"
+done
 # Nodes chain: SNAPKV_1.N inherits SNAPKV_1.(N-1), none skipped.
 chain=$(awk '/^} SNAPKV_1\.[0-9]+;/ {gsub(/[};]/, ""); print $1}' client/libsnapkv/libsnapkv.map |
 	sed 's/SNAPKV_1\.//' | tr '\n' ' ')
