@@ -722,7 +722,7 @@ static int setup_buffers(struct job *j)
 /*
  * Rows of room each head's output needs (the most any layer needs); the
  * budget's per-layer rules (list length, pyramid C_l) are checked here,
- * before any work. Budgets other than uniform run here only (--offline).
+ * before any work (snapkvd checks them again).
  */
 static int budget_room(struct job *j)
 {
@@ -746,12 +746,6 @@ static int budget_room(struct job *j)
 	if (j->o.paged && (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
 		ctl_err(CMD, "--out-layout paged takes --budget uniform without a fallback here "
 			     "(mass with paged output is not written yet)");
-		return CTL_EXIT_USAGE;
-	}
-	if (!j->o.offline && (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
-		ctl_err(CMD, "--budget %s%s: snapkvd does not take budget modes yet; use --offline",
-			skv_budget_name(p->budget_mode),
-			p->fallback_below > 0.0f ? " with a fallback" : "");
 		return CTL_EXIT_USAGE;
 	}
 	return 0;
@@ -915,8 +909,10 @@ int ctl_compact(int argc, char **argv)
 	} else {
 		char why[900] = "", sock[SKV_SOCKET_PATH_MAX] = "";
 		clock_gettime(CLOCK_MONOTONIC, &t0);
+		j.outcome =
+		    (struct skv_budget_result){.result_size = sizeof(j.outcome), .kept = j.kept};
 		r = ctl_daemon_compact(j.o.socket, sock, &j.shape, &j.o.params, j.n_layers, j.kin,
-				       j.kout, why, sizeof(why));
+				       j.kout, &j.outcome, why, sizeof(why));
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (r < 0) {
 			ctl_err(CMD, "%s", why[0] ? why : strerror(-r));
@@ -926,9 +922,6 @@ int ctl_compact(int argc, char **argv)
 			goto out;
 		}
 		snprintf(where, sizeof(where), "in snapkvd at %.250s", sock);
-		for (size_t i = 0; i < (size_t)j.n_layers * j.plan.h_store; i++)
-			j.kept[i] = j.plan.kept;
-		j.outcome.c_star = j.o.params.capacity;
 	}
 	r = skv_st_compact_desc_budget(&desc, j.kept, j.outcome.c_star, j.outcome.fallback);
 	if (r < 0) {

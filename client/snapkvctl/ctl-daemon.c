@@ -633,8 +633,8 @@ static int client_at(const char *path, void *arg)
 
 int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_shape *shape,
 		       const struct skv_params *params, uint32_t n_layers,
-		       const struct skv_layer_in *in, const struct skv_layer_out *out, char *err,
-		       size_t errlen)
+		       const struct skv_layer_in *in, const struct skv_layer_out *out,
+		       struct skv_budget_result *outcome, char *err, size_t errlen)
 {
 	struct skv_client_opts opts = {.opts_size = sizeof(opts), .name = "snapkvctl-compact"};
 	struct skv_client *c = NULL;
@@ -729,22 +729,32 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 		snprintf(err, errlen, "%s", skv_client_error(c));
 		goto out;
 	}
-	/* copy the compact cache into the caller's output views */
+	/* copy the compact cache into the caller's output views, each head's
+	 * own count (budget modes), and the outcome */
 	const struct skv_cache_info *ci = skv_cache_info(k);
+	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
 	size_t row = (size_t)D * skv_dtype_size(ci->dtype);
 	for (uint32_t l = 0; l < n_layers; l++)
 		for (uint32_t h = 0; h < ci->h_store; h++) {
-			for (uint32_t i = 0; i < ci->kept; i++) {
+			uint32_t kh = skv_cache_head_kept(k, l, h);
+
+			for (uint32_t i = 0; i < kh; i++) {
 				memcpy(out_slot(&out[l].k, h, i), skv_cache_k_slot(k, l, h, i),
 				       row);
 				memcpy(out_slot(&out[l].v, h, i), skv_cache_v_slot(k, l, h, i),
 				       row);
 			}
 			memcpy(out[l].positions + (size_t)h * out[l].pos_stride,
-			       skv_cache_positions(k, l, h), (size_t)ci->kept * 4);
+			       skv_cache_positions(k, l, h), (size_t)kh * 4);
 			if (out[l].retained_mass)
 				out[l].retained_mass[h] = skv_cache_retained_mass(k, l, h);
+			if (outcome->kept)
+				outcome->kept[(size_t)l * ci->h_store + h] = kh;
 		}
+	skv_cache_budget(k, &cb);
+	outcome->c_star = cb.c_star;
+	outcome->fallback = cb.fallback;
+	outcome->min_mass = cb.mass_min;
 	r = 0;
 out:
 	skv_cache_release(k);

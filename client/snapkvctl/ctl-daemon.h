@@ -36,7 +36,7 @@ uint32_t ctl_daemon_timeout_ms(void);
  */
 int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_shape *shape,
 		       const struct skv_params *params, uint32_t n_layers,
-		       const struct skv_layer_in *in, const struct skv_layer_out *out, char *err,
-		       size_t errlen);
+		       const struct skv_layer_in *in, const struct skv_layer_out *out,
+		       struct skv_budget_result *outcome, char *err, size_t errlen);
 
 #endif

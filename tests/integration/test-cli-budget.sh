@@ -7,12 +7,20 @@
 # promise: C* for mass, tau per head for mass-heads, per-layer counts for
 # layers, H * C per layer for heads), uniform unchanged by --budget uniform,
 # the fallback, and every bad budget: exit 2, one line on stderr, OUT untouched.
+# Through snapkvd: every mode's file byte-identical to the --offline one, the
+# same outcome printed, and the bad budgets refused by the daemon too.
 set -u
 BUILD=${BUILD:-build}
 CTL=$BUILD/snapkvctl
 GEN=$BUILD/examples/gen-layer
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-cli-budget.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+sock=$tmp/snapkvd.sock
+pid=
+cleanup() {
+	[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
 . "$(dirname "$0")/../tally.sh"
 
 cat >"$tmp/check.py" <<'PY'
@@ -199,8 +207,56 @@ unknown mode|--offline --window 8 --capacity 32 --budget adaptive|is not uniform
 too many fields|--offline --window 8 --capacity 32 --budget mass-heads:0.9:1:2:3|is not uniform, layers
 fallback above 1|--offline --window 8 --capacity 32 --fallback-below 2|fallback_below 2 must be in [0, 1]
 fallback not a number|--offline --window 8 --capacity 32 --fallback-below x|is not a number
-through the daemon|--window 8 --capacity 32 --budget mass:0.9 --socket /nonexistent/s.sock|does not take budget modes yet
 EOF2
+
+echo "== through snapkvd: byte-identical to --offline, the same outcome"
+"$BUILD/snapkvd" --socket "$sock" --backend host --pool-bytes 64M --threads 2 \
+	--log-level warning 2>"$tmp/daemon.log" &
+pid=$!
+for _ in $(seq 250); do
+	[ -S "$sock" ] && break
+	sleep 0.02
+done
+[ -S "$sock" ] || { echo "snapkvd did not start: $(cat "$tmp/daemon.log")"; exit 1; }
+# the summary minus the file names and the time and where it ran
+outcome() { sed 1d "$1" | grep -v '^  compaction .* ms, '; }
+while read -r label args; do
+	if "$CTL" compact --socket "$sock" "$tmp/in.st" "$tmp/on.st" $args >"$tmp/on.txt" 2>"$tmp/err" &&
+		"$CTL" compact --offline "$tmp/in.st" "$tmp/off.st" $args >"$tmp/off.txt" 2>>"$tmp/err" &&
+		cmp -s "$tmp/on.st" "$tmp/off.st" &&
+		diff <(outcome "$tmp/on.txt") <(outcome "$tmp/off.txt") >"$tmp/diff"; then
+		ok "$label: daemon file and outcome = --offline ($(grep -m1 -o 'budget [a-z-]*.*positions' "$tmp/on.txt" || echo uniform))"
+	else
+		not_ok "$label: $(cat "$tmp/err") $(cat "$tmp/diff" 2>/dev/null)"
+	fi
+done <<'EOF2'
+uniform --window 8 --capacity 32
+layers-list --window 8 --capacity 32 --budget layers:20,30,60
+pyramid --window 8 --capacity 32 --budget pyramid:0.5
+heads --window 8 --capacity 32 --budget heads
+heads-group --window 8 --capacity 32 --budget heads:0.5 --gqa group
+mass --window 8 --capacity 32 --budget mass:0.9
+mass-ladder --window 8 --capacity 32 --budget mass:0.95:16:96:8
+mass-heads --window 8 --capacity 32 --budget mass-heads:0.9
+mass-heads-group --window 8 --capacity 32 --budget mass-heads:0.85 --gqa group
+fallback --window 8 --capacity 12 --fallback-below 0.99
+fallback-ragged --window 8 --capacity 32 --budget mass-heads:0.5:12:20 --fallback-below 0.999
+fallback-unused --window 8 --capacity 32 --budget mass:0.5 --fallback-below 0.1
+EOF2
+if grep -q "fallback: a head would keep retained mass" <("$CTL" compact --socket "$sock" "$tmp/in.st" "$tmp/on.st" --window 8 --capacity 12 --fallback-below 0.99); then
+	ok "the daemon's fallback is said so"
+else
+	not_ok "daemon fallback not reported"
+fi
+"$CTL" compact --socket "$sock" "$tmp/in.st" "$tmp/p.st" --window 8 --capacity 32 --budget heads --out-layout paged --block-size 16 >"$tmp/o" 2>"$tmp/e"
+rc=$?
+[ $rc -eq 2 ] && grep -q "paged" "$tmp/e" && ok "ragged + paged refused: $(cat "$tmp/e")" ||
+	not_ok "ragged + paged: rc $rc $(cat "$tmp/e")"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=
+[ $rc -eq 0 ] && ok "SIGTERM: snapkvd exits 0" || not_ok "SIGTERM: snapkvd exited $rc"
 
 echo "test-cli-budget: $pass passed, $fail failed"
 [ $fail -eq 0 ]
