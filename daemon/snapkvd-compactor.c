@@ -59,8 +59,9 @@ static void run_compact(struct snapkvd_worker *w, struct snapkvd_job *j)
 			 kerr.msg[0] ? kerr.msg : "compaction failed");
 		return;
 	}
-	/* decode slots carry position -1 until APPEND names them */
-	for (uint32_t l = 0; l < ca->layers; l++)
+	/* decode slots carry position -1 until APPEND names them (a budget
+	 * mode's settle has set them, its heads at their own rows) */
+	for (uint32_t l = 0; !ca->budgeted && l < ca->layers; l++)
 		for (uint32_t h = 0; h < ca->h_store; h++)
 			for (uint32_t i = ca->kept; i < ca->slots; i++)
 				j->out[l].positions[(size_t)h * ca->slots + i] = -1;
