@@ -47,6 +47,15 @@ $(BUILD)/tests/test-daemon-paged: $(BUILD)/tests/integration/test-daemon-paged.o
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(BUILD)/tests/test-daemon-paged
+# Budget modes through snapkvd vs libskv's skv_compact_budget here.
+DAEMON_ITESTS += $(BUILD)/tests/test-daemon-budget
+$(BUILD)/tests/integration/test-daemon-budget.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-daemon-budget.o
+$(BUILD)/tests/test-daemon-budget: $(BUILD)/tests/integration/test-daemon-budget.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
+		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-daemon-budget
 $(BUILD)/tests/integration/test-daemon-badinput.o: | $(SKV_PB_H)
 OBJS += $(BUILD)/tests/integration/test-daemon-badinput.o
 $(BUILD)/tests/test-daemon-badinput: $(BUILD)/tests/integration/test-daemon-badinput.o \

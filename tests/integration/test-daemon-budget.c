@@ -1,0 +1,548 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test-daemon-budget: budget modes (SPEC.md "Budgets beyond one C") through
+ * snapkvd. Every mode's cache equals libskv's skv_compact_budget() run here
+ * on the same input, bit for bit (per-head kept counts, positions, K and V
+ * rows, retained mass, C*, fallback); APPEND, GROW, RELEASE and linger on a
+ * ragged cache; the summed ledger; and every bad budget refused before any
+ * work with its message, nothing leaked (pool used back at 0, fds back at
+ * the baseline).
+ */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon-harness.h"
+#include "skv.h"
+#include "snapkv.h"
+
+#define LAYERS 3
+#define H_Q    4
+#define H_KV   2
+#define D      16
+#define L      160
+#define W      8
+#define C      32
+
+static struct harness H;
+static struct skv_client *cl;
+static struct skv_buffer *buf;
+static struct skv_layer_ref refs[LAYERS];
+static struct skv_ctx *ctx;
+static int base_fds;
+
+/* buffer: per layer Q [H_Q][W][D], K [H_KV][L][D], V the same, f32 */
+#define Q_EL	 ((size_t)H_Q * W * D)
+#define KV_EL	 ((size_t)H_KV * L * D)
+#define LAYER_EL (Q_EL + 2 * KV_EL)
+
+static float *layer_base(uint32_t l)
+{
+	return (float *)skv_buffer_data(buf) + (size_t)l * LAYER_EL;
+}
+
+static int suite_init(void)
+{
+	uint64_t seed = 13;
+
+	if (h_start(&H, NULL) < 0 || skv_client_connect(H.sock, NULL, &cl) < 0 ||
+	    skv_buffer_alloc(cl, LAYERS * LAYER_EL * sizeof(float), &buf) < 0 ||
+	    skv_ctx_new(1, &ctx) < 0)
+		return -1;
+	for (size_t i = 0; i < LAYERS * LAYER_EL; i++) /* peaked: masses differ by head */
+		((float *)skv_buffer_data(buf))[i] = h_rand(&seed) * (i % 7 == 0 ? 4.0f : 1.0f);
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		uint64_t o = (uint64_t)l * LAYER_EL * sizeof(float);
+
+		refs[l].q = (struct skv_tensor_ref){buf, o, SKV_DTYPE_F32, W * D, D, 0, 0};
+		refs[l].k =
+		    (struct skv_tensor_ref){buf, o + Q_EL * 4, SKV_DTYPE_F32, L * D, D, 0, 0};
+		refs[l].v = (struct skv_tensor_ref){
+		    buf, o + (Q_EL + KV_EL) * 4, SKV_DTYPE_F32, L * D, D, 0, 0};
+	}
+	return 0;
+}
+
+static int suite_clean(void)
+{
+	int st;
+
+	skv_ctx_free(ctx);
+	skv_client_close(cl);
+	st = h_stop(&H);
+	h_cleanup(&H);
+	return st == 0 ? 0 : -1;
+}
+
+/* Uniform C, W, the given mode's fields on top. */
+static void params_base(struct skv_params *p, enum skv_gqa gqa)
+{
+	skv_params_init(p);
+	p->window = W;
+	p->capacity = C;
+	p->gqa = gqa;
+}
+
+static void desc_init(struct skv_compact_desc *d, const struct skv_params *p, uint32_t reserve)
+{
+	memset(d, 0, sizeof(*d));
+	d->desc_size = sizeof(*d);
+	d->shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = H_Q, .h_kv = H_KV, .n_q = W};
+	d->layers = LAYERS;
+	d->params = *p;
+	d->layer = refs;
+	d->decode_reserve = reserve;
+}
+
+/* What libskv keeps here: each head at rows h * room of its layer. */
+struct ref {
+	uint32_t room, hs;
+	float *k, *v, *mass;
+	int32_t *pos;
+	uint32_t kept[LAYERS * H_Q];
+	struct skv_budget_result res;
+};
+
+static void ref_free(struct ref *r)
+{
+	free(r->k);
+	free(r->v);
+	free(r->mass);
+	free(r->pos);
+}
+
+static int reference(const struct skv_params *p, struct ref *r)
+{
+	struct skv_shape sh = {.prompt_len = L, .head_dim = D, .h_q = H_Q, .h_kv = H_KV, .n_q = W};
+	struct skv_error err = {{0}, -1, -1};
+	struct skv_layer_in in[LAYERS];
+	struct skv_layer_out out[LAYERS];
+	uint32_t rows[LAYERS];
+	size_t per;
+
+	memset(r, 0, sizeof(*r));
+	if (skv_budget_rows(&sh, p, LAYERS, rows, &err) < 0)
+		return -1;
+	for (uint32_t l = 0; l < LAYERS; l++)
+		r->room = rows[l] > r->room ? rows[l] : r->room;
+	r->hs = p->gqa == SKV_GQA_GROUP ? H_KV : H_Q;
+	per = (size_t)r->hs * r->room;
+	r->k = calloc(LAYERS * per * D, sizeof(float));
+	r->v = calloc(LAYERS * per * D, sizeof(float));
+	r->pos = calloc(LAYERS * per, sizeof(int32_t));
+	r->mass = calloc(LAYERS * r->hs, sizeof(float));
+	if (!r->k || !r->v || !r->pos || !r->mass)
+		return -1;
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		float *b = layer_base(l);
+
+		in[l].q = (struct skv_tensor){b, SKV_DTYPE_F32, W * D, D, NULL, 0, 0, 0};
+		in[l].k = (struct skv_tensor){b + Q_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0};
+		in[l].v =
+		    (struct skv_tensor){b + Q_EL + KV_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0};
+		out[l] = (struct skv_layer_out){
+		    .k = {r->k + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0,
+			  0},
+		    .v = {r->v + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0,
+			  0},
+		    .positions = r->pos + l * per,
+		    .pos_stride = r->room,
+		    .retained_mass = r->mass + l * r->hs,
+		};
+	}
+	r->res = (struct skv_budget_result){.result_size = sizeof(r->res), .kept = r->kept};
+	return skv_compact_budget(ctx, &sh, p, LAYERS, in, out, &r->res, &err);
+}
+
+/* The daemon's cache k equals the reference, head by head, bit for bit. */
+static void check_equal(const struct skv_cache *k, const struct ref *r, const char *what)
+{
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
+	bool same = ci->h_store == r->hs;
+
+	CU_ASSERT_EQUAL_FATAL(skv_cache_budget(k, &cb), 0);
+	for (uint32_t l = 0; same && l < LAYERS; l++)
+		for (uint32_t h = 0; same && h < r->hs; h++) {
+			uint32_t kh = r->kept[l * r->hs + h];
+			size_t at = ((size_t)l * r->hs + h) * r->room;
+			float m = skv_cache_retained_mass(k, l, h), rm = r->mass[l * r->hs + h];
+
+			same = skv_cache_head_kept(k, l, h) == kh &&
+			       !memcmp(skv_cache_positions(k, l, h), r->pos + at, kh * 4) &&
+			       !memcmp(&m, &rm, 4);
+			for (uint32_t i = 0; same && i < kh; i++)
+				same = !memcmp(skv_cache_k_slot(k, l, h, i), r->k + (at + i) * D,
+					       D * 4) &&
+				       !memcmp(skv_cache_v_slot(k, l, h, i), r->v + (at + i) * D,
+					       D * 4) &&
+				       (skv_cache_k(k, l, h) == NULL ||
+					(float *)skv_cache_k(k, l, h) + i * ci->token_stride ==
+					    skv_cache_k_slot(k, l, h, i));
+			if (!same)
+				fprintf(stderr,
+					"%s: layer %u head %u differs (kept %u/%u, pos %d, mass "
+					"%d, k %p slot %p)\n",
+					what, l, h, skv_cache_head_kept(k, l, h), kh,
+					!memcmp(skv_cache_positions(k, l, h), r->pos + at, kh * 4),
+					!memcmp(&m, &rm, 4), skv_cache_k(k, l, h),
+					skv_cache_k_slot(k, l, h, 0));
+		}
+	CU_ASSERT(same);
+	CU_ASSERT_EQUAL(cb.c_star, r->res.c_star);
+	CU_ASSERT_EQUAL(cb.fallback, r->res.fallback);
+	CU_ASSERT(!memcmp(&cb.mass_min, &r->res.min_mass, 4) || !r->res.fallback);
+}
+
+/* One mode through the daemon and here; the cache released, pool back to 0. */
+static void one_mode(const struct skv_params *p, const char *what, bool want_ragged)
+{
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
+	struct ref r;
+	int rc;
+
+	CU_ASSERT_EQUAL_FATAL(reference(p, &r), 0);
+	desc_init(&d, p, 2);
+	rc = skv_client_compact(cl, &d, &k);
+	if (rc < 0)
+		fprintf(stderr, "%s: %s\n", what, skv_client_error(cl));
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	check_equal(k, &r, what);
+	skv_cache_budget(k, &cb);
+	CU_ASSERT_EQUAL(cb.ragged, want_ragged);
+	CU_ASSERT_EQUAL(cb.mode, p->budget_mode);
+	printf("  %s: c_star %u fallback %d kept min %u mean %.1f ragged %d\n", what, cb.c_star,
+	       cb.fallback, cb.kept_min, (double)cb.kept_mean, cb.ragged);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	ref_free(&r);
+}
+
+static void test_modes(void)
+{
+	struct skv_params p;
+
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_UNIFORM;
+	one_mode(&p, "uniform", false);
+	p.budget_mode = SKV_BUDGET_LAYERS;
+	p.n_layer_caps = 3;
+	p.layer_caps[0] = 20;
+	p.layer_caps[1] = 40;
+	p.layer_caps[2] = 12;
+	one_mode(&p, "layers 20,40,12", true);
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_LAYERS;
+	p.pyramid_r = 0.5f;
+	one_mode(&p, "pyramid 0.5", true);
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_HEADS;
+	one_mode(&p, "heads", true);
+	params_base(&p, SKV_GQA_GROUP);
+	p.budget_mode = SKV_BUDGET_HEADS;
+	p.head_floor = 0.0f;
+	one_mode(&p, "heads 0 group", true);
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS;
+	p.tau = 0.9f;
+	p.c_min = 12;
+	p.c_max = 96;
+	p.c_step = 4;
+	one_mode(&p, "mass 0.9", false);
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS_HEADS;
+	p.tau = 0.8f;
+	p.c_min = 10;
+	p.c_max = 80;
+	one_mode(&p, "mass-heads 0.8", true);
+	params_base(&p, SKV_GQA_GROUP);
+	p.budget_mode = SKV_BUDGET_MASS_HEADS;
+	p.tau = 0.85f;
+	p.c_min = 10;
+	p.c_max = 80;
+	one_mode(&p, "mass-heads 0.85 group", true);
+}
+
+static void test_fallback(void)
+{
+	struct skv_params p;
+
+	params_base(&p, SKV_GQA_EXPAND);
+	p.capacity = 12;
+	p.fallback_below = 0.999f;
+	one_mode(&p, "uniform C 12, fallback 0.999", false);
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS_HEADS;
+	p.tau = 0.5f;
+	p.c_min = 10;
+	p.c_max = 20;
+	p.fallback_below = 0.999f;
+	one_mode(&p, "mass-heads, fallback 0.999", false); /* every head all L: packed */
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_HEADS;
+	p.fallback_below = 0.01f;
+	one_mode(&p, "heads, fallback 0.01 (not taken)", true);
+}
+
+/* The ledger line of cache id. */
+static const Snapkv__V1__CacheLedger *ledger_of(const Snapkv__V1__AdminReply *a, uint64_t id)
+{
+	for (size_t i = 0; a && i < a->n_caches; i++)
+		if (a->caches[i]->id == id)
+			return a->caches[i];
+	return NULL;
+}
+
+/* The summed ledger of SPEC.md for kept counts + g. */
+static void check_ledger(const struct skv_cache *k, uint32_t g)
+{
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	Snapkv__V1__AdminReply *a = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER);
+	const Snapkv__V1__CacheLedger *cl0 = ledger_of(a, ci->id);
+	uint64_t sum = 0, lk = 0;
+	uint32_t mn = UINT32_MAX;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(cl0);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < ci->h_store; h++) {
+			uint32_t kh = skv_cache_head_kept(k, l, h);
+
+			sum += kh + g;
+			mn = kh < mn ? kh : mn;
+			if (l == 1)
+				lk += kh;
+		}
+	CU_ASSERT_EQUAL(cl0->bytes->compact, 2ull * 4 * D * sum);
+	CU_ASSERT_EQUAL(cl0->bytes->index, 4ull * sum);
+	CU_ASSERT_EQUAL(cl0->bytes->reserved,
+			2ull * 4 * D * LAYERS * ci->h_store * (ci->capacity - ci->kept - g));
+	CU_ASSERT_EQUAL(cl0->budget_mode, SNAPKV__V1__BUDGET_MODE__BUDGET_MODE_HEADS);
+	CU_ASSERT_EQUAL(cl0->kept_min, mn);
+	CU_ASSERT_TRUE(cl0->ragged);
+	CU_ASSERT_EQUAL(cl0->n_layer_kept, LAYERS);
+	CU_ASSERT_EQUAL(cl0->n_layer_kept == LAYERS ? cl0->layer_kept[1] : 0, lk);
+	CU_ASSERT_EQUAL(cl0->n_layer_mass_min, LAYERS);
+	CU_ASSERT(cl0->n_layer_mass_min == LAYERS &&
+		  cl0->layer_mass_min[0] == skv_cache_layer_mass_min(k, 0));
+	snapkv__v1__admin_reply__free_unpacked(a, NULL);
+}
+
+/* The daemon's fds at rest: the fewest over 300 ms (an admin connection
+ * that just closed may be counted for a moment). */
+static int fds_base(void)
+{
+	int n = h_count_fds(H.pid);
+
+	for (int i = 0; i < 30; i++) {
+		int m = h_count_fds(H.pid);
+
+		n = m < n ? m : n;
+		h_sleep_ms(10);
+	}
+	return n;
+}
+
+/* The daemon's fds once they settle at want (an admin connection just
+ * closed may still be counted for a moment). */
+static int fds_settled(int want)
+{
+	int n = h_count_fds(H.pid);
+
+	for (int i = 0; i < 200 && n != want; i++) {
+		h_sleep_ms(10);
+		n = h_count_fds(H.pid);
+	}
+	return n;
+}
+
+/* Decode slots of every head: positions L + i for the g appended, -1 after. */
+static bool decode_positions(const struct skv_cache *k, uint32_t g)
+{
+	const struct skv_cache_info *ci = skv_cache_info(k);
+
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < ci->h_store; h++) {
+			const int32_t *pos = skv_cache_positions(k, l, h);
+			uint32_t kh = skv_cache_head_kept(k, l, h);
+
+			for (uint32_t i = kh; i < skv_cache_head_capacity(k, l, h); i++)
+				if (pos[i] != (i - kh < g ? (int32_t)(L + i - kh) : -1))
+					return false;
+		}
+	return true;
+}
+
+/* Mark head h's decode slot i of layer l (K row) with a value of its own. */
+static void mark(const struct skv_cache *k, uint32_t l, uint32_t h, uint32_t i, bool check,
+		 bool *ok)
+{
+	float *row = skv_cache_k_slot(k, l, h, skv_cache_head_kept(k, l, h) + i);
+	float want = 1000.0f + (float)(l * 100 + h * 10 + i);
+
+	if (!row) {
+		*ok = false;
+		return;
+	}
+	if (check)
+		*ok = *ok && row[0] == want;
+	else
+		row[0] = want;
+}
+
+static void test_ragged_ops(void)
+{
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	struct skv_params p;
+	struct ref r;
+	bool ok = true;
+	int fds = fds_base();
+
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_HEADS;
+	CU_ASSERT_EQUAL_FATAL(reference(&p, &r), 0);
+	desc_init(&d, &p, 4);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	CU_ASSERT(decode_positions(k, 0));
+	check_ledger(k, 0);
+	/* APPEND 3: every head's next slots, after its own kept rows */
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < H_Q; h++)
+			for (uint32_t i = 0; i < 3; i++)
+				mark(k, l, h, i, false, &ok);
+	CU_ASSERT_EQUAL(skv_cache_append(k, 3), 0);
+	CU_ASSERT(decode_positions(k, 3));
+	CU_ASSERT_EQUAL(skv_cache_append(k, 2), -ENOSPC); /* 1 slot left per head */
+	check_ledger(k, 3);
+	/* GROW 5: every head grows, rows and marks kept, bit for bit */
+	CU_ASSERT_EQUAL_FATAL(skv_cache_grow(k, 5), 0);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < H_Q; h++) {
+			CU_ASSERT_EQUAL(skv_cache_head_capacity(k, l, h),
+					skv_cache_head_kept(k, l, h) + 9);
+			for (uint32_t i = 0; i < 3; i++)
+				mark(k, l, h, i, true, &ok);
+		}
+	CU_ASSERT(ok);
+	CU_ASSERT(decode_positions(k, 3));
+	check_equal(k, &r, "heads after GROW");
+	CU_ASSERT_EQUAL(skv_cache_append(k, 6), 0);
+	CU_ASSERT(decode_positions(k, 9));
+	check_ledger(k, 9);
+	/* RELEASE with linger: still counted; the session's end frees it */
+	CU_ASSERT(h_pool_used(H.sock) > 0);
+	CU_ASSERT_EQUAL(skv_cache_release_linger(k), 0);
+	CU_ASSERT(h_pool_used(H.sock) > 0);
+	skv_buffer_free(buf);
+	skv_client_close(cl);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_client_connect(H.sock, NULL, &cl), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(cl, LAYERS * LAYER_EL * sizeof(float), &buf), 0);
+	{
+		uint64_t seed = 13;
+
+		for (size_t i = 0; i < LAYERS * LAYER_EL; i++)
+			((float *)skv_buffer_data(buf))[i] =
+			    h_rand(&seed) * (i % 7 == 0 ? 4.0f : 1.0f);
+		for (uint32_t l = 0; l < LAYERS; l++)
+			refs[l].q.buf = refs[l].k.buf = refs[l].v.buf = buf;
+	}
+	CU_ASSERT_EQUAL(fds_settled(fds), fds);
+	/* RELEASE: gone at once */
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	check_equal(k, &r, "heads again");
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	ref_free(&r);
+}
+
+/* A bad budget: refused with `needle` in the message, nothing held. */
+static void refused(const struct skv_params *p, enum skv_layout layout, const char *needle)
+{
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	int fds = fds_settled(base_fds), rc;
+
+	desc_init(&d, p, 0);
+	d.out_layout = layout;
+	if (layout == SKV_LAYOUT_PAGED)
+		d.out_block_size = 16;
+	rc = skv_client_compact(cl, &d, &k);
+	CU_ASSERT(rc == -EINVAL || rc == -E2BIG);
+	if (!strstr(skv_client_error(cl), needle) || rc >= 0)
+		fprintf(stderr, "want \"%s\", got %d \"%s\"\n", needle, rc, skv_client_error(cl));
+	else
+		printf("  refused: %s\n", skv_client_error(cl));
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(cl), needle));
+	CU_ASSERT_PTR_NULL(k);
+	skv_cache_release(k);
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), 0);
+	CU_ASSERT_EQUAL(fds_settled(fds), fds);
+}
+
+static void test_bad_input(void)
+{
+	struct skv_params p;
+
+	base_fds = fds_base();
+
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS;
+	p.tau = 0.0f, p.c_min = 12, p.c_max = 64, p.c_step = 4;
+	refused(&p, SKV_LAYOUT_HND, "tau = 0 must be in (0, 1]");
+	p.tau = 1.5f;
+	refused(&p, SKV_LAYOUT_HND, "tau = 1.5 must be in (0, 1]");
+	p.tau = 0.9f, p.c_min = 40, p.c_max = 20;
+	refused(&p, SKV_LAYOUT_HND, "C_min = 40 must be at least 1 and at most C_max = 20");
+	p.c_min = 12, p.c_max = 64, p.c_step = 0;
+	refused(&p, SKV_LAYOUT_HND, "step must be at least 1");
+	p.c_step = 4, p.c_min = W;
+	refused(&p, SKV_LAYOUT_HND, "C_min = 8");
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_LAYERS;
+	p.n_layer_caps = 2, p.layer_caps[0] = 20, p.layer_caps[1] = 30;
+	refused(&p, SKV_LAYOUT_HND, "the list has 2 budgets for 3 layers");
+	p.n_layer_caps = 3, p.layer_caps[1] = W, p.layer_caps[2] = 30;
+	refused(&p, SKV_LAYOUT_HND, "layer 1 (C_l = 8)");
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_HEADS;
+	p.head_floor = 1.5f;
+	refused(&p, SKV_LAYOUT_HND, "floor a = 1.5 must be in [0, 1]");
+	p.head_floor = -0.2f;
+	refused(&p, SKV_LAYOUT_HND, "floor a = -0.2 must be in [0, 1]");
+	p.head_floor = 0.2f;
+	refused(&p, SKV_LAYOUT_PAGED, "paged output needs one count for every head");
+	refused(&p, SKV_LAYOUT_NHD, "out_layout must be HND");
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS;
+	p.tau = 0.9f, p.c_min = 12, p.c_max = 64, p.c_step = 4;
+	refused(&p, SKV_LAYOUT_PAGED, "not supported by this snapkvd yet");
+	params_base(&p, SKV_GQA_EXPAND);
+	p.fallback_below = 2.0f;
+	refused(&p, SKV_LAYOUT_HND, "fallback_below 2 must be in [0, 1]");
+	p.fallback_below = 0.0f;
+	p.budget_mode = (enum skv_budget)9;
+	refused(&p, SKV_LAYOUT_HND, "unknown budget mode");
+}
+
+int main(void)
+{
+	CU_pSuite s;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("daemon-budget", suite_init, suite_clean);
+	CU_add_test(s, "every mode = skv_compact_budget here, bit for bit", test_modes);
+	CU_add_test(s, "fallback through the daemon", test_fallback);
+	CU_add_test(s, "APPEND, GROW, RELEASE, linger and the ledger on a ragged cache",
+		    test_ragged_ops);
+	CU_add_test(s, "bad budgets refused before any work, nothing held", test_bad_input);
+	return h_run_tests();
+}
