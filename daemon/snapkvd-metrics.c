@@ -46,6 +46,13 @@ void snapkvd_histogram_init_mass(struct snapkvd_histogram *h)
 	snapkvd_histogram_init(h, b, sizeof(b) / sizeof(b[0]));
 }
 
+void snapkvd_histogram_init_fraction(struct snapkvd_histogram *h)
+{
+	static const double b[] = {0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1};
+
+	snapkvd_histogram_init(h, b, sizeof(b) / sizeof(b[0]));
+}
+
 void snapkvd_histogram_observe(struct snapkvd_histogram *h, double v)
 {
 	uint32_t i = 0;
@@ -190,6 +197,32 @@ static void histogram(FILE *f, const char *name, const char *help,
 	fprintf(f, "\n%s_count %" PRIu64 "\n", name, h->count);
 }
 
+/* One histogram family with a series per budget mode (label mode). */
+static void budget_histogram(FILE *f, const char *name, const char *help,
+			     const struct snapkvd_histogram *hs)
+{
+	static const char *const modes[SNAPKVD_BUDGET_MODES] = {"uniform", "layers", "heads",
+								"mass", "mass-heads"};
+
+	head(f, name, "histogram", help);
+	for (int m = 0; m < SNAPKVD_BUDGET_MODES; m++) {
+		const struct snapkvd_histogram *h = &hs[m];
+		uint64_t cum = 0;
+
+		for (uint32_t i = 0; i < h->n_bounds; i++) {
+			cum += h->counts[i];
+			fprintf(f, "%s_bucket{mode=\"%s\",le=\"", name, modes[m]);
+			put_double(f, h->bounds[i]);
+			fprintf(f, "\"} %" PRIu64 "\n", cum);
+		}
+		fprintf(f, "%s_bucket{mode=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, modes[m],
+			h->count);
+		fprintf(f, "%s_sum{mode=\"%s\"} ", name, modes[m]);
+		put_double(f, h->sum);
+		fprintf(f, "\n%s_count{mode=\"%s\"} %" PRIu64 "\n", name, modes[m], h->count);
+	}
+}
+
 static void tenant_series(FILE *f, const struct snapkvd_stats *s, const char *name,
 			  const char *type, const char *help, size_t field_off, int skip_zero)
 {
@@ -313,6 +346,15 @@ static void write_actions(FILE *f, const struct snapkvd_stats *s)
 		histogram(f, "snapkvd_retained_mass",
 			  "Retained attention mass per stored head and layer (1 = all kept).",
 			  s->retained_mass);
+	scalar(f, "snapkvd_fallbacks_total", "counter",
+	       "Compactions that kept the full prompt: a head's retained mass was below "
+	       "fallback_below.",
+	       s->fallbacks_total);
+	if (s->kept_fraction)
+		budget_histogram(f, "snapkvd_budget_kept_fraction",
+				 "Kept fraction of the prompt (mean kept per stored head / L) of "
+				 "each compaction, by budget mode.",
+				 s->kept_fraction);
 	if (s->start_time_seconds > 0) {
 		head(f, "snapkvd_start_time_seconds", "gauge",
 		     "Start time of the daemon since the Unix epoch.");

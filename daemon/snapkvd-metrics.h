@@ -34,6 +34,12 @@ int snapkvd_histogram_init(struct snapkvd_histogram *h, const double *bounds, ui
 /* Default layouts: compaction seconds (1 ms .. 60 s) and retained mass (0.1 .. 1). */
 void snapkvd_histogram_init_seconds(struct snapkvd_histogram *h);
 void snapkvd_histogram_init_mass(struct snapkvd_histogram *h);
+/* Kept fraction of a prompt (0.01 .. 1). */
+void snapkvd_histogram_init_fraction(struct snapkvd_histogram *h);
+
+/* Budget modes (SPEC.md), in enum skv_budget's order: the label values of
+ * snapkvd_budget_kept_fraction. */
+#define SNAPKVD_BUDGET_MODES 5
 /* NaN observations are ignored. */
 void snapkvd_histogram_observe(struct snapkvd_histogram *h, double v);
 /*
@@ -100,9 +106,14 @@ struct snapkvd_stats {
 	const struct snapkvd_stats_error *errors;
 	const struct snapkvd_histogram *compaction_seconds; /* may be NULL */
 	const struct snapkvd_histogram *retained_mass;	    /* may be NULL */
-	double start_time_seconds; /* process start, Unix time; 0 omits it */
-	const char *version;	   /* snapkvd_build_info; NULL omits it */
-	const char *backend;	   /* its backend label (NULL: "") */
+	/* budget modes: caches that kept the full prompt (fallback_below),
+	 * and per mode the kept fraction of the prompt (mean kept per head /
+	 * L) of each compaction; NULL omits the histogram */
+	uint64_t fallbacks_total;
+	const struct snapkvd_histogram *kept_fraction; /* [SNAPKVD_BUDGET_MODES] */
+	double start_time_seconds;		       /* process start, Unix time; 0 omits it */
+	const char *version;			       /* snapkvd_build_info; NULL omits it */
+	const char *backend;			       /* its backend label (NULL: "") */
 };
 
 /*

@@ -67,6 +67,8 @@ int snapkvd_policy_init(struct snapkvd_policy *ops, const struct snapkvd_policy_
 	pthread_mutex_init(&ops->mu, NULL);
 	snapkvd_histogram_init_seconds(&ops->compaction_seconds);
 	snapkvd_histogram_init_mass(&ops->retained_mass);
+	for (int m = 0; m < SNAPKVD_BUDGET_MODES; m++)
+		snapkvd_histogram_init_fraction(&ops->kept_fraction[m]);
 	return 0;
 }
 
@@ -477,6 +479,18 @@ void snapkvd_policy_observe_compaction(struct snapkvd_policy *ops, double second
 	pthread_mutex_unlock(&ops->mu);
 }
 
+void snapkvd_policy_observe_budget(struct snapkvd_policy *ops, int mode, double kept_fraction,
+				   bool fallback)
+{
+	if (mode < 0 || mode >= SNAPKVD_BUDGET_MODES)
+		return;
+	pthread_mutex_lock(&ops->mu);
+	snapkvd_histogram_observe(&ops->kept_fraction[mode], kept_fraction);
+	if (fallback)
+		ops->fallbacks++;
+	pthread_mutex_unlock(&ops->mu);
+}
+
 void snapkvd_policy_count_error(struct snapkvd_policy *ops, int err)
 {
 	if (err < 0)
@@ -513,7 +527,10 @@ void snapkvd_policy_fill_stats(struct snapkvd_policy *ops, struct snapkvd_stats 
 	pthread_mutex_lock(&ops->mu);
 	snap->seconds = ops->compaction_seconds;
 	snap->mass = ops->retained_mass;
+	memcpy(snap->kept_fraction, ops->kept_fraction, sizeof(snap->kept_fraction));
+	st->fallbacks_total = ops->fallbacks;
 	pthread_mutex_unlock(&ops->mu);
+	st->kept_fraction = snap->kept_fraction;
 	st->compaction_seconds = &snap->seconds;
 	st->retained_mass = &snap->mass;
 }

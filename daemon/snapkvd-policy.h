@@ -60,7 +60,7 @@ struct snapkvd_policy_cb {
 
 /* Storage the stats of snapkvd_policy_fill_stats() point into. */
 struct snapkvd_policy_snapshot {
-	struct snapkvd_histogram seconds, mass;
+	struct snapkvd_histogram seconds, mass, kept_fraction[SNAPKVD_BUDGET_MODES];
 	struct snapkvd_stats_error errors[SNAPKVD_POLICY_MAX_ERRNO];
 };
 
@@ -87,7 +87,8 @@ struct snapkvd_policy {
 	/* histograms (any thread, under mu) */
 	pthread_mutex_t mu;
 	struct snapkvd_histogram compaction_seconds, retained_mass;
-	uint64_t compactions;
+	struct snapkvd_histogram kept_fraction[SNAPKVD_BUDGET_MODES];
+	uint64_t compactions, fallbacks;
 };
 
 /* clock: for transition timestamps (NULL: CLOCK_REALTIME). 0, -EINVAL, -ENOMEM. */
@@ -143,6 +144,10 @@ void snapkvd_policy_tick(struct snapkvd_policy *ops, uint64_t now_ns);
  * mass of every stored head of every layer (NaN entries ignored). */
 void snapkvd_policy_observe_compaction(struct snapkvd_policy *ops, double seconds,
 				       const float *mass, size_t n_mass);
+/* The budget of one finished compaction (any thread): its mode (enum
+ * skv_budget), the kept fraction of the prompt, whether it fell back. */
+void snapkvd_policy_observe_budget(struct snapkvd_policy *ops, int mode, double kept_fraction,
+				   bool fallback);
 /* A request was answered with -err (loop thread): errors by code. */
 void snapkvd_policy_count_error(struct snapkvd_policy *ops, int err);
 /* Fill the fields of st that the policy owns (pressure, hooks,

@@ -1541,6 +1541,19 @@ out:
 	snapkv__v1__request__free_unpacked(req, NULL);
 }
 
+/* The metrics of a cache's budget: its mode, kept fraction, fallback. */
+static void observe_budget(struct snapkvd_session *s, const struct snapkvd_cache *c)
+{
+	uint64_t kept = 0, n = (uint64_t)c->layers * c->h_store;
+
+	for (uint32_t l = 0; l < c->layers; l++)
+		kept += c->layer_kept[l];
+	if (n && c->prompt_len)
+		snapkvd_policy_observe_budget(&s->srv->policy, (int)c->budget_mode,
+					      (double)kept / ((double)n * c->prompt_len),
+					      c->fallback);
+}
+
 /* A COMPACT job succeeded: its cache becomes the session's. */
 static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 {
@@ -1551,6 +1564,7 @@ static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 	j->cache = NULL;
 	c->last_use_ns = now;
 	snapkvd_cache_summarise(c);
+	observe_budget(s, c);
 	snapkvd_policy_observe_compaction(&s->srv->policy, (double)(now - j->t_start) / 1e9,
 					  c->mass, (size_t)c->layers * c->h_store);
 	snapkvd_pool_tenant_compaction(pool, s->tenant);

@@ -289,6 +289,17 @@ static void test_fallback(void)
 	p.budget_mode = SKV_BUDGET_HEADS;
 	p.fallback_below = 0.01f;
 	one_mode(&p, "heads, fallback 0.01 (not taken)", true);
+	/* the metrics count the two fallbacks and every mode's compactions */
+	Snapkv__V1__AdminReply *a = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_PTR_NOT_NULL(strstr(a->text, "\nsnapkvd_fallbacks_total 2\n"));
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(a->text, "snapkvd_budget_kept_fraction_count{mode=\"heads\"} 3\n"));
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(a->text, "snapkvd_budget_kept_fraction_count{mode=\"mass-heads\"} 3\n"));
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(a->text, "snapkvd_budget_kept_fraction_count{mode=\"mass\"} 1\n"));
+	snapkv__v1__admin_reply__free_unpacked(a, NULL);
 }
 
 /* The ledger line of cache id. */

@@ -189,6 +189,12 @@ void snapkvd_policy_observe_compaction(struct snapkvd_policy *ops, double second
 	(void)ops, (void)seconds, (void)mass, (void)n_mass;
 }
 
+void snapkvd_policy_observe_budget(struct snapkvd_policy *ops, int mode, double kept_fraction,
+				   bool fallback)
+{
+	(void)ops, (void)mode, (void)kept_fraction, (void)fallback;
+}
+
 void snapkvd_policy_count_error(struct snapkvd_policy *ops, int err)
 {
 	(void)ops, (void)err;
