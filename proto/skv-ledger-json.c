@@ -63,18 +63,19 @@ static json_t *mass_json(float m)
 	return m == m ? json_real(m) : json_null();
 }
 
-/* Budget mode and outcome, per-layer rows kept and retained mass (min,
- * mean); a cache from before the budget modes reads as uniform. */
-static void budget_json(json_t *e, const Snapkv__V1__CacheLedger *c)
+const char *skv_ledger_budget_name(int mode)
 {
-	json_t *lk = json_array(), *lmin = json_array(), *lmean = json_array();
-	int mode =
-	    c->budget_mode ? (int)c->budget_mode : SNAPKV__V1__BUDGET_MODE__BUDGET_MODE_UNIFORM;
 	static const char *const names[] = {"uniform", "uniform", "layers",
 					    "heads",   "mass",	  "mass-heads"};
 
-	json_object_set_new(e, "budget_mode",
-			    json_string(mode >= 0 && mode <= 5 ? names[mode] : "unknown"));
+	return mode >= 0 && mode <= 5 ? names[mode] : "unknown";
+}
+
+void skv_ledger_budget_json(json_t *e, const Snapkv__V1__CacheLedger *c)
+{
+	json_t *lk = json_array(), *lmin = json_array(), *lmean = json_array();
+
+	json_object_set_new(e, "budget_mode", json_string(skv_ledger_budget_name(c->budget_mode)));
 	if (c->budget_mode) {
 		json_object_set_new(e, "c_star", json_integer(c->c_star));
 		json_object_set_new(e, "fallback", json_boolean(c->fallback));
@@ -170,7 +171,7 @@ json_t *skv_ledger_json(const Snapkv__V1__AdminReply *r)
 									      : "hnd"));
 		if (c->layout == SNAPKV__V1__LAYOUT__LAYOUT_PAGED)
 			json_object_set_new(e, "block_size", json_integer(c->block_size));
-		budget_json(e, c);
+		skv_ledger_budget_json(e, c);
 		json_object_set_new(e, "engine_held", json_boolean(c->engine_held));
 		json_object_set_new(e, "engine_held_bytes",
 				    json_integer(c->bytes ? (json_int_t)c->bytes->engine_held : 0));

@@ -26,4 +26,16 @@ double skv_ledger_ratio(const Snapkv__V1__LedgerBytes *b);
  */
 json_t *skv_ledger_json(const Snapkv__V1__AdminReply *r);
 
+/*
+ * A cache's budget keys onto e: budget_mode (a cache from before the modes
+ * reads "uniform"), layer_kept, layer_mass_min, layer_mass_mean (null: no
+ * observation rows), and for a budget mode c_star, fallback, ragged,
+ * kept_min, kept_mean.
+ */
+void skv_ledger_budget_json(json_t *e, const Snapkv__V1__CacheLedger *c);
+
+/* "uniform", "layers", "heads", "mass", "mass-heads" of a wire BudgetMode
+ * (UNSPECIFIED: "uniform"); "unknown" otherwise. */
+const char *skv_ledger_budget_name(int mode);
+
 #endif

@@ -262,8 +262,51 @@ static json_t *caches_json(const Snapkv__V1__AdminReply *r)
 			json_decref(a);
 			return NULL;
 		}
+		skv_ledger_budget_json(json_array_get(a, json_array_size(a) - 1), c);
 	}
 	return a ? json_pack("{s:o}", "caches", a) : NULL;
+}
+
+/* Up to 16 values of a per-layer array, then how many more. */
+static void put_layers_u64(const uint64_t *v, size_t n)
+{
+	for (size_t l = 0; l < n && l < 16; l++)
+		printf("%s%" PRIu64, l ? "," : "", v[l]);
+	if (n > 16)
+		printf(",.. (%zu layers)", n);
+}
+
+static void put_layers_f(const float *v, size_t n)
+{
+	for (size_t l = 0; l < n && l < 16; l++)
+		printf("%s%.3f", l ? "," : "", (double)v[l]);
+	if (n > 16)
+		printf(",.. (%zu layers)", n);
+}
+
+/* Per cache: its budget mode and outcome, and per layer the rows kept
+ * (summed over heads) and the retained mass (min, mean). */
+static void budget_lines(const Snapkv__V1__AdminReply *r)
+{
+	printf("\n%6s %s\n", "ID", "BUDGET");
+	for (size_t i = 0; i < r->n_caches; i++) {
+		const Snapkv__V1__CacheLedger *c = r->caches[i];
+
+		printf("%6" PRIu64 " %s", c->id, skv_ledger_budget_name(c->budget_mode));
+		if (c->budget_mode && c->c_star)
+			printf(", C* %u", c->c_star);
+		if (c->budget_mode)
+			printf(", kept per head mean %.1f min %u%s%s", (double)c->kept_mean,
+			       c->kept_min, c->ragged ? ", ragged" : "",
+			       c->fallback ? ", fallback (full prompt kept)" : "");
+		printf("\n%6s layer kept ", "");
+		put_layers_u64(c->layer_kept, c->n_layer_kept);
+		printf("; mass min ");
+		put_layers_f(c->layer_mass_min, c->n_layer_mass_min);
+		printf("; mean ");
+		put_layers_f(c->layer_mass_mean, c->n_layer_mass_mean);
+		printf("\n");
+	}
 }
 
 int ctl_caches(int argc, char **argv)
@@ -297,6 +340,8 @@ int ctl_caches(int argc, char **argv)
 	}
 	if (!r->n_caches)
 		printf("(no caches)\n");
+	else
+		budget_lines(r);
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return CTL_EXIT_OK;
 }
@@ -429,6 +474,8 @@ static void ledger_table(const Snapkv__V1__AdminReply *r, bool exact)
 	snprintf(a, sizeof(a), "%" PRIu64 " lingering", r->lingering_caches);
 	printf("%-5s %-81s", "pool", a);
 	put_ledger(&f, r->pool_bytes);
+	if (r->n_caches)
+		budget_lines(r);
 	/* the transports each cache's inputs and arena really used */
 	if (r->n_caches)
 		printf("\n%5s %-24s %s\n", "ID", "TRANSPORT", "ARENA");

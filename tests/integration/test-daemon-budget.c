@@ -407,6 +407,31 @@ static void mark(const struct skv_cache *k, uint32_t l, uint32_t h, uint32_t i, 
 		row[0] = want;
 }
 
+/* snapkvctl SUBCOMMAND against this daemon: its stdout contains every needle. */
+static bool ctl_shows(const char *sub, const char *const *needles)
+{
+	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+	char cmd[512], *out = calloc(1, 65536);
+	size_t n = 0;
+	bool ok = out != NULL;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s/snapkvctl --socket %s %s", build, H.sock, sub);
+	f = ok ? popen(cmd, "r") : NULL;
+	if (f) {
+		n = fread(out, 1, 65535, f);
+		ok = pclose(f) == 0;
+	}
+	out && (out[n] = 0);
+	for (int i = 0; ok && needles[i]; i++)
+		if (!strstr(out, needles[i])) {
+			fprintf(stderr, "snapkvctl %s: no \"%s\" in:\n%s\n", sub, needles[i], out);
+			ok = false;
+		}
+	free(out);
+	return f && ok;
+}
+
 static void test_ragged_ops(void)
 {
 	struct skv_compact_desc d;
@@ -423,6 +448,18 @@ static void test_ragged_ops(void)
 	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
 	CU_ASSERT(decode_positions(k, 0));
 	check_ledger(k, 0);
+	{
+		static const char *const text[] = {"heads, kept per head mean 32.0", "ragged",
+						   "layer kept 128,128,128; mass min", NULL};
+		static const char *const json[] = {"\"budget_mode\": \"heads\"", "\"ragged\": true",
+						   "\"layer_kept\": [", "\"layer_mass_min\": [",
+						   NULL};
+
+		CU_ASSERT(ctl_shows("caches", text));
+		CU_ASSERT(ctl_shows("ledger", text));
+		CU_ASSERT(ctl_shows("caches --json", json));
+		CU_ASSERT(ctl_shows("ledger --json", json));
+	}
 	/* APPEND 3: every head's next slots, after its own kept rows */
 	for (uint32_t l = 0; l < LAYERS; l++)
 		for (uint32_t h = 0; h < H_Q; h++)
