@@ -378,6 +378,55 @@ static PyObject *cache_mass(struct skvpy_cache *c, void *closure)
 	return res;
 }
 
+/* Rows each (layer, head) kept, [[.. per head] per layer] (budget modes:
+ * they differ; uniform: every one is kept). */
+static PyObject *cache_head_kept(struct skvpy_cache *c, void *closure)
+{
+	const struct skv_cache_info *in = info(c);
+	PyObject *res;
+
+	(void)closure;
+	if (!in || !(res = PyList_New(in->layers)))
+		return NULL;
+	for (uint32_t l = 0; l < in->layers; l++) {
+		PyObject *row = PyList_New(in->h_store);
+
+		if (!row) {
+			Py_DECREF(res);
+			return NULL;
+		}
+		PyList_SET_ITEM(res, l, row);
+		for (uint32_t h = 0; h < in->h_store; h++) {
+			PyObject *v = PyLong_FromUnsignedLong(skv_cache_head_kept(c->k, l, h));
+
+			if (!v) {
+				Py_DECREF(res);
+				return NULL;
+			}
+			PyList_SET_ITEM(row, h, v);
+		}
+	}
+	return res;
+}
+
+/* The budget outcome: {"mode", "c_star", "fallback", "ragged", "kept_min",
+ * "kept_mean", "mass_min"}. */
+static PyObject *cache_budget(struct skvpy_cache *c, void *closure)
+{
+	static const char *const modes[] = {"uniform", "layers", "heads", "mass", "mass-heads"};
+	struct skv_cache_budget b = {.budget_size = sizeof(b)};
+
+	(void)closure;
+	if (!info(c))
+		return NULL;
+	skv_cache_budget(c->k, &b);
+	return Py_BuildValue("{s:s, s:I, s:O, s:O, s:I, s:d, s:d}", "mode",
+			     (unsigned)b.mode < 5 ? modes[b.mode] : "unknown", "c_star", b.c_star,
+			     "fallback", b.fallback ? Py_True : Py_False, "ragged",
+			     b.ragged ? Py_True : Py_False, "kept_min", b.kept_min, "kept_mean",
+			     (double)b.kept_mean, "mass_min", (double)b.mass_min);
+}
+
 /* The integer fields of skv_cache_info, by offset. */
 #define FIELD(f) ((void *)offsetof(struct skv_cache_info, f))
 
@@ -475,6 +524,10 @@ static PyGetSetDef cache_getset[] = {
     {"block_table", (getter)cache_block_table, NULL,
      "writeback: the destination blocks (slot i in block_table[i // block_size]); else None", NULL},
     {"retained_mass", (getter)cache_mass, NULL, "[layers, h_store] float32 (a copy)", NULL},
+    {"head_kept", (getter)cache_head_kept, NULL,
+     "rows each (layer, head) kept, a list per layer (budget modes: they differ)", NULL},
+    {"budget_outcome", (getter)cache_budget, NULL,
+     "dict: mode, c_star, fallback, ragged, kept_min, kept_mean, mass_min", NULL},
     {"released", (getter)cache_released, NULL, "True once released", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

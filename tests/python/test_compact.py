@@ -157,3 +157,16 @@ def test_submit_wait_append_grow(client):
     c.append(3)
     assert c.next_position == 82
     c.release()
+
+
+def test_head_kept_and_budget_outcome(client):
+    """Every (layer, head) of a uniform cache kept `kept` rows; its budget
+    outcome says uniform with C* = C, no fallback, not ragged."""
+    q, k, v = random_inputs(dtype=torch.float32, seed=11, **SHAPE)
+    qs, ks, vs, kw = place(client, q, k, v, "hnd")
+    with client.compact(qs, ks, vs, **PARAMS, **kw, decode_reserve=2) as c:
+        assert c.head_kept == [[c.kept] * c.h_store for _ in range(c.layers)]
+        b = c.budget_outcome
+        assert b["mode"] == "uniform" and b["c_star"] == c.budget
+        assert b["fallback"] is False and b["ragged"] is False
+        assert b["kept_min"] == c.kept and b["kept_mean"] == float(c.kept)
