@@ -221,9 +221,33 @@ static int check_budget(const struct snapkvd_request_env *env, struct snapkvd_jo
 	return r;
 }
 
+/* One budget of a mode scaled by f, never below keep + 1 nor above itself. */
+static uint32_t scale_one(uint32_t v, double f, uint32_t keep)
+{
+	uint32_t s = (uint32_t)(v * f);
+
+	s = s > keep ? s : keep + 1;
+	return s < v ? s : v;
+}
+
+/* Under pressure a budget mode's own budgets scale with C, by C's factor:
+ * every C_l of a layers list and the mass ladder's C_min and C_max (tau,
+ * the floor and the step are not budgets). The cache reports budget <
+ * requested_budget as for uniform. */
+static void scale_budgets(struct skv_params *p, double f, uint32_t keep)
+{
+	for (uint32_t l = 0; l < p->n_layer_caps && l < SKV_MAX_LAYER_CAPS; l++)
+		p->layer_caps[l] = scale_one(p->layer_caps[l], f, keep);
+	if (p->budget_mode == SKV_BUDGET_MASS || p->budget_mode == SKV_BUDGET_MASS_HEADS) {
+		p->c_min = scale_one(p->c_min, f, keep);
+		p->c_max = scale_one(p->c_max, f, keep);
+	}
+}
+
 /* Memory pressure: new requests at high/critical get a smaller C, never
- * below what the policy keeps unconditionally plus one slot. Reads the
- * level only; admission counts a scaled request. */
+ * below what the policy keeps unconditionally plus one slot, and a budget
+ * mode's own budgets with it (scale_budgets). Reads the level only;
+ * admission counts a scaled request. */
 static void scale_capacity(const struct snapkvd_policy *ops, struct skv_params *p, bool *ret_scaled)
 {
 	uint64_t keep = p->policy == SKV_POLICY_STREAMINGLLM ? p->sinks
@@ -234,9 +258,14 @@ static void scale_capacity(const struct snapkvd_policy *ops, struct skv_params *
 	for (uint32_t i = 0; i < p->n_protected && i < SKV_MAX_PROTECTED; i++)
 		if (p->protected_ranges[i].end > p->protected_ranges[i].begin)
 			keep += p->protected_ranges[i].end - p->protected_ranges[i].begin;
-	if (keep < UINT32_MAX)
+	if (keep < UINT32_MAX) {
+		uint32_t asked = p->capacity;
+
 		p->capacity = snapkvd_pressure_scale_capacity(ops->pressure, p->capacity,
 							      (uint32_t)keep, &scaled);
+		if (scaled && asked)
+			scale_budgets(p, (double)p->capacity / asked, (uint32_t)keep);
+	}
 	*ret_scaled = scaled;
 }
 

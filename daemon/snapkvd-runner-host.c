@@ -81,8 +81,6 @@ static int host_compact_budget(struct snapkvd_runner_ctx *x, struct snapkvd_job 
 	c->ragged = !c->fallback &&
 		    (c->budget_mode == SKV_BUDGET_LAYERS || c->budget_mode == SKV_BUDGET_HEADS ||
 		     c->budget_mode == SKV_BUDGET_MASS_HEADS);
-	if (c->budget_mode == SKV_BUDGET_MASS && !c->fallback)
-		c->budget = res.c_star;
 	snapkvd_cache_settle(c, j->host_base, j->host_base);
 	return 0;
 }

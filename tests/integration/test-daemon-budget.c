@@ -580,6 +580,95 @@ static void test_bad_input(void)
 	refused(&p, SKV_LAYOUT_HND, "unknown budget mode");
 }
 
+/*
+ * Under pressure a mode's own budgets scale with C: a daemon at high from
+ * its first cache on (pressure_high 4K) halves C, every C_l of a list and
+ * the mass ladder, and the cache says budget < requested_budget.
+ */
+static struct harness P;
+
+static int pressure_init(void)
+{
+	static const char *extra[] = {"--config", NULL, NULL};
+	char cfg[300];
+	FILE *f;
+
+	snprintf(P.dir, sizeof(P.dir), "/tmp/snapkvd-budgetp-XXXXXX");
+	if (!mkdtemp(P.dir))
+		return -1;
+	snprintf(cfg, sizeof(cfg), "%s/snapkvd.conf", P.dir);
+	f = fopen(cfg, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "pressure_high = 4096\npressure_high_leave = 2048\npressure_min_dwell_ms = "
+		   "0\npressure_actions = notify,scale\npressure_scale_high = 0.5\n");
+	fclose(f);
+	extra[1] = cfg;
+	return h_start(&P, extra) < 0 ? -1 : 0;
+}
+
+static int pressure_clean(void)
+{
+	int st = h_stop(&P);
+
+	h_cleanup(&P);
+	return st == 0 ? 0 : -1;
+}
+
+static void test_pressure_scaling(void)
+{
+	struct skv_client *c = NULL;
+	struct skv_buffer *b = NULL;
+	struct skv_layer_ref lr[LAYERS];
+	struct skv_compact_desc d;
+	struct skv_cache *first = NULL, *k = NULL;
+	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
+	struct skv_params p;
+
+	CU_ASSERT_EQUAL_FATAL(skv_client_connect(P.sock, NULL, &c), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, LAYERS * LAYER_EL * sizeof(float), &b), 0);
+	memcpy(skv_buffer_data(b), skv_buffer_data(buf), LAYERS * LAYER_EL * sizeof(float));
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		lr[l] = refs[l];
+		lr[l].q.buf = lr[l].k.buf = lr[l].v.buf = b;
+	}
+	params_base(&p, SKV_GQA_EXPAND);
+	desc_init(&d, &p, 0);
+	d.layer = lr;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &first), 0); /* now at high */
+	for (int i = 0; i < 300; i++) {
+		struct skv_pressure pr = {0};
+
+		if (skv_client_pressure(c, &pr) == 0 && pr.level >= SKV_PRESSURE_HIGH)
+			break;
+		h_sleep_ms(10);
+	}
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_LAYERS;
+	p.n_layer_caps = 3, p.layer_caps[0] = 20, p.layer_caps[1] = 40, p.layer_caps[2] = 80;
+	desc_init(&d, &p, 0);
+	d.layer = lr;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &k), 0);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->budget_scaled, 1);
+	CU_ASSERT_EQUAL(skv_cache_head_kept(k, 0, 0), 10 > W ? 10 : W + 1);
+	CU_ASSERT_EQUAL(skv_cache_head_kept(k, 1, 0), 20);
+	CU_ASSERT_EQUAL(skv_cache_head_kept(k, 2, 3), 40);
+	skv_cache_release(k);
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS;
+	p.tau = 1.0f, p.c_min = 40, p.c_max = 120, p.c_step = 8; /* tau 1: C* = C_max */
+	desc_init(&d, &p, 0);
+	d.layer = lr;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &k), 0);
+	skv_cache_budget(k, &cb);
+	CU_ASSERT_EQUAL(cb.c_star, 60);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->budget_scaled, 1);
+	skv_cache_release(k);
+	skv_cache_release(first);
+	skv_buffer_free(b);
+	skv_client_close(c);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -592,5 +681,7 @@ int main(void)
 	CU_add_test(s, "APPEND, GROW, RELEASE, linger and the ledger on a ragged cache",
 		    test_ragged_ops);
 	CU_add_test(s, "bad budgets refused before any work, nothing held", test_bad_input);
+	s = CU_add_suite("daemon-budget-pressure", pressure_init, pressure_clean);
+	CU_add_test(s, "under pressure the modes' budgets scale with C", test_pressure_scaling);
 	return h_run_tests();
 }
