@@ -45,16 +45,23 @@ static float *layer_base(uint32_t l)
 	return (float *)skv_buffer_data(buf) + (size_t)l * LAYER_EL;
 }
 
-static int suite_init(void)
+/* The inputs of every layer: peaked, so the heads' masses differ. */
+static void fill_inputs(float *x)
 {
 	uint64_t seed = 13;
+
+	for (size_t i = 0; i < LAYERS * LAYER_EL; i++)
+		x[i] = h_rand(&seed) * (i % 7 == 0 ? 4.0f : 1.0f);
+}
+
+static int suite_init(void)
+{
 
 	if (h_start(&H, NULL) < 0 || skv_client_connect(H.sock, NULL, &cl) < 0 ||
 	    skv_buffer_alloc(cl, LAYERS * LAYER_EL * sizeof(float), &buf) < 0 ||
 	    skv_ctx_new(1, &ctx) < 0)
 		return -1;
-	for (size_t i = 0; i < LAYERS * LAYER_EL; i++) /* peaked: masses differ by head */
-		((float *)skv_buffer_data(buf))[i] = h_rand(&seed) * (i % 7 == 0 ? 4.0f : 1.0f);
+	fill_inputs(skv_buffer_data(buf));
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		uint64_t o = (uint64_t)l * LAYER_EL * sizeof(float);
 
@@ -493,15 +500,9 @@ static void test_ragged_ops(void)
 	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
 	CU_ASSERT_EQUAL_FATAL(skv_client_connect(H.sock, NULL, &cl), 0);
 	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(cl, LAYERS * LAYER_EL * sizeof(float), &buf), 0);
-	{
-		uint64_t seed = 13;
-
-		for (size_t i = 0; i < LAYERS * LAYER_EL; i++)
-			((float *)skv_buffer_data(buf))[i] =
-			    h_rand(&seed) * (i % 7 == 0 ? 4.0f : 1.0f);
-		for (uint32_t l = 0; l < LAYERS; l++)
-			refs[l].q.buf = refs[l].k.buf = refs[l].v.buf = buf;
-	}
+	fill_inputs(skv_buffer_data(buf));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		refs[l].q.buf = refs[l].k.buf = refs[l].v.buf = buf;
 	CU_ASSERT_EQUAL(fds_settled(fds), fds);
 	/* RELEASE: gone at once */
 	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
@@ -627,7 +628,7 @@ static void test_pressure_scaling(void)
 
 	CU_ASSERT_EQUAL_FATAL(skv_client_connect(P.sock, NULL, &c), 0);
 	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, LAYERS * LAYER_EL * sizeof(float), &b), 0);
-	memcpy(skv_buffer_data(b), skv_buffer_data(buf), LAYERS * LAYER_EL * sizeof(float));
+	fill_inputs(skv_buffer_data(b));
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		lr[l] = refs[l];
 		lr[l].q.buf = lr[l].k.buf = lr[l].v.buf = b;
@@ -650,6 +651,10 @@ static void test_pressure_scaling(void)
 	d.layer = lr;
 	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &k), 0);
 	CU_ASSERT_EQUAL(skv_cache_info(k)->budget_scaled, 1);
+	printf("  scaled %d budget %u of %u, kept %u %u %u\n", skv_cache_info(k)->budget_scaled,
+	       skv_cache_info(k)->budget, skv_cache_info(k)->requested_budget,
+	       skv_cache_head_kept(k, 0, 0), skv_cache_head_kept(k, 1, 0),
+	       skv_cache_head_kept(k, 2, 3));
 	CU_ASSERT_EQUAL(skv_cache_head_kept(k, 0, 0), 10 > W ? 10 : W + 1);
 	CU_ASSERT_EQUAL(skv_cache_head_kept(k, 1, 0), 20);
 	CU_ASSERT_EQUAL(skv_cache_head_kept(k, 2, 3), 40);
