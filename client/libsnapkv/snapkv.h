@@ -319,10 +319,12 @@ int skv_compact_desc_wait_event(struct skv_compact_desc *d, const void *ipc_hand
  * SPEC.md reference defaults: snapkvd, W 32, C 2048, k 5, avg, expand, S 4.
  * Fills the fields before the budget modes only and sets params_size to
  * SKV_PARAMS_SIZE_V1 (programs built before them pass a struct that ends
- * there): budget modes are not carried to snapkvd by this libsnapkv, and a
- * description whose params_size is the full size with a budget other than
- * uniform, or a fallback, is refused (-EINVAL). Descriptions built against
- * the header before the budget modes (a shorter desc_size) keep working.
+ * there): such params are uniform with no fallback. For a budget mode fill
+ * params with libskv's skv_params_init() (or SKV_PARAMS_DEFAULTS) so that
+ * params_size is the full size, then set budget_mode, its fields and
+ * fallback_below: since SNAPKV_1.6 they are carried to snapkvd (see
+ * skv_cache_budget() below). Descriptions built against the header before
+ * the budget modes (a shorter desc_size) keep working.
  */
 void skv_client_params_init(struct skv_params *p);
 
