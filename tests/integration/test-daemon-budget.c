@@ -674,12 +674,56 @@ static void test_pressure_scaling(void)
 	skv_client_close(c);
 }
 
+/* --backend cuda (SNAPKVD_TEST_BACKEND=cuda-emu): every mode other than
+ * uniform, and a fallback, refused before any work, naming the mode. */
+static void test_cuda_refuses(void)
+{
+	static const struct {
+		enum skv_budget mode;
+		float fallback;
+		const char *msg;
+	} want[] = {
+	    {SKV_BUDGET_LAYERS, 0, "budget mode layers needs the host backend"},
+	    {SKV_BUDGET_HEADS, 0, "budget mode heads needs the host backend"},
+	    {SKV_BUDGET_MASS, 0, "budget mode mass needs the host backend"},
+	    {SKV_BUDGET_MASS_HEADS, 0, "budget mode mass-heads needs the host backend"},
+	    {SKV_BUDGET_UNIFORM, 0.5f, "budget mode uniform with a fallback needs the host"},
+	};
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	struct skv_params p;
+	int fds = fds_base();
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		params_base(&p, SKV_GQA_EXPAND);
+		p.budget_mode = want[i].mode;
+		p.pyramid_r = want[i].mode == SKV_BUDGET_LAYERS ? 0.5f : 0.0f;
+		p.tau = 0.9f, p.c_min = 12, p.c_max = 64, p.c_step = 4;
+		p.fallback_below = want[i].fallback;
+		desc_init(&d, &p, 0);
+		CU_ASSERT_EQUAL(skv_client_compact(cl, &d, &k), -EOPNOTSUPP);
+		CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(cl), want[i].msg));
+		CU_ASSERT_EQUAL(h_pool_used(H.sock), 0);
+	}
+	params_base(&p, SKV_GQA_EXPAND); /* uniform still runs */
+	desc_init(&d, &p, 0);
+	CU_ASSERT_EQUAL(skv_client_compact(cl, &d, &k), 0);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	CU_ASSERT_EQUAL(fds_settled(fds), fds);
+}
+
 int main(void)
 {
 	CU_pSuite s;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
+	if (h_backend_cuda()) {
+		s = CU_add_suite("daemon-budget-cuda", suite_init, suite_clean);
+		CU_add_test(s, "--backend cuda refuses budget modes", test_cuda_refuses);
+		return h_run_tests();
+	}
 	s = CU_add_suite("daemon-budget", suite_init, suite_clean);
 	CU_add_test(s, "every mode = skv_compact_budget here, bit for bit", test_modes);
 	CU_add_test(s, "fallback through the daemon", test_fallback);
