@@ -1195,7 +1195,10 @@ static size_t cache_reply_bound(const struct snapkvd_cache *c)
 	fill_cache_info(c, &ci);
 	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_CACHE;
 	resp.cache = &ci;
-	return snapkv__v1__response__get_packed_size(&resp) + (size_t)c->layers * 3 * 10 + 256;
+	/* a budget mode's per-head counts are 0 before the compaction and its
+	 * ragged starts absent: count every one at its widest (5 + 10 bytes) */
+	return snapkv__v1__response__get_packed_size(&resp) + (size_t)c->layers * 3 * 10 + 256 +
+	       (c->budgeted ? (size_t)c->layers * c->h_store * 15 + 32 : 0);
 }
 
 /*
