@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The budget modes of SPEC.md on the CUDA kernels, run on the CPU emulator
+# (tests/gpu/emu): skv_cuda_compact_budget() bit-identical to the host's
+# skv_compact_budget() on random cases of every mode (exact votes: see
+# tests/gpu/gpu-budget.c), the same refusals with the same messages, and
+# uniform through the budget entry byte-identical to skv_cuda_compact().
+set -u
+prog="${BUILD:-build}/tests/gpu/emu/gpu-budget-emu"
+if [ ! -x "$prog" ]; then
+	echo "skip: $prog not built (CUDA=0 or no CUDA headers)"
+	exit 0
+fi
+exec "$prog" --cases "${BUDGET_CASES:-16}" --seed "${BUDGET_SEED:-20261202}"
