@@ -20,7 +20,9 @@
  * max pooling, protected ranges, HND and NHD inputs, f32/f16/bf16 (a bf16 ->
  * f32 output too), bypass (L < C, L < C_l, L < C_min).
  *
- *   gpu-budget [--cases N] [--seed S]     N random cases per mode (default 12)
+ *   gpu-budget [--cases N] [--seed S] [--score twopass|fused] [-v]
+ *   N random cases per mode (default 8), 2 more with a NaN query each; the
+ *   scoring path of the CUDA context (SKV_CUDA_SCORE, default twopass).
  */
 #include <errno.h>
 #include <time.h>
@@ -119,6 +121,13 @@ static void random_case(struct rng *r, enum skv_budget m, struct bcase *c)
 			uint32_t a = pick(r, L - W - 2), b = a + 1 + pick(r, 4);
 			p->protected_ranges[p->n_protected++] = (struct skv_range){a, b};
 			F += (b < L - W ? b : L - W) - a;
+		}
+		/* uniform and layers also take the policies without scores: the
+		 * query rows (none, or the last W) then only feed the mass */
+		if ((m == SKV_BUDGET_UNIFORM || m == SKV_BUDGET_LAYERS) && pick(r, 3) == 0) {
+			p->policy = pick(r, 2) ? SKV_POLICY_STREAMINGLLM : SKV_POLICY_WINDOW;
+			p->sinks = pick(r, 6);
+			c->sh.n_q = pick(r, 2) ? W : 0;
 		}
 		p->budget_mode = m;
 		p->budget = F + 1 + pick(r, L - F + 4);
@@ -285,9 +294,25 @@ static const char *mode_name(enum skv_budget m)
 	return n ? n : "?";
 }
 
-/* One case on both backends; 0 when bit-identical. */
+/* A NaN in one query element of layer l, on both sides. */
+static int poison(struct io *x, const struct bcase *c, struct rng *r, uint32_t l)
+{
+	void *hq = x->host_bufs[(size_t)l * NB + B_Q], *dq = x->dev_bufs[(size_t)l * NB + B_Q];
+	size_t n = x->sizes[(size_t)l * NB + B_Q] / skv_dtype_size(c->dt);
+	if (!n)
+		return 0;
+	store_dt(hq, c->dt, pick(r, (uint32_t)n), NAN);
+	CK(cudaMemcpy(dq, hq, x->sizes[(size_t)l * NB + B_Q], cudaMemcpyHostToDevice));
+	return 0;
+}
+
+/*
+ * One case on both backends; 0 when bit-identical. nan: a NaN in the query
+ * rows of one layer (both -EDOM naming the same layer and head, or both 0
+ * where that layer keeps all L and is never scored).
+ */
 static int run_case(struct skv_ctx *hctx, struct skv_cuda_ctx *gctx, struct rng *r,
-		    const struct bcase *c, int verbose, unsigned *ret_fallbacks,
+		    const struct bcase *c, int verbose, int nan, unsigned *ret_fallbacks,
 		    unsigned *ret_bypass)
 {
 	const uint32_t N = c->layers;
@@ -298,6 +323,8 @@ static int run_case(struct skv_ctx *hctx, struct skv_cuda_ctx *gctx, struct rng 
 	char why[640] = "";
 	if (skv_budget_rows(&c->sh, &c->p, N, rows, &he) < 0 || io_build(r, c, rows, &x) < 0)
 		return 1;
+	if (nan && poison(&x, c, r, pick(r, N)) < 0)
+		return 1;
 	uint32_t *hk = calloc((size_t)N * hs, 4), *gk = calloc((size_t)N * hs, 4);
 	memset(gk, 0xee, (size_t)N * hs * 4);
 	struct skv_budget_result hres = {.result_size = sizeof(hres), .kept = hk};
@@ -306,7 +333,7 @@ static int run_case(struct skv_ctx *hctx, struct skv_cuda_ctx *gctx, struct rng 
 	int rg = skv_cuda_compact_budget(gctx, &c->sh, &c->p, N, x.din, x.dout, &gres, &ge);
 	if (rg == 0)
 		rg = skv_cuda_ctx_sync(gctx, &ge);
-	int bad = rh != rg;
+	int bad = rh != rg || (rh == -EDOM && (he.layer != ge.layer || he.head != ge.head));
 	if (bad)
 		snprintf(why, sizeof(why), "rc host %d (%s) cuda %d (%s)", rh, he.msg, rg, ge.msg);
 	if (!bad && rh == 0) {
@@ -493,17 +520,22 @@ static int uniform_same(struct skv_cuda_ctx *gctx, struct rng *r, int n)
 
 int main(int argc, char **argv)
 {
-	int cases = 12, verbose = 0;
+	int cases = 8, verbose = 0;
+	const char *score = "twopass";
 	uint64_t seed = 20261202;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--cases") && i + 1 < argc)
 			cases = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
 			seed = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--score") && i + 1 < argc)
+			score = argv[++i];
 		else if (!strcmp(argv[i], "-v"))
 			verbose = 1;
 		else {
-			fprintf(stderr, "usage: gpu-budget [--cases N] [--seed S] [-v]\n");
+			fprintf(stderr,
+				"usage: gpu-budget [--cases N] [--seed S] [--score twopass|fused] "
+				"[-v]\n");
 			return 2;
 		}
 	}
@@ -515,7 +547,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gpu-budget: %s\n", err.msg);
 		return 2;
 	}
-	setenv("SKV_CUDA_SCORE", "twopass", 1);
+	setenv("SKV_CUDA_SCORE", score, 1);
+	printf("gpu-budget: scoring %s, %d random cases per mode, seed %llu\n", score, cases,
+	       (unsigned long long)seed);
 	if (skv_cuda_ctx_new(dev, &gctx, &err) < 0 || skv_ctx_new(2, &hctx) < 0) {
 		fprintf(stderr, "gpu-budget: contexts: %s\n", err.msg);
 		return 2;
@@ -536,8 +570,18 @@ int main(int argc, char **argv)
 		for (int i = 0; i < cases; i++) {
 			struct bcase c;
 			random_case(&r, modes[m], &c);
-			bad += run_case(hctx, gctx, &r, &c, verbose, &fb, &byp);
+			bad += run_case(hctx, gctx, &r, &c, verbose, 0, &fb, &byp);
 		}
+		/* NaN logits: -EDOM naming the same layer and head */
+		int nan_bad = 0;
+		for (int i = 0; i < 2; i++) {
+			struct bcase c;
+			random_case(&r, modes[m], &c);
+			nan_bad += run_case(hctx, gctx, &r, &c, verbose, 1, &fb, &byp);
+		}
+		printf("%-10s 2 cases with a NaN query: %s\n", mode_name(modes[m]),
+		       nan_bad ? "FAIL" : "PASS");
+		bad += nan_bad;
 		printf(
 		    "%-10s %d random cases: %d bit-identical, %d differ (%u fell back, %u with a "
 		    "head keeping all L) %.1f s\n",

@@ -11,4 +11,6 @@ if [ ! -x "$prog" ]; then
 	echo "skip: $prog not built (CUDA=0 or no CUDA headers)"
 	exit 0
 fi
-exec "$prog" --cases "${BUDGET_CASES:-16}" --seed "${BUDGET_SEED:-20261202}"
+"$prog" --cases "${BUDGET_CASES:-8}" --seed "${BUDGET_SEED:-20261202}" || exit 1
+# the fused scoring path feeds the same votes to the budget kernels
+"$prog" --score fused --cases 2 --seed 11
