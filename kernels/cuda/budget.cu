@@ -263,6 +263,10 @@ __global__ void __launch_bounds__(SEL_THREADS) brank_kernel(const __grid_constan
 			}
 			__syncthreads();
 		}
+	/* the ranked votes side by side, for the one thread that walks them */
+	float *rv = p.b.rvote + hi * p.b.r2;
+	for (uint32_t i = tid; i < R; i += SEL_THREADS)
+		rv[i] = vote_at(c, v, ~(uint32_t)list[i]);
 	/* the forced votes, ascending, summed in double by one thread */
 	double acc = 0.0;
 	for (uint32_t base = 0; base < L; base += SEL_THREADS) {
@@ -284,7 +288,7 @@ __global__ void __launch_bounds__(SEL_THREADS) brank_kernel(const __grid_constan
 			float m;
 			for (uint32_t k = p.b.c_min;; k++) {
 				while (picks < k - F && picks < R)
-					acc += vote_at(c, v, ~(uint32_t)list[picks++]);
+					acc += rv[picks++];
 				m = picks >= avail ? 1.0f : curve(acc, c.w_obs);
 				if (m >= p.b.tau || k >= p.b.c_max || picks == R)
 					break;
@@ -295,7 +299,7 @@ __global__ void __launch_bounds__(SEL_THREADS) brank_kernel(const __grid_constan
 			uint32_t cc = p.b.c_min;
 			for (;;) {
 				while (picks < cc - F && picks < R)
-					acc += vote_at(c, v, ~(uint32_t)list[picks++]);
+					acc += rv[picks++];
 				const float m = picks >= avail ? 1.0f : curve(acc, c.w_obs);
 				if (m >= p.b.tau || cc >= p.b.c_max)
 					break;
@@ -346,10 +350,10 @@ __global__ void __launch_bounds__(SEL_THREADS)
 	const uint32_t F = p.b.forced, cs = p.b.res->c_star;
 	const uint32_t picks = cs - F < p.b.r ? cs - F : p.b.r;
 	if (threadIdx.x == 0) {
-		const float *v = head_votes(p, layer, h);
+		const float *rv = p.b.rvote + hi * p.b.r2;
 		double acc = p.b.fsum[hi];
 		for (uint32_t i = 0; i < picks; i++)
-			acc += vote_at(c, v, ~(uint32_t)list[i]);
+			acc += rv[i];
 		p.b.mass[hi] = picks >= c.L - F ? 1.0f : curve(acc, c.w_obs);
 	}
 	for (uint32_t i = threadIdx.x; i < picks; i += SEL_THREADS)

@@ -163,6 +163,7 @@ struct budget_consts {
 	uint32_t *aux;	  /* [N][H_store] mass: the smallest ladder C          */
 	double *fsum;	  /* [N][H_store] mass: the forced votes' sum          */
 	uint64_t *ranked; /* [N][H_store][r2] mass modes: best first           */
+	float *rvote;	  /* [N][H_store][r2] their votes, in rank order        */
 	budget_res *res;  /* C*, fallback, min_mass                           */
 };
 

@@ -837,7 +837,7 @@ static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 	if (want_res) {
 		/* result (budget_res, kept), mass, aux, fsum; then the rankings */
 		bud_b = sizeof(budget_res) + nh * (4 + 4 + 4 + 8) + 64;
-		rank_b = 8;
+		rank_b = 8 + 4; /* the ranking and its votes */
 		if (!mul_ok(&rank_b, nh) || !mul_ok(&rank_b, base.b.r2)) {
 			free(basep);
 			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
@@ -885,6 +885,7 @@ static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 		b.mass = (float *)(b.fsum + nh);
 		b.aux = (uint32_t *)(b.mass + nh);
 		b.ranked = rank_b ? (uint64_t *)(sp + bud_b) : nullptr;
+		b.rvote = rank_b ? (float *)(b.ranked + nh * b.r2) : nullptr;
 	}
 	base.status = c->d_status;
 

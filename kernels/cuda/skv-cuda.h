@@ -118,10 +118,11 @@ void skv_cuda_event_close(struct skv_cuda_event *ev);
  * (-EINVAL; -ENOTSUP for what the GPU path does not take: head_dim > 256, q
  * and k of different dtypes, K and V of different dtypes, dtypes that change
  * between layers; -EBUSY while the context's previous compaction has not been
- * synced) are returned here, before anything is enqueued; -ENOMEM/-EIO when
- * scratch or a launch fails (the context is drained and reusable). Results
- * and -EDOM (NaN/Inf logits: err names layer and query head) come from
- * skv_cuda_ctx_sync() / skv_cuda_ctx_query().
+ * synced; budget modes as skv_compact(): uniform and layers without a
+ * fallback, the others need skv_cuda_compact_budget()) are returned here, before anything is
+ * enqueued; -ENOMEM/-EIO when scratch or a launch fails (the context is drained and reusable).
+ * Results and -EDOM (NaN/Inf logits: err names layer and query head) come from skv_cuda_ctx_sync()
+ * / skv_cuda_ctx_query().
  */
 int skv_cuda_compact(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
 		     const struct skv_params *params, uint32_t n_layers,

@@ -11,6 +11,6 @@ if [ ! -x "$prog" ]; then
 	echo "skip: $prog not built (CUDA=0 or no CUDA headers)"
 	exit 0
 fi
-"$prog" --cases "${BUDGET_CASES:-8}" --seed "${BUDGET_SEED:-20261202}" || exit 1
+"$prog" --cases "${BUDGET_CASES:-6}" --seed "${BUDGET_SEED:-20261202}" || exit 1
 # the fused scoring path feeds the same votes to the budget kernels
-"$prog" --score fused --cases 2 --seed 11
+"$prog" --score fused --cases 1 --seed 11
