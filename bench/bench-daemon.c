@@ -513,6 +513,46 @@ static int bench_ring(struct skv_client *c, pid_t dpid, int n)
 	return 0;
 }
 
+/* ------------------------------------------------- huge pages of the arena */
+
+/*
+ * Whether the daemon's arenas got transparent huge pages: the kernel's
+ * shmem setting (the daemon asks with MADV_HUGEPAGE, which only "advise",
+ * "within_size" and "always" honour) and the arena mappings' ShmemPmdMapped
+ * and Rss in /proc/PID/smaps, read while the arena holds its cached pages.
+ */
+static void arena_pages(pid_t pid)
+{
+	char path[64], line[256], mode[160] = "?", *a, *b;
+	unsigned long long pmd = 0, rss = 0, v;
+	int in_arena = 0;
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+
+	if (f && fgets(mode, sizeof(mode), f) && (a = strchr(mode, '[')) && (b = strchr(a, ']'))) {
+		*b = '\0';
+		memmove(mode, a + 1, strlen(a + 1) + 1);
+	}
+	if (f)
+		fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		/* a mapping's first line starts with its address (lower-case
+		 * hex), its fields with a capital */
+		if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f'))
+			in_arena = strstr(line, "snapkvd-arena") != NULL;
+		else if (in_arena && sscanf(line, "ShmemPmdMapped: %llu", &v) == 1)
+			pmd += v;
+		else if (in_arena && sscanf(line, "Rss: %llu", &v) == 1)
+			rss += v;
+	}
+	if (f)
+		fclose(f);
+	printf("  arena pages: shmem_enabled [%s]; daemon's arena Rss %llu MiB, of it in huge "
+	       "pages (ShmemPmdMapped) %llu MiB\n",
+	       mode, rss >> 10, pmd >> 10);
+}
+
 /* ----------------------------------------------------------------- main */
 
 /* snapkvd with an arena big enough for every layer's expand output kept at
@@ -635,6 +675,8 @@ int main(int argc, char **argv)
 		r.layers = r.L > 8192 ? layers_long : layers;
 		rc = bench_len(&r, reps);
 	}
+	if (comp && !rc)
+		arena_pages(r.dpid);
 	if (ring && !rc)
 		rc = bench_ring(r.c, r.dpid, quick ? 4000 : 20000);
 	bench_loadavg(la1, sizeof(la1));
