@@ -556,7 +556,8 @@ static void arena_pages(pid_t pid)
 /* ----------------------------------------------------------------- main */
 
 /* snapkvd with an arena big enough for every layer's expand output kept at
- * once, and a pool 4x that so that no budget is scaled under pressure. */
+ * once, a pool 4x that so that no budget is scaled under pressure, and as
+ * much kept for reuse as the arena holds. */
 static pid_t start_daemon(const char *dir, const char *sock, unsigned threads, uint64_t arena)
 {
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
@@ -570,8 +571,12 @@ static pid_t start_daemon(const char *dir, const char *sock, unsigned threads, u
 	f = fopen(conf, "w");
 	if (!f)
 		return -1;
-	fprintf(f, "session_arena_bytes = %lluM\npool_bytes = %lluM\n",
-		(unsigned long long)(arena >> 20), (unsigned long long)(4 * arena >> 20));
+	/* arena_cache_bytes: every released region stays populated for the
+	 * next request, as in an engine's steady state (the default, 1G, is
+	 * less than 32 layers of expand output) */
+	fprintf(f, "session_arena_bytes = %lluM\npool_bytes = %lluM\narena_cache_bytes = %lluM\n",
+		(unsigned long long)(arena >> 20), (unsigned long long)(4 * arena >> 20),
+		(unsigned long long)(arena >> 20));
 	fclose(f);
 	pid = fork();
 	if (pid == 0) {
