@@ -16,14 +16,13 @@
  *   bench-quality-budget [-m model.gguf] [-n prompts] [-L len] [-T steps] [-s seed]
  */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "quality-common.h"
 #include "tl-compact.h"
 #include "tl-model.h"
 
@@ -48,107 +47,24 @@ struct acc {
 	double last_prompt_kl; /* mean KL over the steps of the latest prompt */
 };
 
-/* log-softmax of logits into out (double). */
-static void log_softmax(const float *x, uint32_t n, double *out)
-{
-	double mx = x[0], sum = 0;
-	for (uint32_t i = 1; i < n; i++)
-		mx = x[i] > mx ? x[i] : mx;
-	for (uint32_t i = 0; i < n; i++)
-		sum += exp(x[i] - mx);
-	double lse = mx + log(sum);
-	for (uint32_t i = 0; i < n; i++)
-		out[i] = x[i] - lse;
-}
-
-static double kl(const double *lp, const double *lq, uint32_t n)
-{
-	double s = 0;
-	for (uint32_t i = 0; i < n; i++)
-		s += exp(lp[i]) * (lp[i] - lq[i]);
-	return s;
-}
-
 /* A compact cache with per-head lengths where the mode is ragged. */
 struct bcache {
 	struct tl_kv *kv;
-	uint32_t *head_len; /* [layers][h_store] */
-	uint64_t kept_total;
-	struct skv_budget_result res;
+	struct tl_budget res;
 };
 
 static void bcache_free(struct bcache *b)
 {
 	tl_kv_free(b->kv);
-	free(b->head_len);
-	free(b->res.kept);
 	memset(b, 0, sizeof(*b));
 }
 
-/* tl_compact() for every budget mode: room from skv_budget_rows(), kept
- * counts from skv_compact_budget(), ragged heads through head_len. */
 static int budget_compact(struct skv_ctx *ctx, const struct tl_model *m, const struct tl_kv *full,
 			  const float *q, const struct skv_params *p, uint32_t reserve,
 			  struct bcache *b, struct skv_error *err)
 {
-	const struct tl_config *c = &m->cfg;
-	const uint32_t L = full->len, D = c->head_dim, hq = c->n_heads, nl = c->n_layers;
-	struct skv_shape sh = {.prompt_len = L,
-			       .head_dim = D,
-			       .h_q = hq,
-			       .h_kv = c->n_kv_heads,
-			       .n_q = tl_compact_n_q(p, L)};
-	struct skv_plan pl;
-	uint32_t rows[TL_MAX_LAYERS], room = 0;
-	int r = skv_plan(&sh, p, &pl, err);
-
-	if (!r)
-		r = skv_budget_rows(&sh, p, nl, rows, err);
-	if (r < 0)
-		return r;
-	for (uint32_t l = 0; l < nl; l++)
-		room = rows[l] > room ? rows[l] : room;
 	memset(b, 0, sizeof(*b));
-	b->res = (struct skv_budget_result){.result_size = sizeof(b->res),
-					    .kept = calloc((size_t)nl * pl.h_store, 4)};
-	b->head_len = calloc((size_t)nl * pl.h_store, 4);
-	struct skv_layer_in in[TL_MAX_LAYERS > 64 ? 64 : TL_MAX_LAYERS];
-	struct skv_layer_out out[64];
-	if (nl > 64 || !b->res.kept || !b->head_len ||
-	    tl_kv_new(c, pl.h_store, room + reserve, &b->kv) < 0) {
-		bcache_free(b);
-		return -ENOMEM;
-	}
-	for (uint32_t l = 0; l < nl; l++) {
-		in[l] = (struct skv_layer_in){
-		    .q = {.data = sh.n_q ? (void *)(q + (((size_t)l * hq) * L + (L - sh.n_q)) * D)
-					 : NULL,
-			  .dtype = SKV_DTYPE_F32,
-			  .head_stride = (int64_t)L * D,
-			  .token_stride = D},
-		    .k = tl_kv_tensor(full, l, 0),
-		    .v = tl_kv_tensor(full, l, 1)};
-		out[l] = (struct skv_layer_out){.k = tl_kv_tensor(b->kv, l, 0),
-						.v = tl_kv_tensor(b->kv, l, 1),
-						.positions = b->kv->layers[l].pos,
-						.pos_stride = b->kv->layers[l].pos_stride};
-	}
-	r = skv_compact_budget(ctx, &sh, p, nl, in, out, &b->res, err);
-	if (r < 0) {
-		bcache_free(b);
-		return r;
-	}
-	uint32_t mx = 0;
-	for (uint32_t i = 0; i < nl * pl.h_store; i++) {
-		b->head_len[i] = b->res.kept[i];
-		b->kept_total += b->res.kept[i];
-		mx = b->res.kept[i] > mx ? b->res.kept[i] : mx;
-	}
-	for (uint32_t l = 0; l < nl; l++)
-		b->kv->layers[l].head_len = b->head_len + (size_t)l * pl.h_store;
-	b->kv->len = mx;
-	b->kv->next_pos = L;
-	return 0;
+	return tl_compact_budget(ctx, m, full, q, 0, full->len, p, reserve, &b->kv, &b->res, err);
 }
 
 /* Teacher-forced T steps through b against the reference. */
@@ -161,15 +77,15 @@ static int score(const struct tl_model *m, struct tl_state *st, struct bcache *b
 	for (uint32_t i = 0; i < T; i++) {
 		if (tl_forward(m, st, b->kv, toks[i], NULL) < 0)
 			return -1;
-		log_softmax(tl_state_logits(st), V, lp);
-		double k = kl(ref_lp + (size_t)i * V, lp, V);
+		q_log_softmax(tl_state_logits(st), V, lp);
+		double k = q_kl(ref_lp + (size_t)i * V, lp, V);
 		a->kl += k;
 		pk += k;
 		a->agree += tl_argmax(tl_state_logits(st), V) == ref_top[i];
 		a->n++;
 	}
 	a->last_prompt_kl = pk / T;
-	a->kept_frac += (double)b->kept_total / full_slots;
+	a->kept_frac += (double)b->res.kept_total / full_slots;
 	a->compactions++;
 	a->fallbacks += b->res.fallback ? 1 : 0;
 	return 0;
@@ -222,7 +138,7 @@ static int mass_heads_equal(struct skv_ctx *ctx, const struct tl_model *m, const
 			break;
 		if (budget_compact(ctx, m, full, q, &p, 0, &b, &e) < 0)
 			return -1;
-		if (b.kept_total <= target)
+		if (b.res.kept_total <= target)
 			lo = p.tau;
 		else
 			hi = p.tau;
@@ -234,51 +150,18 @@ static int mass_heads_equal(struct skv_ctx *ctx, const struct tl_model *m, const
 
 int main(int argc, char **argv)
 {
-	const char *shared = getenv("SHARED");
-	char defpath[4096];
-	snprintf(defpath, sizeof(defpath), "%s/models/stories260K.gguf",
-		 shared && *shared ? shared : "../shared");
-	const char *path = getenv("SNAPKV_MODEL") ? getenv("SNAPKV_MODEL") : defpath;
-	uint32_t N = 24, L = 320, T = 64;
-	uint64_t seed = 1234;
-	int c;
+	struct q_opts o;
+	struct q_prompt pr;
+	int c = q_parse(argc, argv, "bench-quality-budget", &o);
 
-	while ((c = getopt(argc, argv, "m:n:L:T:s:")) != -1) {
-		switch (c) {
-		case 'm':
-			path = optarg;
-			break;
-		case 'n':
-			N = (uint32_t)atoi(optarg);
-			break;
-		case 'L':
-			L = (uint32_t)atoi(optarg);
-			break;
-		case 'T':
-			T = (uint32_t)atoi(optarg);
-			break;
-		case 's':
-			seed = strtoull(optarg, NULL, 10);
-			break;
-		default:
-			fprintf(stderr,
-				"usage: bench-quality-budget [-m model] [-n prompts] [-L len] "
-				"[-T steps] [-s seed]\n");
-			return 2;
-		}
-	}
-	struct tl_err terr = {{0}};
+	if (c)
+		return c;
+	const uint32_t N = o.N, L = o.L, T = o.T;
+	const uint64_t seed = o.seed;
 	struct tl_model *m;
-	if (access(path, R_OK) != 0) {
-		printf("bench-quality-budget: model %s not found; skipped (set SHARED or "
-		       "SNAPKV_MODEL)\n",
-		       path);
-		return 0;
-	}
-	if (tl_model_load(path, &m, &terr) < 0) {
-		fprintf(stderr, "bench-quality-budget: %s\n", terr.msg);
-		return 1;
-	}
+	c = q_load("bench-quality-budget", o.path, &m);
+	if (c)
+		return c < 0 ? 1 : 0;
 	const struct tl_config *mc = &m->cfg;
 	const uint32_t V = mc->vocab_size;
 	if (N == 0 || L < 64 || T == 0 || L + T + 1 > 512) {
@@ -293,50 +176,21 @@ int main(int argc, char **argv)
 	struct tl_state *st;
 	if (skv_ctx_new(1, &ctx) < 0 || tl_state_new(m, &st) < 0)
 		return 1;
-	float *q = calloc((size_t)mc->n_layers * mc->n_heads * L * mc->head_dim, sizeof(float));
-	float *probs = calloc(V, sizeof(float)), *logits0 = calloc(V, sizeof(float));
-	double *ref_lp = calloc((size_t)T * V, sizeof(double)), *lp = calloc(V, sizeof(double));
-	uint32_t *ref_top = calloc(T, sizeof(uint32_t)),
-		 *toks = calloc(L + T + 1, sizeof(uint32_t));
-	if (!q || !probs || !logits0 || !ref_lp || !lp || !ref_top || !toks)
+	double *lp = calloc(V, sizeof(double));
+	if (!lp || q_prompt_init(&pr, m, L, T) < 0)
 		return 1;
+	const float *q = pr.q;
+	const double *ref_lp = pr.ref_lp;
+	const uint32_t *ref_top = pr.ref_top, *toks = pr.toks;
 	const double full_slots = (double)mc->n_layers * mc->n_heads * L;
 	struct tl_rng rng;
 	tl_rng_seed(&rng, seed);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (uint32_t pi = 0; pi < N; pi++) {
-		struct tl_kv *full, *ref;
-		if (tl_kv_new(mc, mc->n_kv_heads, L + T + 1, &full) < 0)
+		if (q_prompt_next(&pr, m, st, &rng, L, T) < 0)
 			return 1;
-		struct tl_qcap qc = {.q = q, .first = 0, .n = L};
-		toks[0] = m->tok->bos;
-		for (uint32_t i = 0; i < L; i++) {
-			if (tl_forward(m, st, full, toks[i], &qc) < 0)
-				return 1;
-			if (i + 1 < L)
-				toks[i + 1] = tl_sample(tl_state_logits(st), V, 1.0f, &rng, probs);
-		}
-		memcpy(logits0, tl_state_logits(st), V * sizeof(float));
-		if (tl_kv_new(mc, mc->n_kv_heads, L + T + 1, &ref) < 0)
-			return 1;
-		for (uint32_t l = 0; l < mc->n_layers; l++) {
-			size_t n = (size_t)full->h_store * full->cap;
-			memcpy(ref->layers[l].k, full->layers[l].k, n * full->head_dim * 4);
-			memcpy(ref->layers[l].v, full->layers[l].v, n * full->head_dim * 4);
-			memcpy(ref->layers[l].pos, full->layers[l].pos, n * 4);
-		}
-		ref->len = full->len;
-		ref->next_pos = full->next_pos;
-		toks[L] = tl_argmax(logits0, V);
-		for (uint32_t i = 0; i < T; i++) {
-			if (tl_forward(m, st, ref, toks[L + i], NULL) < 0)
-				return 1;
-			log_softmax(tl_state_logits(st), V, ref_lp + (size_t)i * V);
-			ref_top[i] = tl_argmax(tl_state_logits(st), V);
-			toks[L + i + 1] = ref_top[i];
-		}
-		tl_kv_free(ref);
+		const struct tl_kv *full = pr.full;
 		for (int mi = 0; mi < N_EQ; mi++)
 			for (uint32_t ki = 0; ki < N_CAP; ki++) {
 				struct bcache b;
@@ -390,7 +244,6 @@ int main(int argc, char **argv)
 					return 1;
 				bcache_free(&b);
 			}
-		tl_kv_free(full);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("budget modes at equal memory: %u prompts x %u tokens sampled from the model "
@@ -446,13 +299,8 @@ int main(int argc, char **argv)
 		printf("\n");
 	}
 	printf("\n%.1f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
-	free(q);
-	free(probs);
-	free(logits0);
-	free(ref_lp);
+	q_prompt_fini(&pr);
 	free(lp);
-	free(ref_top);
-	free(toks);
 	tl_state_free(st);
 	skv_ctx_free(ctx);
 	tl_model_free(m);
