@@ -298,27 +298,58 @@ static void enforce(struct snapkvd_arena_set *set)
 	}
 }
 
+/*
+ * Keep [off, off + bytes) as free extents: the parts with pages (SEEK_DATA)
+ * cached, the holes (never written: the K/V of a GPU cache, unused decode
+ * headroom) zero. Returns the cached bytes; on -ENOMEM the rest is punched
+ * and lost to the arena, never double-used.
+ */
+static uint64_t keep(struct snapkvd_arena *a, uint64_t off, uint64_t bytes)
+{
+	uint64_t p = off, end = off + bytes, cached = 0;
+
+	while (p < end) {
+		off_t d = lseek(a->fd, (off_t)p, SEEK_DATA), h;
+
+		if (d < 0 || (uint64_t)d >= end)
+			d = (off_t)end;
+		h = d < (off_t)end ? lseek(a->fd, d, SEEK_HOLE) : (off_t)end;
+		if (h < d || (uint64_t)h > end)
+			h = (off_t)end;
+		if ((uint64_t)d > p &&
+		    insert(a, (struct snapkvd_extent){p, (uint64_t)d - p, false}) < 0)
+			break;
+		if (h > d &&
+		    insert(a, (struct snapkvd_extent){(uint64_t)d, (uint64_t)(h - d), true}) < 0) {
+			p = (uint64_t)d;
+			break;
+		}
+		cached += (uint64_t)(h - d);
+		p = (uint64_t)h;
+	}
+	if (p < end)
+		punch(a, p, end - p);
+	return cached;
+}
+
 void snapkvd_arena_release(struct snapkvd_arena *a, uint64_t off, uint64_t bytes)
 {
-	bool cache;
+	uint64_t cached;
 
 	bytes = snapkvd_arena_round(bytes);
 	if (!bytes || off > a->size || bytes > a->size - off)
 		return;
 	a->used -= bytes;
-	cache = a->keep_pages || (a->set && !a->set->pressure && a->set->limit);
 	/* Not cached: hand the pages back to the kernel; the engine sees zeros. */
-	if (!cache)
+	if (!a->keep_pages && !(a->set && !a->set->pressure && a->set->limit)) {
 		punch(a, off, bytes);
-	if (insert(a, (struct snapkvd_extent){off, bytes, cache}) < 0) {
-		if (cache)
-			punch(a, off, bytes);
-		return; /* the region is lost to this arena, never double-used */
-	}
-	if (!cache)
+		/* on -ENOMEM the region is lost to this arena, never double-used */
+		(void)insert(a, (struct snapkvd_extent){off, bytes, false});
 		return;
-	count_cached(a, bytes, true);
-	if (a->set && !a->keep_pages) {
+	}
+	cached = keep(a, off, bytes);
+	count_cached(a, cached, true);
+	if (a->set && !a->keep_pages && cached) {
 		a->stamp = ++a->set->clock;
 		enforce(a->set);
 	}

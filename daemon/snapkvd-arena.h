@@ -84,8 +84,8 @@ uint64_t snapkvd_arena_round(uint64_t bytes);
 int snapkvd_arena_take(struct snapkvd_arena *a, uint64_t bytes, uint64_t *ret_off, bool *ret_dirty);
 /* snapkvd_arena_take() without the dirty flag. */
 int snapkvd_arena_alloc(struct snapkvd_arena *a, uint64_t bytes, uint64_t *ret_off);
-/* Give back a region: cached (pages kept) while its set allows, punched
- * otherwise. */
+/* Give back a region: while its set allows, the parts that have pages are
+ * kept as cached and the holes stay zero; punched otherwise. */
 void snapkvd_arena_release(struct snapkvd_arena *a, uint64_t off, uint64_t bytes);
 /* Punch cached extents of a, at least `bytes` of them (from its highest
  * offsets); UINT64_MAX: all. Returns the bytes punched. */
