@@ -188,6 +188,7 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	const size_t L = j->sh->prompt_len, D = j->sh->head_dim, rb = j->rb, G = j->G;
 	const size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
 	const size_t sc = j->score ? 1 : 0, se = j->select ? 1 : 0;
+	const size_t bf = j->score && j->isa->tile_bf16 ? 1 : 0;
 	const size_t hl = j->mode == SKV_BUDGET_HEADS && j->select ? (size_t)j->h_store * L : 0;
 	const size_t rk = j->mode == SKV_BUDGET_MASS || j->mode == SKV_BUDGET_MASS_HEADS ? se : 0;
 	size_t n = 0;
@@ -200,6 +201,8 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	} while (0)
 	T(qt, float, (sc * D * rb));		  /* packed query rows, [D][rb]    */
 	T(kt, float, (sc * SKV_TILE * D));	  /* key tile, f32                 */
+	T(qb, uint32_t, (bf * D / 2 * rb));	  /* query bf16 pairs, [D/2][rb]   */
+	T(kb, uint16_t, (bf * SKV_TILE * D));	  /* key tile, bf16                */
 	T(z, float, (sc * L * rb));		  /* exp(z - m_tile), [L][rb]      */
 	T(f, float, (sc * nt * rb));		  /* tile maxima, then factors     */
 	T(m, float, (sc * rb));			  /* running max per row           */
@@ -286,10 +289,10 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 	 * item-at-a-time path (score_item), G times the key traffic. Not for
 	 * the modes that decide across items (mass, heads).
 	 */
-	sz->split =
-	    jb->score && G > 1 && jb->n_items < threads &&
-	    (uint64_t)jb->n_items * G * L * 4 <= SKV_SPLIT_BUDGET &&
-	    ((p->budget_mode != SKV_BUDGET_MASS && p->budget_mode != SKV_BUDGET_HEADS) || !jb->select);
+	sz->split = jb->score && G > 1 && jb->n_items < threads &&
+		    (uint64_t)jb->n_items * G * L * 4 <= SKV_SPLIT_BUDGET &&
+		    ((p->budget_mode != SKV_BUDGET_MASS && p->budget_mode != SKV_BUDGET_HEADS) ||
+		     !jb->select);
 
 	/* call-wide scratch, held by the context: forced positions, the full list
 	 * when nothing is chosen, per-item status, split mode's column sums */
@@ -532,9 +535,9 @@ static void finish_result(struct skv_ctx *ctx, struct skv_job *jb, uint32_t n_la
 		return;
 	if (res->kept)
 		memcpy(res->kept, jb->kept_all, nh * sizeof(*res->kept));
-	res->c_star = p->budget_mode == SKV_BUDGET_MASS	? (jb->select ? jb->c_star : p->c_min)
+	res->c_star = p->budget_mode == SKV_BUDGET_MASS	     ? (jb->select ? jb->c_star : p->c_min)
 		      : p->budget_mode == SKV_BUDGET_UNIFORM ? p->capacity
-							: 0;
+							     : 0;
 	res->fallback = fall;
 	res->min_mass = nh ? lo : NAN;
 }
