@@ -79,6 +79,10 @@ static int arm_recv(struct snapkvd_session *s)
 	memset(&s->rmsg, 0, sizeof(s->rmsg));
 	s->rmsg.msg_iov = &s->riov;
 	s->rmsg.msg_iovlen = 1;
+	/* Cleared each time: a recvmsg that fails (ECONNRESET when the engine
+	 * left with replies unread) does not rewrite msg_controllen, and the
+	 * previous frame's fds, closed since, must not be closed again. */
+	memset(&s->rctl, 0, sizeof(s->rctl));
 	s->rmsg.msg_control = s->rctl.buf;
 	s->rmsg.msg_controllen = sizeof(s->rctl.buf);
 	if (snapkvd_loop_recvmsg(s->srv->loop, s->fd, &s->rmsg, MSG_CMSG_CLOEXEC, &s->ev_recv) < 0)
@@ -1041,7 +1045,7 @@ static void on_recv(void *data, int res)
 	int r;
 
 	if (s->closing) {
-		if (res > 0)
+		if (res >= 0)
 			skv_frame_close_fds(&s->rmsg);
 		snapkvd_session_unref(s);
 		return;

@@ -2,7 +2,7 @@
 # libskv: host selection + gather kernels (kernels/skv.h). The SIMD files are
 # compiled for their ISA only; skv-ctx.c picks one at run time. No libm needed.
 SKV_SRCS := $(addprefix kernels/,skv-params.c skv-dtype.c skv-plan.c skv-ledger.c skv-ctx.c \
-	skv-score.c skv-select.c skv-budget.c skv-gather.c skv-compact.c skv-scalar.c skv-avx2.c skv-avx512.c)
+	skv-score.c skv-select.c skv-budget.c skv-budget-spec.c skv-gather.c skv-compact.c skv-scalar.c skv-avx2.c skv-avx512.c)
 SKV_OBJS := $(SKV_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(SKV_OBJS)
 LIBS += $(LIBSKV)

@@ -98,6 +98,23 @@ enum skv_budget {
 /* "uniform", "layers", "heads", "mass", "mass-heads"; NULL for an unknown one. */
 const char *skv_budget_name(enum skv_budget b);
 
+struct skv_params;
+struct skv_error;
+/*
+ * A budget mode as text into p (budget_mode and its fields; the rest of p
+ * untouched): uniform, layers:C0,C1,.. (one per layer), pyramid:R,
+ * heads[:A], mass:TAU[:CMIN:CMAX:STEP], mass-heads:TAU[:CMIN:CMAX]. Only the
+ * spelling is checked here; skv_plan() checks the ranges. 0 or -EINVAL with
+ * a reason. A mass ladder left out is 0 until skv_budget_defaults().
+ */
+int skv_budget_parse(const char *spec, struct skv_params *p, struct skv_error *err);
+/*
+ * The mass ladder's defaults, once W and C are set: C_max = C, C_min =
+ * W + 1 (at most C_max), step = (C - W) / 16 (at least 1); only fields left
+ * 0. Other modes: nothing.
+ */
+void skv_budget_defaults(struct skv_params *p);
+
 /*
  * Compaction parameters: SPEC.md's single parameterisation. Fill with
  * skv_params_init(), then override. For policy snapkv and h2o, `window` is

@@ -149,10 +149,8 @@ int skv_frame_parse(struct msghdr *msg, ssize_t got, size_t max_payload,
 		skv_frame_close_fds(msg);
 		return -ECONNRESET;
 	}
-	if (got < 0) {
-		skv_frame_close_fds(msg);
+	if (got < 0) /* nothing was received: msg_control is not ours to read */
 		return (int)got;
-	}
 	if (msg->msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		skv_frame_close_fds(msg);
 		return -EMSGSIZE;

@@ -79,6 +79,9 @@ int skv_frame_recv(int sock, void *buf, size_t cap, struct skv_frame_hdr *ret_hd
  * The part of skv_frame_recv after recvmsg returned: validate a received
  * message (as filled by recvmsg, also via io_uring) and collect its fds.
  * Unexpected fds beyond *n_fds are closed. Same returns as skv_frame_recv.
+ * got < 0 (recvmsg failed) touches no fd: the kernel installed none and
+ * did not update msg_controllen, so the control buffer may still hold an
+ * earlier message's fd numbers, long closed and perhaps reused.
  */
 struct msghdr;
 int skv_frame_parse(struct msghdr *msg, ssize_t got, size_t max_payload,

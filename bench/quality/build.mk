@@ -3,16 +3,19 @@
 # engine decoding from caches compacted by each policy (libskv, in process).
 
 # Named literally: this fragment is read before examples/tiny-llama/build.mk.
-$(BUILD)/bench-quality: $(BUILD)/bench/quality/quality.o $(BUILD)/libtinyllama.a $(LIBSKV)
+$(BUILD)/bench-quality: $(BUILD)/bench/quality/quality.o $(BUILD)/bench/quality/quality-common.o \
+		$(BUILD)/libtinyllama.a $(LIBSKV)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm -pthread
 
-$(BUILD)/bench/quality/quality.o: ALL_CFLAGS += -Iexamples/tiny-llama
+$(BUILD)/bench/quality/quality.o $(BUILD)/bench/quality/quality-common.o: \
+	ALL_CFLAGS += -Iexamples/tiny-llama
 
 BENCHES += $(BUILD)/bench-quality
-OBJS    += $(BUILD)/bench/quality/quality.o
+OBJS    += $(BUILD)/bench/quality/quality.o $(BUILD)/bench/quality/quality-common.o
 
 # bench-quality-budget: the budget modes of SPEC.md at equal memory and along tau.
-$(BUILD)/bench-quality-budget: $(BUILD)/bench/quality/quality-budget.o $(BUILD)/libtinyllama.a $(LIBSKV)
+$(BUILD)/bench-quality-budget: $(BUILD)/bench/quality/quality-budget.o \
+		$(BUILD)/bench/quality/quality-common.o $(BUILD)/libtinyllama.a $(LIBSKV)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm -pthread
 
 $(BUILD)/bench/quality/quality-budget.o: ALL_CFLAGS += -Iexamples/tiny-llama

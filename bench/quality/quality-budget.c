@@ -16,14 +16,13 @@
  *   bench-quality-budget [-m model.gguf] [-n prompts] [-L len] [-T steps] [-s seed]
  */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "quality-common.h"
 #include "tl-compact.h"
 #include "tl-model.h"
 
@@ -47,27 +46,6 @@ struct acc {
 	uint64_t n, compactions, fallbacks;
 	double last_prompt_kl; /* mean KL over the steps of the latest prompt */
 };
-
-/* log-softmax of logits into out (double). */
-static void log_softmax(const float *x, uint32_t n, double *out)
-{
-	double mx = x[0], sum = 0;
-	for (uint32_t i = 1; i < n; i++)
-		mx = x[i] > mx ? x[i] : mx;
-	for (uint32_t i = 0; i < n; i++)
-		sum += exp(x[i] - mx);
-	double lse = mx + log(sum);
-	for (uint32_t i = 0; i < n; i++)
-		out[i] = x[i] - lse;
-}
-
-static double kl(const double *lp, const double *lq, uint32_t n)
-{
-	double s = 0;
-	for (uint32_t i = 0; i < n; i++)
-		s += exp(lp[i]) * (lp[i] - lq[i]);
-	return s;
-}
 
 /* A compact cache with per-head lengths where the mode is ragged. */
 struct bcache {
@@ -161,8 +139,8 @@ static int score(const struct tl_model *m, struct tl_state *st, struct bcache *b
 	for (uint32_t i = 0; i < T; i++) {
 		if (tl_forward(m, st, b->kv, toks[i], NULL) < 0)
 			return -1;
-		log_softmax(tl_state_logits(st), V, lp);
-		double k = kl(ref_lp + (size_t)i * V, lp, V);
+		q_log_softmax(tl_state_logits(st), V, lp);
+		double k = q_kl(ref_lp + (size_t)i * V, lp, V);
 		a->kl += k;
 		pk += k;
 		a->agree += tl_argmax(tl_state_logits(st), V) == ref_top[i];
@@ -234,51 +212,18 @@ static int mass_heads_equal(struct skv_ctx *ctx, const struct tl_model *m, const
 
 int main(int argc, char **argv)
 {
-	const char *shared = getenv("SHARED");
-	char defpath[4096];
-	snprintf(defpath, sizeof(defpath), "%s/models/stories260K.gguf",
-		 shared && *shared ? shared : "../shared");
-	const char *path = getenv("SNAPKV_MODEL") ? getenv("SNAPKV_MODEL") : defpath;
-	uint32_t N = 24, L = 320, T = 64;
-	uint64_t seed = 1234;
-	int c;
+	struct q_opts o;
+	struct q_prompt pr;
+	int c = q_parse(argc, argv, "bench-quality-budget", &o);
 
-	while ((c = getopt(argc, argv, "m:n:L:T:s:")) != -1) {
-		switch (c) {
-		case 'm':
-			path = optarg;
-			break;
-		case 'n':
-			N = (uint32_t)atoi(optarg);
-			break;
-		case 'L':
-			L = (uint32_t)atoi(optarg);
-			break;
-		case 'T':
-			T = (uint32_t)atoi(optarg);
-			break;
-		case 's':
-			seed = strtoull(optarg, NULL, 10);
-			break;
-		default:
-			fprintf(stderr,
-				"usage: bench-quality-budget [-m model] [-n prompts] [-L len] "
-				"[-T steps] [-s seed]\n");
-			return 2;
-		}
-	}
-	struct tl_err terr = {{0}};
+	if (c)
+		return c;
+	const uint32_t N = o.N, L = o.L, T = o.T;
+	const uint64_t seed = o.seed;
 	struct tl_model *m;
-	if (access(path, R_OK) != 0) {
-		printf("bench-quality-budget: model %s not found; skipped (set SHARED or "
-		       "SNAPKV_MODEL)\n",
-		       path);
-		return 0;
-	}
-	if (tl_model_load(path, &m, &terr) < 0) {
-		fprintf(stderr, "bench-quality-budget: %s\n", terr.msg);
-		return 1;
-	}
+	c = q_load("bench-quality-budget", o.path, &m);
+	if (c)
+		return c < 0 ? 1 : 0;
 	const struct tl_config *mc = &m->cfg;
 	const uint32_t V = mc->vocab_size;
 	if (N == 0 || L < 64 || T == 0 || L + T + 1 > 512) {
@@ -293,50 +238,21 @@ int main(int argc, char **argv)
 	struct tl_state *st;
 	if (skv_ctx_new(1, &ctx) < 0 || tl_state_new(m, &st) < 0)
 		return 1;
-	float *q = calloc((size_t)mc->n_layers * mc->n_heads * L * mc->head_dim, sizeof(float));
-	float *probs = calloc(V, sizeof(float)), *logits0 = calloc(V, sizeof(float));
-	double *ref_lp = calloc((size_t)T * V, sizeof(double)), *lp = calloc(V, sizeof(double));
-	uint32_t *ref_top = calloc(T, sizeof(uint32_t)),
-		 *toks = calloc(L + T + 1, sizeof(uint32_t));
-	if (!q || !probs || !logits0 || !ref_lp || !lp || !ref_top || !toks)
+	double *lp = calloc(V, sizeof(double));
+	if (!lp || q_prompt_init(&pr, m, L, T) < 0)
 		return 1;
+	const float *q = pr.q;
+	const double *ref_lp = pr.ref_lp;
+	const uint32_t *ref_top = pr.ref_top, *toks = pr.toks;
 	const double full_slots = (double)mc->n_layers * mc->n_heads * L;
 	struct tl_rng rng;
 	tl_rng_seed(&rng, seed);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (uint32_t pi = 0; pi < N; pi++) {
-		struct tl_kv *full, *ref;
-		if (tl_kv_new(mc, mc->n_kv_heads, L + T + 1, &full) < 0)
+		if (q_prompt_next(&pr, m, st, &rng, L, T) < 0)
 			return 1;
-		struct tl_qcap qc = {.q = q, .first = 0, .n = L};
-		toks[0] = m->tok->bos;
-		for (uint32_t i = 0; i < L; i++) {
-			if (tl_forward(m, st, full, toks[i], &qc) < 0)
-				return 1;
-			if (i + 1 < L)
-				toks[i + 1] = tl_sample(tl_state_logits(st), V, 1.0f, &rng, probs);
-		}
-		memcpy(logits0, tl_state_logits(st), V * sizeof(float));
-		if (tl_kv_new(mc, mc->n_kv_heads, L + T + 1, &ref) < 0)
-			return 1;
-		for (uint32_t l = 0; l < mc->n_layers; l++) {
-			size_t n = (size_t)full->h_store * full->cap;
-			memcpy(ref->layers[l].k, full->layers[l].k, n * full->head_dim * 4);
-			memcpy(ref->layers[l].v, full->layers[l].v, n * full->head_dim * 4);
-			memcpy(ref->layers[l].pos, full->layers[l].pos, n * 4);
-		}
-		ref->len = full->len;
-		ref->next_pos = full->next_pos;
-		toks[L] = tl_argmax(logits0, V);
-		for (uint32_t i = 0; i < T; i++) {
-			if (tl_forward(m, st, ref, toks[L + i], NULL) < 0)
-				return 1;
-			log_softmax(tl_state_logits(st), V, ref_lp + (size_t)i * V);
-			ref_top[i] = tl_argmax(tl_state_logits(st), V);
-			toks[L + i + 1] = ref_top[i];
-		}
-		tl_kv_free(ref);
+		const struct tl_kv *full = pr.full;
 		for (int mi = 0; mi < N_EQ; mi++)
 			for (uint32_t ki = 0; ki < N_CAP; ki++) {
 				struct bcache b;
@@ -390,7 +306,6 @@ int main(int argc, char **argv)
 					return 1;
 				bcache_free(&b);
 			}
-		tl_kv_free(full);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("budget modes at equal memory: %u prompts x %u tokens sampled from the model "
@@ -446,13 +361,8 @@ int main(int argc, char **argv)
 		printf("\n");
 	}
 	printf("\n%.1f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
-	free(q);
-	free(probs);
-	free(logits0);
-	free(ref_lp);
+	q_prompt_fini(&pr);
 	free(lp);
-	free(ref_top);
-	free(toks);
 	tl_state_free(st);
 	skv_ctx_free(ctx);
 	tl_model_free(m);

@@ -13,15 +13,12 @@
  *
  *   bench-quality [-m model.gguf] [-n prompts] [-L prompt_len] [-T steps] [-s seed]
  */
-#include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "quality-common.h"
 #include "tl-compact.h"
 #include "tl-model.h"
 
@@ -56,51 +53,6 @@ struct acc {
 	uint32_t prompts;
 };
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* log-softmax of logits into out (double). */
-static void log_softmax(const float *x, uint32_t n, double *out)
-{
-	double mx = x[0], sum = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (x[i] > mx)
-			mx = x[i];
-	for (uint32_t i = 0; i < n; i++)
-		sum += exp(x[i] - mx);
-	double lse = mx + log(sum);
-	for (uint32_t i = 0; i < n; i++)
-		out[i] = x[i] - lse;
-}
-
-static double kl(const double *lp, const double *lq, uint32_t n)
-{
-	double s = 0;
-	for (uint32_t i = 0; i < n; i++)
-		s += exp(lp[i]) * (lp[i] - lq[i]);
-	return s;
-}
-
-static struct tl_kv *copy_kv(const struct tl_model *m, const struct tl_kv *f)
-{
-	struct tl_kv *k;
-	if (tl_kv_new(&m->cfg, f->h_store, f->cap, &k) < 0)
-		return NULL;
-	for (uint32_t l = 0; l < f->n_layers; l++) {
-		size_t n = (size_t)f->h_store * f->cap;
-		memcpy(k->layers[l].k, f->layers[l].k, n * f->head_dim * sizeof(float));
-		memcpy(k->layers[l].v, f->layers[l].v, n * f->head_dim * sizeof(float));
-		memcpy(k->layers[l].pos, f->layers[l].pos, n * sizeof(int32_t));
-	}
-	k->len = f->len;
-	k->next_pos = f->next_pos;
-	return k;
-}
-
 /* The header of a results table: a column per capacity. */
 static void table_head(void)
 {
@@ -121,49 +73,18 @@ static void row_label(uint32_t ci, uint32_t mi)
 
 int main(int argc, char **argv)
 {
-	const char *shared = getenv("SHARED");
-	char defpath[4096];
-	snprintf(defpath, sizeof(defpath), "%s/models/stories260K.gguf",
-		 shared && *shared ? shared : "../shared");
-	const char *path = getenv("SNAPKV_MODEL") ? getenv("SNAPKV_MODEL") : defpath;
-	uint32_t N = 24, L = 320, T = 64;
-	uint64_t seed = 1234;
-	int c;
+	struct q_opts o;
+	struct q_prompt pr;
+	int c = q_parse(argc, argv, "bench-quality", &o);
 
-	while ((c = getopt(argc, argv, "m:n:L:T:s:")) != -1) {
-		switch (c) {
-		case 'm':
-			path = optarg;
-			break;
-		case 'n':
-			N = (uint32_t)atoi(optarg);
-			break;
-		case 'L':
-			L = (uint32_t)atoi(optarg);
-			break;
-		case 'T':
-			T = (uint32_t)atoi(optarg);
-			break;
-		case 's':
-			seed = strtoull(optarg, NULL, 10);
-			break;
-		default:
-			fprintf(stderr, "usage: bench-quality [-m model] [-n prompts] [-L len] [-T "
-					"steps] [-s seed]\n");
-			return 2;
-		}
-	}
-	struct tl_err err = {{0}};
+	if (c)
+		return c;
+	const uint32_t N = o.N, L = o.L, T = o.T;
+	const uint64_t seed = o.seed;
 	struct tl_model *m;
-	if (access(path, R_OK) != 0) {
-		printf("bench-quality: model %s not found; skipped (set SHARED or SNAPKV_MODEL)\n",
-		       path);
-		return 0;
-	}
-	if (tl_model_load(path, &m, &err) < 0) {
-		fprintf(stderr, "bench-quality: %s\n", err.msg);
-		return 1;
-	}
+	c = q_load("bench-quality", o.path, &m);
+	if (c)
+		return c < 0 ? 1 : 0;
 	const struct tl_config *mc = &m->cfg;
 	const uint32_t V = mc->vocab_size;
 	if (N == 0 || L < 2 * WINDOW || T == 0 || L + T + 1 > 512) {
@@ -181,36 +102,21 @@ int main(int argc, char **argv)
 	struct tl_state *st;
 	if (tl_state_new(m, &st) < 0)
 		return 1;
-	float *q = calloc((size_t)mc->n_layers * mc->n_heads * L * mc->head_dim, sizeof(float));
-	float *probs = calloc(V, sizeof(float));
-	float *logits0 = calloc(V, sizeof(float));
-	double *ref_lp = calloc((size_t)T * V, sizeof(double));
 	double *lp = calloc(V, sizeof(double));
-	uint32_t *ref_top = calloc(T, sizeof(uint32_t));
-	uint32_t *toks = calloc(L + T + 1, sizeof(uint32_t));
 	double *pkl = calloc((size_t)N * N_CFG * N_MODE * N_CAP, sizeof(double));
-	if (!q || !probs || !logits0 || !ref_lp || !lp || !ref_top || !toks || !pkl)
+	if (!lp || !pkl || q_prompt_init(&pr, m, L, T) < 0)
 		return 1;
+	float *q = pr.q;
+	double *ref_lp = pr.ref_lp;
+	uint32_t *ref_top = pr.ref_top, *toks = pr.toks;
 
 	struct tl_rng rng;
 	tl_rng_seed(&rng, seed);
-	double t0 = now();
-	uint64_t forwards = 0;
+	double t0 = q_now();
 	for (uint32_t pi = 0; pi < N; pi++) {
-		/* Sample the prompt from the model; its prefill is the sampling itself. */
-		struct tl_kv *full;
-		if (tl_kv_new(mc, mc->n_kv_heads, L + T + 1, &full) < 0)
+		if (q_prompt_next(&pr, m, st, &rng, L, T) < 0)
 			return 1;
-		struct tl_qcap qc = {.q = q, .first = 0, .n = L};
-		toks[0] = m->tok->bos;
-		for (uint32_t i = 0; i < L; i++) {
-			if (tl_forward(m, st, full, toks[i], &qc) < 0)
-				return 1;
-			forwards++;
-			if (i + 1 < L)
-				toks[i + 1] = tl_sample(tl_state_logits(st), V, 1.0f, &rng, probs);
-		}
-		memcpy(logits0, tl_state_logits(st), V * sizeof(float));
+		struct tl_kv *full = pr.full;
 		if (pi == 0) {
 			char piece[TL_TOK_MAX_PIECE + 8];
 			printf("prompt 0 (first 48 of %u tokens):", L);
@@ -220,21 +126,6 @@ int main(int argc, char **argv)
 			}
 			printf(" ...\n");
 		}
-
-		/* Full-cache greedy continuation: y_0 from the prefill, then T steps. */
-		struct tl_kv *ref = copy_kv(m, full);
-		if (!ref)
-			return 1;
-		toks[L] = tl_argmax(logits0, V);
-		for (uint32_t i = 0; i < T; i++) {
-			if (tl_forward(m, st, ref, toks[L + i], NULL) < 0)
-				return 1;
-			forwards++;
-			log_softmax(tl_state_logits(st), V, ref_lp + (size_t)i * V);
-			ref_top[i] = tl_argmax(tl_state_logits(st), V);
-			toks[L + i + 1] = ref_top[i];
-		}
-		tl_kv_free(ref);
 
 		for (uint32_t ci = 0; ci < N_CFG; ci++)
 			for (uint32_t mi = 0; mi < N_MODE; mi++)
@@ -272,10 +163,10 @@ int main(int argc, char **argv)
 					for (uint32_t i = 0; i < T; i++) {
 						if (tl_forward(m, st, kv, toks[L + i], NULL) < 0)
 							return 1;
-						forwards++;
+						pr.forwards++;
 						const float *lg = tl_state_logits(st);
-						log_softmax(lg, V, lp);
-						double k = kl(ref_lp + (size_t)i * V, lp, V);
+						q_log_softmax(lg, V, lp);
+						double k = q_kl(ref_lp + (size_t)i * V, lp, V);
 						a->kl += k;
 						kl_prompt += k;
 						a->agree += tl_argmax(lg, V) == ref_top[i];
@@ -289,9 +180,8 @@ int main(int argc, char **argv)
 					a->prompts++;
 					tl_kv_free(kv);
 				}
-		tl_kv_free(full);
 	}
-	double el = now() - t0;
+	double el = q_now() - t0;
 
 	printf(
 	    "\nteacher-forced quality: %u prompts x %u tokens sampled from the model "
@@ -356,16 +246,11 @@ int main(int argc, char **argv)
 				       accs[ci][mi][ki].pos_sum / accs[ci][mi][ki].pos_n);
 			printf("\n");
 		}
-	printf("\n%llu forwards, %u compactions in %.1f s\n", (unsigned long long)forwards,
+	printf("\n%llu forwards, %u compactions in %.1f s\n", (unsigned long long)pr.forwards,
 	       N * (unsigned)(N_CFG * N_MODE * N_CAP), el);
 
-	free(q);
-	free(probs);
-	free(logits0);
-	free(ref_lp);
+	q_prompt_fini(&pr);
 	free(lp);
-	free(ref_top);
-	free(toks);
 	free(pkl);
 	tl_state_free(st);
 	skv_ctx_free(ctx);

@@ -263,6 +263,30 @@ static inline int h_count_fds(pid_t pid)
 	return n;
 }
 
+/* Print each of the daemon's fds and what it points at, to show what leaked. */
+static inline void h_print_fds(pid_t pid)
+{
+	char p[64], q[320], link[256];
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(p, sizeof(p), "/proc/%d/fd", (int)pid);
+	d = opendir(p);
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		ssize_t k;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(q, sizeof(q), "%s/%s", p, e->d_name);
+		k = readlink(q, link, sizeof(link) - 1);
+		link[k > 0 ? k : 0] = 0;
+		printf("      fd %s -> %s\n", e->d_name, link);
+	}
+	closedir(d);
+}
+
 /*
  * The daemon's fds as h_count_fds, less the compaction workers' upload
  * buffers on the emulated CUDA plugin: each worker keeps one device buffer

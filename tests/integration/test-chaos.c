@@ -414,6 +414,8 @@ static int start_daemon(void)
 			h_sleep_ms(10);
 		h_sleep_ms(50);
 		base_fds = h_count_fds(H.pid);
+		printf("    baseline fds of the first daemon:\n");
+		h_print_fds(H.pid);
 	}
 	return 0;
 }
@@ -439,6 +441,8 @@ static void quiet_point(void)
 	quiet_points++;
 	printf("    quiet point %u: daemon fds %d (baseline %d), pool used %lld\n", quiet_points,
 	       fds, base_fds, pool);
+	if (fds != base_fds)
+		h_print_fds(H.pid);
 	CU_ASSERT_EQUAL(fds, base_fds);
 	CU_ASSERT_EQUAL(pool, 0);
 	rep = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER);

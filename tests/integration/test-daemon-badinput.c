@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
@@ -860,6 +861,50 @@ static void test_cq_full(void)
 	bystander_ok();
 }
 
+/*
+ * A session that ends while its last frame carried an fd (a REGISTER's
+ * memfd, closed by the daemon once mapped) must not close that fd number
+ * again: by then it belongs to someone else, here the next connection's
+ * socket. The engine leaves with a reply unread (recvmsg: ECONNRESET) or
+ * plainly (EOF); either way the other session must still be served.
+ */
+static void test_end_after_fd(void)
+{
+	for (int round = 0; round < 8; round++) {
+		Snapkv__V1__RegisterBuffer rb = SNAPKV__V1__REGISTER_BUFFER__INIT;
+		struct raw a, b;
+		char err[128];
+		int mfd = memfd_create("badinput-reg", MFD_CLOEXEC | MFD_ALLOW_SEALING), st = 0;
+
+		CU_ASSERT_FATAL(mfd >= 0);
+		CU_ASSERT_EQUAL(ftruncate(mfd, 65536), 0);
+		CU_ASSERT_EQUAL(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+		CU_ASSERT_EQUAL_FATAL(raw_connect(&a), 0);
+		CU_ASSERT_EQUAL_FATAL(raw_hello(&a), 0);
+		rb.size = 65536;
+		rb.generation = 1;
+		CU_ASSERT_EQUAL(raw_register(&a, &rb, mfd, err, sizeof(err)), 0);
+		close(mfd);
+		/* the daemon's lowest free fd is now the memfd's old number */
+		CU_ASSERT_EQUAL_FATAL(raw_connect(&b), 0);
+		CU_ASSERT_EQUAL_FATAL(raw_hello(&b), 0);
+		if (round & 1) { /* its answer waits unread: the daemon reads ECONNRESET */
+			struct pollfd pf = {.fd = a.fd, .events = POLLIN};
+
+			send_raw_hdr(a.fd, SKV_FRAME_MAGIC, SKV_PROTO_VERSION, 999, 0, 0);
+			CU_ASSERT_EQUAL(poll(&pf, 1, 5000), 1);
+		}
+		raw_close(&a);
+		for (int i = 0; i < 500 && h_sessions(H.sock) != 2; i++)
+			h_sleep_ms(10);
+		send_raw_hdr(b.fd, SKV_FRAME_MAGIC, SKV_PROTO_VERSION, 999, 0, 0);
+		CU_ASSERT_EQUAL(raw_next(&b, &st), SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR);
+		CU_ASSERT_EQUAL(st, -EOPNOTSUPP);
+		raw_close(&b);
+	}
+	bystander_ok();
+}
+
 static void test_baseline(void)
 {
 	int fds = -1;
@@ -895,6 +940,7 @@ int main(void)
 	CU_add_test(s, "bad ring entries, corrupt tail", test_ring);
 	CU_add_test(s, "GROW in the worker: busy meanwhile", test_grow_busy);
 	CU_add_test(s, "CQ full: back-pressure", test_cq_full);
+	CU_add_test(s, "a session's end closes no other's fd", test_end_after_fd);
 	CU_add_test(s, "fds and pool back to baseline", test_baseline);
 	return h_run_tests();
 }

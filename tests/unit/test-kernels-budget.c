@@ -637,7 +637,8 @@ static void ref_budget(const struct prob *pb, const uint32_t *caps, struct rb *o
 	pu.budget_mode = SKV_BUDGET_UNIFORM;
 	pu.capacity = F + 1 <= L ? F + 1 : L; /* anything that scores */
 	pu.fallback_below = 0;
-	bool mass_mode = p->budget_mode == SKV_BUDGET_MASS || p->budget_mode == SKV_BUDGET_MASS_HEADS;
+	bool mass_mode =
+	    p->budget_mode == SKV_BUDGET_MASS || p->budget_mode == SKV_BUDGET_MASS_HEADS;
 	bool bypass_all = mass_mode && L < p->c_min;
 
 	/* mass curve of head h at k kept, from its ranking */
@@ -675,7 +676,8 @@ static void ref_budget(const struct prob *pb, const uint32_t *caps, struct rb *o
 				continue;
 			}
 			memcpy(kp, forced, L);
-			if (p->budget_mode == SKV_BUDGET_UNIFORM || p->budget_mode == SKV_BUDGET_LAYERS) {
+			if (p->budget_mode == SKV_BUDGET_UNIFORM ||
+			    p->budget_mode == SKV_BUDGET_LAYERS) {
 				picks = caps[l] - F;
 			} else if (p->budget_mode == SKV_BUDGET_MASS_HEADS) {
 				uint32_t k = p->c_min;
@@ -1032,6 +1034,65 @@ static void test_threads_invariant(void)
 		}
 }
 
+/* The text form of every mode, the ladder's defaults, and what is refused. */
+static void test_budget_parse(void)
+{
+	static const char *const bad[] = {"",
+					  "adaptive",
+					  "uniform:1",
+					  "layers",
+					  "layers:",
+					  "layers:20,x",
+					  "layers:0",
+					  "pyramid",
+					  "pyramid:r",
+					  "heads:a",
+					  "heads:0.2:1",
+					  "mass",
+					  "mass:0.9:1:2",
+					  "mass:x",
+					  "mass:0.9:0:64:4",
+					  "mass:0.9:16:64:0",
+					  "mass-heads:0.9:1:2:3",
+					  "mass-heads:0.9:-1:20",
+					  "mass:1e99"};
+	struct skv_params p;
+	struct skv_error e;
+
+	skv_params_init(&p);
+	CU_ASSERT_EQUAL(skv_budget_parse("layers:20,30,40", &p, &e), 0);
+	CU_ASSERT_EQUAL(p.budget_mode, SKV_BUDGET_LAYERS);
+	CU_ASSERT_EQUAL(p.n_layer_caps, 3);
+	CU_ASSERT_EQUAL(p.layer_caps[2], 40);
+	CU_ASSERT_EQUAL(skv_budget_parse("pyramid:0.5", &p, &e), 0);
+	CU_ASSERT_EQUAL(p.n_layer_caps, 0);
+	CU_ASSERT_EQUAL(p.pyramid_r, 0.5f);
+	CU_ASSERT_EQUAL(skv_budget_parse("heads:0.3", &p, &e), 0);
+	CU_ASSERT_EQUAL(p.budget_mode, SKV_BUDGET_HEADS);
+	CU_ASSERT_EQUAL(p.head_floor, 0.3f);
+	CU_ASSERT_EQUAL(skv_budget_parse("mass:0.9:40:200:8", &p, &e), 0);
+	CU_ASSERT_EQUAL(p.budget_mode, SKV_BUDGET_MASS);
+	CU_ASSERT(p.tau == 0.9f && p.c_min == 40 && p.c_max == 200 && p.c_step == 8);
+	/* defaults from W and C, only where the spec left them out */
+	p.window = 32;
+	p.budget = 2048;
+	CU_ASSERT_EQUAL(skv_budget_parse("mass-heads:0.95", &p, &e), 0);
+	CU_ASSERT_EQUAL(p.budget_mode, SKV_BUDGET_MASS_HEADS);
+	skv_budget_defaults(&p);
+	CU_ASSERT(p.c_min == 33 && p.c_max == 2048 && p.c_step == (2048 - 32) / 16);
+	CU_ASSERT_EQUAL(skv_budget_parse("mass:0.9:40:200:8", &p, &e), 0);
+	skv_budget_defaults(&p);
+	CU_ASSERT(p.c_min == 40 && p.c_max == 200 && p.c_step == 8);
+	CU_ASSERT_EQUAL(skv_budget_parse("uniform", &p, &e), 0);
+	CU_ASSERT_EQUAL(p.budget_mode, SKV_BUDGET_UNIFORM);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		e.msg[0] = 0;
+		CU_ASSERT_EQUAL(skv_budget_parse(bad[i], &p, &e), -EINVAL);
+		CU_ASSERT(e.msg[0] != 0);
+	}
+	CU_ASSERT_EQUAL(skv_budget_parse(NULL, &p, &e), -EINVAL);
+}
+
 int main(void)
 {
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -1045,6 +1106,7 @@ int main(void)
 	CU_add_test(s, "layers: pyramid by hand, list", test_layers_worked);
 	CU_add_test(s, "fallback: worked cases", test_fallback_worked);
 	CU_add_test(s, "summed ledger", test_ledger_sum);
+	CU_add_test(s, "budget modes as text", test_budget_parse);
 	CU_add_test(s, "invalid budget parameters: -EINVAL, nothing written", test_invalid_budgets);
 	CU_add_test(s, "random uniform (with fallback) vs reference", test_random_uniform);
 	CU_add_test(s, "random layers vs reference", test_random_layers);
