@@ -188,7 +188,6 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	const size_t L = j->sh->prompt_len, D = j->sh->head_dim, rb = j->rb, G = j->G;
 	const size_t nt = (L + SKV_TILE - 1) / SKV_TILE;
 	const size_t sc = j->score ? 1 : 0, se = j->select ? 1 : 0;
-	const size_t bf = j->score && j->isa->tile_bf16 ? 1 : 0;
 	const size_t hl = j->mode == SKV_BUDGET_HEADS && j->select ? (size_t)j->h_store * L : 0;
 	const size_t rk = j->mode == SKV_BUDGET_MASS || j->mode == SKV_BUDGET_MASS_HEADS ? se : 0;
 	size_t n = 0;
@@ -201,8 +200,8 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	} while (0)
 	T(qt, float, (sc * D * rb));		  /* packed query rows, [D][rb]    */
 	T(kt, float, (sc * SKV_TILE * D));	  /* key tile, f32                 */
-	T(qb, uint32_t, (bf * D / 2 * rb));	  /* query bf16 pairs, [D/2][rb]   */
-	T(kb, uint16_t, (bf * SKV_TILE * D));	  /* key tile, bf16                */
+	T(qb, uint32_t, (sc * D / 2 * rb));	  /* query bf16 pairs, [D/2][rb]   */
+	T(kb, uint16_t, (sc * SKV_TILE * D));	  /* key tile, bf16                */
 	T(z, float, (sc * L * rb));		  /* exp(z - m_tile), [L][rb]      */
 	T(f, float, (sc * nt * rb));		  /* tile maxima, then factors     */
 	T(m, float, (sc * rb));			  /* running max per row           */
