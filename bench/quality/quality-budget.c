@@ -50,83 +50,21 @@ struct acc {
 /* A compact cache with per-head lengths where the mode is ragged. */
 struct bcache {
 	struct tl_kv *kv;
-	uint32_t *head_len; /* [layers][h_store] */
-	uint64_t kept_total;
-	struct skv_budget_result res;
+	struct tl_budget res;
 };
 
 static void bcache_free(struct bcache *b)
 {
 	tl_kv_free(b->kv);
-	free(b->head_len);
-	free(b->res.kept);
 	memset(b, 0, sizeof(*b));
 }
 
-/* tl_compact() for every budget mode: room from skv_budget_rows(), kept
- * counts from skv_compact_budget(), ragged heads through head_len. */
 static int budget_compact(struct skv_ctx *ctx, const struct tl_model *m, const struct tl_kv *full,
 			  const float *q, const struct skv_params *p, uint32_t reserve,
 			  struct bcache *b, struct skv_error *err)
 {
-	const struct tl_config *c = &m->cfg;
-	const uint32_t L = full->len, D = c->head_dim, hq = c->n_heads, nl = c->n_layers;
-	struct skv_shape sh = {.prompt_len = L,
-			       .head_dim = D,
-			       .h_q = hq,
-			       .h_kv = c->n_kv_heads,
-			       .n_q = tl_compact_n_q(p, L)};
-	struct skv_plan pl;
-	uint32_t rows[TL_MAX_LAYERS], room = 0;
-	int r = skv_plan(&sh, p, &pl, err);
-
-	if (!r)
-		r = skv_budget_rows(&sh, p, nl, rows, err);
-	if (r < 0)
-		return r;
-	for (uint32_t l = 0; l < nl; l++)
-		room = rows[l] > room ? rows[l] : room;
 	memset(b, 0, sizeof(*b));
-	b->res = (struct skv_budget_result){.result_size = sizeof(b->res),
-					    .kept = calloc((size_t)nl * pl.h_store, 4)};
-	b->head_len = calloc((size_t)nl * pl.h_store, 4);
-	struct skv_layer_in in[TL_MAX_LAYERS > 64 ? 64 : TL_MAX_LAYERS];
-	struct skv_layer_out out[64];
-	if (nl > 64 || !b->res.kept || !b->head_len ||
-	    tl_kv_new(c, pl.h_store, room + reserve, &b->kv) < 0) {
-		bcache_free(b);
-		return -ENOMEM;
-	}
-	for (uint32_t l = 0; l < nl; l++) {
-		in[l] = (struct skv_layer_in){
-		    .q = {.data = sh.n_q ? (void *)(q + (((size_t)l * hq) * L + (L - sh.n_q)) * D)
-					 : NULL,
-			  .dtype = SKV_DTYPE_F32,
-			  .head_stride = (int64_t)L * D,
-			  .token_stride = D},
-		    .k = tl_kv_tensor(full, l, 0),
-		    .v = tl_kv_tensor(full, l, 1)};
-		out[l] = (struct skv_layer_out){.k = tl_kv_tensor(b->kv, l, 0),
-						.v = tl_kv_tensor(b->kv, l, 1),
-						.positions = b->kv->layers[l].pos,
-						.pos_stride = b->kv->layers[l].pos_stride};
-	}
-	r = skv_compact_budget(ctx, &sh, p, nl, in, out, &b->res, err);
-	if (r < 0) {
-		bcache_free(b);
-		return r;
-	}
-	uint32_t mx = 0;
-	for (uint32_t i = 0; i < nl * pl.h_store; i++) {
-		b->head_len[i] = b->res.kept[i];
-		b->kept_total += b->res.kept[i];
-		mx = b->res.kept[i] > mx ? b->res.kept[i] : mx;
-	}
-	for (uint32_t l = 0; l < nl; l++)
-		b->kv->layers[l].head_len = b->head_len + (size_t)l * pl.h_store;
-	b->kv->len = mx;
-	b->kv->next_pos = L;
-	return 0;
+	return tl_compact_budget(ctx, m, full, q, 0, full->len, p, reserve, &b->kv, &b->res, err);
 }
 
 /* Teacher-forced T steps through b against the reference. */
@@ -147,7 +85,7 @@ static int score(const struct tl_model *m, struct tl_state *st, struct bcache *b
 		a->n++;
 	}
 	a->last_prompt_kl = pk / T;
-	a->kept_frac += (double)b->kept_total / full_slots;
+	a->kept_frac += (double)b->res.kept_total / full_slots;
 	a->compactions++;
 	a->fallbacks += b->res.fallback ? 1 : 0;
 	return 0;
@@ -200,7 +138,7 @@ static int mass_heads_equal(struct skv_ctx *ctx, const struct tl_model *m, const
 			break;
 		if (budget_compact(ctx, m, full, q, &p, 0, &b, &e) < 0)
 			return -1;
-		if (b.kept_total <= target)
+		if (b.res.kept_total <= target)
 			lo = p.tau;
 		else
 			hi = p.tau;

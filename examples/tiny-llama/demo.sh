@@ -4,7 +4,8 @@
 # at once. Each prefills its prompt, hands K/V and window queries to the
 # daemon, decodes its story from the compact cache in the daemon's arena,
 # and compares with its own full cache. While both caches are alive the
-# daemon's ledger is shown (snapkvctl ledger); then the daemon is stopped.
+# daemon's ledger is shown (snapkvctl ledger); then the same prompt runs with
+# a retained-mass budget and with a fallback (in process); the daemon stops.
 #
 #   examples/tiny-llama/demo.sh        (BUILD=build, model from SNAPKV_MODEL
 #                                       or $SHARED/models, SHARED=../shared)
@@ -96,6 +97,23 @@ for e in a b; do
 	sed -n '/^--- full cache:/,/^--- agreement/p' "$dir/$e.out" | sed '1d;$d'
 	grep -E '^--- (agreement|teacher-forced|daemon cache)' "$dir/$e.out"
 	grep -v 'compact cache keeps' "$dir/$e.err" || true
+done
+
+# Budgets that follow the prompt (SPEC.md budget modes), in process for now:
+# a retained-mass target picks each head's count, and a fallback keeps the
+# whole prompt when some head would lose too much of it.
+for spec in "mass-heads:0.9:9:48" "mass-heads:0.9:9:48 --fallback-below 0.8"; do
+	echo
+	echo "== engine-a, --budget $spec (local libskv)"
+	# shellcheck disable=SC2086 # the spec carries its own options
+	if "$ENGINE" -m "$MODEL" -p "$prompt_a" -n 64 --policy snapkv -C 48 -W 8 -k 5 \
+		--pool avg --gqa expand --local --reserve 16 --compare --budget $spec \
+		>"$dir/m.out" 2>"$dir/m.err"; then
+		grep -E '^--- (budget|agreement|teacher-forced)' "$dir/m.out"
+	else
+		cat "$dir/m.err"
+		status=1
+	fi
 done
 
 echo

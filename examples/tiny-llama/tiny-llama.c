@@ -16,6 +16,7 @@
  * reports how many tokens agree and whether the logits are bit-identical.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,7 +48,14 @@ struct opts {
 	int compare;
 	int print_positions;
 	int quiet;
+	const char *budget; /* --budget as given, NULL: uniform C */
 };
+
+/* A budget mode beyond uniform C, or a fallback: tl_compact_budget(). */
+static bool budgeted(const struct skv_params *p)
+{
+	return p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f;
+}
 
 static void usage(FILE *f)
 {
@@ -58,9 +66,14 @@ static void usage(FILE *f)
 	       "         [--socket PATH | --local] [--layout hnd|nhd] [--reserve R] [--grow N]\n"
 	       "         [--protect B:E ...] [--compare] [--name NAME]\n"
 	       "         [--pause-before-release MS] [--print-positions] [-q]\n"
+	       "         [--budget B] [--fallback-below F]\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
+	       "--budget takes snapkvctl's budget modes (layers:C0,C1,.., pyramid:R, heads[:A],\n"
+	       "mass:TAU[:CMIN:CMAX:STEP], mass-heads:TAU[:CMIN:CMAX]) and, like\n"
+	       "--fallback-below (keep the full prompt when a head's retained mass would be\n"
+	       "below F), needs --local for now.\n"
 	       "The model defaults to $SNAPKV_MODEL, else ../shared/models/stories260K.gguf.\n");
 }
 
@@ -115,6 +128,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   {"pause-before-release", required_argument, NULL, 12},
 					   {"protect", required_argument, NULL, 13},
 					   {"print-positions", no_argument, NULL, 14},
+					   {"budget", required_argument, NULL, 15},
+					   {"fallback-below", required_argument, NULL, 16},
 					   {"quiet", no_argument, NULL, 'q'},
 					   {"help", no_argument, NULL, 'h'},
 					   {0, 0, 0, 0}};
@@ -230,6 +245,23 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			else
 				bad = 1;
 			break;
+		case 15: {
+			struct skv_error e;
+
+			o->budget = optarg;
+			if (skv_budget_parse(optarg, &o->params, &e) < 0) {
+				fprintf(stderr, "tiny-llama: --budget: %s\n", e.msg);
+				bad = 1;
+			}
+			break;
+		}
+		case 16: {
+			char *end;
+
+			o->params.fallback_below = strtof(optarg, &end);
+			bad |= *end != '\0' || end == optarg;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 1;
@@ -242,6 +274,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		return -EINVAL;
 	}
 	o->backend = !policy ? BK_FULL : local ? BK_LOCAL : BK_DAEMON;
+	skv_budget_defaults(&o->params);
+	if (budgeted(&o->params) && o->backend != BK_LOCAL) {
+		fprintf(stderr,
+			"tiny-llama: --budget %s%s needs --local (and a --policy): this "
+			"engine decodes only uniform caches from snapkvd's arena\n",
+			o->budget ? o->budget : "uniform",
+			o->params.fallback_below > 0.0f ? " with --fallback-below" : "");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -283,7 +324,14 @@ struct lane {
 	int done;
 	uint32_t grows;
 	uint32_t grow;
+	struct tl_budget budget; /* --budget: what the mode chose */
 };
+
+/* Slots stored head h of layer l holds (ragged budget modes differ). */
+static uint32_t head_kept(const struct tl_kv *kv, uint32_t l, uint32_t h)
+{
+	return kv->layers[l].head_len ? kv->layers[l].head_len[h] : kv->len;
+}
 
 /* Point a view at the cache's current region (again after a GROW moved it). */
 static int view_from_cache(struct tl_kv *kv, const struct skv_cache *c)
@@ -463,8 +511,13 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 		/* tl_compact() wants a cache of exactly L tokens: a shallow view of the first L. */
 		struct tl_kv pre = *cp->full;
 		pre.len = pre.next_pos = cp->L;
-		r = tl_compact(cp->ctx, cp->m, &pre, cp->q, cp->L - cp->nq, cp->nq, &cp->o->params,
-			       cp->o->reserve, &ln->kv, &plan, &serr);
+		if (budgeted(&cp->o->params))
+			r = tl_compact_budget(cp->ctx, cp->m, &pre, cp->q, cp->L - cp->nq, cp->nq,
+					      &cp->o->params, cp->o->reserve, &ln->kv, &ln->budget,
+					      &serr);
+		else
+			r = tl_compact(cp->ctx, cp->m, &pre, cp->q, cp->L - cp->nq, cp->nq,
+				       &cp->o->params, cp->o->reserve, &ln->kv, &plan, &serr);
 		if (r < 0)
 			fprintf(stderr, "tiny-llama: compaction failed: %s\n", serr.msg);
 		return r;
@@ -648,6 +701,23 @@ int main(int argc, char **argv)
 		    h == c->n_heads ? "expand" : "group",
 		    skv_policy_name(o.params.policy) ? skv_policy_name(o.params.policy) : "?");
 	}
+	if (budgeted(&o.params)) {
+		const struct tl_budget *b = &lc.budget;
+		const uint64_t heads = (uint64_t)c->n_layers * lc.kv->h_store;
+
+		printf("--- budget %s%s: ", o.budget ? o.budget : "uniform",
+		       o.params.fallback_below > 0.0f ? " with fallback" : "");
+		if (o.params.budget_mode == SKV_BUDGET_MASS)
+			printf("C* = %u, ", b->c_star);
+		printf("kept per head %.1f mean (%u..%u) of %u, %.1f%% of the full cache, "
+		       "smallest retained mass %.4f",
+		       (double)b->kept_total / (double)heads, b->kept_min, b->kept_max, L,
+		       100.0 * (double)b->kept_total / ((double)heads * L), (double)b->min_mass);
+		if (b->fallback)
+			printf("; below --fallback-below %g: FALLBACK, the full prompt is kept",
+			       (double)o.params.fallback_below);
+		printf("\n");
+	}
 
 	/* The kept positions, one line per layer and head (the Python engine
 	 * examples/torch-paged prints the same lines; a test compares them). */
@@ -657,7 +727,7 @@ int main(int argc, char **argv)
 						      : lc.kv->layers[l].pos +
 							    (size_t)h * lc.kv->layers[l].pos_stride;
 			printf("positions layer %u head %u:", l, h);
-			for (uint32_t i = 0; pos && i < lc.kv->len; i++)
+			for (uint32_t i = 0; pos && i < head_kept(lc.kv, l, h); i++)
 				printf(" %d", pos[i]);
 			printf("\n");
 		}
@@ -671,7 +741,8 @@ int main(int argc, char **argv)
 				    lc.cache ? skv_cache_positions(lc.cache, l, h)
 					     : lc.kv->layers[l].pos +
 						   (size_t)h * lc.kv->layers[l].pos_stride;
-				ok &= pos && protected_kept(&o.params, L, pos, lc.kv->len);
+				ok &= pos &&
+				      protected_kept(&o.params, L, pos, head_kept(lc.kv, l, h));
 			}
 		printf("--- protected ranges: %s in every head of every layer\n",
 		       ok ? "kept" : "NOT kept");

@@ -183,6 +183,7 @@ void tl_kv_free(struct tl_kv *kv)
 		return;
 	free(kv->mem);
 	free(kv->layers);
+	free(kv->head_lens);
 	free(kv);
 }
 
@@ -276,6 +277,7 @@ int tl_kv_grow(struct tl_kv *kv, uint32_t new_cap)
 	for (uint32_t l = 0; l < kv->n_layers; l++) {
 		const struct tl_kv_layer *o = &old_layers[l];
 		struct tl_kv_layer *n = &kv->layers[l];
+		n->head_len = o->head_len; /* ragged heads keep their counts */
 		for (uint32_t h = 0; h < kv->h_store; h++)
 			for (uint32_t t = 0; t < kv->len; t++) {
 				memcpy(n->k + h * n->head_stride + t * n->token_stride,

@@ -96,6 +96,9 @@ struct tl_kv {
 	uint32_t next_pos; /* logical position of the next token             */
 	struct tl_kv_layer *layers;
 	void *mem; /* K, V and positions when the cache owns them, else NULL */
+	/* [n_layers][h_store] behind layers[].head_len when the cache owns
+	 * them (tl_compact_budget()), else NULL; freed with the cache */
+	uint32_t *head_lens;
 };
 
 /*

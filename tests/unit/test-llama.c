@@ -576,7 +576,10 @@ static void ref_forward(const uint32_t *seq, uint32_t L, uint32_t n, const struc
 		for (uint32_t h = 0; h < HQ; h++) {
 			uint32_t sh = h / (HQ / ckv->h_store);
 			const int32_t *pos = ckv->layers[l].pos + sh * ckv->layers[l].pos_stride;
-			for (uint32_t i = 0; i < ckv->len; i++)
+			/* ragged budget modes: each head its own count */
+			const uint32_t n_sh =
+			    ckv->layers[l].head_len ? ckv->layers[l].head_len[sh] : ckv->len;
+			for (uint32_t i = 0; i < n_sh; i++)
 				if (pos[i] >= 0 && (uint32_t)pos[i] < L)
 					keep[((size_t)l * HQ + h) * L + pos[i]] = 1;
 		}
@@ -776,6 +779,79 @@ static void test_compacted_positions_reference(void)
 }
 
 /*
+ * Budget modes in process (tl_compact_budget, as tiny-llama --local
+ * --budget runs them): mass-heads keeps a different count per head, and the
+ * decode (growing the cache) matches the masked reference per head; a
+ * fallback keeps the whole prompt and decodes bit-identically to the full
+ * cache; mass keeps one C* for every head.
+ */
+static void test_budget_modes_decode(void)
+{
+	NEED_MODEL();
+	struct prompt_run p;
+	prefill_prompt(&p);
+	float *lg = malloc(GEN * 512 * sizeof(float)), *rl = malloc(GEN * 512 * sizeof(float));
+	uint32_t t[GEN], seq[512], ref_t[GEN];
+	struct skv_params prm;
+	struct skv_error err = {0};
+	struct tl_budget b;
+	struct tl_kv *kv = NULL;
+
+	skv_params_init(&prm);
+	prm.window = 8;
+	prm.budget = 32;
+	CU_ASSERT_FATAL(skv_budget_parse("mass-heads:0.9:9:32", &prm, &err) == 0);
+	CU_ASSERT_FATAL(
+	    tl_compact_budget(ctx, model, p.full, p.q, 0, p.L, &prm, 2, &kv, &b, &err) == 0);
+	CU_ASSERT(b.kept_min < b.kept_max && b.kept_max <= 32 && b.kept_min >= 9);
+	CU_ASSERT(!b.fallback && kv->len == b.kept_max && kv->next_pos == p.L);
+	CU_ASSERT_PTR_NOT_NULL(kv->layers[0].head_len);
+	struct tl_state *s;
+	CU_ASSERT_FATAL(tl_state_new(model, &s) == 0);
+	uint32_t tok = tl_argmax(p.logits0, 512);
+	for (int i = 0; i < GEN; i++) {
+		t[i] = tok;
+		if (kv->len == kv->cap)
+			CU_ASSERT_FATAL(tl_kv_grow(kv, kv->cap + 2) == 0);
+		CU_ASSERT_FATAL(tl_forward(model, s, kv, tok, NULL) == 0);
+		memcpy(lg + (size_t)i * 512, tl_state_logits(s), 512 * sizeof(float));
+		tok = tl_argmax(tl_state_logits(s), 512);
+	}
+	tl_state_free(s);
+	memcpy(seq, p.toks, p.L * sizeof(uint32_t));
+	memcpy(seq + p.L, t, GEN * sizeof(uint32_t));
+	ref_forward(seq, p.L, p.L + GEN, kv, rl);
+	CU_ASSERT(max_abs_diff(lg, rl, GEN * 512) < 2e-3f);
+	tl_kv_free(kv);
+
+	/* the same choice with a fallback above its smallest mass: the full prompt */
+	prm.fallback_below = b.min_mass + (1.0f - b.min_mass) / 2;
+	CU_ASSERT_FATAL(
+	    tl_compact_budget(ctx, model, p.full, p.q, 0, p.L, &prm, GEN, &kv, &b, &err) == 0);
+	CU_ASSERT(b.fallback && b.kept_min == p.L && b.kept_max == p.L && kv->len == p.L);
+	struct tl_kv *f = copy_full(p.full);
+	decode_greedy(p.logits0, f, ref_t, rl);
+	tl_kv_free(f);
+	decode_greedy(p.logits0, kv, t, lg);
+	CU_ASSERT(memcmp(t, ref_t, sizeof(t)) == 0);
+	CU_ASSERT(memcmp(lg, rl, GEN * 512 * sizeof(float)) == 0);
+	tl_kv_free(kv);
+
+	/* mass: one C* on the ladder for every head */
+	prm.fallback_below = 0;
+	CU_ASSERT_FATAL(skv_budget_parse("mass:0.8:12:40:4", &prm, &err) == 0);
+	CU_ASSERT_FATAL(
+	    tl_compact_budget(ctx, model, p.full, p.q, 0, p.L, &prm, 0, &kv, &b, &err) == 0);
+	CU_ASSERT(b.c_star >= 12 && b.c_star <= 40 && ((b.c_star - 12) % 4 == 0 || b.c_star == 40));
+	CU_ASSERT(b.kept_min == b.kept_max && kv->layers[0].head_len == NULL);
+	CU_ASSERT(b.min_mass >= 0.8f || b.c_star == 40);
+	tl_kv_free(kv);
+	free(lg);
+	free(rl);
+	free_prompt(&p);
+}
+
+/*
  * The daemon writes compact caches HND or NHD into its arena; the engine
  * reads any strides. Compact straight into an NHD view with libskv and
  * decode: bit-identical to the HND cache of tl_compact().
@@ -925,6 +1001,7 @@ int main(void)
 	    !CU_add_test(s, "bypass_identical", test_bypass_identical) ||
 	    !CU_add_test(s, "compacted_positions_reference", test_compacted_positions_reference) ||
 	    !CU_add_test(s, "nhd_view_identical", test_nhd_view_identical) ||
+	    !CU_add_test(s, "budget_modes_decode", test_budget_modes_decode) ||
 	    !CU_add_test(s, "sampling", test_sampling)) {
 		CU_cleanup_registry();
 		return 1;
