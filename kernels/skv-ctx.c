@@ -52,6 +52,8 @@ static const struct skv_isa *pick_isa(void)
 		return has2 ? &skv_isa_avx2 : &skv_isa_scalar;
 	if (force && !strcmp(force, "avx512"))
 		return has512 ? &skv_isa_avx512 : has2 ? &skv_isa_avx2 : &skv_isa_scalar;
+	if (has512 && __builtin_cpu_supports("avx512bf16"))
+		return &skv_isa_avx512bf16;
 	if (has512)
 		return &skv_isa_avx512;
 	if (has2)

@@ -301,7 +301,7 @@ struct skv_ctx;
 int skv_ctx_new(unsigned threads, struct skv_ctx **ret_ctx);
 void skv_ctx_free(struct skv_ctx *ctx);
 unsigned skv_ctx_threads(const struct skv_ctx *ctx);
-/* Name of the SIMD path chosen at run time: "avx512", "avx2", "scalar". */
+/* Name of the SIMD path chosen at run time: "avx512bf16", "avx512", "avx2", "scalar". */
 const char *skv_ctx_isa(const struct skv_ctx *ctx);
 
 /*
