@@ -513,10 +513,51 @@ static int bench_ring(struct skv_client *c, pid_t dpid, int n)
 	return 0;
 }
 
+/* ------------------------------------------------- huge pages of the arena */
+
+/*
+ * Whether the daemon's arenas got transparent huge pages: the kernel's
+ * shmem setting (the daemon asks with MADV_HUGEPAGE, which only "advise",
+ * "within_size" and "always" honour) and the arena mappings' ShmemPmdMapped
+ * and Rss in /proc/PID/smaps, read while the arena holds its cached pages.
+ */
+static void arena_pages(pid_t pid)
+{
+	char path[64], line[256], mode[160] = "?", *a, *b;
+	unsigned long long pmd = 0, rss = 0, v;
+	int in_arena = 0;
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+
+	if (f && fgets(mode, sizeof(mode), f) && (a = strchr(mode, '[')) && (b = strchr(a, ']'))) {
+		*b = '\0';
+		memmove(mode, a + 1, strlen(a + 1) + 1);
+	}
+	if (f)
+		fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		/* a mapping's first line starts with its address (lower-case
+		 * hex), its fields with a capital */
+		if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f'))
+			in_arena = strstr(line, "snapkvd-arena") != NULL;
+		else if (in_arena && sscanf(line, "ShmemPmdMapped: %llu", &v) == 1)
+			pmd += v;
+		else if (in_arena && sscanf(line, "Rss: %llu", &v) == 1)
+			rss += v;
+	}
+	if (f)
+		fclose(f);
+	printf("  arena pages: shmem_enabled [%s]; daemon's arena Rss %llu MiB, of it in huge "
+	       "pages (ShmemPmdMapped) %llu MiB\n",
+	       mode, rss >> 10, pmd >> 10);
+}
+
 /* ----------------------------------------------------------------- main */
 
 /* snapkvd with an arena big enough for every layer's expand output kept at
- * once, and a pool 4x that so that no budget is scaled under pressure. */
+ * once, a pool 4x that so that no budget is scaled under pressure, and as
+ * much kept for reuse as the arena holds. */
 static pid_t start_daemon(const char *dir, const char *sock, unsigned threads, uint64_t arena)
 {
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
@@ -530,8 +571,12 @@ static pid_t start_daemon(const char *dir, const char *sock, unsigned threads, u
 	f = fopen(conf, "w");
 	if (!f)
 		return -1;
-	fprintf(f, "session_arena_bytes = %lluM\npool_bytes = %lluM\n",
-		(unsigned long long)(arena >> 20), (unsigned long long)(4 * arena >> 20));
+	/* arena_cache_bytes: every released region stays populated for the
+	 * next request, as in an engine's steady state (the default, 1G, is
+	 * less than 32 layers of expand output) */
+	fprintf(f, "session_arena_bytes = %lluM\npool_bytes = %lluM\narena_cache_bytes = %lluM\n",
+		(unsigned long long)(arena >> 20), (unsigned long long)(4 * arena >> 20),
+		(unsigned long long)(arena >> 20));
 	fclose(f);
 	pid = fork();
 	if (pid == 0) {
@@ -635,6 +680,8 @@ int main(int argc, char **argv)
 		r.layers = r.L > 8192 ? layers_long : layers;
 		rc = bench_len(&r, reps);
 	}
+	if (comp && !rc)
+		arena_pages(r.dpid);
 	if (ring && !rc)
 		rc = bench_ring(r.c, r.dpid, quick ? 4000 : 20000);
 	bench_loadavg(la1, sizeof(la1));

@@ -4,13 +4,19 @@
  * W 32, C 2048, k 5, avg, expand) compacted by libskv at several prompt
  * lengths, f32 and bf16, next to OpenBLAS sgemm computing only the grouped
  * score products Q_group . K^T (8 sgemms of (4*32) x 128 x L, f32), with
- * the same thread count. Prints the median of several repetitions.
+ * the same thread count. Prints the median of several repetitions, the
+ * fraction of the measured FMA peak of the machine, and the scoring kernel
+ * alone (key staging, logits, online softmax of one K/V head's 128 rows).
  *
  * bench-kernels [--threads N] [--reps N] [--lens L1,L2,...] [--layers N]
  *               [--no-sgemm] [--f32 | --bf16] [--cpu]
  */
 #include <cblas.h>
 #include <errno.h>
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +24,7 @@
 #include <unistd.h>
 
 #include "bench-host.h"
+#include "skv-internal.h" /* the ISA kernels, for timing them alone */
 #include "skv.h"
 
 void openblas_set_num_threads(int n);
@@ -132,6 +139,185 @@ static void set_free(struct layer_set *s, int n_layers)
 	}
 }
 
+/* ------------------------------------------------------------ FMA peak */
+
+enum { FMA_ITERS = 20000000 };
+
+/* 12 independent chains of fused multiply-adds in registers; returns FLOPs */
+__attribute__((target("avx512f"))) static double fma_avx512(float *sink)
+{
+	__m512 a[12], m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-6f);
+
+	for (int i = 0; i < 12; i++)
+		a[i] = _mm512_set1_ps((float)i);
+	for (long n = 0; n < FMA_ITERS; n++)
+#pragma GCC unroll 12
+		for (int i = 0; i < 12; i++)
+			a[i] = _mm512_fmadd_ps(a[i], m, c);
+	for (int i = 1; i < 12; i++)
+		a[0] = _mm512_add_ps(a[0], a[i]);
+	*sink = _mm512_reduce_add_ps(a[0]);
+	return 2.0 * 16 * 12 * FMA_ITERS;
+}
+
+__attribute__((target("avx2,fma"))) static double fma_avx2(float *sink)
+{
+	__m256 a[12], m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-6f);
+	float o[8];
+
+	for (int i = 0; i < 12; i++)
+		a[i] = _mm256_set1_ps((float)i);
+	for (long n = 0; n < FMA_ITERS; n++)
+#pragma GCC unroll 12
+		for (int i = 0; i < 12; i++)
+			a[i] = _mm256_fmadd_ps(a[i], m, c);
+	for (int i = 1; i < 12; i++)
+		a[0] = _mm256_add_ps(a[0], a[i]);
+	_mm256_storeu_ps(o, a[0]);
+	*sink = o[0];
+	return 2.0 * 8 * 12 * FMA_ITERS;
+}
+
+struct fma_arg {
+	int cpu;
+	double rate;
+	float sink;
+};
+
+static double thread_cpu(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *fma_thread(void *p)
+{
+	struct fma_arg *a = p;
+	cpu_set_t cs;
+
+	CPU_ZERO(&cs);
+	CPU_SET(a->cpu, &cs);
+	pthread_setaffinity_np(pthread_self(), sizeof(cs), &cs);
+	double t0 = thread_cpu();
+	double flop = __builtin_cpu_supports("avx512f") ? fma_avx512(&a->sink) : fma_avx2(&a->sink);
+	a->rate = flop / (thread_cpu() - t0);
+	return NULL;
+}
+
+/*
+ * One pinned thread per CPU, all at once, each rate over its own CPU time
+ * (the cores' peak, not this run's share of them); the sum, best of 3.
+ * The same method as bench-daemon's.
+ */
+static double fma_peak(unsigned threads)
+{
+	pthread_t t[64];
+	struct fma_arg a[64];
+	double best = 0;
+
+	threads = threads > 64 ? 64 : threads;
+	for (int rep = 0; rep < 3; rep++) {
+		double rate = 0;
+		for (unsigned i = 0; i < threads; i++) {
+			a[i] = (struct fma_arg){.cpu = (int)i};
+			pthread_create(&t[i], NULL, fma_thread, &a[i]);
+		}
+		for (unsigned i = 0; i < threads; i++) {
+			pthread_join(t[i], NULL);
+			rate += a[i].rate;
+		}
+		best = rate > best ? rate : best;
+	}
+	return best * 1e-9;
+}
+
+/* ------------------------------------------------- the kernel alone */
+
+static const struct skv_isa *isa_named(const char *name)
+{
+	static const struct skv_isa *all[] = {&skv_isa_avx512bf16, &skv_isa_avx512, &skv_isa_avx2,
+					      &skv_isa_scalar};
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (!strcmp(all[i]->name, name))
+			return all[i];
+	return &skv_isa_scalar;
+}
+
+/*
+ * What skv_score_item does per tile for one K/V head of the layer (its
+ * G W = 128 rows, keys 0 .. L-1 from DRAM): stage the tile (f32 copy, or
+ * the raw bf16 keys for tile_bf16), logits, online softmax step. One
+ * thread, its CPU time, best of reps; returns GFLOP/s of the logits.
+ */
+static double kernel_alone(const struct skv_isa *isa, int bf, uint32_t L, int reps)
+{
+	const uint32_t rbp = 4 * W, T = SKV_TILE, nt = (L + T - 1) / T;
+	float *qt = xmalloc((size_t)D * rbp * 4), *kt = xmalloc((size_t)T * D * 4);
+	float *z = xmalloc((size_t)L * rbp * 4), *f = xmalloc((size_t)nt * rbp * 4);
+	float *m = xmalloc(rbp * 4), *s = xmalloc(rbp * 4);
+	int32_t *trow = xmalloc(rbp * 4);
+	uint8_t *bad = xmalloc(rbp);
+	void *k = xmalloc((size_t)L * D * (bf ? 2 : 4));
+	double best = 1e30;
+
+	fill(qt, bf ? SKV_DTYPE_BF16 : SKV_DTYPE_F32, (size_t)D * rbp); /* bf: pairs */
+	fill(k, bf ? SKV_DTYPE_BF16 : SKV_DTYPE_F32, (size_t)L * D);
+	for (uint32_t r = 0; r < rbp; r++)
+		trow[r] = (int32_t)(L - W + r % W);
+	for (int rep = 0; rep < reps; rep++) {
+		for (uint32_t r = 0; r < rbp; r++) {
+			m[r] = -INFINITY;
+			s[r] = 0;
+		}
+		double t0 = thread_cpu();
+		for (uint32_t j0 = 0, t = 0; j0 < L; j0 += T, t++) {
+			uint32_t nk = L - j0 < T ? L - j0 : T;
+			const void *pf[SKV_TILE];
+			uint32_t pf_n = L - j0 - nk < T ? L - j0 - nk : T;
+			for (uint32_t j = 0; j < pf_n; j++)
+				pf[j] = (const char *)k + (size_t)(j0 + nk + j) * D * (bf ? 2 : 4);
+			if (bf)
+				isa->stage_bf16((uint16_t *)kt,
+						(const uint16_t *)k + (size_t)j0 * D, nk * D);
+			else
+				memcpy(kt, (const float *)k + (size_t)j0 * D, (size_t)nk * D * 4);
+			struct skv_tile_args a = {
+			    .qt = qt,
+			    .kt = kt,
+			    .z = z + (size_t)j0 * rbp,
+			    .m = m,
+			    .s = s,
+			    .tmax = f + (size_t)t * rbp,
+			    .bad = bad,
+			    .trow = trow,
+			    .rbp = rbp,
+			    .d = D,
+			    .nk = nk,
+			    .j0 = j0,
+			    .scale = 0.08838834764831845f,
+			    .trow_min = (int32_t)(L - W),
+			    .pf = pf,
+			    .pf_n = pf_n,
+			    .pf_bytes = D * (bf ? 2 : 4),
+			};
+			(bf ? isa->tile_bf16 : isa->tile)(&a);
+		}
+		double dt = thread_cpu() - t0;
+		best = dt < best ? dt : best;
+	}
+	free(qt);
+	free(kt);
+	free(z);
+	free(f);
+	free(m);
+	free(s);
+	free(trow);
+	free(bad);
+	free(k);
+	return 2.0 * rbp * D * L / best * 1e-9;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned threads = 0;
@@ -198,8 +384,12 @@ int main(int argc, char **argv)
 	       skv_ctx_isa(ctx), threads, n_layers, reps);
 	printf("  OpenBLAS: %s\n", openblas_get_config());
 	printf("  load average before: %.2f %.2f %.2f\n", la[0], la[1], la[2]);
-	printf("\n  %6s %5s %12s %10s %12s %10s %8s\n", "L", "dtype", "ms/layer", "GFLOP/s",
-	       "sgemm ms", "sgemm GF/s", "ratio");
+	const double peak = fma_peak(threads);
+	printf("  measured FMA peak, %u threads, f32: %.1f GFLOP/s (%s; per CPU-second of each "
+	       "pinned thread)\n",
+	       threads, peak, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2");
+	printf("\n  %6s %5s %12s %10s %6s %12s %10s %6s %8s\n", "L", "dtype", "ms/layer", "GFLOP/s",
+	       "%peak", "sgemm ms", "sgemm GF/s", "%peak", "ratio");
 
 	for (int li = 0; li < n_lens; li++) {
 		uint32_t L = lens[li];
@@ -263,12 +453,14 @@ int main(int argc, char **argv)
 			double t = median(ts[di], reps);
 			const char *name = skv_dtype_name(di ? SKV_DTYPE_BF16 : SKV_DTYPE_F32);
 			if (do_sgemm)
-				printf("  %6u %5s %12.2f %10.1f %12.2f %10.1f %8.2f\n", L, name,
-				       t * 1e3, flop / t * 1e-9, sg * 1e3, flop / sg * 1e-9,
-				       t / sg);
+				printf("  %6u %5s %12.2f %10.1f %6.1f %12.2f %10.1f %6.1f %8.2f\n",
+				       L, name, t * 1e3, flop / t * 1e-9,
+				       100 * flop / t * 1e-9 / peak, sg * 1e3, flop / sg * 1e-9,
+				       100 * flop / sg * 1e-9 / peak, t / sg);
 			else
-				printf("  %6u %5s %12.2f %10.1f %12s %10s %8s\n", L, name, t * 1e3,
-				       flop / t * 1e-9, "-", "-", "-");
+				printf("  %6u %5s %12.2f %10.1f %6.1f %12s %10s %6s %8s\n", L, name,
+				       t * 1e3, flop / t * 1e-9, 100 * flop / t * 1e-9 / peak, "-",
+				       "-", "-", "-");
 			fflush(stdout);
 			set_free(&sets[di], n_layers);
 		}
@@ -276,6 +468,18 @@ int main(int argc, char **argv)
 		free(qq);
 		free(cc);
 	}
+	/* the scoring kernel alone, one thread, against one CPU's share of the peak */
+	const struct skv_isa *isa = isa_named(skv_ctx_isa(ctx));
+	printf("\n  scoring kernel alone (%s; 1 thread, CPU time, best of %d; %%peak of one CPU "
+	       "= %.1f GFLOP/s):\n",
+	       isa->name, reps, peak / threads);
+	for (int li = 0; li < n_lens; li++)
+		for (int bf = 0; bf < (isa->tile_bf16 ? 2 : 1); bf++) {
+			double g = kernel_alone(isa, bf, lens[li], reps);
+			printf("  %6u %5s %10.1f GFLOP/s %6.1f %%peak (%s)\n", lens[li],
+			       bf ? "bf16" : "f32", g, 100 * g / (peak / threads),
+			       bf ? "vdpbf16ps" : "FMA");
+		}
 	f = fopen("/proc/loadavg", "r");
 	if (f) {
 		if (fscanf(f, "%lf %lf %lf", &la[0], &la[1], &la[2]) == 3)

@@ -11,6 +11,7 @@
 
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
+#include "snapkvd-arena.h"
 #include "snapkvd-buffer.h"
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
@@ -80,6 +81,7 @@ char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
 	st.pool_total_bytes = ps.total;
 	st.pool_used_bytes = ps.used;
 	st.pool_reserved_bytes = ps.reserved;
+	st.arena_cached_bytes = snapkvd_arena_set_cached(&srv->arenas);
 	tn = calloc(nt ? nt : 1, sizeof(*tn));
 	for (size_t i = 0; tn && i < nt; i++)
 		tn[i] = (struct snapkvd_stats_tenant){

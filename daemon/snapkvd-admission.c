@@ -52,7 +52,8 @@ static void point_outputs(struct snapkvd_job *j, uint8_t *host_base, uint8_t *kv
 
 /* Pool then arena: 0, or -errno with the reason (nothing held). */
 static int reserve(struct snapkvd_server *srv, struct snapkvd_session *s, uint64_t bytes,
-		   struct snapkvd_resv *resv, uint64_t *ret_off, char *err, size_t errlen)
+		   struct snapkvd_resv *resv, uint64_t *ret_off, bool *ret_dirty, char *err,
+		   size_t errlen)
 {
 	int r = snapkvd_pool_reserve(srv->pool, s->tenant, bytes, resv);
 
@@ -60,7 +61,7 @@ static int reserve(struct snapkvd_server *srv, struct snapkvd_session *s, uint64
 		snapkvd_pool_explain(srv->pool, s->tenant, bytes, r, err, errlen);
 		return r;
 	}
-	r = snapkvd_arena_alloc(s->arena, bytes, ret_off);
+	r = snapkvd_arena_take(s->arena, bytes, ret_off, ret_dirty);
 	if (r < 0) {
 		snapkvd_pool_cancel(srv->pool, resv);
 		snprintf(err, errlen, "session arena full: %llu bytes wanted",
@@ -87,7 +88,7 @@ int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session
 				 errlen);
 	if (r < 0)
 		return r;
-	r = reserve(srv, s, region, &j->resv, &off, err, errlen);
+	r = reserve(srv, s, region, &j->resv, &off, &c->region_dirty, err, errlen);
 	if (r < 0)
 		return r;
 	snapkvd_cache_place(c, off, c->slots, &j->geom);
@@ -107,7 +108,7 @@ int snapkvd_admission_grow(struct snapkvd_server *srv, struct snapkvd_session *s
 		snapkvd_pool_explain(srv->pool, s->tenant, j->g.geom.region, r, err, errlen);
 		return r;
 	}
-	r = snapkvd_arena_alloc(s->arena, j->g.geom.region, &j->g.off);
+	r = snapkvd_arena_take(s->arena, j->g.geom.region, &j->g.off, &j->g.dirty);
 	if (r < 0) {
 		snapkvd_pool_cancel(srv->pool, &j->resv);
 		snprintf(err, errlen, "session arena full");

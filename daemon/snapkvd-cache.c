@@ -357,8 +357,137 @@ static void grow_ragged(const struct snapkvd_grow *g, uint8_t *base)
 	}
 }
 
+/* One K or V tensor of kv_bytes at t whose first `from` slots of every
+ * head hold rows: zero the rest (HND: each head's slots [from, slots), then
+ * the tail; NHD and PAGED: everything from slot `from` on). */
+static void zero_tensor(uint8_t *t, uint64_t kv_bytes, bool hnd, uint32_t h_store, uint32_t slots,
+			uint32_t from, size_t row)
+{
+	uint64_t end = (uint64_t)h_store * slots * row;
+
+	if (hnd) {
+		for (uint32_t h = 0; h < h_store && from < slots; h++)
+			memset(t + ((uint64_t)h * slots + from) * row, 0,
+			       (uint64_t)(slots - from) * row);
+	} else {
+		end = (uint64_t)from * h_store * row;
+	}
+	if (end < kv_bytes)
+		memset(t + end, 0, kv_bytes - end);
+}
+
+/* Layer positions at p: the padding after the h_store x slots entries. */
+static void zero_pos_pad(uint8_t *p, uint32_t h_store, uint32_t slots, uint64_t pos_bytes)
+{
+	uint64_t used = (uint64_t)h_store * slots * 4;
+
+	if (used < pos_bytes)
+		memset(p + used, 0, pos_bytes - used);
+}
+
+/* The region's tail: after the last layer's positions (the last thing in
+ * the region whatever the layout) to its end. */
+static void zero_tail(uint8_t *base, uint64_t last_pos, uint64_t pos_bytes, uint64_t end)
+{
+	if (last_pos + pos_bytes < end)
+		memset(base + last_pos + pos_bytes, 0, end - last_pos - pos_bytes);
+}
+
+/* A dirty GROW region: what the copies below do not write, zero first. */
+static void grow_zero(const struct snapkvd_grow *g, uint8_t *base)
+{
+	uint64_t k, v, p = 0;
+
+	if (g->hkept) { /* ragged: every layer's K, V and positions whole */
+		for (uint32_t l = 0; l < g->layers; l++) {
+			snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
+			memset(base + k, 0, g->geom.kv_bytes);
+			memset(base + v, 0, g->geom.kv_bytes);
+			memset(base + p, 0, g->geom.pos_bytes);
+		}
+		zero_tail(base, p, g->geom.pos_bytes, g->off + g->geom.region);
+		return;
+	}
+
+	for (uint32_t l = 0; l < g->layers; l++) {
+		snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
+		zero_pos_pad(base + p, g->h_store, g->slots, g->geom.pos_bytes);
+		if (g->gpu || !g->geom.kv_bytes)
+			continue;
+		if (g->paged) { /* the old run is copied whole */
+			memset(base + k + g->old_run, 0, g->geom.kv_bytes - g->old_run);
+			memset(base + v + g->old_run, 0, g->geom.kv_bytes - g->old_run);
+			continue;
+		}
+		zero_tensor(base + k, g->geom.kv_bytes, g->hnd, g->h_store, g->slots, g->used,
+			    g->row);
+		zero_tensor(base + v, g->geom.kv_bytes, g->hnd, g->h_store, g->slots, g->used,
+			    g->row);
+	}
+	zero_tail(base, p, g->geom.pos_bytes, g->off + g->geom.region);
+}
+
+/* zero_unwritten of a ragged cache (HND, host arena): each head's decode
+ * rows, then every row and position after the layer's last head. */
+static void zero_ragged(const struct snapkvd_cache *c, const struct snapkvd_cache_geom *g,
+			uint8_t *host_base)
+{
+	size_t row = (size_t)c->head_dim * c->dtype_bytes;
+	uint32_t res = c->slots - c->kept;
+
+	for (uint32_t l = 0; l < c->layers; l++) {
+		size_t last = (size_t)l * c->h_store + c->h_store - 1;
+		uint64_t end = c->hstart[last] + c->hkept[last] + res;
+
+		for (uint32_t h = 0; h < c->h_store; h++) {
+			size_t i = (size_t)l * c->h_store + h;
+			uint64_t at = (c->hstart[i] + c->hkept[i]) * row;
+
+			memset(host_base + c->k_off[l] + at, 0, (size_t)res * row);
+			memset(host_base + c->v_off[l] + at, 0, (size_t)res * row);
+		}
+		if (end * row < g->kv_bytes) {
+			memset(host_base + c->k_off[l] + end * row, 0, g->kv_bytes - end * row);
+			memset(host_base + c->v_off[l] + end * row, 0, g->kv_bytes - end * row);
+		}
+		if (end * 4 < g->pos_bytes)
+			memset(host_base + c->pos_off[l] + end * 4, 0, g->pos_bytes - end * 4);
+	}
+	zero_tail(host_base, c->pos_off[c->layers - 1], g->pos_bytes,
+		  c->region_off + c->region_bytes);
+}
+
+void snapkvd_cache_zero_unwritten(const struct snapkvd_cache *c, const struct snapkvd_cache_geom *g,
+				  uint8_t *host_base)
+{
+	bool hnd = c->layout == SNAPKVD_LAYOUT_HND;
+
+	if (c->ragged) {
+		zero_ragged(c, g, host_base);
+		return;
+	}
+	/* K/V in the GPU arena or the engine's buffer are not in this region;
+	 * a layout whose heads are not `slots` apart is not one this knows */
+	bool kv = !c->gpu_kv && !c->writeback && g->kv_bytes &&
+		  (!hnd || c->head_stride == (int64_t)c->slots * c->head_dim);
+	size_t row = (size_t)c->head_dim * c->dtype_bytes;
+
+	for (uint32_t l = 0; kv && l < c->layers; l++) {
+		zero_tensor(host_base + c->k_off[l], g->kv_bytes, hnd, c->h_store, c->slots,
+			    c->kept, row);
+		zero_tensor(host_base + c->v_off[l], g->kv_bytes, hnd, c->h_store, c->slots,
+			    c->kept, row);
+	}
+	for (uint32_t l = 0; l < c->layers; l++)
+		zero_pos_pad(host_base + c->pos_off[l], c->h_store, c->slots, g->pos_bytes);
+	zero_tail(host_base, c->pos_off[c->layers - 1], g->pos_bytes,
+		  c->region_off + c->region_bytes);
+}
+
 void snapkvd_grow_host(const struct snapkvd_grow *g, uint8_t *host_base)
 {
+	if (g->dirty)
+		grow_zero(g, host_base);
 	if (g->hkept) {
 		grow_ragged(g, host_base);
 		return;

@@ -40,6 +40,9 @@ struct snapkvd_cache {
 	uint32_t prompt_len, kept, slots, appended, budget;
 	int64_t head_stride, token_stride;
 	uint64_t region_off, region_bytes;
+	/* the region held this session's released caches (not zero): what the
+	 * compaction does not write is zeroed (snapkvd_cache_zero_unwritten) */
+	bool region_dirty;
 	uint64_t *k_off, *v_off, *pos_off; /* [layers] */
 	float *mass;			   /* [layers * h_store] */
 	bool evictable;
@@ -134,6 +137,7 @@ struct snapkvd_grow {
 	bool hnd, gpu;
 	bool paged;	  /* PAGED: each old run is copied whole to the new run */
 	uint64_t old_run; /* PAGED: bytes of an old run */
+	bool dirty;	  /* the new region is not zero: zero what is not copied */
 	uint8_t *kv_base;
 	uint64_t *old_k, *old_v, *old_pos; /* [layers] */
 	/* ragged: the heads' kept rows (the job's copy, [layers * h_store]),
@@ -153,6 +157,16 @@ void snapkvd_grow_positions(const struct snapkvd_grow *g, uint8_t *host_base);
  * per tensor, addresses relative to base. */
 void snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base,
 			 struct skv_cuda_copy *ret_k, struct skv_cuda_copy *ret_v);
+
+/*
+ * c was compacted into a dirty region (at host_base; geometry g): zero every
+ * byte of it that the compaction did not write - the K/V rows past kept of
+ * every head (decode headroom), padding, the region's tail - so it reads as
+ * a cache in fresh pages does. K/V in the GPU arena or in the engine's
+ * buffer (writeback) are not in the region and are left alone.
+ */
+void snapkvd_cache_zero_unwritten(const struct snapkvd_cache *c, const struct snapkvd_cache_geom *g,
+				  uint8_t *host_base);
 
 /* A cache of `layers` layers, h_store heads: offset and mass arrays
  * allocated, everything else zero. 0 or -ENOMEM. */

@@ -65,6 +65,9 @@ static void run_compact(struct snapkvd_worker *w, struct snapkvd_job *j)
 		for (uint32_t h = 0; h < ca->h_store; h++)
 			for (uint32_t i = ca->kept; i < ca->slots; i++)
 				j->out[l].positions[(size_t)h * ca->slots + i] = -1;
+	/* a region of this session's released caches: the rest reads as zero */
+	if (ca->region_dirty)
+		snapkvd_cache_zero_unwritten(ca, &j->geom, j->host_base);
 	__atomic_add_fetch(&w->c->busy_ns, snapkvd_now_ns() - t0, __ATOMIC_RELAXED);
 }
 

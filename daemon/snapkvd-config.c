@@ -32,6 +32,10 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	snprintf(c->backend, sizeof(c->backend), "host");
 	c->pool_bytes = 4ull << 30;
 	c->session_arena_bytes = 1ull << 30;
+	/* released regions whose pages are kept for the next compaction:
+	 * about one whole-model cache (Llama-3-8B at C 2048: 1 GiB expand
+	 * bf16, 512 MiB group f32), a quarter of the default pool */
+	c->arena_cache_bytes = 1ull << 30;
 	c->tenant_quota_bytes = 0;
 	c->max_buffer_bytes = 64ull << 30;
 	c->max_scratch_bytes = 0; /* 512 MiB per compaction thread */
@@ -525,6 +529,7 @@ struct skey {
 static const struct skey skeys[] = {
     S(pool_bytes, 1 << 20),
     S(session_arena_bytes, 1 << 20),
+    S(arena_cache_bytes, 0),
     S(tenant_quota_bytes, 0),
     S(max_buffer_bytes, 4096),
     S(max_scratch_bytes, 0),

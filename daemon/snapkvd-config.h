@@ -86,6 +86,8 @@ struct snapkvd_config {
 	char backend[16];
 	uint64_t pool_bytes;	      /* global budget of all arenas            */
 	uint64_t session_arena_bytes; /* arena memfd size per session (virtual) */
+	uint64_t arena_cache_bytes;   /* released arena pages kept for reuse,
+				       * all sessions (0: punched at release) */
 	uint64_t tenant_quota_bytes;  /* 0: the pool                            */
 	uint64_t max_buffer_bytes;    /* one registered buffer                  */
 	uint64_t max_scratch_bytes;   /* compaction scratch of one request

@@ -248,6 +248,10 @@ static void write_pool(FILE *f, const struct snapkvd_stats *s)
 	       s->pool_used_bytes);
 	scalar(f, "snapkvd_pool_reserved_bytes", "gauge",
 	       "Pool bytes reserved by admissions not yet committed.", s->pool_reserved_bytes);
+	scalar(f, "snapkvd_arena_cached_bytes", "gauge",
+	       "Pages of released cache regions kept for reuse (arena_cache_bytes; not in the "
+	       "pool).",
+	       s->arena_cached_bytes);
 	/* exported as the wire and snapkv.h number it (enum skv_pressure_level),
 	 * the one encoding users see */
 	scalar(f, "snapkvd_pressure_level", "gauge",

@@ -78,6 +78,7 @@ struct snapkvd_stats {
 	uint64_t pool_used_bytes;
 	uint64_t pool_total_bytes;
 	uint64_t pool_reserved_bytes; /* reserved, not yet committed */
+	uint64_t arena_cached_bytes;  /* released arena pages kept for reuse */
 	int pressure_level;	      /* enum snapkvd_pressure_level: 0 normal,
 				       * 1 high, 2 critical; exported + 1 */
 	uint64_t pressure_transitions_total;

@@ -218,6 +218,13 @@ static void run_actions(struct snapkvd_policy *ops, const struct snapkvd_pressur
 	      snapkvd_pressure_level_name(t->prev), snapkvd_pressure_level_name(t->level),
 	      t->used_bytes, t->total_bytes,
 	      t->total_bytes ? 100.0 * (double)t->used_bytes / (double)t->total_bytes : 0.0);
+	if (ops->cb.level) {
+		uint64_t punched = ops->cb.level(ops->cb.opaque, t->level);
+
+		if (punched)
+			logf_(ops, SNAPKVD_POLICY_LOG_INFO,
+			      "pressure: %" PRIu64 " cached arena bytes given back", punched);
+	}
 	for (unsigned i = 0; i < ch->n_actions; i++) {
 		switch (ch->actions[i]) {
 		case SNAPKVD_ACTION_NOTIFY:

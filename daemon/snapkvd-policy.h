@@ -46,6 +46,10 @@ struct snapkvd_policy_cb {
 	 * `need` bytes are freed or none is left. Returns the bytes freed and
 	 * the count in *ret_caches. May call snapkvd_policy_pool_changed(). */
 	uint64_t (*evict)(void *opaque, uint64_t need, uint64_t *ret_caches);
+	/* The level changed (called before the actions): at high and critical
+	 * the daemon punches the arena pages it keeps for reuse and caches no
+	 * more until normal. Returns the bytes punched. May be NULL. */
+	uint64_t (*level)(void *opaque, enum snapkvd_pressure_level level);
 	/* HOOKS: the ledger as JSON (malloc'd, NUL-terminated) or NULL. */
 	char *(*ledger_json)(void *opaque);
 	/* A hook was started: watch its pidfd. Non-zero: the hook is killed. */

@@ -160,6 +160,7 @@ static void reload(struct snapkvd_server *srv)
 	snapkvd_log_max = c.log_level;
 	set_hooks(srv);
 	snapkvd_pool_set_limits(srv->pool, c.pool_bytes, c.tenant_quota_bytes);
+	snapkvd_arena_set_limit(&srv->arenas, c.arena_cache_bytes);
 	snapkvd_pool_set_map_limits(srv->pool, c.max_tenant_buffers, c.max_tenant_mapped_bytes,
 				    c.max_mapped_bytes);
 	if (snapkvd_policy_reconfigure(&srv->policy, &c.policy, err, sizeof(err)) < 0)
@@ -453,12 +454,23 @@ static int http_init(struct snapkvd_server *srv)
 	return snapkvd_http_new(srv->loop, &srv->cfg.http, &cb, &srv->http);
 }
 
+/* Pressure at high or critical: no arena pages kept for reuse. */
+static uint64_t cb_level(void *opaque, enum snapkvd_pressure_level level)
+{
+	struct snapkvd_arena_set *set = &((struct snapkvd_server *)opaque)->arenas;
+	uint64_t before = set->trimmed;
+
+	snapkvd_arena_set_pressure(set, level >= SNAPKVD_PRESSURE_HIGH);
+	return set->trimmed - before;
+}
+
 static int policy_init(struct snapkvd_server *srv)
 {
 	const struct snapkvd_policy_cb cb = {
 	    .opaque = srv,
 	    .notify = cb_notify,
 	    .evict = cb_evict,
+	    .level = cb_level,
 	    .ledger_json = cb_ledger_json,
 	    .watch_hook = cb_watch_hook,
 	    .metrics_text = cb_metrics_text,
@@ -517,6 +529,7 @@ int snapkvd_server_new(const struct snapkvd_config *cfg, const char *config_path
 	srv->config_path = config_path;
 	srv->signal_fd = srv->timer_fd = -1;
 	srv->start_ns = snapkvd_now_ns();
+	srv->arenas.limit = cfg->arena_cache_bytes;
 	snapkvd_log_max = cfg->log_level;
 	r = snapkvd_pool_new(cfg->pool_bytes, cfg->tenant_quota_bytes, &srv->pool);
 	if (r < 0) {

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "snapkvd-arena.h"
 #include "snapkvd-config.h"
 #include "snapkvd-forward.h"
 #include "snapkvd-loop.h"
@@ -32,6 +33,9 @@ struct snapkvd_server {
 	struct snapkvd_listener *listener;
 	struct snapkvd_http *http;    /* metrics_listen; NULL when off */
 	struct snapkvd_policy policy; /* pressure policy, hooks, metrics */
+	/* every session's arena: released regions cached for reuse up to
+	 * arena_cache_bytes, none under pressure */
+	struct snapkvd_arena_set arenas;
 	struct snapkvd_session *sessions;
 	unsigned n_sessions;	   /* engine sessions past HELLO (max_sessions) */
 	unsigned n_admin_sessions; /* admin sessions past HELLO (max_admin_sessions) */

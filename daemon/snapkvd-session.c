@@ -472,7 +472,10 @@ static int setup_ring(struct snapkvd_session *s, uint32_t want_sq)
 	s->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->sq_efd < 0 || s->cq_efd < 0)
 		return -errno;
-	return snapkvd_arena_new(cfg->session_arena_bytes, "snapkvd-arena", &s->arena);
+	r = snapkvd_arena_new(cfg->session_arena_bytes, "snapkvd-arena", &s->arena);
+	if (r == 0) /* its own released regions are reused, never another's */
+		snapkvd_arena_join(s->arena, &s->srv->arenas);
+	return r;
 }
 
 /*

@@ -191,9 +191,19 @@ static void softmax_step(const struct skv_tile_args *a)
 	}
 }
 
+/* prefetch into L2 the share c of n of the next tile's key rows */
+static inline void prefetch_next(const struct skv_tile_args *a, uint32_t c, uint32_t n)
+{
+	for (uint32_t r = c * a->pf_n / n; r < (c + 1) * a->pf_n / n; r++)
+		for (uint32_t b = 0; b < a->pf_bytes; b += 64)
+			_mm_prefetch((const char *)a->pf[r] + b, _MM_HINT_T1);
+}
+
 static void tile_avx512(const struct skv_tile_args *a)
 {
 	const uint32_t rbp = a->rbp, D = a->d, nk = a->nk, nv = rbp / 16;
+	const uint32_t n_calls = (nv + SKV_RVB - 1) / SKV_RVB * ((nk + SKV_NKB - 1) / SKV_NKB);
+	uint32_t c = 0;
 
 	/* logits: row groups of up to SKV_RVB vectors, key groups of up to SKV_NKB */
 	for (uint32_t v0 = 0; v0 < nv; v0 += SKV_RVB) {
@@ -201,12 +211,141 @@ static void tile_avx512(const struct skv_tile_args *a)
 		__mmask16 badm[4] = {0, 0, 0, 0};
 		for (uint32_t k0 = 0; k0 < nk; k0 += SKV_NKB) {
 			int kk = nk - k0 < SKV_NKB ? (int)(nk - k0) : SKV_NKB;
+			prefetch_next(a, c++, n_calls);
 			micro_dispatch(rv, kk, a->qt + 16 * v0, rbp, a->kt + (size_t)k0 * D, D,
 				       a->z + (size_t)k0 * rbp + 16 * v0, a->scale, badm);
 		}
 		mark_bad(a, v0, rv, badm);
 	}
 	softmax_step(a);
+}
+
+/*
+ * AVX512-BF16 logits: one vdpbf16ps per row vector and key does two
+ * multiply-adds per lane, a pair d, d+1 of the packed query words against
+ * the same pair of the key row, broadcast as one 32-bit word. The products
+ * of two bf16 are exact in fp32 and each of the two adds rounds to nearest
+ * even, so every logit is an fp32 sum in a fixed order; subnormal inputs
+ * are flushed by the instruction, so the driver keeps them off this path.
+ */
+#define BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
+
+static inline __attribute__((always_inline)) BF16_TARGET void
+micro_bf16(const int RV, const int NK, const uint32_t *qp, uint32_t rbp, const uint16_t *kb,
+	   uint32_t D, float *z, float scale, __mmask16 *badm)
+{
+	__m512 acc[SKV_RVB][SKV_NKB];
+
+#pragma GCC unroll 4
+	for (int v = 0; v < RV; v++)
+#pragma GCC unroll 12
+		for (int k = 0; k < NK; k++)
+			acc[v][k] = _mm512_setzero_ps();
+	for (uint32_t p = 0; p < D / 2; p++) {
+		__m512bh q[SKV_RVB];
+#pragma GCC unroll 4
+		for (int v = 0; v < RV; v++)
+			q[v] = (__m512bh)_mm512_loadu_si512(qp + (size_t)p * rbp + 16 * v);
+#pragma GCC unroll 12
+		for (int k = 0; k < NK; k++) {
+			uint32_t w;
+			memcpy(&w, kb + (size_t)k * D + 2 * p, 4);
+			__m512bh b = (__m512bh)_mm512_set1_epi32((int)w);
+#pragma GCC unroll 4
+			for (int v = 0; v < RV; v++)
+				acc[v][k] = _mm512_dpbf16_ps(acc[v][k], q[v], b);
+		}
+	}
+	const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 12
+	for (int k = 0; k < NK; k++)
+#pragma GCC unroll 4
+		for (int v = 0; v < RV; v++) {
+			__m512 x = _mm512_mul_ps(acc[v][k], sc);
+			badm[v] |= _mm512_fpclass_ps_mask(x, NONFINITE);
+			_mm512_storeu_ps(z + (size_t)k * rbp + 16 * v, x);
+		}
+}
+
+#define MKB(rv, nk)                                                                                \
+	case (rv)*16 + (nk):                                                                       \
+		micro_bf16((rv), (nk), qp, rbp, kb, D, z, scale, badm);                            \
+		break
+
+static BF16_TARGET void micro_bf16_dispatch(int rv, int nk, const uint32_t *qp, uint32_t rbp,
+					    const uint16_t *kb, uint32_t D, float *z, float scale,
+					    __mmask16 *badm)
+{
+	switch (rv * 16 + nk) {
+		MKB(4, 6);
+		MKB(4, 5);
+		MKB(4, 4);
+		MKB(4, 3);
+		MKB(4, 2);
+		MKB(4, 1);
+		MKB(3, 6);
+		MKB(3, 5);
+		MKB(3, 4);
+		MKB(3, 3);
+		MKB(3, 2);
+		MKB(3, 1);
+		MKB(2, 6);
+		MKB(2, 5);
+		MKB(2, 4);
+		MKB(2, 3);
+		MKB(2, 2);
+		MKB(2, 1);
+		MKB(1, 6);
+		MKB(1, 5);
+		MKB(1, 4);
+		MKB(1, 3);
+		MKB(1, 2);
+		MKB(1, 1);
+	default:
+		break;
+	}
+}
+
+static void tile_bf16_avx512(const struct skv_tile_args *a)
+{
+	const uint32_t rbp = a->rbp, D = a->d, nk = a->nk, nv = rbp / 16;
+	const uint32_t n_calls = (nv + SKV_RVB - 1) / SKV_RVB * ((nk + SKV_NKB - 1) / SKV_NKB);
+	const uint32_t *qp = (const uint32_t *)a->qt;
+	const uint16_t *kb = (const uint16_t *)a->kt;
+	uint32_t c = 0;
+
+	for (uint32_t v0 = 0; v0 < nv; v0 += SKV_RVB) {
+		int rv = nv - v0 < SKV_RVB ? (int)(nv - v0) : SKV_RVB;
+		__mmask16 badm[4] = {0, 0, 0, 0};
+		for (uint32_t k0 = 0; k0 < nk; k0 += SKV_NKB) {
+			int kk = nk - k0 < SKV_NKB ? (int)(nk - k0) : SKV_NKB;
+			prefetch_next(a, c++, n_calls);
+			micro_bf16_dispatch(rv, kk, qp + 16 * v0, rbp, kb + (size_t)k0 * D, D,
+					    a->z + (size_t)k0 * rbp + 16 * v0, a->scale, badm);
+		}
+		mark_bad(a, v0, rv, badm);
+	}
+	softmax_step(a);
+}
+
+/* copy n bf16; false if one is subnormal (exponent 0, mantissa not 0) */
+static bool stage_bf16_avx512(uint16_t *dst, const uint16_t *src, uint32_t n)
+{
+	const __m512i ex = _mm512_set1_epi16(0x7f80), mant = _mm512_set1_epi16(0x007f);
+	__mmask32 sub = 0;
+	uint32_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		__m512i x = _mm512_loadu_si512(src + i);
+		sub |= _mm512_mask_test_epi16_mask(_mm512_testn_epi16_mask(x, ex), x, mant);
+		_mm512_storeu_si512(dst + i, x);
+	}
+	bool ok = sub == 0;
+	for (; i < n; i++) {
+		dst[i] = src[i];
+		ok &= !(!(src[i] & 0x7f80) && (src[i] & 0x7f));
+	}
+	return ok;
 }
 
 static void factors_avx512(float *f, const float *m, const float *s, uint32_t ntiles, uint32_t rbp)
@@ -341,6 +480,19 @@ static void fence_avx512(void)
 const struct skv_isa skv_isa_avx512 = {
     .name = "avx512",
     .tile = tile_avx512,
+    .factors = factors_avx512,
+    .votes = votes_avx512,
+    .to_f32 = to_f32_avx512,
+    .copy = copy_avx512,
+    .fence = fence_avx512,
+};
+
+/* the same, with bf16 x bf16 logits on vdpbf16ps (CPUs with AVX512-BF16) */
+const struct skv_isa skv_isa_avx512bf16 = {
+    .name = "avx512bf16",
+    .tile = tile_avx512,
+    .tile_bf16 = tile_bf16_avx512,
+    .stage_bf16 = stage_bf16_avx512,
     .factors = factors_avx512,
     .votes = votes_avx512,
     .to_f32 = to_f32_avx512,

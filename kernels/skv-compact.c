@@ -200,6 +200,8 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	} while (0)
 	T(qt, float, (sc * D * rb));		  /* packed query rows, [D][rb]    */
 	T(kt, float, (sc * SKV_TILE * D));	  /* key tile, f32                 */
+	T(qb, uint32_t, (sc * D / 2 * rb));	  /* query bf16 pairs, [D/2][rb]   */
+	T(kb, uint16_t, (sc * SKV_TILE * D));	  /* key tile, bf16                */
 	T(z, float, (sc * L * rb));		  /* exp(z - m_tile), [L][rb]      */
 	T(f, float, (sc * nt * rb));		  /* tile maxima, then factors     */
 	T(m, float, (sc * rb));			  /* running max per row           */
@@ -286,10 +288,10 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 	 * item-at-a-time path (score_item), G times the key traffic. Not for
 	 * the modes that decide across items (mass, heads).
 	 */
-	sz->split =
-	    jb->score && G > 1 && jb->n_items < threads &&
-	    (uint64_t)jb->n_items * G * L * 4 <= SKV_SPLIT_BUDGET &&
-	    ((p->budget_mode != SKV_BUDGET_MASS && p->budget_mode != SKV_BUDGET_HEADS) || !jb->select);
+	sz->split = jb->score && G > 1 && jb->n_items < threads &&
+		    (uint64_t)jb->n_items * G * L * 4 <= SKV_SPLIT_BUDGET &&
+		    ((p->budget_mode != SKV_BUDGET_MASS && p->budget_mode != SKV_BUDGET_HEADS) ||
+		     !jb->select);
 
 	/* call-wide scratch, held by the context: forced positions, the full list
 	 * when nothing is chosen, per-item status, split mode's column sums */
@@ -532,9 +534,9 @@ static void finish_result(struct skv_ctx *ctx, struct skv_job *jb, uint32_t n_la
 		return;
 	if (res->kept)
 		memcpy(res->kept, jb->kept_all, nh * sizeof(*res->kept));
-	res->c_star = p->budget_mode == SKV_BUDGET_MASS	? (jb->select ? jb->c_star : p->c_min)
+	res->c_star = p->budget_mode == SKV_BUDGET_MASS	     ? (jb->select ? jb->c_star : p->c_min)
 		      : p->budget_mode == SKV_BUDGET_UNIFORM ? p->capacity
-							: 0;
+							     : 0;
 	res->fallback = fall;
 	res->min_mass = nh ? lo : NAN;
 }

@@ -45,7 +45,15 @@ static const struct skv_isa *pick_isa(void)
 		      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 	bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
 		    __builtin_cpu_supports("f16c");
-	/* SKV_ISA may only lower the choice (tests compare the paths). */
+	/* SKV_ISA lowers the choice (tests compare the paths), or asks for
+	 * avx512bf16: vdpbf16ps adds each bf16 pair in another order than the
+	 * FMA path, so its logits differ by rounding from the default's (and
+	 * from the CUDA backend's, which the emulator tests hold bit for bit). */
+	if (force && !strcmp(force, "avx512bf16"))
+		return has512 && __builtin_cpu_supports("avx512bf16") ? &skv_isa_avx512bf16
+		       : has512					      ? &skv_isa_avx512
+		       : has2					      ? &skv_isa_avx2
+								      : &skv_isa_scalar;
 	if (force && !strcmp(force, "scalar"))
 		return &skv_isa_scalar;
 	if (force && !strcmp(force, "avx2"))

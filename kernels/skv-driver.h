@@ -80,6 +80,8 @@ uint32_t skv_rows_at(const struct skv_shape *sh, const struct skv_params *p, uin
 struct skv_ws {
 	/* scoring */
 	float *qt, *kt, *z, *f, *m, *s, *rowbuf, *colsum, *vote, *pooled;
+	uint32_t *qb; /* bf16 pairs of the query rows (isa->tile_bf16) */
+	uint16_t *kb; /* bf16 key tile (isa->tile_bf16)                */
 	int32_t *trow;
 	uint8_t *bad, *keep;
 	uint64_t *key;

@@ -168,6 +168,9 @@ int skv_check_paged_disjoint(uint32_t n_layers, const struct skv_layer_out *out,
 
 /* ---------------------------------------------------------------- gather */
 
+/* rows of K and V prefetched ahead of the one being copied */
+#define SKV_GATHER_AHEAD 4
+
 static void copy_row(const struct skv_isa *isa, float *tmp, const void *src, enum skv_dtype sdt,
 		     void *dst, enum skv_dtype ddt, uint32_t D)
 {
@@ -200,6 +203,17 @@ void skv_emit(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32
 
 	for (uint32_t i = 0; i < cnt; i++) {
 		uint32_t t = (uint32_t)pos[i];
+		/* the kept rows are scattered: fetch a few rows ahead, as the
+		 * hardware prefetchers do not follow such a pattern */
+		if (i + SKV_GATHER_AHEAD < cnt) {
+			uint32_t ta = (uint32_t)pos[i + SKV_GATHER_AHEAD];
+			const char *ka = skv_elem(&in->k, kvh, ta, kes);
+			const char *va = skv_elem(&in->v, kvh, ta, ves);
+			for (size_t b = 0; b < D * kes; b += 64)
+				__builtin_prefetch(ka + b, 0, 0);
+			for (size_t b = 0; b < D * ves; b += 64)
+				__builtin_prefetch(va + b, 0, 0);
+		}
 		out->positions[(size_t)h * out->pos_stride + i] = pos[i];
 		copy_row(jb->isa, w->rowbuf, skv_elem(&in->k, kvh, t, kes), in->k.dtype,
 			 (void *)skv_elem(&out->k, h, i, oks), out->k.dtype, D);

@@ -16,6 +16,7 @@
 #ifndef SKV_INTERNAL_H
 #define SKV_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,11 @@ struct skv_tile_args {
 	uint32_t j0;	     /* position of the first key                   */
 	float scale;	     /* 1 / sqrt(D) */
 	int32_t trow_min;    /* min of trow: no masking at or below it */
+	/* the next tile's key rows (may be ignored): fetched into L2 while this
+	 * tile computes, so staging them does not wait for DRAM */
+	const void *const *pf; /* [pf_n] row addresses              */
+	uint32_t pf_n;	       /* rows, 0 .. SKV_TILE               */
+	uint32_t pf_bytes;     /* bytes per row                     */
 };
 
 /* A run of consecutive rows that belong to one query head of the item. */
@@ -67,6 +73,16 @@ struct skv_isa {
 	/* f[t][r] = exp(f[t][r] - m[r]) / s[r] for t < ntiles, r < rbp */
 	void (*factors)(float *f, const float *m, const float *s, uint32_t ntiles, uint32_t rbp);
 	void (*votes)(const struct skv_votes_args *a);
+	/*
+	 * Optional (NULL where the CPU lacks it): logits from bf16 pairs with
+	 * a dot-product instruction. a->qt holds [d/2][rbp] 32-bit words of
+	 * two bf16 (d even in the low half), a->kt [nk][d] raw bf16 keys.
+	 * Same outputs as tile(), the dots accumulated in fp32 pair by pair:
+	 * acc += q[d+1] k[d+1], then acc += q[d] k[d] (exact products, RNE).
+	 */
+	void (*tile_bf16)(const struct skv_tile_args *a);
+	/* copy n bf16; false when one is subnormal (tile_bf16 would flush it) */
+	bool (*stage_bf16)(uint16_t *dst, const uint16_t *src, uint32_t n);
 	/* n elements of dtype dt at src to f32 */
 	void (*to_f32)(const void *src, enum skv_dtype dt, float *dst, uint32_t n);
 	/* copy of an output row; may use non-temporal stores (then fence()) */
@@ -77,6 +93,7 @@ struct skv_isa {
 extern const struct skv_isa skv_isa_scalar;
 extern const struct skv_isa skv_isa_avx2;
 extern const struct skv_isa skv_isa_avx512;
+extern const struct skv_isa skv_isa_avx512bf16;
 
 /* Scalar exp for x <= ~88 with the kernels' polynomial; 0 below -87.3. */
 float skv_expf(float x);

@@ -24,6 +24,67 @@
  * chunks whatever g0 and g1 are, so scoring heads one at a time (split mode)
  * gives the same bits as scoring the whole group at once.
  */
+/*
+ * bf16 queries and keys go through isa->tile_bf16 when the CPU has one, the
+ * head dim is even and no query row of the whole group (all G heads, so
+ * that split and group mode decide alike) holds a subnormal.
+ */
+static bool use_bf16(const struct skv_job *jb, struct skv_ws *w, const struct skv_layer_in *in,
+		     uint32_t kvh)
+{
+	const struct skv_shape *sh = jb->sh;
+	const uint32_t D = sh->head_dim, G = jb->G, n_obs = jb->n_obs;
+	bool ok = true;
+
+	if (!jb->isa->tile_bf16 || in->q.dtype != SKV_DTYPE_BF16 || in->k.dtype != SKV_DTYPE_BF16 ||
+	    D % 2)
+		return false;
+	for (uint32_t g = 0; g < G; g++)
+		for (uint32_t i = 0; i < n_obs; i++)
+			ok &= jb->isa->stage_bf16(
+			    w->kb, skv_elem(&in->q, kvh * G + g, sh->n_q - n_obs + i, 2), D);
+	return ok;
+}
+
+/*
+ * Stage keys j0 .. j0+nk-1 and compute the tile: bf16 pairs when bf and
+ * none of the tile's keys is subnormal (a fixed set of tiles, whatever the
+ * row blocks), else f32 with FMAs.
+ */
+static void score_tile(const struct skv_job *jb, struct skv_ws *w, const struct skv_layer_in *in,
+		       uint32_t kvh, bool bf, struct skv_tile_args *ta)
+{
+	const struct skv_isa *isa = jb->isa;
+	const uint32_t D = ta->d;
+	const size_t kes = skv_dtype_size(in->k.dtype);
+
+	if (bf) {
+		bool ok = true;
+		for (uint32_t j = 0; j < ta->nk; j++)
+			ok &= isa->stage_bf16(w->kb + (size_t)j * D,
+					      skv_elem(&in->k, kvh, ta->j0 + j, kes), D);
+		if (ok) {
+			ta->qt = (const float *)w->qb;
+			ta->kt = (const float *)w->kb;
+			isa->tile_bf16(ta);
+			return;
+		}
+		for (uint32_t j = 0; j < ta->nk; j++)
+			isa->to_f32(w->kb + (size_t)j * D, SKV_DTYPE_BF16, w->kt + (size_t)j * D,
+				    D);
+	} else {
+		/* Copy/convert the tile into L1 even for f32: the micro-kernel
+		 * reads its keys with a broadcast pattern the prefetchers do not
+		 * follow from DRAM, a plain sequential copy they do (measured). */
+		for (uint32_t j = 0; j < ta->nk; j++)
+			isa->to_f32(skv_elem(&in->k, kvh, ta->j0 + j, kes), in->k.dtype,
+				    w->kt + (size_t)j * D, D);
+	}
+	ta->qt = w->qt;
+	ta->kt = w->kt;
+	isa->tile(ta);
+}
+
 int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
 		   uint32_t g0, uint32_t g1, float *colsum, uint32_t *bad_g)
 {
@@ -34,6 +95,7 @@ int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, u
 	const uint32_t rb = jb->rb;
 	const size_t qes = skv_dtype_size(in->q.dtype), kes = skv_dtype_size(in->k.dtype);
 	uint32_t gb = g0, i0 = 0;
+	const bool bf = use_bf16(jb, w, in, kvh);
 
 	memset(colsum, 0, (size_t)(g1 - g0) * L * sizeof(float));
 	while (gb < g1) {
@@ -57,6 +119,8 @@ int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, u
 			if (r >= rows) {
 				for (uint32_t d = 0; d < D; d++)
 					w->qt[(size_t)d * rbp + r] = 0.0f;
+				for (uint32_t p = 0; bf && p < D / 2; p++)
+					w->qb[(size_t)p * rbp + r] = 0;
 				w->trow[r] = INT32_MAX;
 				continue;
 			}
@@ -66,6 +130,11 @@ int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, u
 			isa->to_f32(qrow, in->q.dtype, w->rowbuf, D);
 			for (uint32_t d = 0; d < D; d++)
 				w->qt[(size_t)d * rbp + r] = w->rowbuf[d];
+			for (uint32_t p = 0; bf && p < D / 2; p++) {
+				const uint16_t *h = qrow;
+				w->qb[(size_t)p * rbp + r] = h[2 * p] | (uint32_t)h[2 * p + 1]
+									    << 16;
+			}
 			w->trow[r] = (int32_t)t;
 			if (t + 1 > ext)
 				ext = t + 1;
@@ -87,16 +156,11 @@ int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, u
 		uint32_t nt = 0;
 		for (uint32_t j0 = 0; j0 < ext; j0 += SKV_TILE, nt++) {
 			uint32_t nk = ext - j0 < SKV_TILE ? ext - j0 : SKV_TILE;
-			/* Copy/convert the tile into L1 even for f32: the micro-kernel
-			 * reads its keys with a broadcast pattern the prefetchers do not
-			 * follow from DRAM, a plain sequential copy they do (measured). */
-			const float *kt = w->kt;
-			for (uint32_t j = 0; j < nk; j++)
-				isa->to_f32(skv_elem(&in->k, kvh, j0 + j, kes), in->k.dtype,
-					    w->kt + (size_t)j * D, D);
+			uint32_t j1 = j0 + nk, pf_n = ext - j1 < SKV_TILE ? ext - j1 : SKV_TILE;
+			const void *pf[SKV_TILE];
+			for (uint32_t j = 0; j < pf_n; j++)
+				pf[j] = skv_elem(&in->k, kvh, j1 + j, kes);
 			struct skv_tile_args ta = {
-			    .qt = w->qt,
-			    .kt = kt,
 			    .z = w->z + (size_t)j0 * rbp,
 			    .m = w->m,
 			    .s = w->s,
@@ -109,8 +173,11 @@ int skv_score_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, u
 			    .j0 = j0,
 			    .scale = jb->scale,
 			    .trow_min = trow_min,
+			    .pf = pf,
+			    .pf_n = pf_n,
+			    .pf_bytes = (uint32_t)(D * kes),
 			};
-			isa->tile(&ta);
+			score_tile(jb, w, in, kvh, bf, &ta);
 		}
 		for (uint32_t r = 0; r < rows; r++)
 			if (w->bad[r]) {

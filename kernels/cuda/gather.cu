@@ -14,6 +14,15 @@ namespace skvcuda
 constexpr int GATHER_ROWS = 32; /* kept slots per block */
 constexpr int GATHER_THREADS = 256;
 
+/* Rows kept by stored head h of layer-in-launch ll: the plan's, or the
+ * budget modes' per-head count (ragged; the grid is sized for the most). */
+__device__ __forceinline__ uint32_t head_kept(const launch_params &p, uint32_t h, uint32_t ll)
+{
+	if (!p.b.kept)
+		return p.c.kept;
+	return p.b.kept[(size_t)(p.layer0 + ll) * p.c.h_store + h];
+}
+
 /* The block's n kept positions of head h from slot i0 into shared memory, for every thread. */
 __device__ __forceinline__ void load_positions(const dlayer &ly, uint32_t h, uint32_t i0,
 					       uint32_t n, int32_t *spos)
@@ -37,7 +46,10 @@ __global__ void __launch_bounds__(GATHER_THREADS)
 	const uint32_t h = blockIdx.y, ll = blockIdx.z;
 	const dlayer &ly = p.layers[ll];
 	const uint32_t i0 = blockIdx.x * GATHER_ROWS;
-	const uint32_t n = min((uint32_t)GATHER_ROWS, c.kept - i0);
+	const uint32_t kept = head_kept(p, h, ll);
+	if (i0 >= kept)
+		return;
+	const uint32_t n = min((uint32_t)GATHER_ROWS, kept - i0);
 	const uint32_t kvh = c.group ? h : h / c.G;
 	__shared__ int32_t spos[GATHER_ROWS];
 
@@ -65,7 +77,10 @@ __global__ void __launch_bounds__(GATHER_THREADS)
 	const uint32_t h = blockIdx.y, ll = blockIdx.z;
 	const dlayer &ly = p.layers[ll];
 	const uint32_t i0 = blockIdx.x * GATHER_ROWS;
-	const uint32_t n = min((uint32_t)GATHER_ROWS, c.kept - i0);
+	const uint32_t kept = head_kept(p, h, ll);
+	if (i0 >= kept)
+		return;
+	const uint32_t n = min((uint32_t)GATHER_ROWS, kept - i0);
 	const uint32_t kvh = c.group ? h : h / c.G;
 	__shared__ int32_t spos[GATHER_ROWS];
 

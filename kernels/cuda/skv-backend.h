@@ -92,6 +92,12 @@ struct skv_backend_ops {
 	 * reached it (the kernels behind the wait may still run) */
 	int (*read_value)(struct skv_cuda_dev *dev, const void *flag, uint32_t *ret_value,
 			  struct skv_error *err);
+	/* every budget mode of SPEC.md (skv_compact_budget() on the GPU); res
+	 * is host memory, filled when ctx_sync()/ctx_query() returns 0 */
+	int (*compact_budget)(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
+			      const struct skv_params *params, uint32_t n_layers,
+			      const struct skv_layer_in *in, const struct skv_layer_out *out,
+			      struct skv_budget_result *res, struct skv_error *err);
 };
 
 /* The one symbol the loader looks up in the plugin. */

@@ -107,7 +107,7 @@ struct dlayer {
 	int32_t *positions;
 	float *retained_mass;
 	uint32_t pos_stride;
-	uint32_t pad;
+	uint32_t cap; /* budget modes: C_l of the layer (mass modes: C_max) */
 };
 
 /* Selection constants of one compaction (skv_plan() output + params). */
@@ -136,6 +136,37 @@ struct sel_consts {
 	float bypass_mass; /* retained mass reported when nothing is scored (L < C) */
 };
 
+/* What a budget-mode compaction hands back (device copy, then the caller's result). */
+struct budget_res {
+	uint32_t c_star;
+	int32_t fallback;
+	float min_mass;
+	uint32_t pad;
+};
+
+/* The budget modes (budget.cu); all zero for a plain uniform compaction. */
+struct budget_consts {
+	uint32_t mode;	     /* enum skv_budget                                 */
+	uint32_t select;     /* 1: scores choose the positions                 */
+	uint32_t forced;     /* F: positions every head keeps                   */
+	uint32_t floor;	     /* heads: f, each head's own picks                 */
+	uint32_t layer_rest; /* heads: P(C) - f, per head, taken layer-wide     */
+	uint32_t r;	     /* mass modes: ranked picks held per head          */
+	uint32_t r2;	     /* r rounded up to a power of two (sort length)    */
+	uint32_t c_min, c_max, c_step;
+	uint32_t c_uniform; /* uniform: C, reported as C*                      */
+	uint32_t n_heads;   /* N x H_store of the whole call                   */
+	float tau;
+	float fallback_below;
+	uint32_t *kept;	  /* [N][H_store] rows kept per head (gather reads it) */
+	float *mass;	  /* [N][H_store] retained mass                        */
+	uint32_t *aux;	  /* [N][H_store] mass: the smallest ladder C          */
+	double *fsum;	  /* [N][H_store] mass: the forced votes' sum          */
+	uint64_t *ranked; /* [N][H_store][r2] mass modes: best first           */
+	float *rvote;	  /* [N][H_store][r2] their votes, in rank order        */
+	budget_res *res;  /* C*, fallback, min_mass                           */
+};
+
 /* Parameters of every launch: constants, scratch and up to LPL layers. */
 struct launch_params {
 	sel_consts c;
@@ -156,6 +187,7 @@ struct launch_params {
 	uint64_t wait_limit_ns; /* fused: a block gives up waiting after this      */
 	uint32_t *keys;		/* [N][H_store][L] ordered selection keys            */
 	dev_status *status;
+	budget_consts b; /* budget modes (b.kept: per-head rows for the gather) */
 	dlayer layers[LPL];
 };
 static_assert(sizeof(launch_params) <= 32764, "kernel parameters are limited to 32764 bytes");
@@ -262,6 +294,20 @@ int score_fused_capacity(enum skv_dtype dt, uint32_t head_dim, int sm_count);
 cudaError_t score_fused_launch(const launch_params &p, enum skv_dtype dt, int blocks,
 			       cudaStream_t s);
 cudaError_t select_launch(const launch_params &p, cudaStream_t s);
+/* The steps of a budget-mode selection (budget.cu), in the order they run. */
+enum budget_step {
+	BSTEP_KEYS,	   /* candidate keys per head                          */
+	BSTEP_TOPK,	   /* layers/uniform: own top; heads: the floor        */
+	BSTEP_HEADS_LAYER, /* heads: the layer-wide rest                       */
+	BSTEP_RANK,	   /* mass modes: ranking and curve                    */
+	BSTEP_CSTAR,	   /* mass: C*                                         */
+	BSTEP_MASS_FINISH, /* mass: the picks at C*                            */
+	BSTEP_EMIT,	   /* positions, counts, masses                        */
+	BSTEP_COLLECT,	   /* uniform through select.cu: counts and masses     */
+	BSTEP_FINAL,	   /* min mass, fallback, C*                           */
+	BSTEP_FULL,	   /* the fallback's full prompt                       */
+};
+cudaError_t budget_launch(const launch_params &p, enum budget_step step, cudaStream_t s);
 cudaError_t gather_launch(const launch_params &p, enum skv_dtype in_dt, enum skv_dtype out_dt,
 			  int vec16, cudaStream_t s);
 /* Rows per scoring block for a dtype/head_dim (decides row_tiles). */

@@ -49,7 +49,23 @@ struct skv_cuda_ctx {
 	int cap;
 	void *up; /* skv_cuda_ctx_upload()'s device copy */
 	uint64_t up_cap;
+	/* budget modes: the caller's result, filled at sync from the pinned copy */
+	struct skv_budget_result *res;
+	uint32_t res_heads; /* entries of res->kept                  */
+	void *h_res;	    /* pinned: budget_res, then kept[heads]  */
+	uint64_t h_res_cap;
 };
+
+/*
+ * libskv's own (kernels/skv-driver.h, linked in statically): the budget
+ * modes' per-layer C_l and forced count, and V1 params as the current struct,
+ * so that both backends decide from the same numbers.
+ */
+extern "C" int skv_layer_caps(const struct skv_params *p, uint32_t n_layers, uint32_t *caps,
+			      struct skv_error *err);
+extern "C" uint32_t skv_forced_count(const struct skv_shape *sh, const struct skv_params *p);
+extern "C" int skv_params_resolve(const struct skv_params *p, struct skv_params *ret,
+				  struct skv_error *err);
 
 /*
  * Fused scoring kernels spin-wait for blocks of their own grid, which is
@@ -153,6 +169,8 @@ extern "C" void skv_cuda_ctx_free(struct skv_cuda_ctx *c)
 		cudaFree(c->up);
 	if (c->h_status)
 		cudaFreeHost(c->h_status);
+	if (c->h_res)
+		cudaFreeHost(c->h_res);
 	if (c->done)
 		cudaEventDestroy(c->done);
 	if (c->stream)
@@ -241,12 +259,31 @@ extern "C" int skv_cuda_read_value(struct skv_cuda_dev *dev, const void *flag, u
 	return 0;
 }
 
+/* A budget-mode compaction's result into the caller's struct (after the stream). */
+static void fill_result(skv_cuda_ctx *c)
+{
+	struct skv_budget_result *res = c->res;
+	const budget_res *hr = (const budget_res *)c->h_res;
+
+	c->res = NULL;
+	if (!res)
+		return;
+	res->c_star = hr->c_star;
+	res->fallback = hr->fallback;
+	res->min_mass = hr->min_mass;
+	if (res->kept)
+		memcpy(res->kept, hr + 1, (size_t)c->res_heads * sizeof(uint32_t));
+}
+
 static int status_result(skv_cuda_ctx *c, struct skv_error *err)
 {
 	c->pending = 0;
 	const dev_status st = *c->h_status;
+	if (st.code != STATUS_OK)
+		c->res = NULL;
 	switch (st.code) {
 	case STATUS_OK:
+		fill_result(c);
 		return 0;
 	case STATUS_NONFINITE:
 		return skv_cuda_fail(err, -EDOM, st.layer, st.head,
@@ -276,6 +313,7 @@ extern "C" int skv_cuda_ctx_sync(struct skv_cuda_ctx *c, struct skv_error *err)
 	cudaError_t e = cudaEventSynchronize(c->done);
 	if (e != cudaSuccess) {
 		c->pending = 0;
+		c->res = NULL;
 		return cuda_fail(err, e, "compaction");
 	}
 	return status_result(c, err);
@@ -292,6 +330,7 @@ extern "C" int skv_cuda_ctx_query(struct skv_cuda_ctx *c, struct skv_error *err)
 		return -EAGAIN;
 	if (e != cudaSuccess) {
 		c->pending = 0;
+		c->res = NULL;
 		return cuda_fail(err, e, "compaction");
 	}
 	return status_result(c, err);
@@ -515,42 +554,163 @@ static cudaError_t fused_gated_launch(struct skv_cuda_ctx *c, const launch_param
 	return e;
 }
 
-extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *sh,
-				const struct skv_params *p, uint32_t n_layers,
-				const struct skv_layer_in *in, const struct skv_layer_out *out,
-				struct skv_error *err)
+/* What a call decides per layer before anything is queued. */
+struct call_plan {
+	bool budget;	      /* the budget path (budget.cu): not plain uniform   */
+	bool layer_bypass;    /* layers: some layer keeps all L (two-pass, runs)  */
+	uint32_t max_rows;    /* most rows one head's output needs                */
+	const uint32_t *caps; /* [n_layers] C_l (mass modes: C_max)             */
+	const uint32_t *rows; /* [n_layers] skv_budget_rows()                   */
+};
+
+/* Every layer's tensors against the shape and rows[l]; *ret_gvec: 16-byte gathers. */
+static int check_layers(const struct skv_shape *sh, const struct skv_plan &pl, bool scoring,
+			uint32_t n_layers, const struct skv_layer_in *in,
+			const struct skv_layer_out *out, const uint32_t *rows, bool *ret_kvec,
+			bool *ret_gvec, struct skv_error *err)
 {
-	struct skv_plan pl;
+	const uint32_t L = sh->prompt_len, D = sh->head_dim;
+	const enum skv_dtype dt = in[0].k.dtype, odt = out[0].k.dtype;
+	bool kvec = true, gvec = true;
 	int r;
 
-	if (err) {
-		err->msg[0] = 0;
-		err->layer = -1;
-		err->head = -1;
+	for (uint32_t l = 0; l < n_layers; l++) {
+		const skv_layer_in &li = in[l];
+		const skv_layer_out &lo = out[l];
+		if (scoring) {
+			r = check_tensor(li.q, "q", l, sh->h_q, sh->n_q, false, err);
+			if (r < 0)
+				return r;
+		}
+		r = check_tensor(li.k, "k", l, sh->h_kv, L, false, err);
+		if (!r)
+			r = check_tensor(li.v, "v", l, sh->h_kv, L, false, err);
+		if (!r)
+			r = check_tensor(lo.k, "output k", l, pl.h_store, rows[l], true, err);
+		if (!r)
+			r = check_tensor(lo.v, "output v", l, pl.h_store, rows[l], true, err);
+		if (r < 0)
+			return r;
+		if (!lo.positions)
+			return skv_cuda_fail(err, -EINVAL, (int32_t)l, -1,
+					     "layer %u: no positions output", l);
+		if (lo.pos_stride < rows[l] && pl.h_store > 1)
+			return skv_cuda_fail(err, -EINVAL, (int32_t)l, -1,
+					     "layer %u: pos_stride %u is below the kept count %u",
+					     l, lo.pos_stride, rows[l]);
+		if (li.k.dtype != dt || li.v.dtype != dt || lo.k.dtype != odt ||
+		    lo.v.dtype != odt || (scoring && li.q.dtype != dt))
+			return skv_cuda_fail(err, -ENOTSUP, (int32_t)l, -1,
+					     "layer %u: the CUDA backend needs q, k and v of one "
+					     "dtype, outputs of one dtype, the same in every layer",
+					     l);
+		const size_t es = skv_dtype_size(dt), oes = skv_dtype_size(odt);
+		kvec = kvec && vec16_ok(li.k, es, D);
+		gvec = gvec && vec16_ok(li.k, es, D) && vec16_ok(li.v, es, D) &&
+		       vec16_ok(lo.k, oes, D) && vec16_ok(lo.v, oes, D);
 	}
-	if (!c)
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "no context");
-	if (c->pending)
-		return skv_cuda_fail(err, -EBUSY, -1, -1,
-				     "the previous compaction of this context was not synced");
-	r = skv_plan(sh, p, &pl, err);
-	if (r < 0)
-		return r;
-	/* The budget modes of SPEC.md run on the host backend only so far:
-	 * refuse them rather than compute uniform. */
-	if (p->params_size == sizeof(*p) &&
-	    (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f))
-		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
-				     "budget mode %s%s: the CUDA backend takes uniform only",
-				     skv_budget_name(p->budget_mode),
-				     p->fallback_below > 0.0f ? " with a fallback" : "");
-	if (n_layers == 0)
-		return 0;
-	if (!in || !out)
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "layer inputs and outputs are required");
-	if (n_layers > 65535)
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "%u layers exceed 65535", n_layers);
+	*ret_kvec = kvec;
+	*ret_gvec = gvec;
+	return 0;
+}
 
+/* The budget constants of a call (scratch pointers are set later). */
+static void budget_setup(const struct skv_shape *sh, const struct skv_params *p,
+			 const struct skv_plan &pl, bool select, uint32_t n_layers,
+			 budget_consts *b)
+{
+	const uint32_t L = sh->prompt_len;
+	memset(b, 0, sizeof(*b));
+	b->mode = p->budget_mode;
+	b->select = select;
+	b->forced = pl.bypass ? 0 : skv_forced_count(sh, p);
+	b->c_min = p->c_min;
+	b->c_max = p->c_max;
+	b->c_step = p->c_step;
+	b->c_uniform = p->budget;
+	b->n_heads = n_layers * pl.h_store;
+	b->tau = p->tau;
+	b->fallback_below = p->fallback_below;
+	const uint32_t avail = L - b->forced;
+	if (p->budget_mode == SKV_BUDGET_HEADS && select) {
+		/* the host's floor: f = floor(a * P(C)) in double, at most avail */
+		const uint32_t pc = p->budget - b->forced;
+		const uint32_t f0 = (uint32_t)((double)p->head_floor * pc);
+		b->floor = f0 < avail ? f0 : avail;
+		b->layer_rest = pc - b->floor;
+	}
+	if ((p->budget_mode == SKV_BUDGET_MASS || p->budget_mode == SKV_BUDGET_MASS_HEADS) &&
+	    select) {
+		const uint32_t most = p->c_max - b->forced;
+		b->r = most < avail ? most : avail;
+		b->r2 = b->r ? 1 : 0;
+		while (b->r2 < b->r)
+			b->r2 <<= 1;
+	}
+}
+
+/* Scoring of one launch's layers; layers that keep all L are skipped (two-pass runs). */
+static cudaError_t score_layers(const launch_params &lp, const call_plan &cp, enum skv_dtype dt,
+				cudaStream_t s, const char **what)
+{
+	cudaError_t e = cudaSuccess;
+	const uint32_t L = lp.c.L;
+
+	*what = "scoring";
+	for (uint32_t a = 0; a < lp.n_layers && e == cudaSuccess;) {
+		if (cp.layer_bypass && L < cp.caps[lp.layer0 + a]) {
+			a++;
+			continue;
+		}
+		uint32_t z = a + 1;
+		while (z < lp.n_layers && !(cp.layer_bypass && L < cp.caps[lp.layer0 + z]))
+			z++;
+		if (a == 0 && z == lp.n_layers) {
+			e = score_launch(lp, dt, 1, s);
+			if (e == cudaSuccess)
+				e = score_launch(lp, dt, 2, s);
+			break;
+		}
+		launch_params *run = (launch_params *)malloc(sizeof(launch_params));
+		if (!run)
+			return cudaErrorMemoryAllocation;
+		*run = lp;
+		run->layer0 = lp.layer0 + a;
+		run->n_layers = z - a;
+		memmove(run->layers, run->layers + a, (size_t)(z - a) * sizeof(dlayer));
+		e = score_launch(*run, dt, 1, s);
+		if (e == cudaSuccess)
+			e = score_launch(*run, dt, 2, s);
+		free(run);
+		a = z;
+	}
+	return e;
+}
+
+/* Room in the context's pinned result copy for `heads` kept counts. */
+static int reserve_result(struct skv_cuda_ctx *c, uint32_t heads, struct skv_error *err)
+{
+	const uint64_t need = sizeof(budget_res) + (uint64_t)heads * sizeof(uint32_t);
+	if (need <= c->h_res_cap)
+		return 0;
+	void *h = NULL;
+	cudaError_t e = cudaMallocHost(&h, need);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, "pinned memory for the budget result");
+	if (c->h_res)
+		cudaFreeHost(c->h_res);
+	c->h_res = h;
+	c->h_res_cap = need;
+	return 0;
+}
+
+static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+			const struct skv_params *p, const struct skv_plan &pl, const call_plan &cp,
+			uint32_t n_layers, const struct skv_layer_in *in,
+			const struct skv_layer_out *out, struct skv_budget_result *res,
+			struct skv_error *err)
+{
+	int r;
 	const uint32_t L = sh->prompt_len, D = sh->head_dim, G = sh->h_q / sh->h_kv;
 	const bool scores_policy = p->policy == SKV_POLICY_SNAPKV || p->policy == SKV_POLICY_H2O;
 	const bool scoring = !pl.bypass && (scores_policy || sh->n_q > 0);
@@ -569,48 +729,23 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	if (sh->h_kv > 65535 / LPL)
 		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "h_kv %u: at most %d", sh->h_kv,
 				     65535 / LPL);
+	if (p->budget_mode == SKV_BUDGET_HEADS && (uint64_t)pl.h_store * L > INT32_MAX)
+		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
+				     "heads: %u stored heads x L %u exceed 2^31 (head, position) "
+				     "pairs per layer",
+				     pl.h_store, L);
 
 	const enum skv_dtype dt = in[0].k.dtype, odt = out[0].k.dtype;
 	bool kvec = true, gvec = true;
-	for (uint32_t l = 0; l < n_layers; l++) {
-		const skv_layer_in &li = in[l];
-		const skv_layer_out &lo = out[l];
-		if (scoring) {
-			r = check_tensor(li.q, "q", l, sh->h_q, sh->n_q, false, err);
-			if (r < 0)
-				return r;
-		}
-		r = check_tensor(li.k, "k", l, sh->h_kv, L, false, err);
-		if (!r)
-			r = check_tensor(li.v, "v", l, sh->h_kv, L, false, err);
-		if (!r)
-			r = check_tensor(lo.k, "output k", l, pl.h_store, pl.kept, true, err);
-		if (!r)
-			r = check_tensor(lo.v, "output v", l, pl.h_store, pl.kept, true, err);
-		if (r < 0)
-			return r;
-		if (!lo.positions)
-			return skv_cuda_fail(err, -EINVAL, (int32_t)l, -1,
-					     "layer %u: no positions output", l);
-		if (lo.pos_stride < pl.kept && pl.h_store > 1)
-			return skv_cuda_fail(err, -EINVAL, (int32_t)l, -1,
-					     "layer %u: pos_stride %u is below the kept count %u",
-					     l, lo.pos_stride, pl.kept);
-		if (li.k.dtype != dt || li.v.dtype != dt || lo.k.dtype != odt ||
-		    lo.v.dtype != odt || (scoring && li.q.dtype != dt))
-			return skv_cuda_fail(err, -ENOTSUP, (int32_t)l, -1,
-					     "layer %u: the CUDA backend needs q, k and v of one "
-					     "dtype, outputs of one dtype, the same in every layer",
-					     l);
-		const size_t es = skv_dtype_size(dt), oes = skv_dtype_size(odt);
-		kvec = kvec && vec16_ok(li.k, es, D);
-		gvec = gvec && vec16_ok(li.k, es, D) && vec16_ok(li.v, es, D) &&
-		       vec16_ok(lo.k, oes, D) && vec16_ok(lo.v, oes, D);
-	}
+	r = check_layers(sh, pl, scoring, n_layers, in, out, cp.rows, &kvec, &gvec, err);
+	if (r < 0)
+		return r;
 
 	/* constants shared by every launch */
-	launch_params base;
-	memset(&base, 0, sizeof(base));
+	launch_params *basep = (launch_params *)calloc(2, sizeof(launch_params));
+	if (!basep)
+		return skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
+	launch_params &base = basep[0], &lp = basep[1];
 	sel_consts &k = base.c;
 	k.L = L;
 	k.D = D;
@@ -619,7 +754,7 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	k.G = G;
 	k.n_q = sh->n_q;
 	k.h_store = pl.h_store;
-	k.kept = pl.kept;
+	k.kept = cp.budget ? cp.max_rows : pl.kept;
 	k.w_obs = w_obs;
 	k.sinks = select ? 0 : pl.sinks;
 	k.tail = select ? pl.w_keep : 0;
@@ -639,33 +774,49 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	k.bypass_mass = 1.0f;
 	base.vec16 = kvec;
 	base.wait_limit_ns = c->wait_limit_ns;
+	const bool want_res = cp.budget || res;
+	if (want_res)
+		budget_setup(sh, p, pl, select, n_layers, &base.b);
 
 	r = skv_cuda_dev_enter(c->dev, err);
-	if (r < 0)
+	if (r == 0 && res)
+		r = reserve_result(c, n_layers * pl.h_store, err);
+	if (r < 0) {
+		free(basep);
 		return r;
+	}
 
-	/* scratch: votes, pass-1 partials, selection keys; one allocation */
+	/* scratch: votes, pass-1 partials, selection keys, budget arrays; one allocation */
 	uint64_t votes_b = 0, part_b = 0, keys_b = 0, subp_b = 0, stats_b = 0, sync_b = 0;
+	uint64_t bud_b = 0, rank_b = 0;
 	const uint32_t rt = score_rows_per_tile(dt, D);
 	int fused_blocks = 0;
+	const uint64_t nh = (uint64_t)n_layers * pl.h_store;
 	if (scoring) {
 		uint64_t rows = (uint64_t)G * w_obs;
 		base.row_tiles = (uint32_t)((rows + rt - 1) / rt);
 		base.chunks = (L + CHUNK - 1) / CHUNK;
-		if ((rows + rt - 1) / rt > 65535)
+		if ((rows + rt - 1) / rt > 65535) {
+			free(basep);
 			return skv_cuda_fail(err, -ENOTSUP, -1, -1,
 					     "%llu query rows per K/V head: at most %u",
 					     (unsigned long long)rows, 65535u * rt);
+		}
 		votes_b = 4;
 		part_b = sizeof(float2) * rt;
 		if (!mul_ok(&votes_b, n_layers) || !mul_ok(&votes_b, sh->h_q) ||
 		    !mul_ok(&votes_b, L) || !mul_ok(&part_b, n_layers) ||
 		    !mul_ok(&part_b, sh->h_kv) || !mul_ok(&part_b, base.row_tiles) ||
-		    !mul_ok(&part_b, base.chunks))
+		    !mul_ok(&part_b, base.chunks)) {
+			free(basep);
 			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
-		r = plan_fused(c, &base, dt, n_layers, &fused_blocks, err);
-		if (r < 0)
+		}
+		if (!cp.layer_bypass)
+			r = plan_fused(c, &base, dt, n_layers, &fused_blocks, err);
+		if (r < 0) {
+			free(basep);
 			return r;
+		}
 	}
 	if (fused_blocks) {
 		/* sub-chunk partials, merged row statistics, tickets and item counters */
@@ -678,8 +829,21 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	if (!pl.bypass) {
 		keys_b = 4;
 		if (!mul_ok(&keys_b, n_layers) || !mul_ok(&keys_b, pl.h_store) ||
-		    !mul_ok(&keys_b, L))
+		    !mul_ok(&keys_b, L)) {
+			free(basep);
 			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
+		}
+	}
+	if (want_res) {
+		/* result (budget_res, kept), mass, aux, fsum; then the rankings */
+		bud_b = sizeof(budget_res) + nh * (4 + 4 + 4 + 8) + 64;
+		rank_b = 8 + 4; /* the ranking and its votes */
+		if (!mul_ok(&rank_b, nh) || !mul_ok(&rank_b, base.b.r2)) {
+			free(basep);
+			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
+		}
+		if (!base.b.r)
+			rank_b = 0;
 	}
 	votes_b = (votes_b + 255) & ~(uint64_t)255;
 	part_b = (part_b + 255) & ~(uint64_t)255;
@@ -687,14 +851,18 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	stats_b = (stats_b + 255) & ~(uint64_t)255;
 	sync_b = (sync_b + 255) & ~(uint64_t)255;
 	keys_b = (keys_b + 255) & ~(uint64_t)255;
-	const uint64_t total = votes_b + part_b + subp_b + stats_b + sync_b + keys_b;
+	bud_b = (bud_b + 255) & ~(uint64_t)255;
+	rank_b = (rank_b + 255) & ~(uint64_t)255;
+	const uint64_t total =
+	    votes_b + part_b + subp_b + stats_b + sync_b + keys_b + bud_b + rank_b;
 
 	char *scratch = NULL;
-	cudaError_t e = cudaSuccess;
 	if (total) {
-		e = cudaMallocAsync((void **)&scratch, total, c->stream);
-		if (e != cudaSuccess)
-			return cuda_fail(err, e, "scratch for the compaction");
+		cudaError_t ea = cudaMallocAsync((void **)&scratch, total, c->stream);
+		if (ea != cudaSuccess) {
+			free(basep);
+			return cuda_fail(err, ea, "scratch for the compaction");
+		}
 	}
 	char *sp = scratch;
 	base.votes = scoring ? (float *)sp : nullptr;
@@ -708,17 +876,22 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 	base.sync = fused_blocks ? (uint32_t *)sp : nullptr;
 	sp += sync_b;
 	base.keys = keys_b ? (uint32_t *)sp : nullptr;
+	sp += keys_b;
+	if (want_res) {
+		budget_consts &b = base.b;
+		b.res = (budget_res *)sp;
+		b.kept = (uint32_t *)(b.res + 1);
+		b.fsum = (double *)(((uintptr_t)(b.kept + nh) + 7) & ~(uintptr_t)7);
+		b.mass = (float *)(b.fsum + nh);
+		b.aux = (uint32_t *)(b.mass + nh);
+		b.ranked = rank_b ? (uint64_t *)(sp + bud_b) : nullptr;
+		b.rvote = rank_b ? (float *)(b.ranked + nh * b.r2) : nullptr;
+	}
 	base.status = c->d_status;
 
-	/* from here on work is queued: errors are reported, and the stream is closed cleanly */
-	const char *what = "cudaMemsetAsync";
-	e = cudaMemsetAsync(c->d_status, 0, sizeof(dev_status), c->stream);
-	if (e == cudaSuccess && scoring && base.row_tiles > 1)
-		e = cudaMemsetAsync(base.votes, 0, votes_b, c->stream);
-	if (e == cudaSuccess && fused_blocks)
-		e = cudaMemsetAsync(base.sync, 0, sync_b, c->stream);
-	for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-		launch_params lp = base;
+	/* the layers [l0, l0 + LPL) of a launch */
+	auto layers_at = [&](uint32_t l0) {
+		lp = base;
 		lp.layer0 = l0;
 		lp.n_layers = n_layers - l0 < (uint32_t)LPL ? n_layers - l0 : (uint32_t)LPL;
 		for (uint32_t i = 0; i < lp.n_layers; i++) {
@@ -733,7 +906,30 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 			d.positions = lo.positions;
 			d.retained_mass = lo.retained_mass;
 			d.pos_stride = lo.pos_stride;
+			d.cap = cp.caps[l0 + i];
+			/* uniform with a result: select.cu's masses land in scratch */
+			if (!cp.budget && res && !d.retained_mass)
+				d.retained_mass = base.b.mass + (size_t)(l0 + i) * pl.h_store;
 		}
+	};
+	const char *what = "cudaMemsetAsync";
+	cudaError_t e = cudaSuccess;
+	auto step = [&](enum budget_step st, const char *name) {
+		if (e == cudaSuccess) {
+			what = name;
+			e = budget_launch(lp, st, c->stream);
+		}
+	};
+
+	/* from here on work is queued: errors are reported, and the stream is closed cleanly */
+	e = cudaMemsetAsync(c->d_status, 0, sizeof(dev_status), c->stream);
+	if (e == cudaSuccess && scoring && base.row_tiles > 1)
+		e = cudaMemsetAsync(base.votes, 0, votes_b, c->stream);
+	if (e == cudaSuccess && fused_blocks)
+		e = cudaMemsetAsync(base.sync, 0, sync_b, c->stream);
+	const enum skv_budget mode = p->budget_mode;
+	for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
+		layers_at(l0);
 		if (scoring && fused_blocks) {
 			what = "fused scoring";
 			const uint64_t tickets =
@@ -742,22 +938,65 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 					       tickets < (uint64_t)fused_blocks ? (int)tickets
 										: fused_blocks);
 		} else if (scoring) {
-			what = "scoring pass 1";
-			e = score_launch(lp, dt, 1, c->stream);
+			e = score_layers(lp, cp, dt, c->stream, &what);
+		}
+		if (!cp.budget) {
+			/* uniform: select.cu and the gather, as always */
 			if (e == cudaSuccess) {
-				what = "scoring pass 2";
-				e = score_launch(lp, dt, 2, c->stream);
+				what = "selection";
+				e = select_launch(lp, c->stream);
 			}
+			/* the counts (the plan's) before the gather reads them */
+			if (res)
+				step(BSTEP_COLLECT, "result");
+			if (e == cudaSuccess) {
+				what = "gather";
+				e = gather_launch(lp, dt, odt, gvec, c->stream);
+			}
+			continue;
 		}
-		if (e == cudaSuccess) {
-			what = "selection";
-			e = select_launch(lp, c->stream);
+		if (pl.bypass)
+			continue;
+		step(BSTEP_KEYS, "selection keys");
+		if (mode == SKV_BUDGET_MASS || mode == SKV_BUDGET_MASS_HEADS) {
+			step(BSTEP_RANK, "ranking");
+		} else {
+			step(BSTEP_TOPK, "selection");
+			if (mode == SKV_BUDGET_HEADS)
+				step(BSTEP_HEADS_LAYER, "layer-wide selection");
 		}
+	}
+	if (cp.budget && mode == SKV_BUDGET_MASS && select) {
+		layers_at(0);
+		step(BSTEP_CSTAR, "C*");
+		for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
+			layers_at(l0);
+			step(BSTEP_MASS_FINISH, "picks at C*");
+		}
+	}
+	for (uint32_t l0 = 0; cp.budget && e == cudaSuccess && l0 < n_layers; l0 += LPL) {
+		layers_at(l0);
+		step(BSTEP_EMIT, "emission");
+	}
+	if (want_res) {
+		layers_at(0);
+		step(BSTEP_FINAL, "result");
+	}
+	for (uint32_t l0 = 0; cp.budget && e == cudaSuccess && l0 < n_layers; l0 += LPL) {
+		layers_at(l0);
+		if (p->fallback_below > 0.0f)
+			step(BSTEP_FULL, "fallback");
 		if (e == cudaSuccess) {
 			what = "gather";
 			e = gather_launch(lp, dt, odt, gvec, c->stream);
 		}
 	}
+	if (e == cudaSuccess && res) {
+		what = "result copy";
+		e = cudaMemcpyAsync(c->h_res, base.b.res, sizeof(budget_res) + nh * 4,
+				    cudaMemcpyDeviceToHost, c->stream);
+	}
+	free(basep);
 	cudaMemcpyAsync(c->h_status, c->d_status, sizeof(dev_status), cudaMemcpyDeviceToHost,
 			c->stream);
 	if (scratch)
@@ -768,6 +1007,92 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 		cudaEventSynchronize(c->done);
 		return cuda_fail(err, e, what);
 	}
+	c->res = res;
+	c->res_heads = (uint32_t)nh;
 	c->pending = 1;
 	return 0;
+}
+
+/*
+ * The checks of skv_compact_budget() in its order (the same messages), the
+ * per-layer budgets and rows, then the launches.
+ */
+static int compact_entry(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+			 const struct skv_params *params, uint32_t n_layers,
+			 const struct skv_layer_in *in, const struct skv_layer_out *out,
+			 struct skv_budget_result *res, struct skv_error *err)
+{
+	struct skv_params pr;
+	struct skv_plan pl;
+	int r;
+
+	if (err) {
+		err->msg[0] = 0;
+		err->layer = -1;
+		err->head = -1;
+	}
+	if (!c)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "no context");
+	if (c->pending)
+		return skv_cuda_fail(err, -EBUSY, -1, -1,
+				     "the previous compaction of this context was not synced");
+	r = skv_plan(sh, params, &pl, err);
+	if (r < 0)
+		return r;
+	skv_params_resolve(params, &pr, err);
+	const struct skv_params *p = &pr;
+	if (res && res->result_size != sizeof(*res))
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "result_size is %u, expected %zu",
+				     res->result_size, sizeof(*res));
+	if (n_layers == 0)
+		return 0;
+	if (n_layers > 65535)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "%u layers exceed 65535", n_layers);
+	if (!in || !out)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "layer inputs and outputs are required");
+	const enum skv_budget mode = p->budget_mode;
+	if ((!res || !res->kept) && (mode == SKV_BUDGET_HEADS || mode == SKV_BUDGET_MASS ||
+				     mode == SKV_BUDGET_MASS_HEADS || p->fallback_below > 0.0f))
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "budget mode %s%s decides the counts per head: give a result "
+				     "with a kept array (skv_compact_budget)",
+				     skv_budget_name(mode),
+				     p->fallback_below > 0.0f ? " with a fallback" : "");
+
+	uint32_t *caps = (uint32_t *)malloc((size_t)n_layers * 2 * sizeof(uint32_t));
+	if (!caps)
+		return skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
+	call_plan cp;
+	memset(&cp, 0, sizeof(cp));
+	cp.caps = caps;
+	cp.rows = caps + n_layers;
+	cp.budget = mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f;
+	r = skv_budget_rows(sh, p, n_layers, caps + n_layers, err);
+	if (r == 0)
+		r = skv_layer_caps(p, n_layers, caps, err);
+	for (uint32_t l = 0; r == 0 && l < n_layers; l++) {
+		cp.max_rows = cp.rows[l] > cp.max_rows ? cp.rows[l] : cp.max_rows;
+		cp.layer_bypass |= mode == SKV_BUDGET_LAYERS && sh->prompt_len < caps[l];
+	}
+	if (r == 0)
+		r = compact_call(c, sh, p, pl, cp, n_layers, in, out, res, err);
+	free(caps);
+	return r;
+}
+
+extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+				const struct skv_params *p, uint32_t n_layers,
+				const struct skv_layer_in *in, const struct skv_layer_out *out,
+				struct skv_error *err)
+{
+	return compact_entry(c, sh, p, n_layers, in, out, NULL, err);
+}
+
+extern "C" int skv_cuda_compact_budget(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+				       const struct skv_params *p, uint32_t n_layers,
+				       const struct skv_layer_in *in,
+				       const struct skv_layer_out *out,
+				       struct skv_budget_result *res, struct skv_error *err)
+{
+	return compact_entry(c, sh, p, n_layers, in, out, res, err);
 }

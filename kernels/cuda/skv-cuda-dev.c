@@ -721,6 +721,8 @@ static const struct skv_backend_ops ops = {
     .ctx_copy = skv_cuda_ctx_copy,
     .ctx_upload = skv_cuda_ctx_upload,
     .read_value = skv_cuda_read_value,
+    /* budget modes */
+    .compact_budget = skv_cuda_compact_budget,
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

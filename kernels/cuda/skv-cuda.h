@@ -118,15 +118,35 @@ void skv_cuda_event_close(struct skv_cuda_event *ev);
  * (-EINVAL; -ENOTSUP for what the GPU path does not take: head_dim > 256, q
  * and k of different dtypes, K and V of different dtypes, dtypes that change
  * between layers; -EBUSY while the context's previous compaction has not been
- * synced) are returned here, before anything is enqueued; -ENOMEM/-EIO when
- * scratch or a launch fails (the context is drained and reusable). Results
- * and -EDOM (NaN/Inf logits: err names layer and query head) come from
- * skv_cuda_ctx_sync() / skv_cuda_ctx_query().
+ * synced; budget modes as skv_compact(): uniform and layers without a
+ * fallback, the others need skv_cuda_compact_budget()) are returned here, before anything is
+ * enqueued; -ENOMEM/-EIO when scratch or a launch fails (the context is drained and reusable).
+ * Results and -EDOM (NaN/Inf logits: err names layer and query head) come from skv_cuda_ctx_sync()
+ * / skv_cuda_ctx_query().
  */
 int skv_cuda_compact(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
 		     const struct skv_params *params, uint32_t n_layers,
 		     const struct skv_layer_in *in, const struct skv_layer_out *out,
 		     struct skv_error *err);
+/*
+ * skv_compact_budget() on the GPU: every budget mode of SPEC.md (uniform,
+ * layers list or pyramid, heads, mass, mass-heads) and fallback_below, from
+ * the one scoring pass, with the host's decisions bit for bit (given the same
+ * votes). Inputs, outputs and checks as skv_compact_budget() (skv.h): each
+ * stored head of layer l needs room for rows[l] of skv_budget_rows(); head h
+ * writes its kept_h rows at (h, 0 .. kept_h - 1) and its positions at
+ * h * pos_stride. `res` and res->kept are HOST memory, filled when
+ * skv_cuda_ctx_sync() / skv_cuda_ctx_query() returns 0 for this compaction
+ * (kept[n_layers][h_store], c_star, fallback, min_mass): keep them valid until
+ * then; on an error nothing is written there. res may be NULL for uniform and
+ * layers without a fallback. Uniform without a fallback runs exactly the
+ * kernels of skv_cuda_compact() (the same bytes). Returns as
+ * skv_cuda_compact(); -ENOTSUP also for heads with h_store x L above 2^31.
+ */
+int skv_cuda_compact_budget(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
+			    const struct skv_params *params, uint32_t n_layers,
+			    const struct skv_layer_in *in, const struct skv_layer_out *out,
+			    struct skv_budget_result *res, struct skv_error *err);
 /* Wait for the last compaction: 0, -EDOM, -EIO (a CUDA error, named in err). */
 int skv_cuda_ctx_sync(struct skv_cuda_ctx *ctx, struct skv_error *err);
 /* As sync, but -EAGAIN while it still runs. */

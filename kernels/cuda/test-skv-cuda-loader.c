@@ -119,6 +119,24 @@ static void test_emulated_plugin(void)
 	CU_ASSERT_EQUAL(be->ops->event_open(be->dev, NULL, &ev, &err), -EINVAL);
 	CU_ASSERT_EQUAL(be->ops->event_query(NULL, &err), -EINVAL);
 	be->ops->event_close(NULL);
+	/* the budget modes' entry (appended last): a mass request without a
+	 * kept array is refused with the host's words, before any work */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(be->ops->compact_budget);
+	struct skv_cuda_ctx *ctx = NULL;
+	CU_ASSERT_EQUAL_FATAL(be->ops->ctx_new(be->dev, &ctx, &err), 0);
+	struct skv_shape sh = {.prompt_len = 64, .head_dim = 8, .h_q = 1, .h_kv = 1, .n_q = 4};
+	struct skv_params p = SKV_PARAMS_DEFAULTS;
+	p.window = 4;
+	p.budget_mode = SKV_BUDGET_MASS;
+	p.tau = 0.5f;
+	p.c_min = 8;
+	p.c_max = 16;
+	p.c_step = 1;
+	struct skv_layer_in in = {0};
+	struct skv_layer_out out = {0};
+	CU_ASSERT_EQUAL(be->ops->compact_budget(ctx, &sh, &p, 1, &in, &out, NULL, &err), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "kept array"));
+	be->ops->ctx_free(ctx);
 	skv_backend_unload(be);
 }
 

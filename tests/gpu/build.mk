@@ -2,7 +2,7 @@
 # GPU test programs (tests/gpu/), built with the plugin when CUDA=1. They
 # need a GPU to run, so they are not in TESTS: tests/gpu/run.sh runs them.
 ifeq ($(CUDA),1)
-GPU_TEST_PROGS := gpu-agree gpu-ipc gpu-bench
+GPU_TEST_PROGS := gpu-agree gpu-ipc gpu-bench gpu-budget
 GPU_TESTS := $(GPU_TEST_PROGS:%=$(BUILD)/tests/gpu/%)
 OBJS += $(GPU_TESTS:%=%.o)
 BINS += $(GPU_TESTS)
@@ -72,9 +72,12 @@ EMU_ENGINE := $(EMU_DIR)/gpu-engine-emu
 $(EMU_ENGINE): $(BUILD)/tests/gpu/gpu-engine.o $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_DIR)/cuda-emu.o \
 		$(LIBSNAPKV_A) $(LIBSKVPROTO) $(LIBSKV)
 	$(CXX) -o $@ $^ $(PBC_LIBS) -lm -pthread $(LDFLAGS)
-BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN) $(EMU_ENGINE)
+# the budget modes on the emulator, bit for bit against the host (test-budget-emu.sh)
+EMU_BUDGET := $(EMU_DIR)/gpu-budget-emu
+BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN) $(EMU_ENGINE) $(EMU_BUDGET)
 endif
 TEST_SCRIPTS += tests/gpu/emu/run-emu.sh
+TEST_SCRIPTS += tests/gpu/emu/test-budget-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-gpubuf-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-suites-cuda-emu.sh

@@ -4,7 +4,8 @@
 # with 16 cores; under 8 minutes: every step, builds included, runs under a
 # timeout and the timeouts sum to 480 s, inside the machine's 600 s cap per
 # command): build, host-vs-CUDA agreement on random
-# tensors (both scoring paths), the two-process engine/daemon IPC test, and the
+# tensors (both scoring paths), the budget modes bit for bit against the
+# host (both scoring paths), the two-process engine/daemon IPC test, and the
 # Llama-3-8B-shape benchmark beside the HBM roofline (two-pass, then fused). Everything goes to a log file as well
 # as to stdout; the closing summary names device, date and numbers.
 #
@@ -46,10 +47,10 @@ fi
 "$NVCC" --version | tail -n 2
 
 # Step timeouts (seconds); keep their sum (with the fallback build) <= 480.
-T_BUILD=90 T_BUILD2=30 T_FULL=35 T_LOADER=15 T_AGREE=65 T_IPC=25 T_DAEMON=50 T_GPUBUF=70
-T_BENCH=50 T_BENCH_FUSED=50
-echo "step timeouts: $((T_BUILD + T_BUILD2 + T_FULL + T_LOADER + T_AGREE + T_IPC + T_DAEMON + \
-	T_GPUBUF + T_BENCH + T_BENCH_FUSED)) s in all"
+T_BUILD=90 T_BUILD2=30 T_FULL=35 T_LOADER=15 T_AGREE=65 T_BUDGET=15 T_IPC=25 T_DAEMON=50
+T_GPUBUF=70 T_BENCH=45 T_BENCH_FUSED=40
+echo "step timeouts: $((T_BUILD + T_BUILD2 + T_FULL + T_LOADER + T_AGREE + T_BUDGET + T_IPC + \
+	T_DAEMON + T_GPUBUF + T_BENCH + T_BENCH_FUSED)) s in all"
 note "build: make -j$JOBS gpu-tests (plugin, libskv, snapkvd, snapkvctl, test programs)"
 if ! timeout $T_BUILD make -j"$JOBS" BUILD="$BUILD" NVCC="$NVCC" CUDA=1 gpu-tests \
 	"$BUILD/kernels/cuda/test-skv-cuda-loader" "$BUILD/examples/gen-layer"; then
@@ -93,6 +94,12 @@ if [ $agree_rc -eq 2 ]; then
 	echo "FATAL: no usable CUDA device"
 	exit 2
 fi
+# every budget mode (layers, pyramid, heads, mass, mass-heads, fallback) on
+# exact-vote cases: every output byte, kept counts, C*, fallback and
+# min_mass equal to the host's; the refusals with the host's messages
+run_step "budget modes: host libskv vs CUDA bit for bit (two-pass and fused scoring)" \
+	$T_BUDGET bash -c "'$BUILD/tests/gpu/gpu-budget' --cases 40 && \
+	'$BUILD/tests/gpu/gpu-budget' --cases 20 --seed 5 --score fused"
 run_step "two processes: engine VMM fd + IPC handle -> daemon -> arena fd" $T_IPC \
 	"$BUILD/tests/gpu/gpu-ipc"
 run_step "daemon: snapkvd --backend cuda == host bytes (snapkvctl)" $T_DAEMON \

@@ -397,6 +397,21 @@ static bool decode_positions(const struct skv_cache *k, uint32_t g)
 	return true;
 }
 
+/* Every head's decode rows (K and V) read as zero, the region reused or not. */
+static bool decode_rows_zero(const struct skv_cache *k)
+{
+	static const float zero[D];
+
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < skv_cache_info(k)->h_store; h++)
+			for (uint32_t i = skv_cache_head_kept(k, l, h);
+			     i < skv_cache_head_capacity(k, l, h); i++)
+				if (memcmp(skv_cache_k_slot(k, l, h, i), zero, sizeof(zero)) ||
+				    memcmp(skv_cache_v_slot(k, l, h, i), zero, sizeof(zero)))
+					return false;
+	return true;
+}
+
 /* Mark head h's decode slot i of layer l (K row) with a value of its own. */
 static void mark(const struct skv_cache *k, uint32_t l, uint32_t h, uint32_t i, bool check,
 		 bool *ok)
@@ -454,6 +469,7 @@ static void test_ragged_ops(void)
 	desc_init(&d, &p, 4);
 	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
 	CU_ASSERT(decode_positions(k, 0));
+	CU_ASSERT(decode_rows_zero(k)); /* this session's released regions are reused */
 	check_ledger(k, 0);
 	{
 		static const char *const text[] = {"heads, kept per head mean 32.0", "ragged",

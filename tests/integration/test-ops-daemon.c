@@ -378,8 +378,8 @@ out:
 
 static void test_pressure_policy(void)
 {
-	struct engine e;
-	struct skv_cache *k[MAXC] = {0};
+	struct engine e, kept;
+	struct skv_cache *k[MAXC] = {0}, *x = NULL;
 	uint64_t id[MAXC] = {0};
 	int n = 0, lingering_from = 0;
 	long long R, used, high, leave;
@@ -395,6 +395,15 @@ static void test_pressure_policy(void)
 	n++;
 	R = h_pool_used(H.sock);
 	CU_ASSERT_FATAL(R > 0 && R < (1 << 20) / 10);
+	/* Another session's released region keeps its pages for that session's
+	 * next compaction: outside the pool, until pressure reaches high. */
+	CU_ASSERT_EQUAL_FATAL(engine_open(&kept, "kept"), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(kept.c, &kept.d, &x), 0);
+	CU_ASSERT_EQUAL(skv_cache_release(x), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, R, 2000), 0);
+	/* the pages written (not the decode headroom never touched) */
+	CU_ASSERT(metric("snapkvd_arena_cached_bytes") > 0 &&
+		  metric("snapkvd_arena_cached_bytes") <= (double)R);
 	high = (1 << 20) / 2;
 	leave = (long long)ceil((1 << 20) * 0.40);
 	/* Fill up to just below high: still normal, nothing scaled. */
@@ -446,7 +455,9 @@ static void test_pressure_policy(void)
 		n++;
 	}
 	for (int i = lingering_from; i < 3; i++)
-		CU_ASSERT_EQUAL(cache_listed(id[i], NULL), 0); /* all evicted by now */
+		CU_ASSERT_EQUAL(cache_listed(id[i], NULL), 0);	  /* all evicted by now */
+	CU_ASSERT_EQUAL(metric("snapkvd_arena_cached_bytes"), 0); /* given back at high */
+	engine_close(&kept);
 	CU_ASSERT_EQUAL(wait_event(&e, 2, &ev), 0);
 	CU_ASSERT_EQUAL(ev.suggested_capacity, 1024); /* default C 2048 x 0.5 */
 	CU_ASSERT_EQUAL(ev.scale_permille, 500);

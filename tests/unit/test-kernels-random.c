@@ -73,7 +73,7 @@ static void random_prob(struct prob *pb, enum skv_policy pol, bool protect)
 	pb->block_size = 1 + pick(8);
 }
 
-static const char *isa_names[4] = {"scalar", "avx2", "avx512", NULL};
+static const char *isa_names[5] = {"scalar", "avx2", "avx512", "avx512bf16", NULL};
 
 static void run_random(enum skv_policy pol, bool protect, int cases)
 {
@@ -85,8 +85,9 @@ static void run_random(enum skv_policy pol, bool protect, int cases)
 		prob_random(&pb, 1.2);
 		prob_build(&pb);
 		struct skv_error e;
-		/* rotate over the SIMD paths: scalar, avx2, avx512 (f32 dots), best */
-		const char *isa = isa_names[c % 4];
+		/* rotate over the SIMD paths: scalar, avx2, avx512 (f32 dots), vdpbf16ps, default
+		 */
+		const char *isa = isa_names[c % 5];
 		if (isa)
 			setenv("SKV_ISA", isa, 1);
 		else
@@ -242,16 +243,20 @@ static void test_thread_invariance(void)
 /*
  * Fewer items than threads switches to scoring each query head as its own
  * unit; outputs must not change by a bit. h2o at L 2100 also cuts each
- * head's rows into chunks (the logit buffer budget), in both paths.
+ * head's rows into chunks (the logit buffer budget), in both paths. Cases
+ * 4-7 repeat 0-3 with bf16 queries and keys on SKV_ISA=avx512bf16 (the
+ * vdpbf16ps path where the CPU has one).
  */
 static void test_split_mode(void)
 {
 	static const unsigned th[4] = {1, 2, 3, 7};
-	for (int c = 0; c < 4; c++) {
+	for (int c = 0; c < 8; c++) {
+		if (c >= 4)
+			setenv("SKV_ISA", "avx512bf16", 1);
 		struct prob pb[4];
 		for (int i = 0; i < 4; i++) {
 			rng_state = 0x1234567ull + (uint64_t)c;
-			bool h2o = c >= 2;
+			bool h2o = (c & 3) >= 2;
 			prob_init(&pb[i], h2o ? 2100 : 300, 16, h2o ? 4 : 8, h2o ? 1 : 2, 1);
 			pb[i].p.policy = h2o ? SKV_POLICY_H2O : SKV_POLICY_SNAPKV;
 			pb[i].p.window = 16;
@@ -259,6 +264,8 @@ static void test_split_mode(void)
 			pb[i].p.gqa = c & 1 ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
 			pb[i].sh.n_q = h2o ? 2100 : 16;
 			pb[i].dk = SKV_DTYPE_F16;
+			if (c >= 4)
+				pb[i].dq = pb[i].dk = SKV_DTYPE_BF16;
 			prob_random(&pb[i], 1.0);
 			prob_build(&pb[i]);
 			CU_ASSERT_EQUAL_FATAL(prob_run(&pb[i], th[i], NULL), 0);
@@ -278,6 +285,7 @@ static void test_split_mode(void)
 		for (int i = 0; i < 4; i++)
 			prob_free(&pb[i]);
 	}
+	unsetenv("SKV_ISA");
 
 	/* -EDOM names the same head either way */
 	for (int i = 0; i < 2; i++) {

@@ -637,8 +637,8 @@ static void test_ctx(void)
 	CU_ASSERT_EQUAL_FATAL(skv_ctx_new(0, &ctx), 0);
 	CU_ASSERT(skv_ctx_threads(ctx) >= 1);
 	const char *isa = skv_ctx_isa(ctx);
-	CU_ASSERT(isa &&
-		  (!strcmp(isa, "avx512") || !strcmp(isa, "avx2") || !strcmp(isa, "scalar")));
+	CU_ASSERT(isa && (!strcmp(isa, "avx512") || !strcmp(isa, "avx512bf16") ||
+			  !strcmp(isa, "avx2") || !strcmp(isa, "scalar")));
 	skv_ctx_free(ctx);
 	skv_ctx_free(NULL);
 	CU_ASSERT_EQUAL_FATAL(skv_ctx_new(3, &ctx), 0);

@@ -212,6 +212,37 @@ static void test_order_and_reentrant_eviction(void)
 	snapkvd_policy_fini(&ops);
 }
 
+static uint64_t cb_level(void *o, enum snapkvd_pressure_level level)
+{
+	(void)o;
+	tr("level:%s ", snapkvd_pressure_level_name(level));
+	return level >= SNAPKVD_PRESSURE_HIGH ? 4096 : 0;
+}
+
+/* Every change of level reaches the daemon's arenas first (they give back
+ * their cached pages at high and critical), whatever the action order. */
+static void test_level_callback(void)
+{
+	struct snapkvd_policy ops;
+	struct snapkvd_policy_config c;
+	struct snapkvd_policy_cb cb = CB;
+
+	cb.level = cb_level;
+	setup(&ops, &c, "notify"); /* no scale: the suggested C stays 2048 */
+	CU_ASSERT_EQUAL_FATAL(snapkvd_policy_init(&ops, &c, &cb, fake_clock, NULL), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 700, 1000), 0);
+	CU_ASSERT_STRING_EQUAL(F.trace, "");
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 850, 1000), 1);
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 960, 1000), 1);
+	CU_ASSERT_STRING_EQUAL(F.trace,
+			       "level:high notify:high:2048 level:critical notify:critical:2048 ");
+	CU_ASSERT_PTR_NOT_NULL(strstr(F.logs, "4096 cached arena bytes given back"));
+	F.trace[0] = '\0';
+	CU_ASSERT_EQUAL(snapkvd_policy_pool_changed(&ops, 100, 1000), 1);
+	CU_ASSERT_STRING_EQUAL(F.trace, "level:normal notify:normal:2048 ");
+	snapkvd_policy_fini(&ops);
+}
+
 static void test_hook_failures_and_timeout(void)
 {
 	struct snapkvd_policy ops;
@@ -403,6 +434,7 @@ int main(void)
 		return 2;
 	s = CU_add_suite("ops-runtime", NULL, NULL);
 	CU_add_test(s, "actions in order, re-entrant eviction", test_order_and_reentrant_eviction);
+	CU_add_test(s, "a change of level reaches the arenas", test_level_callback);
 	CU_add_test(s, "failing, hanging and unwatchable hooks", test_hook_failures_and_timeout);
 	CU_add_test(s, "admission, scaling and stats", test_admission_scaling_stats);
 	CU_add_test(s, "metrics textfile on the timer", test_textfile_tick);

@@ -130,6 +130,105 @@ static void test_grow(void)
 	}
 }
 
+/* Bytes of [from, to) of base all equal to v. */
+static bool all(const uint8_t *base, uint64_t from, uint64_t to, uint8_t v)
+{
+	for (uint64_t i = from; i < to; i++)
+		if (base[i] != v)
+			return false;
+	return true;
+}
+
+/* A dirty region (earlier caches' bytes, here 0xee): after the compaction
+ * the kept rows are as the kernels wrote them (0x5a), the decode headroom,
+ * the padding and the region's tail read as zero, the positions as set. */
+static void test_zero_unwritten(void)
+{
+	struct snapkvd_cache_geom g;
+	struct snapkvd_cache *c = NULL;
+	uint8_t *base = malloc(3 * 4096);
+	const uint64_t off = 4096;
+
+	CU_ASSERT_FATAL(base != NULL);
+	for (int layout = SNAPKVD_LAYOUT_HND; layout <= SNAPKVD_LAYOUT_NHD; layout++) {
+		/* 2 layers, 3 heads, 10 slots (7 kept), D 4, f32: K 480 -> 512 */
+		CU_ASSERT_EQUAL_FATAL(snapkvd_cache_geometry(2, 3, 10, 4, 4, 1 << 20, &g), 0);
+		CU_ASSERT_EQUAL_FATAL(snapkvd_cache_new(2, 3, &c), 0);
+		c->layout = (enum snapkvd_layout)layout;
+		c->head_dim = 4;
+		c->dtype_bytes = 4;
+		c->kept = 7;
+		snapkvd_cache_place(c, off, 10, &g);
+		memset(base, 0xee, 3 * 4096);
+		for (uint32_t l = 0; l < 2; l++)
+			for (uint32_t h = 0; h < 3; h++)
+				for (uint32_t i = 0; i < 7; i++) {
+					int64_t e = (int64_t)h * c->head_stride +
+						    (int64_t)i * c->token_stride;
+
+					memset(base + c->k_off[l] + e * 4, 0x5a, 16);
+					memset(base + c->v_off[l] + e * 4, 0x5a, 16);
+				}
+		snapkvd_cache_zero_unwritten(c, &g, base);
+		for (uint32_t l = 0; l < 2; l++) {
+			uint64_t k = c->k_off[l], v = c->v_off[l];
+
+			for (uint32_t h = 0; h < 3; h++)
+				for (uint32_t i = 0; i < 10; i++) {
+					int64_t e = (int64_t)h * c->head_stride +
+						    (int64_t)i * c->token_stride;
+					uint8_t want = i < 7 ? 0x5a : 0;
+
+					CU_ASSERT_TRUE(all(base, k + e * 4, k + e * 4 + 16, want));
+					CU_ASSERT_TRUE(all(base, v + e * 4, v + e * 4 + 16, want));
+				}
+			CU_ASSERT_TRUE(all(base, k + 480, k + 512, 0)); /* alignment */
+			/* positions: 120 bytes the kernels and -1 fill, padding zero */
+			CU_ASSERT_TRUE(all(base, c->pos_off[l], c->pos_off[l] + 120, 0xee));
+			CU_ASSERT_TRUE(all(base, c->pos_off[l] + 120, c->pos_off[l] + 128, 0));
+		}
+		CU_ASSERT_TRUE(all(base, c->pos_off[1] + 128, off + g.region, 0)); /* tail */
+		CU_ASSERT_TRUE(all(base, 0, off, 0xee)); /* outside: untouched */
+		CU_ASSERT_TRUE(all(base, off + g.region, 3 * 4096, 0xee));
+		snapkvd_cache_free(c);
+	}
+	free(base);
+}
+
+/* GROW into a dirty region: rows past the copied ones read as zero. */
+static void test_grow_dirty(void)
+{
+	uint8_t base[4096];
+	uint64_t old_k = 0, old_v = 64, old_pos = 128;
+	struct snapkvd_grow gr = {
+	    .geom = {.kv_bytes = 64, .pos_bytes = 64, .region = 1024},
+	    .off = 1024,
+	    .slots = 6,
+	    .old_slots = 4,
+	    .used = 3,
+	    .layers = 1,
+	    .h_store = 2,
+	    .row = 1,
+	    .hnd = true,
+	    .dirty = true,
+	    .old_k = &old_k,
+	    .old_v = &old_v,
+	    .old_pos = &old_pos,
+	};
+
+	memset(base, 0xee, sizeof(base));
+	memset(base, 0x11, 256); /* the old cache: rows and positions */
+	snapkvd_grow_host(&gr, base);
+	for (int h = 0; h < 2; h++) {
+		CU_ASSERT_TRUE(all(base, 1024 + h * 6, 1024 + h * 6 + 3, 0x11));
+		CU_ASSERT_TRUE(all(base, 1024 + h * 6 + 3, 1024 + h * 6 + 6, 0));
+		CU_ASSERT_TRUE(all(base, 1024 + 64 + h * 6 + 3, 1024 + 64 + h * 6 + 6, 0));
+	}
+	CU_ASSERT_TRUE(all(base, 1024 + 12, 1024 + 64, 0));
+	CU_ASSERT_TRUE(all(base, 1024 + 128 + 48, 2048, 0)); /* padding and tail */
+	CU_ASSERT_TRUE(all(base, 2048, sizeof(base), 0xee));
+}
+
 /* PAGED: runs are page multiples, all runs first, positions after; writeback
  * has no runs; block size 0 and overflow refused. */
 static void test_paged(void)
@@ -191,6 +290,8 @@ int main(void)
 	CU_add_test(s, "layer offsets, host and GPU arena", test_layout);
 	CU_add_test(s, "placement and strides", test_place);
 	CU_add_test(s, "GROW copies and positions", test_grow);
+	CU_add_test(s, "a dirty region: headroom, padding and tail zeroed", test_zero_unwritten);
+	CU_add_test(s, "GROW into a dirty region", test_grow_dirty);
 	CU_add_test(s, "PAGED: page-aligned runs, writeback, limits", test_paged);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();

@@ -7,6 +7,7 @@
 #include <CUnit/Basic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "daemon/snapkvd-admission.c"
 #include "daemon/snapkvd-request.c"
@@ -399,6 +400,54 @@ static void test_admission(void)
 	setup();
 }
 
+/* A released region goes to the session's next compaction with its pages:
+ * no more pool bytes than the first took, nothing new populated, and quotas
+ * refuse as before (cached pages are free in the pool, never a tenant's). */
+static void test_reuse(void)
+{
+	struct snapkvd_job *j = NULL, *j2 = NULL;
+	struct stat st0, st1;
+	uint64_t off, bytes;
+	char err[256];
+
+	CU_ASSERT_EQUAL_FATAL(admit_setup(1 << 30, 0), 0);
+	srv.arenas.limit = 1 << 20;
+	snapkvd_arena_join(sess.arena, &srv.arenas);
+	CU_ASSERT_EQUAL_FATAL(admit(err, &j), 0);
+	CU_ASSERT_FALSE(j->cache->region_dirty);
+	off = j->cache->region_off;
+	bytes = j->cache->region_bytes;
+	memset(sess.arena->base + off, 0xab, bytes); /* the kernels, the engine's decode */
+	snapkvd_pool_commit(srv.pool, &j->resv);
+	CU_ASSERT_EQUAL(fstat(sess.arena->fd, &st0), 0);
+	snapkvd_pool_tenant_set_quota(srv.pool, sess.tenant, bytes);
+	CU_ASSERT_EQUAL(admit(err, NULL), -EDQUOT); /* one cache: the quota */
+	/* released: the pool has its bytes back, the arena keeps the pages */
+	snapkvd_arena_release(sess.arena, off, bytes);
+	snapkvd_pool_give_back(srv.pool, sess.tenant, bytes);
+	CU_ASSERT_EQUAL(snapkvd_pool_used(srv.pool), 0);
+	CU_ASSERT_EQUAL(snapkvd_arena_set_cached(&srv.arenas), bytes);
+	CU_ASSERT_EQUAL(sess.arena->base[off], 0xab);
+	/* the same request again: the same pages, the same pool bytes */
+	CU_ASSERT_EQUAL(admit(err, &j2), 0);
+	CU_ASSERT_EQUAL(j2->cache->region_off, off);
+	CU_ASSERT_TRUE(j2->cache->region_dirty);
+	CU_ASSERT_EQUAL(snapkvd_pool_used(srv.pool), bytes);
+	CU_ASSERT_EQUAL(snapkvd_arena_set_cached(&srv.arenas), 0);
+	CU_ASSERT_EQUAL(fstat(sess.arena->fd, &st1), 0);
+	CU_ASSERT_EQUAL(st1.st_blocks, st0.st_blocks);
+	CU_ASSERT_EQUAL(admit(err, NULL), -EDQUOT); /* the reused one counts */
+	CU_ASSERT(strstr(err, "over quota") != NULL);
+	snapkvd_pool_cancel(srv.pool, &j2->resv);
+	snapkvd_arena_release(sess.arena, off, bytes);
+	CU_ASSERT_EQUAL(snapkvd_pool_used(srv.pool), 0);
+	snapkvd_job_free(j);
+	snapkvd_job_free(j2);
+	admit_teardown();
+	CU_ASSERT_EQUAL(snapkvd_arena_set_cached(&srv.arenas), 0); /* the arena went */
+	setup();
+}
+
 /* ---------------------------------------------------------------- GROW */
 
 static void test_grow(void)
@@ -445,6 +494,7 @@ int main(void)
 	CU_add_test(s, "prefill waits", test_wait);
 	CU_add_test(s, "output cache and arena", test_output);
 	CU_add_test(s, "admission after validation", test_admission);
+	CU_add_test(s, "a released region is reused; quotas still refuse", test_reuse);
 	CU_add_test(s, "GROW limits", test_grow);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
