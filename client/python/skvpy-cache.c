@@ -138,6 +138,96 @@ static PyObject *kv_paged(struct skvpy_cache *c, const struct skv_cache_info *in
 			       (enum skvpy_elem)in->dtype, 4, shape, strides);
 }
 
+/*
+ * A ragged cache (budget modes layers, heads, mass-heads) keeps a different
+ * count per head, one row block per layer: no [h_store, capacity, D] view
+ * fits it, so the layer-wide views refuse and name the per-head ones.
+ */
+static int refuse_ragged(struct skvpy_cache *c, const char *what)
+{
+	struct skv_cache_budget b = {.budget_size = sizeof(b)};
+
+	if (skv_cache_budget(c->k, &b) < 0 || !b.ragged)
+		return 0;
+	skvpy_error(EOPNOTSUPP,
+		    "a ragged cache (budget mode %s): heads keep different counts; read them "
+		    "with %s_head(layer, head)",
+		    skv_budget_name(b.mode), what);
+	return -1;
+}
+
+/* (layer, head) of the per-head views. */
+static int head_args(struct skvpy_cache *c, PyObject *args, uint32_t *ret_l, uint32_t *ret_h)
+{
+	PyObject *lo;
+	unsigned int h;
+
+	if (!PyArg_ParseTuple(args, "OI", &lo, &h) || layer_arg(c, lo, ret_l) < 0)
+		return -1;
+	if (h >= skv_cache_info(c->k)->h_store) {
+		PyErr_Format(PyExc_IndexError, "head %u: the cache stores %u", h,
+			     skv_cache_info(c->k)->h_store);
+		return -1;
+	}
+	*ret_h = h;
+	return 0;
+}
+
+/* K or V of one stored head, any cache in the host arena but paged:
+ * [head_capacity, D], its kept rows first, then its decode headroom. */
+static PyObject *kv_head(struct skvpy_cache *c, PyObject *args, int is_v)
+{
+	const struct skv_cache_info *in;
+	uint32_t l, h;
+	size_t off;
+
+	if (head_args(c, args, &l, &h) < 0)
+		return NULL;
+	in = skv_cache_info(c->k);
+	if (in->kv_arena != SKV_ARENA_HOST)
+		return skvpy_error(EOPNOTSUPP, "the cache's K/V are in the GPU arena");
+	if (in->layout == SKV_LAYOUT_PAGED)
+		return skvpy_error(EOPNOTSUPP, "a paged cache: read it with %s(layer)",
+				   is_v ? "v" : "k");
+	void *p = is_v ? skv_cache_v(c->k, l, h) : skv_cache_k(c->k, l, h);
+	if (!p)
+		return skvpy_error(EPROTO, "layer %u head %u has no K/V in the arena", l, h);
+	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+		return NULL;
+	int64_t shape[2] = {skv_cache_head_capacity(c->k, l, h), in->head_dim};
+	int64_t strides[2] = {in->token_stride, 1};
+	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off,
+			       (enum skvpy_elem)in->dtype, 2, shape, strides);
+}
+
+static PyObject *cache_k_head(struct skvpy_cache *c, PyObject *args)
+{
+	return kv_head(c, args, 0);
+}
+
+static PyObject *cache_v_head(struct skvpy_cache *c, PyObject *args)
+{
+	return kv_head(c, args, 1);
+}
+
+/* int32 [head_capacity]: the head's slots' original positions. */
+static PyObject *cache_positions_head(struct skvpy_cache *c, PyObject *args)
+{
+	uint32_t l, h;
+	size_t off;
+
+	if (head_args(c, args, &l, &h) < 0)
+		return NULL;
+	const int32_t *p = skv_cache_positions(c->k, l, h);
+	if (!p)
+		return skvpy_error(EPROTO, "layer %u head %u has no position table", l, h);
+	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+		return NULL;
+	int64_t shape[1] = {skv_cache_head_capacity(c->k, l, h)}, strides[1] = {1};
+	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off, SKVPY_EL_I32, 1,
+			       shape, strides);
+}
+
 /* K (kv 0) or V of one layer: [h_store, capacity, D] (HND) or [capacity, h_store, D]. */
 static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
 {
@@ -152,6 +242,8 @@ static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
 		return skvpy_error(EOPNOTSUPP, "the cache's K/V are in the GPU arena");
 	if (in->layout == SKV_LAYOUT_PAGED)
 		return kv_paged(c, in, l, is_v);
+	if (refuse_ragged(c, is_v ? "v" : "k") < 0)
+		return NULL;
 	void *p = is_v ? skv_cache_v(c->k, l, 0) : skv_cache_k(c->k, l, 0);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u has no K/V in the arena", l);
@@ -261,6 +353,8 @@ static PyObject *cache_positions(struct skvpy_cache *c, PyObject *o)
 	if (layer_arg(c, o, &l) < 0)
 		return NULL;
 	const struct skv_cache_info *in = skv_cache_info(c->k);
+	if (refuse_ragged(c, "positions") < 0)
+		return NULL;
 	const int32_t *p = skv_cache_positions(c->k, l, 0);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u has no position table", l);
@@ -539,6 +633,15 @@ static PyMethodDef cache_methods[] = {
      "Paged: [n_blocks, block_size, h_store, D], slot i at block i // block_size (in the\n"
      "arena), or for writeback the engine's own pool (see block_table)."},
     {"v", (PyCFunction)cache_v, METH_O, "v(layer) -> zero-copy V, as k()."},
+    {"k_head", (PyCFunction)cache_k_head, METH_VARARGS,
+     "k_head(layer, head) -> zero-copy K of one stored head: [head_capacity, D], its\n"
+     "head_kept[layer][head] rows first, then its decode headroom. The only view of a\n"
+     "ragged cache (budget modes layers, heads, mass-heads); works for any host cache\n"
+     "but paged."},
+    {"v_head", (PyCFunction)cache_v_head, METH_VARARGS, "v_head(layer, head) -> as k_head()."},
+    {"positions_head", (PyCFunction)cache_positions_head, METH_VARARGS,
+     "positions_head(layer, head) -> int32 [head_capacity]: original positions, -1 for\n"
+     "slots not yet appended."},
     {"positions", (PyCFunction)cache_positions, METH_O,
      "positions(layer) -> int32 [h_store, capacity]: each slot's original position,\n"
      "-1 for slots not yet appended."},

@@ -14,6 +14,7 @@ struct args {
 	PyObject *window, *capacity, *kernel, *pooling, *gqa, *policy, *sinks, *protect;
 	PyObject *reserve, *block_table, *out, *out_block_size, *out_block_table, *out_buffer;
 	PyObject *layout, *out_layout, *prompt_len, *evictable;
+	PyObject *budget, *fallback_below;
 };
 
 /* What layer 0 fixed; every other layer must match it. */
@@ -75,6 +76,43 @@ static int choice(PyObject *o, const char *name, const char *const *names, const
 	return -1;
 }
 
+/* budget='mass-heads:0.9' (snapkvctl's spelling, libskv's parser) and
+ * fallback_below=F; the ranges are the daemon's (skv_plan) to judge. */
+static int parse_budget(const struct args *a, struct skv_params *p)
+{
+	struct skv_error e;
+	const char *s;
+
+	if ((!a->budget || a->budget == Py_None) &&
+	    (!a->fallback_below || a->fallback_below == Py_None))
+		return 0; /* today's request: params as before the budget modes */
+	/* the full struct, so that libsnapkv carries the mode to snapkvd */
+	struct skv_params full = SKV_PARAMS_DEFAULTS;
+	memcpy(&full, p, SKV_PARAMS_SIZE_V1);
+	full.params_size = sizeof(full);
+	*p = full;
+	if (a->budget && a->budget != Py_None) {
+		if (!PyUnicode_Check(a->budget) || !(s = PyUnicode_AsUTF8(a->budget))) {
+			PyErr_Clear();
+			PyErr_SetString(PyExc_TypeError, "budget must be a string");
+			return -1;
+		}
+		if (skv_budget_parse(s, p, &e) < 0) {
+			PyErr_Format(PyExc_ValueError, "budget: %s", e.msg);
+			return -1;
+		}
+	}
+	if (a->fallback_below && a->fallback_below != Py_None) {
+		double f = PyFloat_AsDouble(a->fallback_below);
+
+		if (f == -1.0 && PyErr_Occurred())
+			return -1;
+		p->fallback_below = (float)f;
+	}
+	skv_budget_defaults(p); /* the ladder from W and C where left out */
+	return 0;
+}
+
 static int parse_params(const struct args *a, struct skv_params *p)
 {
 	static const char *const pool_n[] = {"avg", "max", NULL};
@@ -99,6 +137,8 @@ static int parse_params(const struct args *a, struct skv_params *p)
 	p->pooling = pooling;
 	p->gqa = gqa;
 	p->policy = policy;
+	if (parse_budget(a, p) < 0)
+		return -1;
 	if (!a->protect || a->protect == Py_None)
 		return 0;
 	PyObject *seq = PySequence_Fast(a->protect, "protect must be a sequence of (begin, end)");
@@ -559,6 +599,8 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "out_layout",
 				 "prompt_len",
 				 "evictable",
+				 "budget",
+				 "fallback_below",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -568,10 +610,11 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "OOO|$OOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v, &a.window,
+		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v, &a.window,
 		&a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks, &a.protect,
 		&a.reserve, &a.block_table, &a.out, &a.out_block_size, &a.out_block_table,
-		&a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len, &a.evictable))
+		&a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len, &a.evictable, &a.budget,
+		&a.fallback_below))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
 	g.paged = a.block_table && a.block_table != Py_None;

@@ -170,3 +170,57 @@ def test_head_kept_and_budget_outcome(client):
         assert b["mode"] == "uniform" and b["c_star"] == c.budget
         assert b["fallback"] is False and b["ragged"] is False
         assert b["kept_min"] == c.kept and b["kept_mean"] == float(c.kept)
+
+
+@pytest.mark.parametrize("spec", ["mass-heads:0.9:9:24", "heads:0.2", "layers:20,24,12",
+                                  "mass:0.9:9:24:3"])
+def test_budget_modes_match_offline(client, tmp_path, spec):
+    """budget='...' is snapkvctl's --budget: the same bytes as the offline
+    file, head by head (ragged modes write [sum kept, D] per layer, head
+    after head); a ragged cache refuses the layer-wide views."""
+    q, k, v = random_inputs(dtype=torch.float32, seed=21, **SHAPE)
+    ref = offline(tmp_path, q, k, v, extra=("--budget", spec))
+    qs, ks, vs, kw = place(client, q, k, v, "hnd")
+    with client.compact(qs, ks, vs, **PARAMS, **kw, budget=spec, decode_reserve=2) as c:
+        b = c.budget_outcome
+        assert b["mode"] == spec.split(":")[0] and b["fallback"] is False
+        assert b["ragged"] == (spec.split(":")[0] in ("layers", "heads", "mass-heads"))
+        for l in range(c.layers):
+            # the file: [sum kept, D] head after head, or [H, kept_l, D] when a
+            # layer's heads keep one count (mass, layers)
+            ragged = f"layers.{l}.kept" in ref
+            counts = ref[f"layers.{l}.kept"].tolist() if ragged \
+                else [ref[f"layers.{l}.k"].shape[1]] * c.h_store
+            assert c.head_kept[l] == counts
+            row = 0
+            for h in range(c.h_store):
+                n = counts[h]
+                hk, hv, hp = c.k_head(l, h), c.v_head(l, h), c.positions_head(l, h)
+                assert hk.shape[0] == n + 2 and hp.shape[0] == n + 2
+                rk = ref[f"layers.{l}.k"][row:row + n] if ragged else ref[f"layers.{l}.k"][h]
+                rv = ref[f"layers.{l}.v"][row:row + n] if ragged else ref[f"layers.{l}.v"][h]
+                ri = ref[f"layers.{l}.indices"][row:row + n] if ragged \
+                    else ref[f"layers.{l}.indices"][h]
+                assert torch.equal(hk[:n], rk) and torch.equal(hv[:n], rv)
+                assert torch.equal(hp[:n], ri) and (hp[n:] == -1).all()
+                row += n
+        if b["ragged"]:
+            for view in (c.k, c.v, c.positions):
+                with pytest.raises(OSError, match="ragged cache"):
+                    view(0)
+
+
+def test_budget_fallback_and_bad_budget(client):
+    """A fallback keeps the whole prompt in every head; a misspelt budget and
+    an out-of-range tau are refused before anything is sent."""
+    q, k, v = random_inputs(dtype=torch.float32, seed=22, **SHAPE)
+    qs, ks, vs, kw = place(client, q, k, v, "hnd")
+    with client.compact(qs, ks, vs, **PARAMS, **kw, budget="mass-heads:0.5:9:12",
+                        fallback_below=0.999) as c:
+        b = c.budget_outcome
+        assert b["fallback"] is True and c.head_kept == [[77] * 4] * 3
+        assert torch.equal(c.positions_head(1, 2)[:77], torch.arange(77, dtype=torch.int32))
+    with pytest.raises(ValueError, match="budget: \"adaptive\" is not uniform"):
+        client.compact(qs, ks, vs, **PARAMS, **kw, budget="adaptive")
+    with pytest.raises(OSError, match="tau = 1.5"):
+        client.compact(qs, ks, vs, **PARAMS, **kw, budget="mass:1.5")
