@@ -5,7 +5,7 @@
 # daemon, decodes its story from the compact cache in the daemon's arena,
 # and compares with its own full cache. While both caches are alive the
 # daemon's ledger is shown (snapkvctl ledger); then the same prompt runs with
-# a retained-mass budget and with a fallback (in process); the daemon stops.
+# a retained-mass budget and with a fallback; then the daemon stops.
 #
 #   examples/tiny-llama/demo.sh        (BUILD=build, model from SNAPKV_MODEL
 #                                       or $SHARED/models, SHARED=../shared)
@@ -99,17 +99,19 @@ for e in a b; do
 	grep -v 'compact cache keeps' "$dir/$e.err" || true
 done
 
-# Budgets that follow the prompt (SPEC.md budget modes), in process for now:
-# a retained-mass target picks each head's count, and a fallback keeps the
-# whole prompt when some head would lose too much of it.
+# Budgets that follow the prompt (SPEC.md budget modes), through the daemon:
+# a retained-mass target picks each head's count (a ragged cache: one row
+# block per layer, each head its own count), and a fallback keeps the whole
+# prompt when some head would lose too much of it.
 for spec in "mass-heads:0.9:9:48" "mass-heads:0.9:9:48 --fallback-below 0.8"; do
 	echo
-	echo "== engine-a, --budget $spec (local libskv)"
+	echo "== engine-a, --budget $spec (snapkvd)"
 	# shellcheck disable=SC2086 # the spec carries its own options
-	if "$ENGINE" -m "$MODEL" -p "$prompt_a" -n 64 --policy snapkv -C 48 -W 8 -k 5 \
-		--pool avg --gqa expand --local --reserve 16 --compare --budget $spec \
+	if "$ENGINE" -m "$MODEL" --socket "$sock" --name engine-a -p "$prompt_a" -n 64 \
+		--policy snapkv -C 48 -W 8 -k 5 --pool avg --gqa expand --reserve 16 --compare \
+		--budget $spec \
 		>"$dir/m.out" 2>"$dir/m.err"; then
-		grep -E '^--- (budget|agreement|teacher-forced)' "$dir/m.out"
+		grep -E '^--- (budget|agreement|teacher-forced|daemon cache)' "$dir/m.out"
 	else
 		cat "$dir/m.err"
 		status=1

@@ -71,9 +71,8 @@ static void usage(FILE *f)
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
 	       "--budget takes snapkvctl's budget modes (layers:C0,C1,.., pyramid:R, heads[:A],\n"
-	       "mass:TAU[:CMIN:CMAX:STEP], mass-heads:TAU[:CMIN:CMAX]) and, like\n"
-	       "--fallback-below (keep the full prompt when a head's retained mass would be\n"
-	       "below F), needs --local for now.\n"
+	       "mass:TAU[:CMIN:CMAX:STEP], mass-heads:TAU[:CMIN:CMAX]); --fallback-below F\n"
+	       "keeps the full prompt when a head's retained mass would be below F.\n"
 	       "The model defaults to $SNAPKV_MODEL, else ../shared/models/stories260K.gguf.\n");
 }
 
@@ -275,14 +274,6 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	o->backend = !policy ? BK_FULL : local ? BK_LOCAL : BK_DAEMON;
 	skv_budget_defaults(&o->params);
-	if (budgeted(&o->params) && o->backend != BK_LOCAL) {
-		fprintf(stderr,
-			"tiny-llama: --budget %s%s needs --local (and a --policy): this "
-			"engine decodes only uniform caches from snapkvd's arena\n",
-			o->budget ? o->budget : "uniform",
-			o->params.fallback_below > 0.0f ? " with --fallback-below" : "");
-		return -EINVAL;
-	}
 	return 0;
 }
 
@@ -333,6 +324,48 @@ static uint32_t head_kept(const struct tl_kv *kv, uint32_t l, uint32_t h)
 	return kv->layers[l].head_len ? kv->layers[l].head_len[h] : kv->len;
 }
 
+/* A ragged cache's heads in the view: each head's offset from the layer's
+ * row block, its own count (kept on the first call, kept + g after: a GROW
+ * keeps them), and the slots of its longest head. */
+static int view_ragged(struct tl_kv *kv, const struct skv_cache *c)
+{
+	const size_t n = (size_t)kv->n_layers * kv->h_store;
+	const bool first = !kv->head_lens;
+
+	if (first && (!(kv->head_lens = calloc(n, sizeof(uint32_t))) ||
+		      !(kv->head_offs = calloc(n, sizeof(int64_t)))))
+		return -ENOMEM;
+	kv->cap = 0;
+	for (uint32_t l = 0; l < kv->n_layers; l++) {
+		struct tl_kv_layer *L = &kv->layers[l];
+		uint32_t *hl = kv->head_lens + (size_t)l * kv->h_store;
+		int64_t *ho = kv->head_offs + (size_t)l * kv->h_store;
+
+		for (uint32_t h = 0; h < kv->h_store; h++) {
+			const float *k = skv_cache_k(c, l, h), *v = skv_cache_v(c, l, h);
+			uint32_t cap = skv_cache_head_capacity(c, l, h);
+
+			if (!k || !v || k - L->k != v - L->v)
+				return -EPROTO;
+			ho[h] = k - L->k;
+			if (first)
+				hl[h] = skv_cache_head_kept(c, l, h);
+			kv->cap = cap > kv->cap ? cap : kv->cap;
+		}
+		L->head_off = ho;
+		L->head_len = hl;
+	}
+	return 0;
+}
+
+/* Whether a cache keeps a different count per head (budget modes). */
+static bool cache_ragged(const struct skv_cache *c)
+{
+	struct skv_cache_budget b = {.budget_size = sizeof(b)};
+
+	return skv_cache_budget(c, &b) == 0 && b.ragged;
+}
+
 /* Point a view at the cache's current region (again after a GROW moved it). */
 static int view_from_cache(struct tl_kv *kv, const struct skv_cache *c)
 {
@@ -351,7 +384,7 @@ static int view_from_cache(struct tl_kv *kv, const struct skv_cache *c)
 		if (!L->k || !L->v)
 			return -EPROTO;
 	}
-	return 0;
+	return cache_ragged(c) ? view_ragged(kv, c) : 0;
 }
 
 /*
@@ -375,7 +408,9 @@ static int lane_forward(const struct tl_model *m, struct lane *ln, uint32_t tok,
 		}
 		ln->grows++;
 	}
-	if (ln->cache && (skv_cache_next_slot(ln->cache) != kv->len ||
+	/* a ragged cache's next slot is per head (head_len): the position is
+	 * what all heads share */
+	if (ln->cache && ((!kv->head_offs && skv_cache_next_slot(ln->cache) != kv->len) ||
 			  skv_cache_next_position(ln->cache) != kv->next_pos)) {
 		*why = "slot/position bookkeeping";
 		return -EPROTO;
@@ -449,13 +484,15 @@ static int check_positions(const struct skv_cache *c, uint32_t L)
 	for (uint32_t l = 0; l < in->layers; l++)
 		for (uint32_t h = 0; h < in->h_store; h++) {
 			const int32_t *pos = skv_cache_positions(c, l, h);
+			/* budget modes: each head its own count */
+			const uint32_t kept = skv_cache_head_kept(c, l, h);
 			if (!pos)
 				return -EPROTO;
-			for (uint32_t i = 1; i < in->kept; i++)
+			for (uint32_t i = 1; i < kept; i++)
 				if (pos[i] <= pos[i - 1] || (uint32_t)pos[i] >= L)
 					return -EPROTO;
 			for (uint32_t g = 0; g < in->appended; g++)
-				if (pos[in->kept + g] != (int32_t)(L + g))
+				if (pos[kept + g] != (int32_t)(L + g))
 					return -EPROTO;
 		}
 	return 0;
@@ -493,6 +530,29 @@ struct compactor {
 	struct skv_buffer *buf;
 	uint64_t kv_bytes; /* the queries follow the K/V in the buffer */
 };
+
+/* What the daemon's budget mode chose, as tl_compact_budget() reports it;
+ * a ragged view's length is its longest head. */
+static void daemon_budget(struct lane *ln)
+{
+	struct skv_cache_budget b = {.budget_size = sizeof(b)};
+	struct tl_kv *kv = ln->kv;
+
+	skv_cache_budget(ln->cache, &b);
+	ln->budget = (struct tl_budget){.c_star = b.c_star,
+					.fallback = b.fallback,
+					.min_mass = b.mass_min,
+					.kept_min = UINT32_MAX};
+	for (uint32_t l = 0; l < kv->n_layers; l++)
+		for (uint32_t h = 0; h < kv->h_store; h++) {
+			uint32_t n = skv_cache_head_kept(ln->cache, l, h);
+
+			ln->budget.kept_total += n;
+			ln->budget.kept_min = n < ln->budget.kept_min ? n : ln->budget.kept_min;
+			ln->budget.kept_max = n > ln->budget.kept_max ? n : ln->budget.kept_max;
+		}
+	kv->len = ln->budget.kept_max;
+}
 
 /*
  * Compact the prompt into a new lane cache: in process, or by COMPACT to the
@@ -569,6 +629,8 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 		return r;
 	}
 	ln->kv->len = in->kept;
+	if (budgeted(&cp->o->params))
+		daemon_budget(ln);
 	/* Decoding resumes at logical position L, whatever was kept. */
 	ln->kv->next_pos = skv_cache_next_position(ln->cache);
 	if (ln->kv->next_pos != cp->L) {

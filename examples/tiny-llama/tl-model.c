@@ -184,6 +184,7 @@ void tl_kv_free(struct tl_kv *kv)
 	free(kv->mem);
 	free(kv->layers);
 	free(kv->head_lens);
+	free(kv->head_offs);
 	free(kv);
 }
 
@@ -295,6 +296,12 @@ int tl_kv_grow(struct tl_kv *kv, uint32_t new_cap)
 }
 
 /* ---- forward ---- */
+
+/* Elements from a layer's k (v) to stored head sh's slot 0. */
+static int64_t head_at(const struct tl_kv_layer *L, uint32_t sh)
+{
+	return L->head_off ? L->head_off[sh] : (int64_t)sh * L->head_stride;
+}
 
 struct tl_state {
 	float *x, *xb, *xb2, *q, *k, *v, *hb, *hb2, *att, *logits;
@@ -447,9 +454,9 @@ int tl_forward(const struct tl_model *m, struct tl_state *s, struct tl_kv *kv, u
 		/* Append: every stored head copies the K/V of the K/V head it derives from. */
 		for (uint32_t sh = 0; sh < kv->h_store; sh++) {
 			uint32_t kvh = sh / rep, at = L->head_len ? L->head_len[sh] : slot;
-			memcpy(L->k + sh * L->head_stride + (int64_t)at * L->token_stride,
+			memcpy(L->k + head_at(L, sh) + (int64_t)at * L->token_stride,
 			       s->k + (size_t)kvh * hd, hd * sizeof(float));
-			memcpy(L->v + sh * L->head_stride + (int64_t)at * L->token_stride,
+			memcpy(L->v + head_at(L, sh) + (int64_t)at * L->token_stride,
 			       s->v + (size_t)kvh * hd, hd * sizeof(float));
 			if (L->pos)
 				L->pos[(size_t)sh * L->pos_stride + at] = (int32_t)pos;
@@ -458,8 +465,8 @@ int tl_forward(const struct tl_model *m, struct tl_state *s, struct tl_kv *kv, u
 			const float *q = s->q + (size_t)h * hd;
 			const uint32_t sh = h / qper;
 			const uint32_t n = L->head_len ? L->head_len[sh] + 1 : n_all;
-			const float *kb = L->k + sh * L->head_stride;
-			const float *vb = L->v + sh * L->head_stride;
+			const float *kb = L->k + head_at(L, sh);
+			const float *vb = L->v + head_at(L, sh);
 			float *att = s->att, *o = s->xb + (size_t)h * hd;
 			float mx = -INFINITY, sum = 0;
 			for (uint32_t t = 0; t < n; t++) {

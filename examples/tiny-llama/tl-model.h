@@ -85,6 +85,10 @@ struct tl_kv_layer {
 	 * ragged budget modes of SPEC.md), owned by the caller; NULL: len for
 	 * every head. tl_forward appends at head_len[h] and counts it up. */
 	uint32_t *head_len;
+	/* [h_store] element offset of stored head h's slot 0 from k (and v)
+	 * when the heads do not sit head_stride apart (a ragged cache in the
+	 * daemon's arena: one row block per layer); NULL: h * head_stride. */
+	const int64_t *head_off;
 };
 
 struct tl_kv {
@@ -99,6 +103,7 @@ struct tl_kv {
 	/* [n_layers][h_store] behind layers[].head_len when the cache owns
 	 * them (tl_compact_budget()), else NULL; freed with the cache */
 	uint32_t *head_lens;
+	int64_t *head_offs; /* likewise behind layers[].head_off */
 };
 
 /*

@@ -101,7 +101,33 @@ for pol in snapkv h2o streamingllm window; do
 	fi
 done
 
-# 4. The daemon is still healthy and shuts down cleanly.
+# 4. Budget modes through the daemon: ragged heads (their own counts, one
+#    row block per layer) decode, APPEND and GROW exactly as in process
+#    (tl_compact_budget), and a fallback keeps the whole prompt.
+for spec in "mass-heads:0.9:9:24" "heads:0.2" "mass:0.9:9:32:4" "mass-heads:0.9:9:24 --fallback-below 0.99"; do
+	# shellcheck disable=SC2086 # the spec carries its own options
+	d=$("$ENGINE" -m "$MODEL" --socket "$sock" -p "$prompt" -n $steps --policy snapkv \
+		-C 24 -W 8 --gqa expand --reserve 4 --grow 4 --compare --budget $spec 2>/dev/null)
+	rc=$?
+	# shellcheck disable=SC2086
+	l=$("$ENGINE" -m "$MODEL" --local -p "$prompt" -n $steps --policy snapkv \
+		-C 24 -W 8 --gqa expand --reserve 4 --grow 4 --compare --budget $spec 2>/dev/null)
+	what="budget $spec"
+	if [ $rc -ne 0 ]; then
+		fail "$what: exit $rc"; echo "$d"; continue
+	fi
+	echo "$d" | grep -Eq "appended $((steps - 1)) .*: ok\), capacity [0-9]+ after [1-9][0-9]* GROW" ||
+		{ fail "$what: positions/APPEND/GROW"; echo "$d"; continue; }
+	[ "$(echo "$d" | grep -v '^--- daemon cache')" = "$l" ] ||
+		{ fail "$what: daemon and in-process outputs differ"; echo "$d"; echo "$l"; continue; }
+	case $spec in
+	*fallback*) echo "$d" | grep -q "FALLBACK, the full prompt is kept" ||
+		{ fail "$what: no fallback"; echo "$d"; continue; } ;;
+	esac
+	pass "$what: $(echo "$d" | grep -o 'kept per head [0-9.]* mean ([0-9.]*)'), same output as in process, grew"
+done
+
+# 5. The daemon is still healthy and shuts down cleanly.
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
