@@ -233,6 +233,19 @@ void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *ho
 		c->head_stride = c->ragged ? 0 : (int64_t)c->slots * c->head_dim;
 }
 
+void snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_result *res,
+			       uint8_t *host_base)
+{
+	c->c_star = res->c_star;
+	c->fallback = res->fallback != 0;
+	c->mass_choice = res->min_mass;
+	/* heads keep different counts, unless all kept all L (fallback) */
+	c->ragged = !c->fallback &&
+		    (c->budget_mode == SKV_BUDGET_LAYERS || c->budget_mode == SKV_BUDGET_HEADS ||
+		     c->budget_mode == SKV_BUDGET_MASS_HEADS);
+	snapkvd_cache_settle(c, host_base, host_base);
+}
+
 void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
 			 const struct snapkvd_cache_geom *g)
 {

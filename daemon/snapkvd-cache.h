@@ -192,6 +192,15 @@ int snapkvd_cache_budget_arrays(struct snapkvd_cache *c);
  */
 void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base);
 
+/*
+ * A budget mode's outcome res (its kept array is c->hkept) into c: C*,
+ * fallback, the choice's smallest mass, whether heads are stored ragged;
+ * then settle (K/V and positions in the host arena at host_base). Either
+ * backend's runner, once its kernels are done.
+ */
+void snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_result *res,
+			       uint8_t *host_base);
+
 /* Index of slot i of (layer l, head h) in layer l's positions: h * slots
  * + i, or hstart + i for a ragged cache (whose K/V rows are the same). */
 uint64_t snapkvd_cache_pos_index(const struct snapkvd_cache *c, uint32_t l, uint32_t h, uint32_t i);

@@ -196,9 +196,14 @@ static int check_budget(const struct snapkvd_request_env *env, struct snapkvd_jo
 
 	if (!budgeted(&j->params))
 		return 0;
-	if (snapkvd_runner_device(env->runner)) {
-		snprintf(err, errlen, "budget mode %s%s needs the host backend", mode,
-			 j->params.fallback_below != 0.0f ? " with a fallback" : "");
+	/* the cuda backend's budget kernels write into the host arena, where
+	 * the heads are settled (packed or ragged) */
+	if (snapkvd_runner_device(env->runner) &&
+	    req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM) {
+		snprintf(err, errlen,
+			 "budget mode %s%s on the cuda backend: the output must be in the host "
+			 "arena (out_arena)",
+			 mode, j->params.fallback_below != 0.0f ? " with a fallback" : "");
 		return -EOPNOTSUPP;
 	}
 	if (ragged_mode(&j->params) && req->out_layout == SNAPKV__V1__LAYOUT__LAYOUT_NHD) {

@@ -325,14 +325,19 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	struct cuda_runner *c = x->c;
 	void *done[j->n_bufs + 2];
 	unsigned n_done = 0;
+	struct snapkvd_cache *ca = j->cache;
+	const bool budget = ca && ca->budgeted;
+	struct skv_budget_result res = {.result_size = sizeof(res), .kept = ca ? ca->hkept : NULL};
 	int r;
 
-	/* the CUDA kernels take uniform only (validation refuses the rest
-	 * first; this guards the kernels' call) */
-	if (j->params.budget_mode != SKV_BUDGET_UNIFORM || j->params.fallback_below != 0.0f) {
-		snprintf(kerr->msg, sizeof(kerr->msg), "budget mode %s%s needs the host backend",
-			 skv_budget_name(j->params.budget_mode),
-			 j->params.fallback_below != 0.0f ? " with a fallback" : "");
+	/* A budget mode settles its heads on the host: its output must be in
+	 * the host arena (validation refuses the rest first; this guards). */
+	if (budget && (ca->gpu_kv || !ops_of(c)->compact_budget)) {
+		snprintf(kerr->msg, sizeof(kerr->msg),
+			 ca->gpu_kv ? "budget mode %s on the cuda backend: the output must be in "
+				      "the host arena"
+				    : "budget mode %s: the CUDA plugin has no budget kernels",
+			 skv_budget_name(j->params.budget_mode));
 		return -EOPNOTSUPP;
 	}
 	if (j->has_event) { /* before anything is page-locked for the job */
@@ -345,7 +350,10 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 		r = upload_block_table(x, j, kerr);
 	if (r == 0 && j->wait_flag)
 		r = wait_flag(x, j, kerr);
-	if (r == 0)
+	if (r == 0 && budget)
+		r = ops_of(c)->compact_budget(x->gctx, &j->shape, &j->params, j->layers, j->in,
+					      j->out, &res, kerr);
+	else if (r == 0)
 		r = ops_of(c)->compact(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out,
 				       kerr);
 	if (r == 0)
@@ -354,6 +362,8 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 		r = wait_flag_done(x, j, r, kerr);
 	while (n_done)
 		ops_of(c)->host_unregister(c->gpu->dev, done[--n_done]);
+	if (r == 0 && budget) /* res is filled once the stream is done */
+		snapkvd_cache_budget_done(ca, &res, j->host_base);
 	return r;
 }
 

@@ -74,14 +74,7 @@ static int host_compact_budget(struct snapkvd_runner_ctx *x, struct snapkvd_job 
 	r = skv_compact_budget(x->ctx, &j->shape, &j->params, j->layers, j->in, j->out, &res, kerr);
 	if (r < 0)
 		return r;
-	c->c_star = res.c_star;
-	c->fallback = res.fallback != 0;
-	c->mass_choice = res.min_mass;
-	/* heads keep different counts, unless all kept all L (fallback) */
-	c->ragged = !c->fallback &&
-		    (c->budget_mode == SKV_BUDGET_LAYERS || c->budget_mode == SKV_BUDGET_HEADS ||
-		     c->budget_mode == SKV_BUDGET_MASS_HEADS);
-	snapkvd_cache_settle(c, j->host_base, j->host_base);
+	snapkvd_cache_budget_done(c, &res, j->host_base);
 	return 0;
 }
 

@@ -690,43 +690,87 @@ static void test_pressure_scaling(void)
 	skv_client_close(c);
 }
 
-/* --backend cuda (SNAPKVD_TEST_BACKEND=cuda-emu): every mode other than
- * uniform, and a fallback, refused before any work, naming the mode. */
-static void test_cuda_refuses(void)
+/*
+ * --backend cuda (SNAPKVD_TEST_BACKEND=cuda-emu): the budget kernels of the
+ * CUDA plugin through the daemon. The two backends score in other orders
+ * (votes differ in their last bits on random input), so this suite's input
+ * makes every vote exact, as tests/gpu/gpu-budget.c does: K rows are
+ * A * e_c for clusters c of 1, 2 or 4 prefix positions (0 in the other
+ * cluster dimensions, random beyond them), every window query A * e_c for
+ * one cluster, A = 64, so each window row weighs exactly 1/|c| on its
+ * cluster and 0 elsewhere. Then every mode's cache equals libskv's here bit
+ * for bit, as on the host backend.
+ */
+#define A_CODE 64.0f
+#define N_CL   4 /* cluster dimensions, < D */
+
+static void fill_exact(void)
 {
-	static const struct {
-		enum skv_budget mode;
-		float fallback;
-		const char *msg;
-	} want[] = {
-	    {SKV_BUDGET_LAYERS, 0, "budget mode layers needs the host backend"},
-	    {SKV_BUDGET_HEADS, 0, "budget mode heads needs the host backend"},
-	    {SKV_BUDGET_MASS, 0, "budget mode mass needs the host backend"},
-	    {SKV_BUDGET_MASS_HEADS, 0, "budget mode mass-heads needs the host backend"},
-	    {SKV_BUDGET_UNIFORM, 0.5f, "budget mode uniform with a fallback needs the host"},
-	};
+	uint64_t seed = 29;
+
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		float *q = layer_base(l), *k = q + Q_EL, *v = k + KV_EL;
+
+		for (uint32_t kvh = 0; kvh < H_KV; kvh++) {
+			float *kh = k + (size_t)kvh * L * D, *vh = v + (size_t)kvh * L * D;
+			uint32_t next = (uint32_t)(h_rand(&seed) > 0) * 3, size[N_CL];
+
+			for (size_t i = 0; i < (size_t)L * D; i++) {
+				kh[i] = (i % D) < N_CL ? 0.0f : h_rand(&seed);
+				vh[i] = h_rand(&seed);
+			}
+			/* cluster c: 1 << ((c + l + kvh) % 3) positions, spread over the prefix */
+			for (uint32_t c = 0; c < N_CL; c++) {
+				size[c] = 1u << ((c + l + kvh) % 3);
+				for (uint32_t m = 0; m < size[c]; m++, next += 7)
+					kh[(size_t)(next % (L - W)) * D + c] = A_CODE;
+			}
+			for (uint32_t g = 0; g < H_Q / H_KV; g++)
+				for (uint32_t t = 0; t < W; t++) {
+					float *qr =
+					    q + (((size_t)kvh * (H_Q / H_KV) + g) * W + t) * D;
+
+					memset(qr, 0, D * sizeof(float));
+					qr[(t + g + l) % N_CL] = A_CODE;
+				}
+		}
+	}
+}
+
+static int cuda_init(void)
+{
+	if (suite_init() < 0)
+		return -1;
+	fill_exact();
+	return 0;
+}
+
+/* Every mode, and the fallbacks, on the emulated CUDA backend: the same
+ * caches as libskv here; a budget mode into the GPU arena is refused. */
+static void test_cuda_modes(void)
+{
 	struct skv_compact_desc d;
 	struct skv_cache *k = NULL;
 	struct skv_params p;
-	int fds = fds_base();
+	uint64_t asz = 0;
+	int afd = -1, fds;
 
-	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-		params_base(&p, SKV_GQA_EXPAND);
-		p.budget_mode = want[i].mode;
-		p.pyramid_r = want[i].mode == SKV_BUDGET_LAYERS ? 0.5f : 0.0f;
-		p.tau = 0.9f, p.c_min = 12, p.c_max = 64, p.c_step = 4;
-		p.fallback_below = want[i].fallback;
-		desc_init(&d, &p, 0);
-		CU_ASSERT_EQUAL(skv_client_compact(cl, &d, &k), -EOPNOTSUPP);
-		CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(cl), want[i].msg));
-		CU_ASSERT_EQUAL(h_pool_used(H.sock), 0);
-	}
-	params_base(&p, SKV_GQA_EXPAND); /* uniform still runs */
+	test_modes();
+	test_fallback();
+	CU_ASSERT_EQUAL_FATAL(skv_client_cuda_arena(cl, &afd, &asz, NULL), 0);
+	fds = fds_base();
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS_HEADS;
+	p.tau = 0.9f, p.c_min = 12, p.c_max = 64;
 	desc_init(&d, &p, 0);
-	CU_ASSERT_EQUAL(skv_client_compact(cl, &d, &k), 0);
-	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
-	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	d.out_arena = SKV_ARENA_CUDA;
+	CU_ASSERT_EQUAL(skv_client_compact(cl, &d, &k), -EOPNOTSUPP);
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(skv_client_error(cl), "the output must be in the host arena"));
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), 0);
 	CU_ASSERT_EQUAL(fds_settled(fds), fds);
+	if (afd >= 0)
+		close(afd);
 }
 
 int main(void)
@@ -736,8 +780,9 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	if (h_backend_cuda()) {
-		s = CU_add_suite("daemon-budget-cuda", suite_init, suite_clean);
-		CU_add_test(s, "--backend cuda refuses budget modes", test_cuda_refuses);
+		s = CU_add_suite("daemon-budget-cuda", cuda_init, suite_clean);
+		CU_add_test(s, "every mode on the CUDA kernels = skv_compact_budget here",
+			    test_cuda_modes);
 		return h_run_tests();
 	}
 	s = CU_add_suite("daemon-budget", suite_init, suite_clean);
