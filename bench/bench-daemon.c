@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-fma.h"
 #include "bench-host.h"
 #include "snapkv.h"
 
@@ -111,95 +112,6 @@ static void pin(int cpu)
 	CPU_ZERO(&s);
 	CPU_SET(cpu, &s);
 	pthread_setaffinity_np(pthread_self(), sizeof(s), &s);
-}
-
-/* ------------------------------------------------------------ FMA peak */
-
-enum { FMA_ITERS = 20000000 };
-
-/* 12 independent accumulator chains of fused multiply-adds; returns FLOPs. */
-__attribute__((target("avx512f"))) static double fma_avx512(float *sink)
-{
-	__m512 a[12], m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-6f);
-
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm512_set1_ps((float)i);
-	for (long n = 0; n < FMA_ITERS; n++)
-#pragma GCC unroll 12 /* kept in registers, not in a[] on the stack */
-		for (int i = 0; i < 12; i++)
-			a[i] = _mm512_fmadd_ps(a[i], m, c);
-	for (int i = 1; i < 12; i++)
-		a[0] = _mm512_add_ps(a[0], a[i]);
-	*sink = _mm512_reduce_add_ps(a[0]);
-	return 2.0 * 16 * 12 * FMA_ITERS;
-}
-
-__attribute__((target("avx2,fma"))) static double fma_avx2(float *sink)
-{
-	__m256 a[12], m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-6f);
-	float o[8];
-
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm256_set1_ps((float)i);
-	for (long n = 0; n < FMA_ITERS; n++)
-#pragma GCC unroll 12
-		for (int i = 0; i < 12; i++)
-			a[i] = _mm256_fmadd_ps(a[i], m, c);
-	for (int i = 1; i < 12; i++)
-		a[0] = _mm256_add_ps(a[0], a[i]);
-	_mm256_storeu_ps(o, a[0]);
-	*sink = o[0];
-	return 2.0 * 8 * 12 * FMA_ITERS;
-}
-
-struct fma_arg {
-	int cpu;
-	double flop, cpu_s;
-	float sink;
-};
-
-static void *fma_thread(void *p)
-{
-	struct fma_arg *a = p;
-
-	struct timespec t0, t1;
-
-	pin(a->cpu);
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-	a->flop = __builtin_cpu_supports("avx512f") ? fma_avx512(&a->sink) : fma_avx2(&a->sink);
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-	a->cpu_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-	return NULL;
-}
-
-/*
- * All threads at once, one per CPU; each thread's rate is over its own CPU
- * time, so other processes' share of the cores is left out (the peak of the
- * cores, not of this run's share of them). Sum over threads, best of 3.
- */
-static double fma_peak(unsigned threads)
-{
-	pthread_t t[64];
-	struct fma_arg a[64];
-	double best = 0;
-
-	if (threads > 64)
-		threads = 64;
-	for (int rep = 0; rep < 3; rep++) {
-		double rate = 0;
-
-		for (unsigned i = 0; i < threads; i++) {
-			a[i] = (struct fma_arg){.cpu = (int)i};
-			pthread_create(&t[i], NULL, fma_thread, &a[i]);
-		}
-		for (unsigned i = 0; i < threads; i++) {
-			pthread_join(t[i], NULL);
-			rate += a[i].flop / a[i].cpu_s;
-		}
-		if (rate > best)
-			best = rate;
-	}
-	return best * 1e-9;
 }
 
 /* ------------------------------------------------- compaction requests */
@@ -665,7 +577,7 @@ int main(int argc, char **argv)
 	       sysconf(_SC_NPROCESSORS_ONLN), when, la0);
 	printf("  OpenBLAS: %s (OPENBLAS_CORETYPE %s)\n", openblas_get_config(),
 	       getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "auto");
-	peak = fma_peak(threads);
+	peak = bench_fma_peak(threads);
 	printf("  measured FMA peak, %u threads, f32: %.1f GFLOP/s (%s; per CPU-second of each "
 	       "thread)\n",
 	       threads, peak, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2");

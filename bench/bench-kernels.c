@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-fma.h"
 #include "bench-host.h"
 #include "skv-internal.h" /* the ISA kernels, for timing them alone */
 #include "skv.h"
@@ -139,50 +140,7 @@ static void set_free(struct layer_set *s, int n_layers)
 	}
 }
 
-/* ------------------------------------------------------------ FMA peak */
-
-enum { FMA_ITERS = 20000000 };
-
-/* 12 independent chains of fused multiply-adds in registers; returns FLOPs */
-__attribute__((target("avx512f"))) static double fma_avx512(float *sink)
-{
-	__m512 a[12], m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-6f);
-
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm512_set1_ps((float)i);
-	for (long n = 0; n < FMA_ITERS; n++)
-#pragma GCC unroll 12
-		for (int i = 0; i < 12; i++)
-			a[i] = _mm512_fmadd_ps(a[i], m, c);
-	for (int i = 1; i < 12; i++)
-		a[0] = _mm512_add_ps(a[0], a[i]);
-	*sink = _mm512_reduce_add_ps(a[0]);
-	return 2.0 * 16 * 12 * FMA_ITERS;
-}
-
-__attribute__((target("avx2,fma"))) static double fma_avx2(float *sink)
-{
-	__m256 a[12], m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-6f);
-	float o[8];
-
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm256_set1_ps((float)i);
-	for (long n = 0; n < FMA_ITERS; n++)
-#pragma GCC unroll 12
-		for (int i = 0; i < 12; i++)
-			a[i] = _mm256_fmadd_ps(a[i], m, c);
-	for (int i = 1; i < 12; i++)
-		a[0] = _mm256_add_ps(a[0], a[i]);
-	_mm256_storeu_ps(o, a[0]);
-	*sink = o[0];
-	return 2.0 * 8 * 12 * FMA_ITERS;
-}
-
-struct fma_arg {
-	int cpu;
-	double rate;
-	float sink;
-};
+/* ------------------------------------------------- the kernel alone */
 
 static double thread_cpu(void)
 {
@@ -190,49 +148,6 @@ static double thread_cpu(void)
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
-
-static void *fma_thread(void *p)
-{
-	struct fma_arg *a = p;
-	cpu_set_t cs;
-
-	CPU_ZERO(&cs);
-	CPU_SET(a->cpu, &cs);
-	pthread_setaffinity_np(pthread_self(), sizeof(cs), &cs);
-	double t0 = thread_cpu();
-	double flop = __builtin_cpu_supports("avx512f") ? fma_avx512(&a->sink) : fma_avx2(&a->sink);
-	a->rate = flop / (thread_cpu() - t0);
-	return NULL;
-}
-
-/*
- * One pinned thread per CPU, all at once, each rate over its own CPU time
- * (the cores' peak, not this run's share of them); the sum, best of 3.
- * The same method as bench-daemon's.
- */
-static double fma_peak(unsigned threads)
-{
-	pthread_t t[64];
-	struct fma_arg a[64];
-	double best = 0;
-
-	threads = threads > 64 ? 64 : threads;
-	for (int rep = 0; rep < 3; rep++) {
-		double rate = 0;
-		for (unsigned i = 0; i < threads; i++) {
-			a[i] = (struct fma_arg){.cpu = (int)i};
-			pthread_create(&t[i], NULL, fma_thread, &a[i]);
-		}
-		for (unsigned i = 0; i < threads; i++) {
-			pthread_join(t[i], NULL);
-			rate += a[i].rate;
-		}
-		best = rate > best ? rate : best;
-	}
-	return best * 1e-9;
-}
-
-/* ------------------------------------------------- the kernel alone */
 
 static const struct skv_isa *isa_named(const char *name)
 {
@@ -384,7 +299,7 @@ int main(int argc, char **argv)
 	       skv_ctx_isa(ctx), threads, n_layers, reps);
 	printf("  OpenBLAS: %s\n", openblas_get_config());
 	printf("  load average before: %.2f %.2f %.2f\n", la[0], la[1], la[2]);
-	const double peak = fma_peak(threads);
+	const double peak = bench_fma_peak(threads);
 	printf("  measured FMA peak, %u threads, f32: %.1f GFLOP/s (%s; per CPU-second of each "
 	       "pinned thread)\n",
 	       threads, peak, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2");
