@@ -4,12 +4,17 @@ session, as tensor-parallel ranks) compact in one group and get one C*, the
 larger of their own; a group missing a member times out; bad groups are
 refused before anything is sent (key, size) or by the daemon (the mode)."""
 import errno
+import json
+import os
+import struct
+import subprocess
 import threading
 
 import pytest
 import torch
 
-from skvtest import place, random_inputs
+from conftest import BUILD
+from skvtest import place, random_inputs, st_write
 
 SHAPE = dict(layers=2, h_q=4, h_kv=2, L=96, D=16, n_q=8)
 PARAMS = dict(window=8, capacity=24, kernel=5, pooling="avg", gqa="group",
@@ -98,3 +103,45 @@ def test_group_ragged_mode_refused(client, snapkv, daemon):
         client.compact(qs, ks, vs, **params, **kw, group=("ragged", 2))
     assert e.value.errno == errno.EINVAL and "heads" in str(e.value)
     assert daemon.ledger()["caches"] == []
+
+
+def st_metadata(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)).get("__metadata__", {})
+
+
+def test_snapkvctl_group(daemon, tmp_path):
+    """`snapkvctl compact --group KEY:SIZE` from two processes at once: one
+    C*, the larger of their own, in both files; --offline refuses --group."""
+    ctl = os.path.join(BUILD, "snapkvctl")
+    common = ["--socket", daemon.sock, "--window", "8", "--capacity", "24", "--gqa", "group",
+              "--budget", PARAMS["budget"]]
+    ins = []
+    for i, (seed, sharp) in enumerate([(51, 0.5), (52, 4.0)]):
+        q, k, v = random_inputs(dtype=torch.float32, seed=seed, **SHAPE)
+        t = {}
+        for l in range(SHAPE["layers"]):
+            t[f"layers.{l}.q"], t[f"layers.{l}.k"], t[f"layers.{l}.v"] = q[l] * sharp, k[l], v[l]
+        ins.append(tmp_path / f"rank{i}.safetensors")
+        st_write(ins[-1], t)
+    own = []
+    for i in range(2):
+        out = tmp_path / f"own{i}.safetensors"
+        subprocess.run([ctl, "compact", str(ins[i]), str(out), "-q", *common], check=True)
+        own.append(int(st_metadata(out)["budget.c_star"]))
+    assert own[0] != own[1], own
+    procs = [subprocess.Popen([ctl, "compact", str(ins[i]), str(tmp_path / f"g{i}.safetensors"),
+                               "--group", "ctl-tp:2:30000", *common],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (so, se) in zip(procs, outs):
+        assert p.returncode == 0, se
+        assert 'group "ctl-tp": decided with 2 members' in so
+    for i in range(2):
+        assert int(st_metadata(tmp_path / f"g{i}.safetensors")["budget.c_star"]) == max(own)
+    r = subprocess.run([ctl, "compact", "--offline", str(ins[0]), str(tmp_path / "x"),
+                        "--group", "ctl-tp:2"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--group needs the daemon" in r.stderr
+    assert not (tmp_path / "x").exists()
