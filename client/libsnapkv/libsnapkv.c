@@ -1395,10 +1395,10 @@ static int group_check(struct skv_client *c, const char *key, uint32_t size)
 	if (n > SKV_MAX_GROUP_KEY)
 		return fail(c, -EINVAL, "group_key is longer than %u bytes", SKV_MAX_GROUP_KEY);
 	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)key[i] < 0x21 || (unsigned char)key[i] > 0x7e)
+		if ((unsigned char)key[i] < 0x20 || (unsigned char)key[i] > 0x7e)
 			return fail(c, -EINVAL,
-				    "group_key: byte %zu (0x%02x) is not printable ASCII (! to ~)",
-				    i, (unsigned char)key[i]);
+				    "group_key: byte %zu (0x%02x) is not printable ASCII", i,
+				    (unsigned char)key[i]);
 	if (!size)
 		return fail(c, -EINVAL,
 			    "group_size 0 with group_key \"%s\": a decision group needs its "

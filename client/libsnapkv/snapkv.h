@@ -305,7 +305,7 @@ struct skv_compact_desc {
 	/* since SNAPKV_1.7, read when desc_size covers them: a decision group
 	 * (see "Decision groups" below). group_key NULL or "" and group_size 0:
 	 * no group. The string is read by skv_compact_submit() only. */
-	const char *group_key;	   /* 1..SKV_MAX_GROUP_KEY bytes, ! to ~ (no space) */
+	const char *group_key;	   /* 1..SKV_MAX_GROUP_KEY bytes, printable ASCII */
 	uint32_t group_size;	   /* members, 1..the daemon's max_group_size */
 	uint32_t group_timeout_ms; /* 0: the daemon's group_timeout_ms */
 };
@@ -348,7 +348,7 @@ int skv_compact_desc_wait_event(struct skv_compact_desc *d, const void *ipc_hand
 #define SKV_MAX_GROUP_KEY 64u
 /* Fill the SNAPKV_1.7 group fields of d (desc_size must cover them), after
  * checking them as skv_compact_submit() does: key 1..SKV_MAX_GROUP_KEY bytes
- * of printable ASCII without space (! to ~), size >= 1. The key is not copied: it must stay valid
+ * of printable ASCII, size >= 1. The key is not copied: it must stay valid
  * until the request is submitted. -EINVAL otherwise. Since SNAPKV_1.7. */
 int skv_compact_desc_group(struct skv_compact_desc *d, const char *key, uint32_t size,
 			   uint32_t timeout_ms);

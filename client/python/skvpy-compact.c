@@ -150,10 +150,10 @@ static int parse_group(PyObject *o, struct skvpy_compact *p)
 		goto out;
 	}
 	for (Py_ssize_t i = 0; i < n; i++)
-		if ((unsigned char)key[i] < 0x21 || (unsigned char)key[i] > 0x7e) {
+		if ((unsigned char)key[i] < 0x20 || (unsigned char)key[i] > 0x7e) {
 			PyErr_Format(PyExc_ValueError,
-				     "group: key byte %zd (0x%02x) is not printable ASCII (! to ~)",
-				     i, (unsigned char)key[i]);
+				     "group: key byte %zd (0x%02x) is not printable ASCII", i,
+				     (unsigned char)key[i]);
 			goto out;
 		}
 	if (u32_arg(PyTuple_GET_ITEM(t, 1), "group size", 1, UINT32_MAX, &p->d.group_size) < 0 ||

@@ -87,7 +87,7 @@ static void usage(FILE *f)
 	    "  --group KEY:SIZE[:TIMEOUT_MS]\n"
 	    "                       a decision group (through snapkvd only): the SIZE\n"
 	    "                       requests of one tenant with this KEY (1..%u bytes of\n"
-	    "                       ASCII ! to ~, no : here) are decided together (mass:\n"
+	    "                       printable ASCII, no ':' here) are decided together (mass:\n"
 	    "                       one C* for all, the largest of their own; fallback for all\n"
 	    "                       if one falls back); budget uniform, layers or mass, every\n"
 	    "                       member with the same shape and parameters. snapkvd waits\n"
@@ -218,9 +218,8 @@ static int parse_group(const char *s, struct opts *o)
 		return CTL_EXIT_USAGE;
 	}
 	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e) {
-			ctl_err(CMD,
-				"--group: key byte %zu (0x%02x) is not printable ASCII (! to ~)", i,
+		if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) {
+			ctl_err(CMD, "--group: key byte %zu (0x%02x) is not printable ASCII", i,
 				(unsigned char)s[i]);
 			return CTL_EXIT_USAGE;
 		}

@@ -546,7 +546,7 @@ static void test_group_of_4(void)
 	const struct data d[4] = {
 	    {11, 8.0f, false}, {22, 5.0f, false}, {33, 6.0f, false}, {44, 4.5f, false}};
 
-	group_of(4, d, "tp-4:req-17");
+	group_of(4, d, "tp-4:req 17");
 }
 
 /* One member's flat attention would fall back: every member does. */
@@ -732,7 +732,6 @@ static void test_bad_alone(void)
 	long_key[65] = 0;
 	refused(&e, &p, long_key, 2, 0, EINVAL, "longer than 64 bytes");
 	refused(&e, &p, "tab\there", 2, 0, EINVAL, "not printable ASCII");
-	refused(&e, &p, "two words", 2, 0, EINVAL, "not printable ASCII");
 	desc_init(&d, &p, e.refs, NULL, 0, 0);
 	CU_ASSERT_EQUAL(skv_compact_desc_group(&d, "k", 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(skv_compact_desc_group(&d, "", 2, 0), -EINVAL);
@@ -746,7 +745,6 @@ static void test_bad_alone(void)
 	params_mass(&p, TAU, 0.0f);
 	p.budget_mode = SKV_BUDGET_MASS_HEADS;
 	refused(&e, &p, "k", 2, 0, EINVAL, "budget mode mass-heads");
-	printf("\n");
 	eng_close(&e);
 	nothing_held("bad alone");
 }
@@ -792,7 +790,6 @@ static void test_bad_mismatch(void)
 	mismatch(&p, L - 16, "prompt_len 144 differs from the group's 160");
 	params_mass(&p, TAU + 0.1f, 0.0f);
 	mismatch(&p, L, "tau 0.7 differs from the group's 0.6");
-	printf("\n");
 	nothing_held("mismatch");
 }
 
@@ -884,7 +881,6 @@ static void test_bad_tenant_groups(void)
 	}
 	for (int i = 0; i <= MAX_TENANT_GROUPS; i++)
 		eng_close(&e[i]);
-	printf("\n");
 	nothing_held("tenant groups");
 }
 
