@@ -745,6 +745,7 @@ static void test_bad_alone(void)
 	params_mass(&p, TAU, 0.0f);
 	p.budget_mode = SKV_BUDGET_MASS_HEADS;
 	refused(&e, &p, "k", 2, 0, EINVAL, "budget mode mass-heads");
+	printf("\n");
 	eng_close(&e);
 	nothing_held("bad alone");
 }
@@ -790,6 +791,7 @@ static void test_bad_mismatch(void)
 	mismatch(&p, L - 16, "prompt_len 144 differs from the group's 160");
 	params_mass(&p, TAU + 0.1f, 0.0f);
 	mismatch(&p, L, "tau 0.7 differs from the group's 0.6");
+	printf("\n");
 	nothing_held("mismatch");
 }
 
@@ -881,6 +883,7 @@ static void test_bad_tenant_groups(void)
 	}
 	for (int i = 0; i <= MAX_TENANT_GROUPS; i++)
 		eng_close(&e[i]);
+	printf("\n");
 	nothing_held("tenant groups");
 }
 
