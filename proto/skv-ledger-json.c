@@ -83,6 +83,10 @@ void skv_ledger_budget_json(json_t *e, const Snapkv__V1__CacheLedger *c)
 		json_object_set_new(e, "kept_mean", json_real(c->kept_mean));
 		json_object_set_new(e, "kept_min", json_integer(c->kept_min));
 	}
+	if (c->group_size) { /* decided in a decision group */
+		json_object_set_new(e, "group_key", json_string(c->group_key ? c->group_key : ""));
+		json_object_set_new(e, "group_size", json_integer(c->group_size));
+	}
 	for (size_t l = 0; l < c->n_layer_kept; l++)
 		json_array_append_new(lk, json_integer((json_int_t)c->layer_kept[l]));
 	for (size_t l = 0; l < c->n_layer_mass_min && l < c->n_layer_mass_mean; l++) {

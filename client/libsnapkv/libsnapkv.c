@@ -1364,6 +1364,60 @@ static int wait_event(struct skv_compact_desc *d, const void *ipc_handle, uint32
 	return 0;
 }
 
+/* ------------------------------------------------ decision groups (1.7) */
+
+#define DESC_GROUP_END (offsetof(struct skv_compact_desc, group_timeout_ms) + sizeof(uint32_t))
+
+/* The group fields of d, when desc_size covers them; else no group. */
+static void desc_group(const struct skv_compact_desc *d, const char **key, uint32_t *size,
+		       uint32_t *timeout_ms)
+{
+	bool has = d->desc_size >= DESC_GROUP_END;
+
+	*key = has && d->group_key && d->group_key[0] ? d->group_key : NULL;
+	*size = has ? d->group_size : 0;
+	*timeout_ms = has ? d->group_timeout_ms : 0;
+}
+
+/* What the daemon checks first, checked here with a clear message: the
+ * key's length and bytes, a size with the key and a key with the size. */
+static int group_check(struct skv_client *c, const char *key, uint32_t size)
+{
+	size_t n;
+
+	if (!key && !size)
+		return 0;
+	if (!key)
+		return fail(c, -EINVAL,
+			    "group_size %u without a group_key (a decision group needs both)",
+			    size);
+	n = strnlen(key, SKV_MAX_GROUP_KEY + 1);
+	if (n > SKV_MAX_GROUP_KEY)
+		return fail(c, -EINVAL, "group_key is longer than %u bytes", SKV_MAX_GROUP_KEY);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)key[i] < 0x20 || (unsigned char)key[i] > 0x7e)
+			return fail(c, -EINVAL,
+				    "group_key: byte %zu (0x%02x) is not printable ASCII", i,
+				    (unsigned char)key[i]);
+	if (!size)
+		return fail(c, -EINVAL,
+			    "group_size 0 with group_key \"%s\": a decision group needs its "
+			    "size (1..max_group_size)",
+			    key);
+	return 0;
+}
+
+SKV_EXPORT int skv_compact_desc_group(struct skv_compact_desc *d, const char *key, uint32_t size,
+				      uint32_t timeout_ms)
+{
+	if (!d || !key || !key[0] || d->desc_size < DESC_GROUP_END || group_check(NULL, key, size))
+		return -EINVAL;
+	d->group_key = key;
+	d->group_size = size;
+	d->group_timeout_ms = timeout_ms;
+	return 0;
+}
+
 static void wb_free(struct skv_wb *w)
 {
 	if (!w)
@@ -1503,6 +1557,8 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 				  struct skv_request **ret_req)
 {
 	struct skv_compact_desc tmp;
+	const char *key;
+	uint32_t size, timeout_ms;
 
 	if (!c || !d || !ret_req)
 		return fail(c, -EINVAL, "compaction needs a description with layers");
@@ -1510,6 +1566,9 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	if (!desc_budget_plain(d) && d->params.n_layer_caps > SKV_MAX_LAYER_CAPS)
 		return fail(c, -EINVAL, "%u per-layer budgets, at most %u", d->params.n_layer_caps,
 			    SKV_MAX_LAYER_CAPS);
+	desc_group(d, &key, &size, &timeout_ms);
+	if (group_check(c, key, size) < 0)
+		return -EINVAL;
 	return compact_submit(c, d, ret_req);
 }
 
@@ -1525,6 +1584,7 @@ static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d
 	Snapkv__V1__LayerRef *lr = NULL, **lrp = NULL;
 	Snapkv__V1__TensorRef *tr = NULL;
 	struct skv_request *rq;
+	const char *gkey;
 	uint32_t slot;
 	int r;
 
@@ -1602,6 +1662,9 @@ static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d
 		}
 		cr.prefill_wait = &pw;
 	}
+	desc_group(d, &gkey, &cr.group_size, &cr.group_timeout_ms);
+	if (gkey)
+		cr.group_key = (char *)gkey;
 	r = paged_fields(c, d, &cr, &pgm, &rq->wb);
 	if (r < 0)
 		goto out;
@@ -1846,6 +1909,8 @@ static int cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci
 	};
 	if ((r = cache_budget_from_info(c, ci, k)) < 0)
 		return r;
+	k->budget.group_size = ci->group_size;
+	k->budget.group_wait_us = ci->group_wait_us;
 	if (ci->layout == SNAPKV__V1__LAYOUT__LAYOUT_PAGED) {
 		k->info.block_size = ci->block_size;
 		k->info.n_blocks = ci->n_blocks;
@@ -1891,7 +1956,8 @@ SKV_EXPORT int skv_request_wait(struct skv_request *rq, int timeout_ms,
 	}
 	r = collect(c, rq->slot, &resp);
 result:
-	/* the daemon's -ETIMEDOUT (a prefill wait not signalled in time) is
+	/* the daemon's -ETIMEDOUT (a prefill wait not signalled in time, a
+	 * decision group not complete in time) is
 	 * -ETIME here: -ETIMEDOUT from this call means "not freed, wait again" */
 	if (r == -ETIMEDOUT)
 		r = -ETIME;

@@ -302,6 +302,12 @@ struct skv_compact_desc {
 	const struct skv_layer_out_ref *out_layer; /* writeback: [layers] */
 	const int32_t *out_block_table;		   /* writeback */
 	uint32_t out_n_blocks;
+	/* since SNAPKV_1.7, read when desc_size covers them: a decision group
+	 * (see "Decision groups" below). group_key NULL or "" and group_size 0:
+	 * no group. The string is read by skv_compact_submit() only. */
+	const char *group_key;	   /* 1..SKV_MAX_GROUP_KEY bytes, printable ASCII */
+	uint32_t group_size;	   /* members, 1..the daemon's max_group_size */
+	uint32_t group_timeout_ms; /* 0: the daemon's group_timeout_ms */
 };
 
 /* Fill the SNAPKV_1.3 wait fields of d for a CUDA_FLAG wait (desc_size must
@@ -314,6 +320,38 @@ int skv_compact_desc_wait_flag(struct skv_compact_desc *d, const struct skv_buff
  * desc_size that does not cover the wait fields. Since SNAPKV_1.4. */
 int skv_compact_desc_wait_event(struct skv_compact_desc *d, const void *ipc_handle,
 				uint32_t timeout_ms);
+
+/*
+ * Decision groups (SNAPKV_1.7; SPEC.md "Budgets beyond one C"). Tensor-
+ * parallel ranks of one engine each hold some of the heads but must keep the
+ * same number of tokens: each rank submits its own compaction with the same
+ * group_key and group_size, from the same tenant (uid), and snapkvd decides
+ * them together: in mass mode C* is the smallest ladder C meeting tau on
+ * every member (the largest of the members' own C*), and when the fallback
+ * applies to one member it applies to all. Every member must agree on the
+ * shape (layers, h_q, h_kv, head_dim, prompt_len, dtype) and on the budget
+ * mode and all its parameters; uniform, layers and mass are allowed (with or
+ * without fallback_below), heads and mass-heads are refused. The daemon
+ * holds each member until all group_size have arrived, up to
+ * group_timeout_ms (0: its config's group_timeout_ms; at most its
+ * max_group_timeout_ms); past it every member fails and nothing is kept:
+ * the daemon's -ETIMEDOUT, returned as -ETIME by skv_request_wait() and
+ * skv_client_compact() as for a prefill wait. A member whose session ends
+ * makes the others fail at once. Mismatches, a member too many, a size above
+ * max_group_size and more than max_tenant_groups pending groups of one
+ * tenant are refused with -EINVAL naming the field or limit. Each member's
+ * wait is a compaction wait: skv_client_compact() blocks until the group is
+ * decided, so the members must be submitted concurrently (one thread,
+ * process or skv_compact_submit() per member). skv_cache_budget() reports
+ * group_size and group_wait_us.
+ */
+#define SKV_MAX_GROUP_KEY 64u
+/* Fill the SNAPKV_1.7 group fields of d (desc_size must cover them), after
+ * checking them as skv_compact_submit() does: key 1..SKV_MAX_GROUP_KEY bytes
+ * of printable ASCII, size >= 1. The key is not copied: it must stay valid
+ * until the request is submitted. -EINVAL otherwise. Since SNAPKV_1.7. */
+int skv_compact_desc_group(struct skv_compact_desc *d, const char *key, uint32_t size,
+			   uint32_t timeout_ms);
 
 /*
  * SPEC.md reference defaults: snapkvd, W 32, C 2048, k 5, avg, expand, S 4.
@@ -341,8 +379,9 @@ int skv_request_poll(struct skv_request *r);
 /*
  * Wait (timeout_ms < 0: forever) for a compaction; on success *ret_cache is
  * the new cache. The request is freed unless -ETIMEDOUT is returned. A
- * prefill wait the engine did not signal in time (the daemon's -ETIMEDOUT)
- * is returned as -ETIME, the request freed. A request of a session that
+ * prefill wait the engine did not signal in time, or a decision group whose
+ * members did not all arrive in time (the daemon's -ETIMEDOUT), is returned
+ * as -ETIME, the request freed. A request of a session that
  * skv_client_reconnect() replaced fails with -ENOTCONN (freed).
  */
 int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **ret_cache);
@@ -472,6 +511,11 @@ struct skv_cache_budget {
 	float mass_min;	      /* the choice's smallest retained mass (before a fallback) */
 	uint32_t kept_min;    /* fewest rows a (layer, head) kept */
 	float kept_mean;      /* mean rows kept per (layer, head) */
+	/* since SNAPKV_1.7, filled when budget_size covers them: decided in a
+	 * decision group of group_size members (0: none), after group_wait_us
+	 * from the group's first scored member to the decision */
+	uint32_t group_size;
+	uint64_t group_wait_us;
 };
 /* The budget outcome of k into *ret (ret->budget_size set). 0 or -EINVAL. */
 int skv_cache_budget(const struct skv_cache *k, struct skv_cache_budget *ret);

@@ -514,11 +514,25 @@ static PyObject *cache_budget(struct skvpy_cache *c, void *closure)
 	if (!info(c))
 		return NULL;
 	skv_cache_budget(c->k, &b);
-	return Py_BuildValue("{s:s, s:I, s:O, s:O, s:I, s:d, s:d}", "mode",
+	return Py_BuildValue("{s:s, s:I, s:O, s:O, s:I, s:d, s:d, s:I, s:K}", "mode",
 			     (unsigned)b.mode < 5 ? modes[b.mode] : "unknown", "c_star", b.c_star,
 			     "fallback", b.fallback ? Py_True : Py_False, "ragged",
 			     b.ragged ? Py_True : Py_False, "kept_min", b.kept_min, "kept_mean",
-			     (double)b.kept_mean, "mass_min", (double)b.mass_min);
+			     (double)b.kept_mean, "mass_min", (double)b.mass_min, "group_size",
+			     b.group_size, "group_wait_us", (unsigned long long)b.group_wait_us);
+}
+
+/* The decision group's size (0: none) and wait (us), from the budget outcome. */
+static PyObject *cache_group(struct skvpy_cache *c, void *closure)
+{
+	struct skv_cache_budget b = {.budget_size = sizeof(b)};
+
+	if (!info(c))
+		return NULL;
+	skv_cache_budget(c->k, &b);
+	if (closure)
+		return PyLong_FromUnsignedLongLong(b.group_wait_us);
+	return PyLong_FromUnsignedLong(b.group_size);
 }
 
 /* The integer fields of skv_cache_info, by offset. */
@@ -621,7 +635,13 @@ static PyGetSetDef cache_getset[] = {
     {"head_kept", (getter)cache_head_kept, NULL,
      "rows each (layer, head) kept, a list per layer (budget modes: they differ)", NULL},
     {"budget_outcome", (getter)cache_budget, NULL,
-     "dict: mode, c_star, fallback, ragged, kept_min, kept_mean, mass_min", NULL},
+     "dict: mode, c_star, fallback, ragged, kept_min, kept_mean, mass_min, group_size,\n"
+     "group_wait_us",
+     NULL},
+    {"group_size", (getter)cache_group, NULL,
+     "members of the decision group the cache was decided in (0: none)", NULL},
+    {"group_wait_us", (getter)cache_group, NULL,
+     "us from the group's first scored member to the decision (0: no group)", (void *)1},
     {"released", (getter)cache_released, NULL, "True once released", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -14,7 +14,7 @@ struct args {
 	PyObject *window, *capacity, *kernel, *pooling, *gqa, *policy, *sinks, *protect;
 	PyObject *reserve, *block_table, *out, *out_block_size, *out_block_table, *out_buffer;
 	PyObject *layout, *out_layout, *prompt_len, *evictable;
-	PyObject *budget, *fallback_below;
+	PyObject *budget, *fallback_below, *group;
 };
 
 /* What layer 0 fixed; every other layer must match it. */
@@ -111,6 +111,66 @@ static int parse_budget(const struct args *a, struct skv_params *p)
 	}
 	skv_budget_defaults(p); /* the ladder from W and C where left out */
 	return 0;
+}
+
+/* group=(key, size) or (key, size, timeout_ms): a decision group (the
+ * daemon checks the mode, the members' agreement and its limits). */
+static int parse_group(PyObject *o, struct skvpy_compact *p)
+{
+	PyObject *t;
+	const char *key;
+	Py_ssize_t n;
+	int ok = 0;
+
+	if (!o || o == Py_None)
+		return 0;
+	if (!PyTuple_Check(o) && !PyList_Check(o)) {
+		PyErr_SetString(PyExc_TypeError,
+				"group must be (key, size) or (key, size, timeout_ms)");
+		return -1;
+	}
+	t = PySequence_Tuple(o);
+	if (!t)
+		return -1;
+	n = PyTuple_GET_SIZE(t);
+	if (n != 2 && n != 3) {
+		PyErr_SetString(PyExc_TypeError,
+				"group must be (key, size) or (key, size, timeout_ms)");
+		goto out;
+	}
+	if (!PyUnicode_Check(PyTuple_GET_ITEM(t, 0)) ||
+	    !(key = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(t, 0), &n))) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_TypeError, "group: the key must be a string");
+		goto out;
+	}
+	if (n < 1 || n > (Py_ssize_t)SKV_MAX_GROUP_KEY) {
+		PyErr_Format(PyExc_ValueError, "group: the key has %zd bytes, it must have 1 .. %u",
+			     n, SKV_MAX_GROUP_KEY);
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++)
+		if ((unsigned char)key[i] < 0x20 || (unsigned char)key[i] > 0x7e) {
+			PyErr_Format(PyExc_ValueError,
+				     "group: key byte %zd (0x%02x) is not printable ASCII", i,
+				     (unsigned char)key[i]);
+			goto out;
+		}
+	if (u32_arg(PyTuple_GET_ITEM(t, 1), "group size", 1, UINT32_MAX, &p->d.group_size) < 0 ||
+	    (PyTuple_GET_SIZE(t) == 3 && u32_arg(PyTuple_GET_ITEM(t, 2), "group timeout_ms", 0,
+						 UINT32_MAX, &p->d.group_timeout_ms) < 0))
+		goto out;
+	if (PyTuple_GET_ITEM(t, 1) == Py_None) {
+		PyErr_SetString(PyExc_TypeError, "group size must be an int");
+		goto out;
+	}
+	memcpy(p->group_key, key, (size_t)n);
+	p->group_key[n] = '\0';
+	p->d.group_key = p->group_key;
+	ok = 1;
+out:
+	Py_DECREF(t);
+	return ok ? 0 : -1;
 }
 
 static int parse_params(const struct args *a, struct skv_params *p)
@@ -601,6 +661,7 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "evictable",
 				 "budget",
 				 "fallback_below",
+				 "group",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -610,17 +671,17 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v, &a.window,
+		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v, &a.window,
 		&a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks, &a.protect,
 		&a.reserve, &a.block_table, &a.out, &a.out_block_size, &a.out_block_table,
 		&a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len, &a.evictable, &a.budget,
-		&a.fallback_below))
+		&a.fallback_below, &a.group))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
 	g.paged = a.block_table && a.block_table != Py_None;
 	if (choice(a.layout, "layout", lay_n, lay_v, &g.nhd) < 0 ||
-	    parse_params(&a, &p->d.params) < 0 || output(&a, p, &out) < 0 ||
-	    layers(cl, &a, &g, p) < 0)
+	    parse_params(&a, &p->d.params) < 0 || parse_group(a.group, p) < 0 ||
+	    output(&a, p, &out) < 0 || layers(cl, &a, &g, p) < 0)
 		goto fail;
 	if (g.paged &&
 	    parse_table(a.block_table, (uint32_t)g.k_shape[0], &p->table, &p->d.n_blocks) < 0)

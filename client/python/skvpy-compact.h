@@ -27,6 +27,8 @@ struct skvpy_compact {
 	/* writeback: (k pools, v pools, block table) the Cache hands back; a new
 	 * reference, NULL otherwise */
 	PyObject *out;
+	/* group=(key, size[, timeout_ms]): d.group_key points here */
+	char group_key[SKV_MAX_GROUP_KEY + 1];
 };
 
 /* -1 with an exception; on success free with skvpy_compact_free() (which drops

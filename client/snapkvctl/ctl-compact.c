@@ -84,6 +84,16 @@ static void usage(FILE *f)
 	    "                       write ragged layers ([sum kept, D], layers.N.kept)\n"
 	    "  --fallback-below F   keep the full prompt when any head's retained mass would\n"
 	    "                       be below F (0 < F <= 1; default: never)\n"
+	    "  --group KEY:SIZE[:TIMEOUT_MS]\n"
+	    "                       a decision group (through snapkvd only): the SIZE\n"
+	    "                       requests of one tenant with this KEY (1..%u bytes of\n"
+	    "                       printable ASCII, no ':' here) are decided together (mass:\n"
+	    "                       one C* for all, the largest of their own; fallback for all\n"
+	    "                       if one falls back); budget uniform, layers or mass, every\n"
+	    "                       member with the same shape and parameters. snapkvd waits\n"
+	    "                       TIMEOUT_MS (default its group_timeout_ms) for all SIZE;\n"
+	    "                       then each fails, nothing kept. TIMEOUT_MS is added to\n"
+	    "                       --timeout for the wait\n"
 	    "  --threads N          --offline worker threads, 0 = one per core (default 0)\n"
 	    "  --show H             print the kept positions of the first H heads per layer\n"
 	    "  --out-layout L       hnd (default) or paged: OUT's layers.N.k/.v are then the\n"
@@ -95,7 +105,7 @@ static void usage(FILE *f)
 	    "\n"
 	    "Exit status: 0 success, 1 run-time failure (I/O, memory, daemon), 2 bad options,\n"
 	    "bad input file or invalid parameters. OUT is replaced atomically or not at all.\n",
-	    SKV_MAX_PROTECTED, SKV_MAX_OUT_BLOCK_SIZE);
+	    SKV_MAX_PROTECTED, SKV_MAX_GROUP_KEY, SKV_MAX_OUT_BLOCK_SIZE);
 }
 
 struct opts {
@@ -106,6 +116,8 @@ struct opts {
 	uint32_t show;
 	uint32_t block_size; /* --out-layout paged: slots per block; 0: dense HND */
 	bool paged;
+	struct ctl_group group; /* --group; key NULL: none */
+	char group_key[SKV_MAX_GROUP_KEY + 1];
 };
 
 enum {
@@ -125,7 +137,8 @@ enum {
 	OPT_FALLBACK,
 	OPT_OUT_LAYOUT,
 	OPT_BLOCK_SIZE,
-	OPT_LAST = OPT_BLOCK_SIZE,
+	OPT_GROUP,
+	OPT_LAST = OPT_GROUP,
 };
 
 static const struct option long_opts[] = {
@@ -145,6 +158,7 @@ static const struct option long_opts[] = {
     {"fallback-below", required_argument, NULL, OPT_FALLBACK},
     {"out-layout", required_argument, NULL, OPT_OUT_LAYOUT},
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"group", required_argument, NULL, OPT_GROUP},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -184,6 +198,45 @@ static int parse_protect(const char *s, struct skv_params *p)
 		return CTL_EXIT_USAGE;
 	}
 	p->protected_ranges[p->n_protected++] = (struct skv_range){begin, end};
+	return 0;
+}
+
+/* --group KEY:SIZE[:TIMEOUT_MS]: the key up to the first ':'. */
+static int parse_group(const char *s, struct opts *o)
+{
+	const char *c1 = strchr(s, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+	char num[24];
+	size_t n = c1 ? (size_t)(c1 - s) : strlen(s);
+
+	if (!c1) {
+		ctl_err(CMD, "--group: \"%s\" is not KEY:SIZE[:TIMEOUT_MS]", s);
+		return CTL_EXIT_USAGE;
+	}
+	if (n < 1 || n > SKV_MAX_GROUP_KEY) {
+		ctl_err(CMD, "--group: the key has %zu bytes, it must have 1..%u", n,
+			SKV_MAX_GROUP_KEY);
+		return CTL_EXIT_USAGE;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) {
+			ctl_err(CMD, "--group: key byte %zu (0x%02x) is not printable ASCII", i,
+				(unsigned char)s[i]);
+			return CTL_EXIT_USAGE;
+		}
+	memcpy(o->group_key, s, n);
+	o->group_key[n] = '\0';
+	n = c2 ? (size_t)(c2 - c1 - 1) : strlen(c1 + 1);
+	if (n >= sizeof(num) || (memcpy(num, c1 + 1, n), num[n] = '\0',
+				 ctl_parse_u32(num, 1, UINT32_MAX, &o->group.size) < 0)) {
+		ctl_err(CMD, "--group: the size \"%.*s\" is not an integer >= 1 (members)",
+			(int)(n < 64 ? n : 64), c1 + 1);
+		return CTL_EXIT_USAGE;
+	}
+	if (c2 && ctl_parse_u32(c2 + 1, 0, UINT32_MAX, &o->group.timeout_ms) < 0) {
+		ctl_err(CMD, "--group: the timeout \"%s\" is not a number of milliseconds", c2 + 1);
+		return CTL_EXIT_USAGE;
+	}
+	o->group.key = o->group_key;
 	return 0;
 }
 
@@ -275,6 +328,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			    0)
 				return bad_int("--block-size", optarg, r);
 			break;
+		case OPT_GROUP:
+			if ((r = parse_group(optarg, o)) != 0)
+				return r;
+			break;
 		case 'q':
 			o->quiet = true;
 			break;
@@ -307,6 +364,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	ctl_budget_defaults(&o->params);
 	if (o->offline && o->socket) {
 		ctl_err(CMD, "--offline and --socket exclude each other");
+		return CTL_EXIT_USAGE;
+	}
+	if (o->offline && o->group.key) {
+		ctl_err(CMD, "--group needs the daemon: snapkvd decides a group's members "
+			     "together (drop --offline)");
 		return CTL_EXIT_USAGE;
 	}
 	if (o->paged != (o->block_size != 0)) {
@@ -826,6 +888,10 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 			ctl_print_ranges(stdout, j->res[l].positions + (size_t)h * j->room,
 					 j->kept[(size_t)l * j->plan.h_store + h], 12);
 		}
+	if (j->o.group.key)
+		printf("  group \"%s\": decided with %" PRIu32 " members, %.1f ms after the "
+		       "first was scored\n",
+		       j->o.group.key, j->o.group.decided_size, (double)j->o.group.wait_us / 1e3);
 	printf("  ledger (B 1, N %" PRIu32 ", g 0):\n", j->n_layers);
 	print_bytes("native full", lg->native_full);
 	print_bytes("compact", lg->compact);
@@ -912,7 +978,7 @@ int ctl_compact(int argc, char **argv)
 		j.outcome =
 		    (struct skv_budget_result){.result_size = sizeof(j.outcome), .kept = j.kept};
 		r = ctl_daemon_compact(j.o.socket, sock, &j.shape, &j.o.params, j.n_layers, j.kin,
-				       j.kout, &j.outcome, why, sizeof(why));
+				       j.kout, &j.o.group, &j.outcome, why, sizeof(why));
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (r < 0) {
 			ctl_err(CMD, "%s", why[0] ? why : strerror(-r));

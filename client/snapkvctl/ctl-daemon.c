@@ -299,6 +299,9 @@ static void budget_lines(const Snapkv__V1__AdminReply *r)
 			printf(", kept per head mean %.1f min %u%s%s", (double)c->kept_mean,
 			       c->kept_min, c->ragged ? ", ragged" : "",
 			       c->fallback ? ", fallback (full prompt kept)" : "");
+		if (c->group_size)
+			printf(", group \"%s\" of %u", c->group_key ? c->group_key : "",
+			       c->group_size);
 		printf("\n%6s layer kept ", "");
 		put_layers_u64(c->layer_kept, c->n_layer_kept);
 		printf("; mass min ");
@@ -317,7 +320,9 @@ int ctl_caches(int argc, char **argv)
 	int rc = parse_common("caches", argc, argv, &sock, &json,
 			      "usage: snapkvctl caches [--socket PATH] [--json]\n"
 			      "The compact caches the daemon holds: shape, kept and appended\n"
-			      "slots, retained mass; --json: {\"caches\": [...]}, same fields.\n");
+			      "slots, retained mass, the budget mode and its outcome, and the\n"
+			      "decision group (key, size) a cache was decided in, if any;\n"
+			      "--json: {\"caches\": [...]}, same fields.\n");
 
 	if (rc)
 		return rc < 0 ? CTL_EXIT_OK : rc;
@@ -681,7 +686,8 @@ static int client_at(const char *path, void *arg)
 int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_shape *shape,
 		       const struct skv_params *params, uint32_t n_layers,
 		       const struct skv_layer_in *in, const struct skv_layer_out *out,
-		       struct skv_budget_result *outcome, char *err, size_t errlen)
+		       struct ctl_group *group, struct skv_budget_result *outcome, char *err,
+		       size_t errlen)
 {
 	struct skv_client_opts opts = {.opts_size = sizeof(opts), .name = "snapkvctl-compact"};
 	struct skv_client *c = NULL;
@@ -758,6 +764,13 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 		d.out_layout = SKV_LAYOUT_PAGED;
 		d.out_block_size = out[0].k.block_size;
 	}
+	if (group && group->key) {
+		d.group_key = group->key;
+		d.group_size = group->size;
+		d.group_timeout_ms = group->timeout_ms;
+		if (dl && group->timeout_ms)
+			dl += (uint64_t)group->timeout_ms * 1000000u;
+	}
 	/* not skv_client_compact: --timeout bounds the compaction's wait too */
 	r = skv_compact_submit(c, &d, &rq);
 	if (r == 0) {
@@ -768,7 +781,8 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 			/* the daemon keeps it until our session ends, which is now */
 			skv_request_abandon(rq);
 			snprintf(err, errlen, "snapkvd did not finish the compaction within %u ms",
-				 ctl_daemon_timeout_ms());
+				 ctl_daemon_timeout_ms() +
+				     (group && group->key ? group->timeout_ms : 0));
 			goto out;
 		}
 	}
@@ -802,6 +816,10 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	outcome->c_star = cb.c_star;
 	outcome->fallback = cb.fallback;
 	outcome->min_mass = cb.mass_min;
+	if (group) {
+		group->decided_size = cb.group_size;
+		group->wait_us = cb.group_wait_us;
+	}
 	r = 0;
 out:
 	skv_cache_release(k);

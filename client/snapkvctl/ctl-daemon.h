@@ -25,6 +25,15 @@ uint64_t ctl_daemon_deadline(void);
 /* The same as milliseconds (0: none), for messages. */
 uint32_t ctl_daemon_timeout_ms(void);
 
+/* --group KEY:SIZE[:TIMEOUT_MS] of `snapkvctl compact` (key NULL: none),
+ * and what the daemon said of the decision. */
+struct ctl_group {
+	const char *key;
+	uint32_t size, timeout_ms;
+	uint32_t decided_size; /* the cache's group_size */
+	uint64_t wait_us;      /* the cache's group_wait_us */
+};
+
 /*
  * Run one compaction through snapkvd with exactly skv_compact()'s contract:
  * the inputs (any strides, strided only) are copied into a registered buffer,
@@ -32,11 +41,15 @@ uint32_t ctl_daemon_timeout_ms(void);
  * copied into `out` (kept slots per stored head, positions, retained mass),
  * so a file written from `out` is byte-identical to the --offline one.
  * socket_path: --socket, NULL to search (proto/skv-socket.h); the path used
- * lands in used[SKV_SOCKET_PATH_MAX]. 0 or -errno with a reason in err.
+ * lands in used[SKV_SOCKET_PATH_MAX]. group: NULL or a decision group
+ * (its timeout_ms, when given, is added to the --timeout deadline of the
+ * wait, since the daemon holds the request until the group is complete);
+ * its decided_size and wait_us are filled. 0 or -errno with a reason in err.
  */
 int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_shape *shape,
 		       const struct skv_params *params, uint32_t n_layers,
 		       const struct skv_layer_in *in, const struct skv_layer_out *out,
-		       struct skv_budget_result *outcome, char *err, size_t errlen);
+		       struct ctl_group *group, struct skv_budget_result *outcome, char *err,
+		       size_t errlen);
 
 #endif

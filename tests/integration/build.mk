@@ -23,3 +23,14 @@ chaos: $(TEST_CHAOS)
 # the Prometheus listener (metrics_listen) through curl and promtool
 # (scripts/deps.sh unpacks promtool from Debian's prometheus package)
 TEST_SCRIPTS += tests/integration/test-metrics-http.sh
+
+# decision groups through snapkvd: engines in processes of their own vs
+# libskv's skv_compact_budget here, timeouts, bad groups
+TEST_DAEMON_GROUP := $(BUILD)/tests/test-daemon-group
+OBJS += $(BUILD)/tests/integration/test-daemon-group.o
+$(BUILD)/tests/integration/test-daemon-group.o: | $(SKV_PB_H)
+$(TEST_DAEMON_GROUP): $(BUILD)/tests/integration/test-daemon-group.o $(LIBSNAPKV) \
+		$(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD) $(SNAPKVCTL)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
+		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(TEST_DAEMON_GROUP)

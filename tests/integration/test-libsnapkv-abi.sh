@@ -54,6 +54,10 @@ for f in skv_cache_budget skv_cache_head_kept skv_cache_head_capacity skv_cache_
 	echo "$lib_syms" | grep -qx "$f@@SNAPKV_1.6" && ok "$f@@SNAPKV_1.6" ||
 		not_ok "$f is not exported at SNAPKV_1.6"
 done
+# The decision-group call (SNAPKV_1.7).
+echo "$lib_syms" | grep -qx "skv_compact_desc_group@@SNAPKV_1.7" &&
+	ok "skv_compact_desc_group@@SNAPKV_1.7" ||
+	not_ok "skv_compact_desc_group is not exported at SNAPKV_1.7"
 # Nodes chain: SNAPKV_1.N inherits SNAPKV_1.(N-1), none skipped.
 chain=$(awk '/^} SNAPKV_1\.[0-9]+;/ {gsub(/[};]/, ""); print $1}' client/libsnapkv/libsnapkv.map |
 	sed 's/SNAPKV_1\.//' | tr '\n' ' ')
