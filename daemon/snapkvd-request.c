@@ -193,7 +193,7 @@ static int read_group(const struct snapkvd_request_env *env, const Snapkv__V1__C
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (key[i] < 0x21 || key[i] > 0x7e) {
+		if (key[i] < 0x20 || key[i] > 0x7e) {
 			snprintf(err, errlen, "group_key byte %zu is not printable ASCII", i);
 			return -EINVAL;
 		}
