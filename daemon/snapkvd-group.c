@@ -13,7 +13,6 @@
 
 #include "snapkvd-job.h"
 
-static const unsigned wait_le_ms[6] = SNAPKVD_GROUP_WAIT_LE_MS;
 
 enum group_state { GROUP_OPEN, GROUP_DECIDED, GROUP_FAILED };
 
@@ -49,6 +48,7 @@ int snapkvd_groups_new(struct snapkvd_groups **ret)
 	if (!g)
 		return -ENOMEM;
 	pthread_mutex_init(&g->mu, NULL);
+	snapkvd_histogram_init_seconds(&g->st.wait);
 	*ret = g;
 	return 0;
 }
@@ -312,9 +312,7 @@ static struct snapkvd_job *decide(struct snapkvd_groups *g, struct snapkvd_group
 	unlist(g, grp);
 	g->st.decided++;
 	g->st.fallbacks += fall;
-	g->st.wait_ns_sum += waited;
-	for (unsigned b = 0; b < 6; b++)
-		g->st.wait_le[b] += waited <= (uint64_t)wait_le_ms[b] * 1000000ull;
+	snapkvd_histogram_observe(&g->st.wait, (double)waited / 1e9);
 	return release(g, grp);
 }
 

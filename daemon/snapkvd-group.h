@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "snapkvd-forward.h"
+#include "snapkvd-metrics.h"
 
 struct snapkvd_groups;
 struct snapkvd_group;
@@ -37,8 +38,8 @@ struct snapkvd_group_stats {
 	uint64_t timeouts;    /* groups failed at their deadline */
 	uint64_t failed;      /* groups failed otherwise (a member's error or end) */
 	uint64_t fallbacks;   /* decided groups that fell back */
-	uint64_t wait_ns_sum; /* first arrival to decision, decided groups */
-	uint64_t wait_le[6];  /* decided groups that waited <= 1, 10, 100 ms, 1, 10, 60 s */
+	/* decided groups: first scored member to the last, seconds */
+	struct snapkvd_histogram wait;
 	unsigned pending;     /* groups not decided yet */
 	unsigned parked;      /* jobs parked in them */
 };

@@ -333,7 +333,6 @@ static void write_work(FILE *f, const struct snapkvd_stats *s)
  * long the first member waited for the last. */
 static void write_groups(FILE *f, const struct snapkvd_group_stats *g)
 {
-	static const unsigned le_ms[6] = SNAPKVD_GROUP_WAIT_LE_MS;
 	uint64_t n = g->decided;
 
 	scalar(f, "snapkvd_groups_decided_total", "counter",
@@ -349,17 +348,8 @@ static void write_groups(FILE *f, const struct snapkvd_group_stats *g)
 	       g->pending);
 	scalar(f, "snapkvd_groups_parked_jobs", "gauge",
 	       "Scored members waiting in a decision group for the others.", g->parked);
-	head(f, "snapkvd_group_wait_seconds", "histogram",
-	     "Wait of a decided group, from its first scored member to the last.");
-	for (unsigned b = 0; b < 6; b++) {
-		fprintf(f, "snapkvd_group_wait_seconds_bucket{le=\"");
-		put_double(f, le_ms[b] / 1000.0);
-		fprintf(f, "\"} %" PRIu64 "\n", g->wait_le[b]);
-	}
-	fprintf(f, "snapkvd_group_wait_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", n);
-	fputs("snapkvd_group_wait_seconds_sum ", f);
-	put_double(f, (double)g->wait_ns_sum / 1e9);
-	fprintf(f, "\nsnapkvd_group_wait_seconds_count %" PRIu64 "\n", n);
+	histogram(f, "snapkvd_group_wait_seconds",
+		  "Wait of a decided group, from its first scored member to the last.", &g->wait);
 }
 
 static void write_actions(FILE *f, const struct snapkvd_stats *s)
