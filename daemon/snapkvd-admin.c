@@ -22,6 +22,7 @@
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
 #include "snapkvd-runner.h"
+#include "snapkvd-group.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 
@@ -69,6 +70,7 @@ char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
 	struct snapkvd_stats_tenant *tn = NULL;
 	struct snapkvd_tenant_stats *ts = NULL;
 	struct snapkvd_pool_stats ps;
+	struct snapkvd_group_stats gs;
 	size_t nt = 0, len;
 	char *text = NULL;
 
@@ -78,6 +80,10 @@ char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
 	}
 	snapkvd_policy_fill_stats(&srv->policy, &st, snap);
 	server_stats(srv, &st);
+	if (srv->groups) {
+		snapkvd_groups_stats(srv->groups, &gs);
+		st.groups = &gs;
+	}
 	st.pool_total_bytes = ps.total;
 	st.pool_used_bytes = ps.used;
 	st.pool_reserved_bytes = ps.reserved;

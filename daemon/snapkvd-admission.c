@@ -16,6 +16,8 @@
 
 #include "snapkvd-arena.h"
 #include "snapkvd-cache.h"
+#include "snapkvd-clock.h"
+#include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
@@ -91,6 +93,15 @@ int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session
 	r = reserve(srv, s, region, &j->resv, &off, &c->region_dirty, err, errlen);
 	if (r < 0)
 		return r;
+	if (j->group_size) { /* last: the one step a refusal must undo */
+		r = snapkvd_groups_join(srv->groups, j, s->uid, srv->cfg.max_tenant_groups,
+					snapkvd_now_ns(), err, errlen);
+		if (r < 0) {
+			snapkvd_arena_release(s->arena, off, region);
+			snapkvd_pool_cancel(srv->pool, &j->resv);
+			return r;
+		}
+	}
 	snapkvd_cache_place(c, off, c->slots, &j->geom);
 	if (c->gpu_kv)
 		kv_base = snapkvd_runner_arena_base(srv->runner, s->garena);

@@ -80,6 +80,11 @@ struct snapkvd_cache {
 	float mass_choice;
 	uint32_t *hkept;
 	uint64_t *hstart;
+	/* decided in a decision group of group_size members ("" / 0: none),
+	 * after waiting group_wait_ns for the others */
+	char group_key[65];
+	uint32_t group_size;
+	uint64_t group_wait_ns;
 	/* per layer (snapkvd_cache_summarise): retained mass min over heads
 	 * ([0, layers)) then mean ([layers, 2 layers)), NaN heads skipped;
 	 * rows kept summed over heads */

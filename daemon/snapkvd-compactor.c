@@ -21,6 +21,7 @@
 
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
+#include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-runner.h"
 
@@ -33,6 +34,7 @@ struct snapkvd_worker {
 
 struct snapkvd_compactor {
 	struct snapkvd_runner *runner;
+	struct snapkvd_groups *groups; /* where group members arrive */
 	unsigned n_workers;
 	struct snapkvd_worker *w; /* [n_workers]; w[0] has the most threads */
 	int efd;		  /* written once per finished job */
@@ -57,6 +59,10 @@ static void run_compact(struct snapkvd_worker *w, struct snapkvd_job *j)
 	if (j->status < 0) {
 		snprintf(j->err, sizeof(j->err), "%s",
 			 kerr.msg[0] ? kerr.msg : "compaction failed");
+		return;
+	}
+	if (j->group && !j->decided) { /* a group member's first step */
+		__atomic_add_fetch(&w->c->busy_ns, snapkvd_now_ns() - t0, __ATOMIC_RELAXED);
 		return;
 	}
 	/* decode slots carry position -1 until APPEND names them (a budget
@@ -90,6 +96,37 @@ static void run_job(struct snapkvd_worker *w, struct snapkvd_job *j)
 			 kerr.msg[0] ? kerr.msg : "no CUDA context");
 }
 
+/* A finished job to the done list (c->mu held). */
+static void put_done(struct snapkvd_compactor *c, struct snapkvd_job *j)
+{
+	/* the mutex orders the job's writes before the loop's reap */
+	j->next = c->done;
+	c->done = j;
+	(void)!eventfd_write(c->efd, 1);
+}
+
+/* Jobs a decision group released (c->mu held): decided ones to their
+ * second step, at the head of the queue (they have waited), failed ones
+ * done. */
+static void route_released(struct snapkvd_compactor *c, struct snapkvd_job *list)
+{
+	while (list) {
+		struct snapkvd_job *j = list;
+
+		list = j->next;
+		if (j->status < 0 || !j->decided) {
+			put_done(c, j);
+			continue;
+		}
+		j->next = c->queue;
+		if (!c->queue)
+			c->queue_tail = &j->next;
+		c->queue = j;
+		c->queued++;
+		pthread_cond_signal(&c->cond);
+	}
+}
+
 static void *worker(void *arg)
 {
 	struct snapkvd_worker *w = arg;
@@ -109,12 +146,15 @@ static void *worker(void *arg)
 			c->queue_tail = &c->queue;
 		c->queued--;
 		pthread_mutex_unlock(&c->mu);
+		bool first_step = j->kind == SNAPKVD_JOB_COMPACT && j->group && !j->decided;
 		run_job(w, j);
+		struct snapkvd_job *released =
+		    first_step ? snapkvd_groups_arrive(c->groups, j, snapkvd_now_ns()) : NULL;
 		pthread_mutex_lock(&c->mu);
-		/* the mutex orders the job's writes before the loop's reap */
-		j->next = c->done;
-		c->done = j;
-		(void)!eventfd_write(c->efd, 1);
+		if (first_step)
+			route_released(c, released);
+		else
+			put_done(c, j);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
@@ -228,6 +268,25 @@ void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j
 	c->pending++;
 	c->queued++;
 	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+}
+
+void snapkvd_compactor_set_groups(struct snapkvd_compactor *c, struct snapkvd_groups *g)
+{
+	c->groups = g;
+}
+
+void snapkvd_compactor_finish(struct snapkvd_compactor *c, struct snapkvd_job *list)
+{
+	if (!list)
+		return;
+	pthread_mutex_lock(&c->mu);
+	while (list) {
+		struct snapkvd_job *n = list->next;
+
+		put_done(c, list);
+		list = n;
+	}
 	pthread_mutex_unlock(&c->mu);
 }
 

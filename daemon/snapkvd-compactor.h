@@ -22,12 +22,19 @@ int snapkvd_compactor_new(struct snapkvd_runner *r, unsigned threads, unsigned w
 /* Stops the workers once every queued job has run (the drain). */
 void snapkvd_compactor_free(struct snapkvd_compactor *c);
 void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j);
+/* Where decision-group members go after their first step (snapkvd-group.h);
+ * set before the first group job is submitted. */
+void snapkvd_compactor_set_groups(struct snapkvd_compactor *c, struct snapkvd_groups *g);
+/* Jobs a group released as failed while parked (linked by ->next): done,
+ * reaped like any other (loop thread). */
+void snapkvd_compactor_finish(struct snapkvd_compactor *c, struct snapkvd_job *list);
 /* Readable when jobs have finished: read it, then reap. */
 int snapkvd_compactor_fd(const struct snapkvd_compactor *c);
 /* Take every finished job, in the order they finished (loop thread). */
 struct snapkvd_job *snapkvd_compactor_reap(struct snapkvd_compactor *c);
-unsigned snapkvd_compactor_pending(struct snapkvd_compactor *c); /* queued + running + done */
-unsigned snapkvd_compactor_queued(struct snapkvd_compactor *c);	 /* not started yet */
+/* queued + running + parked in a decision group + done */
+unsigned snapkvd_compactor_pending(struct snapkvd_compactor *c);
+unsigned snapkvd_compactor_queued(struct snapkvd_compactor *c); /* not started yet */
 unsigned snapkvd_compactor_workers(const struct snapkvd_compactor *c);
 unsigned snapkvd_compactor_threads(const struct snapkvd_compactor *c); /* of the largest worker */
 const char *snapkvd_compactor_isa(const struct snapkvd_compactor *c);

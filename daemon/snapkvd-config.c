@@ -48,6 +48,11 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_handshakes = 64;
 	c->hello_timeout_ms = 2000;
 	c->max_tenant_buffers = 1024;
+	/* decision groups (issue 13) */
+	c->max_group_size = 64;
+	c->group_timeout_ms = 10000;
+	c->max_group_timeout_ms = 600000;
+	c->max_tenant_groups = 64;
 	c->max_tenant_mapped_bytes = 1ull << 40;
 	c->max_mapped_bytes = 16ull << 40;
 	c->max_request_macs = 1ull << 44;
@@ -508,6 +513,10 @@ static const struct ukey ukeys[] = {
     U(max_handshakes, 1, 65536),
     U(hello_timeout_ms, 100, 60000),
     U(max_tenant_buffers, 1, 1u << 20),
+    U(max_group_size, 1, 4096),
+    U(group_timeout_ms, 1, 3600000),
+    U(max_group_timeout_ms, 1, 3600000),
+    U(max_tenant_groups, 1, 65536),
 };
 
 /* the Prometheus listener's limits (snapkvd-http.h) */

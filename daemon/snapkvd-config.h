@@ -106,6 +106,10 @@ struct snapkvd_config {
 	int log_level;
 	/* hardening (issue 11): every resource a client can claim is bounded */
 	unsigned max_sessions_per_tenant; /* engine sessions of one uid            */
+	unsigned max_group_size;	  /* members of one decision group         */
+	unsigned group_timeout_ms;	  /* a group's wait when the request names none */
+	unsigned max_group_timeout_ms;	  /* the longest wait a request may name   */
+	unsigned max_tenant_groups;	  /* undecided groups of one uid           */
 	unsigned max_admin_sessions;	  /* snapkvctl sessions (own slots)        */
 	unsigned max_handshakes;	  /* connections not yet past HELLO        */
 	unsigned hello_timeout_ms;	  /* HELLO deadline after accept           */

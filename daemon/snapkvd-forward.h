@@ -14,6 +14,8 @@ struct snapkvd_session;	  /* snapkvd-session.h */
 struct snapkvd_origin;	  /* snapkvd-job.h */
 struct snapkvd_job;	  /* snapkvd-job.h */
 struct snapkvd_compactor; /* snapkvd-compactor.h */
+struct snapkvd_groups;	  /* snapkvd-group.h */
+struct snapkvd_group;	  /* snapkvd-group.h */
 struct snapkvd_runner;	  /* snapkvd-runner.h */
 struct snapkvd_buffer;	  /* snapkvd-buffer.h */
 struct snapkvd_cache;	  /* snapkvd-cache.h */

@@ -6,6 +6,7 @@
 
 #include "snapkvd-buffer.h"
 #include "snapkvd-clock.h"
+#include "snapkvd-group.h"
 
 struct snapkvd_job *snapkvd_job_new(enum snapkvd_job_kind kind, struct snapkvd_session *s,
 				    const struct snapkvd_origin *o)
@@ -36,6 +37,8 @@ void snapkvd_job_free(struct snapkvd_job *j)
 	free(j->wb_k_off);
 	free(j->wb_v_off);
 	snapkvd_cache_free(j->cache);
+	skv_pending_free(j->pending);
+	snapkvd_group_put(j->group);
 	free(j->g.old_k);
 	free(j->g.old_v);
 	free(j->g.old_pos);

@@ -129,6 +129,10 @@ static void fill_cache_budget(const struct snapkvd_cache *c, Snapkv__V1__CacheLe
 	cl->layer_kept = c->layer_kept;
 	cl->layer_mass_min = c->layer_mass;
 	cl->layer_mass_mean = c->layer_mass + c->layers;
+	if (c->group_size) {
+		cl->group_key = (char *)c->group_key;
+		cl->group_size = c->group_size;
+	}
 	if (!c->budgeted)
 		return;
 	for (size_t i = 0; i < nk; i++) {

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "snapkvd-group.h"
+
 int snapkvd_histogram_init(struct snapkvd_histogram *h, const double *bounds, uint32_t n)
 {
 	if (n > SNAPKVD_HIST_MAX_BUCKETS || (n > 0 && !bounds))
@@ -327,6 +329,29 @@ static void write_work(FILE *f, const struct snapkvd_stats *s)
 }
 
 /* Pressure actions, hooks, histograms, start time. */
+/* Decision groups: how many were decided, timed out or failed, and how
+ * long the first member waited for the last. */
+static void write_groups(FILE *f, const struct snapkvd_group_stats *g)
+{
+	uint64_t n = g->decided;
+
+	scalar(f, "snapkvd_groups_decided_total", "counter",
+	       "Decision groups whose members all arrived and were decided together.", n);
+	scalar(f, "snapkvd_groups_timeouts_total", "counter",
+	       "Decision groups failed at their timeout (group_timeout_ms): nothing kept.",
+	       g->timeouts);
+	scalar(f, "snapkvd_groups_failed_total", "counter",
+	       "Decision groups failed because a member failed or its session ended.", g->failed);
+	scalar(f, "snapkvd_groups_fallbacks_total", "counter",
+	       "Decided groups whose members all kept the full prompt.", g->fallbacks);
+	scalar(f, "snapkvd_groups_pending", "gauge", "Decision groups waiting for members.",
+	       g->pending);
+	scalar(f, "snapkvd_groups_parked_jobs", "gauge",
+	       "Scored members waiting in a decision group for the others.", g->parked);
+	histogram(f, "snapkvd_group_wait_seconds",
+		  "Wait of a decided group, from its first scored member to the last.", &g->wait);
+}
+
 static void write_actions(FILE *f, const struct snapkvd_stats *s)
 {
 	scalar(f, "snapkvd_pressure_refusals_total", "counter",
@@ -400,6 +425,8 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 	write_tenants(f, s);
 	write_work(f, s);
 	write_actions(f, s);
+	if (s->groups)
+		write_groups(f, s->groups);
 	if (fclose(f) != 0 || !buf) {
 		free(buf);
 		return -ENOMEM;

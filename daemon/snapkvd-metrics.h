@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct snapkvd_group_stats; /* snapkvd-group.h */
+
 #define SNAPKVD_HIST_MAX_BUCKETS 32
 
 /* A cumulative-on-output histogram: counts[i] counts observations in
@@ -112,9 +114,11 @@ struct snapkvd_stats {
 	 * L) of each compaction; NULL omits the histogram */
 	uint64_t fallbacks_total;
 	const struct snapkvd_histogram *kept_fraction; /* [SNAPKVD_BUDGET_MODES] */
-	double start_time_seconds;		       /* process start, Unix time; 0 omits it */
-	const char *version;			       /* snapkvd_build_info; NULL omits it */
-	const char *backend;			       /* its backend label (NULL: "") */
+	/* decision groups (snapkvd-group.h); NULL omits them */
+	const struct snapkvd_group_stats *groups;
+	double start_time_seconds; /* process start, Unix time; 0 omits it */
+	const char *version;	   /* snapkvd_build_info; NULL omits it */
+	const char *backend;	   /* its backend label (NULL: "") */
 };
 
 /*

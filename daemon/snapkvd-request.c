@@ -166,6 +166,69 @@ static int read_budget(const Snapkv__V1__CompactRequest *req, struct skv_params 
 	return 0;
 }
 
+/*
+ * Owns: the decision-group fields (CompactRequest 130-132): a key of 1..64
+ * printable ASCII bytes with a size of 1..max_group_size, a wait of at most
+ * max_group_timeout_ms (0: group_timeout_ms), a mode whose counts a group
+ * can share (not heads, mass-heads), the host backend. The registry
+ * (snapkvd-group.c) judges the members against each other at admission.
+ */
+static int read_group(const struct snapkvd_request_env *env, const Snapkv__V1__CompactRequest *req,
+		      struct snapkvd_job *j, char *err, size_t errlen)
+{
+	const struct snapkvd_config *cfg = env->cfg;
+	const char *key = req->group_key ? req->group_key : "";
+	size_t n = strlen(key);
+
+	if (!n && !req->group_size && !req->group_timeout_ms)
+		return 0;
+	if (!n || !req->group_size) {
+		snprintf(err, errlen,
+			 "a decision group needs a group_key and a group_size above 0");
+		return -EINVAL;
+	}
+	if (n > SNAPKVD_GROUP_KEY_MAX) {
+		snprintf(err, errlen, "group_key of %zu bytes, at most %d", n,
+			 SNAPKVD_GROUP_KEY_MAX);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (key[i] < 0x20 || key[i] > 0x7e) {
+			snprintf(err, errlen, "group_key byte %zu is not printable ASCII", i);
+			return -EINVAL;
+		}
+	if (req->group_size > cfg->max_group_size) {
+		snprintf(err, errlen, "group_size %u above %u (max_group_size)", req->group_size,
+			 cfg->max_group_size);
+		return -EINVAL;
+	}
+	if (req->group_timeout_ms > cfg->max_group_timeout_ms) {
+		snprintf(err, errlen, "group_timeout_ms %u above %u (max_group_timeout_ms)",
+			 req->group_timeout_ms, cfg->max_group_timeout_ms);
+		return -EINVAL;
+	}
+	if (j->params.budget_mode == SKV_BUDGET_HEADS ||
+	    j->params.budget_mode == SKV_BUDGET_MASS_HEADS) {
+		snprintf(err, errlen,
+			 "budget mode %s gives every head its own count: it cannot be decided in "
+			 "a group",
+			 skv_budget_name(j->params.budget_mode));
+		return -EINVAL;
+	}
+	if (snapkvd_runner_device(env->runner)) {
+		snprintf(err, errlen, "decision groups run on the host backend only (backend %s)",
+			 snapkvd_runner_name(env->runner));
+		return -EOPNOTSUPP;
+	}
+	memcpy(j->group_key, key, n + 1);
+	j->group_size = req->group_size;
+	j->group_timeout_ms = req->group_timeout_ms ? req->group_timeout_ms
+			      : cfg->group_timeout_ms < cfg->max_group_timeout_ms
+				  ? cfg->group_timeout_ms
+				  : cfg->max_group_timeout_ms;
+	return 0;
+}
+
 /* Not today's single C: a mode other than uniform, or a fallback. */
 static bool budgeted(const struct skv_params *p)
 {
@@ -753,10 +816,15 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	r = read_params(req->params, &j->params, err, errlen);
 	if (r == 0)
 		r = read_budget(req, &j->params, err, errlen);
+	if (r == 0)
+		r = read_group(env, req, j, err, errlen);
 	if (r < 0)
 		goto fail;
 	requested_c = j->params.capacity;
-	scale_capacity(env->ops, &j->params, &scaled);
+	/* members of a group would disagree if pressure scaled some of them */
+	scaled = false;
+	if (!j->group_size)
+		scale_capacity(env->ops, &j->params, &scaled);
 	if ((r = check_plan(env, j, &plan, err, errlen)) ||
 	    (r = check_budget(env, j, req, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
 	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||

@@ -78,8 +78,37 @@ static int host_compact_budget(struct snapkvd_runner_ctx *x, struct snapkvd_job 
 	return 0;
 }
 
+/*
+ * A decision-group member (snapkvd-group.h): the first step scores (and
+ * for uniform and layers writes everything), the state held in the job;
+ * the second, once the group has decided, writes the outputs for the
+ * group's C* and fallback and settles a budgeted cache as above.
+ */
+static int host_compact_group(struct snapkvd_runner_ctx *x, struct snapkvd_job *j,
+			      struct skv_error *kerr)
+{
+	struct snapkvd_cache *c = j->cache;
+	struct skv_budget_result res = {.result_size = sizeof(res),
+					.kept = c->budgeted ? c->hkept : NULL};
+	struct skv_pending *pd = j->pending;
+	int r;
+
+	if (!j->decided)
+		return skv_compact_begin(x->ctx, &j->shape, &j->params, j->layers, j->in, j->out,
+					 &j->pending, kerr);
+	j->pending = NULL; /* freed by the second step */
+	r = skv_compact_end(x->ctx, pd, j->group_c_star, j->group_fallback, &res, kerr);
+	if (r < 0)
+		return r;
+	if (c->budgeted)
+		snapkvd_cache_budget_done(c, &res, j->host_base);
+	return 0;
+}
+
 static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
+	if (j->group)
+		return host_compact_group(x, j, kerr);
 	if (j->cache && j->cache->budgeted)
 		return host_compact_budget(x, j, kerr);
 	for (uint32_t l = 0; l < j->layers; l += HOST_LAYERS_PER_STEP) {

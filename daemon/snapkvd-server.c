@@ -27,6 +27,7 @@
 #include "snapkvd-clock.h"
 #include "snapkvd-compactor.h"
 #include "snapkvd-http.h"
+#include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-ledger.h"
 #include "snapkvd-listener.h"
@@ -205,6 +206,10 @@ static void on_timer(void *data, int res)
 		n = s->next;
 		snapkvd_session_check_hello(s, now);
 	}
+	/* decision groups past their deadline, with a member gone, or all of
+	 * them when stopping: their parked members fail */
+	snapkvd_compactor_finish(srv->compactor,
+				 snapkvd_groups_sweep(srv->groups, now, srv->draining));
 	snapkvd_policy_tick(&srv->policy, now);
 	snapkvd_http_tick(srv->http, now);
 	if (now - srv->last_status_ns > 1000000000ull) {
@@ -508,12 +513,16 @@ static int start_workers(struct snapkvd_server *srv)
 		log_error("%s", kerr.msg[0] ? kerr.msg : "Failed to set up the backend");
 		return r;
 	}
+	r = snapkvd_groups_new(&srv->groups);
+	if (r < 0)
+		return log_error_errno(r, "Failed to start");
 	r = snapkvd_compactor_new(srv->runner, srv->cfg.threads, srv->cfg.workers, &kerr,
 				  &srv->compactor);
 	if (r < 0 && kerr.msg[0])
 		return log_error_errno(r, "Failed to start the compactor: %s", kerr.msg);
 	if (r < 0)
 		return log_error_errno(r, "Failed to start the compactor");
+	snapkvd_compactor_set_groups(srv->compactor, srv->groups);
 	return 0;
 }
 
@@ -612,6 +621,7 @@ void snapkvd_server_free(struct snapkvd_server *srv)
 	snapkvd_loop_free(srv->loop);
 	policy_fini(srv);
 	free_sessions(srv);
+	snapkvd_groups_free(srv->groups);
 	snapkvd_listener_free(srv->listener);
 	snapkvd_http_free(srv->http);
 	if (srv->signal_fd >= 0)

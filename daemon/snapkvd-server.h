@@ -29,6 +29,7 @@ struct snapkvd_server {
 	struct snapkvd_pool *pool;
 	struct snapkvd_runner *runner;
 	struct snapkvd_compactor *compactor;
+	struct snapkvd_groups *groups; /* decision groups (snapkvd-group.h) */
 	struct snapkvd_loop *loop;
 	struct snapkvd_listener *listener;
 	struct snapkvd_http *http;    /* metrics_listen; NULL when off */

@@ -1143,6 +1143,8 @@ static void fill_budget_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInf
 
 static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
 {
+	ci->group_size = c->group_size;
+	ci->group_wait_us = c->group_wait_ns / 1000;
 	ci->cache_id = c->id;
 	ci->kv_arena = c->gpu_kv ? SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM
 				 : SNAPKV__V1__ARENA_KIND__ARENA_KIND_HOST_MEMFD;
@@ -1573,6 +1575,11 @@ static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 
 	j->cache = NULL;
 	c->last_use_ns = now;
+	if (j->group_size) {
+		snprintf(c->group_key, sizeof(c->group_key), "%s", j->group_key);
+		c->group_size = j->group_size;
+		c->group_wait_ns = j->group_wait_ns;
+	}
 	snapkvd_cache_summarise(c);
 	observe_budget(s, c);
 	snapkvd_policy_observe_compaction(&s->srv->policy, (double)(now - j->t_start) / 1e9,

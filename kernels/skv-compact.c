@@ -421,26 +421,26 @@ static int item_errors(const struct skv_job *jb, struct skv_error *err)
 	return 0;
 }
 
-/* The phases of one call on the pool, by mode; then the fallback. */
-static int run_phases(struct skv_ctx *ctx, struct skv_job *jb, bool split, uint32_t n_layers,
-		      struct skv_error *err)
+/*
+ * The phases of one call on the pool that do not depend on a decision
+ * group: mass scores and ranks (its own C* into jb->c_star), every other
+ * mode runs whole.
+ */
+static int run_first(struct skv_ctx *ctx, struct skv_job *jb, bool split, uint32_t n_layers,
+		     struct skv_error *err)
 {
 	const struct skv_params *p = jb->p;
 	const uint32_t G = jb->G, h_kv = jb->sh->h_kv;
 	const size_t nh = (size_t)n_layers * jb->h_store;
-	int r;
 
 	if (p->budget_mode == SKV_BUDGET_HEADS && jb->select) {
 		skv_ctx_run(ctx, jb, PH_LAYERS, n_layers);
 	} else if (p->budget_mode == SKV_BUDGET_MASS && jb->select) {
 		skv_ctx_run(ctx, jb, PH_RANK, jb->n_items);
-		if ((r = item_errors(jb, err)) < 0)
-			return r;
 		/* C*: the smallest ladder C every head reaches tau at */
 		jb->c_star = p->c_min;
 		for (size_t i = 0; i < nh; i++)
 			jb->c_star = jb->cneed[i] > jb->c_star ? jb->cneed[i] : jb->c_star;
-		skv_ctx_run(ctx, jb, PH_MASS, jb->n_items);
 	} else if (!split) {
 		skv_ctx_run(ctx, jb, PH_ITEMS, jb->n_items);
 	} else {
@@ -456,6 +456,13 @@ static int run_phases(struct skv_ctx *ctx, struct skv_job *jb, bool split, uint3
 			    p->gqa == SKV_GQA_EXPAND ? jb->n_items * G : jb->n_items);
 	}
 	return item_errors(jb, err);
+}
+
+/* The rest for C* in jb->c_star: mass gathers every head at it. */
+static void run_second(struct skv_ctx *ctx, struct skv_job *jb)
+{
+	if (jb->p->budget_mode == SKV_BUDGET_MASS && jb->select)
+		skv_ctx_run(ctx, jb, PH_MASS, jb->n_items);
 }
 
 /* Common scratch of the call: sized by job_derive, held by the context. */
@@ -516,7 +523,7 @@ static int setup_common(struct skv_ctx *ctx, struct skv_job *jb, const struct sk
 /* Fallback (SPEC.md): some head below fallback_below keeps the full prompt
  * in every head; NaN masses (nothing voted) never trigger it. */
 static void finish_result(struct skv_ctx *ctx, struct skv_job *jb, uint32_t n_layers,
-			  struct skv_budget_result *res)
+			  const bool *decided, struct skv_budget_result *res)
 {
 	const struct skv_params *p = jb->p;
 	const size_t nh = (size_t)n_layers * jb->h_store;
@@ -528,6 +535,8 @@ static void finish_result(struct skv_ctx *ctx, struct skv_job *jb, uint32_t n_la
 		lo = m < lo ? m : lo;
 		fall |= m < p->fallback_below;
 	}
+	if (decided) /* a decision group's: its members', this one's included */
+		fall = *decided;
 	if (fall)
 		skv_ctx_run(ctx, jb, PH_FULL, jb->n_items);
 	if (!res)
@@ -541,33 +550,42 @@ static void finish_result(struct skv_ctx *ctx, struct skv_job *jb, uint32_t n_la
 	res->min_mass = nh ? lo : NAN;
 }
 
-int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *sh,
-		       const struct skv_params *params, uint32_t n_layers,
-		       const struct skv_layer_in *in, const struct skv_layer_out *out,
-		       struct skv_budget_result *res, struct skv_error *err)
+/* One call's job, checked and set up on ctx up to its first phase: the
+ * plan into *pl, the resolved parameters into *pr. 1 when there is nothing
+ * to do (no layers), 0, or -errno. */
+static int prepare(struct skv_ctx *ctx, const struct skv_shape *sh, const struct skv_params *params,
+		   uint32_t n_layers, const struct skv_layer_in *in,
+		   const struct skv_layer_out *out, const struct skv_budget_result *res,
+		   bool two_step, struct skv_params *pr, struct skv_plan *pl, struct skv_job *jb,
+		   bool *split, struct skv_error *err)
 {
-	struct skv_params pr;
-	struct skv_plan pl;
+	struct skv_sizing sz;
 	int r;
 
 	skv_error_clear(err);
 	if (!ctx)
 		return skv_fail(err, -1, -1, "no context");
-	r = skv_plan(sh, params, &pl, err);
+	r = skv_plan(sh, params, pl, err);
 	if (r < 0)
 		return r;
-	skv_params_resolve(params, &pr, err);
-	const struct skv_params *p = &pr;
+	skv_params_resolve(params, pr, err);
+	const struct skv_params *p = pr;
 	if (res && res->result_size != sizeof(*res))
 		return skv_fail(err, -1, -1, "result_size is %u, expected %zu", res->result_size,
 				sizeof(*res));
+	if (two_step &&
+	    (p->budget_mode == SKV_BUDGET_HEADS || p->budget_mode == SKV_BUDGET_MASS_HEADS))
+		return skv_fail(err, -1, -1,
+				"budget mode %s gives every head its own count: it cannot be "
+				"decided in a group",
+				skv_budget_name(p->budget_mode));
 	if (n_layers == 0)
-		return 0;
+		return 1;
 	if (n_layers > SKV_MAX_LAYERS)
 		return skv_fail(err, -1, -1, "%u layers exceed %u", n_layers, SKV_MAX_LAYERS);
 	if (!in || !out)
 		return skv_fail(err, -1, -1, "layer inputs and outputs are required");
-	if ((!res || !res->kept) &&
+	if (!two_step && (!res || !res->kept) &&
 	    (p->budget_mode == SKV_BUDGET_HEADS || p->budget_mode == SKV_BUDGET_MASS ||
 	     p->budget_mode == SKV_BUDGET_MASS_HEADS || p->fallback_below > 0.0f))
 		return skv_fail(err, -1, -1,
@@ -576,33 +594,50 @@ int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *sh,
 				skv_budget_name(p->budget_mode),
 				p->fallback_below > 0.0f ? " with a fallback" : "");
 
-	struct skv_job jb;
-	struct skv_sizing sz;
 	uint32_t *rows = malloc((size_t)n_layers * sizeof(*rows));
 	if (!rows)
 		return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
 	r = skv_budget_rows(sh, p, n_layers, rows, err);
-	job_derive(sh, p, &pl, n_layers, ctx->threads, &jb, &sz);
-	jb.in = in;
-	jb.out = out;
-	jb.isa = ctx->isa;
-	jb.run_unit = run_unit;
+	job_derive(sh, p, pl, n_layers, ctx->threads, jb, &sz);
+	jb->in = in;
+	jb->out = out;
+	jb->isa = ctx->isa;
+	jb->run_unit = run_unit;
 	if (!r)
-		r = check_io(&jb, n_layers, rows, err);
+		r = check_io(jb, n_layers, rows, err);
 	free(rows);
 	if (r < 0)
 		return r;
-	r = setup_common(ctx, &jb, &sz, p, n_layers, err);
+	r = setup_common(ctx, jb, &sz, p, n_layers, err);
 	if (r < 0)
 		return r;
 	for (unsigned t = 0; t < sz.nth; t++)
-		if (ws_reserve(&ctx->ws[t], &jb) < 0)
+		if (ws_reserve(&ctx->ws[t], jb) < 0)
 			return skv_fail(err, -1, -1, "out of memory for scratch"), -ENOMEM;
-	jb.nth = sz.nth;
-	r = run_phases(ctx, &jb, sz.split, n_layers, err);
+	jb->nth = sz.nth;
+	*split = sz.split;
+	return 0;
+}
+
+int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *sh,
+		       const struct skv_params *params, uint32_t n_layers,
+		       const struct skv_layer_in *in, const struct skv_layer_out *out,
+		       struct skv_budget_result *res, struct skv_error *err)
+{
+	struct skv_params pr;
+	struct skv_plan pl;
+	struct skv_job jb;
+	bool split;
+	int r;
+
+	r = prepare(ctx, sh, params, n_layers, in, out, res, false, &pr, &pl, &jb, &split, err);
+	if (r)
+		return r < 0 ? r : 0;
+	r = run_first(ctx, &jb, split, n_layers, err);
 	if (r < 0)
 		return r;
-	finish_result(ctx, &jb, n_layers, res);
+	run_second(ctx, &jb);
+	finish_result(ctx, &jb, n_layers, NULL, res);
 	return 0;
 }
 
@@ -611,4 +646,148 @@ int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct sk
 		struct skv_error *err)
 {
 	return skv_compact_budget(ctx, sh, p, n_layers, in, out, NULL, err);
+}
+
+/* ------------------------------------------------------ decision groups */
+
+/* A compaction between its two steps: copies of what the job points at, and
+ * the call-wide scratch taken from the context that began it. */
+struct skv_pending {
+	struct skv_shape sh;
+	struct skv_params p;
+	struct skv_plan pl;
+	struct skv_job jb;
+	uint32_t n_layers;
+	bool empty; /* no layers: nothing to write */
+	void *common;
+};
+
+void skv_pending_free(struct skv_pending *pd)
+{
+	if (!pd)
+		return;
+	free(pd->common);
+	free(pd);
+}
+
+int skv_compact_begin(struct skv_ctx *ctx, const struct skv_shape *sh,
+		      const struct skv_params *params, uint32_t n_layers,
+		      const struct skv_layer_in *in, const struct skv_layer_out *out,
+		      struct skv_pending **ret, struct skv_error *err)
+{
+	struct skv_pending *pd;
+	bool split = false;
+	int r;
+
+	if (!ret || !sh || !params)
+		return skv_error_clear(err), skv_fail(err, -1, -1, "no result pointer");
+	*ret = NULL;
+	pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return skv_error_clear(err), skv_fail(err, -1, -1, "out of memory"), -ENOMEM;
+	pd->sh = *sh;
+	r = prepare(ctx, &pd->sh, params, n_layers, in, out, NULL, true, &pd->p, &pd->pl, &pd->jb,
+		    &split, err);
+	if (r > 0) {
+		pd->empty = true;
+		*ret = pd;
+		return 0;
+	}
+	/* job_derive() pointed the job at pd's copies; the scratch goes with it */
+	if (!r)
+		r = run_first(ctx, &pd->jb, split, n_layers, err);
+	if (r < 0) {
+		free(pd);
+		return r;
+	}
+	pd->n_layers = n_layers;
+	pd->common = ctx->common;
+	ctx->common = NULL;
+	ctx->common_cap = 0;
+	*ret = pd;
+	return 0;
+}
+
+uint32_t skv_pending_c_star(const struct skv_pending *pd)
+{
+	const struct skv_params *p = &pd->p;
+
+	if (p->budget_mode == SKV_BUDGET_MASS)
+		return pd->jb.select ? pd->jb.c_star : p->c_min;
+	return p->budget_mode == SKV_BUDGET_UNIFORM ? p->budget : 0;
+}
+
+/* m_h(c) of stored head hi from its ranking, as skv_mass_finish_item()
+ * computes it (the same additions in the same order). */
+static float ranked_mass(const struct skv_job *jb, size_t hi, uint32_t c)
+{
+	const uint32_t F = jb->forced, avail = jb->sh->prompt_len - F;
+	const float *rv = jb->rvote + hi * jb->R;
+	uint32_t picks = c - F < jb->R ? c - F : jb->R;
+	double acc = jb->fsum[hi];
+
+	for (uint32_t i = 0; i < picks; i++)
+		acc += rv[i];
+	return picks >= avail ? 1.0f : skv_curve(acc, jb->n_obs);
+}
+
+float skv_pending_min_mass(const struct skv_pending *pd, uint32_t c)
+{
+	const struct skv_job *jb = &pd->jb;
+	const size_t nh = (size_t)pd->n_layers * jb->h_store;
+	const bool ranked = pd->p.budget_mode == SKV_BUDGET_MASS && jb->select;
+	float lo = INFINITY;
+
+	if (ranked)
+		c = c < pd->p.c_min ? pd->p.c_min : c > pd->p.c_max ? pd->p.c_max : c;
+	for (size_t i = 0; i < nh; i++) {
+		float m = ranked ? ranked_mass(jb, i, c) : jb->mass_all[i];
+		lo = m < lo ? m : lo;
+	}
+	return lo;
+}
+
+int skv_compact_end(struct skv_ctx *ctx, struct skv_pending *pd, uint32_t c_star, int fallback,
+		    struct skv_budget_result *res, struct skv_error *err)
+{
+	struct skv_job *jb;
+	const bool fall = fallback != 0;
+	int r = 0;
+
+	skv_error_clear(err);
+	if (!ctx || !pd)
+		r = skv_fail(err, -1, -1, "no context or pending compaction");
+	else if (res && res->result_size != sizeof(*res))
+		r = skv_fail(err, -1, -1, "result_size is %u, expected %zu", res->result_size,
+			     sizeof(*res));
+	else if (pd->empty)
+		goto out;
+	else if (res && !res->kept && pd->p.budget_mode == SKV_BUDGET_MASS)
+		r = skv_fail(err, -1, -1, "budget mode mass needs a result with a kept array");
+	else if (pd->p.budget_mode == SKV_BUDGET_MASS && pd->jb.select &&
+		 (c_star < pd->p.c_min || c_star > pd->p.c_max))
+		r = skv_fail(err, -1, -1, "C* %u is outside the ladder %u..%u", c_star, pd->p.c_min,
+			     pd->p.c_max);
+	else if (fall && !(pd->p.fallback_below > 0.0f))
+		r = skv_fail(err, -1, -1,
+			     "a fallback needs fallback_below > 0: the outputs have no room for L");
+	if (r < 0)
+		goto out;
+	jb = &pd->jb;
+	/* this context's threads and scratch from here on */
+	jb->isa = ctx->isa;
+	jb->nth = jb->nth < ctx->threads ? jb->nth : ctx->threads;
+	for (unsigned t = 0; t < jb->nth; t++)
+		if (ws_reserve(&ctx->ws[t], jb) < 0) {
+			skv_fail(err, -1, -1, "out of memory for scratch");
+			r = -ENOMEM;
+			goto out;
+		}
+	if (pd->p.budget_mode == SKV_BUDGET_MASS && jb->select)
+		jb->c_star = c_star;
+	run_second(ctx, jb);
+	finish_result(ctx, jb, pd->n_layers, &fall, res);
+out:
+	skv_pending_free(pd);
+	return r;
 }

@@ -397,6 +397,50 @@ int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *shape,
 		       const struct skv_layer_in *in, const struct skv_layer_out *out,
 		       struct skv_budget_result *res, struct skv_error *err);
 
+/*
+ * Decision groups (SPEC.md): one compaction in two steps, so that the
+ * members of a group (tensor-parallel ranks, each with its own inputs and
+ * context) can be decided together from one scoring pass each.
+ *
+ * skv_compact_begin() runs everything that does not depend on the group's
+ * choice: for mass the scoring pass and the ranking of every head, for
+ * uniform and layers the whole compaction (outputs written). It returns a
+ * pending compaction that owns that state, and the context is free for other
+ * calls at once. The caller then decides:
+ * - C* = the largest skv_pending_c_star() of the members (mass; the smallest
+ *   ladder C that meets tau on every member, since every curve is
+ *   non-decreasing in C);
+ * - fallback when fallback_below > 0 and some member's
+ *   skv_pending_min_mass(C*) is below it (NaN masses never count);
+ * and skv_compact_end() writes the outputs for that decision, on any
+ * context, and frees the pending compaction. The result equals
+ * skv_compact_budget() bit for bit when C* is the member's own and the
+ * fallback its own. in and out must stay valid until skv_compact_end() or
+ * skv_pending_free().
+ *
+ * heads and mass-heads are refused (-EINVAL): their counts differ per head,
+ * so no group can share them.
+ */
+struct skv_pending;
+int skv_compact_begin(struct skv_ctx *ctx, const struct skv_shape *shape,
+		      const struct skv_params *params, uint32_t n_layers,
+		      const struct skv_layer_in *in, const struct skv_layer_out *out,
+		      struct skv_pending **ret, struct skv_error *err);
+/* The member's own choice: mass: its C* (C_min when L < C_min); uniform: C;
+ * layers: 0. */
+uint32_t skv_pending_c_star(const struct skv_pending *pd);
+/* The smallest retained mass over every (layer, stored head) if the member
+ * kept ladder C c (mass; c in [C_min, C_max]); the other modes: of what they
+ * kept, c ignored. +inf when no head has a mass (nothing voted). */
+float skv_pending_min_mass(const struct skv_pending *pd, uint32_t c);
+/* Outputs for the group's decision: c_star (mass: in [C_min, C_max], else
+ * ignored), fallback (needs fallback_below > 0: the outputs have room for
+ * L). res as skv_compact_budget(); res->fallback is the decision. Frees pd,
+ * also on failure. 0, -EINVAL. */
+int skv_compact_end(struct skv_ctx *ctx, struct skv_pending *pd, uint32_t c_star, int fallback,
+		    struct skv_budget_result *res, struct skv_error *err);
+void skv_pending_free(struct skv_pending *pd);
+
 /* Capacity ledger of SPEC.md for one cache. */
 struct skv_ledger_in {
 	uint64_t batch;	 /* B                          */

@@ -1034,6 +1034,197 @@ static void test_threads_invariant(void)
 		}
 }
 
+/* --------------------------------------------------- decision groups */
+
+/* Outputs, kept counts and result of a member, as one hash. */
+static uint64_t member_hash(const struct prob *pb, const uint32_t *kept,
+			    const struct skv_budget_result *res)
+{
+	uint64_t h = fnv(0xcbf29ce484222325ull, kept, pb->n_layers * h_store(pb) * 4);
+
+	for (uint32_t l = 0; l < pb->n_layers; l++) {
+		h = fnv(h, pb->out[l].k.data, pb->out_k_bytes);
+		h = fnv(h, pb->out[l].v.data, pb->out_v_bytes);
+		h = fnv(h, pb->out[l].positions, pb->pos_count * 4);
+		h = fnv(h, pb->out[l].retained_mass, h_store(pb) * 4);
+	}
+	h = fnv(h, &res->c_star, sizeof(res->c_star));
+	h = fnv(h, &res->fallback, sizeof(res->fallback));
+	return fnv(h, &res->min_mass, sizeof(res->min_mass));
+}
+
+/* Member m of a group: the shape and parameters of `seed`, its own data. */
+static void group_member(struct prob *pb, enum skv_budget b, uint64_t seed, int m)
+{
+	rng_state = seed;
+	random_budget_prob(pb, b);
+	rng_state = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(m + 1));
+	for (int i = 0; i < 4; i++)
+		rng_next();
+	prob_random(pb, 0.5 + rng_unif() * 3);
+	prob_build(pb);
+}
+
+/* Whether every head of pb kept the full prompt (a fallback). */
+static bool kept_full(const struct prob *pb, const uint32_t *kept)
+{
+	const uint32_t L = pb->sh.prompt_len, hs = h_store(pb);
+	bool ok = true;
+
+	for (uint32_t l = 0; l < pb->n_layers; l++)
+		for (uint32_t h = 0; h < hs; h++) {
+			const int32_t *pos =
+			    pb->out[l].positions + (size_t)h * pb->out[l].pos_stride;
+			ok &= kept[l * hs + h] == L && pb->out[l].retained_mass[h] == 1.0f;
+			for (uint32_t j = 0; ok && j < L; j++)
+				ok &= pos[j] == (int32_t)j;
+		}
+	return ok;
+}
+
+/*
+ * skv_compact_begin/_end: with its own choice a member equals one
+ * skv_compact_budget() call bit for bit; in a group of 2-4 members (same
+ * shape and parameters, their own data) C* is the largest own C*, every
+ * member equals a one-call run on the ladder {C*}, and the fallback, when
+ * one member's mass at C* is below tau_f, makes every member keep all L.
+ */
+static void test_group_two_step(void)
+{
+	static const enum skv_budget modes[] = {SKV_BUDGET_MASS, SKV_BUDGET_UNIFORM,
+						SKV_BUDGET_LAYERS};
+	int groups_fell = 0, groups_raised = 0;
+
+	for (int c = 0; c < 90; c++) {
+		enum skv_budget b = modes[c % 3];
+		uint64_t seed = rng_next();
+		unsigned M = 2 + (unsigned)(c % 3);
+		struct prob pb[4];
+		struct skv_pending *pd[4];
+		uint32_t *kept[4], own[4], cg = 0;
+		struct skv_ctx *ca, *cb;
+		struct skv_error e;
+		bool fall = false;
+
+		CU_ASSERT_FATAL(skv_ctx_new(1 + (unsigned)(c % 3), &ca) == 0);
+		CU_ASSERT_FATAL(skv_ctx_new(1 + (unsigned)((c + 1) % 4), &cb) == 0);
+		for (unsigned m = 0; m < M; m++) {
+			group_member(&pb[m], b, seed, (int)m);
+			kept[m] = calloc(pb[m].n_layers * h_store(&pb[m]), 4);
+			int r = skv_compact_begin(ca, &pb[m].sh, &pb[m].p, pb[m].n_layers, pb[m].in,
+						  pb[m].out, &pd[m], &e);
+			if (r)
+				fprintf(stderr, "\n  group case %d member %u: %s\n", c, m, e.msg);
+			CU_ASSERT_EQUAL_FATAL(r, 0);
+			own[m] = skv_pending_c_star(pd[m]);
+			cg = own[m] > cg ? own[m] : cg;
+		}
+		groups_raised += b == SKV_BUDGET_MASS && own[0] != cg;
+		float tau_f = pb[0].p.fallback_below, low[4];
+		for (unsigned m = 0; m < M; m++) {
+			low[m] = skv_pending_min_mass(pd[m], cg);
+			fall |= tau_f > 0 && low[m] < tau_f;
+		}
+		groups_fell += fall;
+		for (unsigned m = 0; m < M; m++) {
+			struct skv_budget_result res = {.result_size = sizeof(res),
+							.kept = kept[m]};
+			CU_ASSERT_EQUAL_FATAL(skv_compact_end(cb, pd[m], cg, fall, &res, &e), 0);
+			CU_ASSERT_EQUAL(res.fallback, fall);
+			if (b == SKV_BUDGET_MASS)
+				CU_ASSERT_EQUAL(res.c_star, cg);
+			if (fall) {
+				CU_ASSERT(kept_full(&pb[m], kept[m]));
+				CU_ASSERT(res.min_mass == low[m]);
+				continue;
+			}
+			/* the reference: one call, on the ladder {C*} for mass */
+			uint64_t got = member_hash(&pb[m], kept[m], &res);
+			struct prob ref;
+			struct skv_budget_result rr;
+			uint32_t *rk = calloc(pb[m].n_layers * h_store(&pb[m]), 4);
+			group_member(&ref, b, seed, (int)m);
+			if (b == SKV_BUDGET_MASS)
+				ref.p.c_min = ref.p.c_max = cg;
+			CU_ASSERT_EQUAL_FATAL(run_budget(&ref, 2, rk, &rr, &e), 0);
+			CU_ASSERT_EQUAL(rr.fallback, 0);
+			CU_ASSERT_EQUAL(got, member_hash(&ref, rk, &rr));
+			free(rk);
+			prob_free(&ref);
+		}
+		/* member 0 alone, its own choice: one skv_compact_budget() call */
+		for (unsigned m = 0; m < M; m++)
+			prob_free(&pb[m]), free(kept[m]);
+		struct prob one, two;
+		struct skv_budget_result r1, r2 = {.result_size = sizeof(r2)};
+		uint32_t *k1 = NULL, *k2 = NULL;
+		group_member(&one, b, seed, 0);
+		group_member(&two, b, seed, 0);
+		k1 = calloc(one.n_layers * h_store(&one), 4);
+		k2 = calloc(one.n_layers * h_store(&one), 4);
+		r2.kept = k2;
+		CU_ASSERT_EQUAL_FATAL(run_budget(&one, 1, k1, &r1, &e), 0);
+		CU_ASSERT_EQUAL_FATAL(skv_compact_begin(cb, &two.sh, &two.p, two.n_layers, two.in,
+							two.out, &pd[0], &e),
+				      0);
+		uint32_t c0 = skv_pending_c_star(pd[0]);
+		float lo = skv_pending_min_mass(pd[0], c0);
+		bool f0 = two.p.fallback_below > 0 && lo < two.p.fallback_below;
+		CU_ASSERT_EQUAL_FATAL(skv_compact_end(ca, pd[0], c0, f0, &r2, &e), 0);
+		CU_ASSERT_EQUAL(member_hash(&one, k1, &r1), member_hash(&two, k2, &r2));
+		free(k1), free(k2);
+		prob_free(&one), prob_free(&two);
+		skv_ctx_free(ca);
+		skv_ctx_free(cb);
+	}
+	/* the cases exercise both decisions */
+	CU_ASSERT(groups_fell > 0);
+	CU_ASSERT(groups_raised > 0);
+}
+
+/* What a group cannot take, and end's own checks; nothing leaks. */
+static void test_group_refusals(void)
+{
+	struct prob pb;
+	struct skv_pending *pd = (struct skv_pending *)1;
+	struct skv_ctx *ctx;
+	struct skv_error e;
+	uint32_t kept[64 * 3];
+	struct skv_budget_result res = {.result_size = sizeof(res), .kept = kept};
+
+	CU_ASSERT_FATAL(skv_ctx_new(2, &ctx) == 0);
+	for (int b = SKV_BUDGET_HEADS; b <= SKV_BUDGET_MASS_HEADS; b += 2) {
+		group_member(&pb, (enum skv_budget)b, 77, 0);
+		CU_ASSERT_EQUAL(
+		    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e),
+		    -EINVAL);
+		CU_ASSERT(pd == NULL);
+		CU_ASSERT(strstr(e.msg, "group") != NULL);
+		prob_free(&pb);
+	}
+	/* mass: C* off the ladder, a fallback without room for L */
+	for (int i = 0; i < 40; i++) {
+		group_member(&pb, SKV_BUDGET_MASS, 1000 + (uint64_t)i, 0);
+		if (pb.sh.prompt_len >= pb.p.c_min && pb.p.fallback_below == 0)
+			break;
+		prob_free(&pb);
+	}
+	CU_ASSERT_FATAL(pb.p.fallback_below == 0);
+	CU_ASSERT_FATAL(
+	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
+	CU_ASSERT_EQUAL(skv_compact_end(ctx, pd, pb.p.c_max + 1, 0, &res, &e), -EINVAL);
+	CU_ASSERT(strstr(e.msg, "ladder") != NULL);
+	CU_ASSERT_FATAL(
+	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
+	CU_ASSERT_EQUAL(skv_compact_end(ctx, pd, pb.p.c_min, 1, &res, &e), -EINVAL);
+	CU_ASSERT(strstr(e.msg, "fallback_below") != NULL);
+	CU_ASSERT_FATAL(
+	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
+	skv_pending_free(pd); /* never ended: freed as is */
+	prob_free(&pb);
+	skv_ctx_free(ctx);
+}
+
 /* The text form of every mode, the ladder's defaults, and what is refused. */
 static void test_budget_parse(void)
 {
@@ -1114,6 +1305,8 @@ int main(void)
 	CU_add_test(s, "random mass vs reference", test_random_mass);
 	CU_add_test(s, "random mass-heads vs reference", test_random_mass_heads);
 	CU_add_test(s, "thread-count invariance, every mode", test_threads_invariant);
+	CU_add_test(s, "decision groups: two steps, group C* and fallback", test_group_two_step);
+	CU_add_test(s, "decision groups: refusals", test_group_refusals);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned f = CU_get_number_of_failures();

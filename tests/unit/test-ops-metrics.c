@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/snapkvd-group.h"
 #include "daemon/snapkvd-metrics.h"
 
 /* ---- a small, strict parser of the Prometheus text format 0.0.4 ---- */
@@ -346,6 +347,8 @@ static void test_round_trip(void)
 	    .retained_mass = &mass,
 	    .start_time_seconds = 1764417600.25,
 	};
+	struct snapkvd_group_stats gs = {
+	    .decided = 3, .timeouts = 2, .failed = 1, .fallbacks = 1, .pending = 4, .parked = 5};
 	const double obs[] = {0.0004, 0.003, 0.003, 0.7, 120.0};
 	char *buf = NULL;
 	size_t len = 0;
@@ -358,6 +361,10 @@ static void test_round_trip(void)
 	snapkvd_histogram_observe(&mass, 0.93);
 	snapkvd_histogram_observe(&mass, 1.0);
 	snapkvd_histogram_observe(&mass, NAN); /* ignored */
+	snapkvd_histogram_init_seconds(&gs.wait);
+	for (size_t i = 0; i < 3; i++)
+		snapkvd_histogram_observe(&gs.wait, obs[i]);
+	st.groups = &gs;
 
 	CU_ASSERT_EQUAL_FATAL(snapkvd_metrics_format(&st, &buf, &len), 0);
 	CU_ASSERT_EQUAL(len, strlen(buf));
@@ -424,6 +431,16 @@ static void test_round_trip(void)
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_retained_mass_bucket", "le=1"), 2, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_retained_mass_count", ""), 2, 0);
 	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_retained_mass_sum", ""), 1.93, 1e-12);
+	/* decision groups */
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_groups_decided_total", ""), 3, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_groups_timeouts_total", ""), 2, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_groups_failed_total", ""), 1, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_groups_fallbacks_total", ""), 1, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_groups_pending", ""), 4, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_groups_parked_jobs", ""), 5, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_group_wait_seconds_bucket", "le=0.001"), 1, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_group_wait_seconds_bucket", "le=0.005"), 3, 0);
+	CU_ASSERT_DOUBLE_EQUAL(val(&ps, "snapkvd_group_wait_seconds_count", ""), 3, 0);
 	/* Buckets never decrease and end at _count. */
 	{
 		double prev = -1;

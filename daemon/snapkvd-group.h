@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapkvd-group.h - decision groups (SPEC.md "Budgets beyond one C"):
+ * COMPACT requests with the same group key and size from one tenant,
+ * decided together. Tensor-parallel ranks of one engine each hold some of
+ * the heads but must keep the same number of tokens: in mass mode C* is the
+ * largest of the members' own C* (the smallest ladder C meeting tau on every
+ * member), and the fallback applies to every member when one member's mass
+ * at C* is below fallback_below.
+ *
+ * A member's job runs in two steps (skv_compact_begin/_end). After the
+ * first it arrives at its group and is parked; the last member to arrive
+ * decides for all and releases them to their second step. A group whose
+ * members do not all arrive by its deadline, one of whose members failed
+ * or whose session ended, fails every member (nothing is kept) and leaves
+ * the registry at once, so the key may be used again.
+ *
+ * The registry has its own lock: the loop thread joins jobs at admission
+ * and sweeps deadlines, workers arrive. It never calls the compactor: it
+ * hands the jobs it releases back to its caller.
+ */
+#ifndef SNAPKVD_GROUP_H
+#define SNAPKVD_GROUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snapkvd-forward.h"
+#include "snapkvd-metrics.h"
+
+struct snapkvd_groups;
+struct snapkvd_group;
+
+/* Counters for the metrics (all since start). */
+struct snapkvd_group_stats {
+	uint64_t decided;     /* groups decided */
+	uint64_t timeouts;    /* groups failed at their deadline */
+	uint64_t failed;      /* groups failed otherwise (a member's error or end) */
+	uint64_t fallbacks;   /* decided groups that fell back */
+	/* decided groups: first scored member to the last, seconds */
+	struct snapkvd_histogram wait;
+	unsigned pending;     /* groups not decided yet */
+	unsigned parked;      /* jobs parked in them */
+};
+/* The upper bounds of wait_le, in ms. */
+#define SNAPKVD_GROUP_WAIT_LE_MS                                                                   \
+	{                                                                                          \
+		1, 10, 100, 1000, 10000, 60000                                                     \
+	}
+
+int snapkvd_groups_new(struct snapkvd_groups **ret);
+/* Every group has been swept (snapkvd_groups_sweep with `all`) and every job
+ * freed before. */
+void snapkvd_groups_free(struct snapkvd_groups *g);
+
+/*
+ * Job j (validated and admitted, j->group_key/_size/_timeout_ms set) joins
+ * the group of its key, created when none is pending: the same tenant, size,
+ * shape and parameters as the members before it, at most group_size members,
+ * at most max_tenant_groups pending groups of one uid. 0, or -errno with the
+ * reason (naming the field or limit) in err; nothing changed then.
+ */
+int snapkvd_groups_join(struct snapkvd_groups *g, struct snapkvd_job *j, uint32_t uid,
+			unsigned max_tenant_groups, uint64_t now_ns, char *err, size_t errlen);
+
+/*
+ * Job j has run its first step (j->status says how). Returns the jobs this
+ * releases, linked by ->next: none while the group waits for others; every
+ * parked member once the last one arrives (decided: j->decided, the group's
+ * C* and fallback set, status 0) or once the group failed (status < 0, the
+ * reason in err). Any thread.
+ */
+struct snapkvd_job *snapkvd_groups_arrive(struct snapkvd_groups *g, struct snapkvd_job *j,
+					  uint64_t now_ns);
+
+/*
+ * Groups past their deadline, or with a parked member whose session ended,
+ * or every pending group when `all` (the daemon stops): failed; returns
+ * the parked jobs released (status < 0), linked by ->next. Loop thread.
+ */
+struct snapkvd_job *snapkvd_groups_sweep(struct snapkvd_groups *g, uint64_t now_ns, bool all);
+
+/* The job is freed: its group loses a member reference. */
+void snapkvd_group_put(struct snapkvd_group *grp);
+
+void snapkvd_groups_stats(struct snapkvd_groups *g, struct snapkvd_group_stats *ret);
+
+#endif
