@@ -1023,12 +1023,32 @@ static void test_visible(void)
 	nothing_held("visible");
 }
 
+/* --backend cuda (SNAPKVD_TEST_BACKEND=cuda-emu): groups are refused by
+ * name, at once, nothing held. */
+static void test_cuda_refused(void)
+{
+	struct skv_params p;
+	struct eng e;
+
+	CU_ASSERT_EQUAL_FATAL(eng_open(&e, 3), 0);
+	params_mass(&p, TAU, 0.0f);
+	refused(&e, &p, "k", 2, 0, EOPNOTSUPP, "decision groups run on the host backend only");
+	eng_close(&e);
+	printf("\n");
+	nothing_held("cuda");
+}
+
 int main(void)
 {
 	CU_pSuite s;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
+	if (h_backend_cuda()) {
+		s = CU_add_suite("daemon-group-cuda", suite_init, suite_clean);
+		CU_add_test(s, "decision groups refused on --backend cuda", test_cuda_refused);
+		return h_run_tests();
+	}
 	s = CU_add_suite("daemon-group", suite_init, suite_clean);
 	CU_add_test(s, "a group of 2 engines: one C*, the largest own, = libskv at it",
 		    test_group_of_2);
