@@ -434,7 +434,36 @@ static int n_caches(void)
 	return n;
 }
 
-/* Nothing left behind: no cache, the pool and the fds where they were. */
+/* The value of an unlabelled metric, or -1. */
+static double metric(const char *name)
+{
+	Snapkv__V1__AdminReply *a = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS);
+	char needle[128];
+	const char *at;
+	double v = -1;
+
+	snprintf(needle, sizeof(needle), "\n%s ", name);
+	if (a && a->text && (at = strstr(a->text, needle)))
+		v = strtod(at + strlen(needle), NULL);
+	if (a)
+		snapkv__v1__admin_reply__free_unpacked(a, NULL);
+	return v;
+}
+
+/* Wait (up to 30 s: only a stuck daemon takes long) until metric name is want. */
+static bool metric_is(const char *name, double want)
+{
+	for (int i = 0; i < 3000; i++) {
+		if (metric(name) == want)
+			return true;
+		h_sleep_ms(10);
+	}
+	fprintf(stderr, "%s is %g, not %g\n", name, metric(name), want);
+	return false;
+}
+
+/* Nothing left behind: no cache, the pool and the fds where they were, no
+ * group pending, no member parked. */
 static void nothing_held(const char *what)
 {
 	int nc = n_caches(), f = fds_settled(base_fds);
@@ -446,6 +475,8 @@ static void nothing_held(const char *what)
 	CU_ASSERT_EQUAL(nc, 0);
 	CU_ASSERT_EQUAL(pool, 0);
 	CU_ASSERT_EQUAL(f, base_fds);
+	CU_ASSERT(metric_is("snapkvd_groups_pending", 0));
+	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 0));
 }
 
 static int suite_init(void)
@@ -597,6 +628,8 @@ static void test_group_timeout(void)
 	struct report rep[2];
 	struct skv_params p;
 
+	double timeouts = metric("snapkvd_groups_timeouts_total");
+
 	params_mass(&p, TAU, 0.0f);
 	for (int i = 0; i < 2; i++) {
 		m[i] = (struct member){.data = data[i], .params = p, .size = 3, .timeout_ms = 300};
@@ -613,6 +646,7 @@ static void test_group_timeout(void)
 		CU_ASSERT(rep[i].seconds < 30.0);
 	}
 	printf("\n");
+	CU_ASSERT_EQUAL(metric("snapkvd_groups_timeouts_total"), timeouts + 1);
 	nothing_held("timeout");
 }
 
@@ -628,6 +662,7 @@ static void test_session_ends(void)
 	struct kid kids[3];
 	struct report rep[3];
 	struct skv_params p;
+	double failed;
 
 	params_mass(&p, TAU, 0.0f);
 	for (int i = 0; i < 3; i++) {
@@ -645,7 +680,8 @@ static void test_session_ends(void)
 		kids[i] = spawn(&m[i]);
 	for (int i = 1; i < 3; i++)
 		submitted(&kids[i]);
-	h_sleep_ms(500); /* the daemon has admitted all three */
+	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 3)); /* all scored, waiting */
+	failed = metric("snapkvd_groups_failed_total");
 	kill(kids[0].pid, SIGKILL);
 	rep[0] = collect(kids[0]);
 	for (int i = 1; i < 3; i++) {
@@ -657,6 +693,7 @@ static void test_session_ends(void)
 		CU_ASSERT(rep[i].seconds < 60.0);
 	}
 	printf("\n");
+	CU_ASSERT_EQUAL(metric("snapkvd_groups_failed_total"), failed + 1);
 	nothing_held("session ends");
 }
 
@@ -768,7 +805,7 @@ static void mismatch(const struct skv_params *bad, uint32_t prompt_len, const ch
 	CU_ASSERT_EQUAL_FATAL(eng_open(&c2, 63), 0);
 	desc_init(&d, &p, a.refs, "mismatch", 2, 30000);
 	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(a.c, &d, &ra), 0);
-	h_sleep_ms(200); /* a is the group's first */
+	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1)); /* a is the group's first */
 	desc_init(&db, bad, b.refs, "mismatch", 2, 30000);
 	db.shape.prompt_len = prompt_len;
 	refused_desc(&b, &db, EINVAL, needle);
@@ -797,14 +834,16 @@ static void test_bad_mismatch(void)
 
 /*
  * A third member for a group of 2, while the group is still deciding: the
- * three go on one ring back to back behind a long compaction (the worker is
- * busy with it, so the first two are still unscored when the loop admits
- * the third): refused naming the size; the two complete.
+ * three go on one ring back to back behind long compactions, one for each
+ * of the daemon's workers (all busy, so the first two are still unscored
+ * when the loop admits the third): refused naming the size; the two
+ * complete.
  */
-#define BL_L 8192
-#define BL_D 128
-#define BL_H 8
-#define BL_W 64
+#define MAX_BLOCKERS 16
+#define BL_L	     8192
+#define BL_D	     128
+#define BL_H	     8
+#define BL_W	     64
 
 static void test_bad_third_member(void)
 {
@@ -813,8 +852,10 @@ static void test_bad_third_member(void)
 	struct skv_layer_ref br;
 	struct skv_compact_desc d;
 	struct skv_params p;
-	struct skv_request *blk = NULL, *rq[3] = {NULL};
-	struct skv_cache *k[3] = {NULL}, *kb = NULL;
+	struct skv_request *blk[MAX_BLOCKERS] = {NULL}, *rq[3] = {NULL};
+	struct skv_cache *k[3] = {NULL}, *kb[MAX_BLOCKERS] = {NULL};
+	long long workers = H_STATUS_FIELD(H.sock, workers);
+	int nb = workers < 1 ? 1 : workers > MAX_BLOCKERS ? MAX_BLOCKERS : (int)workers;
 	size_t qel = (size_t)BL_H * BL_W * BL_D, kel = (size_t)BL_H * BL_L * BL_D;
 	uint64_t seed = 5;
 
@@ -835,20 +876,23 @@ static void test_bad_third_member(void)
 	d.layers = 1;
 	d.params = p;
 	d.layer = &br;
-	CU_ASSERT_EQUAL(skv_compact_submit(e.c, &d, &blk), 0);
+	for (int i = 0; i < nb; i++)
+		CU_ASSERT_EQUAL(skv_compact_submit(e.c, &d, &blk[i]), 0);
 	params_mass(&p, TAU, 0.0f);
 	desc_init(&d, &p, e.refs, "two-only", 2, 30000);
 	for (int i = 0; i < 3; i++)
 		CU_ASSERT_EQUAL(skv_compact_submit(e.c, &d, &rq[i]), 0);
 	CU_ASSERT_EQUAL(rq[2] ? skv_request_wait(rq[2], 60000, &k[2]) : -1, -EEXIST);
-	printf("\n  third member: %s", skv_client_error(e.c));
+	printf("\n  third member (behind %d compactions): %s", nb, skv_client_error(e.c));
 	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(e.c), "already has its 2 members"));
 	for (int i = 0; i < 2; i++)
 		CU_ASSERT_EQUAL(rq[i] ? skv_request_wait(rq[i], 60000, &k[i]) : -1, 0);
-	CU_ASSERT_EQUAL(blk ? skv_request_wait(blk, 60000, &kb) : -1, 0);
+	for (int i = 0; i < nb; i++) {
+		CU_ASSERT_EQUAL(blk[i] ? skv_request_wait(blk[i], 60000, &kb[i]) : -1, 0);
+		skv_cache_release(kb[i]);
+	}
 	for (int i = 0; i < 3; i++)
 		skv_cache_release(k[i]);
-	skv_cache_release(kb);
 	skv_buffer_free(big);
 	eng_close(&e);
 	printf("\n");
@@ -873,7 +917,7 @@ static void test_bad_tenant_groups(void)
 		desc_init(&d, &p, e[i].refs, key, 2, 2000);
 		CU_ASSERT_EQUAL(skv_compact_submit(e[i].c, &d, &rq[i]), 0);
 	}
-	h_sleep_ms(300); /* all pending in the daemon */
+	CU_ASSERT(metric_is("snapkvd_groups_pending", MAX_TENANT_GROUPS));
 	refused(&e[MAX_TENANT_GROUPS], &p, "one-too-many", 2, 2000, EUSERS, "max_tenant_groups");
 	for (int i = 0; i < MAX_TENANT_GROUPS; i++) {
 		struct skv_cache *k = NULL;
@@ -908,7 +952,7 @@ static void test_bad_other_uid(void)
 	CU_ASSERT_EQUAL_FATAL(eng_open(&a, 81), 0);
 	desc_init(&d, &p, a.refs, "root-group", 2, 30000);
 	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(a.c, &d, &ra), 0);
-	h_sleep_ms(200);
+	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1));
 	CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0);
 	fflush(stdout);
 	pid = fork();
