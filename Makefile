@@ -117,7 +117,7 @@ _check_sanitize: all
 TSAN_BUILD ?= build-tsan
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan
 TSAN_TESTS ?= $(addprefix $(BUILD)/tests/,test-daemon-e2e test-daemon-badinput test-hostile \
-	test-ops-daemon test-daemon-fuzz)
+	test-ops-daemon test-daemon-fuzz test-daemon-group)
 .PHONY: check-tsan _check_tsan
 check-tsan: deps
 	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) CUDA=0 CFLAGS="$(TSAN_FLAGS)" \
