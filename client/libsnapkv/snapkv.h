@@ -342,8 +342,11 @@ int skv_compact_desc_wait_event(struct skv_compact_desc *d, const void *ipc_hand
  * tenant are refused with -EINVAL naming the field or limit. Each member's
  * wait is a compaction wait: skv_client_compact() blocks until the group is
  * decided, so the members must be submitted concurrently (one thread,
- * process or skv_compact_submit() per member). skv_cache_budget() reports
- * group_size and group_wait_us.
+ * process or skv_compact_submit() per member). A member too large for a
+ * ring slot (a long paged block table) goes over the socket, so
+ * skv_compact_submit() itself then waits for the decision, within the
+ * client's deadline (see Deadlines). skv_cache_budget() reports group_size
+ * and group_wait_us.
  */
 #define SKV_MAX_GROUP_KEY 64u
 /* Fill the SNAPKV_1.7 group fields of d (desc_size must cover them), after
