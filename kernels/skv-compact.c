@@ -421,6 +421,15 @@ static int item_errors(const struct skv_job *jb, struct skv_error *err)
 	return 0;
 }
 
+/* -ECANCELED when the context's cancel stopped the last phases. */
+static int stopped(struct skv_job *jb, struct skv_error *err)
+{
+	if (!atomic_load_explicit(&jb->cancelled, memory_order_relaxed))
+		return 0;
+	skv_fail(err, -1, -1, "cancelled (skv_ctx_set_cancel)");
+	return -ECANCELED;
+}
+
 /*
  * The phases of one call on the pool that do not depend on a decision
  * group: mass scores and ranks (its own C* into jb->c_star), every other
@@ -455,7 +464,8 @@ static int run_first(struct skv_ctx *ctx, struct skv_job *jb, bool split, uint32
 		skv_ctx_run(ctx, jb, PH_FINISH,
 			    p->gqa == SKV_GQA_EXPAND ? jb->n_items * G : jb->n_items);
 	}
-	return item_errors(jb, err);
+	int r = stopped(jb, err);
+	return r < 0 ? r : item_errors(jb, err);
 }
 
 /* The rest for C* in jb->c_star: mass gathers every head at it. */
@@ -638,7 +648,7 @@ int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *sh,
 		return r;
 	run_second(ctx, &jb);
 	finish_result(ctx, &jb, n_layers, NULL, res);
-	return 0;
+	return stopped(&jb, err);
 }
 
 int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct skv_params *p,
@@ -787,6 +797,7 @@ int skv_compact_end(struct skv_ctx *ctx, struct skv_pending *pd, uint32_t c_star
 		jb->c_star = c_star;
 	run_second(ctx, jb);
 	finish_result(ctx, jb, pd->n_layers, &fall, res);
+	r = stopped(jb, err);
 out:
 	skv_pending_free(pd);
 	return r;

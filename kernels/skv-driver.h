@@ -112,6 +112,8 @@ struct skv_ctx {
 	struct skv_ws *ws;
 	void *common; /* call-wide scratch (skv_compact) */
 	size_t common_cap;
+	int (*cancel)(void *arg); /* skv_ctx_set_cancel */
+	void *cancel_arg;
 };
 
 struct skv_item_err {
@@ -136,6 +138,7 @@ struct skv_job {
 	enum { PH_ITEMS, PH_SCORE_HEADS, PH_FINISH, PH_RANK, PH_MASS, PH_LAYERS, PH_FULL } phase;
 	uint32_t n_units;
 	void (*run_unit)(struct skv_job *jb, struct skv_ws *w, uint32_t u);
+	atomic_bool cancelled;	    /* a unit found the context's cancel set */
 	float *cs;		    /* split mode: [item][G][L] column sums    */
 	struct skv_item_err *uerrs; /* split mode: per (item, g) scoring status */
 	/* derived */

@@ -308,6 +308,14 @@ void skv_ctx_free(struct skv_ctx *ctx);
 unsigned skv_ctx_threads(const struct skv_ctx *ctx);
 /* Name of the SIMD path chosen at run time: "avx512bf16", "avx512", "avx2", "scalar". */
 const char *skv_ctx_isa(const struct skv_ctx *ctx);
+/*
+ * A compaction on ctx stops early when cancelled(arg) returns non-zero: it is
+ * asked before each unit of work ((layer, head) items), from any of the
+ * context's threads, so it must be thread-safe and cheap. The call then
+ * returns -ECANCELED and its outputs are unspecified. NULL: never (the
+ * default). Stays set for later calls until changed.
+ */
+void skv_ctx_set_cancel(struct skv_ctx *ctx, int (*cancelled)(void *arg), void *arg);
 
 /*
  * Select and gather n_layers layers, all heads. Work is spread over
