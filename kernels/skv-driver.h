@@ -87,6 +87,7 @@ struct skv_ws {
 	uint64_t *key;
 	int32_t *pos;
 	uint32_t *rpos; /* ranked positions, best first (mass modes) */
+	uint64_t *rtmp; /* radix sort's second buffer (mass modes)   */
 	struct skv_seg *segs;
 	/* heads mode, one layer at a time: per stored head [H_store][L] */
 	float *hpool, *hvote;
