@@ -217,6 +217,7 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	T(pos, int32_t, (L));			  /* kept positions                */
 	T(segs, struct skv_seg, (sc * (G + rb))); /* rows of each head         */
 	T(rpos, uint32_t, (rk * L));		  /* ranked positions (mass)   */
+	T(rtmp, uint64_t, (rk * L));		  /* ranking sort buffer (mass) */
 	T(hpool, float, (hl));			  /* heads: pooled, per head   */
 	T(hvote, float, (hl));			  /* heads: votes, per head    */
 	T(hkeep, uint8_t, (hl));		  /* heads: kept flags         */

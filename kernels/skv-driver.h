@@ -87,6 +87,7 @@ struct skv_ws {
 	uint64_t *key;
 	int32_t *pos;
 	uint32_t *rpos; /* ranked positions, best first (mass modes) */
+	uint64_t *rtmp; /* radix sort's second buffer (mass modes)   */
 	struct skv_seg *segs;
 	/* heads mode, one layer at a time: per stored head [H_store][L] */
 	float *hpool, *hvote;
@@ -164,6 +165,10 @@ struct skv_job {
 	double *fsum;	    /* mass: summed votes of the forced ones    */
 	uint32_t *cneed;    /* mass: smallest ladder C reaching tau     */
 	uint32_t c_star;    /* mass: the chosen C                       */
+
+	/* mass: some head needs C_max, so C* = C_max; phase one then emits
+	 * the heads it ranks and sets their fsum to -1 (skv-budget.c) */
+	atomic_uint cmax_seen;
 };
 
 /* Run jb->run_unit on units 0 .. n_units-1 over the pool, the calling thread
