@@ -60,9 +60,6 @@ void skv_mass_heads_head(const struct skv_job *jb, struct skv_ws *w, uint32_t la
 	skv_emit(jb, w, layer, kvh, h, w->pos, cnt, m);
 }
 
-/* Phase one's marker in fsum (a sum of votes, never negative): emitted. */
-#define EMITTED (-1.0)
-
 /* The call-wide flag "some head needs C_max" (then C* = C_max, in a
  * decision group too). The job is never a const object: only the stages
  * see it const. */
@@ -96,7 +93,7 @@ static void mass_emit(const struct skv_job *jb, struct skv_ws *w, uint32_t layer
  * mass, phase one: rank each stored head of the item and find the smallest
  * ladder C its curve reaches tau at (C_max when none). A head needing C_max
  * settles C* = C_max for the call: from then on a head is emitted here, its
- * K/V rows still warm from scoring, and marked EMITTED; the others hold
+ * K/V rows still warm from scoring, and marked SKV_MASS_EMITTED; the others hold
  * their ranking for phase two.
  */
 int skv_mass_rank_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
@@ -135,7 +132,7 @@ int skv_mass_rank_item(const struct skv_job *jb, struct skv_ws *w, uint32_t laye
 		}
 		if (atomic_load_explicit(cmax_seen(jb), memory_order_relaxed)) {
 			jb->cneed[hi] = p->c_max;
-			jb->fsum[hi] = EMITTED;
+			jb->fsum[hi] = SKV_MASS_EMITTED;
 			mass_emit(jb, w, layer, kvh, h, rk, NULL, v, fs, p->c_max);
 			continue;
 		}
@@ -161,7 +158,7 @@ void skv_mass_finish_item(const struct skv_job *jb, struct skv_ws *w, uint32_t l
 	for (uint32_t g = 0; g < (expand ? G : 1); g++) {
 		uint32_t h = expand ? kvh * G + g : kvh;
 		size_t hi = (size_t)layer * jb->h_store + h;
-		if (jb->fsum[hi] == EMITTED)
+		if (jb->fsum[hi] == SKV_MASS_EMITTED)
 			continue;
 		mass_emit(jb, w, layer, kvh, h, jb->rank + hi * jb->R, jb->rvote + hi * jb->R, NULL,
 			  jb->fsum[hi], jb->c_star);

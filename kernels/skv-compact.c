@@ -732,6 +732,8 @@ uint32_t skv_pending_c_star(const struct skv_pending *pd)
  * computes it (the same additions in the same order). */
 static float ranked_mass(const struct skv_job *jb, size_t hi, uint32_t c)
 {
+	if (jb->fsum[hi] == SKV_MASS_EMITTED) /* at C_max, which is then c */
+		return jb->mass_all[hi];
 	const uint32_t F = jb->forced, avail = jb->sh->prompt_len - F;
 	const float *rv = jb->rvote + hi * jb->R;
 	uint32_t picks = c - F < jb->R ? c - F : jb->R;
@@ -750,7 +752,7 @@ float skv_pending_min_mass(const struct skv_pending *pd, uint32_t c)
 	float lo = INFINITY;
 
 	if (ranked)
-		c = c < pd->p.c_min ? pd->p.c_min : c > pd->p.c_max ? pd->p.c_max : c;
+		c = c < pd->jb.c_star ? pd->jb.c_star : c > pd->p.c_max ? pd->p.c_max : c;
 	for (size_t i = 0; i < nh; i++) {
 		float m = ranked ? ranked_mass(jb, i, c) : jb->mass_all[i];
 		lo = m < lo ? m : lo;
@@ -776,9 +778,10 @@ int skv_compact_end(struct skv_ctx *ctx, struct skv_pending *pd, uint32_t c_star
 	else if (res && !res->kept && pd->p.budget_mode == SKV_BUDGET_MASS)
 		r = skv_fail(err, -1, -1, "budget mode mass needs a result with a kept array");
 	else if (pd->p.budget_mode == SKV_BUDGET_MASS && pd->jb.select &&
-		 (c_star < pd->p.c_min || c_star > pd->p.c_max))
-		r = skv_fail(err, -1, -1, "C* %u is outside the ladder %u..%u", c_star, pd->p.c_min,
-			     pd->p.c_max);
+		 (c_star < pd->jb.c_star || c_star > pd->p.c_max))
+		r = skv_fail(err, -1, -1,
+			     "C* %u is outside the ladder from this member's own C* %u to C_max %u",
+			     c_star, pd->jb.c_star, pd->p.c_max);
 	else if (fall && !(pd->p.fallback_below > 0.0f))
 		r = skv_fail(err, -1, -1,
 			     "a fallback needs fallback_below > 0: the outputs have no room for L");

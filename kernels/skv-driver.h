@@ -171,6 +171,10 @@ struct skv_job {
 	atomic_uint cmax_seen;
 };
 
+/* Phase one's marker in a mass head's fsum (a sum of votes, never
+ * negative): the head was emitted at C_max in phase one. */
+#define SKV_MASS_EMITTED (-1.0)
+
 /* Run jb->run_unit on units 0 .. n_units-1 over the pool, the calling thread
  * included; returns when all are done. */
 void skv_ctx_run(struct skv_ctx *ctx, struct skv_job *jb, int phase, uint32_t n_units);

@@ -438,10 +438,10 @@ int skv_compact_begin(struct skv_ctx *ctx, const struct skv_shape *shape,
  * layers: 0. */
 uint32_t skv_pending_c_star(const struct skv_pending *pd);
 /* The smallest retained mass over every (layer, stored head) if the member
- * kept ladder C c (mass; c in [C_min, C_max]); the other modes: of what they
+ * kept ladder C c (mass; c from its own C* to C_max); the other modes: of what they
  * kept, c ignored. +inf when no head has a mass (nothing voted). */
 float skv_pending_min_mass(const struct skv_pending *pd, uint32_t c);
-/* Outputs for the group's decision: c_star (mass: in [C_min, C_max], else
+/* Outputs for the group's decision: c_star (mass: from its own C* to C_max, else
  * ignored), fallback (needs fallback_below > 0: the outputs have room for
  * L). res as skv_compact_budget(); res->fallback is the decision. Frees pd,
  * also on failure. 0, -EINVAL. */

@@ -1214,6 +1214,16 @@ static void test_group_refusals(void)
 	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
 	CU_ASSERT_EQUAL(skv_compact_end(ctx, pd, pb.p.c_max + 1, 0, &res, &e), -EINVAL);
 	CU_ASSERT(strstr(e.msg, "ladder") != NULL);
+	/* below the member's own C*: its heads would not all reach tau */
+	CU_ASSERT_FATAL(
+	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
+	uint32_t own = skv_pending_c_star(pd);
+	if (own > pb.p.c_min) {
+		CU_ASSERT_EQUAL(skv_compact_end(ctx, pd, own - 1, 0, &res, &e), -EINVAL);
+		CU_ASSERT(strstr(e.msg, "own C*") != NULL);
+	} else {
+		skv_pending_free(pd);
+	}
 	CU_ASSERT_FATAL(
 	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
 	CU_ASSERT_EQUAL(skv_compact_end(ctx, pd, pb.p.c_min, 1, &res, &e), -EINVAL);
