@@ -246,6 +246,35 @@ void snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_
 	snapkvd_cache_settle(c, host_base, host_base);
 }
 
+bool snapkvd_cache_shrink(struct snapkvd_cache *c, uint8_t *host_base, struct snapkvd_cache_geom *g)
+{
+	struct snapkvd_cache_geom n;
+	size_t kv, pos;
+
+	if (!c->budgeted || c->ragged || c->gpu_kv || c->layout == SNAPKVD_LAYOUT_PAGED ||
+	    snapkvd_cache_geometry(c->layers, c->h_store, c->slots, c->head_dim, c->dtype_bytes,
+				   g->region, &n) < 0 ||
+	    n.region >= g->region)
+		return false;
+	/* the settled rows of a layer are the prefix of its K, V and positions;
+	 * each new place is at or below the old one, so layers move in order */
+	kv = (size_t)c->h_store * c->slots * c->head_dim * c->dtype_bytes;
+	pos = (size_t)c->h_store * c->slots * 4;
+	for (uint32_t l = 0; l < c->layers; l++) {
+		uint64_t k, v, p;
+
+		snapkvd_region_layer(c->region_off, c->layers, l, &n, false, &k, &v, &p);
+		memmove(host_base + k, host_base + c->k_off[l], kv);
+		memmove(host_base + v, host_base + c->v_off[l], kv);
+		memmove(host_base + p, host_base + c->pos_off[l], pos);
+		c->k_off[l] = k;
+		c->v_off[l] = v;
+		c->pos_off[l] = p;
+	}
+	*g = n;
+	return true;
+}
+
 void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
 			 const struct snapkvd_cache_geom *g)
 {

@@ -198,6 +198,16 @@ int snapkvd_cache_budget_arrays(struct snapkvd_cache *c);
 void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base);
 
 /*
+ * A budgeted cache packed at fewer slots than its region was sized for (a
+ * mass C* below C_max): its layers move down to the layout of its settled
+ * slot count, *g becomes that layout (g->region smaller) and the region's
+ * tail [g->region, region_bytes) holds nothing of it; the loop thread gives
+ * the tail back (region_bytes is its to change). Host-arena K/V, HND or NHD,
+ * not ragged, not paged; otherwise nothing. Whether it shrank (worker).
+ */
+bool snapkvd_cache_shrink(struct snapkvd_cache *c, uint8_t *host_base,
+			  struct snapkvd_cache_geom *g);
+/*
  * A budget mode's outcome res (its kept array is c->hkept) into c: C*,
  * fallback, the choice's smallest mass, whether heads are stored ragged;
  * then settle (K/V and positions in the host arena at host_base). Either

@@ -71,6 +71,8 @@ static void run_compact(struct snapkvd_worker *w, struct snapkvd_job *j)
 		for (uint32_t h = 0; h < ca->h_store; h++)
 			for (uint32_t i = ca->kept; i < ca->slots; i++)
 				j->out[l].positions[(size_t)h * ca->slots + i] = -1;
+	/* a mass C* below C_max: the region's tail is not needed */
+	snapkvd_cache_shrink(ca, j->host_base, &j->geom);
 	/* a region of this session's released caches: the rest reads as zero */
 	if (ca->region_dirty)
 		snapkvd_cache_zero_unwritten(ca, &j->geom, j->host_base);

@@ -105,12 +105,9 @@ static int host_compact_group(struct snapkvd_runner_ctx *x, struct snapkvd_job *
 	return 0;
 }
 
-static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
+static int host_compact_layers(struct snapkvd_runner_ctx *x, struct snapkvd_job *j,
+			       struct skv_error *kerr)
 {
-	if (j->group)
-		return host_compact_group(x, j, kerr);
-	if (j->cache && j->cache->budgeted)
-		return host_compact_budget(x, j, kerr);
 	for (uint32_t l = 0; l < j->layers; l += HOST_LAYERS_PER_STEP) {
 		uint32_t n =
 		    j->layers - l < HOST_LAYERS_PER_STEP ? j->layers - l : HOST_LAYERS_PER_STEP;
@@ -135,6 +132,35 @@ static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 			return r;
 	}
 	return 0;
+}
+
+/* The kernels' cancel: the job's session has ended (any kernel thread). */
+static int job_cancelled(void *arg)
+{
+	return snapkvd_job_cancelled(arg);
+}
+
+/*
+ * Every path stops within one (layer, head) item once the session has ended
+ * (skv_ctx_set_cancel), so a long job of a closed session does not hold the
+ * worker: budget modes run all layers in one call, and a group member's
+ * steps too.
+ */
+static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
+{
+	int r;
+
+	skv_ctx_set_cancel(x->ctx, job_cancelled, j);
+	if (j->group)
+		r = host_compact_group(x, j, kerr);
+	else if (j->cache && j->cache->budgeted)
+		r = host_compact_budget(x, j, kerr);
+	else
+		r = host_compact_layers(x, j, kerr);
+	skv_ctx_set_cancel(x->ctx, NULL, NULL);
+	if (r == -ECANCELED && snapkvd_job_cancelled(j))
+		snprintf(kerr->msg, sizeof(kerr->msg), "the session ended; the compaction stopped");
+	return r;
 }
 
 /* a GPU-arena cache never reaches a host runner: refused at COMPACT */

@@ -1584,6 +1584,15 @@ static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 	observe_budget(s, c);
 	snapkvd_policy_observe_compaction(&s->srv->policy, (double)(now - j->t_start) / 1e9,
 					  c->mass, (size_t)c->layers * c->h_store);
+	if (j->geom.region < c->region_bytes) { /* shrunk (snapkvd_cache_shrink) */
+		uint64_t cut = c->region_bytes - j->geom.region;
+		struct snapkvd_resv tail = {.tenant = j->resv.tenant, .bytes = cut};
+
+		snapkvd_arena_release(s->arena, c->region_off + j->geom.region, cut);
+		snapkvd_pool_cancel(pool, &tail);
+		j->resv.bytes -= cut;
+		c->region_bytes = j->geom.region;
+	}
 	snapkvd_pool_tenant_compaction(pool, s->tenant);
 	snapkvd_pool_commit(pool, &j->resv);
 	snapkvd_pool_cache_count(pool, s->tenant, 1);

@@ -60,8 +60,42 @@ void skv_mass_heads_head(const struct skv_job *jb, struct skv_ws *w, uint32_t la
 	skv_emit(jb, w, layer, kvh, h, w->pos, cnt, m);
 }
 
-/* mass, phase one: rank each stored head of the item, hold the ranking and
- * the smallest ladder C its curve reaches tau at (C_max when none). */
+/* The call-wide flag "some head needs C_max" (then C* = C_max, in a
+ * decision group too). The job is never a const object: only the stages
+ * see it const. */
+static atomic_uint *cmax_seen(const struct skv_job *jb)
+{
+	return (atomic_uint *)&jb->cmax_seen;
+}
+
+/* A mass head at C* = c_star from its ranking rk[] and votes: the same
+ * picks, additions (in rank order, onto the forced sum) and output in
+ * either phase. */
+static void mass_emit(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
+		      uint32_t h, const uint32_t *rk, const float *rv, const float *v, double acc,
+		      uint32_t c_star)
+{
+	const uint32_t L = jb->sh->prompt_len, F = jb->forced, avail = L - F;
+	uint32_t picks = c_star - F < jb->R ? c_star - F : jb->R;
+
+	if (rv)
+		for (uint32_t i = 0; i < picks; i++)
+			acc += rv[i];
+	else
+		for (uint32_t i = 0; i < picks; i++)
+			acc += v[rk[i]];
+	float m = picks >= avail ? 1.0f : skv_curve(acc, jb->n_obs);
+	uint32_t cnt = skv_keep_ranked(jb, w, rk, picks);
+	skv_emit(jb, w, layer, kvh, h, w->pos, cnt, m);
+}
+
+/*
+ * mass, phase one: rank each stored head of the item and find the smallest
+ * ladder C its curve reaches tau at (C_max when none). A head needing C_max
+ * settles C* = C_max for the call: from then on a head is emitted here, its
+ * K/V rows still warm from scoring, and marked SKV_MASS_EMITTED; the others hold
+ * their ranking for phase two.
+ */
 int skv_mass_rank_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh,
 		       const float *colsum)
 {
@@ -75,54 +109,59 @@ int skv_mass_rank_item(const struct skv_job *jb, struct skv_ws *w, uint32_t laye
 		const float *v = head_votes(jb, w, colsum, g);
 		uint32_t n = skv_rank(jb, w, v, jb->R);
 		const uint32_t *rk = ranked_positions(w, n);
-		uint32_t *keep_rank = jb->rank + hi * jb->R;
-		float *keep_vote = jb->rvote + hi * jb->R;
-		double acc = skv_forced_sum(jb, v);
+		const double fs = skv_forced_sum(jb, v);
+		double acc = fs;
 		uint32_t picks = 0, c = p->c_min;
 
+		if (!atomic_load_explicit(cmax_seen(jb), memory_order_relaxed)) {
+			for (;;) {
+				while (picks < c - F && picks < n)
+					acc += v[rk[picks++]];
+				float m = picks >= avail ? 1.0f : skv_curve(acc, jb->n_obs);
+				if (m >= p->tau || c >= p->c_max)
+					break;
+				if (picks == n) { /* the curve is flat from here */
+					c = p->c_max;
+					break;
+				}
+				/* the ladder: C_min, C_min + step, .. below C_max, then C_max */
+				c = p->c_max - c > p->c_step ? c + p->c_step : p->c_max;
+			}
+			if (c == p->c_max)
+				atomic_store_explicit(cmax_seen(jb), 1, memory_order_relaxed);
+		}
+		if (atomic_load_explicit(cmax_seen(jb), memory_order_relaxed)) {
+			jb->cneed[hi] = p->c_max;
+			jb->fsum[hi] = SKV_MASS_EMITTED;
+			mass_emit(jb, w, layer, kvh, h, rk, NULL, v, fs, p->c_max);
+			continue;
+		}
+		uint32_t *keep_rank = jb->rank + hi * jb->R;
+		float *keep_vote = jb->rvote + hi * jb->R;
 		for (uint32_t i = 0; i < n; i++) {
 			keep_rank[i] = rk[i];
 			keep_vote[i] = v[rk[i]];
 		}
-		jb->fsum[hi] = acc;
-		for (;;) {
-			while (picks < c - F && picks < n)
-				acc += v[rk[picks++]];
-			float m = picks >= avail ? 1.0f : skv_curve(acc, jb->n_obs);
-			if (m >= p->tau || c >= p->c_max)
-				break;
-			if (picks == n) { /* the curve is flat from here */
-				c = p->c_max;
-				break;
-			}
-			/* the ladder: C_min, C_min + step, .. below C_max, then C_max */
-			c = p->c_max - c > p->c_step ? c + p->c_step : p->c_max;
-		}
+		jb->fsum[hi] = fs;
 		jb->cneed[hi] = c;
 	}
 	return 0;
 }
 
-/* mass, phase two: every stored head of the item keeps min(L, C*). */
+/* mass, phase two: every stored head of the item not yet emitted keeps
+ * min(L, C*). */
 void skv_mass_finish_item(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32_t kvh)
 {
-	const uint32_t G = jb->G, L = jb->sh->prompt_len, F = jb->forced, avail = L - F;
+	const uint32_t G = jb->G;
 	const bool expand = jb->p->gqa == SKV_GQA_EXPAND;
 
 	for (uint32_t g = 0; g < (expand ? G : 1); g++) {
 		uint32_t h = expand ? kvh * G + g : kvh;
 		size_t hi = (size_t)layer * jb->h_store + h;
-		const uint32_t *rk = jb->rank + hi * jb->R;
-		const float *rv = jb->rvote + hi * jb->R;
-		uint32_t picks = jb->c_star - F < jb->R ? jb->c_star - F : jb->R;
-		double acc = jb->fsum[hi];
-
-		/* the same additions in the same order as phase one */
-		for (uint32_t i = 0; i < picks; i++)
-			acc += rv[i];
-		float m = picks >= avail ? 1.0f : skv_curve(acc, jb->n_obs);
-		uint32_t cnt = skv_keep_ranked(jb, w, rk, picks);
-		skv_emit(jb, w, layer, kvh, h, w->pos, cnt, m);
+		if (jb->fsum[hi] == SKV_MASS_EMITTED)
+			continue;
+		mass_emit(jb, w, layer, kvh, h, jb->rank + hi * jb->R, jb->rvote + hi * jb->R, NULL,
+			  jb->fsum[hi], jb->c_star);
 	}
 }
 

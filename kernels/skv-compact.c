@@ -217,6 +217,7 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	T(pos, int32_t, (L));			  /* kept positions                */
 	T(segs, struct skv_seg, (sc * (G + rb))); /* rows of each head         */
 	T(rpos, uint32_t, (rk * L));		  /* ranked positions (mass)   */
+	T(rtmp, uint64_t, (rk * L));		  /* ranking sort buffer (mass) */
 	T(hpool, float, (hl));			  /* heads: pooled, per head   */
 	T(hvote, float, (hl));			  /* heads: votes, per head    */
 	T(hkeep, uint8_t, (hl));		  /* heads: kept flags         */
@@ -421,6 +422,15 @@ static int item_errors(const struct skv_job *jb, struct skv_error *err)
 	return 0;
 }
 
+/* -ECANCELED when the context's cancel stopped the last phases. */
+static int stopped(struct skv_job *jb, struct skv_error *err)
+{
+	if (!atomic_load_explicit(&jb->cancelled, memory_order_relaxed))
+		return 0;
+	skv_fail(err, -1, -1, "cancelled (skv_ctx_set_cancel)");
+	return -ECANCELED;
+}
+
 /*
  * The phases of one call on the pool that do not depend on a decision
  * group: mass scores and ranks (its own C* into jb->c_star), every other
@@ -455,7 +465,8 @@ static int run_first(struct skv_ctx *ctx, struct skv_job *jb, bool split, uint32
 		skv_ctx_run(ctx, jb, PH_FINISH,
 			    p->gqa == SKV_GQA_EXPAND ? jb->n_items * G : jb->n_items);
 	}
-	return item_errors(jb, err);
+	int r = stopped(jb, err);
+	return r < 0 ? r : item_errors(jb, err);
 }
 
 /* The rest for C* in jb->c_star: mass gathers every head at it. */
@@ -638,7 +649,7 @@ int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *sh,
 		return r;
 	run_second(ctx, &jb);
 	finish_result(ctx, &jb, n_layers, NULL, res);
-	return 0;
+	return stopped(&jb, err);
 }
 
 int skv_compact(struct skv_ctx *ctx, const struct skv_shape *sh, const struct skv_params *p,
@@ -721,6 +732,8 @@ uint32_t skv_pending_c_star(const struct skv_pending *pd)
  * computes it (the same additions in the same order). */
 static float ranked_mass(const struct skv_job *jb, size_t hi, uint32_t c)
 {
+	if (jb->fsum[hi] == SKV_MASS_EMITTED) /* at C_max, which is then c */
+		return jb->mass_all[hi];
 	const uint32_t F = jb->forced, avail = jb->sh->prompt_len - F;
 	const float *rv = jb->rvote + hi * jb->R;
 	uint32_t picks = c - F < jb->R ? c - F : jb->R;
@@ -739,7 +752,7 @@ float skv_pending_min_mass(const struct skv_pending *pd, uint32_t c)
 	float lo = INFINITY;
 
 	if (ranked)
-		c = c < pd->p.c_min ? pd->p.c_min : c > pd->p.c_max ? pd->p.c_max : c;
+		c = c < pd->jb.c_star ? pd->jb.c_star : c > pd->p.c_max ? pd->p.c_max : c;
 	for (size_t i = 0; i < nh; i++) {
 		float m = ranked ? ranked_mass(jb, i, c) : jb->mass_all[i];
 		lo = m < lo ? m : lo;
@@ -765,9 +778,10 @@ int skv_compact_end(struct skv_ctx *ctx, struct skv_pending *pd, uint32_t c_star
 	else if (res && !res->kept && pd->p.budget_mode == SKV_BUDGET_MASS)
 		r = skv_fail(err, -1, -1, "budget mode mass needs a result with a kept array");
 	else if (pd->p.budget_mode == SKV_BUDGET_MASS && pd->jb.select &&
-		 (c_star < pd->p.c_min || c_star > pd->p.c_max))
-		r = skv_fail(err, -1, -1, "C* %u is outside the ladder %u..%u", c_star, pd->p.c_min,
-			     pd->p.c_max);
+		 (c_star < pd->jb.c_star || c_star > pd->p.c_max))
+		r = skv_fail(err, -1, -1,
+			     "C* %u is outside the ladder from this member's own C* %u to C_max %u",
+			     c_star, pd->jb.c_star, pd->p.c_max);
 	else if (fall && !(pd->p.fallback_below > 0.0f))
 		r = skv_fail(err, -1, -1,
 			     "a fallback needs fallback_below > 0: the outputs have no room for L");
@@ -787,6 +801,7 @@ int skv_compact_end(struct skv_ctx *ctx, struct skv_pending *pd, uint32_t c_star
 		jb->c_star = c_star;
 	run_second(ctx, jb);
 	finish_result(ctx, jb, pd->n_layers, &fall, res);
+	r = stopped(jb, err);
 out:
 	skv_pending_free(pd);
 	return r;

@@ -137,6 +137,14 @@ int skv_ctx_new(unsigned threads, struct skv_ctx **ret_ctx)
 	return 0;
 }
 
+void skv_ctx_set_cancel(struct skv_ctx *ctx, int (*cancelled)(void *arg), void *arg)
+{
+	if (!ctx)
+		return;
+	ctx->cancel = cancelled;
+	ctx->cancel_arg = arg;
+}
+
 unsigned skv_ctx_threads(const struct skv_ctx *ctx)
 {
 	return ctx ? ctx->threads : 0;
@@ -157,6 +165,12 @@ static void run_items(struct skv_ctx *ctx, unsigned tid)
 		uint32_t u = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed);
 		if (u >= jb->n_units)
 			break;
+		if (ctx->cancel && ctx->cancel(ctx->cancel_arg)) {
+			/* the other threads find no unit left either */
+			atomic_store_explicit(&jb->next, jb->n_units, memory_order_relaxed);
+			atomic_store_explicit(&jb->cancelled, true, memory_order_relaxed);
+			break;
+		}
 		jb->run_unit(jb, &ctx->ws[tid], u);
 	}
 	jb->isa->fence(); /* streamed output stores are visible before we return */

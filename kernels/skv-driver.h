@@ -87,6 +87,7 @@ struct skv_ws {
 	uint64_t *key;
 	int32_t *pos;
 	uint32_t *rpos; /* ranked positions, best first (mass modes) */
+	uint64_t *rtmp; /* radix sort's second buffer (mass modes)   */
 	struct skv_seg *segs;
 	/* heads mode, one layer at a time: per stored head [H_store][L] */
 	float *hpool, *hvote;
@@ -112,6 +113,8 @@ struct skv_ctx {
 	struct skv_ws *ws;
 	void *common; /* call-wide scratch (skv_compact) */
 	size_t common_cap;
+	int (*cancel)(void *arg); /* skv_ctx_set_cancel */
+	void *cancel_arg;
 };
 
 struct skv_item_err {
@@ -136,6 +139,7 @@ struct skv_job {
 	enum { PH_ITEMS, PH_SCORE_HEADS, PH_FINISH, PH_RANK, PH_MASS, PH_LAYERS, PH_FULL } phase;
 	uint32_t n_units;
 	void (*run_unit)(struct skv_job *jb, struct skv_ws *w, uint32_t u);
+	atomic_bool cancelled;	    /* a unit found the context's cancel set */
 	float *cs;		    /* split mode: [item][G][L] column sums    */
 	struct skv_item_err *uerrs; /* split mode: per (item, g) scoring status */
 	/* derived */
@@ -161,7 +165,15 @@ struct skv_job {
 	double *fsum;	    /* mass: summed votes of the forced ones    */
 	uint32_t *cneed;    /* mass: smallest ladder C reaching tau     */
 	uint32_t c_star;    /* mass: the chosen C                       */
+
+	/* mass: some head needs C_max, so C* = C_max; phase one then emits
+	 * the heads it ranks and sets their fsum to -1 (skv-budget.c) */
+	atomic_uint cmax_seen;
 };
+
+/* Phase one's marker in a mass head's fsum (a sum of votes, never
+ * negative): the head was emitted at C_max in phase one. */
+#define SKV_MASS_EMITTED (-1.0)
 
 /* Run jb->run_unit on units 0 .. n_units-1 over the pool, the calling thread
  * included; returns when all are done. */

@@ -188,47 +188,46 @@ void skv_group_votes(const struct skv_job *jb, struct skv_ws *w, const float *co
 
 /* ------------------------------------------------- budget modes: ranking */
 
-/* Sort distinct keys descending: quicksort (median of three, the smaller
- * side first, the larger iterated), insertion sort below 16. qsort()'s
- * indirect compares cost the mass modes ~10% of a compaction. */
-static void sort_desc(uint64_t *a, uint32_t n)
+/* Sort distinct keys descending: LSD radix sort by bytes (stable, the
+ * highest byte value first), skipping the bytes every key has alike (the
+ * high bytes of ~position, often the top of the score); tmp holds n keys.
+ * About a fifth of the time of a quicksort of C_max - F keys, whose
+ * mispredicted compares cost the mass modes ~3% of a compaction. */
+static void sort_desc(uint64_t *a, uint64_t *tmp, uint32_t n)
 {
-	while (n > 16) {
-		uint32_t m = n / 2;
-		uint64_t x = a[0], y = a[m], z = a[n - 1];
-		uint64_t pv = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
-		uint32_t i = 0, j = n - 1;
-		for (;;) {
-			while (a[i] > pv)
-				i++;
-			while (a[j] < pv)
-				j--;
-			if (i >= j)
-				break;
-			uint64_t t = a[i];
-			a[i] = a[j];
-			a[j] = t;
-			i++;
-			j--;
+	if (n <= 32) {
+		for (uint32_t i = 1; i < n; i++) {
+			uint64_t v = a[i];
+			uint32_t j = i;
+			for (; j > 0 && a[j - 1] < v; j--)
+				a[j] = a[j - 1];
+			a[j] = v;
 		}
-		/* [0, j] >= pv >= [j + 1, n) */
-		uint32_t left = j + 1;
-		if (left < n - left) {
-			sort_desc(a, left);
-			a += left;
-			n -= left;
-		} else {
-			sort_desc(a + left, n - left);
-			n = left;
+		return;
+	}
+	uint64_t diff = 0, *src = a, *dst = tmp;
+	for (uint32_t i = 1; i < n; i++)
+		diff |= a[i] ^ a[0];
+	for (unsigned b = 0; b < 64; b += 8) {
+		if (!((diff >> b) & 0xff))
+			continue;
+		uint32_t cnt[256] = {0}, off[256], at = 0;
+		for (uint32_t i = 0; i < n; i++)
+			cnt[(src[i] >> b) & 0xff]++;
+		for (unsigned d = 256; d-- > 0;) {
+			off[d] = at;
+			at += cnt[d];
 		}
+		for (uint32_t i = 0; i < n; i++) {
+			uint64_t k = src[i];
+			dst[off[(k >> b) & 0xff]++] = k;
+		}
+		uint64_t *t = src;
+		src = dst;
+		dst = t;
 	}
-	for (uint32_t i = 1; i < n; i++) {
-		uint64_t v = a[i];
-		uint32_t j = i;
-		for (; j > 0 && a[j - 1] < v; j--)
-			a[j] = a[j - 1];
-		a[j] = v;
-	}
+	if (src != a)
+		memcpy(a, src, (size_t)n * sizeof(*a));
 }
 
 uint32_t skv_rank(const struct skv_job *jb, struct skv_ws *w, const float *votes, uint32_t R)
@@ -245,7 +244,7 @@ uint32_t skv_rank(const struct skv_job *jb, struct skv_ws *w, const float *votes
 	if (R < n)
 		select_top(w->key, n, R);
 	/* keys are distinct (the position is in them): the order is total */
-	sort_desc(w->key, R);
+	sort_desc(w->key, w->rtmp, R);
 	return R;
 }
 

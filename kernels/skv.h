@@ -308,6 +308,14 @@ void skv_ctx_free(struct skv_ctx *ctx);
 unsigned skv_ctx_threads(const struct skv_ctx *ctx);
 /* Name of the SIMD path chosen at run time: "avx512bf16", "avx512", "avx2", "scalar". */
 const char *skv_ctx_isa(const struct skv_ctx *ctx);
+/*
+ * A compaction on ctx stops early when cancelled(arg) returns non-zero: it is
+ * asked before each unit of work ((layer, head) items), from any of the
+ * context's threads, so it must be thread-safe and cheap. The call then
+ * returns -ECANCELED and its outputs are unspecified. NULL: never (the
+ * default). Stays set for later calls until changed.
+ */
+void skv_ctx_set_cancel(struct skv_ctx *ctx, int (*cancelled)(void *arg), void *arg);
 
 /*
  * Select and gather n_layers layers, all heads. Work is spread over
@@ -430,10 +438,10 @@ int skv_compact_begin(struct skv_ctx *ctx, const struct skv_shape *shape,
  * layers: 0. */
 uint32_t skv_pending_c_star(const struct skv_pending *pd);
 /* The smallest retained mass over every (layer, stored head) if the member
- * kept ladder C c (mass; c in [C_min, C_max]); the other modes: of what they
+ * kept ladder C c (mass; c from its own C* to C_max); the other modes: of what they
  * kept, c ignored. +inf when no head has a mass (nothing voted). */
 float skv_pending_min_mass(const struct skv_pending *pd, uint32_t c);
-/* Outputs for the group's decision: c_star (mass: in [C_min, C_max], else
+/* Outputs for the group's decision: c_star (mass: from its own C* to C_max, else
  * ignored), fallback (needs fallback_below > 0: the outputs have room for
  * L). res as skv_compact_budget(); res->fallback is the decision. Frees pd,
  * also on failure. 0, -EINVAL. */

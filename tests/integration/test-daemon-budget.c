@@ -528,6 +528,54 @@ static void test_ragged_ops(void)
 	ref_free(&r);
 }
 
+/*
+ * A mass cache whose C* is below C_max gives its region's tail back: it holds
+ * exactly the pool bytes of a uniform cache at C = C*, reads as libskv's,
+ * and APPEND and GROW work on it.
+ */
+static void test_mass_shrinks(void)
+{
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	struct skv_cache_budget b = {.budget_size = sizeof(b)};
+	struct skv_params p;
+	struct ref r;
+	uint64_t used_mass, used_uniform;
+
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS;
+	p.tau = 0.5f;
+	p.c_min = 12;
+	p.c_max = 96;
+	p.c_step = 4;
+	CU_ASSERT_EQUAL_FATAL(reference(&p, &r), 0);
+	desc_init(&d, &p, 4);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_cache_budget(k, &b), 0);
+	printf("  mass 0.5: C* %u of C_max %u\n", b.c_star, p.c_max);
+	CU_ASSERT_FATAL(b.c_star < p.c_max);
+	check_equal(k, &r, "mass after the shrink");
+	used_mass = h_pool_used(H.sock);
+	CU_ASSERT_EQUAL(skv_cache_append(k, 4), 0);
+	CU_ASSERT_EQUAL(skv_cache_append(k, 1), -ENOSPC);
+	CU_ASSERT_EQUAL_FATAL(skv_cache_grow(k, 8), 0);
+	check_equal(k, &r, "mass after GROW");
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	/* uniform at C = C*, the same reserve */
+	params_base(&p, SKV_GQA_EXPAND);
+	p.capacity = b.c_star;
+	desc_init(&d, &p, 4);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	used_uniform = h_pool_used(H.sock);
+	printf("  pool bytes: mass %llu, uniform at C* %llu\n", (unsigned long long)used_mass,
+	       (unsigned long long)used_uniform);
+	CU_ASSERT_EQUAL(used_mass, used_uniform);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+	ref_free(&r);
+}
+
 /* A bad budget: refused with `needle` in the message, nothing held. */
 static void refused(const struct skv_params *p, enum skv_layout layout, const char *needle)
 {
@@ -790,6 +838,7 @@ int main(void)
 	CU_add_test(s, "fallback through the daemon", test_fallback);
 	CU_add_test(s, "APPEND, GROW, RELEASE, linger and the ledger on a ragged cache",
 		    test_ragged_ops);
+	CU_add_test(s, "a mass cache below C_max gives its region's tail back", test_mass_shrinks);
 	CU_add_test(s, "bad budgets refused before any work, nothing held", test_bad_input);
 	s = CU_add_suite("daemon-budget-pressure", pressure_init, pressure_clean);
 	CU_add_test(s, "under pressure the modes' budgets scale with C", test_pressure_scaling);

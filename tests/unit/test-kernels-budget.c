@@ -1214,6 +1214,16 @@ static void test_group_refusals(void)
 	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
 	CU_ASSERT_EQUAL(skv_compact_end(ctx, pd, pb.p.c_max + 1, 0, &res, &e), -EINVAL);
 	CU_ASSERT(strstr(e.msg, "ladder") != NULL);
+	/* below the member's own C*: its heads would not all reach tau */
+	CU_ASSERT_FATAL(
+	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
+	uint32_t own = skv_pending_c_star(pd);
+	if (own > pb.p.c_min) {
+		CU_ASSERT_EQUAL(skv_compact_end(ctx, pd, own - 1, 0, &res, &e), -EINVAL);
+		CU_ASSERT(strstr(e.msg, "own C*") != NULL);
+	} else {
+		skv_pending_free(pd);
+	}
 	CU_ASSERT_FATAL(
 	    skv_compact_begin(ctx, &pb.sh, &pb.p, pb.n_layers, pb.in, pb.out, &pd, &e) == 0);
 	CU_ASSERT_EQUAL(skv_compact_end(ctx, pd, pb.p.c_min, 1, &res, &e), -EINVAL);
@@ -1223,6 +1233,71 @@ static void test_group_refusals(void)
 	skv_pending_free(pd); /* never ended: freed as is */
 	prob_free(&pb);
 	skv_ctx_free(ctx);
+}
+
+/* Cancel after `left` questions (the count shared by the pool's threads). */
+static int cancel_after(void *arg)
+{
+	return __atomic_sub_fetch((int *)arg, 1, __ATOMIC_RELAXED) < 0;
+}
+
+/*
+ * skv_ctx_set_cancel: a context whose cancel answers yes stops the call
+ * with -ECANCELED in every mode (also a group member's steps); one that
+ * answers no changes no byte.
+ */
+static void test_cancel(void)
+{
+	for (int b = SKV_BUDGET_UNIFORM; b <= SKV_BUDGET_MASS_HEADS; b++)
+		for (int c = 0; c < 4; c++) {
+			uint64_t seed = rng_next();
+			struct prob one, two;
+			struct skv_budget_result r1, r2;
+			struct skv_ctx *ctx;
+			struct skv_error e;
+			uint32_t k1[64 * 3], k2[64 * 3];
+			int never = 1 << 30, soon = 0, later = 1 + c;
+
+			group_member(&one, (enum skv_budget)b, seed, 0);
+			group_member(&two, (enum skv_budget)b, seed, 0);
+			CU_ASSERT_FATAL(skv_ctx_new(1 + (unsigned)c % 3, &ctx) == 0);
+			CU_ASSERT_EQUAL_FATAL(run_budget(&one, 2, k1, &r1, &e), 0);
+			skv_ctx_set_cancel(ctx, cancel_after, &never);
+			r2 = (struct skv_budget_result){.result_size = sizeof(r2), .kept = k2};
+			CU_ASSERT_EQUAL(skv_compact_budget(ctx, &two.sh, &two.p, two.n_layers,
+							   two.in, two.out, &r2, &e),
+					0);
+			CU_ASSERT_EQUAL(member_hash(&one, k1, &r1), member_hash(&two, k2, &r2));
+			skv_ctx_set_cancel(ctx, cancel_after, &soon);
+			CU_ASSERT_EQUAL(skv_compact_budget(ctx, &two.sh, &two.p, two.n_layers,
+							   two.in, two.out, &r2, &e),
+					-ECANCELED);
+			CU_ASSERT(strstr(e.msg, "cancelled") != NULL);
+			/* mid-call: cancelled, or done before the cancel was asked */
+			skv_ctx_set_cancel(ctx, cancel_after, &later);
+			int rl = skv_compact_budget(ctx, &two.sh, &two.p, two.n_layers, two.in,
+						    two.out, &r2, &e);
+			CU_ASSERT(rl == -ECANCELED || (rl == 0 && member_hash(&one, k1, &r1) ==
+								      member_hash(&two, k2, &r2)));
+			skv_ctx_set_cancel(ctx, cancel_after, &soon);
+			if (b != SKV_BUDGET_HEADS && b != SKV_BUDGET_MASS_HEADS) {
+				struct skv_pending *pd = NULL;
+				soon = 0;
+				CU_ASSERT_EQUAL(skv_compact_begin(ctx, &two.sh, &two.p,
+								  two.n_layers, two.in, two.out,
+								  &pd, &e),
+						-ECANCELED);
+				CU_ASSERT(pd == NULL);
+			}
+			skv_ctx_set_cancel(ctx, NULL, NULL);
+			CU_ASSERT_EQUAL(skv_compact_budget(ctx, &two.sh, &two.p, two.n_layers,
+							   two.in, two.out, &r2, &e),
+					0);
+			CU_ASSERT_EQUAL(member_hash(&one, k1, &r1), member_hash(&two, k2, &r2));
+			skv_ctx_free(ctx);
+			prob_free(&one);
+			prob_free(&two);
+		}
 }
 
 /* The text form of every mode, the ladder's defaults, and what is refused. */
@@ -1307,6 +1382,7 @@ int main(void)
 	CU_add_test(s, "thread-count invariance, every mode", test_threads_invariant);
 	CU_add_test(s, "decision groups: two steps, group C* and fallback", test_group_two_step);
 	CU_add_test(s, "decision groups: refusals", test_group_refusals);
+	CU_add_test(s, "cancel: -ECANCELED in every mode, no change when not", test_cancel);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned f = CU_get_number_of_failures();
