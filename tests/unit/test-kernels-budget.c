@@ -1001,6 +1001,67 @@ static void test_random_mass_heads(void)
 	run_random_mode(SKV_BUDGET_MASS_HEADS, 80);
 }
 
+/*
+ * mass: C* = C_max set by one flat layer (q = 0: every head needs C_max),
+ * last or first; the other layers alone stop below C_max. Heads ranked
+ * before the flat layer wait for phase two, heads after it are emitted in
+ * phase one (skv-budget.c); either way the reference's counts, positions
+ * and masses, and the same bytes at 1 and 4 threads.
+ */
+static void test_mass_cmax_order(void)
+{
+	for (int first = 0; first < 2; first++) {
+		uint64_t hash[2], seed = rng_state;
+		for (int t = 0; t < 2; t++) {
+			struct prob pb;
+			rng_state = seed;
+			prob_init(&pb, 96, 8, 4, 2, 3);
+			pb.p.window = 4;
+			pb.sh.n_q = 4;
+			pb.p.budget_mode = SKV_BUDGET_MASS;
+			pb.p.capacity = 40;
+			pb.p.tau = 0.6f;
+			pb.p.c_min = 8;
+			pb.p.c_max = 40;
+			pb.p.c_step = 8;
+			prob_random(&pb, 3.0);
+			memset(pb.q[first ? 0 : 2], 0,
+			       (size_t)pb.sh.h_q * (pb.sh.n_q + 1) * pb.sh.head_dim *
+				   sizeof(float));
+			prob_build(&pb);
+			uint32_t hs = h_store(&pb), kept[3 * 4], caps[3] = {40, 40, 40};
+			struct skv_budget_result res;
+			struct skv_error e;
+			struct rb o;
+			CU_ASSERT_EQUAL_FATAL(run_budget(&pb, t ? 4 : 1, kept, &res, &e), 0);
+			ref_budget(&pb, caps, &o);
+			CU_ASSERT_EQUAL(res.c_star, 40);
+			CU_ASSERT_EQUAL(o.c_star, 40);
+			hash[t] = fnv(0xcbf29ce484222325ull, kept, sizeof(kept));
+			for (uint32_t l = 0; l < 3; l++) {
+				for (uint32_t h = 0; h < hs; h++) {
+					const int32_t *got =
+					    pb.out[l].positions + (size_t)h * pb.out[l].pos_stride;
+					size_t hi = (size_t)l * hs + h;
+					CU_ASSERT_EQUAL(kept[hi], o.kept[hi]);
+					for (uint32_t i = 0, j = 0; j < pb.sh.prompt_len; j++)
+						if (o.keep[hi * pb.sh.prompt_len + j])
+							CU_ASSERT_EQUAL(got[i++], (int32_t)j);
+					CU_ASSERT(fabs(pb.out[l].retained_mass[h] - o.mass[hi]) <
+						  1e-4);
+				}
+				hash[t] = fnv(hash[t], pb.out[l].k.data, pb.out_k_bytes);
+				hash[t] = fnv(hash[t], pb.out[l].v.data, pb.out_v_bytes);
+				hash[t] = fnv(hash[t], pb.out[l].positions, pb.pos_count * 4);
+				hash[t] = fnv(hash[t], pb.out[l].retained_mass, hs * 4);
+			}
+			rb_free(&o);
+			prob_free(&pb);
+		}
+		CU_ASSERT_EQUAL(hash[0], hash[1]);
+	}
+}
+
 /* every mode: the same bytes whatever the thread count */
 static void test_threads_invariant(void)
 {
@@ -1380,6 +1441,7 @@ int main(void)
 	CU_add_test(s, "random mass vs reference", test_random_mass);
 	CU_add_test(s, "random mass-heads vs reference", test_random_mass_heads);
 	CU_add_test(s, "thread-count invariance, every mode", test_threads_invariant);
+	CU_add_test(s, "mass: C* = C_max from the first or the last layer", test_mass_cmax_order);
 	CU_add_test(s, "decision groups: two steps, group C* and fallback", test_group_two_step);
 	CU_add_test(s, "decision groups: refusals", test_group_refusals);
 	CU_add_test(s, "cancel: -ECANCELED in every mode, no change when not", test_cancel);
