@@ -204,6 +204,29 @@ static void settle_head(const struct settle_move *m, uint64_t src, uint64_t dst,
 		m->pos[dst + n + i] = -1;
 }
 
+/*
+ * A PAGED cache after its budget mode chose (every head keeps c->kept; the
+ * rows sit in their blocks already, row i in block i / block_size): the
+ * blocks that hold its slots. Arena: the run's first ceil(slots /
+ * block_size) blocks, run_bytes their page-rounded bytes (the rest of the
+ * region's run, sized for the most a head could keep, stays allocated and
+ * zero; a GROW copies only these). Writeback: the first such entries of
+ * the engine's table (at most its length); the engine's other blocks were
+ * never written.
+ */
+static void paged_used(struct snapkvd_cache *c)
+{
+	uint64_t n = ((uint64_t)c->slots + c->block_size - 1) / c->block_size;
+
+	if (c->writeback) {
+		c->n_blocks = n < c->n_blocks ? (uint32_t)n : c->n_blocks;
+		return;
+	}
+	c->n_blocks = (uint32_t)n;
+	c->run_bytes =
+	    snapkvd_arena_round(n * c->block_size * c->h_store * c->head_dim * c->dtype_bytes);
+}
+
 void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base)
 {
 	size_t n = (size_t)c->layers * c->h_store;
@@ -231,6 +254,8 @@ void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *ho
 	}
 	if (c->layout == SNAPKVD_LAYOUT_HND)
 		c->head_stride = c->ragged ? 0 : (int64_t)c->slots * c->head_dim;
+	if (c->layout == SNAPKVD_LAYOUT_PAGED)
+		paged_used(c);
 }
 
 void snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_result *res,

@@ -192,8 +192,9 @@ int snapkvd_cache_budget_arrays(struct snapkvd_cache *c);
  * of layer l at rows h * c->slots with c->hkept rows each; settle packs the
  * heads (at kept + reserve slots each, or ragged, see above), fills the
  * decode slots' positions with -1 and sets kept, slots, strides and
- * hstart. The region and the layers' offsets stay. K/V at kv_base,
- * positions at host_base.
+ * hstart; a PAGED cache (uniform or mass, every head alike: its rows are in
+ * place) gets the blocks it uses, n_blocks and run_bytes. The region and
+ * the layers' offsets stay. K/V at kv_base, positions at host_base.
  */
 void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base);
 

@@ -240,8 +240,10 @@ static int check_pool(const struct snapkvd_request_env *env, struct snapkvd_job 
 	return 0;
 }
 
-/* The destination block table: long enough for the kept slots, at most
- * max_prompt_len entries, none negative; copied into the job. */
+/* The destination block table: long enough for the kept slots (a budget
+ * mode: the most a head may keep, min(L, C_max) for mass, L with a
+ * fallback), at most max_prompt_len entries, none negative; copied into
+ * the job. */
 static int read_out_table(const struct snapkvd_config *cfg, struct snapkvd_job *j,
 			  const Snapkv__V1__CompactRequest *req, uint32_t kept, char *err,
 			  size_t errlen)
@@ -257,8 +259,13 @@ static int read_out_table(const struct snapkvd_config *cfg, struct snapkvd_job *
 	if (req->n_out_block_table < need) {
 		snprintf(err, errlen,
 			 "writeback: out_block_table has %zu blocks, the %u kept slots need %llu "
-			 "of %u",
-			 req->n_out_block_table, kept, (unsigned long long)need, j->out_block_size);
+			 "of %u%s",
+			 req->n_out_block_table, kept, (unsigned long long)need, j->out_block_size,
+			 j->params.fallback_below != 0.0f
+			     ? " (fallback_below: a fallback keeps every prompt row)"
+			 : j->params.budget_mode == SKV_BUDGET_MASS
+			     ? " (budget mode mass: room for C_max, the most C* may be)"
+			     : "");
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < req->n_out_block_table; i++)
@@ -399,20 +406,17 @@ int snapkvd_paged_check(const struct snapkvd_request_env *env, struct snapkvd_jo
 			 SNAPKVD_MAX_OUT_BLOCK_SIZE);
 		return req->out_block_size ? -E2BIG : -EINVAL;
 	}
-	/* Paged-attention kernels need one count for every head and layer:
-	 * a budget that gives heads different counts is refused here; mass
-	 * (one C*) and a fallback are not written paged yet. */
-	if (j->params.budget_mode != SKV_BUDGET_UNIFORM || j->params.fallback_below != 0.0f) {
-		bool ragged = j->params.budget_mode != SKV_BUDGET_MASS &&
-			      j->params.budget_mode != SKV_BUDGET_UNIFORM;
-
+	/* Paged-attention kernels read one context length per sequence, for
+	 * every head of every layer (one block table): uniform and mass (one
+	 * C*) only, a fallback alike (every head keeps L). layers would give
+	 * each layer its own length, heads and mass-heads each head. */
+	if (j->params.budget_mode != SKV_BUDGET_UNIFORM &&
+	    j->params.budget_mode != SKV_BUDGET_MASS) {
 		snprintf(err, errlen,
-			 ragged ? "budget mode %s gives heads different counts: paged output "
-				  "needs one count for every head (uniform)"
-				: "budget mode %s%s with paged output is not supported by this "
-				  "snapkvd yet (uniform only)",
+			 "budget mode %s gives %s different counts: paged output needs one "
+			 "count for every head of every layer (uniform or mass)",
 			 skv_budget_name(j->params.budget_mode),
-			 j->params.fallback_below != 0.0f ? " with a fallback" : "");
+			 j->params.budget_mode == SKV_BUDGET_LAYERS ? "layers" : "heads");
 		return -EINVAL;
 	}
 	if (req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM && wb) {

@@ -24,7 +24,8 @@ struct snapkvd_cache_geom;
 
 /*
  * The paged fields of req against the plan: for a dense layout none may be
- * set; for PAGED the block size, uniform budgets, a host runner, and for
+ * set; for PAGED the block size, the budget mode (uniform or mass, one
+ * count for every head; a fallback alike, with room for all L), and for
  * writeback the destination. Host and CUDA runners alike. 0, or -errno with
  * the reason in err. Owns every check of CompactRequest
  * fields 100-103.

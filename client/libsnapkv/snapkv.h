@@ -190,8 +190,12 @@ enum skv_layout {
  * slots per block (1..SKV_MAX_OUT_BLOCK_SIZE). Compact slot i of every
  * stored head is in block i / out_block_size, row i % out_block_size; the
  * positions table is per (layer, head) as for HND/NHD. Only budgets with one
- * count for every head and layer (today: every request's single C; the
- * budget modes that give heads different counts are refused, -EINVAL).
+ * count for every head and layer: uniform and mass (one C* for the cache),
+ * with or without fallback_below; layers, heads and mass-heads are refused
+ * (-EINVAL). The output is sized for the most a head may keep (min(L,
+ * C_max) for mass, L with a fallback); the cache's n_blocks then counts the
+ * blocks its kept rows and decode slots use (writeback: the first ones of
+ * the table, at most all of it; the others are never written).
  * Where the blocks go is out_dest:
  *
  * SKV_OUT_ARENA: in the cache's region of the arena (out_arena: host or
@@ -219,7 +223,8 @@ enum skv_layout {
  *   destination blocks (indices into every pool, shared by all layers as the
  *   input block table is): slot i goes to block out_block_table[i /
  *   out_block_size]. The table needs at least ceil(kept / out_block_size)
- *   entries (kept = min(L, C)), at most the daemon's max_prompt_len (its
+ *   entries (kept = min(L, C); mass: min(L, C_max); a fallback: L), at
+ *   most the daemon's max_prompt_len (its
  *   config key, as for the input block table); the daemon
  *   writes the kept slots only, nothing else in the buffers. Refused with
  *   -EINVAL before any work: a buffer not writable, a block outside its

@@ -98,7 +98,8 @@ static void usage(FILE *f)
 	    "  --show H             print the kept positions of the first H heads per layer\n"
 	    "  --out-layout L       hnd (default) or paged: OUT's layers.N.k/.v are then the\n"
 	    "                       engine's block format [blocks, N, H_store, D], kept slot i\n"
-	    "                       in block i / N, row i %% N, rows past kept zero\n"
+	    "                       in block i / N, row i %% N, rows past kept zero; --budget\n"
+	    "                       uniform or mass only (one count for every head)\n"
 	    "  --block-size N       slots per block of --out-layout paged, 1..%u\n"
 	    "  -q, --quiet          print nothing on success\n"
 	    "  -h, --help           this text\n"
@@ -805,9 +806,14 @@ static int budget_room(struct job *j)
 		ctl_err(CMD, "invalid parameters: %s", e.msg[0] ? e.msg : strerror(-r));
 		return CTL_EXIT_USAGE;
 	}
-	if (j->o.paged && (p->budget_mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f)) {
-		ctl_err(CMD, "--out-layout paged takes --budget uniform without a fallback here "
-			     "(mass with paged output is not written yet)");
+	/* blocks hold one length for every head of every layer: uniform or
+	 * mass (a fallback too: every head keeps L) */
+	if (j->o.paged && p->budget_mode != SKV_BUDGET_UNIFORM &&
+	    p->budget_mode != SKV_BUDGET_MASS) {
+		ctl_err(CMD,
+			"--out-layout paged takes --budget uniform or mass (one count for every "
+			"head of every layer), not %s",
+			skv_budget_name(p->budget_mode));
 		return CTL_EXIT_USAGE;
 	}
 	return 0;

@@ -18,7 +18,15 @@ Destinations (--out): 'writeback' (default: the daemon writes the compact
 K/V straight into fresh blocks of the engine's pool, nothing else), 'paged'
 (the compact blocks in the daemon's arena, mapped MAP_FIXED into a run of the
 pool's blocks: no copy at all), 'arena' (the dense HND output in the arena,
-copied by the engine into fresh blocks)."""
+copied by the engine into fresh blocks).
+
+Budgets (--budget): uniform (C, the default) or mass:TAU[:CMIN:CMAX:STEP]
+(one C* for every head, the smallest on the ladder whose retained mass
+reaches TAU in every head), and --fallback-below F (the whole prompt when a
+head would keep less): the block layout takes one length for every head of
+every layer. Writeback tables are sized for the most a head may keep
+(min(L, C_max); L with a fallback); the blocks past the kept slots go back
+to the free list."""
 import mmap
 import argparse
 import os
@@ -65,11 +73,27 @@ def parse_args(argv):
     p.add_argument("-k", "--kernel", type=int, default=5)
     p.add_argument("--pool", default="avg", choices=["avg", "max"])
     p.add_argument("--out", default="writeback", choices=["writeback", "paged", "arena"])
+    p.add_argument("--budget", default=None,
+                   help="uniform (default) or mass:TAU[:CMIN:CMAX:STEP] (snapkvctl's spelling)")
+    p.add_argument("--fallback-below", type=float, default=None,
+                   help="keep the whole prompt when a head's retained mass would be below F")
     p.add_argument("--no-compare", dest="compare", action="store_false")
     p.add_argument("--print-positions", action="store_true",
                    help="print the kept positions, as tiny-llama --print-positions")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if a.budget and a.budget.split(":")[0] not in ("uniform", "mass"):
+        p.error("--budget: the paged layout takes uniform or mass (one length for every head)")
+    return a
+
+
+def room(a, L):
+    """The most slots a head may keep: the size of a writeback table."""
+    if a.fallback_below:
+        return L
+    f = (a.budget or "uniform").split(":")
+    c_max = int(f[3]) if f[0] == "mass" and len(f) > 3 else a.capacity
+    return min(L, c_max)
 
 
 def shared_prefix(ids, system_ids, bs):
@@ -109,8 +133,8 @@ class Engine:
         reqs, self.dest = [], []
         for i, s in enumerate(seqs):
             out = {}
-            if a.out == "writeback":  # fresh blocks for every kept slot
-                n = kv.blocks_for(min(s.n_phys, a.capacity))
+            if a.out == "writeback":  # fresh blocks for every slot it may keep
+                n = kv.blocks_for(room(a, s.n_phys))
                 self.dest.append([kv.bm.alloc() for _ in range(n)])
                 out = dict(out="writeback", out_block_size=kv.bs, out_block_table=self.dest[-1],
                            decode_reserve=a.steps)  # index slots for the decode tokens
@@ -122,7 +146,8 @@ class Engine:
                 [kv.v_pool(l) for l in range(self.layers)],
                 block_table=s.table, prompt_len=s.n_phys, window=a.window,
                 capacity=a.capacity, kernel=a.kernel, pooling=a.pool, gqa="group",
-                protect=[(0, P)] if P else (), **out))
+                protect=[(0, P)] if P else (), budget=a.budget,
+                fallback_below=a.fallback_below, **out))
         return [r.wait() for r in reqs]
 
     def adopt_writeback(self, s, cache, dest, P):
@@ -136,9 +161,10 @@ class Engine:
                     if not same_bytes(kv.pool[l, kvi, dest[j]], kv.pool[l, kvi, s.table[j]]):
                         raise RuntimeError(f"{s.name}: compact prefix differs from the shared "
                                            "blocks")
-        kv.free_blocks(dest[:np_])
+        used = kv.blocks_for(cache.kept)  # mass: C* may need fewer than the table
+        kv.free_blocks(dest[:np_] + dest[used:])
         old = s.table[s.shared:]
-        s.table = s.table[:s.shared] + dest[np_:]
+        s.table = s.table[:s.shared] + dest[np_:used]
         s.n_phys = cache.kept
         return old
 
@@ -247,6 +273,7 @@ def run(args):
                               " ".join(str(x) for x in pos[h, :c.kept].tolist()))
         fulls = []
         kept = [c.kept for c in caches]
+        outcomes = [c.budget_outcome for c in caches]
         for i, (s, c) in enumerate(zip(seqs, caches)):
             if args.compare:  # the full cache keeps the old blocks for the comparison
                 f = paged.Sequence(s.name + "/full")
@@ -308,6 +335,11 @@ def run(args):
                 prev = t
             print(f"== sequence {s.name}: prompt {lens[i]} tokens ({P} shared, protected), "
                   f"kept {kept[i]} per head")
+            if args.budget or args.fallback_below:
+                b = outcomes[i]
+                print(f"   budget {b['mode']}: C* {b['c_star']}, fallback "
+                      f"{'yes' if b['fallback'] else 'no'}, smallest retained mass "
+                      f"{b['mass_min']:.4f}")
             print(f"   blocks: {before[i]} own + {s.shared} shared before, {after[i]} own + "
                   f"{s.shared} shared after compaction: {before[i] - after[i]} freed")
             print(f"   lengths: logical {s.next_pos} (next position L + g), physical "

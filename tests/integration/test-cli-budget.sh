@@ -8,7 +8,9 @@
 # layers, H * C per layer for heads), uniform unchanged by --budget uniform,
 # the fallback, and every bad budget: exit 2, one line on stderr, OUT untouched.
 # Through snapkvd: every mode's file byte-identical to the --offline one, the
-# same outcome printed, and the bad budgets refused by the daemon too.
+# same outcome printed, and the bad budgets refused by the daemon too; mass and
+# a fallback with --out-layout paged hold the dense file's rows in blocks of
+# C* (of L), and the modes with per-layer or per-head counts are refused.
 set -u
 BUILD=${BUILD:-build}
 CTL=$BUILD/snapkvctl
@@ -207,6 +209,7 @@ unknown mode|--offline --window 8 --capacity 32 --budget adaptive|is not uniform
 too many fields|--offline --window 8 --capacity 32 --budget mass-heads:0.9:1:2:3|is not uniform, layers
 fallback above 1|--offline --window 8 --capacity 32 --fallback-below 2|fallback_below 2 must be in [0, 1]
 fallback not a number|--offline --window 8 --capacity 32 --fallback-below x|is not a number
+layers paged|--offline --window 8 --capacity 32 --budget pyramid:0.5 --out-layout paged --block-size 16|--out-layout paged takes --budget uniform or mass (one count for every head of every layer), not layers
 EOF2
 
 echo "== through snapkvd: byte-identical to --offline, the same outcome"
@@ -242,6 +245,51 @@ mass-heads-group --window 8 --capacity 32 --budget mass-heads:0.85 --gqa group
 fallback --window 8 --capacity 12 --fallback-below 0.99
 fallback-ragged --window 8 --capacity 32 --budget mass-heads:0.5:12:20 --fallback-below 0.999
 fallback-unused --window 8 --capacity 32 --budget mass:0.5 --fallback-below 0.1
+mass-paged --window 8 --capacity 32 --budget mass:0.9:12:96:4 --out-layout paged --block-size 16
+fallback-paged --window 8 --capacity 12 --fallback-below 0.99 --out-layout paged --block-size 16
+EOF2
+# paged mass and fallback files: the dense file's rows in blocks of C* (L)
+cat >"$tmp/paged.py" <<'PY'
+import json, struct, sys
+
+def read(path):
+    b = open(path, "rb").read()
+    (n,) = struct.unpack_from("<Q", b, 0)
+    hdr = json.loads(b[8:8 + n])
+    meta = hdr.pop("__metadata__", {})
+    return {k: (t["dtype"], t["shape"], b[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]])
+            for k, t in hdr.items()}, meta
+
+d, dm = read(sys.argv[1]); p, pm = read(sys.argv[2]); bs = int(sys.argv[3])
+assert pm["out_layout"] == "paged" and pm["block_size"] == str(bs), "metadata"
+assert {k: v for k, v in pm.items() if k not in ("out_layout", "block_size")} == dm, "metadata"
+for name, (dt, shape, b) in d.items():
+    pdt, pshape, pb = p[name]
+    if not name.endswith((".k", ".v")):
+        assert (pdt, pshape, pb) == (dt, shape, b), name
+        continue
+    hs, kept, hd = shape
+    row = len(b) // (hs * kept)
+    assert pshape == [(kept + bs - 1) // bs, bs, hs, hd], name + " shape"
+    for h in range(hs):
+        for i in range(kept):
+            at = ((i // bs) * bs * hs + (i % bs) * hs + h) * row
+            assert pb[at:at + row] == b[(h * kept + i) * row:(h * kept + i + 1) * row], name
+    assert pb[kept * hs * row:] == bytes(len(pb) - kept * hs * row), name + " tail"
+print("C* %s, %d blocks of %d" % (pm.get("budget.c_star", "?"), pshape[0], bs))
+PY
+while read -r label args; do
+	if "$CTL" compact --socket "$sock" "$tmp/in.st" "$tmp/pd.st" $args -q 2>"$tmp/err" &&
+		"$CTL" compact --socket "$sock" "$tmp/in.st" "$tmp/pp.st" $args --out-layout paged \
+			--block-size 16 -q 2>>"$tmp/err" &&
+		r=$(/usr/bin/python3 "$tmp/paged.py" "$tmp/pd.st" "$tmp/pp.st" 16 2>&1); then
+		ok "$label --out-layout paged: the dense rows in blocks, the rest zero ($r)"
+	else
+		not_ok "$label paged: $(cat "$tmp/err") $r"
+	fi
+done <<'EOF2'
+mass --window 8 --capacity 32 --budget mass:0.9:12:96:4
+fallback --window 8 --capacity 12 --budget mass:0.9:12:24:4 --fallback-below 0.999
 EOF2
 if grep -q "fallback: a head would keep retained mass" <("$CTL" compact --socket "$sock" "$tmp/in.st" "$tmp/on.st" --window 8 --capacity 12 --fallback-below 0.99); then
 	ok "the daemon's fallback is said so"

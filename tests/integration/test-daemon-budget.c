@@ -633,10 +633,16 @@ static void test_bad_input(void)
 	p.head_floor = 0.2f;
 	refused(&p, SKV_LAYOUT_PAGED, "paged output needs one count for every head");
 	refused(&p, SKV_LAYOUT_NHD, "out_layout must be HND");
+	/* paged output: one count for every head of every layer (uniform,
+	 * mass; test-daemon-paged holds those to libskv) */
 	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_MASS;
-	p.tau = 0.9f, p.c_min = 12, p.c_max = 64, p.c_step = 4;
-	refused(&p, SKV_LAYOUT_PAGED, "not supported by this snapkvd yet");
+	p.budget_mode = SKV_BUDGET_MASS_HEADS;
+	p.tau = 0.9f, p.c_min = 12, p.c_max = 64;
+	refused(&p, SKV_LAYOUT_PAGED, "budget mode mass-heads gives heads different counts");
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_LAYERS;
+	p.pyramid_r = 0.5f;
+	refused(&p, SKV_LAYOUT_PAGED, "budget mode layers gives layers different counts");
 	params_base(&p, SKV_GQA_EXPAND);
 	p.fallback_below = 2.0f;
 	refused(&p, SKV_LAYOUT_HND, "fallback_below 2 must be in [0, 1]");

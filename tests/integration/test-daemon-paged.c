@@ -442,6 +442,368 @@ static void test_refusals(void)
 	CU_ASSERT_EQUAL(h_pool_used(H.sock), used);
 }
 
+/* ---- budget modes with paged output (SPEC.md: uniform and mass only) ---- */
+
+/*
+ * The dense reference of a budget mode: libskv's skv_compact_budget() here
+ * on the same paged input, into HND rows of L slots per head (room for
+ * anything a head may keep), head h's kept rows at h * L.
+ */
+#define TARGET	  120 /* the C* the mass tests aim at: 7.5 blocks */
+#define MASS_MIN  24
+#define MASS_MAX  200
+#define MASS_STEP 8
+static float dk[LAYERS][H_KV * L * D], dv[LAYERS][H_KV * L * D];
+static int32_t dpos[LAYERS][H_KV * L];
+static uint32_t dkept[LAYERS * H_KV];
+static struct skv_budget_result dres;
+
+static void dense_ref(const struct skv_params *p)
+{
+	struct skv_shape sh = {.prompt_len = L, .head_dim = D, .h_q = H_Q, .h_kv = H_KV, .n_q = W};
+	struct skv_error err = {{0}, -1, -1};
+	struct skv_layer_in in[LAYERS];
+	struct skv_layer_out out[LAYERS];
+	struct skv_ctx *ctx;
+
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		struct skv_tensor kin = {.data = pool_k(l),
+					 .dtype = SKV_DTYPE_F32,
+					 .head_stride = D,
+					 .token_stride = H_KV * D,
+					 .block_table = in_table,
+					 .block_size = BS,
+					 .n_blocks = IN_BLOCKS,
+					 .block_stride = BLOCK_EL};
+
+		in[l].q = (struct skv_tensor){.data = (float *)skv_buffer_data(qbuf) +
+						      (size_t)l * H_Q * W * D,
+					      .dtype = SKV_DTYPE_F32,
+					      .head_stride = W * D,
+					      .token_stride = D};
+		in[l].k = kin;
+		in[l].v = kin;
+		in[l].v.data = pool_v(l);
+		out[l] = (struct skv_layer_out){
+		    .k = {.data = dk[l],
+			  .dtype = SKV_DTYPE_F32,
+			  .head_stride = L * D,
+			  .token_stride = D},
+		    .v = {.data = dv[l],
+			  .dtype = SKV_DTYPE_F32,
+			  .head_stride = L * D,
+			  .token_stride = D},
+		    .positions = dpos[l],
+		    .pos_stride = L,
+		};
+	}
+	dres = (struct skv_budget_result){.result_size = sizeof(dres), .kept = dkept};
+	CU_ASSERT_FATAL(skv_ctx_new(1, &ctx) == 0);
+	CU_ASSERT_EQUAL_FATAL(skv_compact_budget(ctx, &sh, p, LAYERS, in, out, &dres, &err), 0);
+	skv_ctx_free(ctx);
+}
+
+static void mass_params(struct skv_params *p, float tau, uint32_t cmin, uint32_t cmax)
+{
+	skv_params_init(p); /* the full size: the mode reaches snapkvd */
+	p->window = W;
+	p->capacity = C;
+	p->gqa = SKV_GQA_GROUP;
+	p->budget_mode = SKV_BUDGET_MASS;
+	p->tau = tau;
+	p->c_min = cmin;
+	p->c_max = cmax;
+	p->c_step = MASS_STEP;
+}
+
+/*
+ * A tau whose C* is TARGET with a margin: halfway between the smallest
+ * mass over every head at TARGET - step and at TARGET (a ladder of one
+ * rung each), so rounding of another backend cannot move C*.
+ */
+static float mass_tau(void)
+{
+	static float tau;
+	struct skv_params p;
+	float lo, hi;
+
+	if (tau > 0)
+		return tau;
+	mass_params(&p, 0.5f, TARGET - MASS_STEP, TARGET - MASS_STEP);
+	dense_ref(&p);
+	lo = dres.min_mass;
+	mass_params(&p, 0.5f, TARGET, TARGET);
+	dense_ref(&p);
+	hi = dres.min_mass;
+	CU_ASSERT_FATAL(hi > lo + 1e-3f);
+	tau = (lo + hi) / 2;
+	return tau;
+}
+
+/* The daemon's paged cache k against the dense reference: every kept row
+ * of every head, K, V and positions, bit for bit; kept and C* alike. */
+static int check_dense(const struct skv_cache *k, uint32_t kept)
+{
+	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
+	int bad = 0;
+
+	CU_ASSERT_EQUAL(skv_cache_info(k)->kept, kept);
+	CU_ASSERT_EQUAL(skv_cache_budget(k, &cb), 0);
+	CU_ASSERT_EQUAL(cb.c_star, dres.c_star);
+	CU_ASSERT_EQUAL(cb.fallback, dres.fallback);
+	CU_ASSERT_EQUAL(cb.ragged, 0);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < H_KV; h++) {
+			bad += dkept[l * H_KV + h] != kept || skv_cache_head_kept(k, l, h) != kept;
+			bad += memcmp(skv_cache_positions(k, l, h), dpos[l] + h * L, kept * 4) != 0;
+			for (uint32_t s = 0; s < kept; s++) {
+				const void *kp = skv_cache_k_slot(k, l, h, s);
+				const void *vp = skv_cache_v_slot(k, l, h, s);
+
+				bad += !kp || !vp ||
+				       memcmp(kp, dk[l] + ((size_t)h * L + s) * D, D * 4) ||
+				       memcmp(vp, dv[l] + ((size_t)h * L + s) * D, D * 4);
+			}
+		}
+	CU_ASSERT_EQUAL(bad, 0);
+	return bad;
+}
+
+/* The ledger's compact (arena) or engine-held (writeback) bytes of the
+ * only cache: SPEC's sums, every head kept `kept` rows + the reserve. */
+static void check_ledger_kept(uint32_t kept, bool writeback)
+{
+	Snapkv__V1__AdminReply *a = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER);
+	uint64_t rows = (uint64_t)LAYERS * H_KV * kept, res = (uint64_t)LAYERS * H_KV * RESERVE;
+
+	CU_ASSERT_FATAL(a != NULL && a->n_caches == 1);
+	if (writeback) {
+		CU_ASSERT_EQUAL(a->caches[0]->bytes->compact, 0);
+		CU_ASSERT_EQUAL(a->caches[0]->bytes->engine_held, 2 * D * 4 * (rows + res));
+	} else {
+		CU_ASSERT_EQUAL(a->caches[0]->bytes->compact, 2 * D * 4 * rows);
+		CU_ASSERT_EQUAL(a->caches[0]->bytes->reserved, 2 * D * 4 * res);
+	}
+	CU_ASSERT_EQUAL(a->caches[0]->bytes->index, 4 * rows);
+	snapkv__v1__admin_reply__free_unpacked(a, NULL);
+}
+
+/* mass into the arena: sized for C_max, C* kept; n_blocks and the runs
+ * those of C*; APPEND and GROW keep the rows. */
+static void test_mass_arena(void)
+{
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	uint64_t off, bytes;
+	uint32_t nb = (TARGET + RESERVE + BS - 1) / BS;
+
+	mass_params(&d.params, mass_tau(), MASS_MIN, MASS_MAX);
+	dense_ref(&d.params);
+	CU_ASSERT_EQUAL_FATAL(dres.c_star, TARGET);
+	struct skv_params p = d.params;
+	desc_init(&d, BS);
+	d.params = p;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	check_dense(k, TARGET);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->capacity, TARGET + RESERVE);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->n_blocks, nb);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (int v = 0; v < 2; v++) {
+			CU_ASSERT_EQUAL(skv_cache_block_run(k, l, v, &off, &bytes), 0);
+			CU_ASSERT_EQUAL(off % 4096, 0);
+			CU_ASSERT_EQUAL(bytes, (uint64_t)nb * BLOCK_EL * 4); /* 8 KiB blocks */
+		}
+	/* the decode slots read as zero, in a region earlier caches used */
+	static const float zero[D];
+	int nz = 0;
+	for (uint32_t s = TARGET; s < TARGET + RESERVE; s++)
+		nz += memcmp(skv_cache_k_slot(k, 1, 1, s), zero, sizeof(zero)) != 0 ||
+		      memcmp(skv_cache_v_slot(k, 0, 0, s), zero, sizeof(zero)) != 0;
+	CU_ASSERT_EQUAL(nz, 0);
+	check_ledger_kept(TARGET, false);
+	printf("\n  mass tau %.4f: C* %u of %u..%u, %u blocks of %u\n", (double)p.tau, dres.c_star,
+	       MASS_MIN, MASS_MAX, nb, (MASS_MAX + RESERVE + BS - 1) / BS);
+	CU_ASSERT_EQUAL(skv_cache_append(k, 3), 0);
+	CU_ASSERT_EQUAL(skv_cache_grow(k, 40), 0);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->capacity, TARGET + RESERVE + 40);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->n_blocks, (TARGET + RESERVE + 40 + BS - 1) / BS);
+	check_dense(k, TARGET);
+	CU_ASSERT_EQUAL(skv_cache_positions(k, 1, 1)[TARGET + 2], L + 2);
+	CU_ASSERT_EQUAL(skv_cache_positions(k, 1, 1)[TARGET + 3], -1);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+}
+
+/* Every float of the pool that is not one of the first `kept` slots of
+ * table[] equals before[]; those slots equal the dense reference. */
+static int pool_rows_check(const float *before, const int32_t *table, uint32_t kept)
+{
+	size_t n = (size_t)LAYERS * 2 * POOL_EL, bad = 0;
+	const float *now = skv_buffer_data(pool);
+	uint8_t *mine = calloc(n / D, 1); /* per row of D floats: 1 = a kept row */
+
+	CU_ASSERT_FATAL(mine != NULL);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t s = 0; s < kept; s++)
+			for (uint32_t h = 0; h < H_KV; h++) {
+				size_t at =
+				    (size_t)table[s / BS] * BLOCK_EL + (s % BS) * H_KV * D + h * D;
+
+				bad += memcmp(pool_k(l) + at, dk[l] + ((size_t)h * L + s) * D,
+					      D * 4) != 0;
+				bad += memcmp(pool_v(l) + at, dv[l] + ((size_t)h * L + s) * D,
+					      D * 4) != 0;
+				mine[(pool_k(l) + at - now) / D] =
+				    mine[(pool_v(l) + at - now) / D] = 1;
+			}
+	for (size_t r = 0; r < n / D; r++)
+		if (!mine[r] && memcmp(now + r * D, before + r * D, D * 4))
+			bad++;
+	free(mine);
+	CU_ASSERT_EQUAL(bad, 0);
+	return (int)bad;
+}
+
+/* mass by writeback: the table covers C_max; C*'s rows land in its first
+ * blocks, nothing else of the pool changes, n_blocks counts those used. */
+static void test_mass_writeback(void)
+{
+	size_t n = (size_t)LAYERS * 2 * POOL_EL;
+	float *before = malloc(n * sizeof(float));
+	static int32_t table[(MASS_MAX + BS - 1) / BS];
+	uint32_t nt = (MASS_MAX + BS - 1) / BS;
+	struct skv_compact_desc d;
+	struct skv_params p;
+	struct skv_cache *k = NULL;
+
+	CU_ASSERT_FATAL(before != NULL);
+	memcpy(before, skv_buffer_data(pool), n * sizeof(float));
+	mass_params(&p, mass_tau(), MASS_MIN, MASS_MAX);
+	dense_ref(&p);
+	CU_ASSERT_EQUAL_FATAL(dres.c_star, TARGET);
+	for (uint32_t i = 0; i < nt; i++)
+		table[i] = 50 - (int32_t)i; /* descending: a real table */
+	desc_init(&d, BS);
+	d.params = p;
+	d.out_dest = SKV_OUT_WRITEBACK;
+	d.out_layer = layers_out;
+	d.out_block_table = table;
+	d.out_n_blocks = nt - 1; /* one short of C_max: refused before any work */
+	CU_ASSERT_EQUAL(skv_client_compact(cl, &d, &k), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(cl), "C_max"));
+	CU_ASSERT_EQUAL(memcmp(before, skv_buffer_data(pool), n * sizeof(float)), 0);
+	d.out_n_blocks = nt;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	check_dense(k, TARGET);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->out_dest, SKV_OUT_WRITEBACK);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->n_blocks, (TARGET + RESERVE + BS - 1) / BS);
+	pool_rows_check(before, table, TARGET);
+	check_ledger_kept(TARGET, true);
+	CU_ASSERT_EQUAL(skv_cache_append(k, 2), 0);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	memcpy(skv_buffer_data(pool), before, n * sizeof(float));
+	free(before);
+}
+
+/* A fallback keeps all L in every head: paged output with room for L
+ * (arena sized for it; writeback's table covering it) takes it; a table
+ * short of L is refused before any work, nothing written or held. */
+static void test_fallback(void)
+{
+	size_t n = (size_t)LAYERS * 2 * POOL_EL;
+	float *before = malloc(n * sizeof(float));
+	static int32_t table[IN_BLOCKS];
+	struct skv_compact_desc d;
+	struct skv_params p;
+	struct skv_cache *k = NULL;
+	long long used = h_pool_used(H.sock);
+
+	CU_ASSERT_FATAL(before != NULL);
+	memcpy(before, skv_buffer_data(pool), n * sizeof(float));
+	/* uniform C with a fallback, into the arena */
+	skv_params_init(&p);
+	p.window = W;
+	p.capacity = C;
+	p.gqa = SKV_GQA_GROUP;
+	p.fallback_below = 0.999f;
+	dense_ref(&p);
+	CU_ASSERT_EQUAL_FATAL(dres.fallback, 1);
+	desc_init(&d, BS);
+	d.params = p;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	check_dense(k, L);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->n_blocks, (L + RESERVE + BS - 1) / BS);
+	check_ledger_kept(L, false);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, used, 2000), 0);
+	/* mass with a fallback, by writeback: a table of C_max's blocks is
+	 * short of L: refused, naming the rows and the blocks */
+	mass_params(&p, mass_tau(), MASS_MIN, MASS_MAX);
+	p.fallback_below = 0.999f;
+	dense_ref(&p);
+	CU_ASSERT_EQUAL_FATAL(dres.fallback, 1);
+	for (uint32_t i = 0; i < IN_BLOCKS; i++)
+		table[i] = 40 + (int32_t)i;
+	desc_init(&d, BS);
+	d.params = p;
+	d.out_dest = SKV_OUT_WRITEBACK;
+	d.out_layer = layers_out;
+	d.out_block_table = table;
+	d.out_n_blocks = (MASS_MAX + BS - 1) / BS;
+	k = NULL;
+	CU_ASSERT_EQUAL(skv_client_compact(cl, &d, &k), -EINVAL);
+	CU_ASSERT_PTR_NULL(k);
+	printf("\n  refused: %s\n", skv_client_error(cl));
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(cl), "has 13 blocks, the 300 kept slots "
+							    "need 19 of 16 (fallback_below"));
+	CU_ASSERT_EQUAL(memcmp(before, skv_buffer_data(pool), n * sizeof(float)), 0);
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), used);
+	Snapkv__V1__AdminReply *a = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER);
+	CU_ASSERT(a != NULL && a->n_caches == 0);
+	if (a)
+		snapkv__v1__admin_reply__free_unpacked(a, NULL);
+	/* the table covering L: every head keeps the prompt, in the engine's blocks */
+	d.out_n_blocks = IN_BLOCKS;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	check_dense(k, L);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->n_blocks, IN_BLOCKS); /* all of the table */
+	pool_rows_check(before, table, L);
+	check_ledger_kept(L, true);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	memcpy(skv_buffer_data(pool), before, n * sizeof(float));
+	free(before);
+}
+
+/* Modes that give layers or heads their own counts: refused by name. */
+static void test_budget_refusals(void)
+{
+	static const enum skv_budget modes[] = {SKV_BUDGET_HEADS, SKV_BUDGET_MASS_HEADS,
+						SKV_BUDGET_LAYERS};
+	static const char *const want[] = {
+	    "budget mode heads gives heads different counts: paged output needs one count "
+	    "for every head of every layer (uniform or mass)",
+	    "budget mode mass-heads gives heads different counts",
+	    "budget mode layers gives layers different counts"};
+	struct skv_compact_desc d;
+	long long used = h_pool_used(H.sock);
+
+	for (unsigned i = 0; i < 3; i++) {
+		mass_params(&d.params, 0.9f, MASS_MIN, MASS_MAX);
+		struct skv_params p = d.params;
+		p.budget_mode = modes[i];
+		if (modes[i] == SKV_BUDGET_LAYERS) {
+			p.n_layer_caps = LAYERS;
+			p.layer_caps[0] = p.layer_caps[1] = C; /* even equal C_l */
+		}
+		desc_init(&d, BS);
+		d.params = p;
+		CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
+		if (!strstr(skv_client_error(cl), want[i]))
+			fprintf(stderr, "want \"%s\", got \"%s\"\n", want[i], skv_client_error(cl));
+		CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(cl), want[i]));
+	}
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), used);
+}
+
 static void test_writable_registration(void)
 {
 	struct skv_buffer *b = NULL;
@@ -472,6 +834,12 @@ int main(void)
 	CU_add_test(s, "writeback: exact, nothing else written, engine-held ledger",
 		    test_writeback);
 	CU_add_test(s, "refusals before any work", test_refusals);
+	CU_add_test(s, "mass, arena: C* rows = skv_compact_budget's, blocks of C*, GROW",
+		    test_mass_arena);
+	CU_add_test(s, "mass, writeback: room for C_max, C*'s blocks written, nothing else",
+		    test_mass_writeback);
+	CU_add_test(s, "fallback: all L with room, refused untouched without", test_fallback);
+	CU_add_test(s, "heads, mass-heads, layers refused with paged output", test_budget_refusals);
 	CU_add_test(s, "writable registration", test_writable_registration);
 	return h_run_tests();
 }

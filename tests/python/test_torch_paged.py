@@ -65,3 +65,23 @@ def test_engine_frees_blocks_and_shares_prefix(daemon, out):
     assert "byte-identical after compaction and decoding: yes" in out, out
     agree = [int(x) for x in re.findall(r"teacher-forced: (\d+) of 11", out)]
     assert len(agree) == 3, out
+
+
+@pytest.mark.parametrize("out", ["writeback", "paged", "arena"])
+def test_engine_mass_budget(daemon, out):
+    """--budget mass: one C* for every head in the engine's block layout; the
+    writeback table, sized for C_max, gives its unused blocks back; the
+    shared prefix stays byte-identical. A fallback keeps the whole prompt."""
+    out_ = py_engine(daemon, "-n", "6", "--out", out, "--budget", "mass:0.8:64:160:8")
+    c_star = [int(x) for x in re.findall(r"budget mass: C\* (\d+), fallback no", out_)]
+    kept = [int(x) for x in re.findall(r"kept (\d+) per head", out_)]
+    assert len(c_star) == 3 and c_star == kept and all(64 <= c <= 160 for c in c_star), out_
+    assert "byte-identical after compaction and decoding: yes" in out_, out_
+    if out == "writeback":  # the table had C_max's 10 blocks: C*'s kept, the rest freed
+        own = [int(x) for x in re.findall(r"(\d+) own \+ 3 shared after", out_)]
+        assert own == [(c + 15) // 16 - 3 for c in c_star] and max(c_star) < 160, out_
+        fb = py_engine(daemon, "-n", "3", "--out", out, "--budget", "mass:0.8:64:160:8",
+                       "--fallback-below", "0.9999")
+        assert len(re.findall(r"fallback yes", fb)) == 3, fb
+        lens = [int(x) for x in re.findall(r"prompt (\d+) tokens", fb)]
+        assert [int(x) for x in re.findall(r"kept (\d+) per head", fb)] == lens, fb
