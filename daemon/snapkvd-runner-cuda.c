@@ -9,7 +9,8 @@
  * the bus; transport "memfd, cuda host-mapped"), one stream per worker,
  * synchronised before the completion is posted. A paged job's block table is
  * copied into device memory of the worker's context, and a GROW of a cache
- * in the GPU arena copies its rows device to device on the worker's stream.
+ * in the GPU arena copies its rows device to device on the worker's stream,
+ * as a budget mode's settle there moves its heads.
  *
  * A request may carry a prefill wait. A flag word in an engine buffer: the
  * stream waits on it before the kernels, and the waiter thread writes the

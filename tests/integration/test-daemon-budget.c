@@ -6,7 +6,9 @@
  * rows, retained mass, C*, fallback); APPEND, GROW, RELEASE and linger on a
  * ragged cache; the summed ledger; and every bad budget refused before any
  * work with its message, nothing leaked (pool used back at 0, fds back at
- * the baseline).
+ * the baseline). On --backend cuda (emulated): every mode on the plugin's
+ * kernels, and with K/V in the GPU arena equal to the host arena's cache,
+ * through APPEND and GROW.
  */
 #include <CUnit/Basic.h>
 #include <math.h>
