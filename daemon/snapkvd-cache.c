@@ -183,20 +183,39 @@ uint64_t snapkvd_cache_pos_index(const struct snapkvd_cache *c, uint32_t l, uint
 }
 
 /* One head's rows and positions from `src` to `dst` (rows from the layer's
- * start; dst <= src, so heads move in ascending order), decode slots -1. */
+ * start; dst <= src, so heads move in ascending order), decode slots -1.
+ * moves: K/V in the GPU arena, each head's K and V move is queued there
+ * (n_moves of them) for the device instead of done here. */
 struct settle_move {
 	uint8_t *k, *v;
 	int32_t *pos;
 	size_t row;
 	bool kv; /* HND: the K/V rows move too */
+	struct skv_cuda_copy *moves;
+	uint32_t n_moves;
 };
 
-static void settle_head(const struct settle_move *m, uint64_t src, uint64_t dst, uint32_t n,
-			uint32_t res)
+static void settle_rows(struct settle_move *m, uint8_t *t, uint64_t src, uint64_t dst, uint32_t n)
 {
-	if (m->kv && src != dst) {
-		memmove(m->k + dst * m->row, m->k + src * m->row, (size_t)n * m->row);
-		memmove(m->v + dst * m->row, m->v + src * m->row, (size_t)n * m->row);
+	uint64_t bytes = (uint64_t)n * m->row;
+
+	if (!m->moves) {
+		memmove(t + dst * m->row, t + src * m->row, bytes);
+		return;
+	}
+	m->moves[m->n_moves++] = (struct skv_cuda_copy){.dst = t + dst * m->row,
+							.src = t + src * m->row,
+							.width = bytes,
+							.height = 1,
+							.dpitch = bytes,
+							.spitch = bytes};
+}
+
+static void settle_head(struct settle_move *m, uint64_t src, uint64_t dst, uint32_t n, uint32_t res)
+{
+	if (m->kv && src != dst && n) {
+		settle_rows(m, m->k, src, dst, n);
+		settle_rows(m, m->v, src, dst, n);
 	}
 	if (src != dst)
 		memmove(m->pos + dst, m->pos + src, (size_t)n * 4);
@@ -227,10 +246,11 @@ static void paged_used(struct snapkvd_cache *c)
 	    snapkvd_arena_round(n * c->block_size * c->h_store * c->head_dim * c->dtype_bytes);
 }
 
-void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base)
+uint32_t snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base,
+			      struct skv_cuda_copy *moves)
 {
 	size_t n = (size_t)c->layers * c->h_store;
-	uint32_t room = c->slots, res = c->slots - c->kept, most = 0;
+	uint32_t room = c->slots, res = c->slots - c->kept, most = 0, n_moves = 0;
 
 	for (size_t i = 0; i < n; i++)
 		most = c->hkept[i] > most ? c->hkept[i] : most;
@@ -243,7 +263,8 @@ void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *ho
 					.v = kv_base + c->v_off[l],
 					.pos = (int32_t *)(host_base + c->pos_off[l]),
 					.row = (size_t)c->head_dim * c->dtype_bytes,
-					.kv = c->layout == SNAPKVD_LAYOUT_HND};
+					.kv = c->layout == SNAPKVD_LAYOUT_HND,
+					.moves = moves ? moves + n_moves : NULL};
 
 		for (uint32_t h = 0; h < c->h_store; h++) {
 			size_t i = (size_t)l * c->h_store + h;
@@ -251,15 +272,18 @@ void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *ho
 			settle_head(&m, (uint64_t)h * room, snapkvd_cache_pos_index(c, l, h, 0),
 				    c->hkept[i], res);
 		}
+		n_moves += m.n_moves;
 	}
 	if (c->layout == SNAPKVD_LAYOUT_HND)
 		c->head_stride = c->ragged ? 0 : (int64_t)c->slots * c->head_dim;
 	if (c->layout == SNAPKVD_LAYOUT_PAGED)
 		paged_used(c);
+	return n_moves;
 }
 
-void snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_result *res,
-			       uint8_t *host_base)
+uint32_t snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_result *res,
+				   uint8_t *kv_base, uint8_t *host_base,
+				   struct skv_cuda_copy *moves)
 {
 	c->c_star = res->c_star;
 	c->fallback = res->fallback != 0;
@@ -268,7 +292,7 @@ void snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_
 	c->ragged = !c->fallback &&
 		    (c->budget_mode == SKV_BUDGET_LAYERS || c->budget_mode == SKV_BUDGET_HEADS ||
 		     c->budget_mode == SKV_BUDGET_MASS_HEADS);
-	snapkvd_cache_settle(c, host_base, host_base);
+	return snapkvd_cache_settle(c, kv_base, host_base, moves);
 }
 
 bool snapkvd_cache_shrink(struct snapkvd_cache *c, uint8_t *host_base, struct snapkvd_cache_geom *g)
@@ -342,86 +366,104 @@ void snapkvd_cache_place(struct snapkvd_cache *c, uint64_t off, uint32_t slots,
 				     &c->pos_off[l]);
 }
 
+/* Layer l's positions: each head's filled slots copied, its decode slots -1
+ * (ragged: at its own start, cap_h = kept_h + res). */
+static void grow_layer_positions(const struct snapkvd_grow *g, uint32_t l, int32_t *np,
+				 const int32_t *op)
+{
+	uint64_t os = 0, ns = 0;
+
+	for (uint32_t h = 0; h < g->h_store; h++) {
+		uint32_t n = g->used, cap = g->slots, old_cap = g->old_slots;
+
+		if (g->hkept) {
+			uint32_t kept = g->hkept[(size_t)l * g->h_store + h];
+
+			n = kept + g->appended;
+			cap = kept + g->res;
+			old_cap = kept + g->old_res;
+		}
+		memcpy(np + ns, op + os, (size_t)n * 4);
+		for (uint32_t i = n; i < cap; i++)
+			np[ns + i] = -1;
+		os += old_cap;
+		ns += cap;
+	}
+}
+
 void snapkvd_grow_positions(const struct snapkvd_grow *g, uint8_t *host_base)
 {
-	uint8_t *base = host_base;
-
 	for (uint32_t l = 0; l < g->layers; l++) {
 		uint64_t k, v, p;
 
 		snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
-		int32_t *np = (int32_t *)(base + p);
-		const int32_t *op = (const int32_t *)(base + g->old_pos[l]);
-
-		for (uint32_t h = 0; h < g->h_store; h++) {
-			memcpy(np + (size_t)h * g->slots, op + (size_t)h * g->old_slots,
-			       g->used * 4);
-			for (uint32_t i = g->used; i < g->slots; i++)
-				np[(size_t)h * g->slots + i] = -1;
-		}
+		grow_layer_positions(g, l, (int32_t *)(host_base + p),
+				     (const int32_t *)(host_base + g->old_pos[l]));
 	}
+}
+
+/* Head h of a ragged layer (K/V at k and v in the new region): its kept and
+ * appended rows, K then V, from its old start *os to its new one *ns, which
+ * then advance to head h + 1's (each head's decode reserve old_res, then res). */
+static void ragged_head(const struct snapkvd_grow *g, uint32_t l, uint32_t h, uint8_t *k,
+			uint8_t *v, uint8_t *base, uint64_t *os, uint64_t *ns,
+			struct skv_cuda_copy *ret)
+{
+	uint32_t kept = g->hkept[(size_t)l * g->h_store + h];
+	uint64_t bytes = ((uint64_t)kept + g->appended) * g->row;
+
+	ret[0] = (struct skv_cuda_copy){.dst = k + *ns * g->row,
+					.src = base + g->old_k[l] + *os * g->row,
+					.width = bytes,
+					.height = 1,
+					.dpitch = bytes,
+					.spitch = bytes};
+	ret[1] = ret[0];
+	ret[1].dst = v + *ns * g->row;
+	ret[1].src = base + g->old_v[l] + *os * g->row;
+	*os += (uint64_t)kept + g->old_res;
+	*ns += (uint64_t)kept + g->res;
 }
 
 /*
  * HND has h_store rows of `used` slots, each head `slots` apart; NHD's
- * first `used` slots hold every head and are contiguous.
+ * first `used` slots hold every head and are contiguous; PAGED copies the
+ * old runs whole; a ragged layer one copy per (head, tensor).
  */
-void snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base,
-			 struct skv_cuda_copy *ret_k, struct skv_cuda_copy *ret_v)
+uint32_t snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base,
+			     struct skv_cuda_copy *ret)
 {
 	size_t row = g->row;
 	uint64_t k, v, p;
 
 	snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
-	if (g->paged) { /* the same blocks, more of them: the old run as is */
-		*ret_k = (struct skv_cuda_copy){.dst = base + k,
+	if (g->hkept) {
+		uint64_t os = 0, ns = 0;
+
+		for (uint32_t h = 0; h < g->h_store; h++)
+			ragged_head(g, l, h, base + k, base + v, base, &os, &ns, ret + 2 * h);
+		return 2 * g->h_store;
+	}
+	if (g->paged) /* the same blocks, more of them: the old run as is */
+		ret[0] = (struct skv_cuda_copy){.dst = base + k,
 						.src = base + g->old_k[l],
 						.width = g->old_run,
 						.height = 1,
 						.dpitch = g->old_run,
 						.spitch = g->old_run};
-		*ret_v = *ret_k;
-		ret_v->dst = base + v;
-		ret_v->src = base + g->old_v[l];
-		return;
-	}
-	*ret_k = (struct skv_cuda_copy){
-	    .dst = base + k,
-	    .src = base + g->old_k[l],
-	    .width = (uint64_t)g->used * row * (g->hnd ? 1 : g->h_store),
-	    .height = g->hnd ? g->h_store : 1,
-	    .dpitch = (uint64_t)g->slots * row,
-	    .spitch = (uint64_t)g->old_slots * row,
-	};
-	*ret_v = *ret_k;
-	ret_v->dst = base + v;
-	ret_v->src = base + g->old_v[l];
-}
-
-/* GROW of a ragged cache: each head's kept and appended rows to its new
- * start (caps grown by the extra slots), its decode slots' positions -1. */
-static void grow_ragged(const struct snapkvd_grow *g, uint8_t *base)
-{
-	for (uint32_t l = 0; l < g->layers; l++) {
-		uint64_t k, v, p, os = 0, ns = 0;
-
-		snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
-		for (uint32_t h = 0; h < g->h_store; h++) {
-			uint32_t kept = g->hkept[(size_t)l * g->h_store + h],
-				 n = kept + g->appended;
-			int32_t *np = (int32_t *)(base + p) + ns;
-
-			memcpy(base + k + ns * g->row, base + g->old_k[l] + os * g->row,
-			       (size_t)n * g->row);
-			memcpy(base + v + ns * g->row, base + g->old_v[l] + os * g->row,
-			       (size_t)n * g->row);
-			memcpy(np, (const int32_t *)(base + g->old_pos[l]) + os, (size_t)n * 4);
-			for (uint32_t i = n; i < kept + g->res; i++)
-				np[i] = -1;
-			os += (uint64_t)kept + g->old_res;
-			ns += (uint64_t)kept + g->res;
-		}
-	}
+	else
+		ret[0] = (struct skv_cuda_copy){
+		    .dst = base + k,
+		    .src = base + g->old_k[l],
+		    .width = (uint64_t)g->used * row * (g->hnd ? 1 : g->h_store),
+		    .height = g->hnd ? g->h_store : 1,
+		    .dpitch = (uint64_t)g->slots * row,
+		    .spitch = (uint64_t)g->old_slots * row,
+		};
+	ret[1] = ret[0];
+	ret[1].dst = base + v;
+	ret[1].src = base + g->old_v[l];
+	return 2;
 }
 
 /* One K or V tensor of kv_bytes at t whose first `from` slots of every
@@ -465,11 +507,13 @@ static void grow_zero(const struct snapkvd_grow *g, uint8_t *base)
 {
 	uint64_t k, v, p = 0;
 
-	if (g->hkept) { /* ragged: every layer's K, V and positions whole */
+	if (g->hkept) { /* ragged: every layer's K, V (host arena) and positions whole */
 		for (uint32_t l = 0; l < g->layers; l++) {
 			snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
-			memset(base + k, 0, g->geom.kv_bytes);
-			memset(base + v, 0, g->geom.kv_bytes);
+			if (!g->gpu) {
+				memset(base + k, 0, g->geom.kv_bytes);
+				memset(base + v, 0, g->geom.kv_bytes);
+			}
 			memset(base + p, 0, g->geom.pos_bytes);
 		}
 		zero_tail(base, p, g->geom.pos_bytes, g->off + g->geom.region);
@@ -494,8 +538,9 @@ static void grow_zero(const struct snapkvd_grow *g, uint8_t *base)
 	zero_tail(base, p, g->geom.pos_bytes, g->off + g->geom.region);
 }
 
-/* zero_unwritten of a ragged cache (HND, host arena): each head's decode
- * rows, then every row and position after the layer's last head. */
+/* zero_unwritten of a ragged cache (HND): each head's decode rows, then
+ * every row and position after the layer's last head (K/V in the GPU arena
+ * are not in this region: its positions only). */
 static void zero_ragged(const struct snapkvd_cache *c, const struct snapkvd_cache_geom *g,
 			uint8_t *host_base)
 {
@@ -506,14 +551,14 @@ static void zero_ragged(const struct snapkvd_cache *c, const struct snapkvd_cach
 		size_t last = (size_t)l * c->h_store + c->h_store - 1;
 		uint64_t end = c->hstart[last] + c->hkept[last] + res;
 
-		for (uint32_t h = 0; h < c->h_store; h++) {
+		for (uint32_t h = 0; !c->gpu_kv && h < c->h_store; h++) {
 			size_t i = (size_t)l * c->h_store + h;
 			uint64_t at = (c->hstart[i] + c->hkept[i]) * row;
 
 			memset(host_base + c->k_off[l] + at, 0, (size_t)res * row);
 			memset(host_base + c->v_off[l] + at, 0, (size_t)res * row);
 		}
-		if (end * row < g->kv_bytes) {
+		if (!c->gpu_kv && end * row < g->kv_bytes) {
 			memset(host_base + c->k_off[l] + end * row, 0, g->kv_bytes - end * row);
 			memset(host_base + c->v_off[l] + end * row, 0, g->kv_bytes - end * row);
 		}
@@ -551,22 +596,33 @@ void snapkvd_cache_zero_unwritten(const struct snapkvd_cache *c, const struct sn
 		  c->region_off + c->region_bytes);
 }
 
+static void run_copies(const struct skv_cuda_copy *cp, uint32_t n)
+{
+	for (uint32_t t = 0; t < n; t++)
+		for (uint64_t y = 0; y < cp[t].height; y++)
+			memcpy((uint8_t *)cp[t].dst + y * cp[t].dpitch,
+			       (const uint8_t *)cp[t].src + y * cp[t].spitch, cp[t].width);
+}
+
 void snapkvd_grow_host(const struct snapkvd_grow *g, uint8_t *host_base)
 {
+	struct skv_cuda_copy cp[2];
+
 	if (g->dirty)
 		grow_zero(g, host_base);
-	if (g->hkept) {
-		grow_ragged(g, host_base);
-		return;
-	}
 	for (uint32_t l = 0; l < g->layers; l++) {
-		struct skv_cuda_copy cp[2];
+		uint64_t k, v, p, os = 0, ns = 0;
 
-		snapkvd_grow_copies(g, l, host_base, &cp[0], &cp[1]);
-		for (unsigned t = 0; t < 2; t++)
-			for (uint64_t y = 0; y < cp[t].height; y++)
-				memcpy((uint8_t *)cp[t].dst + y * cp[t].dpitch,
-				       (const uint8_t *)cp[t].src + y * cp[t].spitch, cp[t].width);
+		if (!g->hkept) {
+			run_copies(cp, snapkvd_grow_copies(g, l, host_base, cp));
+			continue;
+		}
+		/* ragged: head by head (snapkvd_grow_copies would need 2 h_store) */
+		snapkvd_region_layer(g->off, g->layers, l, &g->geom, g->gpu, &k, &v, &p);
+		for (uint32_t h = 0; h < g->h_store; h++) {
+			ragged_head(g, l, h, host_base + k, host_base + v, host_base, &os, &ns, cp);
+			run_copies(cp, 2);
+		}
 	}
 	snapkvd_grow_positions(g, host_base);
 }

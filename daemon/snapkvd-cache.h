@@ -156,19 +156,27 @@ struct skv_cuda_copy;
  * (layer, head), then the positions. */
 void snapkvd_grow_host(const struct snapkvd_grow *g, uint8_t *host_base);
 /* GROW: the positions of every (layer, head) into the new region (host
- * arena), decode slots -1. */
+ * arena; a ragged cache's at each head's new start), decode slots -1. */
 void snapkvd_grow_positions(const struct snapkvd_grow *g, uint8_t *host_base);
-/* GROW: the filled K/V rows of layer l, old region to new, as one 2-D copy
- * per tensor, addresses relative to base. */
-void snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base,
-			 struct skv_cuda_copy *ret_k, struct skv_cuda_copy *ret_v);
+/* GROW: how many copies snapkvd_grow_copies() gives per layer at most. */
+static inline uint32_t snapkvd_grow_n_copies(const struct snapkvd_grow *g)
+{
+	return g->hkept ? 2 * g->h_store : 2;
+}
+/* GROW: the filled K/V rows of layer l, old region to new, addresses
+ * relative to base, into ret (snapkvd_grow_n_copies() of room): one 2-D
+ * copy per tensor, K then V, or for a ragged cache one per (head, tensor),
+ * each head's kept and appended rows to its new start. The count. */
+uint32_t snapkvd_grow_copies(const struct snapkvd_grow *g, uint32_t l, uint8_t *base,
+			     struct skv_cuda_copy *ret);
 
 /*
  * c was compacted into a dirty region (at host_base; geometry g): zero every
  * byte of it that the compaction did not write - the K/V rows past kept of
  * every head (decode headroom), padding, the region's tail - so it reads as
  * a cache in fresh pages does. K/V in the GPU arena or in the engine's
- * buffer (writeback) are not in the region and are left alone.
+ * buffer (writeback) are not in the region and are left alone (ragged or
+ * not).
  */
 void snapkvd_cache_zero_unwritten(const struct snapkvd_cache *c, const struct snapkvd_cache_geom *g,
 				  uint8_t *host_base);
@@ -194,9 +202,17 @@ int snapkvd_cache_budget_arrays(struct snapkvd_cache *c);
  * decode slots' positions with -1 and sets kept, slots, strides and
  * hstart; a PAGED cache (uniform or mass, every head alike: its rows are in
  * place) gets the blocks it uses, n_blocks and run_bytes. The region and
- * the layers' offsets stay. K/V at kv_base, positions at host_base.
+ * the layers' offsets stay. Positions at host_base.
+ * K/V at kv_base: moves NULL, their rows are moved here (HND); else (K/V
+ * in the GPU arena) they are not touched, and each row block's move is
+ * written to moves instead (room for 2 * layers * h_store): K and V of
+ * each head in ascending order, to be run in that order by a copy that
+ * allows its source and destination to overlap (a head moves down its
+ * layer; no move writes where a later one reads). Returns the count of
+ * moves (0 without moves, or for NHD, whose rows stay).
  */
-void snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base);
+uint32_t snapkvd_cache_settle(struct snapkvd_cache *c, uint8_t *kv_base, uint8_t *host_base,
+			      struct skv_cuda_copy *moves);
 
 /*
  * A budgeted cache packed at fewer slots than its region was sized for (a
@@ -211,11 +227,12 @@ bool snapkvd_cache_shrink(struct snapkvd_cache *c, uint8_t *host_base,
 /*
  * A budget mode's outcome res (its kept array is c->hkept) into c: C*,
  * fallback, the choice's smallest mass, whether heads are stored ragged;
- * then settle (K/V and positions in the host arena at host_base). Either
- * backend's runner, once its kernels are done.
+ * then settle (see there for kv_base, host_base and moves; the count of
+ * moves is returned). Either backend's runner, once its kernels are done.
  */
-void snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_result *res,
-			       uint8_t *host_base);
+uint32_t snapkvd_cache_budget_done(struct snapkvd_cache *c, const struct skv_budget_result *res,
+				   uint8_t *kv_base, uint8_t *host_base,
+				   struct skv_cuda_copy *moves);
 
 /* Index of slot i of (layer l, head h) in layer l's positions: h * slots
  * + i, or hstart + i for a ragged cache (whose K/V rows are the same). */

@@ -245,12 +245,12 @@ static bool ragged_mode(const struct skv_params *p)
 /*
  * Owns, for a budget mode: the per-layer rules (skv_budget_rows: list
  * length, every pyramid C_l), the room of the region (the most rows a head
- * of any layer may keep, as plan->kept), the backend (the CUDA kernels take
- * uniform only) and the output layout (ragged modes store row blocks: HND).
+ * of any layer may keep, as plan->kept) and the output layout (ragged modes
+ * store row blocks: HND). Either backend, either arena: the runner settles
+ * the heads where the K/V are.
  */
-static int check_budget(const struct snapkvd_request_env *env, struct snapkvd_job *j,
-			const Snapkv__V1__CompactRequest *req, struct skv_plan *plan, char *err,
-			size_t errlen)
+static int check_budget(struct snapkvd_job *j, const Snapkv__V1__CompactRequest *req,
+			struct skv_plan *plan, char *err, size_t errlen)
 {
 	struct skv_error kerr = {{0}, -1, -1};
 	const char *mode = skv_budget_name(j->params.budget_mode);
@@ -259,16 +259,6 @@ static int check_budget(const struct snapkvd_request_env *env, struct snapkvd_jo
 
 	if (!budgeted(&j->params))
 		return 0;
-	/* the cuda backend's budget kernels write into the host arena, where
-	 * the heads are settled (packed or ragged) */
-	if (snapkvd_runner_device(env->runner) &&
-	    req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM) {
-		snprintf(err, errlen,
-			 "budget mode %s%s on the cuda backend: the output must be in the host "
-			 "arena (out_arena)",
-			 mode, j->params.fallback_below != 0.0f ? " with a fallback" : "");
-		return -EOPNOTSUPP;
-	}
 	if (ragged_mode(&j->params) && req->out_layout == SNAPKV__V1__LAYOUT__LAYOUT_NHD) {
 		snprintf(err, errlen,
 			 "budget mode %s stores heads ragged (one row block per layer): "
@@ -826,7 +816,7 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	if (!j->group_size)
 		scale_capacity(env->ops, &j->params, &scaled);
 	if ((r = check_plan(env, j, &plan, err, errlen)) ||
-	    (r = check_budget(env, j, req, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
+	    (r = check_budget(j, req, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
 	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||
 	    (r = check_work(env, j, &plan, odt, err, errlen)) ||
 	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||

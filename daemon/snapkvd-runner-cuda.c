@@ -9,7 +9,8 @@
  * the bus; transport "memfd, cuda host-mapped"), one stream per worker,
  * synchronised before the completion is posted. A paged job's block table is
  * copied into device memory of the worker's context, and a GROW of a cache
- * in the GPU arena copies its rows device to device on the worker's stream.
+ * in the GPU arena copies its rows device to device on the worker's stream,
+ * as a budget mode's settle there moves its heads.
  *
  * A request may carry a prefill wait. A flag word in an engine buffer: the
  * stream waits on it before the kernels, and the waiter thread writes the
@@ -320,6 +321,38 @@ static int wait_flag_done(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, i
 	return -ETIMEDOUT;
 }
 
+/*
+ * A budget mode's heads, once its kernels are done: settled in the host
+ * arena there, or with K/V in the GPU arena (at the offsets the host arena
+ * has: kv_base is the GPU arena's base) the positions on the host and each
+ * head's K/V rows moved down its layer on the worker's stream, in order
+ * (ctx_copy stages a move whose source and destination overlap).
+ */
+static int budget_settle(struct snapkvd_runner_ctx *x, struct snapkvd_job *j,
+			 const struct skv_budget_result *res, struct skv_cuda_copy *moves,
+			 struct skv_error *kerr)
+{
+	struct snapkvd_cache *ca = j->cache;
+	uint8_t *kv_base = ca->gpu_kv ? (uint8_t *)j->out[0].k.data - ca->k_off[0] : j->host_base;
+	uint32_t n = snapkvd_cache_budget_done(ca, res, kv_base, j->host_base, moves);
+	int r;
+
+	if (!n)
+		return 0;
+	r = ops_of(x->c)->ctx_copy(x->gctx, moves, n, kerr);
+	if (r == 0)
+		r = ops_of(x->c)->ctx_sync(x->gctx, kerr);
+	if (r < 0) {
+		char m[sizeof(kerr->msg)];
+
+		snprintf(m, sizeof(m), "%s", kerr->msg);
+		snprintf(kerr->msg, sizeof(kerr->msg),
+			 "budget mode %s, heads in the GPU arena: %.*s",
+			 skv_budget_name(j->params.budget_mode), (int)sizeof(m) - 64, m);
+	}
+	return r;
+}
+
 static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
 	struct cuda_runner *c = x->c;
@@ -328,22 +361,27 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	struct snapkvd_cache *ca = j->cache;
 	const bool budget = ca && ca->budgeted;
 	struct skv_budget_result res = {.result_size = sizeof(res), .kept = ca ? ca->hkept : NULL};
+	struct skv_cuda_copy *moves = NULL;
 	int r;
 
-	/* A budget mode settles its heads on the host: its output must be in
-	 * the host arena (validation refuses the rest first; this guards). */
-	if (budget && (ca->gpu_kv || !ops_of(c)->compact_budget)) {
+	if (budget && !ops_of(c)->compact_budget) {
 		snprintf(kerr->msg, sizeof(kerr->msg),
-			 ca->gpu_kv ? "budget mode %s on the cuda backend: the output must be in "
-				      "the host arena"
-				    : "budget mode %s: the CUDA plugin has no budget kernels",
+			 "budget mode %s: the CUDA plugin has no budget kernels",
 			 skv_budget_name(j->params.budget_mode));
 		return -EOPNOTSUPP;
 	}
+	/* K/V in the GPU arena: the heads' moves of the settle, before any work */
+	if (budget && ca->gpu_kv &&
+	    !(moves = calloc((size_t)ca->layers * ca->h_store * 2, sizeof(*moves)))) {
+		snprintf(kerr->msg, sizeof(kerr->msg), "out of memory");
+		return -ENOMEM;
+	}
 	if (j->has_event) { /* before anything is page-locked for the job */
 		r = wait_event(c, j, kerr);
-		if (r < 0)
+		if (r < 0) {
+			free(moves);
 			return r;
+		}
 	}
 	r = register_ranges(c, j, done, &n_done, kerr);
 	if (r == 0 && (j->block_table || j->n_out_table))
@@ -363,33 +401,36 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	while (n_done)
 		ops_of(c)->host_unregister(c->gpu->dev, done[--n_done]);
 	if (r == 0 && budget) /* res is filled once the stream is done */
-		snapkvd_cache_budget_done(ca, &res, j->host_base);
+		r = budget_settle(x, j, &res, moves, kerr);
+	free(moves);
 	return r;
 }
 
 /*
  * GROW in the GPU arena: the K/V rows are copied device to device on the
- * worker's stream, the positions on the host meanwhile. The job completes
- * only once the stream has, so the loop frees the old region after the copy.
- * A cache in the host arena is copied on the host.
+ * worker's stream (a ragged cache's head by head, each to its new start),
+ * the positions on the host meanwhile. The job completes only once the
+ * stream has, so the loop frees the old region after the copy. A cache in
+ * the host arena is copied on the host.
  */
 static int cuda_grow(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
 	struct skv_cuda_copy *cp;
+	uint32_t n = 0;
 	int r;
 
 	if (!j->g.gpu) {
 		snapkvd_grow_host(&j->g, j->host_base);
 		return 0;
 	}
-	cp = calloc((size_t)j->g.layers * 2, sizeof(*cp));
+	cp = calloc((size_t)j->g.layers * snapkvd_grow_n_copies(&j->g), sizeof(*cp));
 	if (!cp) {
 		snprintf(kerr->msg, sizeof(kerr->msg), "out of memory");
 		return -ENOMEM;
 	}
 	for (uint32_t l = 0; l < j->g.layers; l++)
-		snapkvd_grow_copies(&j->g, l, j->g.kv_base, &cp[2 * l], &cp[2 * l + 1]);
-	r = ops_of(x->c)->ctx_copy(x->gctx, cp, j->g.layers * 2, kerr);
+		n += snapkvd_grow_copies(&j->g, l, j->g.kv_base, cp + n);
+	r = ops_of(x->c)->ctx_copy(x->gctx, cp, n, kerr);
 	free(cp);
 	if (r < 0)
 		return r;

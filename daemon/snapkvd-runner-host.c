@@ -74,7 +74,7 @@ static int host_compact_budget(struct snapkvd_runner_ctx *x, struct snapkvd_job 
 	r = skv_compact_budget(x->ctx, &j->shape, &j->params, j->layers, j->in, j->out, &res, kerr);
 	if (r < 0)
 		return r;
-	snapkvd_cache_budget_done(c, &res, j->host_base);
+	snapkvd_cache_budget_done(c, &res, j->host_base, j->host_base, NULL);
 	return 0;
 }
 
@@ -101,7 +101,7 @@ static int host_compact_group(struct snapkvd_runner_ctx *x, struct snapkvd_job *
 	if (r < 0)
 		return r;
 	if (c->budgeted)
-		snapkvd_cache_budget_done(c, &res, j->host_base);
+		snapkvd_cache_budget_done(c, &res, j->host_base, j->host_base, NULL);
 	return 0;
 }
 

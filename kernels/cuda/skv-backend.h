@@ -83,7 +83,8 @@ struct skv_backend_ops {
 	int (*event_query)(struct skv_cuda_event *ev, struct skv_error *err);
 	void (*event_close)(struct skv_cuda_event *ev);
 	/* copies on a context's stream: GROW of a cache in a GPU arena (device
-	 * to device), and a paged layout's block table put in device memory */
+	 * to device), a budget mode's heads settled there (overlapping moves,
+	 * staged), and a paged layout's block table put in device memory */
 	int (*ctx_copy)(struct skv_cuda_ctx *ctx, const struct skv_cuda_copy *copies, uint32_t n,
 			struct skv_error *err);
 	int (*ctx_upload)(struct skv_cuda_ctx *ctx, const void *host, uint64_t bytes,

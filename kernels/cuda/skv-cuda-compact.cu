@@ -49,6 +49,8 @@ struct skv_cuda_ctx {
 	int cap;
 	void *up; /* skv_cuda_ctx_upload()'s device copy */
 	uint64_t up_cap;
+	void *mv; /* skv_cuda_ctx_copy()'s staging of overlapping copies */
+	uint64_t mv_cap;
 	/* budget modes: the caller's result, filled at sync from the pinned copy */
 	struct skv_budget_result *res;
 	uint32_t res_heads; /* entries of res->kept                  */
@@ -167,6 +169,8 @@ extern "C" void skv_cuda_ctx_free(struct skv_cuda_ctx *c)
 		cudaFree(c->d_status);
 	if (c->up)
 		cudaFree(c->up);
+	if (c->mv)
+		cudaFree(c->mv);
 	if (c->h_status)
 		cudaFreeHost(c->h_status);
 	if (c->h_res)
@@ -338,6 +342,74 @@ extern "C" int skv_cuda_ctx_query(struct skv_cuda_ctx *c, struct skv_error *err)
 
 /* ------------------------------------------------------------- copies */
 
+/* The bytes a 2-D copy spans on one side (width and height not 0). */
+static uint64_t copy_span(uint64_t width, uint64_t height, uint64_t pitch)
+{
+	return (height - 1) * pitch + width;
+}
+
+/* Whether copy x (not empty, not onto itself) reads bytes it also writes:
+ * cudaMemcpy* between overlapping ranges is undefined, so such a copy is
+ * staged. */
+static bool copy_overlaps(const skv_cuda_copy &x)
+{
+	const uintptr_t d = (uintptr_t)x.dst, s = (uintptr_t)x.src;
+
+	return d < s + copy_span(x.width, x.height, x.spitch) &&
+	       s < d + copy_span(x.width, x.height, x.dpitch);
+}
+
+/* A copy with no bytes, or of a range onto itself: nothing to do. */
+static bool copy_noop(const skv_cuda_copy &x)
+{
+	return !x.width || !x.height || (x.dst == x.src && x.dpitch == x.spitch);
+}
+
+/* One 2-D copy on the stream: the 2-D copy takes pitches below 2^31
+ * (cudaDevAttrMaxPitch), wider ones go row by row. */
+static cudaError_t copy_2d(void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
+			   uint64_t width, uint64_t height, cudaStream_t stream)
+{
+	const uint64_t max_pitch = INT32_MAX;
+	cudaError_t e = cudaSuccess;
+
+	if (height == 1)
+		return cudaMemcpyAsync(dst, src, width, cudaMemcpyDefault, stream);
+	if (dpitch <= max_pitch && spitch <= max_pitch)
+		return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault,
+					 stream);
+	for (uint64_t y = 0; y < height && e == cudaSuccess; y++)
+		e = cudaMemcpyAsync((char *)dst + y * dpitch, (const char *)src + y * spitch, width,
+				    cudaMemcpyDefault, stream);
+	return e;
+}
+
+/* Room for the largest overlapping copy (packed), before anything is
+ * queued; nothing queued still reads the old staging (the previous
+ * operation was synced). */
+static int stage_room(struct skv_cuda_ctx *c, const struct skv_cuda_copy *cp, uint32_t n,
+		      struct skv_error *err)
+{
+	uint64_t most = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!copy_noop(cp[i]) && copy_overlaps(cp[i]))
+			most =
+			    cp[i].width * cp[i].height > most ? cp[i].width * cp[i].height : most;
+	if (most <= c->mv_cap)
+		return 0;
+	uint64_t cap = (most + 65535) & ~(uint64_t)65535;
+	void *p = NULL;
+	cudaError_t e = cudaMalloc(&p, cap);
+	if (e != cudaSuccess)
+		return cuda_fail(err, e, "device memory to stage an overlapping copy");
+	if (c->mv)
+		cudaFree(c->mv);
+	c->mv = p;
+	c->mv_cap = cap;
+	return 0;
+}
+
 extern "C" int skv_cuda_ctx_copy(struct skv_cuda_ctx *c, const struct skv_cuda_copy *cp, uint32_t n,
 				 struct skv_error *err)
 {
@@ -358,27 +430,25 @@ extern "C" int skv_cuda_ctx_copy(struct skv_cuda_ctx *c, const struct skv_cuda_c
 			    (unsigned long long)cp[i].width);
 	}
 	int r = skv_cuda_dev_enter(c->dev, err);
+	if (r == 0)
+		r = stage_room(c, cp, n, err);
 	if (r < 0)
 		return r;
 	/* no kernel reports here: sync/query read a clean status word */
 	memset(c->h_status, 0, sizeof(dev_status));
 	cudaError_t e = cudaSuccess;
-	/* the 2-D copy takes pitches below 2^31 (cudaDevAttrMaxPitch) */
-	const uint64_t max_pitch = INT32_MAX;
 	for (uint32_t i = 0; i < n && e == cudaSuccess; i++) {
 		const skv_cuda_copy &x = cp[i];
-		if (!x.width || !x.height)
+		if (copy_noop(x))
 			continue;
-		if (x.height == 1)
-			e = cudaMemcpyAsync(x.dst, x.src, x.width, cudaMemcpyDefault, c->stream);
-		else if (x.dpitch <= max_pitch && x.spitch <= max_pitch)
-			e = cudaMemcpy2DAsync(x.dst, x.dpitch, x.src, x.spitch, x.width, x.height,
-					      cudaMemcpyDefault, c->stream);
-		else
-			for (uint64_t y = 0; y < x.height && e == cudaSuccess; y++)
-				e = cudaMemcpyAsync((char *)x.dst + y * x.dpitch,
-						    (const char *)x.src + y * x.spitch, x.width,
-						    cudaMemcpyDefault, c->stream);
+		if (!copy_overlaps(x)) {
+			e = copy_2d(x.dst, x.dpitch, x.src, x.spitch, x.width, x.height, c->stream);
+			continue;
+		}
+		/* through the staging, packed; the stream orders both halves */
+		e = copy_2d(c->mv, x.width, x.src, x.spitch, x.width, x.height, c->stream);
+		if (e == cudaSuccess)
+			e = copy_2d(x.dst, x.dpitch, c->mv, x.width, x.width, x.height, c->stream);
 	}
 	cudaEventRecord(c->done, c->stream);
 	if (e != cudaSuccess) {

@@ -165,10 +165,15 @@ struct skv_cuda_copy {
  * Enqueue n copies on the context's stream as one operation that
  * skv_cuda_ctx_sync()/query() wait for, like a compaction (device memory,
  * imports, arenas or registered host memory: the direction is taken from the
- * addresses). Returns once queued. A copy with no bytes is skipped. 0;
+ * addresses). Returns once queued. The copies run in their order, each as
+ * if through a buffer (memmove): one whose source and destination overlap
+ * (a budget mode's head moved down its layer in a GPU arena) is staged
+ * through device memory the context keeps, as large as the largest such
+ * copy. A copy with no bytes, or of a range onto itself, is skipped. 0;
  * -EINVAL (a NULL address, a pitch below its width); -EBUSY while the
- * context's previous operation has not been synced; -EIO (the context is
- * drained and reusable).
+ * context's previous operation has not been synced; -ENOMEM (no device
+ * memory for the staging: nothing queued); -EIO (the context is drained and
+ * reusable).
  */
 int skv_cuda_ctx_copy(struct skv_cuda_ctx *ctx, const struct skv_cuda_copy *copies, uint32_t n,
 		      struct skv_error *err);

@@ -6,7 +6,9 @@
  * rows, retained mass, C*, fallback); APPEND, GROW, RELEASE and linger on a
  * ragged cache; the summed ledger; and every bad budget refused before any
  * work with its message, nothing leaked (pool used back at 0, fds back at
- * the baseline).
+ * the baseline). On --backend cuda (emulated): every mode on the plugin's
+ * kernels, and with K/V in the GPU arena equal to the host arena's cache,
+ * through APPEND and GROW.
  */
 #include <CUnit/Basic.h>
 #include <math.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "daemon-harness.h"
@@ -232,70 +235,97 @@ static void one_mode(const struct skv_params *p, const char *what, bool want_rag
 	ref_free(&r);
 }
 
+/*
+ * Mode i of the list every suite runs (false past its end): the modes
+ * (0-7), then the fallbacks (8-10); *ragged: whether its heads are stored
+ * ragged on this input.
+ */
+#define N_MODES 8
+static bool mode_at(unsigned i, struct skv_params *p, const char **what, bool *ragged)
+{
+	params_base(p, i == 4 || i == 7 ? SKV_GQA_GROUP : SKV_GQA_EXPAND);
+	*ragged = true;
+	switch (i) {
+	case 0:
+		p->budget_mode = SKV_BUDGET_UNIFORM;
+		*what = "uniform", *ragged = false;
+		return true;
+	case 1:
+		p->budget_mode = SKV_BUDGET_LAYERS;
+		p->n_layer_caps = 3;
+		p->layer_caps[0] = 20;
+		p->layer_caps[1] = 40;
+		p->layer_caps[2] = 12;
+		*what = "layers 20,40,12";
+		return true;
+	case 2:
+		p->budget_mode = SKV_BUDGET_LAYERS;
+		p->pyramid_r = 0.5f;
+		*what = "pyramid 0.5";
+		return true;
+	case 3:
+		p->budget_mode = SKV_BUDGET_HEADS;
+		*what = "heads";
+		return true;
+	case 4:
+		p->budget_mode = SKV_BUDGET_HEADS;
+		p->head_floor = 0.0f;
+		*what = "heads 0 group";
+		return true;
+	case 5:
+		p->budget_mode = SKV_BUDGET_MASS;
+		p->tau = 0.9f, p->c_min = 12, p->c_max = 96, p->c_step = 4;
+		*what = "mass 0.9", *ragged = false;
+		return true;
+	case 6:
+		p->budget_mode = SKV_BUDGET_MASS_HEADS;
+		p->tau = 0.8f, p->c_min = 10, p->c_max = 80;
+		*what = "mass-heads 0.8";
+		return true;
+	case 7:
+		p->budget_mode = SKV_BUDGET_MASS_HEADS;
+		p->tau = 0.85f, p->c_min = 10, p->c_max = 80;
+		*what = "mass-heads 0.85 group";
+		return true;
+	case 8:
+		p->capacity = 12;
+		p->fallback_below = 0.999f;
+		*what = "uniform C 12, fallback 0.999", *ragged = false;
+		return true;
+	case 9: /* every head all L: packed */
+		p->budget_mode = SKV_BUDGET_MASS_HEADS;
+		p->tau = 0.5f, p->c_min = 10, p->c_max = 20;
+		p->fallback_below = 0.999f;
+		*what = "mass-heads, fallback 0.999", *ragged = false;
+		return true;
+	case 10:
+		p->budget_mode = SKV_BUDGET_HEADS;
+		p->fallback_below = 0.01f;
+		*what = "heads, fallback 0.01 (not taken)";
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void test_modes(void)
 {
 	struct skv_params p;
+	const char *what;
+	bool ragged;
 
-	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_UNIFORM;
-	one_mode(&p, "uniform", false);
-	p.budget_mode = SKV_BUDGET_LAYERS;
-	p.n_layer_caps = 3;
-	p.layer_caps[0] = 20;
-	p.layer_caps[1] = 40;
-	p.layer_caps[2] = 12;
-	one_mode(&p, "layers 20,40,12", true);
-	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_LAYERS;
-	p.pyramid_r = 0.5f;
-	one_mode(&p, "pyramid 0.5", true);
-	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_HEADS;
-	one_mode(&p, "heads", true);
-	params_base(&p, SKV_GQA_GROUP);
-	p.budget_mode = SKV_BUDGET_HEADS;
-	p.head_floor = 0.0f;
-	one_mode(&p, "heads 0 group", true);
-	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_MASS;
-	p.tau = 0.9f;
-	p.c_min = 12;
-	p.c_max = 96;
-	p.c_step = 4;
-	one_mode(&p, "mass 0.9", false);
-	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_MASS_HEADS;
-	p.tau = 0.8f;
-	p.c_min = 10;
-	p.c_max = 80;
-	one_mode(&p, "mass-heads 0.8", true);
-	params_base(&p, SKV_GQA_GROUP);
-	p.budget_mode = SKV_BUDGET_MASS_HEADS;
-	p.tau = 0.85f;
-	p.c_min = 10;
-	p.c_max = 80;
-	one_mode(&p, "mass-heads 0.85 group", true);
+	for (unsigned i = 0; i < N_MODES && mode_at(i, &p, &what, &ragged); i++)
+		one_mode(&p, what, ragged);
 }
 
 static void test_fallback(void)
 {
 	struct skv_params p;
+	const char *what;
+	bool ragged;
 
-	params_base(&p, SKV_GQA_EXPAND);
-	p.capacity = 12;
-	p.fallback_below = 0.999f;
-	one_mode(&p, "uniform C 12, fallback 0.999", false);
-	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_MASS_HEADS;
-	p.tau = 0.5f;
-	p.c_min = 10;
-	p.c_max = 20;
-	p.fallback_below = 0.999f;
-	one_mode(&p, "mass-heads, fallback 0.999", false); /* every head all L: packed */
-	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_HEADS;
-	p.fallback_below = 0.01f;
-	one_mode(&p, "heads, fallback 0.01 (not taken)", true);
+	for (unsigned i = N_MODES; mode_at(i, &p, &what, &ragged); i++)
+		one_mode(&p, what, ragged);
 	/* the metrics count the two fallbacks and every mode's compactions */
 	Snapkv__V1__AdminReply *a = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
@@ -800,31 +830,195 @@ static int cuda_init(void)
 }
 
 /* Every mode, and the fallbacks, on the emulated CUDA backend: the same
- * caches as libskv here; a budget mode into the GPU arena is refused. */
+ * caches as libskv here. */
 static void test_cuda_modes(void)
 {
-	struct skv_compact_desc d;
-	struct skv_cache *k = NULL;
-	struct skv_params p;
-	uint64_t asz = 0;
-	int afd = -1, fds;
-
 	test_modes();
 	test_fallback();
-	CU_ASSERT_EQUAL_FATAL(skv_client_cuda_arena(cl, &afd, &asz, NULL), 0);
-	fds = fds_base();
-	params_base(&p, SKV_GQA_EXPAND);
-	p.budget_mode = SKV_BUDGET_MASS_HEADS;
-	p.tau = 0.9f, p.c_min = 12, p.c_max = 64;
-	desc_init(&d, &p, 0);
+}
+
+/*
+ * The session's GPU arena, mapped here: on the emulator its VMM fd is a
+ * memfd (a real GPU's cannot be mapped: NULL, and only what the host arena
+ * holds is compared).
+ */
+static uint8_t *garena;
+static uint64_t garena_size;
+
+/* The K (kv 0) or V row of slot i of (l, h): in the host arena through
+ * libsnapkv, in the GPU arena at the cache's offsets there. */
+static float *row_of(const struct skv_cache *k, int kv, uint32_t l, uint32_t h, uint32_t i)
+{
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	int64_t off;
+
+	if (ci->kv_arena == SKV_ARENA_HOST)
+		return kv ? skv_cache_v_slot(k, l, h, i) : skv_cache_k_slot(k, l, h, i);
+	off = kv ? skv_cache_v_offset(k, l, h) : skv_cache_k_offset(k, l, h);
+	if (!garena || off < 0 || i >= skv_cache_head_capacity(k, l, h))
+		return NULL;
+	off += (int64_t)i * ci->token_stride * 4;
+	return (uint64_t)off + D * 4 <= garena_size ? (float *)(garena + off) : NULL;
+}
+
+/* (l, h)'s K or V row offset from its layer's head 0, in elements. */
+static int64_t rel_off(const struct skv_cache *k, int kv, uint32_t l, uint32_t h)
+{
+	return kv ? (skv_cache_v_offset(k, l, h) - skv_cache_v_offset(k, l, 0)) / 4
+		  : (skv_cache_k_offset(k, l, h) - skv_cache_k_offset(k, l, 0)) / 4;
+}
+
+/* One (layer, head) of the GPU-arena cache g as in the host-arena cache k:
+ * count, start, row offsets, mass, the position of every slot, and the K/V
+ * of its kept and `extra` appended rows, bit for bit. */
+static bool same_head(const struct skv_cache *k, const struct skv_cache *g, uint32_t l, uint32_t h,
+		      uint32_t extra)
+{
+	uint32_t kh = skv_cache_head_kept(k, l, h), cap = skv_cache_head_capacity(k, l, h);
+	float mk = skv_cache_retained_mass(k, l, h), mg = skv_cache_retained_mass(g, l, h);
+	bool same = kh == skv_cache_head_kept(g, l, h) && cap == skv_cache_head_capacity(g, l, h) &&
+		    skv_cache_head_start(k, l, h) == skv_cache_head_start(g, l, h) &&
+		    rel_off(k, 0, l, h) == rel_off(g, 0, l, h) &&
+		    rel_off(k, 1, l, h) == rel_off(g, 1, l, h) && !memcmp(&mk, &mg, 4) &&
+		    !memcmp(skv_cache_positions(k, l, h), skv_cache_positions(g, l, h), cap * 4);
+
+	for (uint32_t i = 0; same && garena && i < kh + extra; i++)
+		for (int kv = 0; same && kv < 2; kv++) {
+			const float *a = row_of(k, kv, l, h, i), *b = row_of(g, kv, l, h, i);
+
+			same = a && b && !memcmp(a, b, D * 4);
+		}
+	return same;
+}
+
+/* The GPU-arena cache g laid out and filled as the host-arena cache k (see
+ * same_head; the decode rows past them are not compared: a GPU arena's
+ * reused region is not zeroed there). */
+static bool same_cache(const struct skv_cache *k, const struct skv_cache *g, uint32_t extra,
+		       const char *what)
+{
+	const struct skv_cache_info *a = skv_cache_info(k), *b = skv_cache_info(g);
+	struct skv_cache_budget ka = {.budget_size = sizeof(ka)}, kb = {.budget_size = sizeof(kb)};
+	bool same = b->kv_arena == SKV_ARENA_CUDA && a->kv_arena == SKV_ARENA_HOST &&
+		    a->h_store == b->h_store && a->kept == b->kept && a->capacity == b->capacity &&
+		    a->appended == b->appended && a->head_stride == b->head_stride &&
+		    a->token_stride == b->token_stride && a->layout == b->layout &&
+		    skv_cache_budget(k, &ka) == 0 && skv_cache_budget(g, &kb) == 0 &&
+		    ka.mode == kb.mode && ka.c_star == kb.c_star && ka.fallback == kb.fallback &&
+		    ka.ragged == kb.ragged && ka.kept_min == kb.kept_min;
+
+	if (!same)
+		fprintf(stderr,
+			"%s: the GPU-arena cache's info differs (kept %u/%u, capacity %u/%u)\n",
+			what, a->kept, b->kept, a->capacity, b->capacity);
+	for (uint32_t l = 0; same && l < LAYERS; l++)
+		for (uint32_t h = 0; same && h < a->h_store; h++)
+			if (!(same = same_head(k, g, l, h, extra)))
+				fprintf(stderr, "%s: layer %u head %u differs in the GPU arena\n",
+					what, l, h);
+	return same;
+}
+
+/* Write decode slot i of every head (K and V rows, as an engine does), the
+ * same in both caches. */
+static void mark_all(const struct skv_cache *k, uint32_t i)
+{
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < skv_cache_info(k)->h_store; h++)
+			for (int kv = 0; kv < 2; kv++) {
+				float *row = row_of(k, kv, l, h, skv_cache_head_kept(k, l, h) + i);
+
+				for (uint32_t e = 0; row && e < D; e++)
+					row[e] = 1000.0f + (float)(l * 100 + h * 10 + i) +
+						 (float)e / 64 + (float)kv / 2;
+			}
+}
+
+/* One mode into both arenas (see test_cuda_arena); quiet: no line printed. */
+static void arena_mode(const struct skv_params *p, const char *what, bool ragged, bool quiet)
+{
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL, *g = NULL;
+	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
+	bool grown = true;
+	int rc;
+
+	desc_init(&d, p, 4);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
 	d.out_arena = SKV_ARENA_CUDA;
-	CU_ASSERT_EQUAL(skv_client_compact(cl, &d, &k), -EOPNOTSUPP);
-	CU_ASSERT_PTR_NOT_NULL(
-	    strstr(skv_client_error(cl), "the output must be in the host arena"));
-	CU_ASSERT_EQUAL(h_pool_used(H.sock), 0);
+	rc = skv_client_compact(cl, &d, &g);
+	if (rc < 0)
+		fprintf(stderr, "%s, GPU arena: %s\n", what, skv_client_error(cl));
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	skv_cache_budget(g, &cb);
+	CU_ASSERT_EQUAL(cb.ragged, ragged);
+	CU_ASSERT(same_cache(k, g, 0, what));
+	/* APPEND 3 rows, written as an engine would, then GROW 5: every head */
+	for (uint32_t t = 0; t < 3; t++) {
+		mark_all(k, t);
+		mark_all(g, t);
+	}
+	CU_ASSERT_EQUAL(skv_cache_append(k, 3), 0);
+	CU_ASSERT_EQUAL(skv_cache_append(g, 3), 0);
+	CU_ASSERT_EQUAL(skv_cache_grow(k, 5), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_cache_grow(g, 5), 0);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < skv_cache_info(g)->h_store; h++)
+			grown = grown && skv_cache_head_capacity(g, l, h) ==
+					     skv_cache_head_kept(g, l, h) + 9;
+	CU_ASSERT(grown);
+	CU_ASSERT(decode_positions(g, 3));
+	CU_ASSERT(same_cache(k, g, 3, what));
+	CU_ASSERT_EQUAL(skv_cache_append(k, 6), 0);
+	CU_ASSERT_EQUAL(skv_cache_append(g, 6), 0);
+	CU_ASSERT(decode_positions(g, 9));
+	CU_ASSERT(same_cache(k, g, 3, what));
+	if (!quiet)
+		printf("  %s, GPU arena: c_star %u fallback %d kept min %u ragged %d, GROW 5: %s\n",
+		       what, cb.c_star, cb.fallback, cb.kept_min, cb.ragged,
+		       same_cache(k, g, 3, what) ? "equal to the host arena" : "DIFFERENT");
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	CU_ASSERT_EQUAL(skv_cache_release(g), 0);
+	CU_ASSERT_EQUAL(h_wait_pool(H.sock, 0, 2000), 0);
+}
+
+/*
+ * Every mode with out_arena CUDA: K/V in the GPU arena (settled there by
+ * the plugin's device copies), positions in the host arena, laid out and
+ * filled as the same request's cache in the host arena; then APPEND 3 and
+ * GROW 5 of both (every head, the appended rows written), equal again, and
+ * APPEND 6 into the grown room. Every mode twice: nothing held afterwards,
+ * the fds at rest after the first round (by then the worker's context
+ * holds its staging for overlapping moves: on the emulator device memory
+ * is a memfd).
+ */
+static void test_cuda_arena(void)
+{
+	const char *plugin = getenv("SKV_CUDA_PLUGIN");
+	struct skv_params p;
+	const char *what;
+	bool ragged;
+	int afd = -1, fds = -1;
+
+	CU_ASSERT_EQUAL_FATAL(skv_client_cuda_arena(cl, &afd, &garena_size, NULL), 0);
+	garena = mmap(NULL, garena_size, PROT_READ | PROT_WRITE, MAP_SHARED, afd, 0);
+	if (garena == MAP_FAILED) {
+		garena = NULL;
+		printf("  the GPU arena cannot be mapped here (%s): K/V rows not compared\n",
+		       plugin ? plugin : "?");
+		CU_ASSERT(!plugin || !strstr(plugin, "emu")); /* the emulator's can */
+	}
+	for (int round = 0; round < 2; round++) {
+		for (unsigned i = 0; mode_at(i, &p, &what, &ragged); i++)
+			arena_mode(&p, what, ragged, round > 0);
+		if (round == 0)
+			fds = fds_base();
+	}
+	if (garena)
+		munmap(garena, garena_size);
+	garena = NULL;
+	close(afd);
 	CU_ASSERT_EQUAL(fds_settled(fds), fds);
-	if (afd >= 0)
-		close(afd);
 }
 
 int main(void)
@@ -837,6 +1031,9 @@ int main(void)
 		s = CU_add_suite("daemon-budget-cuda", cuda_init, suite_clean);
 		CU_add_test(s, "every mode on the CUDA kernels = skv_compact_budget here",
 			    test_cuda_modes);
+		CU_add_test(
+		    s, "every mode, APPEND and GROW with K/V in the GPU arena = the host arena",
+		    test_cuda_arena);
 		return h_run_tests();
 	}
 	s = CU_add_suite("daemon-budget", suite_init, suite_clean);

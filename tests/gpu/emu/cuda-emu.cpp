@@ -657,14 +657,33 @@ cudaError_t CUDARTAPI cudaFreeAsync(void *p, cudaStream_t)
 {
 	return cudaFree(p);
 }
+/*
+ * A copy between overlapping ranges is undefined in CUDA (the device copies
+ * in whatever order its engines take): here it aborts, so that a caller
+ * relying on memmove order is caught on the emulator, where memcpy would
+ * often happen to work.
+ */
+static void emu_no_overlap(const char *what, const void *d, size_t dspan, const void *s,
+			   size_t sspan)
+{
+	if (!dspan || !sspan)
+		return;
+	if ((uintptr_t)d < (uintptr_t)s + sspan && (uintptr_t)s < (uintptr_t)d + dspan) {
+		fprintf(stderr, "emu: %s between overlapping ranges (dst %p + %zu, src %p + %zu)\n",
+			what, d, dspan, s, sspan);
+		abort();
+	}
+}
 cudaError_t CUDARTAPI cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
 {
+	emu_no_overlap("cudaMemcpy", d, n, s, n);
 	memcpy(d, s, n);
 	return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind,
 				      cudaStream_t)
 {
+	emu_no_overlap("cudaMemcpyAsync", d, n, s, n);
 	memcpy(d, s, n);
 	return cudaSuccess;
 }
@@ -677,6 +696,9 @@ cudaError_t CUDARTAPI cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, s
 	/* a failing copy on demand: the daemon's error path of a GPU GROW */
 	if (getenv("SKV_EMU_FAIL_COPY2D"))
 		return cudaErrorInvalidValue;
+	if (width && height)
+		emu_no_overlap("cudaMemcpy2DAsync", d, (height - 1) * dpitch + width, s,
+			       (height - 1) * spitch + width);
 	for (size_t y = 0; y < height; y++)
 		memcpy((char *)d + y * dpitch, (const char *)s + y * spitch, width);
 	return cudaSuccess;

@@ -5,8 +5,9 @@
 # --backend cuda on the emulated plugin (SNAPKVD_TEST_BACKEND=cuda-emu makes
 # daemon-harness.h add the flag): bad input with one worker, fuzz with three
 # (jobs of several sessions on several worker streams at once), and the
-# budget modes on the CUDA kernels (test-daemon-budget), and decision groups
-# refused by name (test-daemon-group). Skipped
+# budget modes on the CUDA kernels, into the host and the GPU arena, with
+# APPEND and GROW there (test-daemon-budget), and decision groups refused
+# by name (test-daemon-group). Skipped
 # where the emulated plugin is not built (CUDA=0). PLUGIN=build/libskv-cuda.so
 # runs the same on a GPU.
 set -u

@@ -277,6 +277,135 @@ static void test_paged(void)
 	snapkvd_cache_free(c);
 }
 
+/* Run copies in their order, each as if through a buffer (ctx_copy's contract). */
+static void run_moves(const struct skv_cuda_copy *cp, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		for (uint64_t y = 0; y < cp[i].height; y++)
+			memmove((uint8_t *)cp[i].dst + y * cp[i].dpitch,
+				(const uint8_t *)cp[i].src + y * cp[i].spitch, cp[i].width);
+}
+
+/* A ragged budget cache (2 layers, 3 heads, room 10 = 8 kept + 2 reserve,
+ * D 2, f32) as the kernels leave it: head h at rows h * 10. */
+static struct snapkvd_cache *budget_cache(struct snapkvd_cache_geom *g, uint8_t *base, bool mass)
+{
+	static const uint32_t hk[6] = {8, 5, 3, 2, 7, 8};
+	struct snapkvd_cache *c = NULL;
+
+	CU_ASSERT_FATAL(snapkvd_cache_new(2, 3, &c) == 0);
+	CU_ASSERT_FATAL(snapkvd_cache_geometry(2, 3, 10, 2, 4, 1 << 20, g) == 0);
+	c->layout = SNAPKVD_LAYOUT_HND;
+	c->head_dim = 2;
+	c->dtype_bytes = 4;
+	c->kept = 8;
+	c->budgeted = true;
+	c->budget_mode = mass ? SKV_BUDGET_MASS : SKV_BUDGET_HEADS;
+	CU_ASSERT_FATAL(snapkvd_cache_budget_arrays(c) == 0);
+	for (int i = 0; i < 6; i++)
+		c->hkept[i] = mass ? 6 : hk[i];
+	snapkvd_cache_place(c, 0, 10, g);
+	for (uint32_t l = 0; l < 2; l++)
+		for (uint32_t r = 0; r < 30; r++) {
+			float *k = (float *)(base + c->k_off[l]) + r * 2,
+			      *v = (float *)(base + c->v_off[l]) + r * 2;
+
+			k[0] = k[1] = (float)(l * 1000 + r);
+			v[0] = v[1] = (float)(l * 1000 + r) + 0.5f;
+			((int32_t *)(base + c->pos_off[l]))[r] = (int32_t)(l * 100 + r);
+		}
+	return c;
+}
+
+/* A settle in the GPU arena (its K/V moves run in order, memmove-like, as
+ * ctx_copy does) leaves the bytes a host-arena settle leaves, ragged
+ * (heads) and packed (mass). */
+static void test_settle_moves(void)
+{
+	for (int mass = 0; mass < 2; mass++) {
+		struct skv_budget_result res = {.result_size = sizeof(res)};
+		struct snapkvd_cache_geom g;
+		uint8_t *a = calloc(1, 8192), *b = calloc(1, 8192);
+		struct snapkvd_cache *ca = budget_cache(&g, a, mass),
+				     *cb = budget_cache(&g, b, mass);
+		struct skv_cuda_copy mv[12];
+		uint32_t n;
+
+		CU_ASSERT_EQUAL(snapkvd_cache_budget_done(ca, &res, a, a, NULL), 0);
+		n = snapkvd_cache_budget_done(cb, &res, b, b, mv);
+		/* K and V of every head whose start changed: ragged, layer 0's
+		 * head 2 and layer 1's heads 1 and 2 (rows 20..27 to 13..20:
+		 * its own rows overlap); packed, heads 1 and 2 of each layer */
+		CU_ASSERT_EQUAL(n, mass ? 8 : 6);
+		run_moves(mv, n);
+		CU_ASSERT(!memcmp(a, b, 8192));
+		CU_ASSERT_EQUAL(ca->ragged, !mass);
+		CU_ASSERT_EQUAL(cb->kept, ca->kept);
+		CU_ASSERT_EQUAL(cb->slots, mass ? 8 : 10);
+		CU_ASSERT(!memcmp(ca->hstart, cb->hstart, 6 * sizeof(uint64_t)));
+		snapkvd_cache_free(ca);
+		snapkvd_cache_free(cb);
+		free(a);
+		free(b);
+	}
+}
+
+/* GROW of a ragged cache in the GPU arena: one copy per (head, tensor),
+ * each head's kept + appended rows at its new start, positions after them
+ * -1 up to its new capacity. */
+static void test_grow_ragged_copies(void)
+{
+	static const uint32_t hk[3] = {4, 1, 3};
+	uint8_t *base = calloc(1, 16384);
+	uint64_t old_k = 0, old_v = 256, old_pos = 512;
+	struct snapkvd_grow gr = {
+	    .geom = {.kv_bytes = 256, .pos_bytes = 64, .region = 4096},
+	    .off = 4096,
+	    .layers = 1,
+	    .h_store = 3,
+	    .row = 4,
+	    .hnd = true,
+	    .gpu = true,
+	    .old_k = &old_k,
+	    .old_v = &old_v,
+	    .old_pos = &old_pos,
+	    .hkept = hk,
+	    .appended = 1,
+	    .old_res = 2,
+	    .res = 5,
+	};
+	struct skv_cuda_copy cp[6];
+	uint64_t os = 0, ns = 0, k, v, p;
+
+	CU_ASSERT_FATAL(base != NULL);
+	for (uint32_t r = 0; r < 14; r++) { /* old caps 6, 3, 5 */
+		((uint32_t *)(base + old_k))[r] = 100 + r;
+		((uint32_t *)(base + old_v))[r] = 200 + r;
+		((int32_t *)(base + old_pos))[r] = (int32_t)r;
+	}
+	CU_ASSERT_EQUAL(snapkvd_grow_n_copies(&gr), 6);
+	CU_ASSERT_EQUAL(snapkvd_grow_copies(&gr, 0, base, cp), 6);
+	run_moves(cp, 6);
+	snapkvd_grow_positions(&gr, base);
+	snapkvd_region_layer(gr.off, 1, 0, &gr.geom, true, &k, &v, &p);
+	for (uint32_t h = 0; h < 3; h++) {
+		for (uint32_t i = 0; i < hk[h] + 5; i++) {
+			int32_t pos = ((int32_t *)(base + p))[ns + i];
+
+			if (i <= hk[h]) { /* kept + the appended one */
+				CU_ASSERT_EQUAL(((uint32_t *)(base + k))[ns + i], 100 + os + i);
+				CU_ASSERT_EQUAL(((uint32_t *)(base + v))[ns + i], 200 + os + i);
+				CU_ASSERT_EQUAL(pos, (int32_t)(os + i));
+			} else {
+				CU_ASSERT_EQUAL(pos, -1);
+			}
+		}
+		os += hk[h] + 2;
+		ns += hk[h] + 5;
+	}
+	free(base);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -293,6 +422,10 @@ int main(void)
 	CU_add_test(s, "a dirty region: headroom, padding and tail zeroed", test_zero_unwritten);
 	CU_add_test(s, "GROW into a dirty region", test_grow_dirty);
 	CU_add_test(s, "PAGED: page-aligned runs, writeback, limits", test_paged);
+	CU_add_test(s, "budget settle: GPU-arena moves = the host arena's memmove",
+		    test_settle_moves);
+	CU_add_test(s, "GROW of a ragged cache in the GPU arena: per-head copies",
+		    test_grow_ragged_copies);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();
