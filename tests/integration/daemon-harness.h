@@ -328,6 +328,61 @@ static inline int h_count_fds_cuda(pid_t pid)
 	return n;
 }
 
+/* The daemon's fds at rest: the fewest over 300 ms (an admin connection
+ * that just closed may be counted for a moment). */
+static inline int h_fds_base(pid_t pid)
+{
+	int n = h_count_fds(pid);
+
+	for (int i = 0; i < 30; i++) {
+		int m = h_count_fds(pid);
+
+		n = m < n ? m : n;
+		h_sleep_ms(10);
+	}
+	return n;
+}
+
+/* The daemon's fds once they settle at want, within 5 s (an admin
+ * connection just closed may still be counted for a moment). */
+static inline int h_fds_settled(pid_t pid, int want)
+{
+	int n = h_count_fds(pid);
+
+	for (int i = 0; i < 500 && n != want; i++) {
+		h_sleep_ms(10);
+		n = h_count_fds(pid);
+	}
+	return n;
+}
+
+/* snapkvctl SUBCOMMAND against the daemon at sock: it exits 0 and its
+ * stdout contains every needle (NULL-terminated); says what is missing. */
+static inline bool h_ctl_shows(const char *sock, const char *sub, const char *const *needles)
+{
+	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+	char cmd[512], *out = calloc(1, 65536);
+	size_t n = 0;
+	bool ok = out != NULL;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s/snapkvctl --socket %s %s", build, sock, sub);
+	f = ok ? popen(cmd, "r") : NULL;
+	if (f) {
+		n = fread(out, 1, 65535, f);
+		ok = pclose(f) == 0;
+	}
+	if (out)
+		out[n] = 0;
+	for (int i = 0; ok && needles[i]; i++)
+		if (!strstr(out, needles[i])) {
+			fprintf(stderr, "snapkvctl %s: no \"%s\" in:\n%s\n", sub, needles[i], out);
+			ok = false;
+		}
+	free(out);
+	return f && ok;
+}
+
 /* One admin request on a fresh connection as client `name`; caller frees the reply. */
 static inline Snapkv__V1__AdminReply *h_admin_req(const char *sock, const char *name,
 						  const Snapkv__V1__AdminRequest *ar)

@@ -382,34 +382,6 @@ static void check_ledger(const struct skv_cache *k, uint32_t g)
 	snapkv__v1__admin_reply__free_unpacked(a, NULL);
 }
 
-/* The daemon's fds at rest: the fewest over 300 ms (an admin connection
- * that just closed may be counted for a moment). */
-static int fds_base(void)
-{
-	int n = h_count_fds(H.pid);
-
-	for (int i = 0; i < 30; i++) {
-		int m = h_count_fds(H.pid);
-
-		n = m < n ? m : n;
-		h_sleep_ms(10);
-	}
-	return n;
-}
-
-/* The daemon's fds once they settle at want (an admin connection just
- * closed may still be counted for a moment). */
-static int fds_settled(int want)
-{
-	int n = h_count_fds(H.pid);
-
-	for (int i = 0; i < 200 && n != want; i++) {
-		h_sleep_ms(10);
-		n = h_count_fds(H.pid);
-	}
-	return n;
-}
-
 /* Decode slots of every head: positions L + i for the g appended, -1 after. */
 static bool decode_positions(const struct skv_cache *k, uint32_t g)
 {
@@ -459,31 +431,6 @@ static void mark(const struct skv_cache *k, uint32_t l, uint32_t h, uint32_t i, 
 		row[0] = want;
 }
 
-/* snapkvctl SUBCOMMAND against this daemon: its stdout contains every needle. */
-static bool ctl_shows(const char *sub, const char *const *needles)
-{
-	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
-	char cmd[512], *out = calloc(1, 65536);
-	size_t n = 0;
-	bool ok = out != NULL;
-	FILE *f;
-
-	snprintf(cmd, sizeof(cmd), "%s/snapkvctl --socket %s %s", build, H.sock, sub);
-	f = ok ? popen(cmd, "r") : NULL;
-	if (f) {
-		n = fread(out, 1, 65535, f);
-		ok = pclose(f) == 0;
-	}
-	out && (out[n] = 0);
-	for (int i = 0; ok && needles[i]; i++)
-		if (!strstr(out, needles[i])) {
-			fprintf(stderr, "snapkvctl %s: no \"%s\" in:\n%s\n", sub, needles[i], out);
-			ok = false;
-		}
-	free(out);
-	return f && ok;
-}
-
 static void test_ragged_ops(void)
 {
 	struct skv_compact_desc d;
@@ -491,7 +438,7 @@ static void test_ragged_ops(void)
 	struct skv_params p;
 	struct ref r;
 	bool ok = true;
-	int fds = fds_base();
+	int fds = h_fds_base(H.pid);
 
 	params_base(&p, SKV_GQA_EXPAND);
 	p.budget_mode = SKV_BUDGET_HEADS;
@@ -508,10 +455,10 @@ static void test_ragged_ops(void)
 						   "\"layer_kept\": [", "\"layer_mass_min\": [",
 						   NULL};
 
-		CU_ASSERT(ctl_shows("caches", text));
-		CU_ASSERT(ctl_shows("ledger", text));
-		CU_ASSERT(ctl_shows("caches --json", json));
-		CU_ASSERT(ctl_shows("ledger --json", json));
+		CU_ASSERT(h_ctl_shows(H.sock, "caches", text));
+		CU_ASSERT(h_ctl_shows(H.sock, "ledger", text));
+		CU_ASSERT(h_ctl_shows(H.sock, "caches --json", json));
+		CU_ASSERT(h_ctl_shows(H.sock, "ledger --json", json));
 	}
 	/* APPEND 3: every head's next slots, after its own kept rows */
 	for (uint32_t l = 0; l < LAYERS; l++)
@@ -549,7 +496,7 @@ static void test_ragged_ops(void)
 	fill_inputs(skv_buffer_data(buf));
 	for (uint32_t l = 0; l < LAYERS; l++)
 		refs[l].q.buf = refs[l].k.buf = refs[l].v.buf = buf;
-	CU_ASSERT_EQUAL(fds_settled(fds), fds);
+	CU_ASSERT_EQUAL(h_fds_settled(H.pid, fds), fds);
 	/* RELEASE: gone at once */
 	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
 	check_equal(k, &r, "heads again");
@@ -611,7 +558,7 @@ static void refused(const struct skv_params *p, enum skv_layout layout, const ch
 {
 	struct skv_compact_desc d;
 	struct skv_cache *k = NULL;
-	int fds = fds_settled(base_fds), rc;
+	int fds = h_fds_settled(H.pid, base_fds), rc;
 
 	desc_init(&d, p, 0);
 	d.out_layout = layout;
@@ -627,14 +574,14 @@ static void refused(const struct skv_params *p, enum skv_layout layout, const ch
 	CU_ASSERT_PTR_NULL(k);
 	skv_cache_release(k);
 	CU_ASSERT_EQUAL(h_pool_used(H.sock), 0);
-	CU_ASSERT_EQUAL(fds_settled(fds), fds);
+	CU_ASSERT_EQUAL(h_fds_settled(H.pid, fds), fds);
 }
 
 static void test_bad_input(void)
 {
 	struct skv_params p;
 
-	base_fds = fds_base();
+	base_fds = h_fds_base(H.pid);
 
 	params_base(&p, SKV_GQA_EXPAND);
 	p.budget_mode = SKV_BUDGET_MASS;
@@ -1012,13 +959,13 @@ static void test_cuda_arena(void)
 		for (unsigned i = 0; mode_at(i, &p, &what, &ragged); i++)
 			arena_mode(&p, what, ragged, round > 0);
 		if (round == 0)
-			fds = fds_base();
+			fds = h_fds_base(H.pid);
 	}
 	if (garena)
 		munmap(garena, garena_size);
 	garena = NULL;
 	close(afd);
-	CU_ASSERT_EQUAL(fds_settled(fds), fds);
+	CU_ASSERT_EQUAL(h_fds_settled(H.pid, fds), fds);
 }
 
 int main(void)

@@ -396,32 +396,6 @@ static struct report collect(struct kid kid)
 
 /* --------------------------------------------------------- the daemon */
 
-/* The daemon's fds at rest: the fewest over 300 ms (an admin connection
- * that just closed may be counted for a moment). */
-static int fds_base(void)
-{
-	int n = h_count_fds(H.pid);
-
-	for (int i = 0; i < 30; i++) {
-		int m = h_count_fds(H.pid);
-
-		n = m < n ? m : n;
-		h_sleep_ms(10);
-	}
-	return n;
-}
-
-static int fds_settled(int want)
-{
-	int n = h_count_fds(H.pid);
-
-	for (int i = 0; i < 500 && n != want; i++) {
-		h_sleep_ms(10);
-		n = h_count_fds(H.pid);
-	}
-	return n;
-}
-
 static int n_caches(void)
 {
 	Snapkv__V1__AdminReply *r = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES);
@@ -466,7 +440,7 @@ static bool metric_is(const char *name, double want)
  * group pending, no member parked. */
 static void nothing_held(const char *what)
 {
-	int nc = n_caches(), f = fds_settled(base_fds);
+	int nc = n_caches(), f = h_fds_settled(H.pid, base_fds);
 	int pool = h_wait_pool(H.sock, base_pool, 5000);
 
 	if (nc != 0 || pool != 0 || f != base_fds)
@@ -504,7 +478,7 @@ static int suite_init(void)
 	chmod(H.dir, 0755);
 	chmod(H.sock, 0666);
 	base_pool = h_pool_used(H.sock);
-	base_fds = fds_base();
+	base_fds = h_fds_base(H.pid);
 	return 0;
 }
 
@@ -995,31 +969,6 @@ static void test_bad_other_uid(void)
 
 /* ------------------------------------------------------------ visible */
 
-/* snapkvctl SUBCOMMAND against this daemon: its stdout contains every needle. */
-static bool ctl_shows(const char *sub, const char *const *needles)
-{
-	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
-	char cmd[512], *out = calloc(1, 65536);
-	size_t n = 0;
-	bool ok = out != NULL;
-	FILE *f;
-
-	snprintf(cmd, sizeof(cmd), "%s/snapkvctl --socket %s %s", build, H.sock, sub);
-	f = ok ? popen(cmd, "r") : NULL;
-	if (f) {
-		n = fread(out, 1, 65535, f);
-		ok = pclose(f) == 0;
-	}
-	out && (out[n] = 0);
-	for (int i = 0; ok && needles[i]; i++)
-		if (!strstr(out, needles[i])) {
-			fprintf(stderr, "snapkvctl %s: no \"%s\" in:\n%s\n", sub, needles[i], out);
-			ok = false;
-		}
-	free(out);
-	return f && ok;
-}
-
 /*
  * Two members in this process (two sessions, submit then wait): the caches
  * say group_size 2, the ledger and snapkvctl
@@ -1056,10 +1005,10 @@ static void test_visible(void)
 		CU_ASSERT_EQUAL(skv_cache_budget(k[i], &cb), 0);
 		CU_ASSERT_EQUAL(cb.group_size, 77);
 	}
-	CU_ASSERT(ctl_shows("caches", text));
-	CU_ASSERT(ctl_shows("ledger", text));
-	CU_ASSERT(ctl_shows("caches --json", json));
-	CU_ASSERT(ctl_shows("ledger --json", json));
+	CU_ASSERT(h_ctl_shows(H.sock, "caches", text));
+	CU_ASSERT(h_ctl_shows(H.sock, "ledger", text));
+	CU_ASSERT(h_ctl_shows(H.sock, "caches --json", json));
+	CU_ASSERT(h_ctl_shows(H.sock, "ledger --json", json));
 	for (int i = 0; i < 2; i++) {
 		skv_cache_release(k[i]);
 		eng_close(&e[i]);
