@@ -12,7 +12,10 @@
  * trip next to a bare cache-line ping-pong between two cores are printed too.
  *
  *   bench-daemon [--threads N] [--reps N] [--lens L1,L2] [--layers N]
- *                [--layers-long N] [--no-ring] [--no-compact]
+ *                [--layers-long N] [--no-ring] [--no-compact] [--budget SPEC]
+ *   --budget adds a third row, expand with that budget mode (snapkvctl's
+ *   spelling: mass:0.9, mass-heads:0.9, heads, pyramid:1.5, ...), run
+ *   interleaved with the uniform rows, and its time against expand's.
  *   BENCH_QUICK=1: L 8192 only, 4 layers, 1 repetition, short ring run.
  *   Defaults: L 8192 (32 layers) and 32768 (--layers-long, 12 layers: 3 GiB
  *   of f32 K/V, what fits beside other work on a 24 GiB machine), median of
@@ -26,6 +29,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +143,11 @@ static void layer_refs(struct run *r, struct skv_buffer *b, enum skv_dtype dt)
 	}
 }
 
-static void desc_init(struct skv_compact_desc *d, uint32_t L, enum skv_gqa gqa)
+/* --budget: the mode's fields over the uniform parameters (NULL: none). */
+static const struct skv_params *budget_mode;
+static const char *budget_spec;
+
+static void desc_init(struct skv_compact_desc *d, uint32_t L, enum skv_gqa gqa, bool budget)
 {
 	memset(d, 0, sizeof(*d));
 	d->desc_size = sizeof(*d);
@@ -149,6 +157,19 @@ static void desc_init(struct skv_compact_desc *d, uint32_t L, enum skv_gqa gqa)
 	d->params.window = W;
 	d->params.capacity = C;
 	d->params.gqa = gqa;
+	if (budget && budget_mode) {
+		const struct skv_params *b = budget_mode;
+
+		d->params.budget_mode = b->budget_mode;
+		d->params.n_layer_caps = b->n_layer_caps;
+		memcpy(d->params.layer_caps, b->layer_caps, sizeof(b->layer_caps));
+		d->params.pyramid_r = b->pyramid_r;
+		d->params.head_floor = b->head_floor;
+		d->params.tau = b->tau;
+		d->params.c_min = b->c_min;
+		d->params.c_max = b->c_max;
+		d->params.c_step = b->c_step;
+	}
 	d->out_layout = SKV_LAYOUT_HND;
 }
 
@@ -158,7 +179,7 @@ static void desc_init(struct skv_compact_desc *d, uint32_t L, enum skv_gqa gqa)
  * engine would. Returns seconds of compaction (submit until mapped, summed
  * over the requests); *faults gets the daemon's minor faults over it all.
  */
-static double compact(struct run *r, enum skv_gqa gqa, int per_layer, long *faults)
+static double compact(struct run *r, enum skv_gqa gqa, bool budget, int per_layer, long *faults)
 {
 	struct skv_cache *k[MAXLAYERS];
 	struct skv_compact_desc d;
@@ -167,7 +188,7 @@ static double compact(struct run *r, enum skv_gqa gqa, int per_layer, long *faul
 	double t = 0;
 	int e = 0;
 
-	desc_init(&d, r->L, gqa);
+	desc_init(&d, r->L, gqa, budget);
 	d.layers = per_layer ? 1 : r->layers;
 	for (unsigned i = 0; i < n && !e; i++) {
 		double t0 = now();
@@ -219,8 +240,10 @@ static int bench_len(struct run *r, int reps)
 	size_t qe = (size_t)HQ * W * D, kve = (size_t)HKV * r->L * D;
 	size_t per = qe + 2 * kve, total = per * r->layers;
 	double flop = 2.0 * HQ * W * (double)r->L * D;
-	double ts[MAXREP], tw[2][2][MAXREP], tp[2][2][MAXREP];
-	long fw[2][2] = {{0}}, fp[2][2] = {{0}};
+	/* rows: expand, group, and with --budget expand in that mode */
+	const int rows = budget_mode ? 3 : 2;
+	double ts[MAXREP], tw[2][3][MAXREP], tp[2][3][MAXREP], ratio[2][MAXREP];
+	long fw[2][3] = {{0}}, fp[2][3] = {{0}};
 	struct skv_buffer *b = NULL;
 	uint64_t seed = 42;
 	float *p, *cc;
@@ -254,10 +277,11 @@ static int bench_len(struct run *r, int reps)
 					ts[rep] = t;
 				usleep(200000);
 			}
-			for (int g = 0; g < 2; g++) {
-				enum skv_gqa gqa = g ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+			for (int g = 0; g < rows; g++) {
+				enum skv_gqa gqa = g == 1 ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
 				long f1, f2;
-				double a = compact(r, gqa, 0, &f1), bb = compact(r, gqa, 1, &f2);
+				double a = compact(r, gqa, g == 2, 0, &f1),
+				       bb = compact(r, gqa, g == 2, 1, &f2);
 
 				if (a < 0 || bb < 0)
 					return -1;
@@ -267,6 +291,8 @@ static int bench_len(struct run *r, int reps)
 				tp[di][g][rep] = bb;
 				fw[di][g] += f1;
 				fp[di][g] += f2;
+				if (g == 2) /* paired with this rep's expand */
+					ratio[di][rep] = a / tw[di][0][rep];
 			}
 		}
 	}
@@ -280,18 +306,25 @@ static int bench_len(struct run *r, int reps)
 	printf("  %5s %6s | %10s %9s %7s %7s %9s | %10s %9s %7s | %6s\n", "", "", "(whole)", "", "",
 	       "", "", "(per rq)", "", "per rq", "layers");
 	for (int di = 0; di < 2; di++)
-		for (int g = 0; g < 2; g++) {
+		for (int g = 0; g < rows; g++) {
 			double w = median(tw[di][g], reps), pl = median(tp[di][g], reps);
 			double wl = w / r->layers, pll = pl / r->layers;
 
 			printf("  %5s %6s | %10.1f %9.2f %7.1f %5.1f %7.2f %9.0f | %10.2f %9.2f "
 			       "%7.0f | "
 			       "%6.2f\n",
-			       di ? "bf16" : "f32", g ? "group" : "expand", w * 1e3, wl * 1e3,
-			       flop / wl * 1e-9, 100 * flop / wl * 1e-9 / peak, wl / sg,
-			       (double)fw[di][g] / reps, pll * 1e3, pll / sg,
+			       di ? "bf16" : "f32",
+			       g == 2	? "budget"
+			       : g == 1 ? "group"
+					: "expand",
+			       w * 1e3, wl * 1e3, flop / wl * 1e-9, 100 * flop / wl * 1e-9 / peak,
+			       wl / sg, (double)fw[di][g] / reps, pll * 1e3, pll / sg,
 			       (double)fp[di][g] / reps / r->layers, w / pl);
 		}
+	for (int di = 0; rows == 3 && di < 2; di++)
+		printf("  %s: budget %s / expand uniform, whole request, median of the paired "
+		       "ratios: %.3f\n",
+		       di ? "bf16" : "f32", budget_spec, median(ratio[di], reps));
 	fflush(stdout);
 	free(cc);
 	skv_buffer_free(b);
@@ -528,7 +561,22 @@ int main(int argc, char **argv)
 			ring = 0;
 		else if (!strcmp(argv[i], "--no-compact"))
 			comp = 0;
-		else if (!strcmp(argv[i], "--lens") && i + 1 < argc) {
+		else if (!strcmp(argv[i], "--budget") && i + 1 < argc) {
+			static struct skv_params bp;
+			struct skv_error e = {{0}, -1, -1};
+
+			skv_params_init(&bp);
+			bp.window = W;
+			bp.capacity = C;
+			budget_spec = argv[++i];
+			if (skv_budget_parse(budget_spec, &bp, &e) < 0) {
+				fprintf(stderr, "bench-daemon: --budget %s: %s\n", budget_spec,
+					e.msg);
+				return 2;
+			}
+			skv_budget_defaults(&bp);
+			budget_mode = &bp;
+		} else if (!strcmp(argv[i], "--lens") && i + 1 < argc) {
 			n_lens = 0;
 			for (char *s = strtok(argv[++i], ","); s && n_lens < 8;
 			     s = strtok(NULL, ","))
@@ -536,7 +584,7 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--threads N] [--reps N] [--lens L1,L2] [--layers N] "
-				"[--layers-long N] [--no-ring] [--no-compact]\n",
+				"[--layers-long N] [--no-ring] [--no-compact] [--budget SPEC]\n",
 				argv[0]);
 			return 2;
 		}

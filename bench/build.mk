@@ -15,9 +15,10 @@ $(SKV_BENCH): %: %.o $(LIBSKV)
 BENCH_DAEMON := $(BUILD)/bench/bench-daemon
 OBJS += $(BENCH_DAEMON).o
 $(BUILD)/bench/bench-daemon.o: CFLAGS_BASE += $(BLAS_CFLAGS)
-$(BENCH_DAEMON): $(BUILD)/bench/bench-daemon.o $(BUILD)/libsnapkv.so $(BUILD)/snapkvd
-	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lsnapkv -Wl,-rpath,$(abspath $(BUILD)) \
-		$(BLAS_LIBS) $(PBC_LIBS) $(LDFLAGS)
+# (libskv for --budget's parser, skv_budget_parse)
+$(BENCH_DAEMON): $(BUILD)/bench/bench-daemon.o $(BUILD)/libsnapkv.so $(BUILD)/snapkvd $(LIBSKV)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSKV) -L$(BUILD) -lsnapkv -Wl,-rpath,$(abspath $(BUILD)) \
+		$(BLAS_LIBS) $(PBC_LIBS) -lm -pthread $(LDFLAGS)
 BENCHES += $(BENCH_DAEMON)
 
 # bench-budget: the budget modes' cost over uniform (one layer, L 32768).
