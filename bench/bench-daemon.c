@@ -160,6 +160,9 @@ static void desc_init(struct skv_compact_desc *d, uint32_t L, enum skv_gqa gqa, 
 	if (budget && budget_mode) {
 		const struct skv_params *b = budget_mode;
 
+		/* skv_client_params_init() gives the size before the budget
+		 * modes, which the daemon reads as uniform */
+		d->params.params_size = sizeof(d->params);
 		d->params.budget_mode = b->budget_mode;
 		d->params.n_layer_caps = b->n_layer_caps;
 		memcpy(d->params.layer_caps, b->layer_caps, sizeof(b->layer_caps));
