@@ -195,6 +195,27 @@ static inline int h_start(struct harness *h, const char *const *extra)
 	return -ETIMEDOUT;
 }
 
+/* Start snapkvd with `config` written to snapkvd.conf in a fresh directory
+ * named after `prefix` (/tmp/PREFIX-XXXXXX). 0 or -errno. */
+static inline int h_start_config(struct harness *h, const char *prefix, const char *config)
+{
+	const char *extra[] = {"--config", NULL, NULL};
+	char cfg[sizeof(h->dir) + 16];
+	FILE *f;
+
+	snprintf(h->dir, sizeof(h->dir), "/tmp/%s-XXXXXX", prefix);
+	if (!mkdtemp(h->dir))
+		return -errno;
+	snprintf(cfg, sizeof(cfg), "%s/snapkvd.conf", h->dir);
+	f = fopen(cfg, "w");
+	if (!f)
+		return -errno;
+	fputs(config, f);
+	fclose(f);
+	extra[1] = cfg;
+	return h_start(h, extra);
+}
+
 /* SIGTERM and wait: returns the exit status (0 expected) or -1. */
 static inline int h_stop(struct harness *h)
 {

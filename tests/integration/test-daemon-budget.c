@@ -637,22 +637,12 @@ static struct harness P;
 
 static int pressure_init(void)
 {
-	static const char *extra[] = {"--config", NULL, NULL};
-	char cfg[300];
-	FILE *f;
-
-	snprintf(P.dir, sizeof(P.dir), "/tmp/snapkvd-budgetp-XXXXXX");
-	if (!mkdtemp(P.dir))
-		return -1;
-	snprintf(cfg, sizeof(cfg), "%s/snapkvd.conf", P.dir);
-	f = fopen(cfg, "w");
-	if (!f)
-		return -1;
-	fprintf(f, "pressure_high = 4096\npressure_high_leave = 2048\npressure_min_dwell_ms = "
-		   "0\npressure_actions = notify,scale\npressure_scale_high = 0.5\n");
-	fclose(f);
-	extra[1] = cfg;
-	return h_start(&P, extra) < 0 ? -1 : 0;
+	return h_start_config(&P, "snapkvd-budgetp",
+			      "pressure_high = 4096\npressure_high_leave = 2048\n"
+			      "pressure_min_dwell_ms = 0\npressure_actions = notify,scale\n"
+			      "pressure_scale_high = 0.5\n") < 0
+		   ? -1
+		   : 0;
 }
 
 static int pressure_clean(void)

@@ -455,24 +455,13 @@ static void nothing_held(const char *what)
 
 static int suite_init(void)
 {
-	static const char *extra[] = {"--config", NULL, NULL};
 	char cfg[300];
-	FILE *f;
 
-	snprintf(H.dir, sizeof(H.dir), "/tmp/snapkvd-group-XXXXXX");
-	if (!mkdtemp(H.dir))
-		return -1;
-	snprintf(cfg, sizeof(cfg), "%s/snapkvd.conf", H.dir);
-	f = fopen(cfg, "w");
-	if (!f)
-		return -1;
-	fprintf(f,
-		"max_group_size = %d\ngroup_timeout_ms = 10000\nmax_group_timeout_ms = %d\n"
-		"max_tenant_groups = %d\n",
-		MAX_GROUP_SIZE, MAX_GROUP_TIMEOUT_MS, MAX_TENANT_GROUPS);
-	fclose(f);
-	extra[1] = cfg;
-	if (h_start(&H, extra) < 0)
+	snprintf(cfg, sizeof(cfg),
+		 "max_group_size = %d\ngroup_timeout_ms = 10000\nmax_group_timeout_ms = %d\n"
+		 "max_tenant_groups = %d\n",
+		 MAX_GROUP_SIZE, MAX_GROUP_TIMEOUT_MS, MAX_TENANT_GROUPS);
+	if (h_start_config(&H, "snapkvd-group", cfg) < 0)
 		return -1;
 	/* uid 65534 may reach the socket (the other-tenant member) */
 	chmod(H.dir, 0755);

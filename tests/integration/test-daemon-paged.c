@@ -65,22 +65,10 @@ static uint64_t pool_off(uint32_t l, int v)
 
 static int suite_init(void)
 {
-	static const char *extra[] = {"--config", NULL, NULL};
-	char cfg[300];
 	uint64_t seed = 12;
-	FILE *f;
 
-	snprintf(H.dir, sizeof(H.dir), "/tmp/snapkvd-paged-XXXXXX");
-	if (!mkdtemp(H.dir))
-		return -1;
-	snprintf(cfg, sizeof(cfg), "%s/snapkvd.conf", H.dir);
-	f = fopen(cfg, "w");
-	if (!f)
-		return -1;
-	fprintf(f, "max_prompt_len = 4096\n");
-	fclose(f);
-	extra[1] = cfg;
-	if (h_start(&H, extra) < 0 || skv_client_connect(H.sock, NULL, &cl) < 0)
+	if (h_start_config(&H, "snapkvd-paged", "max_prompt_len = 4096\n") < 0 ||
+	    skv_client_connect(H.sock, NULL, &cl) < 0)
 		return -1;
 	if (skv_buffer_alloc_flags(cl, (size_t)LAYERS * 2 * POOL_EL * sizeof(float),
 				   SKV_BUFFER_WRITABLE, &pool) < 0 ||
