@@ -278,7 +278,11 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 		    : p->policy == SKV_POLICY_H2O    ? L
 						     : sh->n_q;
 	jb->forced = pl->bypass ? 0 : skv_forced_count(sh, p);
-	if (p->budget_mode == SKV_BUDGET_MASS && jb->select) {
+	/* mass ranks each head: R best picks held per head, 0 when the forced
+	 * positions already fill C_max or all of L (skv.h: the zero-width
+	 * ranking); the per-head sums and needs exist whenever it ranks */
+	jb->ranked = p->budget_mode == SKV_BUDGET_MASS && jb->select;
+	if (jb->ranked) {
 		uint32_t avail = L - jb->forced, most = p->c_max - jb->forced;
 		jb->R = most < avail ? most : avail;
 	}
@@ -310,8 +314,8 @@ static void job_derive(const struct skv_shape *sh, const struct skv_params *p,
 	sz->o_rank = sz->o_mass + align64(nh * 4);
 	sz->o_rvote = sz->o_rank + align64(nr * 4);
 	sz->o_fsum = sz->o_rvote + align64(nr * 4);
-	sz->o_cneed = sz->o_fsum + (jb->R ? align64(nh * 8) : 0);
-	sz->common = sz->o_cneed + (jb->R ? align64(nh * 4) : 0);
+	sz->o_cneed = sz->o_fsum + (jb->ranked ? align64(nh * 8) : 0);
+	sz->common = sz->o_cneed + (jb->ranked ? align64(nh * 4) : 0);
 
 	/* rows per block: as many as keep the logit buffer in budget */
 	if (jb->score) {
@@ -508,7 +512,7 @@ static int setup_common(struct skv_ctx *ctx, struct skv_job *jb, const struct sk
 	jb->caps = caps;
 	jb->kept_all = (uint32_t *)(cm + sz->o_kept);
 	jb->mass_all = (float *)(cm + sz->o_mass);
-	if (jb->R) {
+	if (jb->ranked) {
 		jb->rank = (uint32_t *)(cm + sz->o_rank);
 		jb->rvote = (float *)(cm + sz->o_rvote);
 		jb->fsum = (double *)(cm + sz->o_fsum);

@@ -159,7 +159,8 @@ struct skv_job {
 	uint32_t h_store;
 	uint32_t *kept_all; /* [n_layers][h_store] kept per head        */
 	float *mass_all;    /* [n_layers][h_store] retained mass        */
-	uint32_t R;	    /* mass: ranked picks held per head         */
+	bool ranked;	    /* mass with scores: heads are ranked       */
+	uint32_t R;	    /* mass: ranked picks held per head (>= 0)  */
 	uint32_t *rank;	    /* mass: [n_layers * h_store][R] best first */
 	float *rvote;	    /* mass: the votes of those positions       */
 	double *fsum;	    /* mass: summed votes of the forced ones    */

@@ -235,6 +235,8 @@ uint32_t skv_rank(const struct skv_job *jb, struct skv_ws *w, const float *votes
 	const uint32_t P = jb->P;
 	uint32_t n = 0;
 
+	if (R == 0) /* zero ranking width (skv.h): nothing can be picked */
+		return 0;
 	skv_pool_votes(jb, votes, w->pooled);
 	for (uint32_t j = 0; j < P; j++)
 		if (!jb->base_keep[j])

@@ -368,6 +368,13 @@ int skv_scratch_bytes(const struct skv_shape *shape, const struct skv_params *pa
  *   C_max is always a candidate). A ladder C >= L keeps all L (mass 1). When
  *   L < C_min nothing is scored: every head keeps L, C* = C_min, mass 1.
  * - mass-heads: k runs over [C_min, C_max]; kept_h = min(L, k).
+ * - Zero ranking width (mass, mass-heads): when the forced positions already
+ *   fill C_max (C_max = |window U protected|, which the rules allow) or
+ *   cover all of L, no prefix position can be picked. This is computed, not
+ *   refused: the curve is flat at the forced positions' mass (1 when they
+ *   are all of L), so every head keeps exactly the forced positions, C* is
+ *   the first ladder C whose flat mass meets tau or else C_max, and the
+ *   fallback applies as usual. Decision-group members take the same path.
  * - heads: f = floor(a * P(C)) in double; a head's floor picks are its own
  *   best by pooled score; the rest are chosen among all remaining (head,
  *   prefix position) pairs of the layer by pooled score, ties to the smaller

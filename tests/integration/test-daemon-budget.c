@@ -758,6 +758,44 @@ static void fill_exact(void)
 	}
 }
 
+/*
+ * Zero ranking width (issue 24): the forced positions fill C_max (W 8 +
+ * protected [0,4) = C_max 12) or all of L (protected [0,152) + W 8 = L).
+ * One such request killed the daemon for every tenant (SIGSEGV in phase
+ * one); now every head keeps exactly the forced positions, bit for bit as
+ * libskv here, and the daemon goes on serving.
+ */
+static void test_zero_width(void)
+{
+	struct skv_params p;
+	const char *what;
+	bool ragged;
+
+	for (int gm = 0; gm < 2; gm++) {
+		enum skv_gqa gqa = gm ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+		params_base(&p, gqa);
+		p.budget_mode = SKV_BUDGET_MASS;
+		p.tau = 0.9f, p.c_min = 12, p.c_max = 12, p.c_step = 1;
+		p.n_protected = 1;
+		p.protected_ranges[0] = (struct skv_range){0, 4};
+		one_mode(&p,
+			 gm ? "mass:0.9:12:12:1 protect [0,4) group"
+			    : "mass:0.9:12:12:1 protect [0,4)",
+			 false);
+		p.budget_mode = SKV_BUDGET_MASS_HEADS;
+		one_mode(&p, "mass-heads:0.9:12:12 protect [0,4)", true);
+		params_base(&p, gqa);
+		p.budget_mode = SKV_BUDGET_MASS;
+		p.tau = 0.9f, p.c_min = L, p.c_max = L + 40, p.c_step = 4;
+		p.n_protected = 1;
+		p.protected_ranges[0] = (struct skv_range){0, L - W};
+		one_mode(&p, "mass, window + protected = L", false);
+	}
+	/* and the daemon still serves an ordinary request */
+	CU_ASSERT_FATAL(mode_at(5, &p, &what, &ragged));
+	one_mode(&p, what, ragged);
+}
+
 static int cuda_init(void)
 {
 	if (suite_init() < 0)
@@ -772,6 +810,7 @@ static void test_cuda_modes(void)
 {
 	test_modes();
 	test_fallback();
+	test_zero_width();
 }
 
 /*
@@ -976,6 +1015,7 @@ int main(void)
 	s = CU_add_suite("daemon-budget", suite_init, suite_clean);
 	CU_add_test(s, "every mode = skv_compact_budget here, bit for bit", test_modes);
 	CU_add_test(s, "fallback through the daemon", test_fallback);
+	CU_add_test(s, "zero ranking width: forced positions fill C_max or L", test_zero_width);
 	CU_add_test(s, "APPEND, GROW, RELEASE, linger and the ledger on a ragged cache",
 		    test_ragged_ops);
 	CU_add_test(s, "a mass cache below C_max gives its region's tail back", test_mass_shrinks);

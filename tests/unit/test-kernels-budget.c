@@ -1361,6 +1361,124 @@ static void test_cancel(void)
 		}
 }
 
+/*
+ * Zero ranking width (issue 24, skv.h): the forced positions fill C_max
+ * (mass:0.9:12:12:1, W 8, protected [0,4)) or all of L (L 16, protected
+ * [0,8), mass:0.9:16:32:4). Phase one wrote through unallocated per-head
+ * scratch here (SIGSEGV). Every head keeps exactly the forced positions, in
+ * one call, in every thread count and GQA mode, and through the two steps of
+ * a decision group; mass-heads takes the same inputs.
+ */
+static void zero_width_prob(struct prob *pb, int variant, enum skv_gqa gqa, enum skv_budget b,
+			    uint64_t seed)
+{
+	rng_state = seed;
+	if (variant == 0) {
+		prob_init(pb, 40, 8, 4, 2, 2);
+		pb->p.protected_ranges[0] = (struct skv_range){0, 4};
+		pb->p.c_min = pb->p.c_max = 12;
+		pb->p.c_step = 1;
+	} else {
+		prob_init(pb, 16, 8, 4, 2, 2);
+		pb->p.protected_ranges[0] = (struct skv_range){0, 8};
+		pb->p.c_min = 16;
+		pb->p.c_max = 32;
+		pb->p.c_step = 4;
+	}
+	pb->p.n_protected = 1;
+	pb->p.window = 8;
+	pb->sh.n_q = 8;
+	pb->p.capacity = pb->p.c_min;
+	pb->p.kernel = 3;
+	pb->p.gqa = gqa;
+	pb->p.budget_mode = b;
+	pb->p.tau = 0.9f;
+	prob_random(pb, 1.5);
+	prob_build(pb);
+}
+
+static void test_mass_zero_width(void)
+{
+	static const enum skv_budget modes[] = {SKV_BUDGET_MASS, SKV_BUDGET_MASS_HEADS};
+	const uint64_t rng_saved = rng_state; /* the random suites' draws unchanged */
+
+	for (int variant = 0; variant < 2; variant++)
+		for (int gm = 0; gm < 2; gm++)
+			for (int mi = 0; mi < 2; mi++)
+				for (unsigned th = 1; th <= 3; th++) {
+					enum skv_gqa gqa = gm ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+					struct prob pb;
+					struct skv_budget_result res;
+					struct skv_error e;
+					uint32_t kept[2 * 4];
+
+					zero_width_prob(&pb, variant, gqa, modes[mi], 77 + th);
+					const uint32_t F = variant == 0 ? 12 : 16;
+					const uint32_t hs = h_store(&pb);
+					int r = run_budget(&pb, th, kept, &res, &e);
+					if (r)
+						fprintf(stderr, "\n  zero width %d: %s\n", variant,
+							e.msg);
+					CU_ASSERT_EQUAL_FATAL(r, 0);
+					int32_t want[16];
+					uint32_t n = 0;
+					for (uint32_t j = 0; j < pb.sh.prompt_len; j++)
+						if (j < (variant == 0 ? 4u : 8u) ||
+						    j >= pb.sh.prompt_len - 8)
+							want[n++] = (int32_t)j;
+					CU_ASSERT_EQUAL(n, F);
+					for (uint32_t l = 0; l < pb.n_layers; l++)
+						for (uint32_t h = 0; h < hs; h++) {
+							CU_ASSERT_EQUAL(kept[l * hs + h], F);
+							CU_ASSERT(
+							    positions_are(&pb, l, h, want, F));
+						}
+					if (modes[mi] == SKV_BUDGET_MASS)
+						CU_ASSERT_EQUAL(res.c_star,
+								variant == 0 ? 12u : 16u);
+					if (variant == 1)
+						CU_ASSERT(res.min_mass == 1.0f);
+					prob_free(&pb);
+				}
+
+	/* a decision group of two such members, and one member with a wider
+	 * partner: the group's C* is the partner's, the zero-width member
+	 * still keeps what its C_max allows */
+	for (int variant = 0; variant < 2; variant++) {
+		struct prob pb[2];
+		struct skv_pending *pd[2];
+		struct skv_ctx *ctx;
+		struct skv_error e;
+		uint32_t cg = 0, kept[2][8];
+
+		CU_ASSERT_FATAL(skv_ctx_new(2, &ctx) == 0);
+		for (int m = 0; m < 2; m++) {
+			zero_width_prob(&pb[m], variant, SKV_GQA_EXPAND, SKV_BUDGET_MASS,
+					900 + (uint64_t)m);
+			int r = skv_compact_begin(ctx, &pb[m].sh, &pb[m].p, pb[m].n_layers,
+						  pb[m].in, pb[m].out, &pd[m], &e);
+			if (r)
+				fprintf(stderr, "\n  zero width group: %s\n", e.msg);
+			CU_ASSERT_EQUAL_FATAL(r, 0);
+			uint32_t c = skv_pending_c_star(pd[m]);
+			cg = c > cg ? c : cg;
+		}
+		CU_ASSERT_EQUAL(cg, variant == 0 ? 12u : 16u);
+		for (int m = 0; m < 2; m++) {
+			float lo = skv_pending_min_mass(pd[m], cg);
+			CU_ASSERT(lo >= 0.0f && lo <= 1.0f);
+			struct skv_budget_result res = {.result_size = sizeof(res),
+							.kept = kept[m]};
+			CU_ASSERT_EQUAL_FATAL(skv_compact_end(ctx, pd[m], cg, 0, &res, &e), 0);
+			for (int i = 0; i < 8; i++)
+				CU_ASSERT_EQUAL(kept[m][i], variant == 0 ? 12u : 16u);
+			prob_free(&pb[m]);
+		}
+		skv_ctx_free(ctx);
+	}
+	rng_state = rng_saved;
+}
+
 /* The text form of every mode, the ladder's defaults, and what is refused. */
 static void test_budget_parse(void)
 {
@@ -1442,6 +1560,8 @@ int main(void)
 	CU_add_test(s, "random mass-heads vs reference", test_random_mass_heads);
 	CU_add_test(s, "thread-count invariance, every mode", test_threads_invariant);
 	CU_add_test(s, "mass: C* = C_max from the first or the last layer", test_mass_cmax_order);
+	CU_add_test(s, "mass, mass-heads: zero ranking width (forced fill C_max or L)",
+		    test_mass_zero_width);
 	CU_add_test(s, "decision groups: two steps, group C* and fallback", test_group_two_step);
 	CU_add_test(s, "decision groups: refusals", test_group_refusals);
 	CU_add_test(s, "cancel: -ECANCELED in every mode, no change when not", test_cancel);
