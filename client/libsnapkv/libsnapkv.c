@@ -1566,6 +1566,10 @@ SKV_EXPORT int skv_compact_submit(struct skv_client *c, const struct skv_compact
 	if (!desc_budget_plain(d) && d->params.n_layer_caps > SKV_MAX_LAYER_CAPS)
 		return fail(c, -EINVAL, "%u per-layer budgets, at most %u", d->params.n_layer_caps,
 			    SKV_MAX_LAYER_CAPS);
+	/* the wire's mode is ours + 1, and its 0 means uniform: an unknown mode
+	 * must not travel as one */
+	if (!desc_budget_plain(d) && (unsigned)d->params.budget_mode > SKV_BUDGET_MASS_HEADS)
+		return fail(c, -EINVAL, "unknown budget mode %d", (int)d->params.budget_mode);
 	desc_group(d, &key, &size, &timeout_ms);
 	if (group_check(c, key, size) < 0)
 		return -EINVAL;
