@@ -36,7 +36,11 @@ FUZZ_CONFIG_INC ?= -Idaemon
 # the target, on a fake loop)
 FUZZ_HTTP_SRCS ?= daemon/snapkvd-log.c
 
-FUZZ_TARGETS := frame ring request safetensors gguf config http
+# differential: random COMPACT requests through a real snapkvd (the
+# ordinary build's daemon and libsnapkv) against libskv in process
+FUZZ_COMPACT_DIFF_SRCS ?= $(SKV_SRCS)
+
+FUZZ_TARGETS := frame ring request safetensors gguf config http compact-diff
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz-%)
 FUZZ_OBJ = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(1))
 
@@ -68,10 +72,14 @@ $(FUZZ_BUILD)/fuzz-config: $(call FUZZ_OBJ,tests/fuzz/fuzz-config.c $(FUZZ_CONFI
 	$(FUZZ_LINK) -lm
 $(FUZZ_BUILD)/fuzz-http: $(call FUZZ_OBJ,tests/fuzz/fuzz-http.c $(FUZZ_HTTP_SRCS))
 	$(FUZZ_LINK)
+$(call FUZZ_OBJ,tests/fuzz/fuzz-compact-diff.c): FUZZ_CFLAGS += -Iclient/libsnapkv
+$(FUZZ_BUILD)/fuzz-compact-diff: $(call FUZZ_OBJ,tests/fuzz/fuzz-compact-diff.c \
+		$(FUZZ_COMPACT_DIFF_SRCS)) | $(LIBSNAPKV) $(BUILD)/snapkvd
+	$(FUZZ_LINK) -L$(BUILD) -lsnapkv -Wl,-rpath,$(abspath $(BUILD)) -lm -pthread
 
 -include $(patsubst %.o,%.d,$(call FUZZ_OBJ,$(FUZZ_TARGETS:%=tests/fuzz/fuzz-%.c) \
 	$(FUZZ_FRAME_SRCS) $(FUZZ_REQUEST_SRCS) $(FUZZ_ST_SRCS) $(FUZZ_GGUF_SRCS) $(FUZZ_CONFIG_SRCS) \
-	$(FUZZ_HTTP_SRCS)))
+	$(FUZZ_HTTP_SRCS) $(FUZZ_COMPACT_DIFF_SRCS)))
 
 .PHONY: fuzz fuzz-ci fuzz-build fuzz-seeds
 fuzz-build: $(FUZZ_BINS)

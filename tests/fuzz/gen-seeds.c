@@ -9,6 +9,9 @@
  *   request/      COMPACT requests (the Request message alone, as in a ring
  *                 slot) small enough for fuzz-request's limits: strided HND
  *                 and NHD, paged, every policy, f32/f16/bf16, protected ranges
+ *   compact-diff/ fuzz-compact-diff's own encoding of a request: ordinary
+ *                 ones of each policy and budget mode, and the two zero-width
+ *                 mass ranking requests that once killed snapkvd (issue 24)
  *   safetensors/  tiny files from libskvst's own writer (a prefill dump, metadata)
  *   gguf/         tiny GGUF v3 files (Llama keys, a vocabulary, F32 tensors)
  * The config seeds are the sample systemd/snapkvd.conf and a variant with
@@ -347,6 +350,11 @@ struct tiny {
 	const char *name;
 	uint32_t layers, h_q, h_kv, d, L, n_q, W, C;
 	int policy, gqa, nhd, paged, dtype, protect;
+	/* budget mode (wire value, 0 = none), tau, the ladder; protect_end
+	 * replaces protect's [2, 6) by [0, protect_end) */
+	int budget;
+	float tau;
+	uint32_t c_min, c_max, c_step, protect_end;
 };
 
 static int request(const struct tiny *t)
@@ -407,10 +415,17 @@ static int request(const struct tiny *t)
 	pm.sinks = 2;
 	pm.explicit_fields = SKV_PARAMS_EXPLICIT_ALL;
 	if (t->protect) {
-		rg.begin = 2;
-		rg.end = 6;
+		rg.begin = t->protect_end ? 0 : 2;
+		rg.end = t->protect_end ? t->protect_end : 6;
 		pm.n_protected_ranges = 1;
 		pm.protected_ranges = &rgp;
+	}
+	if (t->budget) {
+		cr.budget_mode = (Snapkv__V1__BudgetMode)t->budget;
+		cr.tau = t->tau;
+		cr.c_min = t->c_min;
+		cr.c_max = t->c_max;
+		cr.c_step = t->c_step;
 	}
 	cr.layers = t->layers;
 	cr.h_q = t->h_q;
@@ -436,18 +451,147 @@ static int request(const struct tiny *t)
 static int requests(void)
 {
 	static const struct tiny t[] = {
-	    {"hnd-group-f32", 2, 4, 2, 16, 64, 8, 8, 24, 1, 2, 0, 0, 1, 0},
-	    {"hnd-expand-f16", 1, 4, 1, 8, 48, 4, 4, 16, 1, 1, 0, 0, 2, 1},
-	    {"nhd-group-bf16", 2, 2, 2, 16, 96, 16, 16, 32, 1, 2, 1, 0, 3, 0},
-	    {"paged-group-f32", 1, 4, 2, 8, 96, 8, 8, 40, 1, 2, 0, 1, 1, 1},
-	    {"h2o-expand", 1, 2, 1, 8, 32, 32, 4, 12, 2, 1, 0, 0, 1, 0},
-	    {"streamingllm", 1, 2, 2, 8, 40, 0, 4, 12, 3, 2, 0, 0, 2, 0},
-	    {"window-bypass", 1, 2, 1, 4, 10, 0, 4, 32, 4, 1, 0, 0, 1, 0},
+	    {"hnd-group-f32", 2, 4, 2, 16, 64, 8, 8, 24, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+	    {"hnd-expand-f16", 1, 4, 1, 8, 48, 4, 4, 16, 1, 1, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0},
+	    {"nhd-group-bf16", 2, 2, 2, 16, 96, 16, 16, 32, 1, 2, 1, 0, 3, 0, 0, 0, 0, 0, 0, 0},
+	    {"paged-group-f32", 1, 4, 2, 8, 96, 8, 8, 40, 1, 2, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+	    {"h2o-expand", 1, 2, 1, 8, 32, 32, 4, 12, 2, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+	    {"streamingllm", 1, 2, 2, 8, 40, 0, 4, 12, 3, 2, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0},
+	    {"window-bypass", 1, 2, 1, 4, 10, 0, 4, 32, 4, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+	    /* zero ranking width (issue 24): forced fill C_max, or all of L */
+	    {"mass-zero-width-cmax",
+	     2,
+	     4,
+	     2,
+	     8,
+	     40,
+	     8,
+	     8,
+	     12,
+	     1,
+	     1,
+	     0,
+	     0,
+	     1,
+	     1,
+	     SNAPKV__V1__BUDGET_MODE__BUDGET_MODE_MASS,
+	     0.9f,
+	     12,
+	     12,
+	     1,
+	     4},
+	    {"mass-zero-width-all",
+	     1,
+	     4,
+	     2,
+	     8,
+	     16,
+	     8,
+	     8,
+	     16,
+	     1,
+	     2,
+	     0,
+	     0,
+	     1,
+	     1,
+	     SNAPKV__V1__BUDGET_MODE__BUDGET_MODE_MASS,
+	     0.9f,
+	     16,
+	     32,
+	     4,
+	     8},
 	};
 	int r = 0;
 
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
 		r |= request(&t[i]);
+	return r;
+}
+
+/* ---- compact-diff: the byte encoding fuzz-compact-diff.c decodes */
+
+struct cd {
+	uint8_t b[128];
+	size_t n;
+};
+
+static void cd_byte(struct cd *c, unsigned v)
+{
+	c->b[c->n++] = (uint8_t)v;
+}
+
+/* take_count()'s small form: a selector below 240, then the value */
+static void cd_count(struct cd *c, unsigned v)
+{
+	cd_byte(c, 0);
+	cd_byte(c, v >> 8);
+	cd_byte(c, v & 0xff);
+}
+
+struct cd_req {
+	const char *name;
+	unsigned heads, layers, dsel, L; /* heads: index of fuzz-compact-diff's table */
+	unsigned policy, W, C, kernel, pool, gqa, sinks, prot_b, prot_len;
+	unsigned mode, tau_idx, c_min, c_max_add, c_step, bf16;
+};
+
+static int compact_diff_one(const struct cd_req *q)
+{
+	struct cd c = {.n = 0};
+
+	cd_byte(&c, q->heads);
+	cd_byte(&c, q->layers - 1);
+	cd_byte(&c, q->dsel);
+	cd_byte(&c, q->L - 1);
+	cd_count(&c, q->policy);
+	cd_count(&c, q->W);
+	cd_count(&c, q->C);
+	cd_count(&c, q->kernel);
+	cd_count(&c, q->pool);
+	cd_count(&c, q->gqa);
+	cd_count(&c, q->sinks);
+	cd_count(&c, q->prot_len ? 1 : 0);
+	if (q->prot_len) {
+		cd_count(&c, q->prot_b);
+		cd_count(&c, q->prot_len);
+	}
+	cd_count(&c, q->mode);
+	cd_count(&c, 0);	 /* no layer list */
+	cd_byte(&c, 2);		 /* pyramid r 0.5 */
+	cd_byte(&c, 1);		 /* head floor 0.2 */
+	cd_byte(&c, q->tau_idx); /* tau from the table */
+	cd_count(&c, q->c_min);
+	cd_count(&c, q->c_max_add);
+	cd_count(&c, q->c_step);
+	cd_byte(&c, 0); /* no fallback */
+	cd_byte(&c, 0); /* full params size */
+	cd_byte(&c, 0); /* n_q = W (h2o: L) */
+	cd_byte(&c, q->bf16);
+	cd_byte(&c, 2); /* decode reserve */
+	return put("compact-diff", q->name, c.b, c.n);
+}
+
+static int compact_diffs(void)
+{
+	/* tau index 4 is 0.9 in the target's table */
+	static const struct cd_req t[] = {
+	    {"uniform-expand", 3, 2, 1, 64, 1, 8, 24, 5, 1, 1, 0, 0, 0, 0, 4, 0, 0, 0, 0},
+	    {"uniform-group-bf16", 6, 1, 2, 96, 1, 16, 40, 3, 2, 2, 0, 2, 4, 0, 4, 0, 0, 0, 1},
+	    {"h2o", 1, 1, 0, 32, 2, 4, 12, 1, 1, 1, 0, 0, 0, 0, 4, 0, 0, 0, 0},
+	    {"streamingllm", 2, 1, 1, 40, 3, 4, 12, 1, 1, 2, 2, 0, 0, 0, 4, 0, 0, 0, 0},
+	    {"pyramid", 3, 3, 1, 80, 1, 8, 24, 5, 1, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0},
+	    {"heads", 3, 2, 1, 80, 1, 8, 24, 5, 1, 1, 0, 0, 0, 2, 4, 0, 0, 0, 0},
+	    {"mass", 3, 2, 1, 120, 1, 8, 48, 5, 1, 1, 0, 0, 0, 3, 4, 12, 60, 4, 0},
+	    {"mass-heads-group", 3, 2, 1, 120, 1, 8, 48, 5, 2, 2, 0, 0, 0, 4, 3, 10, 60, 0, 0},
+	    /* zero ranking width (issue 24): SIGSEGV in snapkvd before the fix */
+	    {"mass-zero-width-cmax", 3, 2, 1, 40, 1, 8, 12, 3, 1, 1, 0, 0, 4, 3, 4, 12, 0, 1, 0},
+	    {"mass-zero-width-all", 3, 1, 1, 16, 1, 8, 16, 3, 1, 2, 0, 0, 8, 3, 4, 16, 16, 4, 0},
+	};
+	int r = 0;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		r |= compact_diff_one(&t[i]);
 	return r;
 }
 
@@ -614,6 +758,7 @@ int main(int argc, char **argv)
 	r = frames();
 	r |= rings();
 	r |= requests();
+	r |= compact_diffs();
 	r |= safetensors();
 	r |= gguf("llama-vocab", 32, 1);
 	r |= gguf("bare-align8", 8, 0);

@@ -14,7 +14,7 @@ fail=0; failed=()
 # a block table; files and configs a few KiB; a ring is its layout + SQEs)
 max_len() {
 	case $1 in
-	frame) echo 16384 ;; ring) echo 2048 ;; *) echo 8192 ;;
+	frame) echo 16384 ;; ring) echo 2048 ;; compact-diff) echo 512 ;; *) echo 8192 ;;
 	esac
 }
 for t in "$@"; do
