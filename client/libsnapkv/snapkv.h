@@ -38,6 +38,17 @@
  * - Compaction waits are not bounded by it (their time grows with the
  *   prompt): skv_request_wait() takes its own timeout; skv_client_compact()
  *   waits until the daemon answers or dies.
+ *
+ * ABI growth. A struct the caller fills and passes in carries its size
+ * (opts_size, desc_size, budget_size; skv_params' params_size) and only
+ * grows at its end: a new field goes after the last one, under a comment
+ * naming the SNAPKV_1.x that added it, and is read only when the size
+ * covers it. No field is moved, resized or removed, and no struct that can
+ * grow is embedded by value in another except as its last member (struct
+ * skv_params in the middle of skv_compact_desc is the one exception left
+ * from before this rule: it is why libsnapkv translates descriptions built
+ * before the budget modes). A new call that takes a new struct is added
+ * under a new version node, never by changing an old call's arguments.
  */
 #ifndef SNAPKV_H
 #define SNAPKV_H
