@@ -31,19 +31,6 @@
 #include "snapkv.h"
 #include "snapkvctl.h"
 
-uint32_t ctl_daemon_timeout_ms(void)
-{
-	uint32_t ms;
-
-	/* main() refused a malformed value before any command ran */
-	return skv_io_timeout_env(&ms) < 0 ? SKV_IO_DEFAULT_TIMEOUT_MS : ms;
-}
-
-uint64_t ctl_daemon_deadline(void)
-{
-	return skv_io_deadline(ctl_daemon_timeout_ms());
-}
-
 /* One admin question (ctl-admin.c); the reason of a failure on stderr. */
 /* Move the caches of page `more` to the end of reply r (more keeps none). */
 static int append_page(Snapkv__V1__AdminReply *r, Snapkv__V1__AdminReply *more)
@@ -695,7 +682,7 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	struct skv_cache *k = NULL;
 	struct skv_request *rq = NULL;
 	struct skv_layer_ref *lr = NULL;
-	uint64_t dl = ctl_daemon_deadline();
+	uint64_t dl = ctl_admin_deadline();
 	struct skv_compact_desc d;
 	uint32_t D = shape->head_dim, L = shape->prompt_len, nq = shape->n_q;
 	size_t total = 0, *qo, *ko, *vo;
@@ -731,7 +718,7 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	if (r == 0)
 		r = skv_socket_search_run(&search, client_at, &ca, &at);
 	if (r < 0) {
-		ctl_daemon_unreachable(&search, r, err, errlen);
+		ctl_admin_unreachable(&search, r, err, errlen);
 		goto out;
 	}
 	c = ca.c;
@@ -781,7 +768,7 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 			/* the daemon keeps it until our session ends, which is now */
 			skv_request_abandon(rq);
 			snprintf(err, errlen, "snapkvd did not finish the compaction within %u ms",
-				 ctl_daemon_timeout_ms() +
+				 ctl_admin_timeout_ms() +
 				     (group && group->key ? group->timeout_ms : 0));
 			goto out;
 		}
