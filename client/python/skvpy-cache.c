@@ -8,7 +8,7 @@
 
 #include "snapkv.h"
 #include "skvpy-array.h"
-#include "skvpy-client.h"
+#include "skvpy-session.h"
 #include "skvpy-error.h"
 #include "skvpy-mapping.h"
 
@@ -128,7 +128,7 @@ static PyObject *kv_paged(struct skvpy_cache *c, const struct skv_cache_info *in
 	const int32_t *pos = skv_cache_positions(c->k, l, 0);
 	if (off < 0 || !pos)
 		return skvpy_error(EPROTO, "layer %u has no blocks in the arena", l);
-	if (skvpy_client_arena_offset(c->client, pos, &base) < 0) /* makes the alias */
+	if (skvpy_session_arena_offset(c->client, pos, &base) < 0) /* makes the alias */
 		return NULL;
 	if ((uint64_t)off >= c->client->arena->size)
 		return skvpy_error(EPROTO, "blocks of layer %u outside the arena", l);
@@ -192,7 +192,7 @@ static PyObject *kv_head(struct skvpy_cache *c, PyObject *args, int is_v)
 	void *p = is_v ? skv_cache_v(c->k, l, h) : skv_cache_k(c->k, l, h);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u head %u has no K/V in the arena", l, h);
-	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+	if (skvpy_session_arena_offset(c->client, p, &off) < 0)
 		return NULL;
 	int64_t shape[2] = {skv_cache_head_capacity(c->k, l, h), in->head_dim};
 	int64_t strides[2] = {in->token_stride, 1};
@@ -221,7 +221,7 @@ static PyObject *cache_positions_head(struct skvpy_cache *c, PyObject *args)
 	const int32_t *p = skv_cache_positions(c->k, l, h);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u head %u has no position table", l, h);
-	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+	if (skvpy_session_arena_offset(c->client, p, &off) < 0)
 		return NULL;
 	int64_t shape[1] = {skv_cache_head_capacity(c->k, l, h)}, strides[1] = {1};
 	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off, SKVPY_EL_I32, 1,
@@ -247,7 +247,7 @@ static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
 	void *p = is_v ? skv_cache_v(c->k, l, 0) : skv_cache_k(c->k, l, 0);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u has no K/V in the arena", l);
-	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+	if (skvpy_session_arena_offset(c->client, p, &off) < 0)
 		return NULL;
 	int nhd = in->layout == SKV_LAYOUT_NHD;
 	int64_t shape[3] = {nhd ? in->capacity : in->h_store, nhd ? in->h_store : in->capacity,
@@ -314,7 +314,7 @@ static PyObject *cache_map_blocks(struct skvpy_cache *c, PyObject *args)
 				   (unsigned long long)bytes);
 	r = skv_cache_map_blocks(c->k, l, which, (void *)v.ptr);
 	if (r < 0)
-		return skvpy_client_fail(c->client, r, "map_blocks");
+		return skvpy_session_fail(c->client, r, "map_blocks");
 	Py_RETURN_NONE;
 }
 
@@ -358,7 +358,7 @@ static PyObject *cache_positions(struct skvpy_cache *c, PyObject *o)
 	const int32_t *p = skv_cache_positions(c->k, l, 0);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u has no position table", l);
-	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+	if (skvpy_session_arena_offset(c->client, p, &off) < 0)
 		return NULL;
 	int64_t shape[2] = {in->h_store, in->capacity}, strides[2] = {in->capacity, 1};
 	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off, SKVPY_EL_I32, 2,
@@ -390,7 +390,7 @@ static PyObject *ring_call(struct skvpy_cache *c, PyObject *o, int grow)
 	Py_END_ALLOW_THREADS c->client->busy--;
 	c->busy = 0;
 	if (r < 0)
-		return skvpy_client_fail(c->client, r, grow ? "grow" : "append");
+		return skvpy_session_fail(c->client, r, grow ? "grow" : "append");
 	Py_RETURN_NONE;
 }
 
