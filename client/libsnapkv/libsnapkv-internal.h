@@ -43,7 +43,8 @@ struct slot {
 	int res;
 	uint64_t user_data;
 	Snapkv__V1__Response *resp;
-	bool orphan; /* its request handle is gone: free on completion */
+	bool orphan;	 /* its request handle is gone: free on completion */
+	pthread_t owner; /* the thread that submitted it */
 };
 
 struct old_map {
@@ -72,6 +73,7 @@ struct skv_client {
 	size_t arena_bytes;
 	struct slot *slots;
 	uint32_t n_slots;
+	uint32_t waiters; /* threads in skv__wait_slot: they may free slots */
 	uint64_t seq;
 	uint64_t generation;
 	struct skv_buffer *buffers;

@@ -93,7 +93,7 @@ static int check_socket(struct skv_client *c, short revents)
 
 /* Wait until slot i is done or deadline dl (0: none) passes (-ETIMEDOUT, the
  * slot still pending). Called locked; may drop the lock to sleep. */
-int skv__wait_slot(struct skv_client *c, uint32_t i, uint64_t dl)
+static int wait_loop(struct skv_client *c, uint32_t i, uint64_t dl)
 {
 	uint64_t spin_end = skv_io_now_ns() + (uint64_t)c->spin_us * 1000;
 
@@ -149,6 +149,16 @@ int skv__wait_slot(struct skv_client *c, uint32_t i, uint64_t dl)
 	}
 }
 
+int skv__wait_slot(struct skv_client *c, uint32_t i, uint64_t dl)
+{
+	int r;
+
+	c->waiters++;
+	r = wait_loop(c, i, dl);
+	c->waiters--;
+	return r;
+}
+
 /* Nothing moved: give the daemon a moment, and notice if it is gone. Locked;
  * drops the lock while waiting. */
 static int stall(struct skv_client *c)
@@ -176,6 +186,28 @@ static int ring_full_timeout(struct skv_client *c, uint64_t dl)
 			 skv__timeout_of(c));
 }
 
+/*
+ * No slot is free, and only this thread could free one: every slot holds a
+ * request it submitted and has neither waited for nor abandoned, and no
+ * other thread is waiting on this client (a thread may wait on requests
+ * another submitted). Waiting for room would only run into the deadline.
+ * Locked.
+ */
+static bool only_own_slots(const struct skv_client *c)
+{
+	pthread_t self = pthread_self();
+
+	if (c->waiters)
+		return false;
+	for (uint32_t i = 0; i < c->n_slots; i++) {
+		const struct slot *s = &c->slots[i];
+
+		if (s->state == SLOT_FREE || s->orphan || !pthread_equal(s->owner, self))
+			return false;
+	}
+	return true;
+}
+
 /* Take a slot and submit, waiting for room at most until dl (0: none).
  * Locked. For SKV_OP_REQUEST the Request is packed into the slot. */
 int skv__submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint64_t dl,
@@ -196,6 +228,14 @@ int skv__submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint
 		r = skv__reap(c);
 		if (r < 0)
 			return r;
+		if (r == 0 && only_own_slots(c))
+			return skv__fail(c, -EDEADLK,
+					 "all %u ring slots hold requests this thread submitted "
+					 "and has not reaped: skv_request_wait() or "
+					 "skv_request_abandon() one before submitting more (the "
+					 "ring's size is sq_entries in skv_client_opts or "
+					 "snapkvd's config)",
+					 c->n_slots);
 		if (r == 0 && ((r = ring_full_timeout(c, dl)) < 0 || (r = stall(c)) < 0))
 			return r;
 	}
@@ -215,7 +255,8 @@ int skv__submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint
 						   (size_t)i * c->layout.arg_slot_size);
 		sqe.len = (uint32_t)n;
 	}
-	c->slots[i] = (struct slot){.state = SLOT_PENDING, .user_data = sqe.user_data};
+	c->slots[i] = (struct slot){
+	    .state = SLOT_PENDING, .user_data = sqe.user_data, .owner = pthread_self()};
 	while ((r = skv_ring_produce(&c->sq, &sqe)) == -EAGAIN) {
 		/* the daemon is behind (or back-pressuring us): make room */
 		if ((r = skv__reap(c)) < 0 || (r = ring_full_timeout(c, dl)) < 0 ||

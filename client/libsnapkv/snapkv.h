@@ -389,7 +389,13 @@ void skv_client_params_init(struct skv_params *p);
  * Submit a compaction; returns at once over the shared ring. A request too
  * large for a ring slot (a long paged block table) goes over the socket
  * instead and is complete when this returns. Either way the request must be
- * waited for (skv_request_wait frees it).
+ * waited for (skv_request_wait frees it) or abandoned. A request holds one
+ * of the ring's sq_entries slots until then: when every slot holds a
+ * request the calling thread submitted and has not waited for or abandoned,
+ * and no other thread is waiting on this client, nothing but the caller
+ * could free a slot, so this fails at once with -EDEADLK rather than
+ * waiting out the deadline (a thread that hands its requests to another to
+ * wait for must leave a slot free or let that thread be waiting).
  */
 int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 		       struct skv_request **ret_req);
