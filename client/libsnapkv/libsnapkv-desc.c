@@ -180,6 +180,20 @@ int skv__desc_check(struct skv_client *c, const struct skv_compact_desc *d)
 	const char *key;
 	uint32_t size, timeout_ms;
 
+	/* params sized before the budget modes (skv_client_params_init) with a
+	 * mode or a fallback set after: sending them as uniform would silently
+	 * drop what the caller asked for */
+	if (d->params.params_size < sizeof(d->params) &&
+	    (d->params.budget_mode != SKV_BUDGET_UNIFORM || d->params.fallback_below != 0.0f))
+		return skv__fail(c, -EINVAL,
+				 "params_size %u ends before budget_mode and fallback_below, "
+				 "which are set (budget_mode %d, fallback_below %g): "
+				 "skv_client_params_init() gives the size from before the budget "
+				 "modes; fill params with skv_params_init() or "
+				 "SKV_PARAMS_DEFAULTS, or set params_size to sizeof(struct "
+				 "skv_params) (%zu)",
+				 d->params.params_size, (int)d->params.budget_mode,
+				 (double)d->params.fallback_below, sizeof(d->params));
 	if (!skv__desc_budget_plain(d) && d->params.n_layer_caps > SKV_MAX_LAYER_CAPS)
 		return skv__fail(c, -EINVAL, "%u per-layer budgets, at most %u",
 				 d->params.n_layer_caps, SKV_MAX_LAYER_CAPS);

@@ -381,7 +381,10 @@ int skv_compact_desc_group(struct skv_compact_desc *d, const char *key, uint32_t
  * params_size is the full size, then set budget_mode, its fields and
  * fallback_below: since SNAPKV_1.6 they are carried to snapkvd (see
  * skv_cache_budget() below). Descriptions built against the header before
- * the budget modes (a shorter desc_size) keep working.
+ * the budget modes (a shorter desc_size) keep working. Params whose
+ * params_size ends before the budget modes but with budget_mode or
+ * fallback_below set are refused by skv_compact_submit() with -EINVAL
+ * (they used to be sent as uniform, dropping the mode).
  */
 void skv_client_params_init(struct skv_params *p);
 

@@ -8,8 +8,10 @@
  * bound (10x the deadline; the times are printed), leak no fds, and leave
  * the client failing with -ENOTCONN where a late reply could desynchronise
  * the socket. A submit that only the caller's own waits could make room
- * for fails at once instead of waiting out the deadline. Also the deadline helpers of
- * proto/skv-io.h on a socketpair, and snapkvctl --timeout.
+ * for fails at once instead of waiting out the deadline, and params sized
+ * before the budget modes but given a mode are refused before anything is
+ * sent. Also the deadline helpers of proto/skv-io.h on a socketpair, and
+ * snapkvctl --timeout.
  *
  * Each fake runs in a forked child (so the test's own fd count is the
  * client's alone) and is killed at the end of its test.
@@ -608,6 +610,48 @@ static void test_own_slots(void)
 	fake_stop(&f);
 }
 
+static void test_params_size(void)
+{
+	struct fake f;
+	struct skv_client *c = NULL;
+	struct skv_client_opts o = opts_ms((int32_t)DL_MS);
+	struct skv_layer_ref lr = {.k = {.dtype = SKV_DTYPE_F32, .token_stride = 8},
+				   .v = {.dtype = SKV_DTYPE_F32, .token_stride = 8}};
+	struct skv_compact_desc d = {.desc_size = sizeof(d)};
+	struct skv_request *rq = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(fake_start(&f, FAKE_WELCOME), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_client_connect(f.sock, &o, &c), 0);
+	d.shape =
+	    (struct skv_shape){.h_q = 1, .h_kv = 1, .head_dim = 8, .prompt_len = 64, .n_q = 0};
+	d.layers = 1;
+	d.layer = &lr;
+	skv_client_params_init(&d.params); /* params_size: before the modes */
+	CU_ASSERT_EQUAL(d.params.params_size, SKV_PARAMS_SIZE_V1);
+	d.params.budget_mode = SKV_BUDGET_MASS;
+	d.params.tau = 0.9f;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), -EINVAL);
+	CU_ASSERT_PTR_NULL(rq);
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "params_size"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "skv_params_init"));
+	d.params.budget_mode = SKV_BUDGET_UNIFORM;
+	d.params.fallback_below = 0.5f;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), -EINVAL);
+	CU_ASSERT_PTR_NULL(rq);
+	/* a later field that uniform never reads is no request for a mode */
+	d.params.fallback_below = 0.0f;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), 0);
+	skv_request_abandon(rq);
+	rq = NULL;
+	/* the full size carries the mode */
+	d.params.params_size = sizeof(d.params);
+	d.params.budget_mode = SKV_BUDGET_MASS;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), 0);
+	skv_request_abandon(rq);
+	skv_client_close(c);
+	fake_stop(&f);
+}
+
 static void test_snapkvctl(void)
 {
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
@@ -676,6 +720,7 @@ int main(void)
 		    test_hung_session);
 	CU_add_test(s, "a request of a session replaced by reconnect", test_stale_request);
 	CU_add_test(s, "a submit only the caller's own waits could make room for", test_own_slots);
+	CU_add_test(s, "params sized before the budget modes, given a mode", test_params_size);
 	CU_add_test(s, "snapkvctl --timeout", test_snapkvctl);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
