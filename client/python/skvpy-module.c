@@ -15,7 +15,14 @@
 static struct PyModuleDef snapkv_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "snapkv",
-    .m_doc = "snapkvd for Python engines: Client, Cache, Request, Error (over libsnapkv).",
+    .m_doc = "snapkvd for Python engines: Client, Cache, Request, Error (over libsnapkv).\n"
+	     "\n"
+	     "Mapped caches. A Cache whose paged blocks are mapped over an engine buffer\n"
+	     "(map_blocks) is not released by release(), which raises snapkv.Error(EBUSY)\n"
+	     "until unmap_blocks() has put the buffer's own pages back: the daemon reuses\n"
+	     "the region, and writes into the pool would land in a later cache. Releases\n"
+	     "the program did not ask for in words (garbage collection, the end of a with\n"
+	     "block, close()) unmap first, then release.",
     .m_size = -1,
 };
 
