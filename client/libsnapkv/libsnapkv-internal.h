@@ -45,6 +45,7 @@ struct slot {
 	Snapkv__V1__Response *resp;
 	bool orphan;	 /* its request handle is gone: free on completion */
 	pthread_t owner; /* the thread that submitted it */
+	bool release;	 /* an abandoned compaction: release its cache when it completes */
 };
 
 struct old_map {

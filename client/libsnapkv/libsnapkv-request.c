@@ -145,7 +145,9 @@ SKV_EXPORT void skv_request_abandon(struct skv_request *rq)
 			if (skv__collect(c, rq->slot, &resp) < 0)
 				resp = NULL;
 		} else {
-			s->orphan = true; /* skv__reap() drops its completion */
+			/* skv__reap() releases its cache when it completes */
+			s->orphan = true;
+			s->release = true;
 		}
 	}
 	/* finished already: give its cache back now rather than at session end */

@@ -17,6 +17,60 @@
 #include "proto/skv-frame.h"
 #include "proto/skv-io.h"
 
+/*
+ * Release cache `id` of an abandoned compaction through its own slot i, just
+ * freed, so that there is always a slot and room in the SQ (its SQE was
+ * consumed before it completed). Nobody waits: the slot is an orphan, freed
+ * by the RELEASE's completion. Should the SQ refuse it, the cache stays
+ * counted until the session ends, as before. Locked.
+ */
+static void release_orphan(struct skv_client *c, uint32_t i, uint64_t id)
+{
+	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
+	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
+	struct skv_sqe sqe = {.opcode = SKV_OP_REQUEST, .slot = i};
+	size_t n;
+
+	rl.cache_id = id;
+	req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
+	req.release = &rl;
+	sqe.user_data = (uint64_t)i | (++c->seq << 32);
+	req.user_data = sqe.user_data;
+	n = snapkv__v1__request__get_packed_size(&req);
+	if (n > c->layout.arg_slot_size)
+		return;
+	snapkv__v1__request__pack(&req, c->ring + c->layout.arg_off +
+					    (size_t)i * c->layout.arg_slot_size);
+	sqe.len = (uint32_t)n;
+	c->slots[i] = (struct slot){.state = SLOT_PENDING,
+				    .user_data = sqe.user_data,
+				    .orphan = true,
+				    .owner = pthread_self()};
+	if (skv_ring_produce(&c->sq, &sqe) < 0) {
+		c->slots[i] = (struct slot){0};
+		return;
+	}
+	/* W2 on the SQ, as in skv__submit() */
+	if (skv_ring_needs_wakeup(&c->sq))
+		(void)!eventfd_write(c->sq_efd, 1);
+}
+
+/* Orphan slot i completed: free it, and give back the cache of an abandoned
+ * compaction that succeeded. Locked. */
+static void orphan_done(struct skv_client *c, uint32_t i)
+{
+	struct slot *s = &c->slots[i];
+	bool rel = s->release && s->res == 0 && s->resp &&
+		   s->resp->result_case == SNAPKV__V1__RESPONSE__RESULT_CACHE && s->resp->cache;
+	uint64_t id = rel ? s->resp->cache->cache_id : 0;
+
+	if (s->resp)
+		snapkv__v1__response__free_unpacked(s->resp, NULL);
+	*s = (struct slot){0};
+	if (rel)
+		release_orphan(c, i, id);
+}
+
 /* Take every CQE; mark slots done. Locked. */
 int skv__reap(struct skv_client *c)
 {
@@ -50,11 +104,8 @@ int skv__reap(struct skv_client *c)
 			    NULL, cqe.len,
 			    c->ring + c->layout.arg_off + (size_t)i * c->layout.arg_slot_size);
 		s->state = SLOT_DONE;
-		if (s->orphan) {
-			if (s->resp)
-				snapkv__v1__response__free_unpacked(s->resp, NULL);
-			*s = (struct slot){0};
-		}
+		if (s->orphan)
+			orphan_done(c, i);
 	}
 	if (r == -EBADMSG) {
 		skv__mark_dead(c, -EPROTO);

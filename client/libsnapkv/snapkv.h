@@ -417,9 +417,13 @@ int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **r
  * Give up on a request without waiting (after skv_request_wait's -ETIMEDOUT,
  * or before closing the client): the handle is freed. If the compaction has
  * finished, its cache is released now; if it finishes later, the library
- * drops the completion and the daemon keeps the cache, counted, until the
- * session ends (skv_client_close or skv_client_reconnect). NULL is fine.
- * Since SNAPKV_1.4.
+ * releases its cache when it reads the completion from the ring (during any
+ * later call of the client that reads it: a submit, wait, poll, nop, stats,
+ * pressure, append, grow or release), without waiting for the answer, in
+ * the slot the request held; until then the daemon keeps it, counted. (Up
+ * to libsnapkv 1.7.0 it was kept until the session ended, so a program
+ * that abandoned many requests ran into snapkvd's max_caches.) NULL is
+ * fine. Since SNAPKV_1.4.
  */
 void skv_request_abandon(struct skv_request *r);
 /* submit + wait */

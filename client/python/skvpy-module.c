@@ -17,12 +17,14 @@ static struct PyModuleDef snapkv_module = {
     .m_name = "snapkv",
     .m_doc = "snapkvd for Python engines: Client, Cache, Request, Error (over libsnapkv).\n"
 	     "\n"
-	     "Mapped caches. A Cache whose paged blocks are mapped over an engine buffer\n"
-	     "(map_blocks) is not released by release(), which raises snapkv.Error(EBUSY)\n"
-	     "until unmap_blocks() has put the buffer's own pages back: the daemon reuses\n"
-	     "the region, and writes into the pool would land in a later cache. Releases\n"
-	     "the program did not ask for in words (garbage collection, the end of a with\n"
-	     "block, close()) unmap first, then release.",
+	     "Ownership. A Request dropped before it finished is abandoned: its cache is\n"
+	     "released when its completion arrives (libsnapkv sees it on the client's next\n"
+	     "call), never kept until close(). A Cache whose paged blocks are mapped over an\n"
+	     "engine buffer (map_blocks) is not released by release(), which raises\n"
+	     "snapkv.Error(EBUSY) until unmap_blocks() has put the buffer's own pages back:\n"
+	     "the daemon reuses the region, and writes into the pool would land in a later\n"
+	     "cache. Releases the program did not ask for in words (garbage collection, the\n"
+	     "end of a with block, close()) unmap first, then release.",
     .m_size = -1,
 };
 

@@ -2,13 +2,18 @@
 """Who owns what after the program lets go: a paged cache whose blocks are
 mapped over the engine's pool (map_blocks) is never released under the pool
 (release() refused while mapped; garbage collection, a with block and
-close() unmap first)."""
+close() unmap first), and a Request dropped before it finished has its
+cache released when its completion arrives (not kept until close(), so
+thousands of dropped requests do not run into max_caches)."""
 import errno
 import gc
+import os
+import time
 
 import pytest
 import torch
 
+from conftest import Daemon
 from skvtest import place, random_inputs
 
 SHAPE = dict(layers=2, h_q=8, h_kv=4, L=90, D=16, n_q=8)
@@ -101,3 +106,59 @@ def test_close_unmaps(daemon, snapkv):
     cl.close()
     assert c.released
     assert bool((pool[0, 5:5 + n] == FILL).all())
+
+
+def caches_of(cl):
+    cl.nop()  # reaps the ring: completions of dropped requests are seen here
+    cl.nop()  # and the releases they sent are done by the time this is
+    return cl.stats()["caches"]
+
+
+def settles_at(cl, n):
+    """The session's cache count reaches n (compactions still running
+    complete, and their caches go back, within a few seconds)."""
+    for _ in range(200):
+        got = caches_of(cl)
+        if got == n:
+            return True
+        time.sleep(0.02)
+    return got
+
+
+def test_dropped_request_released(daemon, snapkv):
+    """A request still waiting when dropped (the first of a decision group
+    of two), then completed by its partner: its cache goes back."""
+    cl = snapkv.Client(daemon.sock, name="dropper")
+    q, k, v = random_inputs(dtype=torch.float32, seed=23, **SHAPE)
+    qs, ks, vs, kw = place(cl, q, k, v, "hnd")
+    req = cl.submit(qs, ks, vs, **P, **kw, group=("drop-1", 2, 20000))
+    assert not req.done()
+    del req  # unfinished: abandoned
+    with cl.compact(qs, ks, vs, **P, **kw, group=("drop-1", 2, 20000)) as c:
+        assert c.group_size == 2
+        assert settles_at(cl, 1) is True  # the partner's own, not the dropped one's
+    assert settles_at(cl, 0) is True
+    cl.close()
+
+
+def test_many_dropped_requests(snapkv, tmp_path):
+    """Far more dropped requests than max_caches: none is refused for
+    "too many caches", and none is left when they are done."""
+    conf = tmp_path / "snapkvd.conf"
+    conf.write_text("max_caches = 64\n")
+    d = Daemon(extra=("--config", str(conf)))
+    try:
+        cl = snapkv.Client(d.sock, name="flood")
+        q, k, v = random_inputs(dtype=torch.float32, seed=24, layers=1, h_q=2, h_kv=1,
+                                L=32, D=8, n_q=4)
+        qs, ks, vs, kw = place(cl, q, k, v, "hnd")
+        n = int(os.environ.get("SKV_DROPS", "20000"))
+        for _ in range(n):
+            cl.submit(qs, ks, vs, window=4, capacity=8, **kw)  # dropped at once
+        assert settles_at(cl, 0) is True
+        with cl.compact(qs, ks, vs, window=4, capacity=8, **kw) as c:
+            assert c.kept == 8
+        assert settles_at(cl, 0) is True
+        cl.close()
+    finally:
+        d.stop()
