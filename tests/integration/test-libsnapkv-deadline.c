@@ -545,7 +545,7 @@ static void *wait_thread(void *arg)
 	struct waiter *w = arg;
 	struct skv_cache *k = NULL;
 
-	w->r = skv_request_wait(w->rq, 1500, &k);
+	w->r = skv_request_wait(w->rq, 2000, &k);
 	return NULL;
 }
 
@@ -590,10 +590,10 @@ static void test_own_slots(void)
 	 * waits while it does (here it times out, and then nothing can) */
 	w.rq = rq[0];
 	CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, wait_thread, &w), 0);
-	sleep_ms(200);
+	sleep_ms(300);
 	t0 = now_ms();
 	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &extra), -EDEADLK);
-	CU_ASSERT(now_ms() - t0 > 500);
+	CU_ASSERT(now_ms() - t0 > 1000);
 	pthread_join(t, NULL);
 	CU_ASSERT_EQUAL(w.r, -ETIMEDOUT);
 
