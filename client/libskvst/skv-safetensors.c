@@ -520,12 +520,126 @@ static int set_uint_array(json_t *obj, const char *key, const uint64_t *v, size_
 	return 0;
 }
 
+/* Tensor i's name, dtype, rank and byte size (*ret_bytes) checked. */
+static int check_tensor(const struct skv_st_tensor *t, size_t i, uint64_t *ret_bytes,
+			struct skv_st_error *err)
+{
+	char sn[SAFE_LEN];
+	uint64_t ne = 1;
+
+	if (!t->name || !t->name[0] || strlen(t->name) > SKV_ST_MAX_NAME ||
+	    strcmp(t->name, META_KEY) == 0)
+		return skv_st__fail(err, -EINVAL, "tensor %zu: invalid name \"%s\"", i,
+				    t->name ? safe(t->name, sn) : "(null)");
+	if (!skv_st_dtype_size(t->dtype) || t->rank > SKV_ST_MAX_RANK)
+		return skv_st__fail(err, -EINVAL, "%s: invalid dtype or rank", safe(t->name, sn));
+	for (uint32_t d = 0; d < t->rank; d++)
+		if (mul_overflow_u64(ne, t->shape[d], &ne))
+			return skv_st__fail(err, -EOVERFLOW, "%s: shape product overflows",
+					    safe(t->name, sn));
+	if (mul_overflow_u64(ne, skv_st_dtype_size(t->dtype), ret_bytes))
+		return skv_st__fail(err, -EOVERFLOW, "%s: byte size overflows", safe(t->name, sn));
+	if (*ret_bytes && !t->data)
+		return skv_st__fail(err, -EINVAL, "%s: no data", safe(t->name, sn));
+	return 0;
+}
+
+/* Each tensor's header entry in data order (l->order), its offsets from
+ * l->data_size on. */
+static int header_tensors(json_t *root, const struct skv_st_tensor *ts, size_t n,
+			  const uint64_t *nbytes, struct layout *l, struct skv_st_error *err)
+{
+	char sn[SAFE_LEN];
+	int r;
+
+	for (size_t k = 0; k < n; k++) {
+		size_t i = l->order[k];
+		const struct skv_st_tensor *t = &ts[i];
+		uint64_t off[2] = {l->data_size, 0};
+		json_t *jt = json_object();
+		if (__builtin_add_overflow(l->data_size, nbytes[i], &off[1])) {
+			json_decref(jt);
+			return skv_st__fail(err, -EOVERFLOW, "data size overflows");
+		}
+		l->data_size = off[1];
+		if (json_object_get(root, t->name)) {
+			json_decref(jt);
+			return skv_st__fail(err, -EINVAL, "%s: duplicate tensor name",
+					    safe(t->name, sn));
+		}
+		if (!jt || json_object_set_new(root, t->name, jt))
+			return skv_st__fail(err, jt ? -EINVAL : -ENOMEM,
+					    "%s: name is not valid UTF-8", safe(t->name, sn));
+		r = 0;
+		if (json_object_set_new(jt, "dtype", json_string(skv_st_dtype_name(t->dtype))) ||
+		    (r = set_uint_array(jt, "shape", t->shape, t->rank)) < 0 ||
+		    (r = set_uint_array(jt, "data_offsets", off, 2)) < 0)
+			return skv_st__fail(err, r == -EOVERFLOW ? r : -ENOMEM,
+					    "%s: cannot encode header", safe(t->name, sn));
+	}
+	return 0;
+}
+
+/* The metadata object of the header (none when n_meta is 0). */
+static int header_meta(json_t *root, const struct skv_st_meta *meta, size_t n_meta,
+		       struct skv_st_error *err)
+{
+	char sn[SAFE_LEN];
+	json_t *jm;
+
+	if (!n_meta)
+		return 0;
+	jm = json_object();
+	if (!jm || json_object_set_new(root, META_KEY, jm))
+		return skv_st__fail(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n_meta; i++) {
+		const char *k = meta[i].key, *v = meta[i].value;
+		if (!k || !v || strlen(k) > SKV_ST_MAX_NAME)
+			return skv_st__fail(err, -EINVAL,
+					    "metadata entry %zu: invalid key or value", i);
+		if (json_object_get(jm, k))
+			return skv_st__fail(err, -EINVAL, "metadata: duplicate key \"%s\"",
+					    safe(k, sn));
+		json_t *js_v = json_string(v);
+		if (!js_v || json_object_set_new(jm, k, js_v))
+			return skv_st__fail(err, -EINVAL, "metadata \"%s\": not valid UTF-8",
+					    safe(k, sn));
+	}
+	return 0;
+}
+
+/* The header's JSON, padded with spaces to a multiple of 8, into l. */
+static int header_text(json_t *root, struct layout *l, struct skv_st_error *err)
+{
+	char *js = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+	int r = 0;
+
+	if (!js)
+		return skv_st__fail(err, -ENOMEM, "out of memory");
+	size_t jl = strlen(js);
+	size_t padded = (jl + 7) & ~(size_t)7;
+	if (padded > SKV_ST_MAX_HEADER) {
+		r = skv_st__fail(err, -EOVERFLOW, "header of %zu bytes exceeds the limit of %u",
+				 padded, SKV_ST_MAX_HEADER);
+		goto out;
+	}
+	l->header = malloc(padded);
+	if (!l->header) {
+		r = skv_st__fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(l->header, js, jl);
+	memset(l->header + jl, ' ', padded - jl);
+	l->header_len = padded;
+out:
+	free(js);
+	return r;
+}
+
 static int build_layout(const struct skv_st_tensor *ts, size_t n, const struct skv_st_meta *meta,
 			size_t n_meta, struct layout *l, struct skv_st_error *err)
 {
-	char sn[SAFE_LEN];
-	json_t *root = NULL, *jm = NULL;
-	char *js = NULL;
+	json_t *root = NULL;
 	uint64_t *nbytes = NULL;
 	int r;
 
@@ -542,123 +656,19 @@ static int build_layout(const struct skv_st_tensor *ts, size_t n, const struct s
 		r = skv_st__fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
-
 	for (size_t i = 0; i < n; i++) {
-		const struct skv_st_tensor *t = &ts[i];
-		uint64_t ne = 1;
-		if (!t->name || !t->name[0] || strlen(t->name) > SKV_ST_MAX_NAME ||
-		    strcmp(t->name, META_KEY) == 0) {
-			r = skv_st__fail(err, -EINVAL, "tensor %zu: invalid name \"%s\"", i,
-					 t->name ? safe(t->name, sn) : "(null)");
+		r = check_tensor(&ts[i], i, &nbytes[i], err);
+		if (r < 0)
 			goto out;
-		}
-		if (!skv_st_dtype_size(t->dtype) || t->rank > SKV_ST_MAX_RANK) {
-			r = skv_st__fail(err, -EINVAL, "%s: invalid dtype or rank",
-					 safe(t->name, sn));
-			goto out;
-		}
-		for (uint32_t d = 0; d < t->rank; d++)
-			if (mul_overflow_u64(ne, t->shape[d], &ne)) {
-				r = skv_st__fail(err, -EOVERFLOW, "%s: shape product overflows",
-						 safe(t->name, sn));
-				goto out;
-			}
-		if (mul_overflow_u64(ne, skv_st_dtype_size(t->dtype), &nbytes[i])) {
-			r = skv_st__fail(err, -EOVERFLOW, "%s: byte size overflows",
-					 safe(t->name, sn));
-			goto out;
-		}
-		if (nbytes[i] && !t->data) {
-			r = skv_st__fail(err, -EINVAL, "%s: no data", safe(t->name, sn));
-			goto out;
-		}
 		l->order[i] = i;
 	}
-
 	qsort_r(l->order, n, sizeof(*l->order), cmp_data_order, (void *)ts);
-
-	for (size_t k = 0; k < n; k++) {
-		size_t i = l->order[k];
-		const struct skv_st_tensor *t = &ts[i];
-		uint64_t off[2] = {l->data_size, 0};
-		json_t *jt = json_object();
-		if (__builtin_add_overflow(l->data_size, nbytes[i], &off[1])) {
-			json_decref(jt);
-			r = skv_st__fail(err, -EOVERFLOW, "data size overflows");
-			goto out;
-		}
-		l->data_size = off[1];
-		if (json_object_get(root, t->name)) {
-			json_decref(jt);
-			r = skv_st__fail(err, -EINVAL, "%s: duplicate tensor name",
-					 safe(t->name, sn));
-			goto out;
-		}
-		if (!jt || json_object_set_new(root, t->name, jt)) {
-			r = skv_st__fail(err, jt ? -EINVAL : -ENOMEM, "%s: name is not valid UTF-8",
-					 safe(t->name, sn));
-			goto out;
-		}
-		r = 0;
-		if (json_object_set_new(jt, "dtype", json_string(skv_st_dtype_name(t->dtype))) ||
-		    (r = set_uint_array(jt, "shape", t->shape, t->rank)) < 0 ||
-		    (r = set_uint_array(jt, "data_offsets", off, 2)) < 0) {
-			r = skv_st__fail(err, r == -EOVERFLOW ? r : -ENOMEM,
-					 "%s: cannot encode header", safe(t->name, sn));
-			goto out;
-		}
-	}
-
-	if (n_meta) {
-		jm = json_object();
-		if (!jm || json_object_set_new(root, META_KEY, jm)) {
-			r = skv_st__fail(err, -ENOMEM, "out of memory");
-			goto out;
-		}
-		for (size_t i = 0; i < n_meta; i++) {
-			const char *k = meta[i].key, *v = meta[i].value;
-			if (!k || !v || strlen(k) > SKV_ST_MAX_NAME) {
-				r = skv_st__fail(err, -EINVAL,
-						 "metadata entry %zu: invalid key or value", i);
-				goto out;
-			}
-			if (json_object_get(jm, k)) {
-				r = skv_st__fail(err, -EINVAL, "metadata: duplicate key \"%s\"",
-						 safe(k, sn));
-				goto out;
-			}
-			json_t *js_v = json_string(v);
-			if (!js_v || json_object_set_new(jm, k, js_v)) {
-				r = skv_st__fail(err, -EINVAL, "metadata \"%s\": not valid UTF-8",
-						 safe(k, sn));
-				goto out;
-			}
-		}
-	}
-
-	js = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
-	if (!js) {
-		r = skv_st__fail(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	size_t jl = strlen(js);
-	size_t padded = (jl + 7) & ~(size_t)7;
-	if (padded > SKV_ST_MAX_HEADER) {
-		r = skv_st__fail(err, -EOVERFLOW, "header of %zu bytes exceeds the limit of %u",
-				 padded, SKV_ST_MAX_HEADER);
-		goto out;
-	}
-	l->header = malloc(padded);
-	if (!l->header) {
-		r = skv_st__fail(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	memcpy(l->header, js, jl);
-	memset(l->header + jl, ' ', padded - jl);
-	l->header_len = padded;
-	r = 0;
+	r = header_tensors(root, ts, n, nbytes, l, err);
+	if (r == 0)
+		r = header_meta(root, meta, n_meta, err);
+	if (r == 0)
+		r = header_text(root, l, err);
 out:
-	free(js);
 	free(nbytes);
 	json_decref(root);
 	if (r < 0)

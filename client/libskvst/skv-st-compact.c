@@ -218,22 +218,17 @@ static int ragged_layer(const struct skv_st_compact_desc *d, const struct skv_st
 	return 0;
 }
 
-int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
-			 const struct skv_st_layer_result *layers, struct skv_st_error *err)
+/* The file's metadata of d into meta/vals (*ret_nm entries; *lst, when
+ * set, holds the budget's layer list for the caller to free) and the
+ * file's dtype. 0 or -errno with err set. */
+static int compact_meta(const struct skv_st_compact_desc *d, struct skv_st_meta *meta,
+			char (*vals)[META_VAL], size_t *ret_nm, char **lst,
+			enum skv_st_dtype *ret_dt, struct skv_st_error *err)
 {
-	struct skv_st_meta meta[N_META];
-	char vals[N_META][META_VAL];
-	struct skv_st_tensor *ts = NULL;
-	char(*names)[32] = NULL;
-	char *lst = NULL;
-	float *nan_mass = NULL;
-	void **packed = NULL;
-	size_t nm = 0, n_packed = 0;
 	enum skv_st_dtype st_dt;
+	size_t nm = 0;
 	int r;
 
-	if (!d || !layers || d->n_layers == 0)
-		return skv_st__fail(err, -EINVAL, "no layers to write");
 	const char *pol = skv_st_policy_name(d->params.policy);
 	const char *pool = skv_st_pooling_name(d->params.pooling);
 	const char *gqa = skv_st_gqa_name(d->params.gqa);
@@ -317,12 +312,103 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 		META("out_layout", "paged");
 		META("block_size", "%" PRIu32, d->out_block_size);
 	}
-	r = budget_meta(d, meta, vals, &nm, &lst);
+	r = budget_meta(d, meta, vals, &nm, lst);
 	if (r < 0)
 		return skv_st__fail(err, r, "budget parameters do not fit the metadata");
 #undef META
+	*ret_nm = nm;
+	*ret_dt = st_dt;
+	return 0;
+}
 
+/* A layer whose heads keep one count: K/V [h_store, kept, D] (paged:
+ * [blocks, block_size, h_store, D]), indices [h_store, kept] and retained
+ * mass into t[0..3], repacked into packed[] where strided. */
+static int dense_layer(const struct skv_st_compact_desc *d, const struct skv_st_layer_result *lr,
+		       uint32_t i, struct skv_st_tensor *t, char (*nmv)[32], void **packed,
+		       size_t *np, enum skv_st_dtype st_dt, float *nan_mass,
+		       struct skv_st_error *err)
+{
 	uint64_t hs = d->plan.h_store, hd = d->shape.head_dim;
+	int r;
+
+	uint64_t kept = lr->kept ? lr->kept[0] : d->plan.kept;
+	for (uint64_t h = 1; lr->kept && h < hs; h++)
+		if (lr->kept[h] != kept)
+			return skv_st__fail(err, -EINVAL,
+					    "layer %" PRIu32 ": heads keep different counts in "
+					    "budget mode %s",
+					    i, skv_budget_name(d->params.budget_mode));
+	const void *kv[2] = {lr->k, lr->v};
+	const int32_t *pos = lr->positions;
+	if (!d->out_block_size && !is_packed(lr, kept, hd)) {
+		for (int j = 0; j < 2; j++) {
+			if (!kv[j])
+				continue;
+			r = pack_kv(kv[j], lr, hs, kept, hd, skv_dtype_size(d->dtype),
+				    &packed[*np]);
+			if (r < 0)
+				return skv_st__fail(err, r, "out of memory");
+			kv[j] = packed[(*np)++];
+		}
+	}
+	if (pos && lr->pos_stride && lr->pos_stride != kept) {
+		uint64_t n = hs * kept;
+		int32_t *pp = malloc((n > 0 ? n : 1) * sizeof(int32_t));
+		if (!pp)
+			return skv_st__fail(err, -ENOMEM, "out of memory");
+		for (uint64_t h = 0; h < hs; h++)
+			memcpy(pp + h * kept, pos + h * lr->pos_stride, kept * sizeof(int32_t));
+		packed[(*np)++] = pp;
+		pos = pp;
+	}
+	for (int j = 0; j < 2; j++) {
+		t[j] = (struct skv_st_tensor){.name = nmv[j],
+					      .dtype = st_dt,
+					      .rank = 3,
+					      .shape = {hs, kept, hd},
+					      .data = kv[j]};
+		if (d->out_block_size) {
+			uint64_t bs = d->out_block_size;
+
+			t[j].rank = 4;
+			t[j].shape[0] = (kept + bs - 1) / bs;
+			t[j].shape[1] = bs;
+			t[j].shape[2] = hs;
+			t[j].shape[3] = hd;
+		}
+	}
+	t[2] = (struct skv_st_tensor){
+	    .name = nmv[2], .dtype = SKV_ST_I32, .rank = 2, .shape = {hs, kept}, .data = pos};
+	t[3] = (struct skv_st_tensor){.name = nmv[3],
+				      .dtype = SKV_ST_F32,
+				      .rank = 1,
+				      .shape = {hs},
+				      .data = lr->retained_mass ? lr->retained_mass : nan_mass};
+	return 0;
+}
+
+int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
+			 const struct skv_st_layer_result *layers, struct skv_st_error *err)
+{
+	struct skv_st_meta meta[N_META];
+	char vals[N_META][META_VAL];
+	struct skv_st_tensor *ts = NULL;
+	char(*names)[32] = NULL;
+	char *lst = NULL;
+	float *nan_mass = NULL;
+	void **packed = NULL;
+	size_t nm = 0, n_packed = 0;
+	enum skv_st_dtype st_dt = SKV_ST_F32;
+	int r;
+
+	if (!d || !layers || d->n_layers == 0)
+		return skv_st__fail(err, -EINVAL, "no layers to write");
+	r = compact_meta(d, meta, vals, &nm, &lst, &st_dt, err);
+	if (r < 0)
+		goto out;
+
+	uint64_t hs = d->plan.h_store;
 	const bool ragged = skv_st_budget_ragged(d->params.budget_mode);
 	size_t nt = (size_t)d->n_layers * 5;
 	ts = calloc(nt, sizeof(*ts));
@@ -358,71 +444,9 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 			ti += 5;
 			continue;
 		}
-		uint64_t kept = lr->kept ? lr->kept[0] : d->plan.kept;
-		for (uint64_t h = 1; lr->kept && h < hs; h++)
-			if (lr->kept[h] != kept) {
-				r = skv_st__fail(err, -EINVAL,
-						 "layer %" PRIu32
-						 ": heads keep different counts in "
-						 "budget mode %s",
-						 i, skv_budget_name(d->params.budget_mode));
-				goto out;
-			}
-		const void *kv[2] = {lr->k, lr->v};
-		const int32_t *pos = lr->positions;
-		if (!d->out_block_size && !is_packed(lr, kept, hd)) {
-			for (int j = 0; j < 2; j++) {
-				if (!kv[j])
-					continue;
-				r = pack_kv(kv[j], lr, hs, kept, hd, skv_dtype_size(d->dtype),
-					    &packed[n_packed]);
-				if (r < 0) {
-					r = skv_st__fail(err, r, "out of memory");
-					goto out;
-				}
-				kv[j] = packed[n_packed++];
-			}
-		}
-		if (pos && lr->pos_stride && lr->pos_stride != kept) {
-			uint64_t n = hs * kept;
-			int32_t *pp = malloc((n > 0 ? n : 1) * sizeof(int32_t));
-			if (!pp) {
-				r = skv_st__fail(err, -ENOMEM, "out of memory");
-				goto out;
-			}
-			for (uint64_t h = 0; h < hs; h++)
-				memcpy(pp + h * kept, pos + h * lr->pos_stride,
-				       kept * sizeof(int32_t));
-			packed[n_packed++] = pp;
-			pos = pp;
-		}
-		for (int j = 0; j < 2; j++) {
-			t[j] = (struct skv_st_tensor){.name = nmv[j],
-						      .dtype = st_dt,
-						      .rank = 3,
-						      .shape = {hs, kept, hd},
-						      .data = kv[j]};
-			if (d->out_block_size) {
-				uint64_t bs = d->out_block_size;
-
-				t[j].rank = 4;
-				t[j].shape[0] = (kept + bs - 1) / bs;
-				t[j].shape[1] = bs;
-				t[j].shape[2] = hs;
-				t[j].shape[3] = hd;
-			}
-		}
-		t[2] = (struct skv_st_tensor){.name = nmv[2],
-					      .dtype = SKV_ST_I32,
-					      .rank = 2,
-					      .shape = {hs, kept},
-					      .data = pos};
-		t[3] = (struct skv_st_tensor){.name = nmv[3],
-					      .dtype = SKV_ST_F32,
-					      .rank = 1,
-					      .shape = {hs},
-					      .data =
-						  lr->retained_mass ? lr->retained_mass : nan_mass};
+		r = dense_layer(d, lr, i, t, nmv, packed, &n_packed, st_dt, nan_mass, err);
+		if (r < 0)
+			goto out;
 		ti += 4;
 	}
 	nt = ti;

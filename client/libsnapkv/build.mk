@@ -8,7 +8,9 @@
 LIBSNAPKV_VER := 1.7.0
 LIBSNAPKV_MAP := client/libsnapkv/libsnapkv.map
 LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
-LIBSNAPKV_OBJS := $(BUILD)/client/libsnapkv/libsnapkv.o
+LIBSNAPKV_SRCS := $(addprefix client/libsnapkv/libsnapkv-,rpc.c ring.c buffer.c client.c desc.c \
+	compact.c request.c cache.c layout.c)
+LIBSNAPKV_OBJS := $(LIBSNAPKV_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(LIBSNAPKV_OBJS)
 $(LIBSNAPKV_OBJS): | $(SKV_PB_H)
 $(LIBSNAPKV_OBJS): ALL_CFLAGS += -fvisibility=hidden

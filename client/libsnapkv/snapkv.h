@@ -38,6 +38,17 @@
  * - Compaction waits are not bounded by it (their time grows with the
  *   prompt): skv_request_wait() takes its own timeout; skv_client_compact()
  *   waits until the daemon answers or dies.
+ *
+ * ABI growth. A struct the caller fills and passes in carries its size
+ * (opts_size, desc_size, budget_size; skv_params' params_size) and only
+ * grows at its end: a new field goes after the last one, under a comment
+ * naming the SNAPKV_1.x that added it, and is read only when the size
+ * covers it. No field is moved, resized or removed, and no struct that can
+ * grow is embedded by value in another except as its last member (struct
+ * skv_params in the middle of skv_compact_desc is the one exception left
+ * from before this rule: it is why libsnapkv translates descriptions built
+ * before the budget modes). A new call that takes a new struct is added
+ * under a new version node, never by changing an old call's arguments.
  */
 #ifndef SNAPKV_H
 #define SNAPKV_H
@@ -370,7 +381,10 @@ int skv_compact_desc_group(struct skv_compact_desc *d, const char *key, uint32_t
  * params_size is the full size, then set budget_mode, its fields and
  * fallback_below: since SNAPKV_1.6 they are carried to snapkvd (see
  * skv_cache_budget() below). Descriptions built against the header before
- * the budget modes (a shorter desc_size) keep working.
+ * the budget modes (a shorter desc_size) keep working. Params whose
+ * params_size ends before the budget modes but with budget_mode or
+ * fallback_below set are refused by skv_compact_submit() with -EINVAL
+ * (they used to be sent as uniform, dropping the mode).
  */
 void skv_client_params_init(struct skv_params *p);
 
@@ -378,7 +392,13 @@ void skv_client_params_init(struct skv_params *p);
  * Submit a compaction; returns at once over the shared ring. A request too
  * large for a ring slot (a long paged block table) goes over the socket
  * instead and is complete when this returns. Either way the request must be
- * waited for (skv_request_wait frees it).
+ * waited for (skv_request_wait frees it) or abandoned. A request holds one
+ * of the ring's sq_entries slots until then: when every slot holds a
+ * request the calling thread submitted and has not waited for or abandoned,
+ * and no other thread is waiting on this client, nothing but the caller
+ * could free a slot, so this fails at once with -EDEADLK rather than
+ * waiting out the deadline (a thread that hands its requests to another to
+ * wait for must leave a slot free or let that thread be waiting).
  */
 int skv_compact_submit(struct skv_client *c, const struct skv_compact_desc *d,
 		       struct skv_request **ret_req);
@@ -397,9 +417,13 @@ int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **r
  * Give up on a request without waiting (after skv_request_wait's -ETIMEDOUT,
  * or before closing the client): the handle is freed. If the compaction has
  * finished, its cache is released now; if it finishes later, the library
- * drops the completion and the daemon keeps the cache, counted, until the
- * session ends (skv_client_close or skv_client_reconnect). NULL is fine.
- * Since SNAPKV_1.4.
+ * releases its cache when it reads the completion from the ring (during any
+ * later call of the client that reads it: a submit, wait, poll, nop, stats,
+ * pressure, append, grow or release), without waiting for the answer, in
+ * the slot the request held; until then the daemon keeps it, counted. (Up
+ * to libsnapkv 1.7.0 it was kept until the session ended, so a program
+ * that abandoned many requests ran into snapkvd's max_caches.) NULL is
+ * fine. Since SNAPKV_1.4.
  */
 void skv_request_abandon(struct skv_request *r);
 /* submit + wait */

@@ -8,7 +8,7 @@
 
 #include "snapkv.h"
 #include "skvpy-array.h"
-#include "skvpy-client.h"
+#include "skvpy-session.h"
 #include "skvpy-error.h"
 #include "skvpy-mapping.h"
 
@@ -36,6 +36,7 @@ PyObject *skvpy_cache_new(struct skvpy_client *cl, struct skv_cache *k, PyObject
 	}
 	c->out = out;
 	c->busy = 0;
+	c->mapped = (struct skvpy_blockmap){0};
 	Py_INCREF(cl);
 	c->client = cl;
 	c->k = k;
@@ -61,10 +62,20 @@ static int release(struct skvpy_cache *c, int linger)
 	return r;
 }
 
+/* An implicit release (garbage collection, a with block, the client
+ * closing): the engine buffers its blocks are mapped over get their own
+ * pages back first, so that no later cache is written through them. */
+static void release_unmapped(struct skvpy_cache *c)
+{
+	(void)skvpy_blockmap_restore(&c->mapped);
+	if (c->k)
+		release(c, 0);
+}
+
 void skvpy_cache_drop(struct skvpy_cache *c)
 {
 	if (c->k)
-		release(c, 0);
+		release_unmapped(c);
 	else
 		unlink_cache(c);
 }
@@ -72,7 +83,8 @@ void skvpy_cache_drop(struct skvpy_cache *c)
 static void cache_dealloc(struct skvpy_cache *c)
 {
 	if (c->k)
-		release(c, 0);
+		release_unmapped(c);
+	skvpy_blockmap_free(&c->mapped);
 	Py_XDECREF(c->out);
 	Py_DECREF(c->client);
 	PyObject_Free(c);
@@ -128,7 +140,7 @@ static PyObject *kv_paged(struct skvpy_cache *c, const struct skv_cache_info *in
 	const int32_t *pos = skv_cache_positions(c->k, l, 0);
 	if (off < 0 || !pos)
 		return skvpy_error(EPROTO, "layer %u has no blocks in the arena", l);
-	if (skvpy_client_arena_offset(c->client, pos, &base) < 0) /* makes the alias */
+	if (skvpy_session_arena_offset(c->client, pos, &base) < 0) /* makes the alias */
 		return NULL;
 	if ((uint64_t)off >= c->client->arena->size)
 		return skvpy_error(EPROTO, "blocks of layer %u outside the arena", l);
@@ -192,7 +204,7 @@ static PyObject *kv_head(struct skvpy_cache *c, PyObject *args, int is_v)
 	void *p = is_v ? skv_cache_v(c->k, l, h) : skv_cache_k(c->k, l, h);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u head %u has no K/V in the arena", l, h);
-	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+	if (skvpy_session_arena_offset(c->client, p, &off) < 0)
 		return NULL;
 	int64_t shape[2] = {skv_cache_head_capacity(c->k, l, h), in->head_dim};
 	int64_t strides[2] = {in->token_stride, 1};
@@ -221,7 +233,7 @@ static PyObject *cache_positions_head(struct skvpy_cache *c, PyObject *args)
 	const int32_t *p = skv_cache_positions(c->k, l, h);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u head %u has no position table", l, h);
-	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+	if (skvpy_session_arena_offset(c->client, p, &off) < 0)
 		return NULL;
 	int64_t shape[1] = {skv_cache_head_capacity(c->k, l, h)}, strides[1] = {1};
 	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off, SKVPY_EL_I32, 1,
@@ -247,7 +259,7 @@ static PyObject *kv(struct skvpy_cache *c, PyObject *o, int is_v)
 	void *p = is_v ? skv_cache_v(c->k, l, 0) : skv_cache_k(c->k, l, 0);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u has no K/V in the arena", l);
-	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+	if (skvpy_session_arena_offset(c->client, p, &off) < 0)
 		return NULL;
 	int nhd = in->layout == SKV_LAYOUT_NHD;
 	int64_t shape[3] = {nhd ? in->capacity : in->h_store, nhd ? in->h_store : in->capacity,
@@ -297,6 +309,14 @@ static int map_args(struct skvpy_cache *c, PyObject *args, const char *fn, uint3
 	return 0;
 }
 
+/* [lo, hi) of an engine buffer now holds other pages (mapped over, or its
+ * own put back): no cache of the client has its blocks there any more. */
+static void forget_mapped(struct skvpy_client *cl, uintptr_t lo, uintptr_t hi)
+{
+	for (struct skvpy_cache *o = cl->caches; o; o = o->next)
+		skvpy_blockmap_forget(&o->mapped, lo, hi);
+}
+
 static PyObject *cache_map_blocks(struct skvpy_cache *c, PyObject *args)
 {
 	struct skvpy_mapping *m;
@@ -312,9 +332,13 @@ static PyObject *cache_map_blocks(struct skvpy_cache *c, PyObject *args)
 		return skvpy_error(EINVAL,
 				   "map_blocks: the run of %llu bytes passes the buffer's end",
 				   (unsigned long long)bytes);
+	if (skvpy_blockmap_reserve(&c->mapped) < 0)
+		return NULL;
 	r = skv_cache_map_blocks(c->k, l, which, (void *)v.ptr);
 	if (r < 0)
-		return skvpy_client_fail(c->client, r, "map_blocks");
+		return skvpy_session_fail(c->client, r, "map_blocks");
+	forget_mapped(c->client, v.ptr, v.ptr + bytes);
+	skvpy_blockmap_add(&c->mapped, m, v.ptr, v.ptr + bytes);
 	Py_RETURN_NONE;
 }
 
@@ -332,6 +356,7 @@ static PyObject *cache_unmap_blocks(struct skvpy_cache *c, PyObject *args)
 	r = skvpy_mapping_restore(m, v.ptr - (uintptr_t)m->data, bytes);
 	if (r < 0)
 		return skvpy_error(r, "unmap_blocks: restoring the buffer's pages failed");
+	forget_mapped(c->client, v.ptr, v.ptr + bytes);
 	Py_RETURN_NONE;
 }
 
@@ -358,7 +383,7 @@ static PyObject *cache_positions(struct skvpy_cache *c, PyObject *o)
 	const int32_t *p = skv_cache_positions(c->k, l, 0);
 	if (!p)
 		return skvpy_error(EPROTO, "layer %u has no position table", l);
-	if (skvpy_client_arena_offset(c->client, p, &off) < 0)
+	if (skvpy_session_arena_offset(c->client, p, &off) < 0)
 		return NULL;
 	int64_t shape[2] = {in->h_store, in->capacity}, strides[2] = {in->capacity, 1};
 	return skvpy_array_new(c->client->kind, (PyObject *)c->client->arena, off, SKVPY_EL_I32, 2,
@@ -390,7 +415,7 @@ static PyObject *ring_call(struct skvpy_cache *c, PyObject *o, int grow)
 	Py_END_ALLOW_THREADS c->client->busy--;
 	c->busy = 0;
 	if (r < 0)
-		return skvpy_client_fail(c->client, r, grow ? "grow" : "append");
+		return skvpy_session_fail(c->client, r, grow ? "grow" : "append");
 	Py_RETURN_NONE;
 }
 
@@ -425,6 +450,13 @@ static PyObject *cache_release(struct skvpy_cache *c, PyObject *args, PyObject *
 	if (c->busy)
 		return skvpy_error(EBUSY, "release: another thread is appending to or growing "
 					  "this cache");
+	if (c->mapped.n)
+		return skvpy_error(EBUSY,
+				   "release: %zu range(s) of engine buffers are mapped over this "
+				   "cache's blocks (map_blocks): unmap_blocks() them first, or a "
+				   "later cache in the same arena pages would be written through "
+				   "them",
+				   c->mapped.n);
 	r = release(c, linger);
 	if (r < 0)
 		return skvpy_error(r, "release: %s",
@@ -448,7 +480,7 @@ static PyObject *cache_exit(struct skvpy_cache *c, PyObject *args)
 		return skvpy_error(EBUSY, "release: another thread is appending to or growing "
 					  "this cache");
 	if (c->k)
-		release(c, 0);
+		release_unmapped(c);
 	Py_RETURN_FALSE;
 }
 
@@ -668,7 +700,8 @@ static PyMethodDef cache_methods[] = {
     {"map_blocks", (PyCFunction)cache_map_blocks, METH_VARARGS,
      "map_blocks(layer, 'k'|'v', dest): map the paged arena cache's run of that pool over\n"
      "dest (a page-aligned view of a tensor from empty(), e.g. pool[b]), MAP_FIXED: the\n"
-     "pool's blocks there are the cache's until unmap_blocks()."},
+     "pool's blocks there are the cache's until unmap_blocks() (or until another\n"
+     "cache's map_blocks() there). While any is mapped release() is refused."},
     {"unmap_blocks", (PyCFunction)cache_unmap_blocks, METH_VARARGS,
      "unmap_blocks(layer, 'k'|'v', dest): put the buffer's own pages back over dest\n"
      "(before release() or grow(): the daemon reuses the region)."},
@@ -679,7 +712,8 @@ static PyMethodDef cache_methods[] = {
      "grow(extra): more decode headroom (the cache moves: take k()/v() again)."},
     {"release", (PyCFunction)(void (*)(void))cache_release, METH_VARARGS | METH_KEYWORDS,
      "release(linger=False): free the cache in the daemon (linger: keep it counted until\n"
-     "pressure evicts it or the session ends)."},
+     "pressure evicts it or the session ends). Refused (snapkv.Error EBUSY) while its\n"
+     "blocks are mapped over an engine buffer: unmap_blocks() first."},
     {"__enter__", (PyCFunction)cache_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)cache_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

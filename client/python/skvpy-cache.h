@@ -6,11 +6,16 @@
  * arena or, for writeback, the engine's own pools); append/grow/release go
  * to the daemon; released on release(), on
  * leaving a with block, when garbage collected, or when its client closes.
+ * While map_blocks() has its blocks mapped over an engine buffer, release()
+ * is refused (EBUSY); the implicit releases put the buffer's pages back
+ * first (skvpy-blockmap.h).
  */
 #ifndef SKVPY_CACHE_H
 #define SKVPY_CACHE_H
 
 #include <Python.h>
+
+#include "skvpy-blockmap.h"
 
 struct skv_cache;
 struct skvpy_client;
@@ -18,8 +23,9 @@ struct skvpy_client;
 struct skvpy_cache {
 	PyObject_HEAD struct skvpy_client *client; /* strong reference */
 	struct skv_cache *k;			   /* NULL once released */
-	PyObject *out; /* writeback: (k pools, v pools, block table), else NULL */
-	int busy;      /* append/grow running without the GIL: release must wait */
+	PyObject *out;		      /* writeback: (k pools, v pools, block table), else NULL */
+	int busy;		      /* append/grow running without the GIL: release must wait */
+	struct skvpy_blockmap mapped; /* engine buffer ranges its blocks are mapped over */
 	struct skvpy_cache *next, *prev; /* the client's live caches */
 };
 

@@ -18,17 +18,6 @@ int skvpy_client_check(struct skvpy_client *cl)
 	return 0;
 }
 
-PyObject *skvpy_client_fail(struct skvpy_client *cl, int r, const char *what)
-{
-	const char *msg = cl->c ? skv_client_error(cl->c) : strerror(r < 0 ? -r : r);
-	size_t n = strlen(what);
-
-	/* libsnapkv's reasons often start with the call's name already */
-	if (!strncmp(msg, what, n) && msg[n] == ':')
-		return skvpy_error(r, "%s", msg);
-	return skvpy_error(r, "%s: %s", what, msg);
-}
-
 static int client_init(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"socket", "name", "timeout_ms", "arrays", NULL};
@@ -143,46 +132,6 @@ static PyObject *client_exit(struct skvpy_client *cl, PyObject *args)
 	Py_RETURN_FALSE;
 }
 
-int skvpy_client_arena_offset(struct skvpy_client *cl, const void *p, size_t *ret_offset)
-{
-	uintptr_t a = (uintptr_t)p;
-
-	if (!cl->arena) {
-		cl->arena = skvpy_mapping_alias(p, &cl->arena_base);
-		if (!cl->arena)
-			return -1;
-	}
-	if (a < cl->arena_base || a >= cl->arena_base + cl->arena->size)
-		return skvpy_error_int(EPROTO, "cache at %p outside the arena", p);
-	*ret_offset = a - cl->arena_base;
-	return 0;
-}
-
-int skvpy_client_locate(struct skvpy_client *cl, const struct skvpy_view *v, const char *what,
-			struct skv_tensor_ref *ref, const struct skvpy_reg **ret_reg)
-{
-	uintptr_t lo, hi;
-
-	skvpy_view_extent(v, &lo, &hi);
-	for (size_t i = 0; i < cl->n_regs; i++) {
-		const struct skvpy_reg *g = &cl->regs[i];
-		if (g->cuda == v->cuda && lo >= g->base && hi <= g->base + g->size && hi > lo) {
-			ref->buf = g->b;
-			ref->offset = v->ptr - g->base;
-			ref->dtype = v->dtype;
-			if (ret_reg)
-				*ret_reg = g;
-			return 0;
-		}
-	}
-	PyErr_Format(PyExc_ValueError,
-		     "%s is not in storage registered with this client: allocate it with "
-		     "client.empty() (or client.register() a tensor from empty() of another "
-		     "client, or a CUDA tensor)",
-		     what);
-	return -1;
-}
-
 static struct skvpy_reg *reg_add(struct skvpy_client *cl)
 {
 	if (cl->n_regs == SKVPY_MAX_REGS) {
@@ -244,7 +193,7 @@ static int register_mapping(struct skvpy_client *cl, struct skvpy_mapping *m, in
 	    cl->c, m->fd, m->size, writable ? SKV_BUFFER_WRITABLE : 0, &b);
 	Py_END_ALLOW_THREADS cl->busy--;
 	if (r < 0) {
-		skvpy_client_fail(cl, r, "register");
+		skvpy_session_fail(cl, r, "register");
 		return -1;
 	}
 	if (find_reg(cl, m, 0) || !(g = reg_add(cl))) {
@@ -412,7 +361,7 @@ static int register_cuda(struct skvpy_client *cl, PyObject *t, int writable)
 	    cl->c, h, off, size, dev, writable ? SKV_BUFFER_WRITABLE : 0, &b);
 	Py_END_ALLOW_THREADS cl->busy--;
 	if (r < 0) {
-		skvpy_client_fail(cl, r, "register");
+		skvpy_session_fail(cl, r, "register");
 		r = -1;
 		goto out;
 	}
@@ -481,7 +430,7 @@ static int submit(struct skvpy_client *cl, PyObject *args, PyObject *kw, struct 
 	skvpy_compact_free(&p);
 	if (r < 0) {
 		Py_CLEAR(*ret_out);
-		skvpy_client_fail(cl, r, "compact");
+		skvpy_session_fail(cl, r, "compact");
 		return -1;
 	}
 	return 0;
@@ -511,7 +460,7 @@ static PyObject *client_compact(struct skvpy_client *cl, PyObject *args, PyObjec
 	Py_END_ALLOW_THREADS cl->busy--;
 	if (r < 0) {
 		Py_XDECREF(out);
-		return skvpy_client_fail(cl, r, "compact");
+		return skvpy_session_fail(cl, r, "compact");
 	}
 	return skvpy_cache_new(cl, k, out);
 }
@@ -528,7 +477,7 @@ static PyObject *client_stats(struct skvpy_client *cl, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS r = skv_client_stats(cl->c, &s);
 	Py_END_ALLOW_THREADS cl->busy--;
 	if (r < 0)
-		return skvpy_client_fail(cl, r, "stats");
+		return skvpy_session_fail(cl, r, "stats");
 	return Py_BuildValue(
 	    "{sKsKsKsKsKsKsKsK}", "caches", (unsigned long long)s.caches, "buffers",
 	    (unsigned long long)s.buffers, "arena_used", (unsigned long long)s.arena_used,
@@ -548,7 +497,7 @@ static PyObject *client_nop(struct skvpy_client *cl, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS r = skv_client_nop(cl->c);
 	Py_END_ALLOW_THREADS cl->busy--;
 	if (r < 0)
-		return skvpy_client_fail(cl, r, "nop");
+		return skvpy_session_fail(cl, r, "nop");
 	Py_RETURN_NONE;
 }
 
@@ -590,7 +539,7 @@ static int client_set_timeout(struct skvpy_client *cl, PyObject *v, void *closur
 		return -1;
 	int r = skv_client_set_timeout(cl->c, (uint32_t)t);
 	if (r < 0) {
-		skvpy_client_fail(cl, r, "timeout_ms");
+		skvpy_session_fail(cl, r, "timeout_ms");
 		return -1;
 	}
 	return 0;

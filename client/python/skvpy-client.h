@@ -1,65 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * skvpy-client.h - snapkv.Client: one libsnapkv session, the buffers
- * registered with it (each a Mapping the client keeps alive), an alias of
- * its arena for zero-copy cache tensors, and the live Cache and Request
- * objects it must release or abandon before it closes (libsnapkv frees the
- * client on close; a handle used after that would be freed memory).
- *
- * Calls that wait for the daemon run without the GIL; `busy` counts them so
- * that close() from another thread never frees the client under them.
+ * skvpy-client.h - snapkv.Client, the Python type: connect, register
+ * buffers, compact (a Cache, or a Request to wait for), stats, close. Its
+ * state, shared with Cache and Request, is in skvpy-session.h.
  */
 #ifndef SKVPY_CLIENT_H
 #define SKVPY_CLIENT_H
 
 #include <Python.h>
-#include <stdint.h>
 
-#include "skvpy-array.h"
-
-struct skv_client;
-struct skv_buffer;
-struct skv_tensor_ref;
-struct skvpy_mapping;
-struct skvpy_cache;
-struct skvpy_request;
-
-/* Limit on registrations of one client. */
-#define SKVPY_MAX_REGS 4096
-
-struct skvpy_reg {
-	struct skvpy_mapping *mapping; /* memfd buffers: kept alive; NULL for CUDA */
-	struct skv_buffer *b;
-	uintptr_t base; /* host or device address of the buffer's byte 0 */
-	size_t size;
-	int cuda;
-	int writable;
-};
-
-struct skvpy_client {
-	PyObject_HEAD struct skv_client *c; /* NULL once closed */
-	int busy;			    /* calls running without the GIL */
-	enum skvpy_kind kind;		    /* arrays it returns */
-	struct skvpy_reg *regs;
-	size_t n_regs, cap_regs;
-	struct skvpy_mapping *arena; /* alias of the session's arena, made on first use */
-	uintptr_t arena_base;	     /* libsnapkv's mapping of it */
-	struct skvpy_cache *caches;
-	struct skvpy_request *requests;
-};
+#include "skvpy-session.h"
 
 extern PyTypeObject skvpy_client_type;
 int skvpy_client_init_type(PyObject *module);
 
 /* -1 with snapkv.Error(ENOTCONN) when closed. */
 int skvpy_client_check(struct skvpy_client *cl);
-/* Raise snapkv.Error(r, "what: <libsnapkv's reason>"); returns NULL. */
-PyObject *skvpy_client_fail(struct skvpy_client *cl, int r, const char *what);
-/* Byte offset of p in the arena alias (made on first use); -1 with an exception. */
-int skvpy_client_arena_offset(struct skvpy_client *cl, const void *p, size_t *ret_offset);
-/* Fill ref->buf and ref->offset for the input v: ValueError naming empty() when it
- * is not in a buffer registered with this client. */
-int skvpy_client_locate(struct skvpy_client *cl, const struct skvpy_view *v, const char *what,
-			struct skv_tensor_ref *ref, const struct skvpy_reg **ret_reg);
 
 #endif

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "skvpy-array.h"
-#include "skvpy-client.h"
+#include "skvpy-session.h"
 #include "skvpy-error.h"
 
 struct args {
@@ -288,7 +288,7 @@ static int kv_ref(struct skvpy_client *cl, PyObject *t, const char *what, int fi
 		g->k_dtype = v.dtype;
 	} else if (memcmp(g->k_shape, v.shape, sizeof(int64_t) * v.ndim) || g->k_dtype != v.dtype)
 		return bad(what, "%s: %s", "shape or dtype differs from k[0]");
-	if (skvpy_client_locate(cl, &v, what, ref, NULL) < 0)
+	if (skvpy_session_locate(cl, &v, what, ref, NULL) < 0)
 		return -1;
 	if (g->paged) {
 		ref->block_stride = v.strides[0];
@@ -318,7 +318,7 @@ static int q_ref(struct skvpy_client *cl, PyObject *t, const char *what, int fir
 		g->q_dtype = v.dtype;
 	} else if (memcmp(g->q_shape, v.shape, sizeof(g->q_shape)) || g->q_dtype != v.dtype)
 		return bad(what, "%s: %s", "shape or dtype differs from q[0]");
-	if (skvpy_client_locate(cl, &v, what, ref, NULL) < 0)
+	if (skvpy_session_locate(cl, &v, what, ref, NULL) < 0)
 		return -1;
 	ref->head_stride = v.strides[g->nhd ? 1 : 0];
 	ref->token_stride = v.strides[g->nhd ? 0 : 1];
@@ -540,7 +540,7 @@ static int out_ref(struct skvpy_client *cl, PyObject *t, const char *what, const
 			   "contiguous last dimension");
 	if (v.dtype != g->k_dtype)
 		return bad(what, "%s: %s", "a destination pool has the dtype of k");
-	if (skvpy_client_locate(cl, &v, what, ref, &reg) < 0)
+	if (skvpy_session_locate(cl, &v, what, ref, &reg) < 0)
 		return -1;
 	if (!reg->writable)
 		return bad(what, "%s: %s",

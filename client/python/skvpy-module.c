@@ -15,7 +15,16 @@
 static struct PyModuleDef snapkv_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "snapkv",
-    .m_doc = "snapkvd for Python engines: Client, Cache, Request, Error (over libsnapkv).",
+    .m_doc = "snapkvd for Python engines: Client, Cache, Request, Error (over libsnapkv).\n"
+	     "\n"
+	     "Ownership. A Request dropped before it finished is abandoned: its cache is\n"
+	     "released when its completion arrives (libsnapkv sees it on the client's next\n"
+	     "call), never kept until close(). A Cache whose paged blocks are mapped over an\n"
+	     "engine buffer (map_blocks) is not released by release(), which raises\n"
+	     "snapkv.Error(EBUSY) until unmap_blocks() has put the buffer's own pages back:\n"
+	     "the daemon reuses the region, and writes into the pool would land in a later\n"
+	     "cache. Releases the program did not ask for in words (garbage collection, the\n"
+	     "end of a with block, close()) unmap first, then release.",
     .m_size = -1,
 };
 

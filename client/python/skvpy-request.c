@@ -6,7 +6,7 @@
 
 #include "snapkv.h"
 #include "skvpy-cache.h"
-#include "skvpy-client.h"
+#include "skvpy-session.h"
 #include "skvpy-error.h"
 
 static void unlink_request(struct skvpy_request *q)
@@ -106,7 +106,7 @@ static PyObject *request_wait(struct skvpy_request *q, PyObject *args, PyObject 
 	q->r = NULL; /* freed by skv_request_wait */
 	unlink_request(q);
 	if (r < 0)
-		return skvpy_client_fail(q->client, r, "compact");
+		return skvpy_session_fail(q->client, r, "compact");
 	PyObject *out = q->out;
 	q->out = NULL;
 	return skvpy_cache_new(q->client, k, out);

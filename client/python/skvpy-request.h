@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * skvpy-request.h - snapkv.Request: a submitted compaction. wait(timeout)
- * gives the Cache; a Request dropped without waiting is abandoned (the
- * daemon's cache, if it completes, is released by libsnapkv).
+ * gives the Cache; a Request dropped without waiting is abandoned: its
+ * cache is released by libsnapkv, now if it is done, else when its
+ * completion is read from the ring.
  */
 #ifndef SKVPY_REQUEST_H
 #define SKVPY_REQUEST_H

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "ctl-admin.h"
-#include "ctl-daemon.h"
 #include "proto/skv-frame.h"
 #include "proto/skv-io.h"
 #include "proto/skv-socket.h"
@@ -41,14 +40,27 @@ static int connect_at(const char *path, void *arg)
 	return r;
 }
 
-void ctl_daemon_unreachable(const struct skv_socket_search *s, int r, char *err, size_t errlen)
+uint32_t ctl_admin_timeout_ms(void)
+{
+	uint32_t ms;
+
+	/* main() refused a malformed value before any command ran */
+	return skv_io_timeout_env(&ms) < 0 ? SKV_IO_DEFAULT_TIMEOUT_MS : ms;
+}
+
+uint64_t ctl_admin_deadline(void)
+{
+	return skv_io_deadline(ctl_admin_timeout_ms());
+}
+
+void ctl_admin_unreachable(const struct skv_socket_search *s, int r, char *err, size_t errlen)
 {
 	char tried[600];
 
 	skv_socket_search_tried(s, tried, sizeof(tried));
 	if (r == -ETIMEDOUT)
 		snprintf(err, errlen, "cannot reach snapkvd: not accepted within %u ms: %s",
-			 ctl_daemon_timeout_ms(), tried);
+			 ctl_admin_timeout_ms(), tried);
 	else
 		snprintf(err, errlen, "cannot reach snapkvd: tried %s", tried);
 }
@@ -58,7 +70,7 @@ int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__
 {
 	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
 	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
-	struct admin_conn ac = {.fd = -1, .dl = ctl_daemon_deadline()};
+	struct admin_conn ac = {.fd = -1, .dl = ctl_admin_deadline()};
 	struct skv_socket_search search;
 	struct skv_frame_hdr hdr;
 	Snapkv__V1__AdminReply *rep;
@@ -75,7 +87,7 @@ int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__
 	}
 	r = skv_socket_search_run(&search, connect_at, &ac, &at);
 	if (r < 0) {
-		ctl_daemon_unreachable(&search, r, err, errlen);
+		ctl_admin_unreachable(&search, r, err, errlen);
 		return r;
 	}
 	fd = ac.fd;
@@ -117,7 +129,7 @@ int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__
 	close(fd);
 	if (r == -ETIMEDOUT) {
 		snprintf(err, errlen, "snapkvd at %s did not answer within %u ms", sock,
-			 ctl_daemon_timeout_ms());
+			 ctl_admin_timeout_ms());
 		return r;
 	}
 	if (r < 0) {

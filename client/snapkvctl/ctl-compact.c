@@ -241,10 +241,104 @@ static int parse_group(const char *s, struct opts *o)
 	return 0;
 }
 
+/* A --policy/--pooling/--gqa value not among the choices. */
+static int bad_choice(const char *optname, const char *val)
+{
+	ctl_err(CMD, "--%s: unknown value \"%s\"", optname, val);
+	return CTL_EXIT_USAGE;
+}
+
+/* Not an option of the compaction's params (param_opt). */
+#define NOT_A_PARAM (-1000)
+
+/* An option that sets o->params: 0, an exit status, or NOT_A_PARAM. */
+static int param_opt(int c, const char *optname, struct opts *o)
+{
+	int r, i;
+
+	switch (c) {
+	case OPT_POLICY:
+		if ((i = ctl_parse_choice(optarg, policy_opts)) < 0)
+			return bad_choice(optname, optarg);
+		o->params.policy = policy_vals[i];
+		return 0;
+	case OPT_POOLING:
+		if ((i = ctl_parse_choice(optarg, pooling_opts)) < 0)
+			return bad_choice(optname, optarg);
+		o->params.pooling = pooling_vals[i];
+		return 0;
+	case OPT_GQA:
+		if ((i = ctl_parse_choice(optarg, gqa_opts)) < 0)
+			return bad_choice(optname, optarg);
+		o->params.gqa = gqa_vals[i];
+		return 0;
+	case OPT_WINDOW:
+		if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.window)) < 0)
+			return bad_int("--window", optarg, r);
+		return 0;
+	case OPT_CAPACITY:
+		if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.capacity)) < 0)
+			return bad_int("--capacity", optarg, r);
+		return 0;
+	case OPT_KERNEL:
+		if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.kernel)) < 0)
+			return bad_int("--kernel", optarg, r);
+		return 0;
+	case OPT_SINKS:
+		if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.sinks)) < 0)
+			return bad_int("--sinks", optarg, r);
+		return 0;
+	case OPT_PROTECT:
+		return parse_protect(optarg, &o->params);
+	case OPT_BUDGET:
+		return ctl_parse_budget(CMD, optarg, &o->params);
+	case OPT_FALLBACK:
+		if (ctl_parse_float(optarg, &o->params.fallback_below) < 0) {
+			ctl_err(CMD, "--fallback-below: \"%s\" is not a number", optarg);
+			return CTL_EXIT_USAGE;
+		}
+		return 0;
+	default:
+		return NOT_A_PARAM;
+	}
+}
+
+/* The options that do not belong together, once all are read. */
+static int check_opts(const struct opts *o)
+{
+	if (o->offline && o->socket) {
+		ctl_err(CMD, "--offline and --socket exclude each other");
+		return CTL_EXIT_USAGE;
+	}
+	if (o->offline && o->group.key) {
+		ctl_err(CMD, "--group needs the daemon: snapkvd decides a group's members "
+			     "together (drop --offline)");
+		return CTL_EXIT_USAGE;
+	}
+	if (o->paged != (o->block_size != 0)) {
+		ctl_err(CMD, o->paged ? "--out-layout paged needs --block-size N"
+				      : "--block-size is for --out-layout paged");
+		return CTL_EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* An option getopt did not take: unknown, or missing its value. */
+static int bad_opt(char **argv)
+{
+	if (optopt && optopt < OPT_OFFLINE && optopt != '?')
+		ctl_err(CMD, "unknown option -%c (see --help)", optopt);
+	else if (optopt >= OPT_OFFLINE)
+		ctl_err(CMD, "option %s needs a value", argv[optind - 1]);
+	else
+		ctl_err(CMD, "unknown option %s (see --help)", argv[optind - 1]);
+	return CTL_EXIT_USAGE;
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	const char *optname;
-	int c, r, i;
+	int c, r;
 
 	skv_params_init(&o->params);
 	opterr = 0;
@@ -255,43 +349,18 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		for (const struct option *lo = long_opts; lo->name; lo++)
 			if (lo->val == c)
 				optname = lo->name;
+		r = param_opt(c, optname, o);
+		if (r != NOT_A_PARAM) {
+			if (r != 0)
+				return r;
+			continue;
+		}
 		switch (c) {
 		case OPT_OFFLINE:
 			o->offline = true;
 			break;
 		case OPT_SOCKET:
 			o->socket = optarg;
-			break;
-		case OPT_POLICY:
-			if ((i = ctl_parse_choice(optarg, policy_opts)) < 0)
-				goto bad_choice;
-			o->params.policy = policy_vals[i];
-			break;
-		case OPT_POOLING:
-			if ((i = ctl_parse_choice(optarg, pooling_opts)) < 0)
-				goto bad_choice;
-			o->params.pooling = pooling_vals[i];
-			break;
-		case OPT_GQA:
-			if ((i = ctl_parse_choice(optarg, gqa_opts)) < 0)
-				goto bad_choice;
-			o->params.gqa = gqa_vals[i];
-			break;
-		case OPT_WINDOW:
-			if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.window)) < 0)
-				return bad_int("--window", optarg, r);
-			break;
-		case OPT_CAPACITY:
-			if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.capacity)) < 0)
-				return bad_int("--capacity", optarg, r);
-			break;
-		case OPT_KERNEL:
-			if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.kernel)) < 0)
-				return bad_int("--kernel", optarg, r);
-			break;
-		case OPT_SINKS:
-			if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.sinks)) < 0)
-				return bad_int("--sinks", optarg, r);
 			break;
 		case OPT_THREADS: {
 			uint32_t t;
@@ -304,24 +373,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->show)) < 0)
 				return bad_int("--show", optarg, r);
 			break;
-		case OPT_PROTECT:
-			if ((r = parse_protect(optarg, &o->params)) != 0)
-				return r;
-			break;
-		case OPT_BUDGET:
-			if ((r = ctl_parse_budget(CMD, optarg, &o->params)) != 0)
-				return r;
-			break;
-		case OPT_FALLBACK:
-			if (ctl_parse_float(optarg, &o->params.fallback_below) < 0) {
-				ctl_err(CMD, "--fallback-below: \"%s\" is not a number", optarg);
-				return CTL_EXIT_USAGE;
-			}
-			break;
 		case OPT_OUT_LAYOUT:
-			optname = "out-layout";
 			if (strcmp(optarg, "hnd") && strcmp(optarg, "paged"))
-				goto bad_choice;
+				return bad_choice("out-layout", optarg);
 			o->paged = !strcmp(optarg, "paged");
 			break;
 		case OPT_BLOCK_SIZE:
@@ -339,21 +393,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'h':
 			usage(stdout);
 			return -1;
-		case ':':
-		case '?':
 		default:
-			if (optopt && optopt < OPT_OFFLINE && optopt != '?')
-				ctl_err(CMD, "unknown option -%c (see --help)", optopt);
-			else if (optopt >= OPT_OFFLINE)
-				ctl_err(CMD, "option %s needs a value", argv[optind - 1]);
-			else
-				ctl_err(CMD, "unknown option %s (see --help)", argv[optind - 1]);
-			return CTL_EXIT_USAGE;
+			return bad_opt(argv);
 		}
-		continue;
-	bad_choice:
-		ctl_err(CMD, "--%s: unknown value \"%s\"", optname, optarg);
-		return CTL_EXIT_USAGE;
 	}
 	if (argc - optind != 2) {
 		ctl_err(CMD, "expected IN and OUT, got %d operand%s (see --help)", argc - optind,
@@ -363,21 +405,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->in = argv[optind];
 	o->out = argv[optind + 1];
 	ctl_budget_defaults(&o->params);
-	if (o->offline && o->socket) {
-		ctl_err(CMD, "--offline and --socket exclude each other");
-		return CTL_EXIT_USAGE;
-	}
-	if (o->offline && o->group.key) {
-		ctl_err(CMD, "--group needs the daemon: snapkvd decides a group's members "
-			     "together (drop --offline)");
-		return CTL_EXIT_USAGE;
-	}
-	if (o->paged != (o->block_size != 0)) {
-		ctl_err(CMD, o->paged ? "--out-layout paged needs --block-size N"
-				      : "--block-size is for --out-layout paged");
-		return CTL_EXIT_USAGE;
-	}
-	return 0;
+	return check_opts(o);
 }
 
 /* ---- input discovery ---------------------------------------------------- */

@@ -31,19 +31,6 @@
 #include "snapkv.h"
 #include "snapkvctl.h"
 
-uint32_t ctl_daemon_timeout_ms(void)
-{
-	uint32_t ms;
-
-	/* main() refused a malformed value before any command ran */
-	return skv_io_timeout_env(&ms) < 0 ? SKV_IO_DEFAULT_TIMEOUT_MS : ms;
-}
-
-uint64_t ctl_daemon_deadline(void)
-{
-	return skv_io_deadline(ctl_daemon_timeout_ms());
-}
-
 /* One admin question (ctl-admin.c); the reason of a failure on stderr. */
 /* Move the caches of page `more` to the end of reply r (more keeps none). */
 static int append_page(Snapkv__V1__AdminReply *r, Snapkv__V1__AdminReply *more)
@@ -683,118 +670,82 @@ static int client_at(const char *path, void *arg)
 	return skv_client_connect(path, ca->opts, &ca->c);
 }
 
-int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_shape *shape,
-		       const struct skv_params *params, uint32_t n_layers,
-		       const struct skv_layer_in *in, const struct skv_layer_out *out,
-		       struct ctl_group *group, struct skv_budget_result *outcome, char *err,
-		       size_t errlen)
+/* Where each layer's q (if any), k and v lie in the one input buffer, each
+ * dense HND and 64-byte aligned: off[3 * l + 0..2]; the buffer's size. */
+static size_t input_offsets(const struct skv_shape *shape, uint32_t n_layers,
+			    const struct skv_layer_in *in, size_t *off)
 {
-	struct skv_client_opts opts = {.opts_size = sizeof(opts), .name = "snapkvctl-compact"};
-	struct skv_client *c = NULL;
-	struct skv_buffer *b = NULL;
-	struct skv_cache *k = NULL;
-	struct skv_request *rq = NULL;
-	struct skv_layer_ref *lr = NULL;
-	uint64_t dl = ctl_daemon_deadline();
-	struct skv_compact_desc d;
 	uint32_t D = shape->head_dim, L = shape->prompt_len, nq = shape->n_q;
-	size_t total = 0, *qo, *ko, *vo;
-	int r;
+	size_t total = 0;
 
-	qo = calloc((size_t)n_layers * 3, sizeof(size_t));
-	lr = calloc(n_layers, sizeof(*lr));
-	if (!qo || !lr) {
-		r = -ENOMEM;
-		snprintf(err, errlen, "out of memory");
-		goto out;
-	}
-	ko = qo + n_layers;
-	vo = ko + n_layers;
-	/* one buffer: per layer q (if any), k, v, each dense HND, 64-byte aligned */
 	for (uint32_t l = 0; l < n_layers; l++) {
-		size_t qb = nq ? (size_t)shape->h_q * nq * D * skv_dtype_size(in[l].q.dtype) : 0;
-		size_t kb = (size_t)shape->h_kv * L * D * skv_dtype_size(in[l].k.dtype);
-		size_t vb = (size_t)shape->h_kv * L * D * skv_dtype_size(in[l].v.dtype);
+		size_t b[3] = {
+		    nq ? (size_t)shape->h_q * nq * D * skv_dtype_size(in[l].q.dtype) : 0,
+		    (size_t)shape->h_kv * L * D * skv_dtype_size(in[l].k.dtype),
+		    (size_t)shape->h_kv * L * D * skv_dtype_size(in[l].v.dtype),
+		};
 
-		qo[l] = total;
-		total += (qb + 63) & ~(size_t)63;
-		ko[l] = total;
-		total += (kb + 63) & ~(size_t)63;
-		vo[l] = total;
-		total += (vb + 63) & ~(size_t)63;
+		for (int t = 0; t < 3; t++) {
+			off[3 * l + t] = total;
+			total += (b[t] + 63) & ~(size_t)63;
+		}
 	}
+	return total;
+}
+
+/* A libsnapkv session with the daemon at socket_path (NULL: the search),
+ * the path that answered in used. 0 or -errno with the reason in err. */
+static int connect_daemon(const char *socket_path, char *used, struct skv_client **ret, char *err,
+			  size_t errlen)
+{
+	static const struct skv_client_opts opts = {.opts_size = sizeof(opts),
+						    .name = "snapkvctl-compact"};
 	struct client_at ca = {.opts = &opts};
 	struct skv_socket_search search;
 	unsigned at = 0;
+	int r;
 
 	r = skv_socket_search_init(&search, socket_path, "--socket");
 	if (r == 0)
 		r = skv_socket_search_run(&search, client_at, &ca, &at);
 	if (r < 0) {
-		ctl_daemon_unreachable(&search, r, err, errlen);
-		goto out;
+		ctl_admin_unreachable(&search, r, err, errlen);
+		return r;
 	}
-	c = ca.c;
 	snprintf(used, SKV_SOCKET_PATH_MAX, "%s", search.c[at].path);
-	r = skv_buffer_alloc(c, total ? total : 64, &b);
-	if (r < 0) {
-		snprintf(err, errlen, "register buffer: %s", skv_client_error(c));
-		goto out;
-	}
+	*ret = ca.c;
+	return 0;
+}
+
+/* The inputs copied into b at off (input_offsets), and the layer refs. */
+static void pack_inputs(struct skv_buffer *b, const struct skv_shape *shape, uint32_t n_layers,
+			const struct skv_layer_in *in, const size_t *off, struct skv_layer_ref *lr)
+{
+	uint32_t D = shape->head_dim, L = shape->prompt_len, nq = shape->n_q;
+	uint8_t *base = skv_buffer_data(b);
+
 	for (uint32_t l = 0; l < n_layers; l++) {
-		uint8_t *base = skv_buffer_data(b);
+		const size_t *o = off + 3 * l;
 
 		if (nq)
-			pack_tensor(base + qo[l], &in[l].q, shape->h_q, nq, D);
-		pack_tensor(base + ko[l], &in[l].k, shape->h_kv, L, D);
-		pack_tensor(base + vo[l], &in[l].v, shape->h_kv, L, D);
-		lr[l].q =
-		    (struct skv_tensor_ref){b, qo[l], in[l].q.dtype, (int64_t)nq * D, D, 0, 0};
-		lr[l].k = (struct skv_tensor_ref){b, ko[l], in[l].k.dtype, (int64_t)L * D, D, 0, 0};
-		lr[l].v = (struct skv_tensor_ref){b, vo[l], in[l].v.dtype, (int64_t)L * D, D, 0, 0};
+			pack_tensor(base + o[0], &in[l].q, shape->h_q, nq, D);
+		pack_tensor(base + o[1], &in[l].k, shape->h_kv, L, D);
+		pack_tensor(base + o[2], &in[l].v, shape->h_kv, L, D);
+		lr[l].q = (struct skv_tensor_ref){b, o[0], in[l].q.dtype, (int64_t)nq * D, D, 0, 0};
+		lr[l].k = (struct skv_tensor_ref){b, o[1], in[l].k.dtype, (int64_t)L * D, D, 0, 0};
+		lr[l].v = (struct skv_tensor_ref){b, o[2], in[l].v.dtype, (int64_t)L * D, D, 0, 0};
 	}
-	memset(&d, 0, sizeof(d));
-	d.desc_size = sizeof(d);
-	d.shape = *shape;
-	d.layers = n_layers;
-	d.params = *params;
-	d.layer = lr;
-	d.out_layout = SKV_LAYOUT_HND;
-	if (out[0].k.block_table) { /* --out-layout paged: the daemon's arena blocks */
-		d.out_layout = SKV_LAYOUT_PAGED;
-		d.out_block_size = out[0].k.block_size;
-	}
-	if (group && group->key) {
-		d.group_key = group->key;
-		d.group_size = group->size;
-		d.group_timeout_ms = group->timeout_ms;
-		if (dl && group->timeout_ms)
-			dl += (uint64_t)group->timeout_ms * 1000000u;
-	}
-	/* not skv_client_compact: --timeout bounds the compaction's wait too */
-	r = skv_compact_submit(c, &d, &rq);
-	if (r == 0) {
-		int ms = skv_io_poll_ms(dl);
+}
 
-		r = skv_request_wait(rq, ms, &k);
-		if (r == -ETIMEDOUT) {
-			/* the daemon keeps it until our session ends, which is now */
-			skv_request_abandon(rq);
-			snprintf(err, errlen, "snapkvd did not finish the compaction within %u ms",
-				 ctl_daemon_timeout_ms() +
-				     (group && group->key ? group->timeout_ms : 0));
-			goto out;
-		}
-	}
-	if (r < 0) {
-		snprintf(err, errlen, "%s", skv_client_error(c));
-		goto out;
-	}
-	/* copy the compact cache into the caller's output views, each head's
-	 * own count (budget modes), and the outcome */
+/* The compact cache into the caller's output views, each head's own count
+ * (budget modes), and the outcome. */
+static void copy_out(struct skv_cache *k, uint32_t n_layers, const struct skv_layer_out *out,
+		     struct ctl_group *group, struct skv_budget_result *outcome)
+{
 	const struct skv_cache_info *ci = skv_cache_info(k);
 	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
-	size_t row = (size_t)D * skv_dtype_size(ci->dtype);
+	size_t row = (size_t)ci->head_dim * skv_dtype_size(ci->dtype);
+
 	for (uint32_t l = 0; l < n_layers; l++)
 		for (uint32_t h = 0; h < ci->h_store; h++) {
 			uint32_t kh = skv_cache_head_kept(k, l, h);
@@ -820,12 +771,92 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 		group->decided_size = cb.group_size;
 		group->wait_us = cb.group_wait_us;
 	}
-	r = 0;
+}
+
+/* Submit d and wait by dl (the --timeout deadline, plus the group's):
+ * 0 and *ret, or -errno with the reason in err. */
+static int compact_wait(struct skv_client *c, const struct skv_compact_desc *d, uint64_t dl,
+			const struct ctl_group *group, struct skv_cache **ret, char *err,
+			size_t errlen)
+{
+	struct skv_request *rq = NULL;
+	/* not skv_client_compact: --timeout bounds the compaction's wait too */
+	int r = skv_compact_submit(c, d, &rq);
+
+	if (r == 0) {
+		r = skv_request_wait(rq, skv_io_poll_ms(dl), ret);
+		if (r == -ETIMEDOUT) {
+			/* the daemon keeps it until our session ends, which is now */
+			skv_request_abandon(rq);
+			snprintf(err, errlen, "snapkvd did not finish the compaction within %u ms",
+				 ctl_admin_timeout_ms() +
+				     (group && group->key ? group->timeout_ms : 0));
+			return r;
+		}
+	}
+	if (r < 0)
+		snprintf(err, errlen, "%s", skv_client_error(c));
+	return r;
+}
+
+int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_shape *shape,
+		       const struct skv_params *params, uint32_t n_layers,
+		       const struct skv_layer_in *in, const struct skv_layer_out *out,
+		       struct ctl_group *group, struct skv_budget_result *outcome, char *err,
+		       size_t errlen)
+{
+	struct skv_client *c = NULL;
+	struct skv_buffer *b = NULL;
+	struct skv_cache *k = NULL;
+	struct skv_layer_ref *lr = NULL;
+	uint64_t dl = ctl_admin_deadline();
+	struct skv_compact_desc d;
+	size_t total, *off;
+	int r;
+
+	off = calloc((size_t)n_layers * 3, sizeof(size_t));
+	lr = calloc(n_layers, sizeof(*lr));
+	if (!off || !lr) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	total = input_offsets(shape, n_layers, in, off);
+	r = connect_daemon(socket_path, used, &c, err, errlen);
+	if (r < 0)
+		goto out;
+	r = skv_buffer_alloc(c, total ? total : 64, &b);
+	if (r < 0) {
+		snprintf(err, errlen, "register buffer: %s", skv_client_error(c));
+		goto out;
+	}
+	pack_inputs(b, shape, n_layers, in, off, lr);
+	memset(&d, 0, sizeof(d));
+	d.desc_size = sizeof(d);
+	d.shape = *shape;
+	d.layers = n_layers;
+	d.params = *params;
+	d.layer = lr;
+	d.out_layout = SKV_LAYOUT_HND;
+	if (out[0].k.block_table) { /* --out-layout paged: the daemon's arena blocks */
+		d.out_layout = SKV_LAYOUT_PAGED;
+		d.out_block_size = out[0].k.block_size;
+	}
+	if (group && group->key) {
+		d.group_key = group->key;
+		d.group_size = group->size;
+		d.group_timeout_ms = group->timeout_ms;
+		if (dl && group->timeout_ms)
+			dl += (uint64_t)group->timeout_ms * 1000000u;
+	}
+	r = compact_wait(c, &d, dl, group, &k, err, errlen);
+	if (r == 0)
+		copy_out(k, n_layers, out, group, outcome);
 out:
 	skv_cache_release(k);
 	skv_buffer_free(b);
 	skv_client_close(c);
-	free(qo);
+	free(off);
 	free(lr);
 	return r;
 }

@@ -16,15 +16,6 @@ int ctl_caches(int argc, char **argv);
 int ctl_ledger(int argc, char **argv);
 int ctl_metrics(int argc, char **argv);
 
-/*
- * The deadline (proto/skv-io.h: CLOCK_MONOTONIC ns, 0 for none) of one
- * exchange with the daemon starting now: --timeout MS, which main() passes
- * on as $SNAPKV_TIMEOUT_MS (checked there), else libsnapkv's default.
- */
-uint64_t ctl_daemon_deadline(void);
-/* The same as milliseconds (0: none), for messages. */
-uint32_t ctl_daemon_timeout_ms(void);
-
 /* --group KEY:SIZE[:TIMEOUT_MS] of `snapkvctl compact` (key NULL: none),
  * and what the daemon said of the decision. */
 struct ctl_group {

@@ -7,8 +7,11 @@
  * and then goes silent. Each call must return -ETIMEDOUT within a generous
  * bound (10x the deadline; the times are printed), leak no fds, and leave
  * the client failing with -ENOTCONN where a late reply could desynchronise
- * the socket. Also the deadline helpers of proto/skv-io.h on a socketpair,
- * and snapkvctl --timeout.
+ * the socket. A submit that only the caller's own waits could make room
+ * for fails at once instead of waiting out the deadline, and params sized
+ * before the budget modes but given a mode are refused before anything is
+ * sent. Also the deadline helpers of proto/skv-io.h on a socketpair, and
+ * snapkvctl --timeout.
  *
  * Each fake runs in a forked child (so the test's own fd count is the
  * client's alone) and is killed at the end of its test.
@@ -16,6 +19,7 @@
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -528,6 +532,126 @@ static void test_stale_request(void)
 	CU_ASSERT_EQUAL(count_fds(), fds0);
 }
 
+/* The fake's ring has 8 slots and the fake never takes a request. */
+#define FAKE_SLOTS 8
+
+struct waiter {
+	struct skv_request *rq;
+	int r;
+};
+
+static void *wait_thread(void *arg)
+{
+	struct waiter *w = arg;
+	struct skv_cache *k = NULL;
+
+	w->r = skv_request_wait(w->rq, 2000, &k);
+	return NULL;
+}
+
+static void test_own_slots(void)
+{
+	struct fake f;
+	struct skv_client *c = NULL;
+	struct skv_client_opts o = opts_ms(3000);
+	struct skv_request *rq[FAKE_SLOTS], *extra = NULL;
+	struct skv_compact_desc d = {.desc_size = sizeof(d)};
+	struct skv_layer_ref lr;
+	struct waiter w;
+	pthread_t t;
+	double t0;
+
+	CU_ASSERT_EQUAL_FATAL(fake_start(&f, FAKE_WELCOME), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_client_connect(f.sock, &o, &c), 0);
+	for (int i = 0; i < FAKE_SLOTS; i++) {
+		rq[i] = submit_one(c);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(rq[i]);
+	}
+	/* every slot is this thread's and none was waited for: only this
+	 * thread could make room, so the next submit fails at once */
+	d.shape =
+	    (struct skv_shape){.h_q = 1, .h_kv = 1, .head_dim = 8, .prompt_len = 64, .n_q = 8};
+	d.layers = 1;
+	skv_client_params_init(&d.params);
+	d.params.window = 8;
+	d.params.capacity = 16;
+	lr.k = lr.v = lr.q = (struct skv_tensor_ref){.dtype = SKV_DTYPE_F32, .token_stride = 8};
+	d.layer = &lr;
+	t0 = now_ms();
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &extra), -EDEADLK);
+	CU_ASSERT(now_ms() - t0 < 1000);
+	printf("\n  submit with %d own unreaped requests: %.1f ms (%s)\n", FAKE_SLOTS,
+	       now_ms() - t0, skv_client_error(c));
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "ring slots"));
+	CU_ASSERT_PTR_NULL(extra);
+	CU_ASSERT_EQUAL(skv_client_nop(c), -EDEADLK);
+
+	/* another thread waiting on one of them may free a slot: the submit
+	 * waits while it does (here it times out, and then nothing can) */
+	w.rq = rq[0];
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, wait_thread, &w), 0);
+	sleep_ms(300);
+	t0 = now_ms();
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &extra), -EDEADLK);
+	CU_ASSERT(now_ms() - t0 > 1000);
+	pthread_join(t, NULL);
+	CU_ASSERT_EQUAL(w.r, -ETIMEDOUT);
+
+	/* one given up on: its completion would free its slot, so the submit
+	 * waits for it, up to the deadline */
+	skv_request_abandon(rq[FAKE_SLOTS - 1]);
+	CU_ASSERT_EQUAL(skv_client_set_timeout(c, DL_MS), 0);
+	t0 = now_ms();
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &extra), -ETIMEDOUT);
+	check_elapsed("submit with an abandoned request in the ring", t0, DL_MS);
+	for (int i = 0; i < FAKE_SLOTS - 1; i++)
+		skv_request_abandon(rq[i]);
+	skv_client_close(c);
+	fake_stop(&f);
+}
+
+static void test_params_size(void)
+{
+	struct fake f;
+	struct skv_client *c = NULL;
+	struct skv_client_opts o = opts_ms((int32_t)DL_MS);
+	struct skv_layer_ref lr = {.k = {.dtype = SKV_DTYPE_F32, .token_stride = 8},
+				   .v = {.dtype = SKV_DTYPE_F32, .token_stride = 8}};
+	struct skv_compact_desc d = {.desc_size = sizeof(d)};
+	struct skv_request *rq = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(fake_start(&f, FAKE_WELCOME), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_client_connect(f.sock, &o, &c), 0);
+	d.shape =
+	    (struct skv_shape){.h_q = 1, .h_kv = 1, .head_dim = 8, .prompt_len = 64, .n_q = 0};
+	d.layers = 1;
+	d.layer = &lr;
+	skv_client_params_init(&d.params); /* params_size: before the modes */
+	CU_ASSERT_EQUAL(d.params.params_size, SKV_PARAMS_SIZE_V1);
+	d.params.budget_mode = SKV_BUDGET_MASS;
+	d.params.tau = 0.9f;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), -EINVAL);
+	CU_ASSERT_PTR_NULL(rq);
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "params_size"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "skv_params_init"));
+	d.params.budget_mode = SKV_BUDGET_UNIFORM;
+	d.params.fallback_below = 0.5f;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), -EINVAL);
+	CU_ASSERT_PTR_NULL(rq);
+	/* a later field that uniform never reads is no request for a mode */
+	d.params.fallback_below = 0.0f;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), 0);
+	skv_request_abandon(rq);
+	rq = NULL;
+	/* the full size carries the mode */
+	d.params.params_size = sizeof(d.params);
+	d.params.budget_mode = SKV_BUDGET_MASS;
+	CU_ASSERT_EQUAL(skv_compact_submit(c, &d, &rq), 0);
+	skv_request_abandon(rq);
+	skv_client_close(c);
+	fake_stop(&f);
+}
+
 static void test_snapkvctl(void)
 {
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
@@ -595,6 +719,8 @@ int main(void)
 	CU_add_test(s, "a session that hangs: ring and socket calls, then -ENOTCONN",
 		    test_hung_session);
 	CU_add_test(s, "a request of a session replaced by reconnect", test_stale_request);
+	CU_add_test(s, "a submit only the caller's own waits could make room for", test_own_slots);
+	CU_add_test(s, "params sized before the budget modes, given a mode", test_params_size);
 	CU_add_test(s, "snapkvctl --timeout", test_snapkvctl);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
