@@ -13,7 +13,6 @@
 
 #include "snapkvd-job.h"
 
-
 enum group_state { GROUP_OPEN, GROUP_DECIDED, GROUP_FAILED };
 
 struct snapkvd_group {
@@ -29,6 +28,8 @@ struct snapkvd_group {
 	struct skv_params params;
 	uint32_t layers;
 	bool paged;
+	enum skv_dtype k_dtype, v_dtype;
+	int pressure_level; /* every member is scaled at this level */
 	uint64_t deadline_ns, first_arrival_ns;
 	enum group_state state;
 	int fail_status;
@@ -101,6 +102,11 @@ static int same_member(const struct snapkvd_group *a, const struct snapkvd_job *
 	if (a->paged != b->paged)
 		return snprintf(err, errlen, "out_layout differs from the group's (paged or not)"),
 		       -EINVAL;
+	if (a->k_dtype != b->in[0].k.dtype || a->v_dtype != b->in[0].v.dtype)
+		return snprintf(err, errlen, "K/V dtype %s/%s differs from the group's %s/%s",
+				skv_dtype_name(b->in[0].k.dtype), skv_dtype_name(b->in[0].v.dtype),
+				skv_dtype_name(a->k_dtype), skv_dtype_name(a->v_dtype)),
+		       -EINVAL;
 	if (ap->budget_mode != bp->budget_mode)
 		return snprintf(err, errlen, "budget mode %s differs from the group's %s",
 				skv_budget_name(bp->budget_mode), skv_budget_name(ap->budget_mode)),
@@ -136,12 +142,28 @@ static int same_member(const struct snapkvd_group *a, const struct snapkvd_job *
 }
 #undef SAME
 
-static struct snapkvd_group *find_open(struct snapkvd_groups *g, const char *key)
+/* Keys are per tenant: two tenants' groups of one key are two groups. */
+static struct snapkvd_group *find_open(struct snapkvd_groups *g, uint32_t uid, const char *key)
 {
 	for (struct snapkvd_group *grp = g->open; grp; grp = grp->next)
-		if (!strcmp(grp->key, key))
+		if (grp->uid == uid && !strcmp(grp->key, key))
 			return grp;
 	return NULL;
+}
+
+int snapkvd_groups_level(struct snapkvd_groups *g, uint32_t uid, const char *key, int *ret_level)
+{
+	struct snapkvd_group *grp;
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&g->mu);
+	grp = find_open(g, uid, key);
+	if (grp) {
+		*ret_level = grp->pressure_level;
+		r = 0;
+	}
+	pthread_mutex_unlock(&g->mu);
+	return r;
 }
 
 static unsigned tenant_open(struct snapkvd_groups *g, uint32_t uid)
@@ -170,6 +192,9 @@ static int group_create(struct snapkvd_groups *g, const struct snapkvd_job *j, u
 	grp->params = j->params;
 	grp->layers = j->layers;
 	grp->paged = j->paged;
+	grp->k_dtype = j->in[0].k.dtype;
+	grp->v_dtype = j->in[0].v.dtype;
+	grp->pressure_level = j->pressure_level;
 	grp->deadline_ns = now_ns + (uint64_t)j->group_timeout_ms * 1000000ull;
 	grp->next = g->open;
 	g->open = grp;
@@ -181,7 +206,7 @@ static int group_create(struct snapkvd_groups *g, const struct snapkvd_job *j, u
 static int join_locked(struct snapkvd_groups *g, struct snapkvd_job *j, uint32_t uid,
 		       unsigned max_tenant_groups, uint64_t now_ns, char *err, size_t errlen)
 {
-	struct snapkvd_group *grp = find_open(g, j->group_key);
+	struct snapkvd_group *grp = find_open(g, uid, j->group_key);
 	int r;
 
 	if (!grp) {
@@ -195,10 +220,6 @@ static int join_locked(struct snapkvd_groups *g, struct snapkvd_job *j, uint32_t
 		r = group_create(g, j, uid, now_ns, &grp);
 		if (r < 0)
 			return snprintf(err, errlen, "out of memory for a decision group"), r;
-	} else if (grp->uid != uid) {
-		snprintf(err, errlen, "decision group '%s' belongs to another tenant",
-			 j->group_key);
-		return -EPERM;
 	} else if (grp->size != j->group_size) {
 		snprintf(err, errlen,
 			 "decision group '%s': group_size %u differs from the group's %u",
@@ -342,6 +363,15 @@ static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkv
 		grp->first_arrival_ns = now_ns;
 	grp->parked[grp->arrived++] = j;
 	g->st.parked++;
+	/* a member whose session ended fails the group now, not at the next
+	 * sweep: a group is never decided with a dead member */
+	for (unsigned i = 0; i < grp->arrived; i++)
+		if (snapkvd_job_cancelled(grp->parked[i])) {
+			snprintf(grp->fail_msg, sizeof(grp->fail_msg),
+				 "decision group '%s': a member's session ended; nothing kept",
+				 grp->key);
+			return fail_group(g, grp, -ECANCELED, false);
+		}
 	if (grp->arrived < grp->size)
 		return NULL;
 	return decide(g, grp, now_ns);

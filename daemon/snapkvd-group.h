@@ -34,14 +34,14 @@ struct snapkvd_group;
 
 /* Counters for the metrics (all since start). */
 struct snapkvd_group_stats {
-	uint64_t decided;     /* groups decided */
-	uint64_t timeouts;    /* groups failed at their deadline */
-	uint64_t failed;      /* groups failed otherwise (a member's error or end) */
-	uint64_t fallbacks;   /* decided groups that fell back */
+	uint64_t decided;   /* groups decided */
+	uint64_t timeouts;  /* groups failed at their deadline */
+	uint64_t failed;    /* groups failed otherwise (a member's error or end) */
+	uint64_t fallbacks; /* decided groups that fell back */
 	/* decided groups: first scored member to the last, seconds */
 	struct snapkvd_histogram wait;
-	unsigned pending;     /* groups not decided yet */
-	unsigned parked;      /* jobs parked in them */
+	unsigned pending; /* groups not decided yet */
+	unsigned parked;  /* jobs parked in them */
 };
 /* The upper bounds of wait_le, in ms. */
 #define SNAPKVD_GROUP_WAIT_LE_MS                                                                   \
@@ -56,14 +56,22 @@ void snapkvd_groups_free(struct snapkvd_groups *g);
 
 /*
  * Job j (validated and admitted, j->group_key/_size/_timeout_ms set) joins
- * the group of its key, created when none is pending: the same tenant, size,
- * shape and parameters as the members before it, at most group_size members,
+ * its tenant's group of that key (keys are per tenant: another uid's group
+ * of the same key is another group), created when none is pending: the same
+ * size, shape, K/V dtypes and parameters (scaled at the group's pressure
+ * level) as the members before it, at most group_size members,
  * at most max_tenant_groups pending groups of one uid. 0, or -errno with the
  * reason (naming the field or limit) in err; nothing changed then.
  */
 int snapkvd_groups_join(struct snapkvd_groups *g, struct snapkvd_job *j, uint32_t uid,
 			unsigned max_tenant_groups, uint64_t now_ns, char *err, size_t errlen);
 
+/*
+ * The pressure level the open group of (uid, key) was created at, into
+ * *ret_level: a later member is scaled at it, so all agree. 0, or -ENOENT
+ * when no such group is open (the member will create it). Loop thread.
+ */
+int snapkvd_groups_level(struct snapkvd_groups *g, uint32_t uid, const char *key, int *ret_level);
 /*
  * Job j has run its first step (j->status says how). Returns the jobs this
  * releases, linked by ->next: none while the group waits for others; every

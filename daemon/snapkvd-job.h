@@ -52,7 +52,8 @@ struct snapkvd_job {
 	struct snapkvd_cache *cache;	/* filled in; becomes visible on success */
 	struct snapkvd_cache_geom geom; /* of its region */
 	bool scaled;			/* C was scaled down for pressure */
-	int32_t *block_table;		/* private copy, n_block_table entries */
+	int pressure_level;   /* the level C was scaled at (a group's: its first member's) */
+	int32_t *block_table; /* private copy, n_block_table entries */
 	uint32_t n_block_table;
 	/* out_layout PAGED (snapkvd-paged.c): slots per block; the output
 	 * block table (arena: 0 .. n-1; writeback: the engine's, a private
@@ -80,7 +81,7 @@ struct snapkvd_job {
 	 * request; `group` once joined (admission). A member runs in two steps:
 	 * the first (skv_compact_begin, `pending` holds its state) and, once
 	 * the group has decided (`decided`, C* and the fallback for all), the
-	 * second. No pressure scaling: members must agree on their budgets */
+	 * second. */
 	char group_key[SNAPKVD_GROUP_KEY_MAX + 1];
 	uint32_t group_size, group_timeout_ms;
 	struct snapkvd_group *group;

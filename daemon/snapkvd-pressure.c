@@ -536,17 +536,24 @@ uint64_t snapkvd_pressure_transitions_total(const struct snapkvd_pressure *p)
 	return p->transitions_total;
 }
 
-uint32_t snapkvd_pressure_scale_capacity(const struct snapkvd_pressure *p, uint32_t capacity,
-					 uint32_t window, int *ret_scaled)
+uint32_t snapkvd_pressure_scale_capacity_at(const struct snapkvd_pressure *p,
+					    enum snapkvd_pressure_level level, uint32_t capacity,
+					    uint32_t window, int *ret_scaled)
 {
 	uint32_t c = capacity;
 
-	if (p->level != SNAPKVD_PRESSURE_NORMAL &&
+	if (level != SNAPKVD_PRESSURE_NORMAL &&
 	    snapkvd_pressure_action_enabled(p, SNAPKVD_ACTION_SCALE))
-		c = scale_cap(level_scale(&p->cfg, p->level), capacity, window);
+		c = scale_cap(level_scale(&p->cfg, level), capacity, window);
 	if (ret_scaled)
 		*ret_scaled = c != capacity;
 	return c;
+}
+
+uint32_t snapkvd_pressure_scale_capacity(const struct snapkvd_pressure *p, uint32_t capacity,
+					 uint32_t window, int *ret_scaled)
+{
+	return snapkvd_pressure_scale_capacity_at(p, p->level, capacity, window, ret_scaled);
 }
 
 int snapkvd_pressure_admit(const struct snapkvd_pressure *p, uint64_t tenant_used, uint64_t request,

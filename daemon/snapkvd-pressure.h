@@ -155,6 +155,11 @@ uint64_t snapkvd_pressure_transitions_total(const struct snapkvd_pressure *p);
  */
 uint32_t snapkvd_pressure_scale_capacity(const struct snapkvd_pressure *p, uint32_t capacity,
 					 uint32_t window, int *ret_scaled);
+/* The same at a given level rather than the current one: the members of a
+ * decision group are all scaled at the level its first member saw. */
+uint32_t snapkvd_pressure_scale_capacity_at(const struct snapkvd_pressure *p,
+					    enum snapkvd_pressure_level level, uint32_t capacity,
+					    uint32_t window, int *ret_scaled);
 
 /*
  * Admission of a new compaction needing `request` bytes for a tenant that

@@ -15,6 +15,7 @@
 #include "proto/skv-frame.h"
 #include "snapkvd-buffer.h"
 #include "snapkvd-config.h"
+#include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
@@ -306,7 +307,8 @@ static void scale_budgets(struct skv_params *p, double f, uint32_t keep)
  * below what the policy keeps unconditionally plus one slot, and a budget
  * mode's own budgets with it (scale_budgets). Reads the level only;
  * admission counts a scaled request. */
-static void scale_capacity(const struct snapkvd_policy *ops, struct skv_params *p, bool *ret_scaled)
+static void scale_capacity(const struct snapkvd_policy *ops, enum snapkvd_pressure_level level,
+			   struct skv_params *p, bool *ret_scaled)
 {
 	uint64_t keep = p->policy == SKV_POLICY_STREAMINGLLM ? p->sinks
 			: p->policy == SKV_POLICY_WINDOW     ? 0
@@ -319,8 +321,8 @@ static void scale_capacity(const struct snapkvd_policy *ops, struct skv_params *
 	if (keep < UINT32_MAX) {
 		uint32_t asked = p->capacity;
 
-		p->capacity = snapkvd_pressure_scale_capacity(ops->pressure, p->capacity,
-							      (uint32_t)keep, &scaled);
+		p->capacity = snapkvd_pressure_scale_capacity_at(ops->pressure, level, p->capacity,
+								 (uint32_t)keep, &scaled);
 		if (scaled && asked)
 			scale_budgets(p, (double)p->capacity / asked, (uint32_t)keep);
 	}
@@ -740,7 +742,7 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 	c->slots = slots;
 	c->budget = j->params.capacity;
 	c->evictable = req->evictable;
-	c->pressure_level = (int)snapkvd_pressure_level(env->ops->pressure);
+	c->pressure_level = (int)j->pressure_level;
 	if (budgeted(&j->params)) {
 		c->budgeted = true;
 		c->budget_mode = j->params.budget_mode;
@@ -811,10 +813,14 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	if (r < 0)
 		goto fail;
 	requested_c = j->params.capacity;
-	/* members of a group would disagree if pressure scaled some of them */
-	scaled = false;
-	if (!j->group_size)
-		scale_capacity(env->ops, &j->params, &scaled);
+	/* pressure scales every request, a decision group's members alike: at
+	 * the level their open group was created at (they must agree), else
+	 * at today's */
+	j->pressure_level = (int)snapkvd_pressure_level(env->ops->pressure);
+	if (j->group_size && env->groups)
+		(void)snapkvd_groups_level(env->groups, env->uid, j->group_key, &j->pressure_level);
+	scale_capacity(env->ops, (enum snapkvd_pressure_level)j->pressure_level, &j->params,
+		       &scaled);
 	if ((r = check_plan(env, j, &plan, err, errlen)) ||
 	    (r = check_budget(j, req, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
 	    (r = resolve_layers(env, j, req, &odt, err, errlen)) ||

@@ -27,6 +27,9 @@ struct snapkvd_request_env {
 	const struct snapkvd_runner *runner;
 	unsigned threads;		  /* of the largest worker: the scratch bound */
 	const struct snapkvd_policy *ops; /* the pressure level: C scaling */
+	/* decision groups: a member is scaled at the level of its open group */
+	struct snapkvd_groups *groups;
+	uint32_t uid;
 };
 
 /*

@@ -1287,6 +1287,8 @@ static struct snapkvd_request_env request_env(struct snapkvd_session *s)
 	    .runner = srv->runner,
 	    .threads = snapkvd_compactor_threads(srv->compactor),
 	    .ops = &srv->policy,
+	    .groups = srv->groups,
+	    .uid = s->uid,
 	};
 }
 

@@ -706,6 +706,44 @@ static void test_pressure_scaling(void)
 	CU_ASSERT_EQUAL(cb.c_star, 60);
 	CU_ASSERT_EQUAL(skv_cache_info(k)->budget_scaled, 1);
 	skv_cache_release(k);
+	/* decision groups are scaled like any request (issue 24: a "group of
+	 * one" kept C 40 where a plain request got 20, and mass C* 88 for 44):
+	 * uniform as a group of one, mass as a group of two, both members alike */
+	params_base(&p, SKV_GQA_EXPAND);
+	desc_init(&d, &p, 0);
+	d.layer = lr;
+	d.group_key = "solo";
+	d.group_size = 1;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(c, &d, &k), 0);
+	printf("  group of one: scaled %d budget %u of %u\n", skv_cache_info(k)->budget_scaled,
+	       skv_cache_info(k)->budget, skv_cache_info(k)->requested_budget);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->budget_scaled, 1);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->budget, C / 2);
+	CU_ASSERT_EQUAL(skv_cache_head_kept(k, 0, 0), C / 2);
+	skv_cache_release(k);
+	params_base(&p, SKV_GQA_EXPAND);
+	p.budget_mode = SKV_BUDGET_MASS;
+	p.tau = 1.0f, p.c_min = 40, p.c_max = 120, p.c_step = 8;
+	desc_init(&d, &p, 0);
+	d.layer = lr;
+	d.group_key = "pair";
+	d.group_size = 2;
+	struct skv_request *r0 = NULL, *r1 = NULL;
+	struct skv_cache *k1 = NULL;
+	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(c, &d, &r0), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(c, &d, &r1), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_request_wait(r0, 30000, &k), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_request_wait(r1, 30000, &k1), 0);
+	for (int m = 0; m < 2; m++) {
+		struct skv_cache *km = m ? k1 : k;
+		skv_cache_budget(km, &cb);
+		printf("  group member %d: mass C* %u scaled %d\n", m, cb.c_star,
+		       skv_cache_info(km)->budget_scaled);
+		CU_ASSERT_EQUAL(cb.c_star, 60);
+		CU_ASSERT_EQUAL(skv_cache_info(km)->budget_scaled, 1);
+	}
+	skv_cache_release(k);
+	skv_cache_release(k1);
 	skv_cache_release(first);
 	skv_buffer_free(b);
 	skv_client_close(c);
