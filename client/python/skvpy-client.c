@@ -562,11 +562,15 @@ static PyMethodDef client_methods[] = {
      "(the daemon must run --backend cuda); writable: a writeback destination.\n"
      "Anything else raises ValueError."},
     {"compact", (PyCFunction)(void (*)(void))client_compact, METH_VARARGS | METH_KEYWORDS,
-     "compact(q, k, v, *, window=32, capacity=2048, kernel=5, pooling='avg', gqa='group',\n"
+     "compact(q, k, v, *, window=32, budget=2048, kernel=5, pooling='avg', gqa='group',\n"
      "        policy='snapkv', sinks=4, protect=(), decode_reserve=0, block_table=None,\n"
      "        out='arena', out_block_size=None, out_block_table=None, out_buffer=None,\n"
-     "        layout='hnd', out_layout='hnd', prompt_len=None, evictable=False) -> Cache\n"
-     "q, k, v: lists, one tensor per layer, views of registered storage."},
+     "        layout='hnd', out_layout='hnd', prompt_len=None, evictable=False,\n"
+     "        fallback_below=None, group=None) -> Cache\n"
+     "q, k, v: lists, one tensor per layer, views of registered storage.\n"
+     "budget: an int (uniform C, window included), a budget mode string ('heads:0.2',\n"
+     "'mass:0.9:64:512:32', ...), or (C, mode) for modes that read C. capacity=C is the\n"
+     "deprecated name of C (DeprecationWarning); Cache.capacity is the slot count."},
     {"submit", (PyCFunction)(void (*)(void))client_submit, METH_VARARGS | METH_KEYWORDS,
      "submit(...) -> Request: compact() without waiting."},
     {"stats", (PyCFunction)client_stats, METH_NOARGS, "stats() -> dict of session counters"},

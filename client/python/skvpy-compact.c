@@ -76,27 +76,75 @@ static int choice(PyObject *o, const char *name, const char *const *names, const
 	return -1;
 }
 
-/* budget='mass-heads:0.9' (snapkvctl's spelling, libskv's parser) and
- * fallback_below=F; the ranges are the daemon's (skv_plan) to judge. */
-static int parse_budget(const struct args *a, struct skv_params *p)
+/*
+ * budget=: an int is uniform C (the request as before the budget modes); a
+ * string is a mode in snapkvctl's spelling (libskv's parser), e.g.
+ * 'mass-heads:0.9'; (C, 'mode') gives both, for modes that read C (heads,
+ * pyramid, a mass ladder left out). capacity=C, the old name of C, is taken
+ * for one release with a DeprecationWarning (Cache.capacity is the slot
+ * count, not C). Into *ret_c (unchanged when C is not given) and *ret_mode
+ * (borrowed; NULL when none).
+ */
+static int budget_arg(const struct args *a, uint32_t *ret_c, PyObject **ret_mode)
+{
+	PyObject *b = a->budget && a->budget != Py_None ? a->budget : NULL, *c_obj = NULL;
+
+	*ret_mode = NULL;
+	if (b && PyTuple_Check(b)) {
+		if (PyTuple_GET_SIZE(b) != 2 || !PyLong_Check(PyTuple_GET_ITEM(b, 0)) ||
+		    !PyUnicode_Check(PyTuple_GET_ITEM(b, 1))) {
+			PyErr_SetString(PyExc_TypeError,
+					"budget must be an int (uniform C), a mode string, or "
+					"(C, mode string)");
+			return -1;
+		}
+		c_obj = PyTuple_GET_ITEM(b, 0);
+		*ret_mode = PyTuple_GET_ITEM(b, 1);
+	} else if (b && PyLong_Check(b)) {
+		c_obj = b;
+	} else if (b && PyUnicode_Check(b)) {
+		*ret_mode = b;
+	} else if (b) {
+		PyErr_Format(PyExc_TypeError,
+			     "budget must be an int (uniform C), a mode string, or (C, mode "
+			     "string), not %.100s",
+			     Py_TYPE(b)->tp_name);
+		return -1;
+	}
+	if (a->capacity && a->capacity != Py_None) {
+		if (c_obj) {
+			PyErr_SetString(PyExc_TypeError,
+					"budget C given twice: pass budget=C (capacity= is its "
+					"deprecated name)");
+			return -1;
+		}
+		if (PyErr_WarnEx(PyExc_DeprecationWarning,
+				 "capacity= is deprecated: pass budget=C (an int), or budget=(C, "
+				 "'mode') with a budget mode; Cache.capacity stays the slot count",
+				 1) < 0)
+			return -1;
+		c_obj = a->capacity;
+	}
+	return u32_arg(c_obj, "budget C", 1, 1u << 22, ret_c);
+}
+
+/* The budget mode (budget_arg's string) and fallback_below=F; the ranges are
+ * the daemon's (skv_plan) to judge. */
+static int parse_budget(const struct args *a, PyObject *mode, struct skv_params *p)
 {
 	struct skv_error e;
 	const char *s;
 
-	if ((!a->budget || a->budget == Py_None) &&
-	    (!a->fallback_below || a->fallback_below == Py_None))
+	if (!mode && (!a->fallback_below || a->fallback_below == Py_None))
 		return 0; /* today's request: params as before the budget modes */
 	/* the full struct, so that libsnapkv carries the mode to snapkvd */
 	struct skv_params full = SKV_PARAMS_DEFAULTS;
 	memcpy(&full, p, SKV_PARAMS_SIZE_V1);
 	full.params_size = sizeof(full);
 	*p = full;
-	if (a->budget && a->budget != Py_None) {
-		if (!PyUnicode_Check(a->budget) || !(s = PyUnicode_AsUTF8(a->budget))) {
-			PyErr_Clear();
-			PyErr_SetString(PyExc_TypeError, "budget must be a string");
+	if (mode) {
+		if (!(s = PyUnicode_AsUTF8(mode)))
 			return -1;
-		}
 		if (skv_budget_parse(s, p, &e) < 0) {
 			PyErr_Format(PyExc_ValueError, "budget: %s", e.msg);
 			return -1;
@@ -183,11 +231,12 @@ static int parse_params(const struct args *a, struct skv_params *p)
 	static const int pol_v[] = {SKV_POLICY_SNAPKV, SKV_POLICY_H2O, SKV_POLICY_STREAMINGLLM,
 				    SKV_POLICY_WINDOW};
 	int pooling = SKV_POOL_AVG, gqa = SKV_GQA_GROUP, policy = SKV_POLICY_SNAPKV;
+	PyObject *mode;
 
 	skv_client_params_init(p);
 	p->gqa = SKV_GQA_GROUP;
 	if (u32_arg(a->window, "window", 1, 1u << 22, &p->window) < 0 ||
-	    u32_arg(a->capacity, "capacity", 1, 1u << 22, &p->capacity) < 0 ||
+	    budget_arg(a, &p->budget, &mode) < 0 ||
 	    u32_arg(a->kernel, "kernel", 1, 255, &p->kernel) < 0 ||
 	    u32_arg(a->sinks, "sinks", 0, 1u << 22, &p->sinks) < 0 ||
 	    choice(a->pooling, "pooling", pool_n, pool_v, &pooling) < 0 ||
@@ -197,7 +246,7 @@ static int parse_params(const struct args *a, struct skv_params *p)
 	p->pooling = pooling;
 	p->gqa = gqa;
 	p->policy = policy;
-	if (parse_budget(a, p) < 0)
+	if (parse_budget(a, mode, p) < 0)
 		return -1;
 	if (!a->protect || a->protect == Py_None)
 		return 0;

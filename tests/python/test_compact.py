@@ -15,7 +15,7 @@ from skvtest import place, random_inputs, st_read, st_write
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SHAPE = dict(layers=3, h_q=8, h_kv=4, L=77, D=16, n_q=8)
-PARAMS = dict(window=8, capacity=24, kernel=5, pooling="avg", gqa="group")
+PARAMS = dict(window=8, budget=24, kernel=5, pooling="avg", gqa="group")
 
 
 def offline(tmp_path, q, k, v, extra=()):
@@ -181,7 +181,7 @@ def test_budget_modes_match_offline(client, tmp_path, spec):
     q, k, v = random_inputs(dtype=torch.float32, seed=21, **SHAPE)
     ref = offline(tmp_path, q, k, v, extra=("--budget", spec))
     qs, ks, vs, kw = place(client, q, k, v, "hnd")
-    with client.compact(qs, ks, vs, **PARAMS, **kw, budget=spec, decode_reserve=2) as c:
+    with client.compact(qs, ks, vs, **dict(PARAMS, budget=(24, spec)), **kw, decode_reserve=2) as c:
         b = c.budget_outcome
         assert b["mode"] == spec.split(":")[0] and b["fallback"] is False
         assert b["ragged"] == (spec.split(":")[0] in ("layers", "heads", "mass-heads"))
@@ -215,12 +215,12 @@ def test_budget_fallback_and_bad_budget(client):
     an out-of-range tau are refused before anything is sent."""
     q, k, v = random_inputs(dtype=torch.float32, seed=22, **SHAPE)
     qs, ks, vs, kw = place(client, q, k, v, "hnd")
-    with client.compact(qs, ks, vs, **PARAMS, **kw, budget="mass-heads:0.5:9:12",
+    with client.compact(qs, ks, vs, **dict(PARAMS, budget=(24, "mass-heads:0.5:9:12")), **kw,
                         fallback_below=0.999) as c:
         b = c.budget_outcome
         assert b["fallback"] is True and c.head_kept == [[77] * 4] * 3
         assert torch.equal(c.positions_head(1, 2)[:77], torch.arange(77, dtype=torch.int32))
     with pytest.raises(ValueError, match="budget: \"adaptive\" is not uniform"):
-        client.compact(qs, ks, vs, **PARAMS, **kw, budget="adaptive")
+        client.compact(qs, ks, vs, **dict(PARAMS, budget="adaptive"), **kw)
     with pytest.raises(OSError, match="tau = 1.5"):
-        client.compact(qs, ks, vs, **PARAMS, **kw, budget="mass:1.5")
+        client.compact(qs, ks, vs, **dict(PARAMS, budget=(24, "mass:1.5")), **kw)

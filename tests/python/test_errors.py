@@ -12,7 +12,7 @@ import torch
 from skvtest import place, random_inputs
 
 SHAPE = dict(layers=2, h_q=4, h_kv=2, L=40, D=8, n_q=8)
-P = dict(window=8, capacity=16)
+P = dict(window=8, budget=16)
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_register_refusals(client, daemon, snapkv, inputs):
 
 def test_daemon_errors_carry_errno(client, snapkv, inputs):
     qs, ks, vs, kw = inputs
-    cases = [dict(kernel=4), dict(window=41), dict(capacity=8), dict(window=4)]
+    cases = [dict(kernel=4), dict(window=41), dict(budget=8), dict(window=4)]
     for extra in cases:
         with pytest.raises(snapkv.Error) as e:
             client.compact(qs, ks, vs, **dict(P, **extra), **kw)
@@ -103,7 +103,8 @@ def bad_calls(client, qs, ks, vs, kw):
     yield lambda: client.compact(qs, [t.flip(1), ks[1]], vs, **P)
     yield lambda: client.compact(qs, [t[:, :20], ks[1]], vs, **P)
     yield lambda: client.compact([qs[0][:, :, :4], qs[1]], ks, vs, **P)
-    for k_, v_ in [("window", -1), ("window", 2**40), ("capacity", 0), ("capacity", "x"),
+    for k_, v_ in [("window", -1), ("window", 2**40), ("budget", 0), ("budget", "x"),
+                   ("capacity", 0),
                    ("kernel", 256), ("kernel", 1.5), ("sinks", -3), ("decode_reserve", -1),
                    ("decode_reserve", 10**30), ("pooling", "median"), ("pooling", 3),
                    ("gqa", "both"), ("policy", "lru"), ("policy", 7),

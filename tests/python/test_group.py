@@ -17,8 +17,8 @@ from conftest import BUILD
 from skvtest import place, random_inputs, st_write
 
 SHAPE = dict(layers=2, h_q=4, h_kv=2, L=96, D=16, n_q=8)
-PARAMS = dict(window=8, capacity=24, kernel=5, pooling="avg", gqa="group",
-              budget="mass:0.6:12:88:4")
+MASS = "mass:0.6:12:88:4"
+PARAMS = dict(window=8, budget=(24, MASS), kernel=5, pooling="avg", gqa="group")
 
 
 def member_inputs(client, seed, sharp):
@@ -97,7 +97,7 @@ def test_group_bad_arguments(client, group, exc, msg):
 def test_group_ragged_mode_refused(client, snapkv, daemon):
     """heads in a group: the daemon refuses it naming the mode, at once."""
     qs, ks, vs, kw = member_inputs(client, 41, 1.0)
-    params = dict(PARAMS, budget="heads")
+    params = dict(PARAMS, budget=(24, "heads"))
     with pytest.raises(snapkv.Error) as e:
         client.compact(qs, ks, vs, **params, **kw, group=("ragged", 2))
     assert e.value.errno == errno.EINVAL and "heads" in str(e.value)
@@ -115,7 +115,7 @@ def test_snapkvctl_group(daemon, tmp_path):
     C*, the larger of their own, in both files; --offline refuses --group."""
     ctl = os.path.join(BUILD, "snapkvctl")
     common = ["--socket", daemon.sock, "--window", "8", "--capacity", "24", "--gqa", "group",
-              "--budget", PARAMS["budget"]]
+              "--budget", MASS]
     ins = []
     for i, (seed, sharp) in enumerate([(51, 0.5), (52, 4.0)]):
         q, k, v = random_inputs(dtype=torch.float32, seed=seed, **SHAPE)

@@ -18,7 +18,7 @@ from conftest import BUILD, Daemon
 from skvtest import place, random_inputs
 
 SHAPE = dict(layers=2, h_q=4, h_kv=2, L=48, D=8, n_q=8)
-P = dict(window=8, capacity=16, decode_reserve=4)
+P = dict(window=8, budget=16, decode_reserve=4)
 
 
 def compact(client, seed=1):
@@ -97,7 +97,7 @@ HOLDER = textwrap.dedent("""
     for s in range(3):
         q, k, v = random_inputs(2, 4, 2, 48, 8, 8, torch.float32, seed=s)
         qs, ks, vs, kw = place(cl, q, k, v, "hnd")
-        caches.append(cl.compact(qs, ks, vs, window=8, capacity=16, **kw))
+        caches.append(cl.compact(qs, ks, vs, window=8, budget=16, **kw))
     print("held", len(caches), flush=True)
     sys.stdin.readline()
     # exit with the client open and three caches held

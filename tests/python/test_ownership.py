@@ -17,7 +17,7 @@ from conftest import Daemon
 from skvtest import place, random_inputs
 
 SHAPE = dict(layers=2, h_q=8, h_kv=4, L=90, D=16, n_q=8)
-P = dict(window=8, capacity=40, kernel=5, gqa="group", decode_reserve=6)
+P = dict(window=8, budget=40, kernel=5, gqa="group", decode_reserve=6)
 BS = 16  # 16 x 4 heads x 16 x f32 = 4096 bytes: one page per block
 FILL = 7.0
 
@@ -154,9 +154,9 @@ def test_many_dropped_requests(snapkv, tmp_path):
         qs, ks, vs, kw = place(cl, q, k, v, "hnd")
         n = int(os.environ.get("SKV_DROPS", "20000"))
         for _ in range(n):
-            cl.submit(qs, ks, vs, window=4, capacity=8, **kw)  # dropped at once
+            cl.submit(qs, ks, vs, window=4, budget=8, **kw)  # dropped at once
         assert settles_at(cl, 0) is True
-        with cl.compact(qs, ks, vs, window=4, capacity=8, **kw) as c:
+        with cl.compact(qs, ks, vs, window=4, budget=8, **kw) as c:
             assert c.kept == 8
         assert settles_at(cl, 0) is True
         cl.close()

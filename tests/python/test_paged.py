@@ -11,7 +11,7 @@ import torch
 from skvtest import place, random_inputs
 
 SHAPE = dict(layers=2, h_q=8, h_kv=4, L=90, D=16, n_q=8)
-P = dict(window=8, capacity=40, kernel=5, gqa="group", decode_reserve=6)
+P = dict(window=8, budget=40, kernel=5, gqa="group", decode_reserve=6)
 BS = 16  # 16 x 4 heads x 16 x f32 = 4096 bytes: one page per block
 
 

@@ -13,7 +13,7 @@ import torch
 from skvtest import place, random_inputs
 
 SHAPE = dict(layers=2, h_q=8, h_kv=4, L=90, D=16, n_q=8)
-P = dict(window=8, capacity=40, kernel=5, gqa="group", decode_reserve=6)
+P = dict(window=8, budget=40, kernel=5, gqa="group", decode_reserve=6)
 BS = 16
 MASS = "mass:0.4:12:60:4"  # C* 36 on this input: 3 blocks with the reserve, C_max 5
 
@@ -34,8 +34,8 @@ def setup(client):
 
 def test_mass_paged_arena(client, setup):
     qs, ks, vs, kw = place(client, *setup, "hnd")
-    with client.compact(qs, ks, vs, **P, **kw, budget=MASS) as d, \
-            client.compact(qs, ks, vs, **P, **kw, budget=MASS, out="paged",
+    with client.compact(qs, ks, vs, **dict(P, budget=(40, MASS)), **kw) as d, \
+            client.compact(qs, ks, vs, **dict(P, budget=(40, MASS)), **kw, out="paged",
                            out_block_size=BS) as c:
         cs = d.budget_outcome["c_star"]
         print(f"mass C* {cs}")
@@ -58,8 +58,8 @@ def test_mass_writeback_and_fallback(client, snapkv, setup):
     dest = [4, 1, 19, 7]  # room for C_max
     ks, vs = list(pool[0]), list(pool[1])
     wb = dict(P, out="writeback", out_block_size=BS)
-    with client.compact(*a[:3], **P, **a[3], budget=MASS) as d, \
-            client.compact(*a[:3], **wb, **a[3], budget=MASS, out_block_table=dest,
+    with client.compact(*a[:3], **dict(P, budget=(40, MASS)), **a[3]) as d, \
+            client.compact(*a[:3], **dict(wb, budget=(40, MASS)), **a[3], out_block_table=dest,
                            out_buffer=(ks, vs)) as c:
         cs = c.kept
         assert cs == d.kept and c.budget_outcome["c_star"] == d.budget_outcome["c_star"]
@@ -77,13 +77,13 @@ def test_mass_writeback_and_fallback(client, snapkv, setup):
     pool.copy_(before)
     # a fallback keeps all 90 rows: 4 blocks are short of it, refused untouched
     with pytest.raises(snapkv.Error) as e:
-        client.compact(*a[:3], **wb, **a[3], budget=MASS, fallback_below=0.999,
+        client.compact(*a[:3], **dict(wb, budget=(40, MASS)), **a[3], fallback_below=0.999,
                        out_block_table=dest, out_buffer=(ks, vs))
     assert e.value.errno == errno.EINVAL
     assert "has 4 blocks, the 90 kept slots need 6 of 16 (fallback_below" in str(e.value)
     assert torch.equal(pool, before)
     dest6 = dest + [9, 12]
-    with client.compact(*a[:3], **wb, **a[3], budget=MASS, fallback_below=0.999,
+    with client.compact(*a[:3], **dict(wb, budget=(40, MASS)), **a[3], fallback_below=0.999,
                         out_block_table=dest6, out_buffer=(ks, vs)) as c:
         assert c.budget_outcome["fallback"] is True and c.kept == 90
         for l in range(2):
@@ -96,6 +96,6 @@ def test_mass_writeback_and_fallback(client, snapkv, setup):
 def test_ragged_modes_refused(client, snapkv, setup, budget, what):
     qs, ks, vs, kw = place(client, *setup, "hnd")
     with pytest.raises(snapkv.Error) as e:
-        client.compact(qs, ks, vs, **P, **kw, budget=budget, out="paged", out_block_size=BS)
+        client.compact(qs, ks, vs, **dict(P, budget=(40, budget)), **kw, out="paged", out_block_size=BS)
     assert e.value.errno == errno.EINVAL
     assert f"gives {what} different counts: paged output needs one count" in str(e.value)
