@@ -6,7 +6,7 @@ SNAPKVD := $(BUILD)/snapkvd
 # each unit test takes from it only what its file under test calls.
 LIBSNAPKVD := $(BUILD)/libsnapkvd.a
 LIBSNAPKVD_OBJS := $(addprefix $(BUILD)/daemon/snapkvd-, server.o loop.o listener.o \
-	session.o request.o paged.o admission.o job.o group.o compactor.o runner.o runner-host.o \
+	session.o control.o ring.o dispatch.o slots.o request.o paged.o admission.o job.o group.o compactor.o runner.o runner-host.o \
 	runner-cuda.o buffer.o cache.o arena.o pool.o ledger.o admin.o policy.o \
 	pressure.o hooks.o metrics.o config.o log.o clock.o http.o)
 OBJS += $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o
@@ -84,7 +84,7 @@ $(DAEMON_UNIT_BINS): $(BUILD)/tests/test-%: $(BUILD)/tests/unit/test-%.o $(LIBSN
 		$(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
 TESTS += $(DAEMON_UNIT_BINS)
 # tests/unit/daemon/test-<object>.c: one per object without a live daemon
-DAEMON_OBJECT_TESTS := cache loop request session
+DAEMON_OBJECT_TESTS := cache loop request dispatch ring
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/test-daemon-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)

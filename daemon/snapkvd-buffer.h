@@ -89,4 +89,51 @@ int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint6
 
 void snapkvd_buffer_unref(struct snapkvd_buffer *b);
 
+/*
+ * The set of one session's buffers: registration with generation dedupe
+ * (a repeat of a live generation must name the same memory and access and
+ * is counted on its buffer), the per-session limit (max_buffers), the
+ * charge of each buffer's bytes to the tenant and the daemon (the pool's
+ * mapped bytes, before anything is mapped), and ids never reused within
+ * the session. Loop thread.
+ */
+struct snapkvd_buffers {
+	struct snapkvd_buffer *list;
+	unsigned n;
+	uint64_t next_id;
+	/* set at HELLO (snapkvd_buffers_init) */
+	struct snapkvd_pool *pool;
+	struct snapkvd_tenant *tenant;
+	struct snapkvd_runner *runner;
+	uint64_t session_id;
+};
+
+/* The limits a registration is checked against (config keys). */
+struct snapkvd_buffer_limits {
+	unsigned max_buffers; /* max_buffers */
+	uint64_t max_bytes;   /* max_buffer_bytes */
+};
+
+void snapkvd_buffers_init(struct snapkvd_buffers *set, struct snapkvd_pool *pool,
+			  struct snapkvd_tenant *tenant, struct snapkvd_runner *runner,
+			  uint64_t session_id);
+/*
+ * Register a memfd of `size` bytes (0: the whole memfd) of generation gen;
+ * fd is consumed. 0 with *ret the buffer (new, or the live one of gen
+ * counted once more), or -errno with the reason in err; nothing changed
+ * then, *ret untouched.
+ */
+int snapkvd_buffers_add_memfd(struct snapkvd_buffers *set, const struct snapkvd_buffer_limits *lim,
+			      int fd, uint64_t size, uint64_t gen, bool writable,
+			      struct snapkvd_buffer **ret, char *err, size_t errlen);
+/* The same for a CUDA buffer (fd, or -1 for CUDA_IPC, is consumed). */
+int snapkvd_buffers_add_cuda(struct snapkvd_buffers *set, const struct snapkvd_buffer_limits *lim,
+			     const struct snapkvd_buffer_cuda *m, bool writable, int fd,
+			     struct snapkvd_buffer **ret, char *err, size_t errlen);
+/* One registration of buffer id undone; the buffer leaves the set with
+ * its last (a running job keeps its own reference). 0 or -ENOENT. */
+int snapkvd_buffers_remove(struct snapkvd_buffers *set, uint64_t id);
+/* Every buffer leaves the set (the session ends). */
+void snapkvd_buffers_clear(struct snapkvd_buffers *set);
+
 #endif

@@ -26,6 +26,8 @@
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
 #include "snapkvd-compactor.h"
+#include "snapkvd-control.h"
+#include "snapkvd-dispatch.h"
 #include "snapkvd-http.h"
 #include "snapkvd-group.h"
 #include "snapkvd-job.h"
@@ -47,7 +49,7 @@ static void reap_jobs(struct snapkvd_server *srv)
 	while (j) {
 		struct snapkvd_job *n = j->next;
 
-		snapkvd_session_job_done(j);
+		snapkvd_dispatch_job_done(j);
 		j = n;
 	}
 }
@@ -60,10 +62,10 @@ static unsigned on_round(void *data, bool *ret_spin)
 
 	for (struct snapkvd_session *s = srv->sessions, *n; s; s = n) {
 		n = s->next;
-		if (s->closing || !s->ring_map)
+		if (s->closing || !s->ring)
 			continue;
 		rings = true;
-		work += snapkvd_session_poll_ring(s, RING_BUDGET);
+		work += snapkvd_dispatch_poll_ring(s, RING_BUDGET);
 	}
 	reap_jobs(srv);
 	/* pool changes of this round (commits, frees, closed sessions) */
@@ -114,7 +116,7 @@ static void on_connection(void *data, int fd)
 {
 	struct snapkvd_session *s;
 
-	if (snapkvd_session_new(data, fd, &s) < 0)
+	if (snapkvd_session_new(data, fd, &s) < 0 || snapkvd_control_start(s) < 0)
 		log_debug("connection refused");
 }
 

@@ -1,38 +1,27 @@
 // SPDX-License-Identifier: MIT
 /*
- * test-session: a session's ring dispatch on an in-memory ring
- * (daemon/snapkvd-session.c): completions, back-pressure when the engine
- * stops reading its CQ, pressure events, requests in argument slots, and
- * a corrupt ring closing the session. The engine's side is played here.
+ * test-dispatch: a session's requests and completions on its ring
+ * (daemon/snapkvd-dispatch.c, over the session of snapkvd-session.c and a
+ * real ring): completions, back-pressure when the engine stops reading its
+ * CQ, pressure events through the session, requests in argument slots
+ * (bad slots, NOP, STATS, a COMPACT refused with its reason), and a corrupt
+ * ring closing the session. The engine's side is played here.
  */
 #include <CUnit/Basic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include "daemon/snapkvd-dispatch.c"
 #include "daemon/snapkvd-session.c"
 
 /* ------------------------------------------------------------- the fakes */
-
-int snapkvd_loop_recvmsg(struct snapkvd_loop *l, int fd, struct msghdr *m, unsigned flags,
-			 struct snapkvd_loop_ev *ev)
-{
-	(void)l, (void)fd, (void)m, (void)flags, (void)ev;
-	return 0;
-}
 
 int snapkvd_loop_read(struct snapkvd_loop *l, int fd, void *buf, unsigned len,
 		      struct snapkvd_loop_ev *ev)
 {
 	(void)l, (void)fd, (void)buf, (void)len, (void)ev;
 	return 0;
-}
-
-int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_session *s,
-			 const uint8_t *payload, size_t len, uint8_t **ret_buf, size_t *ret_len)
-{
-	(void)srv, (void)s, (void)payload, (void)len, (void)ret_buf, (void)ret_len;
-	return -ENOSYS;
 }
 
 static unsigned validated;
@@ -82,65 +71,21 @@ unsigned snapkvd_compactor_threads(const struct snapkvd_compactor *c)
 	return 1;
 }
 
-struct snapkvd_buffer *snapkvd_buffer_by_generation(struct snapkvd_buffer *list, uint64_t gen)
+void snapkvd_buffers_init(struct snapkvd_buffers *set, struct snapkvd_pool *pool,
+			  struct snapkvd_tenant *tenant, struct snapkvd_runner *runner,
+			  uint64_t session_id)
 {
-	(void)list, (void)gen;
-	return NULL;
+	(void)set, (void)pool, (void)tenant, (void)runner, (void)session_id;
 }
 
-int snapkvd_buffer_memfd_check(int fd, uint64_t *size, uint64_t max_bytes, dev_t *ret_dev,
-			       ino_t *ret_ino, const char **why)
+void snapkvd_buffers_clear(struct snapkvd_buffers *set)
 {
-	(void)fd, (void)size, (void)max_bytes, (void)ret_dev, (void)ret_ino;
-	*why = "fake";
-	return -EINVAL;
-}
-
-int snapkvd_buffer_memfd_new(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
-			     struct snapkvd_buffer **ret)
-{
-	(void)fd, (void)size, (void)gen, (void)dev, (void)ino, (void)ret;
-	return -ENOSYS;
-}
-
-int snapkvd_buffer_memfd_check_writable(int fd, const char **why)
-{
-	(void)fd;
-	*why = "fake";
-	return -EINVAL;
-}
-
-int snapkvd_buffer_memfd_map(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
-			     bool writable, struct snapkvd_buffer **ret)
-{
-	(void)fd, (void)size, (void)gen, (void)dev, (void)ino, (void)writable, (void)ret;
-	return -ENOSYS;
-}
-
-int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint64_t key,
-			    const struct snapkvd_buffer_cuda *m, int fd, uint64_t max_bytes,
-			    struct snapkvd_buffer **ret, char *err, size_t errlen)
-{
-	(void)r, (void)session_id, (void)key, (void)m, (void)fd, (void)max_bytes, (void)ret;
-	snprintf(err, errlen, "fake");
-	return -ENOTSUP;
+	(void)set;
 }
 
 void snapkvd_buffer_unref(struct snapkvd_buffer *b)
 {
 	(void)b;
-}
-
-bool snapkvd_runner_device(const struct snapkvd_runner *r)
-{
-	(void)r;
-	return false;
-}
-
-const char *snapkvd_runner_name(const struct snapkvd_runner *r)
-{
-	(void)r;
-	return "host";
 }
 
 uint8_t *snapkvd_runner_arena_base(struct snapkvd_runner *r, struct skv_cuda_arena *a)
@@ -152,15 +97,6 @@ uint8_t *snapkvd_runner_arena_base(struct snapkvd_runner *r, struct skv_cuda_are
 void snapkvd_runner_arena_free(struct snapkvd_runner *r, struct skv_cuda_arena *a)
 {
 	(void)r, (void)a;
-}
-
-int snapkvd_runner_arena_export(struct snapkvd_runner *r, struct skv_cuda_arena **a,
-				uint64_t host_size, uint64_t session_id, int *ret_fd,
-				uint64_t *ret_size, int *ret_device, char *err, size_t errlen)
-{
-	(void)r, (void)a, (void)host_size, (void)session_id, (void)ret_fd, (void)ret_size;
-	(void)ret_device, (void)err, (void)errlen;
-	return -ENOTSUP;
 }
 
 static unsigned errors_counted;
@@ -205,6 +141,7 @@ void snapkvd_policy_count_error(struct snapkvd_policy *ops, int err)
 
 static struct snapkvd_server srv;
 static struct snapkvd_session *s;
+static struct snapkvd_ring *r;	   /* s's */
 static struct skv_ring_q esq, ecq; /* the engine's ends */
 static int peer = -1;
 
@@ -221,19 +158,19 @@ static void open_session(void)
 	CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 	peer = sv[1];
 	CU_ASSERT_EQUAL_FATAL(snapkvd_session_new(&srv, sv[0], &s), 0);
-	CU_ASSERT_EQUAL_FATAL(setup_ring(s, 4), 0);
+	CU_ASSERT_EQUAL_FATAL(setup_engine(s, 4), 0);
+	r = s->ring;
 	s->greeted = true;
 	s->refs++; /* kept after a close, to look at */
-	skv_ring_q_init(&esq, s->ring_map, s->layout.sq_off, s->layout.sq_entries,
+	skv_ring_q_init(&esq, r->map, r->layout.sq_off, r->layout.sq_entries,
 			sizeof(struct skv_sqe));
-	skv_ring_q_init(&ecq, s->ring_map, s->layout.cq_off, s->layout.cq_entries,
+	skv_ring_q_init(&ecq, r->map, r->layout.cq_off, r->layout.cq_entries,
 			sizeof(struct skv_cqe));
 }
 
 static void close_session(void)
 {
 	snapkvd_session_close(s, 0);
-	on_recv(s, 0);		  /* the armed recvmsg completes */
 	snapkvd_session_unref(s); /* our extra reference: frees it */
 	CU_ASSERT_PTR_NULL(srv.sessions);
 	close(peer);
@@ -252,9 +189,9 @@ static uint32_t put_request(uint32_t slot, Snapkv__V1__Request *rq)
 {
 	size_t n = snapkv__v1__request__get_packed_size(rq);
 
-	CU_ASSERT_FATAL(n <= s->layout.arg_slot_size);
-	snapkv__v1__request__pack(rq, s->ring_map + s->layout.arg_off +
-					  (size_t)slot * s->layout.arg_slot_size);
+	CU_ASSERT_FATAL(n <= r->layout.arg_slot_size);
+	snapkv__v1__request__pack(rq, r->map + r->layout.arg_off +
+					  (size_t)slot * r->layout.arg_slot_size);
 	return (uint32_t)n;
 }
 
@@ -268,23 +205,23 @@ static void test_nop(void)
 	struct skv_cqe cqe;
 
 	open_session();
-	CU_ASSERT_EQUAL(s->layout.sq_entries, 4);
-	CU_ASSERT_EQUAL(s->layout.cq_entries, 8);
+	CU_ASSERT_EQUAL(r->layout.sq_entries, 4);
+	CU_ASSERT_EQUAL(r->layout.cq_entries, 8);
 	submit(SKV_OP_NOP, 42, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 1);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 1);
 	CU_ASSERT_EQUAL(reap(&cqe), 0);
 	CU_ASSERT_EQUAL(cqe.user_data, 42);
 	CU_ASSERT_EQUAL(cqe.res, 0);
 	CU_ASSERT_EQUAL(cqe.flags, 0);
-	CU_ASSERT_EQUAL(s->inflight, 0);
+	CU_ASSERT_EQUAL(r->inflight, 0);
 	CU_ASSERT_EQUAL(reap(&cqe), -EAGAIN);
 	/* an empty SQ: nothing to do */
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 0);
 	/* the budget bounds one poll */
 	for (int i = 0; i < 3; i++)
 		submit(SKV_OP_NOP, i, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 2), 2);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 2), 1);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 2), 2);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 2), 1);
 	close_session();
 }
 
@@ -297,28 +234,28 @@ static void test_back_pressure(void)
 	open_session();
 	for (int i = 0; i < 4; i++)
 		submit(SKV_OP_NOP, i, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 4);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 4);
 	for (int i = 4; i < 8; i++)
 		submit(SKV_OP_NOP, i, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 4); /* the CQ is full now */
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 4); /* the CQ is full now */
 	submit(SKV_OP_NOP, 8, 0, 0);
 	submit(SKV_OP_NOP, 9, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0);
-	CU_ASSERT_EQUAL(skv_ring_ready(&s->sq), 2); /* still there */
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 0);
+	CU_ASSERT_EQUAL(skv_ring_ready(&r->sq), 2); /* still there */
 	/* about to sleep with work it may not take: no reason to stay awake */
 	CU_ASSERT_FALSE(snapkvd_session_prepare_sleep(s));
-	CU_ASSERT(skv_ring_needs_wakeup(&esq) || (s->sq.ctl->flags & SKV_RING_NEED_WAKEUP));
+	CU_ASSERT(skv_ring_needs_wakeup(&esq) || (r->sq.ctl->flags & SKV_RING_NEED_WAKEUP));
 	snapkvd_session_wake(s);
 	CU_ASSERT_EQUAL(reap(&cqe), 0);
 	CU_ASSERT_EQUAL(cqe.user_data, 0);
 	/* one slot free: one served, in order */
 	CU_ASSERT_TRUE(snapkvd_session_prepare_sleep(s)); /* now it may: stay awake */
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 1);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 1);
 	for (int i = 1; i <= 8; i++) {
 		CU_ASSERT_EQUAL(reap(&cqe), 0);
 		CU_ASSERT_EQUAL(cqe.user_data, (uint64_t)i);
 	}
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 1);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 1);
 	CU_ASSERT_EQUAL(reap(&cqe), 0);
 	CU_ASSERT_EQUAL(cqe.user_data, 9);
 	close_session();
@@ -338,26 +275,26 @@ static void test_events(void)
 	CU_ASSERT_EQUAL(cqe.slot, 512);
 	CU_ASSERT_EQUAL(cqe.len, 500);
 	CU_ASSERT_EQUAL(cqe.reserved, 12345);
-	CU_ASSERT_TRUE(s->cq_dirty);
+	CU_ASSERT_TRUE(r->cq_dirty);
 	/* 8 CQ slots, 8 requests in flight: the event is missed */
-	s->inflight = 8;
+	r->inflight = 8;
 	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), -EAGAIN);
-	s->inflight = 7;
+	r->inflight = 7;
 	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), 1);
 	/* one unread event per ring: the next waits (coalesced) for it */
 	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 0, 2048, 1000, 7), 1);
 	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 1, 1024, 500, 8), 1);
-	CU_ASSERT_TRUE(s->pev_waiting);
-	CU_ASSERT_EQUAL(s->events_coalesced, 1);
+	CU_ASSERT_TRUE(r->pev_waiting);
+	CU_ASSERT_EQUAL(r->events_coalesced, 1);
 	CU_ASSERT_EQUAL(reap(&cqe), 0);
 	CU_ASSERT_EQUAL(cqe.res, 3);
 	CU_ASSERT_EQUAL(reap(&cqe), -EAGAIN); /* nothing more until flushed */
 	snapkvd_session_flush_cq(s);	      /* the engine read it: the newest goes */
-	CU_ASSERT_FALSE(s->pev_waiting);
+	CU_ASSERT_FALSE(r->pev_waiting);
 	CU_ASSERT_EQUAL(reap(&cqe), 0);
 	CU_ASSERT_EQUAL(cqe.res, 2);
 	CU_ASSERT_EQUAL(cqe.reserved, 8);
-	s->inflight = 0;
+	r->inflight = 0;
 	/* admin sessions and sessions without a ring get none */
 	s->admin = true;
 	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), 0);
@@ -378,10 +315,10 @@ static void test_requests(void)
 	uint32_t n;
 
 	open_session();
-	submit(SKV_OP_REQUEST, 1, s->layout.arg_slots, 4);
-	submit(SKV_OP_REQUEST, 2, 0, s->layout.arg_slot_size + 1);
+	submit(SKV_OP_REQUEST, 1, r->layout.arg_slots, 4);
+	submit(SKV_OP_REQUEST, 2, 0, r->layout.arg_slot_size + 1);
 	submit(77, 3, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 3);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 3);
 	for (int i = 1; i <= 3; i++) {
 		CU_ASSERT_EQUAL(reap(&cqe), 0);
 		CU_ASSERT_EQUAL(cqe.res, i < 3 ? -EINVAL : -EOPNOTSUPP);
@@ -394,7 +331,7 @@ static void test_requests(void)
 	rq.stats = &stats;
 	n = put_request(1, &rq);
 	submit(SKV_OP_REQUEST, 5, 1, n);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 2);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 2);
 	CU_ASSERT_EQUAL(reap(&cqe), 0);
 	CU_ASSERT_EQUAL(cqe.res, 0);
 	CU_ASSERT_EQUAL(cqe.len, 0); /* a bare success carries no Response */
@@ -402,7 +339,7 @@ static void test_requests(void)
 	CU_ASSERT_EQUAL(cqe.res, 0);
 	CU_ASSERT_EQUAL(cqe.slot, 1);
 	resp = snapkv__v1__response__unpack(
-	    NULL, cqe.len, s->ring_map + s->layout.arg_off + (size_t)1 * s->layout.arg_slot_size);
+	    NULL, cqe.len, r->map + r->layout.arg_off + (size_t)1 * r->layout.arg_slot_size);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(resp);
 	CU_ASSERT_EQUAL_FATAL(resp->result_case, SNAPKV__V1__RESPONSE__RESULT_STATS);
 	CU_ASSERT_EQUAL(resp->stats->pool_total, 1 << 30);
@@ -411,12 +348,12 @@ static void test_requests(void)
 	rq.compact = &cr;
 	n = put_request(2, &rq);
 	submit(SKV_OP_REQUEST, 6, 2, n);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 1);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 1);
 	CU_ASSERT_EQUAL(validated, 1);
 	CU_ASSERT_EQUAL(reap(&cqe), 0);
 	CU_ASSERT_EQUAL(cqe.res, -EINVAL);
 	resp = snapkv__v1__response__unpack(
-	    NULL, cqe.len, s->ring_map + s->layout.arg_off + (size_t)2 * s->layout.arg_slot_size);
+	    NULL, cqe.len, r->map + r->layout.arg_off + (size_t)2 * r->layout.arg_slot_size);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(resp);
 	CU_ASSERT_STRING_EQUAL(resp->error, "refused by the fake validator");
 	snapkv__v1__response__free_unpacked(resp, NULL);
@@ -429,21 +366,21 @@ static void test_corrupt(void)
 {
 	open_session();
 	/* the engine claims more entries than the SQ holds */
-	atomic_store(&s->sq.ctl->tail, s->sq.local + s->layout.sq_entries + 3);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0);
+	atomic_store(&r->sq.ctl->tail, r->sq.local + r->layout.sq_entries + 3);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 0);
 	CU_ASSERT_TRUE(s->closing);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0); /* closed: not polled */
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 0); /* closed: not polled */
 	close_session();
 	/* a CQ head beyond the tail */
 	open_session();
-	atomic_store(&s->cq.ctl->head, s->cq.local + 100);
+	atomic_store(&r->cq.ctl->head, r->cq.local + 100);
 	submit(SKV_OP_NOP, 1, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 0);
 	CU_ASSERT_TRUE(s->closing);
 	close_session();
 	/* found corrupt while preparing to sleep */
 	open_session();
-	atomic_store(&s->cq.ctl->head, s->cq.local + 100);
+	atomic_store(&r->cq.ctl->head, r->cq.local + 100);
 	CU_ASSERT_FALSE(snapkvd_session_prepare_sleep(s));
 	CU_ASSERT_TRUE(s->closing);
 	close_session();
@@ -457,7 +394,7 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	snapkvd_log_max = SNAPKVD_LOG_ERR - 1; /* quiet */
-	su = CU_add_suite("session ring", NULL, NULL);
+	su = CU_add_suite("dispatch", NULL, NULL);
 	CU_add_test(su, "a NOP completes; the budget bounds a poll", test_nop);
 	CU_add_test(su, "back-pressure on a full CQ", test_back_pressure);
 	CU_add_test(su, "pressure events", test_events);
