@@ -21,6 +21,7 @@
 #include "snapkvd-log.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
+#include "snapkvd-device.h"
 #include "snapkvd-ring.h"
 #include "snapkvd-runner.h"
 #include "snapkvd-group.h"
@@ -299,7 +300,7 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 			else
 				r->buffers_cuda_vmm_fd++;
 		}
-	r->cuda_imports = snapkvd_runner_imports(srv->runner);
+	r->cuda_imports = snapkvd_device_imports(srv->device);
 	r->mapped_bytes = snapkvd_pool_mapped(srv->pool);
 	r->max_mapped_bytes = srv->cfg.max_mapped_bytes;
 	r->max_tenant_mapped_bytes = srv->cfg.max_tenant_mapped_bytes;

@@ -22,7 +22,7 @@
 #include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
-#include "snapkvd-runner.h"
+#include "snapkvd-device.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 
@@ -104,7 +104,7 @@ int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session
 	}
 	snapkvd_cache_place(c, off, c->slots, &j->geom);
 	if (c->gpu_kv)
-		kv_base = snapkvd_runner_arena_base(srv->runner, s->garena);
+		kv_base = snapkvd_device_arena_base(srv->device, s->garena);
 	point_outputs(j, s->arena->base, kv_base);
 	return 0;
 }

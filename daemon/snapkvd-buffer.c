@@ -14,7 +14,7 @@
 #include "proto/snapkv.pb-c.h"
 #include "snapkvd-log.h"
 #include "snapkvd-pool.h"
-#include "snapkvd-runner.h"
+#include "snapkvd-device.h"
 
 #define IPC_HANDLE_BYTES 64
 
@@ -118,17 +118,17 @@ int snapkvd_buffer_memfd_map(int fd, uint64_t size, uint64_t gen, dev_t dev, ino
 }
 
 /* The checks of a CUDA registration that need no device. */
-static int cuda_check(const struct snapkvd_runner *r, const struct snapkvd_buffer_cuda *m, int fd,
+static int cuda_check(const struct snapkvd_device *d, const struct snapkvd_buffer_cuda *m, int fd,
 		      uint64_t max_bytes, char *err, size_t errlen)
 {
 	bool vmm = m->kind == SNAPKV__V1__BUFFER_KIND__BUFFER_KIND_CUDA_VMM_FD;
 	uint64_t off = vmm ? 0 : m->offset;
 
-	if (!snapkvd_runner_device(r)) {
+	if (!snapkvd_device_present(d)) {
 		snprintf(
 		    err, errlen,
 		    "CUDA buffers need snapkvd --backend cuda; this daemon runs the %s backend",
-		    snapkvd_runner_name(r));
+		    snapkvd_device_backend(d));
 		return -ENOTSUP;
 	}
 	if (vmm && fd < 0) {
@@ -156,7 +156,7 @@ static int cuda_check(const struct snapkvd_runner *r, const struct snapkvd_buffe
 	return 0;
 }
 
-int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint64_t key,
+int snapkvd_buffer_cuda_new(struct snapkvd_device *d, uint64_t session_id, uint64_t key,
 			    const struct snapkvd_buffer_cuda *m, int fd, uint64_t max_bytes,
 			    struct snapkvd_buffer **ret, char *err, size_t errlen)
 {
@@ -166,9 +166,9 @@ int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint6
 	struct snapkvd_buffer *b;
 	int e;
 
-	e = cuda_check(r, m, fd, max_bytes, err, errlen);
+	e = cuda_check(d, m, fd, max_bytes, err, errlen);
 	if (e == 0)
-		e = snapkvd_runner_import(r, session_id, key, vmm ? fd : -1, m->size, m->ipc_handle,
+		e = snapkvd_device_import(d, session_id, key, vmm ? fd : -1, m->size, m->ipc_handle,
 					  &imp, err, errlen);
 	if (e == 0 && (off > imp.size || m->size > imp.size - off)) {
 		snprintf(err, errlen, "[%llu, +%llu) is outside the allocation (%llu bytes)",
@@ -185,14 +185,14 @@ int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint6
 		close(fd);
 	if (e < 0) {
 		if (imp.imp)
-			snapkvd_runner_import_release(r, imp.imp);
+			snapkvd_device_import_release(d, imp.imp);
 		return e;
 	}
 	b->map = imp.ptr + off;
 	b->size = m->size;
 	b->generation = m->generation;
 	b->imp = imp.imp;
-	b->runner = r;
+	b->device = d;
 	b->transport = imp.transport;
 	b->refs = 1;
 	b->regs = 1;
@@ -201,7 +201,7 @@ int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint6
 	log_info("session %llu: %s buffer, generation %llu, %llu bytes (engine device %d), "
 		 "imported; %u CUDA imports live",
 		 (unsigned long long)session_id, b->transport, (unsigned long long)b->generation,
-		 (unsigned long long)b->size, m->device, snapkvd_runner_imports(r));
+		 (unsigned long long)b->size, m->device, snapkvd_device_imports(d));
 	*ret = b;
 	return 0;
 }
@@ -211,10 +211,10 @@ void snapkvd_buffer_unref(struct snapkvd_buffer *b)
 	if (!b || --b->refs)
 		return;
 	if (b->imp) {
-		/* the runner synchronises the device before the last reference unmaps */
-		snapkvd_runner_import_release(b->runner, b->imp);
+		/* the plugin synchronises the device before the last reference unmaps */
+		snapkvd_device_import_release(b->device, b->imp);
 		log_info("%s buffer, generation %llu, released; %u CUDA imports live", b->transport,
-			 (unsigned long long)b->generation, snapkvd_runner_imports(b->runner));
+			 (unsigned long long)b->generation, snapkvd_device_imports(b->device));
 	} else if (b->map) {
 		munmap((void *)b->map, b->size);
 	}
@@ -224,12 +224,12 @@ void snapkvd_buffer_unref(struct snapkvd_buffer *b)
 /* ------------------------------------------------------- a session's set */
 
 void snapkvd_buffers_init(struct snapkvd_buffers *set, struct snapkvd_pool *pool,
-			  struct snapkvd_tenant *tenant, struct snapkvd_runner *runner,
+			  struct snapkvd_tenant *tenant, struct snapkvd_device *dev,
 			  uint64_t session_id)
 {
 	set->pool = pool;
 	set->tenant = tenant;
-	set->runner = runner;
+	set->dev = dev;
 	set->session_id = session_id;
 }
 
@@ -365,7 +365,7 @@ int snapkvd_buffers_add_cuda(struct snapkvd_buffers *set, const struct snapkvd_b
 		snprintf(err, errlen, "too many buffers in this session");
 		return -EMFILE;
 	}
-	r = snapkvd_buffer_cuda_new(set->runner, set->session_id, set->next_id + 1, m, fd,
+	r = snapkvd_buffer_cuda_new(set->dev, set->session_id, set->next_id + 1, m, fd,
 				    lim->max_bytes, &b, err, errlen);
 	if (r < 0)
 		return r;

@@ -20,6 +20,8 @@
 
 #include "snapkvd-forward.h"
 
+struct snapkvd_device;
+
 struct snapkvd_buffer {
 	uint64_t id;
 	uint64_t generation;
@@ -31,9 +33,9 @@ struct snapkvd_buffer {
 	unsigned regs; /* registrations of this generation not yet unregistered */
 	dev_t dev;     /* the memfd registered first: a repeat must name it */
 	ino_t ino;
-	/* CUDA buffers: the runner's import, dropped with the last reference */
+	/* CUDA buffers: the device's import, dropped with the last reference */
 	void *imp;
-	struct snapkvd_runner *runner; /* imp != NULL */
+	struct snapkvd_device *device; /* imp != NULL */
 	const char *transport;	       /* "memfd", "cuda-vmm-fd", "cuda-ipc" */
 	int kind;		       /* Snapkv__V1__BufferKind of a CUDA buffer */
 	uint64_t ipc_off;	       /* CUDA_IPC: offset in the allocation */
@@ -79,11 +81,11 @@ struct snapkvd_buffer_cuda {
 	int device; /* the engine's, for the log */
 };
 /*
- * Import a CUDA buffer on the runner's device, keyed by (session_id, key);
- * fd (or -1) is consumed. 0, or -errno with a reason in err (-ENOTSUP on a
- * host runner).
+ * Import a CUDA buffer on the device, keyed by (session_id, key); fd (or
+ * -1) is consumed. 0, or -errno with a reason in err (-ENOTSUP without a
+ * device: the host backend).
  */
-int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint64_t key,
+int snapkvd_buffer_cuda_new(struct snapkvd_device *d, uint64_t session_id, uint64_t key,
 			    const struct snapkvd_buffer_cuda *m, int fd, uint64_t max_bytes,
 			    struct snapkvd_buffer **ret, char *err, size_t errlen);
 
@@ -104,7 +106,7 @@ struct snapkvd_buffers {
 	/* set at HELLO (snapkvd_buffers_init) */
 	struct snapkvd_pool *pool;
 	struct snapkvd_tenant *tenant;
-	struct snapkvd_runner *runner;
+	struct snapkvd_device *dev;
 	uint64_t session_id;
 };
 
@@ -115,7 +117,7 @@ struct snapkvd_buffer_limits {
 };
 
 void snapkvd_buffers_init(struct snapkvd_buffers *set, struct snapkvd_pool *pool,
-			  struct snapkvd_tenant *tenant, struct snapkvd_runner *runner,
+			  struct snapkvd_tenant *tenant, struct snapkvd_device *dev,
 			  uint64_t session_id);
 /*
  * Register a memfd of `size` bytes (0: the whole memfd) of generation gen;

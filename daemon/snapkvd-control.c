@@ -15,10 +15,10 @@
 #include "snapkvd-buffer.h"
 #include "snapkvd-cleanup.h"
 #include "snapkvd-config.h"
+#include "snapkvd-device.h"
 #include "snapkvd-dispatch.h"
 #include "snapkvd-job.h"
 #include "snapkvd-log.h"
-#include "snapkvd-runner.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 
@@ -250,17 +250,17 @@ static void on_cuda_arena(struct snapkvd_session *s)
 	uint64_t size = 0;
 	int fd = -1, dev = -1, r;
 
-	if (!snapkvd_runner_device(s->srv->runner)) {
+	if (!snapkvd_device_present(s->srv->device)) {
 		snprintf(
 		    err, sizeof(err),
 		    "a GPU arena needs snapkvd --backend cuda; this daemon runs the %s backend",
-		    snapkvd_runner_name(s->srv->runner));
+		    snapkvd_device_backend(s->srv->device));
 		r = -ENOTSUP;
 	} else if (s->admin || !s->arena) {
 		snprintf(err, sizeof(err), "admin sessions have no arena");
 		r = -EPERM;
 	} else {
-		r = snapkvd_runner_arena_export(s->srv->runner, &s->garena, s->arena->size, s->id,
+		r = snapkvd_device_arena_export(s->srv->device, &s->garena, s->arena->size, s->id,
 						&fd, &size, &dev, err, sizeof(err));
 	}
 	a.status = r;

@@ -17,13 +17,13 @@
 #include "snapkvd-clock.h"
 #include "snapkvd-compactor.h"
 #include "snapkvd-config.h"
+#include "snapkvd-device.h"
 #include "snapkvd-job.h"
 #include "snapkvd-log.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
 #include "snapkvd-request.h"
 #include "snapkvd-ring.h"
-#include "snapkvd-runner.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 
@@ -218,7 +218,7 @@ static struct snapkvd_request_env request_env(struct snapkvd_session *s)
 	    .buffers = s->buffers.list,
 	    .arena_bytes = s->arena ? s->arena->size : 0,
 	    .has_garena = s->garena != NULL,
-	    .runner = srv->runner,
+	    .device = srv->device,
 	    .threads = snapkvd_compactor_threads(srv->compactor),
 	    .ops = &srv->policy,
 	};
@@ -305,7 +305,7 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		return;
 	}
 	/* K/V in the GPU arena: the same offsets there, copied on the device */
-	if (c->gpu_kv && !(kv_base = snapkvd_runner_arena_base(s->srv->runner, s->garena))) {
+	if (c->gpu_kv && !(kv_base = snapkvd_device_arena_base(s->srv->device, s->garena))) {
 		complete(s, o, -EIO, "the session's GPU arena is gone", NULL);
 		return;
 	}

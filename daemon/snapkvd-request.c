@@ -18,7 +18,7 @@
 #include "snapkvd-job.h"
 #include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
-#include "snapkvd-runner.h"
+#include "snapkvd-device.h"
 
 static int mul64(uint64_t a, uint64_t b, uint64_t *r)
 {
@@ -215,9 +215,9 @@ static int read_group(const struct snapkvd_request_env *env, const Snapkv__V1__C
 			 skv_budget_name(j->params.budget_mode));
 		return -EINVAL;
 	}
-	if (snapkvd_runner_device(env->runner)) {
+	if (snapkvd_device_present(env->device)) {
 		snprintf(err, errlen, "decision groups run on the host backend only (backend %s)",
-			 snapkvd_runner_name(env->runner));
+			 snapkvd_device_backend(env->device));
 		return -EOPNOTSUPP;
 	}
 	memcpy(j->group_key, key, n + 1);
@@ -616,11 +616,11 @@ static int resolve_wait(const struct snapkvd_request_env *env, struct snapkvd_jo
 	const struct snapkvd_config *cfg = env->cfg;
 	struct snapkvd_buffer *b;
 
-	if (!snapkvd_runner_device(env->runner)) {
+	if (!snapkvd_device_present(env->device)) {
 		snprintf(err, errlen,
 			 "prefill_wait needs snapkvd --backend cuda; this daemon runs the %s "
 			 "backend (synchronise before submitting instead)",
-			 snapkvd_runner_name(env->runner));
+			 snapkvd_device_backend(env->device));
 		return -ENOTSUP;
 	}
 	if (w->timeout_ms > cfg->prefill_wait_max_ms) {
@@ -709,7 +709,7 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 		return -E2BIG;
 	}
 	if (req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM) {
-		if (!snapkvd_runner_device(env->runner)) {
+		if (!snapkvd_device_present(env->device)) {
 			snprintf(err, errlen, "out_arena CUDA_VMM needs snapkvd --backend cuda");
 			return -ENOTSUP;
 		}

@@ -175,7 +175,6 @@ static int host_grow(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct
 }
 
 static const struct snapkvd_runner_ops host_ops = {
-    .device = false,
     .ctx_new = host_ctx_new,
     .ctx_free = host_ctx_free,
     .ctx_threads = host_ctx_threads,

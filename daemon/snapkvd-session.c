@@ -21,7 +21,7 @@
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
 #include "snapkvd-ring.h"
-#include "snapkvd-runner.h"
+#include "snapkvd-device.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 #include "snapkvd-slots.h"
@@ -219,7 +219,7 @@ static void session_free(struct snapkvd_session *s)
 	if (s->fd >= 0)
 		close(s->fd);
 	/* no job runs any more: the last one held a session reference */
-	snapkvd_runner_arena_free(s->srv->runner, s->garena);
+	snapkvd_device_arena_free(s->srv->device, s->garena);
 	snapkvd_arena_free(s->arena);
 	snapkvd_pool_tenant_put(s->srv->pool, s->tenant);
 	log_debug("session %llu freed", (unsigned long long)s->id);
@@ -380,7 +380,7 @@ static int hello_admit(struct snapkvd_session *s, bool admin)
 	}
 	snapkvd_pool_tenant_set_quota(s->srv->pool, s->tenant,
 				      snapkvd_policy_tenant_quota(&s->srv->policy, s->uid));
-	snapkvd_buffers_init(&s->buffers, s->srv->pool, s->tenant, s->srv->runner, s->id);
+	snapkvd_buffers_init(&s->buffers, s->srv->pool, s->tenant, s->srv->device, s->id);
 	return 0;
 }
 

@@ -72,10 +72,10 @@ unsigned snapkvd_compactor_threads(const struct snapkvd_compactor *c)
 }
 
 void snapkvd_buffers_init(struct snapkvd_buffers *set, struct snapkvd_pool *pool,
-			  struct snapkvd_tenant *tenant, struct snapkvd_runner *runner,
+			  struct snapkvd_tenant *tenant, struct snapkvd_device *dev,
 			  uint64_t session_id)
 {
-	(void)set, (void)pool, (void)tenant, (void)runner, (void)session_id;
+	(void)set, (void)pool, (void)tenant, (void)dev, (void)session_id;
 }
 
 void snapkvd_buffers_clear(struct snapkvd_buffers *set)
@@ -88,15 +88,15 @@ void snapkvd_buffer_unref(struct snapkvd_buffer *b)
 	(void)b;
 }
 
-uint8_t *snapkvd_runner_arena_base(struct snapkvd_runner *r, struct skv_cuda_arena *a)
+uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
-	(void)r, (void)a;
+	(void)d, (void)a;
 	return NULL;
 }
 
-void snapkvd_runner_arena_free(struct snapkvd_runner *r, struct skv_cuda_arena *a)
+void snapkvd_device_arena_free(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
-	(void)r, (void)a;
+	(void)d, (void)a;
 }
 
 static unsigned errors_counted;
