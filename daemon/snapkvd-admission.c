@@ -93,7 +93,7 @@ int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session
 	r = reserve(srv, s, region, &j->resv, &off, &c->region_dirty, err, errlen);
 	if (r < 0)
 		return r;
-	if (j->group_size) { /* last: the one step a refusal must undo */
+	if (j->gm.size) { /* last: the one step a refusal must undo */
 		r = snapkvd_groups_join(srv->groups, j, s->uid, srv->cfg.max_tenant_groups,
 					snapkvd_now_ns(), err, errlen);
 		if (r < 0) {

@@ -509,10 +509,10 @@ static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 
 	j->cache = NULL;
 	c->last_use_ns = now;
-	if (j->group_size) {
-		snprintf(c->group_key, sizeof(c->group_key), "%s", j->group_key);
-		c->group_size = j->group_size;
-		c->group_wait_ns = j->group_wait_ns;
+	if (j->gm.size) {
+		snprintf(c->group_key, sizeof(c->group_key), "%s", j->gm.key);
+		c->group_size = j->gm.size;
+		c->group_wait_ns = j->gm.wait_ns;
 	}
 	snapkvd_cache_summarise(c);
 	observe_budget(s, c);

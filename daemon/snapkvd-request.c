@@ -220,12 +220,12 @@ static int read_group(const struct snapkvd_request_env *env, const Snapkv__V1__C
 			 snapkvd_device_backend(env->device));
 		return -EOPNOTSUPP;
 	}
-	memcpy(j->group_key, key, n + 1);
-	j->group_size = req->group_size;
-	j->group_timeout_ms = req->group_timeout_ms ? req->group_timeout_ms
-			      : cfg->group_timeout_ms < cfg->max_group_timeout_ms
-				  ? cfg->group_timeout_ms
-				  : cfg->max_group_timeout_ms;
+	memcpy(j->gm.key, key, n + 1);
+	j->gm.size = req->group_size;
+	j->gm.timeout_ms = req->group_timeout_ms ? req->group_timeout_ms
+			   : cfg->group_timeout_ms < cfg->max_group_timeout_ms
+			       ? cfg->group_timeout_ms
+			       : cfg->max_group_timeout_ms;
 	return 0;
 }
 
@@ -813,7 +813,7 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	requested_c = j->params.capacity;
 	/* members of a group would disagree if pressure scaled some of them */
 	scaled = false;
-	if (!j->group_size)
+	if (!j->gm.size)
 		scale_capacity(env->ops, &j->params, &scaled);
 	if ((r = check_plan(env, j, &plan, err, errlen)) ||
 	    (r = check_budget(j, req, &plan, err, errlen)) || (r = job_arrays(j, req)) ||
