@@ -281,7 +281,7 @@ static int memfd_again(struct snapkvd_buffer *dup, uint64_t size, dev_t dev, ino
 	return add_again(dup, writable, ret, err, errlen);
 }
 
-int snapkvd_buffers_add_memfd(struct snapkvd_buffers *set, const struct snapkvd_buffer_limits *lim,
+int snapkvd_buffers_add_memfd(struct snapkvd_buffers *set, unsigned max_buffers, uint64_t max_bytes,
 			      int fd, uint64_t size, uint64_t gen, bool writable,
 			      struct snapkvd_buffer **ret, char *err, size_t errlen)
 {
@@ -291,12 +291,12 @@ int snapkvd_buffers_add_memfd(struct snapkvd_buffers *set, const struct snapkvd_
 	ino_t ino;
 	int r;
 
-	if (!dup && set->n >= lim->max_buffers) {
+	if (!dup && set->n >= max_buffers) {
 		close(fd);
 		snprintf(err, errlen, "too many buffers in this session");
 		return -EMFILE;
 	}
-	r = snapkvd_buffer_memfd_check(fd, &size, lim->max_bytes, &dev, &ino, &why);
+	r = snapkvd_buffer_memfd_check(fd, &size, max_bytes, &dev, &ino, &why);
 	if (r == 0 && writable)
 		r = snapkvd_buffer_memfd_check_writable(fd, &why);
 	if (r < 0) {
@@ -347,7 +347,7 @@ static int cuda_again(struct snapkvd_buffer *dup, const struct snapkvd_buffer_cu
 
 /* Imports are keyed by the buffer id the buffer will get (see
  * snapkvd-buffer.h). */
-int snapkvd_buffers_add_cuda(struct snapkvd_buffers *set, const struct snapkvd_buffer_limits *lim,
+int snapkvd_buffers_add_cuda(struct snapkvd_buffers *set, unsigned max_buffers, uint64_t max_bytes,
 			     const struct snapkvd_buffer_cuda *m, bool writable, int fd,
 			     struct snapkvd_buffer **ret, char *err, size_t errlen)
 {
@@ -359,14 +359,14 @@ int snapkvd_buffers_add_cuda(struct snapkvd_buffers *set, const struct snapkvd_b
 			close(fd);
 		return cuda_again(dup, m, writable, ret, err, errlen);
 	}
-	if (set->n >= lim->max_buffers) {
+	if (set->n >= max_buffers) {
 		if (fd >= 0)
 			close(fd);
 		snprintf(err, errlen, "too many buffers in this session");
 		return -EMFILE;
 	}
-	r = snapkvd_buffer_cuda_new(set->dev, set->session_id, set->next_id + 1, m, fd,
-				    lim->max_bytes, &b, err, errlen);
+	r = snapkvd_buffer_cuda_new(set->dev, set->session_id, set->next_id + 1, m, fd, max_bytes,
+				    &b, err, errlen);
 	if (r < 0)
 		return r;
 	/* validated and imported: charged to the tenant, or dropped again */

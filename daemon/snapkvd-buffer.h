@@ -110,26 +110,21 @@ struct snapkvd_buffers {
 	uint64_t session_id;
 };
 
-/* The limits a registration is checked against (config keys). */
-struct snapkvd_buffer_limits {
-	unsigned max_buffers; /* max_buffers */
-	uint64_t max_bytes;   /* max_buffer_bytes */
-};
-
 void snapkvd_buffers_init(struct snapkvd_buffers *set, struct snapkvd_pool *pool,
 			  struct snapkvd_tenant *tenant, struct snapkvd_device *dev,
 			  uint64_t session_id);
 /*
- * Register a memfd of `size` bytes (0: the whole memfd) of generation gen;
- * fd is consumed. 0 with *ret the buffer (new, or the live one of gen
+ * Register a memfd of `size` bytes (0: the whole memfd) of generation gen,
+ * within max_buffers buffers in the set and max_bytes (max_buffer_bytes)
+ * each; fd is consumed. 0 with *ret the buffer (new, or the live one of gen
  * counted once more), or -errno with the reason in err; nothing changed
  * then, *ret untouched.
  */
-int snapkvd_buffers_add_memfd(struct snapkvd_buffers *set, const struct snapkvd_buffer_limits *lim,
+int snapkvd_buffers_add_memfd(struct snapkvd_buffers *set, unsigned max_buffers, uint64_t max_bytes,
 			      int fd, uint64_t size, uint64_t gen, bool writable,
 			      struct snapkvd_buffer **ret, char *err, size_t errlen);
 /* The same for a CUDA buffer (fd, or -1 for CUDA_IPC, is consumed). */
-int snapkvd_buffers_add_cuda(struct snapkvd_buffers *set, const struct snapkvd_buffer_limits *lim,
+int snapkvd_buffers_add_cuda(struct snapkvd_buffers *set, unsigned max_buffers, uint64_t max_bytes,
 			     const struct snapkvd_buffer_cuda *m, bool writable, int fd,
 			     struct snapkvd_buffer **ret, char *err, size_t errlen);
 /* One registration of buffer id undone; the buffer leaves the set with

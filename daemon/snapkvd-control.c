@@ -117,18 +117,10 @@ static void reg_reply_ok(struct snapkvd_session *s, const struct snapkvd_buffer 
 		snapkvd_session_close(s, 0);
 }
 
-static struct snapkvd_buffer_limits buffer_limits(const struct snapkvd_session *s)
-{
-	return (struct snapkvd_buffer_limits){
-	    .max_buffers = s->srv->cfg.max_buffers,
-	    .max_bytes = s->srv->cfg.max_buffer_bytes,
-	};
-}
-
 /* A CUDA buffer (the device imports it); fd (or -1) is consumed. */
 static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBuffer *m, int fd)
 {
-	const struct snapkvd_buffer_limits lim = buffer_limits(s);
+	const struct snapkvd_config *cfg = &s->srv->cfg;
 	const struct snapkvd_buffer_cuda bc = {
 	    .kind = (int)m->kind,
 	    .size = m->size,
@@ -148,7 +140,8 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 		reg_reply(s, -EPERM, "admin sessions cannot register buffers", m->generation);
 		return;
 	}
-	r = snapkvd_buffers_add_cuda(&s->buffers, &lim, &bc, m->writable, fd, &b, err, sizeof(err));
+	r = snapkvd_buffers_add_cuda(&s->buffers, cfg->max_buffers, cfg->max_buffer_bytes, &bc,
+				     m->writable, fd, &b, err, sizeof(err));
 	if (r < 0)
 		reg_reply(s, r, err, m->generation);
 	else
@@ -159,7 +152,7 @@ static void register_gpu(struct snapkvd_session *s, const Snapkv__V1__RegisterBu
 static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uint64_t gen,
 			   bool writable)
 {
-	const struct snapkvd_buffer_limits lim = buffer_limits(s);
+	const struct snapkvd_config *cfg = &s->srv->cfg;
 	struct snapkvd_buffer *b;
 	char err[256];
 	int r;
@@ -174,8 +167,8 @@ static void register_memfd(struct snapkvd_session *s, int fd, uint64_t size, uin
 		reg_reply(s, -EBADF, "RegisterBuffer needs exactly one fd", gen);
 		return;
 	}
-	r = snapkvd_buffers_add_memfd(&s->buffers, &lim, fd, size, gen, writable, &b, err,
-				      sizeof(err));
+	r = snapkvd_buffers_add_memfd(&s->buffers, cfg->max_buffers, cfg->max_buffer_bytes, fd,
+				      size, gen, writable, &b, err, sizeof(err));
 	if (r < 0)
 		reg_reply(s, r, err, gen);
 	else
