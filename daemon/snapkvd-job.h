@@ -68,7 +68,7 @@ struct snapkvd_job {
 	uint64_t wb_buffer_id;
 	/* CompactRequest.prefill_wait CUDA_FLAG: the stream waits until the
 	 * word at device address wait_flag is >= wait_value (wait_flag NULL: no
-	 * wait); past wait_ms the runner's waiter thread writes the value
+	 * wait); past wait_ms the device's waiter thread writes the value
 	 * itself. CUDA_IPC_EVENT (has_event): the handle's bytes; the worker
 	 * polls the event and enqueues nothing before it has completed, failing
 	 * the job at wait_ms */

@@ -416,14 +416,16 @@ static int check_name(struct snapkvd_session *s, const char *name)
 /* A HELLO we do not serve: closed with the reason. 0: it may go on. */
 static int hello_check(struct snapkvd_session *s, const Snapkv__V1__Hello *h)
 {
-	if (s->refused) {
+	int refused = s->refused;
+
+	if (refused) {
 		snapkvd_session_send_error(
-		    s, s->refused,
-		    s->refused == -EACCES ? "uid/gid not in the daemon's allow list (allow_uids, "
-					    "allow_gids)"
-					  : "daemon is shutting down");
-		snapkvd_session_close(s, 0);
-		return s->refused;
+		    s, refused,
+		    refused == -EACCES ? "uid/gid not in the daemon's allow list (allow_uids, "
+					 "allow_gids)"
+				       : "daemon is shutting down");
+		snapkvd_session_close(s, 0); /* s may be gone if the caller held no ref */
+		return refused;
 	}
 	if (h->client_version != SKV_PROTO_VERSION) {
 		snapkvd_session_close(s, -EPROTONOSUPPORT);

@@ -60,14 +60,7 @@ static void open_server(void)
 
 static void close_server(void)
 {
-	while (srv.sessions) {
-		struct snapkvd_session *s = srv.sessions;
-
-		if (!s->closing)
-			snapkvd_session_close(s, 0);
-		else
-			snapkvd_session_unref(s); /* the test's extra reference */
-	}
+	CU_ASSERT_PTR_NULL(srv.sessions);
 	CU_ASSERT_EQUAL(srv.n_sessions, 0);
 	CU_ASSERT_EQUAL(srv.n_admin_sessions, 0);
 	CU_ASSERT_EQUAL(srv.n_handshakes, 0);
@@ -84,8 +77,19 @@ static struct snapkvd_session *connect_one(int *ret_peer)
 
 	CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 	CU_ASSERT_EQUAL_FATAL(snapkvd_session_new(&srv, sv[0], &s), 0);
+	s->refs++; /* as the armed recvmsg of snapkvd_control_start holds one */
 	*ret_peer = sv[1];
 	return s;
+}
+
+/* The connection is done: closed, and the recvmsg's reference dropped. */
+static void done(struct snapkvd_session *s)
+{
+	if (s->ring && !s->closing)
+		s->refs--; /* the armed doorbell read, which never completes here */
+	if (!s->closing)
+		snapkvd_session_close(s, 0);
+	snapkvd_session_unref(s);
 }
 
 static void hello(struct snapkvd_session *s, bool admin, const char *name, uint32_t version)
@@ -167,12 +171,11 @@ static void test_welcome(void)
 		CU_ASSERT_EQUAL(reply(p2, &nfds, NULL, NULL, 0),
 				SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME);
 		CU_ASSERT_EQUAL(nfds, 0);
-		snapkvd_session_close(a, 0);
+		done(a);
 		CU_ASSERT_EQUAL(srv.n_admin_sessions, 0);
 		close(p2);
 	}
-	s->refs--; /* the armed doorbell read, which never completes here */
-	snapkvd_session_close(s, 0);
+	done(s);
 	CU_ASSERT_PTR_NULL(srv.sessions);
 	CU_ASSERT_EQUAL(srv.n_sessions, 0);
 	close(peer);
@@ -193,6 +196,7 @@ static void test_refusals(void)
 	CU_ASSERT_TRUE(s->closing);
 	CU_ASSERT_EQUAL(reply(peer, NULL, &st, NULL, 0), SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR);
 	CU_ASSERT_EQUAL(st, -EPROTONOSUPPORT);
+	done(s);
 	close(peer);
 	/* an engine name with a control character */
 	s = connect_one(&peer);
@@ -201,6 +205,7 @@ static void test_refusals(void)
 	reply(peer, NULL, &st, text, sizeof(text));
 	CU_ASSERT_EQUAL(st, -EINVAL);
 	CU_ASSERT_STRING_EQUAL(text, "engine name is not valid UTF-8 or holds control characters");
+	done(s);
 	close(peer);
 	/* not in allow_uids: answered at HELLO */
 	srv.cfg.n_allow_uids = 1;
@@ -211,6 +216,7 @@ static void test_refusals(void)
 	reply(peer, NULL, &st, text, sizeof(text));
 	CU_ASSERT_EQUAL(st, -EACCES);
 	CU_ASSERT(strstr(text, "allow_uids") != NULL);
+	done(s);
 	close(peer);
 	srv.cfg.n_allow_uids = 0;
 	/* max_sessions_per_tenant, then max_sessions */
@@ -224,6 +230,7 @@ static void test_refusals(void)
 	reply(p2, NULL, &st, text, sizeof(text));
 	CU_ASSERT_EQUAL(st, -EUSERS);
 	CU_ASSERT(strstr(text, "max_sessions_per_tenant is 1") != NULL);
+	done(t);
 	close(p2);
 	srv.cfg.max_sessions = 1;
 	srv.cfg.max_sessions_per_tenant = 4;
@@ -231,10 +238,10 @@ static void test_refusals(void)
 	hello(t, false, "", SKV_PROTO_VERSION);
 	reply(p2, NULL, &st, text, sizeof(text));
 	CU_ASSERT_STRING_EQUAL(text, "too many sessions: 1 open, max_sessions is 1");
+	done(t);
 	close(p2);
 	CU_ASSERT_EQUAL(srv.n_sessions, 1);
-	s->refs--; /* its doorbell read */
-	snapkvd_session_close(s, 0);
+	done(s);
 	close(peer);
 	/* max_admin_sessions: root or the daemon's own uid gets one more */
 	srv.cfg.max_admin_sessions = 1;
@@ -244,13 +251,13 @@ static void test_refusals(void)
 	hello(t, true, "", SKV_PROTO_VERSION); /* our uid is the daemon's: one more */
 	CU_ASSERT_FALSE(t->closing);
 	CU_ASSERT_EQUAL(srv.n_admin_sessions, 2);
-	snapkvd_session_close(t, 0);
+	done(t);
 	close(p2);
 	t = connect_one(&p2);
-	snapkvd_session_close(s, 0); /* the first leaves: its slot is free */
+	done(s); /* the first leaves: its slot is free */
 	hello(t, true, "", SKV_PROTO_VERSION);
 	CU_ASSERT_FALSE(t->closing);
-	snapkvd_session_close(t, 0);
+	done(t);
 	close(p2);
 	close(peer);
 	close_server();
@@ -285,8 +292,10 @@ static void test_handshakes(void)
 	CU_ASSERT_EQUAL(st, -ETIMEDOUT);
 	CU_ASSERT(strstr(text, "hello_timeout_ms") != NULL);
 	CU_ASSERT_EQUAL(srv.n_handshakes, 1);
-	snapkvd_session_close(c, 0);
+	done(c);
 	CU_ASSERT_EQUAL(srv.n_handshakes, 0);
+	done(a);
+	done(b);
 	close(pa);
 	close(pb);
 	close(pc);
