@@ -14,6 +14,7 @@
 
 #include "proto/skv-frame.h"
 #include "snapkvd-buffer.h"
+#include "snapkvd-cleanup.h"
 #include "snapkvd-config.h"
 #include "snapkvd-job.h"
 #include "snapkvd-paged.h"
@@ -450,7 +451,7 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 		       enum skv_dtype odt, struct snapkvd_cache_geom *geom, char *err,
 		       size_t errlen)
 {
-	struct snapkvd_cache *c;
+	_cleanup_(snapkvd_cache_freep) struct snapkvd_cache *c = NULL;
 	uint32_t slots = plan->kept + req->decode_reserve;
 
 	if (req->out_dtype && (enum skv_dtype)req->out_dtype != odt) {
@@ -480,9 +481,8 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 		snprintf(err, errlen, "unknown out_arena %d", (int)req->out_arena);
 		return -EINVAL;
 	}
-	if (snapkvd_cache_new(req->layers, plan->h_store, &j->cache) < 0)
+	if (snapkvd_cache_new(req->layers, plan->h_store, &c) < 0)
 		return -ENOMEM;
-	c = j->cache;
 	c->gpu_kv = req->out_arena == SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM;
 	c->h_q = req->h_q;
 	c->h_kv = req->h_kv;
@@ -505,7 +505,8 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 		if (snapkvd_cache_budget_arrays(c) < 0)
 			return -ENOMEM;
 	}
-	name_transports(j, c);
+	j->cache = TAKE_PTR(c); /* the job's from here: job_free frees it */
+	name_transports(j, j->cache);
 	if (j->paged)
 		snapkvd_paged_cache(j);
 	return 0;
