@@ -6,9 +6,9 @@ SNAPKVD := $(BUILD)/snapkvd
 # each unit test takes from it only what its file under test calls.
 LIBSNAPKVD := $(BUILD)/libsnapkvd.a
 LIBSNAPKVD_OBJS := $(addprefix $(BUILD)/daemon/snapkvd-, server.o loop.o listener.o \
-	session.o request.o paged.o admission.o job.o group.o compactor.o runner.o runner-host.o \
+	session.o control.o ring.o dispatch.o slots.o device.o request.o params.o paged.o admission.o job.o group.o compactor.o runner.o runner-host.o \
 	runner-cuda.o buffer.o cache.o arena.o pool.o ledger.o admin.o policy.o \
-	pressure.o hooks.o metrics.o config.o log.o clock.o http.o)
+	pressure.o hooks.o metrics.o config.o value.o log.o clock.o http.o)
 OBJS += $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o
 $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o: | $(SKV_PB_H)
 # --version, --check-config's header and snapkvd_build_info: the top VERSION
@@ -84,14 +84,18 @@ $(DAEMON_UNIT_BINS): $(BUILD)/tests/test-%: $(BUILD)/tests/unit/test-%.o $(LIBSN
 		$(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
 TESTS += $(DAEMON_UNIT_BINS)
 # tests/unit/daemon/test-<object>.c: one per object without a live daemon
-DAEMON_OBJECT_TESTS := cache loop request session
+# (device: the plugin loader, libskv-backend.a; its CUDA half runs on the
+# emulator's plugin where one is built)
+DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
+	value params
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/test-daemon-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
 $(DAEMON_OBJECT_BINS): $(BUILD)/tests/test-daemon-%: $(BUILD)/tests/unit/daemon/test-%.o \
-		$(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(URING_LIBS) \
-		$(PBC_LIBS) $(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
+		$(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(BUILD)/libskv-backend.a
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) \
+		$(BUILD)/libskv-backend.a $(URING_LIBS) $(PBC_LIBS) $(CUNIT_LIBS) $(BLAS_LIBS) -lm \
+		$(LDFLAGS)
 TESTS += $(DAEMON_OBJECT_BINS)
 
 # snapkvctl's side of `top`/`pressure`: the Prometheus parser and the frame

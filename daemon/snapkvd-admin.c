@@ -21,6 +21,8 @@
 #include "snapkvd-log.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
+#include "snapkvd-device.h"
+#include "snapkvd-ring.h"
 #include "snapkvd-runner.h"
 #include "snapkvd-group.h"
 #include "snapkvd-server.h"
@@ -290,7 +292,7 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 	r->errors = srv->errors;
 	/* the transports actually used */
 	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		for (struct snapkvd_buffer *b = x->buffers; b; b = b->next) {
+		for (struct snapkvd_buffer *b = x->buffers.list; b; b = b->next) {
 			if (!b->imp)
 				r->buffers_memfd++;
 			else if (!strcmp(b->transport, "cuda-ipc"))
@@ -298,7 +300,7 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 			else
 				r->buffers_cuda_vmm_fd++;
 		}
-	r->cuda_imports = snapkvd_runner_imports(srv->runner);
+	r->cuda_imports = snapkvd_device_imports(srv->device);
 	r->mapped_bytes = snapkvd_pool_mapped(srv->pool);
 	r->max_mapped_bytes = srv->cfg.max_mapped_bytes;
 	r->max_tenant_mapped_bytes = srv->cfg.max_tenant_mapped_bytes;
@@ -313,7 +315,7 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 	r->pressure_held = snapkvd_pressure_held(srv->policy.pressure);
 	r->pressure_transitions = snapkvd_pressure_transitions_total(srv->policy.pressure);
 	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		r->events_coalesced += x->events_coalesced;
+		r->events_coalesced += x->ring ? x->ring->events_coalesced : 0;
 	r->arena_transport = "host-memfd";
 	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
 		if (x->garena)

@@ -22,7 +22,7 @@
 #include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
-#include "snapkvd-runner.h"
+#include "snapkvd-device.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 
@@ -93,7 +93,7 @@ int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session
 	r = reserve(srv, s, region, &j->resv, &off, &c->region_dirty, err, errlen);
 	if (r < 0)
 		return r;
-	if (j->group_size) { /* last: the one step a refusal must undo */
+	if (j->gm.size) { /* last: the one step a refusal must undo */
 		r = snapkvd_groups_join(srv->groups, j, s->uid, srv->cfg.max_tenant_groups,
 					snapkvd_now_ns(), err, errlen);
 		if (r < 0) {
@@ -104,7 +104,7 @@ int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session
 	}
 	snapkvd_cache_place(c, off, c->slots, &j->geom);
 	if (c->gpu_kv)
-		kv_base = snapkvd_runner_arena_base(srv->runner, s->garena);
+		kv_base = snapkvd_device_arena_base(srv->device, s->garena);
 	point_outputs(j, s->arena->base, kv_base);
 	return 0;
 }

@@ -20,6 +20,8 @@
 
 #include "snapkvd-forward.h"
 
+struct snapkvd_device;
+
 struct snapkvd_buffer {
 	uint64_t id;
 	uint64_t generation;
@@ -31,9 +33,9 @@ struct snapkvd_buffer {
 	unsigned regs; /* registrations of this generation not yet unregistered */
 	dev_t dev;     /* the memfd registered first: a repeat must name it */
 	ino_t ino;
-	/* CUDA buffers: the runner's import, dropped with the last reference */
+	/* CUDA buffers: the device's import, dropped with the last reference */
 	void *imp;
-	struct snapkvd_runner *runner; /* imp != NULL */
+	struct snapkvd_device *device; /* imp != NULL */
 	const char *transport;	       /* "memfd", "cuda-vmm-fd", "cuda-ipc" */
 	int kind;		       /* Snapkv__V1__BufferKind of a CUDA buffer */
 	uint64_t ipc_off;	       /* CUDA_IPC: offset in the allocation */
@@ -79,14 +81,56 @@ struct snapkvd_buffer_cuda {
 	int device; /* the engine's, for the log */
 };
 /*
- * Import a CUDA buffer on the runner's device, keyed by (session_id, key);
- * fd (or -1) is consumed. 0, or -errno with a reason in err (-ENOTSUP on a
- * host runner).
+ * Import a CUDA buffer on the device, keyed by (session_id, key); fd (or
+ * -1) is consumed. 0, or -errno with a reason in err (-ENOTSUP without a
+ * device: the host backend).
  */
-int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint64_t key,
+int snapkvd_buffer_cuda_new(struct snapkvd_device *d, uint64_t session_id, uint64_t key,
 			    const struct snapkvd_buffer_cuda *m, int fd, uint64_t max_bytes,
 			    struct snapkvd_buffer **ret, char *err, size_t errlen);
 
 void snapkvd_buffer_unref(struct snapkvd_buffer *b);
+
+/*
+ * The set of one session's buffers: registration with generation dedupe
+ * (a repeat of a live generation must name the same memory and access and
+ * is counted on its buffer), the per-session limit (max_buffers), the
+ * charge of each buffer's bytes to the tenant and the daemon (the pool's
+ * mapped bytes, before anything is mapped), and ids never reused within
+ * the session. Loop thread.
+ */
+struct snapkvd_buffers {
+	struct snapkvd_buffer *list;
+	unsigned n;
+	uint64_t next_id;
+	/* set at HELLO (snapkvd_buffers_init) */
+	struct snapkvd_pool *pool;
+	struct snapkvd_tenant *tenant;
+	struct snapkvd_device *dev;
+	uint64_t session_id;
+};
+
+void snapkvd_buffers_init(struct snapkvd_buffers *set, struct snapkvd_pool *pool,
+			  struct snapkvd_tenant *tenant, struct snapkvd_device *dev,
+			  uint64_t session_id);
+/*
+ * Register a memfd of `size` bytes (0: the whole memfd) of generation gen,
+ * within max_buffers buffers in the set and max_bytes (max_buffer_bytes)
+ * each; fd is consumed. 0 with *ret the buffer (new, or the live one of gen
+ * counted once more), or -errno with the reason in err; nothing changed
+ * then, *ret untouched.
+ */
+int snapkvd_buffers_add_memfd(struct snapkvd_buffers *set, unsigned max_buffers, uint64_t max_bytes,
+			      int fd, uint64_t size, uint64_t gen, bool writable,
+			      struct snapkvd_buffer **ret, char *err, size_t errlen);
+/* The same for a CUDA buffer (fd, or -1 for CUDA_IPC, is consumed). */
+int snapkvd_buffers_add_cuda(struct snapkvd_buffers *set, unsigned max_buffers, uint64_t max_bytes,
+			     const struct snapkvd_buffer_cuda *m, bool writable, int fd,
+			     struct snapkvd_buffer **ret, char *err, size_t errlen);
+/* One registration of buffer id undone; the buffer leaves the set with
+ * its last (a running job keeps its own reference). 0 or -ENOENT. */
+int snapkvd_buffers_remove(struct snapkvd_buffers *set, uint64_t id);
+/* Every buffer leaves the set (the session ends). */
+void snapkvd_buffers_clear(struct snapkvd_buffers *set);
 
 #endif

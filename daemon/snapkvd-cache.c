@@ -9,6 +9,7 @@
 #include "kernels/cuda/skv-cuda.h" /* struct skv_cuda_copy */
 
 #include "snapkvd-arena.h"
+#include "snapkvd-cleanup.h"
 
 static uint64_t align64(uint64_t v)
 {
@@ -87,7 +88,7 @@ void snapkvd_region_layer(uint64_t off, uint32_t layers, uint32_t l,
 
 int snapkvd_cache_new(uint32_t layers, uint32_t h_store, struct snapkvd_cache **ret)
 {
-	struct snapkvd_cache *c = calloc(1, sizeof(*c));
+	_cleanup_(snapkvd_cache_freep) struct snapkvd_cache *c = calloc(1, sizeof(*c));
 
 	if (!c)
 		return -ENOMEM;
@@ -99,11 +100,9 @@ int snapkvd_cache_new(uint32_t layers, uint32_t h_store, struct snapkvd_cache **
 	c->mass = calloc((size_t)layers * h_store, sizeof(float));
 	c->layer_mass = calloc((size_t)layers * 2, sizeof(float));
 	c->layer_kept = calloc(layers, sizeof(uint64_t));
-	if (!c->k_off || !c->v_off || !c->pos_off || !c->mass || !c->layer_mass || !c->layer_kept) {
-		snapkvd_cache_free(c);
+	if (!c->k_off || !c->v_off || !c->pos_off || !c->mass || !c->layer_mass || !c->layer_kept)
 		return -ENOMEM;
-	}
-	*ret = c;
+	*ret = TAKE_PTR(c);
 	return 0;
 }
 
@@ -120,6 +119,11 @@ void snapkvd_cache_free(struct snapkvd_cache *c)
 	free(c->layer_mass);
 	free(c->layer_kept);
 	free(c);
+}
+
+void snapkvd_cache_freep(struct snapkvd_cache **c)
+{
+	snapkvd_cache_free(*c);
 }
 
 uint32_t snapkvd_cache_head_kept(const struct snapkvd_cache *c, uint32_t l, uint32_t h)

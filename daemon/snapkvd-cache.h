@@ -185,6 +185,8 @@ void snapkvd_cache_zero_unwritten(const struct snapkvd_cache *c, const struct sn
  * allocated, everything else zero. 0 or -ENOMEM. */
 int snapkvd_cache_new(uint32_t layers, uint32_t h_store, struct snapkvd_cache **ret);
 void snapkvd_cache_free(struct snapkvd_cache *c);
+/* For _cleanup_(snapkvd_cache_freep): a cache being built. */
+void snapkvd_cache_freep(struct snapkvd_cache **c);
 
 /* Fill layer_mass and layer_kept from mass and the kept counts. */
 void snapkvd_cache_summarise(struct snapkvd_cache *c);

@@ -61,7 +61,7 @@ static void run_compact(struct snapkvd_worker *w, struct snapkvd_job *j)
 			 kerr.msg[0] ? kerr.msg : "compaction failed");
 		return;
 	}
-	if (j->group && !j->decided) { /* a group member's first step */
+	if (j->gm.group && !j->gm.decided) { /* a group member's first step */
 		__atomic_add_fetch(&w->c->busy_ns, snapkvd_now_ns() - t0, __ATOMIC_RELAXED);
 		return;
 	}
@@ -116,7 +116,7 @@ static void route_released(struct snapkvd_compactor *c, struct snapkvd_job *list
 		struct snapkvd_job *j = list;
 
 		list = j->next;
-		if (j->status < 0 || !j->decided) {
+		if (j->status < 0 || !j->gm.decided) {
 			put_done(c, j);
 			continue;
 		}
@@ -148,7 +148,7 @@ static void *worker(void *arg)
 			c->queue_tail = &c->queue;
 		c->queued--;
 		pthread_mutex_unlock(&c->mu);
-		bool first_step = j->kind == SNAPKVD_JOB_COMPACT && j->group && !j->decided;
+		bool first_step = j->kind == SNAPKVD_JOB_COMPACT && j->gm.group && !j->gm.decided;
 		run_job(w, j);
 		struct snapkvd_job *released =
 		    first_step ? snapkvd_groups_arrive(c->groups, j, snapkvd_now_ns()) : NULL;

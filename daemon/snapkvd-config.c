@@ -2,13 +2,11 @@
 /* Configuration parsing with limits; see snapkvd-config.h. */
 #include "snapkvd-config.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -79,205 +77,6 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->http.timeout_ms = 10000;
 }
 
-int snapkvd_parse_size(const char *s, uint64_t *ret)
-{
-	char *end;
-	unsigned long long v;
-	unsigned shift = 0;
-
-	if (!s || !isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return -ERANGE;
-	switch (*end) {
-	case 'K':
-	case 'k':
-		shift = 10;
-		end++;
-		break;
-	case 'M':
-	case 'm':
-		shift = 20;
-		end++;
-		break;
-	case 'G':
-	case 'g':
-		shift = 30;
-		end++;
-		break;
-	case 'T':
-	case 't':
-		shift = 40;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (*end == 'i' && shift)
-		end++;
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end)
-		return -EINVAL;
-	if (shift && v > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*ret = (uint64_t)v << shift;
-	return 0;
-}
-
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret)
-{
-	char *end;
-	unsigned long v;
-
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || v < lo || v > hi)
-		return -ERANGE;
-	*ret = (unsigned)v;
-	return 0;
-}
-
-static int parse_idlist(const char *s, unsigned *n, uint32_t *ids)
-{
-	char tmp[SNAPKVD_CONFIG_MAX_LINE], *save = NULL, *tok;
-
-	snprintf(tmp, sizeof(tmp), "%s", s);
-	*n = 0;
-	for (tok = strtok_r(tmp, " ,\t", &save); tok; tok = strtok_r(NULL, " ,\t", &save)) {
-		unsigned v;
-
-		if (*n >= SNAPKVD_MAX_ALLOW)
-			return -E2BIG;
-		if (parse_uint(tok, 0, INT_MAX, &v) < 0)
-			return -EINVAL;
-		ids[(*n)++] = v;
-	}
-	return 0;
-}
-
-/* ------------------------------------------- metrics_listen's address */
-
-static int parse_port(const char *s, uint16_t *ret)
-{
-	unsigned long v;
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || v < 1 || v > 65535)
-		return -EINVAL;
-	*ret = (uint16_t)v;
-	return 0;
-}
-
-static int to_sockaddr(const char *v, struct sockaddr_storage *ss, socklen_t *ret_len,
-		       const char **why)
-{
-	char host[SNAPKVD_HTTP_LISTEN_MAX];
-	const char *port_s, *colon;
-	bool v6 = *v == '[';
-	uint16_t port;
-
-	*why = "expected PORT, IPV4:PORT, [IPV6]:PORT or localhost:PORT (port 1..65535)";
-	if (strlen(v) >= sizeof(host))
-		return -EINVAL;
-	if (v6) {
-		const char *rb = strchr(v, ']');
-
-		if (!rb || rb[1] != ':')
-			return -EINVAL;
-		snprintf(host, sizeof(host), "%.*s", (int)(rb - v - 1), v + 1);
-		port_s = rb + 2;
-	} else if ((colon = strrchr(v, ':'))) {
-		if (memchr(v, ':', colon - v)) {
-			*why = "an IPv6 address goes in brackets: [::1]:9464";
-			return -EINVAL;
-		}
-		snprintf(host, sizeof(host), "%.*s", (int)(colon - v), v);
-		port_s = colon + 1;
-	} else {
-		snprintf(host, sizeof(host), "127.0.0.1"); /* a port alone: loopback */
-		port_s = v;
-	}
-	if (parse_port(port_s, &port) < 0)
-		return -EINVAL;
-	if (!v6 && !strcmp(host, "localhost"))
-		snprintf(host, sizeof(host), "127.0.0.1");
-	memset(ss, 0, sizeof(*ss));
-	if (!v6) {
-		struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
-
-		if (inet_pton(AF_INET, host, &in4->sin_addr) != 1) {
-			*why = "not a numeric IPv4 address (names are not resolved)";
-			return -EINVAL;
-		}
-		in4->sin_family = AF_INET;
-		in4->sin_port = htons(port);
-		*ret_len = sizeof(*in4);
-	} else {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-
-		if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1) {
-			*why = "not a numeric IPv6 address in brackets";
-			return -EINVAL;
-		}
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons(port);
-		*ret_len = sizeof(*in6);
-	}
-	return 0;
-}
-
-static void format_addr(const struct sockaddr_storage *ss, char out[SNAPKVD_HTTP_LISTEN_MAX])
-{
-	char a[INET6_ADDRSTRLEN] = "";
-
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *in4 = (const struct sockaddr_in *)ss;
-
-		inet_ntop(AF_INET, &in4->sin_addr, a, sizeof(a));
-		snprintf(out, SNAPKVD_HTTP_LISTEN_MAX, "%s:%u", a, ntohs(in4->sin_port));
-	} else {
-		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-
-		inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
-		snprintf(out, SNAPKVD_HTTP_LISTEN_MAX, "[%s]:%u", a, ntohs(in6->sin6_port));
-	}
-}
-
-/* "" or "off"; PORT (loopback); IPV4:PORT; [IPV6]:PORT; localhost:PORT. */
-static int parse_listen(struct snapkvd_http_config *h, const char *value, const char **why)
-{
-	struct sockaddr_storage ss;
-	socklen_t len;
-	int r;
-
-	if (!*value || !strcmp(value, "off")) {
-		h->listen[0] = 0;
-		return 0;
-	}
-	r = to_sockaddr(value, &ss, &len, why);
-	if (r < 0)
-		return r;
-	h->addr = ss;
-	h->addr_len = len;
-	format_addr(&ss, h->listen);
-	return 0;
-}
-
-struct ukey {
-	const char *name;
-	size_t off;
-	unsigned lo, hi;
-};
-
 /* ------------------------------------------- the pressure policy's keys */
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
@@ -300,43 +99,6 @@ void snapkvd_policy_config_init(struct snapkvd_policy_config *c)
 	snapkvd_pressure_config_init(&c->pressure);
 	snapkvd_hooks_config_init(&c->hooks);
 	c->metrics_interval_s = 15;
-}
-
-/* "0.5", "50%" -> 0.5; [0, 1]. */
-static int parse_fraction(const char *v, double *ret)
-{
-	char *end;
-	double d;
-
-	if (!*v)
-		return -EINVAL;
-	errno = 0;
-	d = strtod(v, &end);
-	if (errno || end == v)
-		return -EINVAL;
-	if (*end == '%') {
-		d /= 100.0;
-		end++;
-	}
-	if (*end || !(d >= 0.0 && d <= 1.0))
-		return -EINVAL;
-	*ret = d;
-	return 0;
-}
-
-static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *ret)
-{
-	char *end;
-	unsigned long long x;
-
-	if (*v < '0' || *v > '9')
-		return -EINVAL;
-	errno = 0;
-	x = strtoull(v, &end, 10);
-	if (errno || *end || x < lo || x > hi)
-		return -EINVAL;
-	*ret = (uint32_t)x;
-	return 0;
 }
 
 static int set_path(char *dst, size_t cap, const char *v, const char *key, char *err, size_t errlen)
@@ -364,11 +126,11 @@ static int parse_quota(struct snapkvd_policy_config *c, const char *v, char *err
 	share_s = strtok_r(NULL, ":", &save);
 	if (!uid_s || !bytes_s || strtok_r(NULL, ":", &save))
 		return bad(err, errlen, "tenant_quota: expected UID:BYTES[:SHARE], got '%s'", v);
-	if (parse_u32(uid_s, 0, UINT32_MAX - 1, &uid) < 0)
+	if (snapkvd_value_u32(uid_s, 0, UINT32_MAX - 1, &uid) < 0)
 		return bad(err, errlen, "tenant_quota: bad uid '%s'", uid_s);
 	if (snapkvd_parse_size(bytes_s, &q.quota_bytes) < 0)
 		return bad(err, errlen, "tenant_quota: bad size '%s'", bytes_s);
-	if (share_s && parse_fraction(share_s, &q.guaranteed_share) < 0)
+	if (share_s && snapkvd_value_fraction(share_s, &q.guaranteed_share) < 0)
 		return bad(err, errlen, "tenant_quota: bad share '%s' (0..1 or 0%%..100%%)",
 			   share_s);
 	q.uid = (uid_t)uid;
@@ -425,7 +187,7 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 	else if (strcmp(key, "pressure_guaranteed_share") == 0)
 		frac = &p->guaranteed_share;
 	if (frac) {
-		if (parse_fraction(value, frac) < 0)
+		if (snapkvd_value_fraction(value, frac) < 0)
 			return bad(err, errlen, "%s: expected 0..1 or 0%%..100%%", key);
 		return 0;
 	}
@@ -438,19 +200,19 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 		return set_path(c->metrics_textfile, sizeof(c->metrics_textfile), value, key, err,
 				errlen);
 	if (strcmp(key, "pressure_min_dwell_ms") == 0) {
-		if (parse_u32(value, 0, 3600 * 1000, &u) < 0)
+		if (snapkvd_value_u32(value, 0, 3600 * 1000, &u) < 0)
 			return bad(err, errlen, "%s: 0..3600000", key);
 		p->min_dwell_ms = u;
 		return 0;
 	}
 	if (strcmp(key, "hook_timeout_ms") == 0) {
-		if (parse_u32(value, 1, 3600 * 1000, &u) < 0)
+		if (snapkvd_value_u32(value, 1, 3600 * 1000, &u) < 0)
 			return bad(err, errlen, "%s: 1..3600000", key);
 		c->hooks.timeout_ms = u;
 		return 0;
 	}
 	if (strcmp(key, "hook_max") == 0) {
-		if (parse_u32(value, 1, SNAPKVD_HOOKS_MAX_LIMIT, &u) < 0)
+		if (snapkvd_value_u32(value, 1, SNAPKVD_HOOKS_MAX_LIMIT, &u) < 0)
 			return bad(err, errlen, "%s: 1..%d", key, SNAPKVD_HOOKS_MAX_LIMIT);
 		c->hooks.max_hooks = u;
 		return 0;
@@ -462,7 +224,7 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 		return 0;
 	}
 	if (strcmp(key, "metrics_interval_s") == 0) {
-		if (parse_u32(value, 1, 86400, &u) < 0)
+		if (snapkvd_value_u32(value, 1, 86400, &u) < 0)
 			return bad(err, errlen, "%s: 1..86400", key);
 		c->metrics_interval_s = u;
 		return 0;
@@ -488,11 +250,154 @@ snapkvd_policy_config_quota(const struct snapkvd_policy_config *c, uid_t uid)
 
 /* ------------------------------------------------------ the daemon's keys */
 
+/*
+ * One table of every daemon key: its name, the parser that sets it (into
+ * the field at `off`, its count at `n_off` for a list), the bounds the
+ * parser checks, and which part of --check-config's dump it belongs to.
+ * The pressure policy's keys (pressure_*, hook_*, metrics_textfile,
+ * metrics_interval_s, tenant_quota) are snapkvd_policy_config_set()'s, as
+ * snapkvctl's runtime changes set them on their own.
+ */
+struct key;
+typedef int key_set_fn(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+		       size_t whylen);
+enum key_dump { DUMP_UINT, DUMP_SIZE, DUMP_HTTP_UINT, DUMP_OWN };
+struct key {
+	const char *name;
+	key_set_fn *set;
+	size_t off, n_off;
+	uint64_t lo, hi;
+	enum key_dump dump;
+};
+
+/* An integer in the key's bounds, and for sq_entries (the ring's masks) a
+ * power of two, for slot_bytes (cache-line aligned slots) a multiple of 64. */
+static int set_uint(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+		    size_t whylen)
+{
+	unsigned x;
+
+	if (snapkvd_value_uint(v, (unsigned)k->lo, (unsigned)k->hi, &x) < 0) {
+		snprintf(why, whylen, "not an integer in %u..%u", (unsigned)k->lo, (unsigned)k->hi);
+		return -EINVAL;
+	}
+	if (k->off == offsetof(struct snapkvd_config, sq_entries) && (x & (x - 1))) {
+		snprintf(why, whylen, "not a power of two");
+		return -EINVAL;
+	}
+	if (k->off == offsetof(struct snapkvd_config, slot_bytes) && x % 64) {
+		snprintf(why, whylen, "not a multiple of 64");
+		return -EINVAL;
+	}
+	*(unsigned *)((char *)c + k->off) = x;
+	return 0;
+}
+
+static int set_size(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+		    size_t whylen)
+{
+	char lo[24], hi[24];
+	uint64_t x;
+
+	snapkvd_value_fmt_size(k->lo, lo, sizeof(lo));
+	snapkvd_value_fmt_size(k->hi, hi, sizeof(hi));
+	if (snapkvd_parse_size(v, &x) < 0) {
+		snprintf(why, whylen, "not a size (4096, 64K, 1M, 2G; at least %s)", lo);
+		return -EINVAL;
+	}
+	if (x < k->lo || x > k->hi) {
+		if (k->hi == UINT64_MAX)
+			snprintf(why, whylen, "%s is below the minimum %s (%llu bytes)", v, lo,
+				 (unsigned long long)k->lo);
+		else
+			snprintf(why, whylen, "%s is outside %s..%s (%llu..%llu bytes)", v, lo, hi,
+				 (unsigned long long)k->lo, (unsigned long long)k->hi);
+		return -EINVAL;
+	}
+	*(uint64_t *)((char *)c + k->off) = x;
+	return 0;
+}
+
+static int set_listen(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+		      size_t whylen)
+{
+	const char *w = "";
+	int r = snapkvd_value_listen(&c->http, v, &w);
+
+	(void)k;
+	if (r < 0)
+		snprintf(why, whylen, "%s", w);
+	return r;
+}
+
+static int set_socket(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+		      size_t whylen)
+{
+	(void)k;
+	if (*v != '/' || strlen(v) >= sizeof(c->socket_path)) {
+		snprintf(why, whylen, "socket must be an absolute path shorter than 108 bytes");
+		return -EINVAL;
+	}
+	snprintf(c->socket_path, sizeof(c->socket_path), "%s", v);
+	return 0;
+}
+
+static int set_backend(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+		       size_t whylen)
+{
+	(void)k;
+	if (strcmp(v, "host") && strcmp(v, "cuda")) {
+		snprintf(why, whylen, "backend must be host or cuda");
+		return -EINVAL;
+	}
+	snprintf(c->backend, sizeof(c->backend), "%s", v);
+	return 0;
+}
+
+static int set_log_level(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+			 size_t whylen)
+{
+	int r = snapkvd_log_parse_level(v);
+
+	(void)k;
+	if (r < 0) {
+		snprintf(why, whylen, "log_level must be error, warning, notice, info or debug");
+		return r;
+	}
+	c->log_level = r;
+	return 0;
+}
+
+static int set_ids(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+		   size_t whylen)
+{
+	if (snapkvd_value_idlist(v, (unsigned *)((char *)c + k->n_off),
+				 (uint32_t *)((char *)c + k->off)) < 0) {
+		snprintf(why, whylen,
+			 "expected up to 64 numeric ids separated by spaces or commas");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+#define OFF(n) offsetof(struct snapkvd_config, n)
 #define U(n, lo, hi)                                                                               \
 	{                                                                                          \
-#n, offsetof(struct snapkvd_config, n), lo, hi                                     \
+#n, set_uint, OFF(n), 0, lo, hi, DUMP_UINT                                         \
 	}
-static const struct ukey ukeys[] = {
+#define S(n, lo)                                                                                   \
+	{                                                                                          \
+#n, set_size, OFF(n), 0, lo, UINT64_MAX, DUMP_SIZE                                 \
+	}
+#define IDS(n)                                                                                     \
+	{                                                                                          \
+#n, set_ids, OFF(n), OFF(n_##n), 0, 0, DUMP_OWN                                    \
+	}
+#define OWN(n, fn)                                                                                 \
+	{                                                                                          \
+#n, fn, 0, 0, 0, 0, DUMP_OWN                                                       \
+	}
+static const struct key keys[] = {
     U(threads, 0, 1024),
     U(max_sessions, 1, 65536),
     U(max_buffers, 1, 65536),
@@ -517,25 +422,10 @@ static const struct ukey ukeys[] = {
     U(group_timeout_ms, 1, 3600000),
     U(max_group_timeout_ms, 1, 3600000),
     U(max_tenant_groups, 1, 65536),
-};
-
-/* the Prometheus listener's limits (snapkvd-http.h) */
-static const struct ukey http_ukeys[] = {
-    {"metrics_http_max_connections", offsetof(struct snapkvd_config, http.max_connections), 1,
-     1024},
-    {"metrics_http_timeout_ms", offsetof(struct snapkvd_config, http.timeout_ms), 100, 600000},
-};
-
-struct skey {
-	const char *name;
-	size_t off;
-	uint64_t lo, hi;
-};
-#define S(n, lo)                                                                                   \
-	{                                                                                          \
-#n, offsetof(struct snapkvd_config, n), lo, UINT64_MAX                             \
-	}
-static const struct skey skeys[] = {
+    /* the Prometheus listener's limits (snapkvd-http.h) */
+    {"metrics_http_max_connections", set_uint, OFF(http.max_connections), 0, 1, 1024,
+     DUMP_HTTP_UINT},
+    {"metrics_http_timeout_ms", set_uint, OFF(http.timeout_ms), 0, 100, 600000, DUMP_HTTP_UINT},
     S(pool_bytes, 1 << 20),
     S(session_arena_bytes, 1 << 20),
     S(arena_cache_bytes, 0),
@@ -546,144 +436,30 @@ static const struct skey skeys[] = {
     S(max_mapped_bytes, 4096),
     S(max_request_macs, 1 << 20),
     S(max_request_bytes, 1 << 20),
-    {"metrics_http_max_request", offsetof(struct snapkvd_config, http.max_request), 256, 65536},
+    {"metrics_http_max_request", set_size, OFF(http.max_request), 0, 256, 65536, DUMP_OWN},
+    OWN(metrics_listen, set_listen),
+    OWN(socket, set_socket),
+    OWN(backend, set_backend),
+    OWN(log_level, set_log_level),
+    IDS(admin_uids),
+    IDS(allow_uids),
+    IDS(allow_gids),
 };
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
-/* 1048576 -> "1M": the largest suffix that says it exactly. */
-static void fmt_size(uint64_t v, char *buf, size_t len)
-{
-	static const char sfx[] = "KMGT";
-	int i = -1;
-
-	while (i < 3 && v && !(v & 1023)) {
-		v >>= 10;
-		i++;
-	}
-	if (i < 0)
-		snprintf(buf, len, "%llu", (unsigned long long)v);
-	else
-		snprintf(buf, len, "%llu%c", (unsigned long long)v, sfx[i]);
-}
-
-static int set_ukey(struct snapkvd_config *c, const struct ukey *u, const char *v, const char **why)
-{
-	static __thread char msg[96];
-	unsigned x;
-
-	if (parse_uint(v, u->lo, u->hi, &x) < 0) {
-		snprintf(msg, sizeof(msg), "not an integer in %u..%u", u->lo, u->hi);
-		*why = msg;
-		return -EINVAL;
-	}
-	if (!strcmp(u->name, "sq_entries") && (x & (x - 1))) {
-		*why = "not a power of two";
-		return -EINVAL;
-	}
-	if (!strcmp(u->name, "slot_bytes") && x % 64) {
-		*why = "not a multiple of 64";
-		return -EINVAL;
-	}
-	*(unsigned *)((char *)c + u->off) = x;
-	return 0;
-}
-
-static int set_skey(struct snapkvd_config *c, const struct skey *k, const char *v, const char **why)
-{
-	static __thread char msg[128];
-	char lo[24], hi[24];
-	uint64_t x;
-
-	fmt_size(k->lo, lo, sizeof(lo));
-	fmt_size(k->hi, hi, sizeof(hi));
-	if (snapkvd_parse_size(v, &x) < 0) {
-		snprintf(msg, sizeof(msg), "not a size (4096, 64K, 1M, 2G; at least %s)", lo);
-		*why = msg;
-		return -EINVAL;
-	}
-	if (x < k->lo || x > k->hi) {
-		if (k->hi == UINT64_MAX)
-			snprintf(msg, sizeof(msg), "%s is below the minimum %s (%llu bytes)", v, lo,
-				 (unsigned long long)k->lo);
-		else
-			snprintf(msg, sizeof(msg), "%s is outside %s..%s (%llu..%llu bytes)", v, lo,
-				 hi, (unsigned long long)k->lo, (unsigned long long)k->hi);
-		*why = msg;
-		return -EINVAL;
-	}
-	*(uint64_t *)((char *)c + k->off) = x;
-	return 0;
-}
-
-static int set_key(struct snapkvd_config *c, const char *k, const char *v, const char **why)
+static int set_key(struct snapkvd_config *c, const char *name, const char *v, char *why,
+		   size_t whylen)
 {
 	int r;
 
-	for (size_t i = 0; i < sizeof(ukeys) / sizeof(ukeys[0]); i++)
-		if (!strcmp(k, ukeys[i].name))
-			return set_ukey(c, &ukeys[i], v, why);
-	for (size_t i = 0; i < sizeof(http_ukeys) / sizeof(http_ukeys[0]); i++)
-		if (!strcmp(k, http_ukeys[i].name))
-			return set_ukey(c, &http_ukeys[i], v, why);
-	for (size_t i = 0; i < sizeof(skeys) / sizeof(skeys[0]); i++)
-		if (!strcmp(k, skeys[i].name))
-			return set_skey(c, &skeys[i], v, why);
-	if (!strcmp(k, "metrics_listen"))
-		return parse_listen(&c->http, v, why);
-	if (!strcmp(k, "socket")) {
-		if (*v != '/' || strlen(v) >= sizeof(c->socket_path)) {
-			*why = "socket must be an absolute path shorter than 108 bytes";
-			return -EINVAL;
-		}
-		snprintf(c->socket_path, sizeof(c->socket_path), "%s", v);
-		return 0;
-	}
-	if (!strcmp(k, "backend")) {
-		if (strcmp(v, "host") && strcmp(v, "cuda")) {
-			*why = "backend must be host or cuda";
-			return -EINVAL;
-		}
-		snprintf(c->backend, sizeof(c->backend), "%s", v);
-		return 0;
-	}
-	if (!strcmp(k, "log_level")) {
-		r = snapkvd_log_parse_level(v);
-		if (r < 0) {
-			*why = "log_level must be error, warning, notice, info or debug";
-			return r;
-		}
-		c->log_level = r;
-		return 0;
-	}
-	if (!strcmp(k, "admin_uids")) {
-		r = parse_idlist(v, &c->n_admin_uids, (uint32_t *)c->admin_uids);
-		if (r < 0) {
-			*why = "expected up to 64 numeric ids separated by spaces or commas";
-			return -EINVAL;
-		}
-		return 0;
-	}
-	if (!strcmp(k, "allow_uids") || !strcmp(k, "allow_gids")) {
-		int u = k[6] == 'u';
-
-		r = parse_idlist(v, u ? &c->n_allow_uids : &c->n_allow_gids,
-				 u ? (uint32_t *)c->allow_uids : (uint32_t *)c->allow_gids);
-		if (r < 0) {
-			*why = "expected up to 64 numeric ids separated by spaces or commas";
-			return -EINVAL;
-		}
-		return 0;
-	}
-	{
-		/* the operations keys (pressure_*, hook_*, metrics_*, tenant_quota) */
-		static __thread char ops_why[256];
-
-		r = snapkvd_policy_config_set(&c->policy, k, v, ops_why, sizeof(ops_why));
-		if (r != -ENOENT) {
-			*why = ops_why;
-			return r;
-		}
-	}
-	*why = "unknown key";
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (!strcmp(name, keys[i].name))
+			return keys[i].set(c, &keys[i], v, why, whylen);
+	/* the operations keys (pressure_*, hook_*, metrics_*, tenant_quota) */
+	r = snapkvd_policy_config_set(&c->policy, name, v, why, whylen);
+	if (r != -ENOENT)
+		return r;
+	snprintf(why, whylen, "unknown key");
 	return -EINVAL;
 }
 
@@ -714,7 +490,7 @@ int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len,
 	while (pos < len) {
 		size_t end = pos, n;
 		char *l, *eq, *k, *v;
-		const char *why = "";
+		char why[256] = "";
 		int r;
 
 		while (end < len && text[end] != '\n')
@@ -744,7 +520,7 @@ int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len,
 		*eq = 0;
 		k = trim(l);
 		v = trim(eq + 1);
-		r = set_key(&tmp, k, v, &why);
+		r = set_key(&tmp, k, v, why, sizeof(why));
 		if (r < 0) {
 			snprintf(err, errlen, "line %u: %s: %s", lineno, k, why);
 			return -EINVAL;
@@ -800,10 +576,10 @@ int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *va
 		       size_t errlen)
 {
 	struct snapkvd_config tmp = *c;
-	const char *why = "";
+	char why[256] = "";
 	char msg[256];
 
-	if (set_key(&tmp, key, value, &why) < 0) {
+	if (set_key(&tmp, key, value, why, sizeof(why)) < 0) {
 		snprintf(err, errlen, "%s", why);
 		return -EINVAL;
 	}
@@ -821,8 +597,16 @@ static void dump_size(FILE *f, const char *key, uint64_t v)
 {
 	char b[24];
 
-	fmt_size(v, b, sizeof(b));
+	snapkvd_value_fmt_size(v, b, sizeof(b));
 	fprintf(f, "%s = %s\n", key, b);
+}
+
+static void dump_uints(FILE *f, const struct snapkvd_config *c, enum key_dump which)
+{
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (keys[i].dump == which)
+			fprintf(f, "%s = %u\n", keys[i].name,
+				*(const unsigned *)((const char *)c + keys[i].off));
 }
 
 static void dump_ids(FILE *f, const char *key, const uint32_t *ids, unsigned n)
@@ -880,7 +664,7 @@ static void dump_policy(FILE *f, const struct snapkvd_policy_config *p)
 	if (!p->n_quotas)
 		fprintf(f, "# tenant_quota: none\n");
 	for (unsigned i = 0; i < p->n_quotas; i++) {
-		fmt_size(p->quotas[i].quota_bytes, b, sizeof(b));
+		snapkvd_value_fmt_size(p->quotas[i].quota_bytes, b, sizeof(b));
 		fprintf(f, "tenant_quota = %u:%s", (unsigned)p->quotas[i].uid, b);
 		if (p->quotas[i].guaranteed_share >= 0)
 			fprintf(f, ":%s", fmt_double(p->quotas[i].guaranteed_share, b));
@@ -904,23 +688,19 @@ int snapkvd_config_dump(const struct snapkvd_config *c, char **ret)
 		if (snapkvd_log_parse_level(levels[i]) == c->log_level)
 			level = levels[i];
 	fprintf(f, "socket = %s\nbackend = %s\n", c->socket_path, c->backend);
-	for (size_t i = 0; i < sizeof(skeys) / sizeof(skeys[0]); i++)
-		if (strncmp(skeys[i].name, "metrics_", 8))
-			dump_size(f, skeys[i].name,
-				  *(const uint64_t *)((const char *)c + skeys[i].off));
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (keys[i].dump == DUMP_SIZE)
+			dump_size(f, keys[i].name,
+				  *(const uint64_t *)((const char *)c + keys[i].off));
 	dump_ids(f, "allow_uids", (const uint32_t *)c->allow_uids, c->n_allow_uids);
 	dump_ids(f, "allow_gids", (const uint32_t *)c->allow_gids, c->n_allow_gids);
 	dump_ids(f, "admin_uids", (const uint32_t *)c->admin_uids, c->n_admin_uids);
-	for (size_t i = 0; i < sizeof(ukeys) / sizeof(ukeys[0]); i++)
-		fprintf(f, "%s = %u\n", ukeys[i].name,
-			*(const unsigned *)((const char *)c + ukeys[i].off));
+	dump_uints(f, c, DUMP_UINT);
 	fprintf(f, "log_level = %s\n", level);
 	dump_policy(f, &c->policy);
 	fprintf(f, "metrics_listen = %s\n", c->http.listen);
 	dump_size(f, "metrics_http_max_request", c->http.max_request);
-	for (size_t i = 0; i < sizeof(http_ukeys) / sizeof(http_ukeys[0]); i++)
-		fprintf(f, "%s = %u\n", http_ukeys[i].name,
-			*(const unsigned *)((const char *)c + http_ukeys[i].off));
+	dump_uints(f, c, DUMP_HTTP_UINT);
 	if (fclose(f) != 0 || !buf) {
 		free(buf);
 		return -ENOMEM;

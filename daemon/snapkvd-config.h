@@ -36,6 +36,7 @@
 #include "snapkvd-hooks.h"
 #include "snapkvd-http.h"
 #include "snapkvd-pressure.h"
+#include "snapkvd-value.h" /* snapkvd_parse_size */
 
 #define SNAPKVD_POLICY_MAX_TENANT_QUOTAS 64
 
@@ -71,9 +72,9 @@ int snapkvd_policy_config_check(const struct snapkvd_policy_config *c, char *err
 const struct snapkvd_tenant_quota *
 snapkvd_policy_config_quota(const struct snapkvd_policy_config *c, uid_t uid);
 
-#define SNAPKVD_MAX_ALLOW	 64
+#define SNAPKVD_MAX_ALLOW	 SNAPKVD_VALUE_MAX_IDS
 #define SNAPKVD_CONFIG_MAX_BYTES (64 * 1024)
-#define SNAPKVD_CONFIG_MAX_LINE	 1024
+#define SNAPKVD_CONFIG_MAX_LINE	 SNAPKVD_VALUE_MAX
 
 /* Default scratch bound per compaction thread. One thread needs about
  * L * (4 G + 100) bytes at long L (column sums per query head, at least 16
@@ -130,9 +131,6 @@ struct snapkvd_config {
 };
 
 void snapkvd_config_defaults(struct snapkvd_config *c);
-
-/* "4096", "64K", "1M", "2G", "1T" -> bytes. 0 or -EINVAL/-ERANGE. */
-int snapkvd_parse_size(const char *s, uint64_t *ret);
 
 /*
  * Parse a config file's text into c (which holds defaults or earlier

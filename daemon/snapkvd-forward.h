@@ -17,6 +17,7 @@ struct snapkvd_compactor; /* snapkvd-compactor.h */
 struct snapkvd_groups;	  /* snapkvd-group.h */
 struct snapkvd_group;	  /* snapkvd-group.h */
 struct snapkvd_runner;	  /* snapkvd-runner.h */
+struct snapkvd_device;	  /* snapkvd-device.h */
 struct snapkvd_buffer;	  /* snapkvd-buffer.h */
 struct snapkvd_cache;	  /* snapkvd-cache.h */
 struct snapkvd_arena;	  /* snapkvd-arena.h */

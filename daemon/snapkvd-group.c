@@ -86,6 +86,21 @@ void snapkvd_groups_free(struct snapkvd_groups *g)
 			       -EINVAL;                                                            \
 	} while (0)
 
+/* A member's K or V dtype (its layers share one; none before its tensors). */
+static enum skv_dtype member_dtype(const struct snapkvd_job *j, bool v)
+{
+	if (!j->in)
+		return SKV_DTYPE_UNSPECIFIED;
+	return v ? j->in[0].v.dtype : j->in[0].k.dtype;
+}
+
+static const char *dtype_name(enum skv_dtype dt)
+{
+	const char *n = skv_dtype_name(dt);
+
+	return n ? n : "unset";
+}
+
 /* Whether member b agrees with the group's first member a on the shape and
  * every parameter of the budget; names the first difference. */
 static int same_member(const struct snapkvd_group *a, const struct snapkvd_job *b, char *err,
@@ -102,10 +117,11 @@ static int same_member(const struct snapkvd_group *a, const struct snapkvd_job *
 	if (a->paged != b->paged)
 		return snprintf(err, errlen, "out_layout differs from the group's (paged or not)"),
 		       -EINVAL;
-	if (a->k_dtype != b->in[0].k.dtype || a->v_dtype != b->in[0].v.dtype)
+	if (a->k_dtype != member_dtype(b, false) || a->v_dtype != member_dtype(b, true))
 		return snprintf(err, errlen, "K/V dtype %s/%s differs from the group's %s/%s",
-				skv_dtype_name(b->in[0].k.dtype), skv_dtype_name(b->in[0].v.dtype),
-				skv_dtype_name(a->k_dtype), skv_dtype_name(a->v_dtype)),
+				dtype_name(member_dtype(b, false)),
+				dtype_name(member_dtype(b, true)), dtype_name(a->k_dtype),
+				dtype_name(a->v_dtype)),
 		       -EINVAL;
 	if (ap->budget_mode != bp->budget_mode)
 		return snprintf(err, errlen, "budget mode %s differs from the group's %s",
@@ -180,22 +196,22 @@ static int group_create(struct snapkvd_groups *g, const struct snapkvd_job *j, u
 {
 	struct snapkvd_group *grp = calloc(1, sizeof(*grp));
 
-	if (!grp || !(grp->parked = calloc(j->group_size, sizeof(*grp->parked)))) {
+	if (!grp || !(grp->parked = calloc(j->gm.size, sizeof(*grp->parked)))) {
 		free(grp);
 		return -ENOMEM;
 	}
 	grp->reg = g;
-	snprintf(grp->key, sizeof(grp->key), "%s", j->group_key);
+	snprintf(grp->key, sizeof(grp->key), "%s", j->gm.key);
 	grp->uid = uid;
-	grp->size = j->group_size;
+	grp->size = j->gm.size;
 	grp->shape = j->shape;
 	grp->params = j->params;
 	grp->layers = j->layers;
 	grp->paged = j->paged;
-	grp->k_dtype = j->in[0].k.dtype;
-	grp->v_dtype = j->in[0].v.dtype;
+	grp->k_dtype = member_dtype(j, false);
+	grp->v_dtype = member_dtype(j, true);
 	grp->pressure_level = j->pressure_level;
-	grp->deadline_ns = now_ns + (uint64_t)j->group_timeout_ms * 1000000ull;
+	grp->deadline_ns = now_ns + (uint64_t)j->gm.timeout_ms * 1000000ull;
 	grp->next = g->open;
 	g->open = grp;
 	g->st.pending++;
@@ -206,7 +222,7 @@ static int group_create(struct snapkvd_groups *g, const struct snapkvd_job *j, u
 static int join_locked(struct snapkvd_groups *g, struct snapkvd_job *j, uint32_t uid,
 		       unsigned max_tenant_groups, uint64_t now_ns, char *err, size_t errlen)
 {
-	struct snapkvd_group *grp = find_open(g, uid, j->group_key);
+	struct snapkvd_group *grp = find_open(g, uid, j->gm.key);
 	int r;
 
 	if (!grp) {
@@ -214,32 +230,31 @@ static int join_locked(struct snapkvd_groups *g, struct snapkvd_job *j, uint32_t
 			snprintf(err, errlen,
 				 "decision group '%s': this tenant already has %u undecided groups "
 				 "(max_tenant_groups)",
-				 j->group_key, max_tenant_groups);
+				 j->gm.key, max_tenant_groups);
 			return -EUSERS;
 		}
 		r = group_create(g, j, uid, now_ns, &grp);
 		if (r < 0)
 			return snprintf(err, errlen, "out of memory for a decision group"), r;
-	} else if (grp->size != j->group_size) {
+	} else if (grp->size != j->gm.size) {
 		snprintf(err, errlen,
 			 "decision group '%s': group_size %u differs from the group's %u",
-			 j->group_key, j->group_size, grp->size);
+			 j->gm.key, j->gm.size, grp->size);
 		return -EINVAL;
 	} else if (grp->joined >= grp->size) {
-		snprintf(err, errlen, "decision group '%s' already has its %u members",
-			 j->group_key, grp->size);
+		snprintf(err, errlen, "decision group '%s' already has its %u members", j->gm.key,
+			 grp->size);
 		return -EEXIST;
 	} else {
 		char why[200];
 
 		r = same_member(grp, j, why, sizeof(why));
 		if (r < 0)
-			return snprintf(err, errlen, "decision group '%s': %s", j->group_key, why),
-			       r;
+			return snprintf(err, errlen, "decision group '%s': %s", j->gm.key, why), r;
 	}
 	grp->joined++;
 	grp->refs++;
-	j->group = grp;
+	j->gm.group = grp;
 	return 0;
 }
 
@@ -315,19 +330,19 @@ static struct snapkvd_job *decide(struct snapkvd_groups *g, struct snapkvd_group
 	bool fall = false;
 
 	for (unsigned i = 0; i < grp->arrived; i++) {
-		uint32_t own = skv_pending_c_star(grp->parked[i]->pending);
+		uint32_t own = skv_pending_c_star(grp->parked[i]->gm.pending);
 		c = own > c ? own : c;
 	}
 	for (unsigned i = 0; tau_f > 0.0f && !fall && i < grp->arrived; i++)
-		fall = skv_pending_min_mass(grp->parked[i]->pending, c) < tau_f;
+		fall = skv_pending_min_mass(grp->parked[i]->gm.pending, c) < tau_f;
 	uint64_t waited = now_ns - grp->first_arrival_ns;
 	for (unsigned i = 0; i < grp->arrived; i++) {
 		struct snapkvd_job *j = grp->parked[i];
 
-		j->decided = true;
-		j->group_c_star = c;
-		j->group_fallback = fall;
-		j->group_wait_ns = waited;
+		j->gm.decided = true;
+		j->gm.c_star = c;
+		j->gm.fallback = fall;
+		j->gm.wait_ns = waited;
 	}
 	grp->state = GROUP_DECIDED;
 	unlist(g, grp);
@@ -340,14 +355,14 @@ static struct snapkvd_job *decide(struct snapkvd_groups *g, struct snapkvd_group
 static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkvd_job *j,
 					 uint64_t now_ns)
 {
-	struct snapkvd_group *grp = j->group;
+	struct snapkvd_group *grp = j->gm.group;
 
 	j->next = NULL;
 	if (grp->state == GROUP_FAILED) {
 		fail_job(j, grp);
 		return j;
 	}
-	if (j->status < 0 || !j->pending) {
+	if (j->status < 0 || !j->gm.pending) {
 		snprintf(grp->fail_msg, sizeof(grp->fail_msg),
 			 "decision group '%s': another member failed (%.100s); nothing kept",
 			 grp->key, j->status < 0 ? j->err : "no pending compaction");
@@ -388,6 +403,13 @@ struct snapkvd_job *snapkvd_groups_arrive(struct snapkvd_groups *g, struct snapk
 	return list;
 }
 
+/* Whether a parked member's session has ended: the job's flag, read as
+ * data (the group calls nothing of the job's; see snapkvd-job.h) */
+static bool session_ended(const struct snapkvd_job *j)
+{
+	return j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE);
+}
+
 /* Why grp fails now (0: it does not). */
 static int sweep_reason(struct snapkvd_group *grp, uint64_t now_ns, bool all)
 {
@@ -398,7 +420,7 @@ static int sweep_reason(struct snapkvd_group *grp, uint64_t now_ns, bool all)
 		return -ESHUTDOWN;
 	}
 	for (unsigned i = 0; i < grp->arrived; i++)
-		if (snapkvd_job_cancelled(grp->parked[i])) {
+		if (session_ended(grp->parked[i])) {
 			snprintf(grp->fail_msg, sizeof(grp->fail_msg),
 				 "decision group '%s': a member's session ended; nothing kept",
 				 grp->key);
@@ -451,6 +473,14 @@ void snapkvd_group_put(struct snapkvd_group *grp)
 	pthread_mutex_unlock(&g->mu);
 	if (gone)
 		group_free(grp);
+}
+
+void snapkvd_group_member_clear(struct snapkvd_group_member *m)
+{
+	skv_pending_free(m->pending);
+	m->pending = NULL;
+	snapkvd_group_put(m->group);
+	m->group = NULL;
 }
 
 void snapkvd_groups_stats(struct snapkvd_groups *g, struct snapkvd_group_stats *ret)

@@ -31,6 +31,31 @@
 
 struct snapkvd_groups;
 struct snapkvd_group;
+struct skv_pending;
+
+#define SNAPKVD_GROUP_KEY_MAX 64 /* bytes of a decision group's key */
+
+/*
+ * A job's membership of its decision group, embedded in the job: what the
+ * request asked for (key, size, wait; validation fills them) and, once
+ * joined at admission, the group; a member runs in two steps: the first
+ * (skv_compact_begin, `pending` holds its state) and, once the group has
+ * decided (`decided`, C* and the fallback for all), the second. No
+ * pressure scaling: members must agree on their budgets.
+ */
+struct snapkvd_group_member {
+	char key[SNAPKVD_GROUP_KEY_MAX + 1];
+	uint32_t size, timeout_ms;
+	struct snapkvd_group *group;
+	struct skv_pending *pending;
+	bool decided, fallback;
+	uint32_t c_star;
+	uint64_t wait_ns; /* first scored member to the last */
+};
+
+/* The membership ends with its job: the first step's state freed, the
+ * group's reference dropped. */
+void snapkvd_group_member_clear(struct snapkvd_group_member *m);
 
 /* Counters for the metrics (all since start). */
 struct snapkvd_group_stats {
@@ -55,7 +80,7 @@ int snapkvd_groups_new(struct snapkvd_groups **ret);
 void snapkvd_groups_free(struct snapkvd_groups *g);
 
 /*
- * Job j (validated and admitted, j->group_key/_size/_timeout_ms set) joins
+ * Job j (validated and admitted, j->gm's key, size and timeout set) joins
  * its tenant's group of that key (keys are per tenant: another uid's group
  * of the same key is another group), created when none is pending: the same
  * size, shape, K/V dtypes and parameters (scaled at the group's pressure
@@ -75,7 +100,7 @@ int snapkvd_groups_level(struct snapkvd_groups *g, uint32_t uid, const char *key
 /*
  * Job j has run its first step (j->status says how). Returns the jobs this
  * releases, linked by ->next: none while the group waits for others; every
- * parked member once the last one arrives (decided: j->decided, the group's
+ * parked member once the last one arrives (decided: j->gm.decided, the group's
  * C* and fallback set, status 0) or once the group failed (status < 0, the
  * reason in err). Any thread.
  */

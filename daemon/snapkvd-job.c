@@ -37,8 +37,7 @@ void snapkvd_job_free(struct snapkvd_job *j)
 	free(j->wb_k_off);
 	free(j->wb_v_off);
 	snapkvd_cache_free(j->cache);
-	skv_pending_free(j->pending);
-	snapkvd_group_put(j->group);
+	snapkvd_group_member_clear(&j->gm);
 	free(j->g.old_k);
 	free(j->g.old_v);
 	free(j->g.old_pos);

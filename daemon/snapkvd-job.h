@@ -18,6 +18,7 @@
 #include "skv.h"
 #include "snapkvd-cache.h"
 #include "snapkvd-forward.h"
+#include "snapkvd-group.h"
 #include "snapkvd-pool.h"
 
 /* Where a request came from and where its answer goes. */
@@ -34,7 +35,6 @@ enum snapkvd_job_kind {
 };
 
 #define SNAPKVD_IPC_EVENT_BYTES 64 /* sizeof(cudaIpcEventHandle_t) */
-#define SNAPKVD_GROUP_KEY_MAX	64 /* bytes of a decision group's key */
 
 struct snapkvd_job {
 	enum snapkvd_job_kind kind;
@@ -69,7 +69,7 @@ struct snapkvd_job {
 	uint64_t wb_buffer_id;
 	/* CompactRequest.prefill_wait CUDA_FLAG: the stream waits until the
 	 * word at device address wait_flag is >= wait_value (wait_flag NULL: no
-	 * wait); past wait_ms the runner's waiter thread writes the value
+	 * wait); past wait_ms the device's waiter thread writes the value
 	 * itself. CUDA_IPC_EVENT (has_event): the handle's bytes; the worker
 	 * polls the event and enqueues nothing before it has completed, failing
 	 * the job at wait_ms */
@@ -77,18 +77,9 @@ struct snapkvd_job {
 	uint32_t wait_value, wait_ms;
 	bool has_event;
 	uint8_t wait_event[SNAPKVD_IPC_EVENT_BYTES];
-	/* Decision group (snapkvd-group.h): the key, size and wait of the
-	 * request; `group` once joined (admission). A member runs in two steps:
-	 * the first (skv_compact_begin, `pending` holds its state) and, once
-	 * the group has decided (`decided`, C* and the fallback for all), the
-	 * second. */
-	char group_key[SNAPKVD_GROUP_KEY_MAX + 1];
-	uint32_t group_size, group_timeout_ms;
-	struct snapkvd_group *group;
-	struct skv_pending *pending;
-	bool decided, group_fallback;
-	uint32_t group_c_star;
-	uint64_t group_wait_ns;
+	/* Decision group: the membership (snapkvd-group.h; key "" and size
+	 * 0: none) */
+	struct snapkvd_group_member gm;
 	/* GROW */
 	struct snapkvd_cache *target; /* the loop thread's; never read by the worker */
 	struct snapkvd_grow g;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * snapkvd-runner-cuda.c - jobs on the CUDA plugin (kernels/cuda, dlopen()ed:
- * no CUDA library is linked into snapkvd), and what lives on the device:
- * engine buffer imports and the sessions' GPU arenas.
+ * snapkvd-runner-cuda.c - jobs on the CUDA plugin of the device
+ * (snapkvd-device.h: the plugin, imports, GPU arenas and the waiter thread
+ * are the device's; this file only runs jobs).
  *
  * A job's memfd buffers, its output region and its mass array are
  * page-locked and mapped for the GPU for the job's duration (zero-copy over
@@ -15,13 +15,11 @@
  * A request may carry a prefill wait. A flag word in an engine buffer: the
  * stream waits on it before the kernels, and the waiter thread writes the
  * flag itself when the engine has not by the deadline, failing the job with
- * -ETIMEDOUT. An engine's IPC event: the worker polls it from the host and
- * enqueues the kernels once it has completed, or fails the job at the
+ * -ETIMEDOUT (the device's waiter, which this file arms). An engine's IPC event: the worker polls
+ * it from the host and enqueues the kernels once it has completed, or fails the job at the
  * deadline.
  */
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,41 +29,33 @@
 #include "kernels/cuda/skv-cuda.h"
 #include "snapkvd-buffer.h"
 #include "snapkvd-clock.h"
+#include "snapkvd-device.h"
 #include "snapkvd-job.h"
 #include "snapkvd-log.h"
 #include "snapkvd-runner.h"
 
 struct cuda_runner {
-	struct skv_backend *gpu;
+	struct snapkvd_device *dev;
 	char isa[320];
-	atomic_bool stopping;
-	/* the thread that releases prefill waits past their deadline (its own
-	 * thread: the loop thread may block in a device-wide synchronisation,
-	 * e.g. releasing an import, behind the very wait) */
-	pthread_mutex_t mu;
-	pthread_cond_t wcond; /* CLOCK_MONOTONIC */
-	pthread_t waiter;
-	bool waiter_started, waiter_stop;
-	struct snapkvd_runner_ctx *ctxs; /* under mu, for the waiter */
 };
 
 struct snapkvd_runner_ctx {
 	struct cuda_runner *c;
 	struct skv_ctx *ctx; /* for the thread count shown in status */
 	struct skv_cuda_ctx *gctx;
-	/* a prefill wait in progress (under c->mu): the waiter releases it at
-	 * wait_deadline by writing wait_value into wait_flag, unless the flag
-	 * holds it by then (wait_met: the kernels behind it may still run) */
-	void *wait_flag;
-	uint32_t wait_value;
-	uint64_t wait_deadline;
-	bool wait_fired, wait_met;
-	struct snapkvd_runner_ctx *next;
+	/* a prefill flag wait in progress: the device's waiter releases it
+	 * at its deadline */
+	struct snapkvd_device_wait wait;
 };
 
 static const struct skv_backend_ops *ops_of(const struct cuda_runner *c)
 {
-	return c->gpu->ops;
+	return snapkvd_device_ops(c->dev);
+}
+
+static struct skv_cuda_dev *gdev(const struct cuda_runner *c)
+{
+	return snapkvd_device_dev(c->dev);
 }
 
 static int cuda_ctx_new(struct snapkvd_runner *r, unsigned threads, struct snapkvd_runner_ctx **ret,
@@ -80,16 +70,13 @@ static int cuda_ctx_new(struct snapkvd_runner *r, unsigned threads, struct snapk
 	x->c = c;
 	e = skv_ctx_new(threads, &x->ctx);
 	if (e == 0)
-		e = ops_of(c)->ctx_new(c->gpu->dev, &x->gctx, err);
+		e = ops_of(c)->ctx_new(gdev(c), &x->gctx, err);
 	if (e < 0) {
 		skv_ctx_free(x->ctx);
 		free(x);
 		return e;
 	}
-	pthread_mutex_lock(&c->mu);
-	x->next = c->ctxs;
-	c->ctxs = x;
-	pthread_mutex_unlock(&c->mu);
+	snapkvd_device_wait_add(c->dev, &x->wait);
 	*ret = x;
 	return 0;
 }
@@ -101,13 +88,7 @@ static void cuda_ctx_free(struct snapkvd_runner_ctx *x)
 	if (!x)
 		return;
 	c = x->c;
-	pthread_mutex_lock(&c->mu);
-	for (struct snapkvd_runner_ctx **pp = &c->ctxs; *pp; pp = &(*pp)->next)
-		if (*pp == x) {
-			*pp = x->next;
-			break;
-		}
-	pthread_mutex_unlock(&c->mu);
+	snapkvd_device_wait_remove(c->dev, &x->wait);
 	ops_of(c)->ctx_free(x->gctx);
 	skv_ctx_free(x->ctx);
 	free(x);
@@ -157,7 +138,7 @@ static int event_poll(struct cuda_runner *c, struct skv_cuda_event *ev, const st
 			    j->wait_ms, (unsigned long long)polls);
 		return -ETIMEDOUT;
 	}
-	if (atomic_load(&c->stopping)) {
+	if (snapkvd_device_stopping(c->dev)) {
 		snprintf(kerr->msg, sizeof(kerr->msg), "prefill_wait: the daemon is stopping");
 		return -ECANCELED;
 	}
@@ -184,7 +165,7 @@ static int wait_event(struct cuda_runner *c, struct snapkvd_job *j, struct skv_e
 	uint64_t nap_ns = 50000, polls = 0;
 	int r;
 
-	r = ops_of(c)->event_open(c->gpu->dev, j->wait_event, &ev, kerr);
+	r = ops_of(c)->event_open(gdev(c), j->wait_event, &ev, kerr);
 	if (r < 0) {
 		wait_msg_prefix(kerr);
 		return r;
@@ -232,7 +213,7 @@ static int register_ranges(struct cuda_runner *c, struct snapkvd_job *j, void **
 	for (unsigned i = 0; i < n_rg && r == 0; i++) {
 		void *d = NULL;
 
-		r = ops_of(c)->host_register(c->gpu->dev, rg[i].p, rg[i].n, &d, kerr);
+		r = ops_of(c)->host_register(gdev(c), rg[i].p, rg[i].n, &d, kerr);
 		if (r == -EEXIST) { /* shares pages with a range registered above */
 			r = 0;
 			continue;
@@ -292,14 +273,7 @@ static int wait_flag(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct
 {
 	struct cuda_runner *c = x->c;
 
-	pthread_mutex_lock(&c->mu);
-	x->wait_flag = j->wait_flag;
-	x->wait_value = j->wait_value;
-	x->wait_deadline = wait_deadline(j);
-	x->wait_fired = false;
-	x->wait_met = false;
-	pthread_cond_signal(&c->wcond);
-	pthread_mutex_unlock(&c->mu);
+	snapkvd_device_wait_arm(c->dev, &x->wait, j->wait_flag, j->wait_value, wait_deadline(j));
 	return ops_of(c)->ctx_wait_value(x->gctx, j->wait_flag, j->wait_value, kerr);
 }
 
@@ -308,13 +282,7 @@ static int wait_flag(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct
 static int wait_flag_done(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, int r,
 			  struct skv_error *kerr)
 {
-	bool fired;
-
-	pthread_mutex_lock(&x->c->mu);
-	fired = x->wait_fired;
-	x->wait_flag = NULL;
-	pthread_mutex_unlock(&x->c->mu);
-	if (!fired)
+	if (!snapkvd_device_wait_disarm(x->c->dev, &x->wait))
 		return r;
 	snprintf(kerr->msg, sizeof(kerr->msg),
 		 "prefill_wait: flag not reached (>= %u) within %u ms", j->wait_value, j->wait_ms);
@@ -399,7 +367,7 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	if (j->wait_flag)
 		r = wait_flag_done(x, j, r, kerr);
 	while (n_done)
-		ops_of(c)->host_unregister(c->gpu->dev, done[--n_done]);
+		ops_of(c)->host_unregister(gdev(c), done[--n_done]);
 	if (r == 0 && budget) /* res is filled once the stream is done */
 		r = budget_settle(x, j, &res, moves, kerr);
 	free(moves);
@@ -438,172 +406,20 @@ static int cuda_grow(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct
 	return ops_of(x->c)->ctx_sync(x->gctx, kerr);
 }
 
-/*
- * The deadline bounds the wait, not the kernels queued behind it: a flag
- * the engine reached in time is neither failed -ETIMEDOUT nor overwritten
- * (an engine's counter may be past wait_value by now). Under c->mu, so the
- * worker cannot drop the buffer meanwhile.
- */
-static void release_wait(struct cuda_runner *c, struct snapkvd_runner_ctx *x)
-{
-	struct skv_error kerr = {{0}, -1, -1};
-	uint32_t v = 0;
-	int r;
-
-	if (ops_of(c)->read_value(c->gpu->dev, x->wait_flag, &v, &kerr) == 0 &&
-	    v >= x->wait_value) {
-		x->wait_met = true;
-		return;
-	}
-	x->wait_fired = true;
-	r = ops_of(c)->signal_value(c->gpu->dev, x->wait_flag, x->wait_value, &kerr);
-	if (r < 0)
-		log_error_errno(r, "prefill wait: could not release the stream: %s", kerr.msg);
-	else
-		log_warning("prefill wait: engine did not signal in time; stream released");
-}
-
-/*
- * An engine that never sets its flag must not hold a worker forever: at the
- * deadline the flag gets the value from here, the stream runs on and the job
- * fails with -ETIMEDOUT.
- */
-static void *waiter(void *arg)
-{
-	struct cuda_runner *c = arg;
-
-	pthread_mutex_lock(&c->mu);
-	while (!c->waiter_stop) {
-		uint64_t now = snapkvd_now_ns(), next = UINT64_MAX;
-
-		for (struct snapkvd_runner_ctx *x = c->ctxs; x; x = x->next) {
-			if (!x->wait_flag || x->wait_fired || x->wait_met)
-				continue;
-			if (now < x->wait_deadline)
-				next = x->wait_deadline < next ? x->wait_deadline : next;
-			else
-				release_wait(c, x);
-		}
-		if (next == UINT64_MAX) {
-			pthread_cond_wait(&c->wcond, &c->mu);
-		} else {
-			struct timespec ts = {(time_t)(next / 1000000000u),
-					      (long)(next % 1000000000u)};
-
-			pthread_cond_timedwait(&c->wcond, &c->mu, &ts);
-		}
-	}
-	pthread_mutex_unlock(&c->mu);
-	return NULL;
-}
-
-static int cuda_import(struct snapkvd_runner *r, uint64_t session_id, uint64_t key, int fd,
-		       uint64_t size, const void *ipc_handle, struct snapkvd_import *ret,
-		       struct skv_error *kerr)
-{
-	struct cuda_runner *c = r->priv;
-	struct skv_cuda_import *imp = NULL;
-	int e;
-
-	/*
-	 * The plugin shares the import of a repeated (tenant, key). A repeated
-	 * generation of a live buffer never gets here (the session counts it
-	 * on that buffer), so a match in the plugin could only be generation 0
-	 * ("none") again or a generation unregistered while a job still holds
-	 * its import: both name another allocation, which must not be read
-	 * through the old mapping. The key is therefore the buffer id the
-	 * buffer will get, never reused within the session.
-	 */
-	if (fd >= 0)
-		e = ops_of(c)->import_fd(c->gpu->dev, session_id, key, fd, size, &imp, kerr);
-	else
-		e = ops_of(c)->import_ipc(c->gpu->dev, session_id, key, ipc_handle, &imp, kerr);
-	if (e < 0)
-		return e;
-	*ret = (struct snapkvd_import){
-	    .imp = imp,
-	    .ptr = ops_of(c)->import_ptr(imp),
-	    .size = ops_of(c)->import_size(imp),
-	    .transport = ops_of(c)->import_transport(imp),
-	};
-	return 0;
-}
-
-static void cuda_import_release(struct snapkvd_runner *r, void *imp)
-{
-	/* the plugin synchronises the device before the last reference unmaps */
-	ops_of(r->priv)->import_release(imp);
-}
-
-static int cuda_arena_new(struct snapkvd_runner *r, uint64_t size, struct skv_cuda_arena **ret,
-			  struct skv_error *kerr)
-{
-	struct cuda_runner *c = r->priv;
-
-	return ops_of(c)->arena_new(c->gpu->dev, size, ret, kerr);
-}
-
-/* ret_fd NULL: the size only. */
-static int cuda_arena_export(struct snapkvd_runner *r, struct skv_cuda_arena *a, int *ret_fd,
-			     uint64_t *ret_size, int *ret_device, struct skv_error *kerr)
-{
-	struct cuda_runner *c = r->priv;
-	struct skv_cuda_info info;
-	int e, fd;
-
-	*ret_size = ops_of(c)->arena_size(a);
-	if (!ret_fd)
-		return 0;
-	e = ops_of(c)->arena_export_fd(a, &fd, kerr);
-	if (e < 0)
-		return e;
-	ops_of(c)->dev_info(c->gpu->dev, &info);
-	*ret_fd = fd;
-	*ret_device = info.device;
-	return 0;
-}
-
-static uint8_t *cuda_arena_base(struct snapkvd_runner *r, struct skv_cuda_arena *a)
-{
-	return ops_of(r->priv)->arena_ptr(a);
-}
-
-static void cuda_arena_free(struct snapkvd_runner *r, struct skv_cuda_arena *a)
-{
-	ops_of(r->priv)->arena_free(a);
-}
-
 static void cuda_stop(struct snapkvd_runner *r)
 {
 	struct cuda_runner *c = r->priv;
 
-	atomic_store(&c->stopping, true);
+	snapkvd_device_stop(c->dev);
 }
 
-/* After the workers: one may still wait on a flag only the waiter releases
- * (at its deadline, so shutdown takes at most prefill_wait_max_ms more). */
 static void cuda_free(struct snapkvd_runner *r)
 {
-	struct cuda_runner *c = r->priv;
-
-	if (!c)
-		return;
-	if (c->waiter_started) {
-		pthread_mutex_lock(&c->mu);
-		c->waiter_stop = true;
-		pthread_cond_broadcast(&c->wcond);
-		pthread_mutex_unlock(&c->mu);
-		pthread_join(c->waiter, NULL);
-	}
-	skv_backend_unload(c->gpu);
-	pthread_mutex_destroy(&c->mu);
-	pthread_cond_destroy(&c->wcond);
-	free(c);
+	free(r->priv);
 	r->priv = NULL;
 }
 
 static const struct snapkvd_runner_ops cuda_ops = {
-    .device = true,
     .max_workers = 1,
     .ctx_new = cuda_ctx_new,
     .ctx_free = cuda_ctx_free,
@@ -611,12 +427,6 @@ static const struct snapkvd_runner_ops cuda_ops = {
     .ctx_isa = cuda_ctx_isa,
     .compact = cuda_compact,
     .grow = cuda_grow,
-    .import = cuda_import,
-    .import_release = cuda_import_release,
-    .arena_new = cuda_arena_new,
-    .arena_export = cuda_arena_export,
-    .arena_base = cuda_arena_base,
-    .arena_free = cuda_arena_free,
     .stop = cuda_stop,
     .free = cuda_free,
 };
@@ -624,38 +434,14 @@ static const struct snapkvd_runner_ops cuda_ops = {
 int snapkvd_runner_cuda_new(struct snapkvd_runner *r, struct skv_error *kerr)
 {
 	struct cuda_runner *c = calloc(1, sizeof(*c));
-	pthread_condattr_t ca;
-	struct skv_cuda_info info;
-	int e;
 
+	(void)kerr;
 	if (!c)
 		return -ENOMEM;
-	pthread_mutex_init(&c->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* snapkvd_now_ns() */
-	pthread_cond_init(&c->wcond, &ca);
-	pthread_condattr_destroy(&ca);
+	c->dev = r->dev;
+	snprintf(c->isa, sizeof(c->isa), "%s, memfd cuda host-mapped", snapkvd_device_desc(c->dev));
+	snprintf(r->desc, sizeof(r->desc), "cuda: %s", c->isa);
 	r->ops = &cuda_ops;
 	r->priv = c;
-	e = skv_backend_load(NULL, -1, &c->gpu, kerr);
-	if (e < 0) {
-		char m[sizeof(kerr->msg)];
-
-		snprintf(m, sizeof(m), "%s", kerr->msg);
-		snprintf(kerr->msg, sizeof(kerr->msg), "backend cuda: %.*s",
-			 (int)sizeof(m) - (int)sizeof("backend cuda: "), m);
-		cuda_free(r);
-		return e;
-	}
-	ops_of(c)->dev_info(c->gpu->dev, &info);
-	snprintf(c->isa, sizeof(c->isa), "%s sm_%d%d, memfd cuda host-mapped", info.name,
-		 info.cc_major, info.cc_minor);
-	snprintf(r->desc, sizeof(r->desc), "cuda: %s", c->isa);
-	e = -pthread_create(&c->waiter, NULL, waiter, c);
-	if (e < 0) {
-		cuda_free(r);
-		return e;
-	}
-	c->waiter_started = true;
 	return 0;
 }

@@ -90,14 +90,14 @@ static int host_compact_group(struct snapkvd_runner_ctx *x, struct snapkvd_job *
 	struct snapkvd_cache *c = j->cache;
 	struct skv_budget_result res = {.result_size = sizeof(res),
 					.kept = c->budgeted ? c->hkept : NULL};
-	struct skv_pending *pd = j->pending;
+	struct skv_pending *pd = j->gm.pending;
 	int r;
 
-	if (!j->decided)
+	if (!j->gm.decided)
 		return skv_compact_begin(x->ctx, &j->shape, &j->params, j->layers, j->in, j->out,
-					 &j->pending, kerr);
-	j->pending = NULL; /* freed by the second step */
-	r = skv_compact_end(x->ctx, pd, j->group_c_star, j->group_fallback, &res, kerr);
+					 &j->gm.pending, kerr);
+	j->gm.pending = NULL; /* freed by the second step */
+	r = skv_compact_end(x->ctx, pd, j->gm.c_star, j->gm.fallback, &res, kerr);
 	if (r < 0)
 		return r;
 	if (c->budgeted)
@@ -151,7 +151,7 @@ static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	int r;
 
 	skv_ctx_set_cancel(x->ctx, job_cancelled, j);
-	if (j->group)
+	if (j->gm.group)
 		r = host_compact_group(x, j, kerr);
 	else if (j->cache && j->cache->budgeted)
 		r = host_compact_budget(x, j, kerr);
@@ -175,7 +175,6 @@ static int host_grow(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct
 }
 
 static const struct snapkvd_runner_ops host_ops = {
-    .device = false,
     .ctx_new = host_ctx_new,
     .ctx_free = host_ctx_free,
     .ctx_threads = host_ctx_threads,

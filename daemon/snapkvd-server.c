@@ -26,6 +26,9 @@
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
 #include "snapkvd-compactor.h"
+#include "snapkvd-control.h"
+#include "snapkvd-device.h"
+#include "snapkvd-dispatch.h"
 #include "snapkvd-http.h"
 #include "snapkvd-group.h"
 #include "snapkvd-job.h"
@@ -47,7 +50,7 @@ static void reap_jobs(struct snapkvd_server *srv)
 	while (j) {
 		struct snapkvd_job *n = j->next;
 
-		snapkvd_session_job_done(j);
+		snapkvd_dispatch_job_done(j);
 		j = n;
 	}
 }
@@ -60,10 +63,10 @@ static unsigned on_round(void *data, bool *ret_spin)
 
 	for (struct snapkvd_session *s = srv->sessions, *n; s; s = n) {
 		n = s->next;
-		if (s->closing || !s->ring_map)
+		if (s->closing || !s->ring)
 			continue;
 		rings = true;
-		work += snapkvd_session_poll_ring(s, RING_BUDGET);
+		work += snapkvd_dispatch_poll_ring(s, RING_BUDGET);
 	}
 	reap_jobs(srv);
 	/* pool changes of this round (commits, frees, closed sessions) */
@@ -114,7 +117,7 @@ static void on_connection(void *data, int fd)
 {
 	struct snapkvd_session *s;
 
-	if (snapkvd_session_new(data, fd, &s) < 0)
+	if (snapkvd_session_new(data, fd, &s) < 0 || snapkvd_control_start(s) < 0)
 		log_debug("connection refused");
 }
 
@@ -507,8 +510,10 @@ static void policy_fini(struct snapkvd_server *srv)
 static int start_workers(struct snapkvd_server *srv)
 {
 	struct skv_error kerr = {.msg = "", .layer = -1, .head = -1};
-	int r = snapkvd_runner_new(srv->cfg.backend, &srv->runner, &kerr);
+	int r = snapkvd_device_new(srv->cfg.backend, &srv->device, &kerr);
 
+	if (r == 0)
+		r = snapkvd_runner_new(srv->device, &srv->runner, &kerr);
 	if (r < 0) {
 		log_error("%s", kerr.msg[0] ? kerr.msg : "Failed to set up the backend");
 		return r;
@@ -611,7 +616,8 @@ static void free_sessions(struct snapkvd_server *srv)
  * io_uring goes (no armed op can complete into freed memory), the policy
  * (its hooks' poll records), the sessions (which drop their CUDA imports
  * and GPU arenas: before the plugin goes), the listening sockets (metrics
- * connections too) and the fds, the runner (the plugin), the pool last.
+ * connections too) and the fds, the runner, the device (the plugin), the
+ * pool last.
  */
 void snapkvd_server_free(struct snapkvd_server *srv)
 {
@@ -629,6 +635,7 @@ void snapkvd_server_free(struct snapkvd_server *srv)
 	if (srv->timer_fd >= 0)
 		close(srv->timer_fd);
 	snapkvd_runner_free(srv->runner);
+	snapkvd_device_free(srv->device);
 	snapkvd_pool_free(srv->pool);
 	free(srv);
 }

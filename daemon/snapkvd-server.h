@@ -27,6 +27,7 @@ struct snapkvd_server {
 	struct snapkvd_config cfg;
 	const char *config_path; /* reread on SIGHUP (NULL: none) */
 	struct snapkvd_pool *pool;
+	struct snapkvd_device *device; /* the GPU, if any (snapkvd-device.h) */
 	struct snapkvd_runner *runner;
 	struct snapkvd_compactor *compactor;
 	struct snapkvd_groups *groups; /* decision groups (snapkvd-group.h) */

@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * snapkvd-session.h - one engine (or snapkvctl) connection: its control
- * socket frames (HELLO, buffer registration, socket requests, admin, GPU
- * arena), its ring (submissions polled by the loop thread, completions
- * posted by the loop thread only, so every CQ keeps one producer), the
- * buffers and caches it owns, and teardown that gives back every fd and
- * arena byte.
+ * snapkvd-session.h - one engine (or snapkvctl) connection: its lifecycle
+ * (a connection, HELLO, close, the last reference), what it owns (its
+ * ring, buffers, caches, host and GPU arenas, tenant reference) and the
+ * frames it sends on its socket. Teardown gives back every fd and arena
+ * byte.
+ *
+ * Its neighbours, each in its own file: the control socket's receiving
+ * side and frame handlers (snapkvd-control.c), the ring
+ * (snapkvd-ring.c), requests and their completions (snapkvd-dispatch.c),
+ * the set of its buffers (snapkvd-buffer.c) and the server-wide handshake
+ * and session-slot limits (snapkvd-slots.c).
  */
 #ifndef SNAPKVD_SESSION_H
 #define SNAPKVD_SESSION_H
@@ -16,11 +21,26 @@
 #include <sys/types.h>
 
 #include "proto/skv-frame.h"
-#include "proto/skv-ring.h"
+#include <protobuf-c/protobuf-c.h>
+#include "snapkvd-buffer.h"
 #include "snapkvd-forward.h"
 #include "snapkvd-loop.h"
 
 struct skv_cuda_arena;
+struct snapkvd_ring;
+
+/* The armed recvmsg's state (snapkvd-control.c owns it while armed). */
+struct snapkvd_session_recv {
+	struct snapkvd_loop_ev ev;
+	uint8_t *buf;
+	size_t cap;
+	struct iovec iov;
+	struct msghdr msg;
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * SKV_FRAME_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+};
 
 struct snapkvd_session {
 	struct snapkvd_server *srv;
@@ -40,72 +60,56 @@ struct snapkvd_session {
 	bool cancelled; /* atomic: its jobs see the session ended (snapkvd-job.h) */
 	unsigned refs;	/* armed io_uring ops + jobs in flight + 1 while open */
 	struct snapkvd_tenant *tenant;
-	/* ring */
-	int ring_fd, sq_efd, cq_efd;
-	uint8_t *ring_map;
-	uint64_t ring_bytes;
-	struct skv_ring_layout layout; /* our private copy, never re-read */
-	struct skv_ring_q sq, cq;
-	unsigned inflight; /* SQEs consumed whose CQE is not posted yet */
-	bool cq_dirty;	   /* posted CQEs since the last wakeup check */
-	/* PRESSURE events coalesce per ring: while one is unread (the CQ head
-	 * has not passed pev_end), a newer one waits in pev and replaces any
-	 * other waiting; it is posted once the engine has read the first */
-	bool pev_unread, pev_waiting;
-	uint32_t pev_end;
-	struct skv_cqe pev;
-	uint64_t events_coalesced;
-	uint8_t *scratch; /* private copy of one argument slot */
+	/* engines, from HELLO: the ring, and the doorbell read armed on it */
+	struct snapkvd_ring *ring;
+	struct snapkvd_loop_ev ev_doorbell;
+	uint64_t doorbell_val;
 	/* memory */
 	struct snapkvd_arena *arena;
-	/* --backend cuda, on request: the GPU arena (the runner's), offsets
+	/* --backend cuda, on request: the GPU arena (the device's), offsets
 	 * shared with `arena` (a region placed there is the same in both) */
 	struct skv_cuda_arena *garena;
-	struct snapkvd_buffer *buffers;
-	unsigned n_buffers;
-	uint64_t next_buffer_id;
+	struct snapkvd_buffers buffers;
 	struct snapkvd_cache *caches;
 	unsigned n_caches;
-	/* socket receive state (owned by the armed recvmsg) */
-	struct snapkvd_loop_ev ev_recv, ev_doorbell;
-	uint64_t doorbell_val;
-	uint8_t *rbuf;
-	size_t rbuf_cap;
-	struct iovec riov;
-	struct msghdr rmsg;
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * SKV_FRAME_MAX_FDS)];
-		struct cmsghdr align;
-	} rctl;
+	struct snapkvd_session_recv recv;
 	uint64_t requests, errors;
 	struct snapkvd_session *next;
 };
 
-/* A new connection (fd owned by the session from here on, even on failure). */
+/* A new connection (fd owned by the session from here on, even on
+ * failure); snapkvd_control_start() then arms its receiving. */
 int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_session **ret);
 /* Close the socket, free what is not in use; the object goes when refs do. */
 void snapkvd_session_close(struct snapkvd_session *s, int why);
 void snapkvd_session_unref(struct snapkvd_session *s);
 /* A connection that never says HELLO must not hold a session slot. */
 void snapkvd_session_check_hello(struct snapkvd_session *s, uint64_t now_ns);
+/* HELLO: slot, tenant, ring, arena, Welcome with the fds; or closed. */
+void snapkvd_session_hello(struct snapkvd_session *s, const uint8_t *p, size_t len);
 
-/* Poll the SQ: consume up to `budget` entries. Returns how many were handled. */
-int snapkvd_session_poll_ring(struct snapkvd_session *s, unsigned budget);
+/* A frame on the session's socket (non-blocking). 0 or -errno. */
+int snapkvd_session_send(struct snapkvd_session *s, uint16_t type, const ProtobufCMessage *m,
+			 const int *fds, unsigned n_fds);
+/* An ErrorNotice (best effort; the reason shortened to fit). */
+void snapkvd_session_send_error(struct snapkvd_session *s, int status, const char *msg);
+/* A failure answered to the engine counts for the session and the daemon. */
+void snapkvd_session_count_error(struct snapkvd_session *s);
+
 /* Signal the engine's CQ eventfd when it sleeps on it. */
 void snapkvd_session_flush_cq(struct snapkvd_session *s);
 /* The loop is about to sleep: NEED_WAKEUP on the SQ (W1 in skv-ring.h).
  * True when work it may take arrived meanwhile. */
 bool snapkvd_session_prepare_sleep(struct snapkvd_session *s);
 void snapkvd_session_wake(struct snapkvd_session *s);
-
-/* A finished job of this session (loop thread): its completion is posted. */
-void snapkvd_session_job_done(struct snapkvd_job *j);
-
 /* A PRESSURE event on the CQ: 1 posted, 0 no ring, -EAGAIN no room left
  * beside the in-flight requests' completions, -EBADMSG a corrupt CQ. */
 int snapkvd_session_post_pressure(struct snapkvd_session *s, int level, uint32_t suggested,
 				  uint32_t scale_permille, uint64_t used);
+
 /* Unlink a cache from its session and free its memory (eviction). */
 void snapkvd_session_drop_cache(struct snapkvd_session *s, struct snapkvd_cache *c);
+/* Free a cache's memory (arena, pool) once it is off the session's list. */
+void snapkvd_session_free_cache(struct snapkvd_session *s, struct snapkvd_cache *c);
 
 #endif

@@ -14,26 +14,26 @@
 
 /* ------------------------------------------------------------- the fakes */
 
-static bool fake_device;	  /* the runner is a CUDA one */
+static bool fake_device;	  /* the daemon has a GPU (--backend cuda) */
 static uint8_t fake_gpu_arena[1]; /* its GPU arena's base */
 static int fake_admit = 0;	  /* what the policy's admission says */
 static unsigned fake_pool_changed, fake_scaled;
 
-bool snapkvd_runner_device(const struct snapkvd_runner *r)
+bool snapkvd_device_present(const struct snapkvd_device *d)
 {
-	(void)r;
+	(void)d;
 	return fake_device;
 }
 
-const char *snapkvd_runner_name(const struct snapkvd_runner *r)
+const char *snapkvd_device_backend(const struct snapkvd_device *d)
 {
-	(void)r;
+	(void)d;
 	return fake_device ? "cuda" : "host";
 }
 
-uint8_t *snapkvd_runner_arena_base(struct snapkvd_runner *r, struct skv_cuda_arena *a)
+uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
-	(void)r;
+	(void)d;
 	return a ? fake_gpu_arena : NULL;
 }
 
@@ -154,7 +154,7 @@ static int setup(void)
 	    .cfg = &cfg,
 	    .buffers = &buf1,
 	    .arena_bytes = 1 << 20,
-	    .runner = NULL,
+	    .device = NULL,
 	    .threads = 1,
 	    .ops = &policy,
 	};

@@ -1,169 +1,33 @@
 // SPDX-License-Identifier: MIT
 /*
- * test-session: a session's ring dispatch on an in-memory ring
- * (daemon/snapkvd-session.c): completions, back-pressure when the engine
- * stops reading its CQ, pressure events, requests in argument slots, and
- * a corrupt ring closing the session. The engine's side is played here.
+ * test-session: a session's lifecycle and HELLO (daemon/snapkvd-session.c)
+ * with the server-wide slots of snapkvd-slots.c, a real ring, arena and
+ * pool, over a socketpair whose other end plays the engine: the Welcome
+ * with its four fds, a refused HELLO answered with its reason (allow
+ * list, protocol version, engine name, max_sessions,
+ * max_sessions_per_tenant, max_admin_sessions), the oldest handshake
+ * giving way past max_handshakes, hello_timeout_ms, and close giving every
+ * slot and byte back.
  */
 #include <CUnit/Basic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "daemon/snapkvd-session.c"
 
 /* ------------------------------------------------------------- the fakes */
 
-int snapkvd_loop_recvmsg(struct snapkvd_loop *l, int fd, struct msghdr *m, unsigned flags,
-			 struct snapkvd_loop_ev *ev)
-{
-	(void)l, (void)fd, (void)m, (void)flags, (void)ev;
-	return 0;
-}
+static unsigned doorbells;
 
 int snapkvd_loop_read(struct snapkvd_loop *l, int fd, void *buf, unsigned len,
 		      struct snapkvd_loop_ev *ev)
 {
 	(void)l, (void)fd, (void)buf, (void)len, (void)ev;
+	doorbells++;
 	return 0;
 }
-
-int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_session *s,
-			 const uint8_t *payload, size_t len, uint8_t **ret_buf, size_t *ret_len)
-{
-	(void)srv, (void)s, (void)payload, (void)len, (void)ret_buf, (void)ret_len;
-	return -ENOSYS;
-}
-
-static unsigned validated;
-
-int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkvd_session *s,
-			    const struct snapkvd_origin *o, const Snapkv__V1__CompactRequest *req,
-			    struct snapkvd_job **ret, char *err, size_t errlen)
-{
-	(void)env, (void)s, (void)o, (void)req, (void)ret;
-	validated++;
-	snprintf(err, errlen, "refused by the fake validator");
-	return -EINVAL;
-}
-
-int snapkvd_request_grow(const struct snapkvd_request_env *env, const struct snapkvd_cache *c,
-			 uint32_t extra, uint32_t *ret_slots, struct snapkvd_cache_geom *ret_geom,
-			 const char **err)
-{
-	(void)env, (void)c, (void)extra, (void)ret_slots, (void)ret_geom;
-	*err = "fake";
-	return -EINVAL;
-}
-
-int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session *s,
-			      struct snapkvd_job *j, char *err, size_t errlen)
-{
-	(void)srv, (void)s, (void)j, (void)err, (void)errlen;
-	return -ENOSYS;
-}
-
-int snapkvd_admission_grow(struct snapkvd_server *srv, struct snapkvd_session *s,
-			   struct snapkvd_job *j, char *err, size_t errlen)
-{
-	(void)srv, (void)s, (void)j, (void)err, (void)errlen;
-	return -ENOSYS;
-}
-
-void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j)
-{
-	(void)c, (void)j;
-	CU_FAIL("nothing reaches the compactor here");
-}
-
-unsigned snapkvd_compactor_threads(const struct snapkvd_compactor *c)
-{
-	(void)c;
-	return 1;
-}
-
-struct snapkvd_buffer *snapkvd_buffer_by_generation(struct snapkvd_buffer *list, uint64_t gen)
-{
-	(void)list, (void)gen;
-	return NULL;
-}
-
-int snapkvd_buffer_memfd_check(int fd, uint64_t *size, uint64_t max_bytes, dev_t *ret_dev,
-			       ino_t *ret_ino, const char **why)
-{
-	(void)fd, (void)size, (void)max_bytes, (void)ret_dev, (void)ret_ino;
-	*why = "fake";
-	return -EINVAL;
-}
-
-int snapkvd_buffer_memfd_new(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
-			     struct snapkvd_buffer **ret)
-{
-	(void)fd, (void)size, (void)gen, (void)dev, (void)ino, (void)ret;
-	return -ENOSYS;
-}
-
-int snapkvd_buffer_memfd_check_writable(int fd, const char **why)
-{
-	(void)fd;
-	*why = "fake";
-	return -EINVAL;
-}
-
-int snapkvd_buffer_memfd_map(int fd, uint64_t size, uint64_t gen, dev_t dev, ino_t ino,
-			     bool writable, struct snapkvd_buffer **ret)
-{
-	(void)fd, (void)size, (void)gen, (void)dev, (void)ino, (void)writable, (void)ret;
-	return -ENOSYS;
-}
-
-int snapkvd_buffer_cuda_new(struct snapkvd_runner *r, uint64_t session_id, uint64_t key,
-			    const struct snapkvd_buffer_cuda *m, int fd, uint64_t max_bytes,
-			    struct snapkvd_buffer **ret, char *err, size_t errlen)
-{
-	(void)r, (void)session_id, (void)key, (void)m, (void)fd, (void)max_bytes, (void)ret;
-	snprintf(err, errlen, "fake");
-	return -ENOTSUP;
-}
-
-void snapkvd_buffer_unref(struct snapkvd_buffer *b)
-{
-	(void)b;
-}
-
-bool snapkvd_runner_device(const struct snapkvd_runner *r)
-{
-	(void)r;
-	return false;
-}
-
-const char *snapkvd_runner_name(const struct snapkvd_runner *r)
-{
-	(void)r;
-	return "host";
-}
-
-uint8_t *snapkvd_runner_arena_base(struct snapkvd_runner *r, struct skv_cuda_arena *a)
-{
-	(void)r, (void)a;
-	return NULL;
-}
-
-void snapkvd_runner_arena_free(struct snapkvd_runner *r, struct skv_cuda_arena *a)
-{
-	(void)r, (void)a;
-}
-
-int snapkvd_runner_arena_export(struct snapkvd_runner *r, struct skv_cuda_arena **a,
-				uint64_t host_size, uint64_t session_id, int *ret_fd,
-				uint64_t *ret_size, int *ret_device, char *err, size_t errlen)
-{
-	(void)r, (void)a, (void)host_size, (void)session_id, (void)ret_fd, (void)ret_size;
-	(void)ret_device, (void)err, (void)errlen;
-	return -ENOTSUP;
-}
-
-static unsigned errors_counted;
 
 uint64_t snapkvd_policy_tenant_quota(const struct snapkvd_policy *ops, uid_t uid)
 {
@@ -178,275 +42,264 @@ int snapkvd_policy_greeting(const struct snapkvd_policy *ops, enum snapkvd_press
 	return 0;
 }
 
-void snapkvd_policy_mark_dirty(struct snapkvd_policy *ops)
-{
-	(void)ops;
-}
-
-void snapkvd_policy_observe_compaction(struct snapkvd_policy *ops, double seconds,
-				       const float *mass, size_t n_mass)
-{
-	(void)ops, (void)seconds, (void)mass, (void)n_mass;
-}
-
-void snapkvd_policy_observe_budget(struct snapkvd_policy *ops, int mode, double kept_fraction,
-				   bool fallback)
-{
-	(void)ops, (void)mode, (void)kept_fraction, (void)fallback;
-}
-
-void snapkvd_policy_count_error(struct snapkvd_policy *ops, int err)
-{
-	(void)ops, (void)err;
-	errors_counted++;
-}
-
-/* -------------------------------------------------- a session and its ring */
+/* --------------------------------------------------------------- helpers */
 
 static struct snapkvd_server srv;
-static struct snapkvd_session *s;
-static struct skv_ring_q esq, ecq; /* the engine's ends */
-static int peer = -1;
 
-/* A session on one end of a socketpair, with a ring of 4 SQ entries (and so
- * 8 CQ entries), as after its HELLO. */
-static void open_session(void)
+static void open_server(void)
 {
-	int sv[2];
+	struct skv_error kerr = {{0}, -1, -1};
 
 	memset(&srv, 0, sizeof(srv));
 	snapkvd_config_defaults(&srv.cfg);
-	srv.cfg.slot_bytes = 256;
+	srv.cfg.session_arena_bytes = 1 << 20;
 	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_new(1 << 30, 0, &srv.pool), 0);
-	CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-	peer = sv[1];
-	CU_ASSERT_EQUAL_FATAL(snapkvd_session_new(&srv, sv[0], &s), 0);
-	CU_ASSERT_EQUAL_FATAL(setup_ring(s, 4), 0);
-	s->greeted = true;
-	s->refs++; /* kept after a close, to look at */
-	skv_ring_q_init(&esq, s->ring_map, s->layout.sq_off, s->layout.sq_entries,
-			sizeof(struct skv_sqe));
-	skv_ring_q_init(&ecq, s->ring_map, s->layout.cq_off, s->layout.cq_entries,
-			sizeof(struct skv_cqe));
+	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", &srv.device, &kerr), 0);
+	doorbells = 0;
 }
 
-static void close_session(void)
+static void close_server(void)
 {
-	snapkvd_session_close(s, 0);
-	on_recv(s, 0);		  /* the armed recvmsg completes */
-	snapkvd_session_unref(s); /* our extra reference: frees it */
 	CU_ASSERT_PTR_NULL(srv.sessions);
-	close(peer);
+	CU_ASSERT_EQUAL(srv.n_sessions, 0);
+	CU_ASSERT_EQUAL(srv.n_admin_sessions, 0);
+	CU_ASSERT_EQUAL(srv.n_handshakes, 0);
+	CU_ASSERT_EQUAL(snapkvd_pool_used(srv.pool), 0);
+	snapkvd_device_free(srv.device);
 	snapkvd_pool_free(srv.pool);
 }
 
-static void submit(uint8_t opcode, uint64_t user_data, uint32_t slot, uint32_t len)
+/* A connection: the session's end and the engine's. */
+static struct snapkvd_session *connect_one(int *ret_peer)
 {
-	struct skv_sqe sqe = {.opcode = opcode, .slot = slot, .len = len, .user_data = user_data};
+	struct snapkvd_session *s = NULL;
+	int sv[2];
 
-	CU_ASSERT_EQUAL(skv_ring_produce(&esq, &sqe), 0);
+	CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_session_new(&srv, sv[0], &s), 0);
+	s->refs++; /* as the armed recvmsg of snapkvd_control_start holds one */
+	*ret_peer = sv[1];
+	return s;
 }
 
-/* A Request packed into argument slot `slot`. */
-static uint32_t put_request(uint32_t slot, Snapkv__V1__Request *rq)
+/* The connection is done: closed, and the recvmsg's reference dropped. */
+static void done(struct snapkvd_session *s)
 {
-	size_t n = snapkv__v1__request__get_packed_size(rq);
-
-	CU_ASSERT_FATAL(n <= s->layout.arg_slot_size);
-	snapkv__v1__request__pack(rq, s->ring_map + s->layout.arg_off +
-					  (size_t)slot * s->layout.arg_slot_size);
-	return (uint32_t)n;
+	if (s->ring && !s->closing)
+		s->refs--; /* the armed doorbell read, which never completes here */
+	if (!s->closing)
+		snapkvd_session_close(s, 0);
+	snapkvd_session_unref(s);
 }
 
-static int reap(struct skv_cqe *cqe)
+static void hello(struct snapkvd_session *s, bool admin, const char *name, uint32_t version)
 {
-	return skv_ring_consume(&ecq, cqe);
+	Snapkv__V1__Hello h = SNAPKV__V1__HELLO__INIT;
+	uint8_t buf[256];
+	size_t n;
+
+	h.client_version = version;
+	h.admin = admin;
+	h.name = (char *)name;
+	h.sq_entries = 8;
+	n = snapkv__v1__hello__pack(&h, buf);
+	snapkvd_session_hello(s, buf, n);
 }
 
-static void test_nop(void)
+/* The frame the engine gets next: its type, its fds (closed), and an
+ * ErrorNotice's status and text. */
+static uint16_t reply(int peer, unsigned *ret_fds, int *ret_status, char *text, size_t len)
 {
-	struct skv_cqe cqe;
+	static uint8_t buf[SKV_FRAME_HDR_SIZE + 65536];
+	struct skv_frame_hdr h;
+	int fds[SKV_FRAME_MAX_FDS];
+	unsigned n = SKV_FRAME_MAX_FDS;
+	int r = skv_frame_recv(peer, buf, sizeof(buf), &h, fds, &n, MSG_DONTWAIT);
 
-	open_session();
-	CU_ASSERT_EQUAL(s->layout.sq_entries, 4);
-	CU_ASSERT_EQUAL(s->layout.cq_entries, 8);
-	submit(SKV_OP_NOP, 42, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 1);
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.user_data, 42);
-	CU_ASSERT_EQUAL(cqe.res, 0);
-	CU_ASSERT_EQUAL(cqe.flags, 0);
-	CU_ASSERT_EQUAL(s->inflight, 0);
-	CU_ASSERT_EQUAL(reap(&cqe), -EAGAIN);
-	/* an empty SQ: nothing to do */
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0);
-	/* the budget bounds one poll */
-	for (int i = 0; i < 3; i++)
-		submit(SKV_OP_NOP, i, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 2), 2);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 2), 1);
-	close_session();
-}
+	CU_ASSERT_FATAL(r >= 0);
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+	if (ret_fds)
+		*ret_fds = n;
+	if (h.type == SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR) {
+		Snapkv__V1__ErrorNotice *e =
+		    snapkv__v1__error_notice__unpack(NULL, (size_t)r, buf + SKV_FRAME_HDR_SIZE);
 
-/* An engine that stops reading completions stops being served: nothing is
- * dropped, and the rest is served once it reads again. */
-static void test_back_pressure(void)
-{
-	struct skv_cqe cqe;
-
-	open_session();
-	for (int i = 0; i < 4; i++)
-		submit(SKV_OP_NOP, i, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 4);
-	for (int i = 4; i < 8; i++)
-		submit(SKV_OP_NOP, i, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 4); /* the CQ is full now */
-	submit(SKV_OP_NOP, 8, 0, 0);
-	submit(SKV_OP_NOP, 9, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0);
-	CU_ASSERT_EQUAL(skv_ring_ready(&s->sq), 2); /* still there */
-	/* about to sleep with work it may not take: no reason to stay awake */
-	CU_ASSERT_FALSE(snapkvd_session_prepare_sleep(s));
-	CU_ASSERT(skv_ring_needs_wakeup(&esq) || (s->sq.ctl->flags & SKV_RING_NEED_WAKEUP));
-	snapkvd_session_wake(s);
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.user_data, 0);
-	/* one slot free: one served, in order */
-	CU_ASSERT_TRUE(snapkvd_session_prepare_sleep(s)); /* now it may: stay awake */
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 1);
-	for (int i = 1; i <= 8; i++) {
-		CU_ASSERT_EQUAL(reap(&cqe), 0);
-		CU_ASSERT_EQUAL(cqe.user_data, (uint64_t)i);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+		if (ret_status)
+			*ret_status = e->status;
+		if (text)
+			snprintf(text, len, "%s", e->error);
+		snapkv__v1__error_notice__free_unpacked(e, NULL);
 	}
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 1);
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.user_data, 9);
-	close_session();
+	return h.type;
 }
 
-/* Events never take the completion slot of a request in flight. */
-static void test_events(void)
+/* ----------------------------------------------------------------- tests */
+
+static void test_welcome(void)
 {
-	struct skv_cqe cqe;
+	struct snapkvd_session *s;
+	unsigned nfds = 0;
+	int peer;
 
-	open_session();
-	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 1, 512, 500, 12345), 1);
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.flags, SKV_CQE_F_EVENT);
-	CU_ASSERT_EQUAL(cqe.user_data, SKV_EVENT_PRESSURE);
-	CU_ASSERT_EQUAL(cqe.res, 2); /* level 1 (high) + 1 */
-	CU_ASSERT_EQUAL(cqe.slot, 512);
-	CU_ASSERT_EQUAL(cqe.len, 500);
-	CU_ASSERT_EQUAL(cqe.reserved, 12345);
-	CU_ASSERT_TRUE(s->cq_dirty);
-	/* 8 CQ slots, 8 requests in flight: the event is missed */
-	s->inflight = 8;
-	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), -EAGAIN);
-	s->inflight = 7;
-	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), 1);
-	/* one unread event per ring: the next waits (coalesced) for it */
-	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 0, 2048, 1000, 7), 1);
-	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 1, 1024, 500, 8), 1);
-	CU_ASSERT_TRUE(s->pev_waiting);
-	CU_ASSERT_EQUAL(s->events_coalesced, 1);
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.res, 3);
-	CU_ASSERT_EQUAL(reap(&cqe), -EAGAIN); /* nothing more until flushed */
-	snapkvd_session_flush_cq(s);	      /* the engine read it: the newest goes */
-	CU_ASSERT_FALSE(s->pev_waiting);
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.res, 2);
-	CU_ASSERT_EQUAL(cqe.reserved, 8);
-	s->inflight = 0;
-	/* admin sessions and sessions without a ring get none */
-	s->admin = true;
-	CU_ASSERT_EQUAL(snapkvd_session_post_pressure(s, 2, 0, 0, 0), 0);
-	s->admin = false;
-	close_session();
-}
+	open_server();
+	s = connect_one(&peer);
+	CU_ASSERT_TRUE(s->handshake);
+	CU_ASSERT_EQUAL(srv.n_handshakes, 1);
+	hello(s, false, "engine-a", SKV_PROTO_VERSION);
+	CU_ASSERT_FALSE(s->closing);
+	CU_ASSERT_FALSE(s->handshake);
+	CU_ASSERT_EQUAL(srv.n_handshakes, 0);
+	CU_ASSERT_EQUAL(srv.n_sessions, 1);
+	CU_ASSERT_STRING_EQUAL(s->name, "engine-a");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s->ring);
+	CU_ASSERT_EQUAL(s->ring->layout.sq_entries, 8);
+	CU_ASSERT_EQUAL(s->ring->fd, -1); /* sent: ours is closed */
+	CU_ASSERT_PTR_NOT_NULL(s->arena);
+	CU_ASSERT_EQUAL(doorbells, 1);
+	CU_ASSERT_EQUAL(reply(peer, &nfds, NULL, NULL, 0), SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME);
+	CU_ASSERT_EQUAL(nfds, 4); /* ring, arena, SQ and CQ eventfds */
+	/* an admin session: a slot of its own, no ring, no fds */
+	{
+		int p2;
+		struct snapkvd_session *a = connect_one(&p2);
 
-/* Requests in argument slots: a bad slot, an unknown opcode, a NOP and a
- * STATS request, a COMPACT refused with its reason in the slot. */
-static void test_requests(void)
-{
-	Snapkv__V1__Request rq = SNAPKV__V1__REQUEST__INIT;
-	Snapkv__V1__CompactRequest cr = SNAPKV__V1__COMPACT_REQUEST__INIT;
-	Snapkv__V1__NopRequest nop = SNAPKV__V1__NOP_REQUEST__INIT;
-	Snapkv__V1__StatsRequest stats = SNAPKV__V1__STATS_REQUEST__INIT;
-	Snapkv__V1__Response *resp;
-	struct skv_cqe cqe;
-	uint32_t n;
-
-	open_session();
-	submit(SKV_OP_REQUEST, 1, s->layout.arg_slots, 4);
-	submit(SKV_OP_REQUEST, 2, 0, s->layout.arg_slot_size + 1);
-	submit(77, 3, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 3);
-	for (int i = 1; i <= 3; i++) {
-		CU_ASSERT_EQUAL(reap(&cqe), 0);
-		CU_ASSERT_EQUAL(cqe.res, i < 3 ? -EINVAL : -EOPNOTSUPP);
+		hello(a, true, "", SKV_PROTO_VERSION);
+		CU_ASSERT_EQUAL(srv.n_admin_sessions, 1);
+		CU_ASSERT_PTR_NULL(a->ring);
+		CU_ASSERT_EQUAL(reply(p2, &nfds, NULL, NULL, 0),
+				SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME);
+		CU_ASSERT_EQUAL(nfds, 0);
+		done(a);
+		CU_ASSERT_EQUAL(srv.n_admin_sessions, 0);
+		close(p2);
 	}
-	rq.op_case = SNAPKV__V1__REQUEST__OP_NOP;
-	rq.nop = &nop;
-	n = put_request(0, &rq);
-	submit(SKV_OP_REQUEST, 4, 0, n);
-	rq.op_case = SNAPKV__V1__REQUEST__OP_STATS;
-	rq.stats = &stats;
-	n = put_request(1, &rq);
-	submit(SKV_OP_REQUEST, 5, 1, n);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 2);
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.res, 0);
-	CU_ASSERT_EQUAL(cqe.len, 0); /* a bare success carries no Response */
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.res, 0);
-	CU_ASSERT_EQUAL(cqe.slot, 1);
-	resp = snapkv__v1__response__unpack(
-	    NULL, cqe.len, s->ring_map + s->layout.arg_off + (size_t)1 * s->layout.arg_slot_size);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(resp);
-	CU_ASSERT_EQUAL_FATAL(resp->result_case, SNAPKV__V1__RESPONSE__RESULT_STATS);
-	CU_ASSERT_EQUAL(resp->stats->pool_total, 1 << 30);
-	snapkv__v1__response__free_unpacked(resp, NULL);
-	rq.op_case = SNAPKV__V1__REQUEST__OP_COMPACT;
-	rq.compact = &cr;
-	n = put_request(2, &rq);
-	submit(SKV_OP_REQUEST, 6, 2, n);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 1);
-	CU_ASSERT_EQUAL(validated, 1);
-	CU_ASSERT_EQUAL(reap(&cqe), 0);
-	CU_ASSERT_EQUAL(cqe.res, -EINVAL);
-	resp = snapkv__v1__response__unpack(
-	    NULL, cqe.len, s->ring_map + s->layout.arg_off + (size_t)2 * s->layout.arg_slot_size);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(resp);
-	CU_ASSERT_STRING_EQUAL(resp->error, "refused by the fake validator");
-	snapkv__v1__response__free_unpacked(resp, NULL);
-	CU_ASSERT(errors_counted >= 3);
-	close_session();
+	done(s);
+	CU_ASSERT_PTR_NULL(srv.sessions);
+	CU_ASSERT_EQUAL(srv.n_sessions, 0);
+	close(peer);
+	close_server();
 }
 
-/* Indices we cannot trust close the session with -EBADMSG. */
-static void test_corrupt(void)
+/* Each refusal answered with its reason, then closed. */
+static void test_refusals(void)
 {
-	open_session();
-	/* the engine claims more entries than the SQ holds */
-	atomic_store(&s->sq.ctl->tail, s->sq.local + s->layout.sq_entries + 3);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0);
+	struct snapkvd_session *s, *t;
+	char text[256];
+	int peer, p2, st = 0;
+
+	open_server();
+	/* protocol version */
+	s = connect_one(&peer);
+	hello(s, false, "", SKV_PROTO_VERSION + 1);
 	CU_ASSERT_TRUE(s->closing);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0); /* closed: not polled */
-	close_session();
-	/* a CQ head beyond the tail */
-	open_session();
-	atomic_store(&s->cq.ctl->head, s->cq.local + 100);
-	submit(SKV_OP_NOP, 1, 0, 0);
-	CU_ASSERT_EQUAL(snapkvd_session_poll_ring(s, 64), 0);
+	CU_ASSERT_EQUAL(reply(peer, NULL, &st, NULL, 0), SNAPKV__V1__MSG_TYPE__MSG_TYPE_ERROR);
+	CU_ASSERT_EQUAL(st, -EPROTONOSUPPORT);
+	done(s);
+	close(peer);
+	/* an engine name with a control character */
+	s = connect_one(&peer);
+	hello(s, false, "bad\tname", SKV_PROTO_VERSION);
 	CU_ASSERT_TRUE(s->closing);
-	close_session();
-	/* found corrupt while preparing to sleep */
-	open_session();
-	atomic_store(&s->cq.ctl->head, s->cq.local + 100);
-	CU_ASSERT_FALSE(snapkvd_session_prepare_sleep(s));
-	CU_ASSERT_TRUE(s->closing);
-	close_session();
+	reply(peer, NULL, &st, text, sizeof(text));
+	CU_ASSERT_EQUAL(st, -EINVAL);
+	CU_ASSERT_STRING_EQUAL(text, "engine name is not valid UTF-8 or holds control characters");
+	done(s);
+	close(peer);
+	/* not in allow_uids: answered at HELLO */
+	srv.cfg.n_allow_uids = 1;
+	srv.cfg.allow_uids[0] = getuid() + 1;
+	s = connect_one(&peer);
+	CU_ASSERT_EQUAL(s->refused, -EACCES);
+	hello(s, false, "", SKV_PROTO_VERSION);
+	reply(peer, NULL, &st, text, sizeof(text));
+	CU_ASSERT_EQUAL(st, -EACCES);
+	CU_ASSERT(strstr(text, "allow_uids") != NULL);
+	done(s);
+	close(peer);
+	srv.cfg.n_allow_uids = 0;
+	/* max_sessions_per_tenant, then max_sessions */
+	srv.cfg.max_sessions_per_tenant = 1;
+	s = connect_one(&peer);
+	hello(s, false, "", SKV_PROTO_VERSION);
+	CU_ASSERT_EQUAL(srv.n_sessions, 1);
+	t = connect_one(&p2);
+	hello(t, false, "", SKV_PROTO_VERSION);
+	CU_ASSERT_TRUE(t->closing);
+	reply(p2, NULL, &st, text, sizeof(text));
+	CU_ASSERT_EQUAL(st, -EUSERS);
+	CU_ASSERT(strstr(text, "max_sessions_per_tenant is 1") != NULL);
+	done(t);
+	close(p2);
+	srv.cfg.max_sessions = 1;
+	srv.cfg.max_sessions_per_tenant = 4;
+	t = connect_one(&p2);
+	hello(t, false, "", SKV_PROTO_VERSION);
+	reply(p2, NULL, &st, text, sizeof(text));
+	CU_ASSERT_STRING_EQUAL(text, "too many sessions: 1 open, max_sessions is 1");
+	done(t);
+	close(p2);
+	CU_ASSERT_EQUAL(srv.n_sessions, 1);
+	done(s);
+	close(peer);
+	/* max_admin_sessions: root or the daemon's own uid gets one more */
+	srv.cfg.max_admin_sessions = 1;
+	s = connect_one(&peer);
+	hello(s, true, "", SKV_PROTO_VERSION);
+	t = connect_one(&p2);
+	hello(t, true, "", SKV_PROTO_VERSION); /* our uid is the daemon's: one more */
+	CU_ASSERT_FALSE(t->closing);
+	CU_ASSERT_EQUAL(srv.n_admin_sessions, 2);
+	done(t);
+	close(p2);
+	t = connect_one(&p2);
+	done(s); /* the first leaves: its slot is free */
+	hello(t, true, "", SKV_PROTO_VERSION);
+	CU_ASSERT_FALSE(t->closing);
+	done(t);
+	close(p2);
+	close(peer);
+	close_server();
+}
+
+/* Connections in their handshake hold no slot, only max_handshakes of
+ * them exist, and each has hello_timeout_ms. */
+static void test_handshakes(void)
+{
+	struct snapkvd_session *a, *b, *c;
+	char text[256];
+	int pa, pb, pc, st = 0;
+
+	open_server();
+	srv.cfg.max_handshakes = 2;
+	a = connect_one(&pa);
+	b = connect_one(&pb);
+	CU_ASSERT_EQUAL(srv.n_handshakes, 2);
+	c = connect_one(&pc); /* the oldest (a) gives way */
+	CU_ASSERT_TRUE(a->closing);
+	CU_ASSERT_FALSE(b->closing);
+	CU_ASSERT_EQUAL(srv.n_handshakes, 2);
+	reply(pa, NULL, &st, text, sizeof(text));
+	CU_ASSERT_EQUAL(st, -ETIMEDOUT);
+	CU_ASSERT(strstr(text, "(max_handshakes)") != NULL);
+	/* past hello_timeout_ms: told and closed; before it: kept */
+	snapkvd_session_check_hello(b, b->created_ns + 1);
+	CU_ASSERT_FALSE(b->closing);
+	snapkvd_session_check_hello(b, b->created_ns + srv.cfg.hello_timeout_ms * 1000000ull + 1);
+	CU_ASSERT_TRUE(b->closing);
+	reply(pb, NULL, &st, text, sizeof(text));
+	CU_ASSERT_EQUAL(st, -ETIMEDOUT);
+	CU_ASSERT(strstr(text, "hello_timeout_ms") != NULL);
+	CU_ASSERT_EQUAL(srv.n_handshakes, 1);
+	done(c);
+	CU_ASSERT_EQUAL(srv.n_handshakes, 0);
+	done(a);
+	done(b);
+	close(pa);
+	close(pb);
+	close(pc);
+	close_server();
 }
 
 int main(void)
@@ -457,12 +310,10 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	snapkvd_log_max = SNAPKVD_LOG_ERR - 1; /* quiet */
-	su = CU_add_suite("session ring", NULL, NULL);
-	CU_add_test(su, "a NOP completes; the budget bounds a poll", test_nop);
-	CU_add_test(su, "back-pressure on a full CQ", test_back_pressure);
-	CU_add_test(su, "pressure events", test_events);
-	CU_add_test(su, "requests in argument slots", test_requests);
-	CU_add_test(su, "a corrupt ring closes the session", test_corrupt);
+	su = CU_add_suite("session", NULL, NULL);
+	CU_add_test(su, "HELLO: a Welcome with the ring's fds; admin without", test_welcome);
+	CU_add_test(su, "refused HELLOs, each with its reason", test_refusals);
+	CU_add_test(su, "handshakes: max_handshakes, hello_timeout_ms", test_handshakes);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();

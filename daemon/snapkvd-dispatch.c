@@ -1,0 +1,670 @@
+// SPDX-License-Identifier: MIT
+/*
+ * snapkvd-dispatch.c - a session's requests and completions; see
+ * snapkvd-dispatch.h.
+ */
+#include "snapkvd-dispatch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/snapkv.pb-c.h"
+#include "snapkvd-admission.h"
+#include "snapkvd-arena.h"
+#include "snapkvd-cache.h"
+#include "snapkvd-clock.h"
+#include "snapkvd-compactor.h"
+#include "snapkvd-config.h"
+#include "snapkvd-device.h"
+#include "snapkvd-job.h"
+#include "snapkvd-log.h"
+#include "snapkvd-policy.h"
+#include "snapkvd-pool.h"
+#include "snapkvd-request.h"
+#include "snapkvd-ring.h"
+#include "snapkvd-server.h"
+#include "snapkvd-session.h"
+
+static void complete(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
+		     const char *err, Snapkv__V1__Response *resp);
+
+static struct snapkvd_cache *find_cache(struct snapkvd_session *s, uint64_t id)
+{
+	for (struct snapkvd_cache *c = s->caches; c; c = c->next)
+		if (c->id == id && !c->lingering) /* released: gone for the engine */
+			return c;
+	return NULL;
+}
+
+/* The block format of a PAGED cache (CacheInfo fields 100-105). */
+static void fill_paged_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
+{
+	ci->layout = SNAPKV__V1__LAYOUT__LAYOUT_PAGED;
+	ci->block_size = c->block_size;
+	ci->n_blocks = c->n_blocks;
+	ci->block_stride = c->block_stride;
+	ci->out_dest = c->writeback ? SNAPKV__V1__OUT_DEST__OUT_DEST_WRITEBACK
+				    : SNAPKV__V1__OUT_DEST__OUT_DEST_ARENA;
+	ci->run_bytes = c->run_bytes;
+	ci->out_buffer_id = c->out_buffer_id;
+}
+
+/* The budget mode's outcome (CacheInfo 120-128): per-head counts, and for
+ * a ragged cache the head starts. */
+static void fill_budget_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
+{
+	size_t n = (size_t)c->layers * c->h_store;
+
+	ci->budget_mode = (Snapkv__V1__BudgetMode)(c->budget_mode + 1);
+	ci->n_head_kept = n;
+	ci->head_kept = c->hkept;
+	ci->ragged = c->ragged;
+	if (c->ragged) {
+		ci->n_head_start = n;
+		ci->head_start = c->hstart;
+		ci->pos_stride = 0;
+	}
+	ci->c_star = c->c_star;
+	ci->fallback = c->fallback;
+	ci->mass_min = c->mass_choice;
+	ci->n_layer_mass_min = ci->n_layer_mass_mean = c->layers;
+	ci->layer_mass_min = c->layer_mass;
+	ci->layer_mass_mean = c->layer_mass + c->layers;
+}
+
+static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo *ci)
+{
+	ci->group_size = c->group_size;
+	ci->group_wait_us = c->group_wait_ns / 1000;
+	ci->cache_id = c->id;
+	ci->kv_arena = c->gpu_kv ? SNAPKV__V1__ARENA_KIND__ARENA_KIND_CUDA_VMM
+				 : SNAPKV__V1__ARENA_KIND__ARENA_KIND_HOST_MEMFD;
+	ci->layers = c->layers;
+	ci->h_store = c->h_store;
+	ci->head_dim = c->head_dim;
+	ci->dtype = (Snapkv__V1__DType)c->dtype;
+	ci->layout = c->layout == SNAPKVD_LAYOUT_NHD ? SNAPKV__V1__LAYOUT__LAYOUT_NHD
+						     : SNAPKV__V1__LAYOUT__LAYOUT_HND;
+	ci->prompt_len = c->prompt_len;
+	ci->kept = c->kept;
+	ci->capacity = c->slots;
+	ci->appended = c->appended;
+	ci->head_stride = c->head_stride;
+	ci->token_stride = c->token_stride;
+	ci->pos_stride = c->slots;
+	ci->n_k_offset = ci->n_v_offset = ci->n_pos_offset = c->layers;
+	ci->k_offset = c->k_off;
+	ci->v_offset = c->v_off;
+	ci->pos_offset = c->pos_off;
+	ci->n_retained_mass = (size_t)c->layers * c->h_store;
+	ci->retained_mass = c->mass;
+	ci->region_offset = c->region_off;
+	ci->region_bytes = c->region_bytes;
+	ci->budget = c->budget;
+	ci->requested_budget = c->requested_budget;
+	ci->budget_scaled = c->budget < c->requested_budget;
+	ci->pressure = (Snapkv__V1__PressureLevel)(c->pressure_level + 1);
+	if (c->layout == SNAPKVD_LAYOUT_PAGED)
+		fill_paged_info(c, ci);
+	if (c->budgeted)
+		fill_budget_info(c, ci);
+}
+
+static void complete_cache(struct snapkvd_session *s, const struct snapkvd_origin *o,
+			   const struct snapkvd_cache *c)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	Snapkv__V1__CacheInfo ci = SNAPKV__V1__CACHE_INFO__INIT;
+
+	fill_cache_info(c, &ci);
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_CACHE;
+	resp.cache = &ci;
+	complete(s, o, 0, NULL, &resp);
+}
+
+/*
+ * An upper bound of the reply describing cache c (its Response with the
+ * CacheInfo): its arrays are packed as they are, every varint that a later
+ * placement may widen (offsets, ids, counts) counted at its widest.
+ */
+static size_t cache_reply_bound(const struct snapkvd_cache *c)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	Snapkv__V1__CacheInfo ci = SNAPKV__V1__CACHE_INFO__INIT;
+
+	fill_cache_info(c, &ci);
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_CACHE;
+	resp.cache = &ci;
+	/* a budget mode's per-head counts are 0 before the compaction and its
+	 * ragged starts absent: count every one at its widest (5 + 10 bytes) */
+	return snapkv__v1__response__get_packed_size(&resp) + (size_t)c->layers * 3 * 10 + 256 +
+	       (c->budgeted ? (size_t)c->layers * c->h_store * 15 + 32 : 0);
+}
+
+/*
+ * Replies are sized before any state changes: a COMPACT or GROW whose
+ * answer could not reach the engine (larger than the ring's argument slot,
+ * or than a frame) is refused up front, so no cache is ever committed, or
+ * old region freed, for a reply that then cannot be sent. 0 or -EMSGSIZE.
+ */
+static int reply_fits(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		      const struct snapkvd_cache *c, char *err, size_t errlen)
+{
+	size_t need = cache_reply_bound(c);
+	size_t room =
+	    o->ring ? (o->has_slot ? snapkvd_ring_slot_size(s->ring) : 0) : SKV_FRAME_MAX_PAYLOAD;
+
+	if (o->ring && !o->has_slot)
+		return 0; /* a ring request without a slot gets no reply body */
+	if (need <= room)
+		return 0;
+	snprintf(
+	    err, errlen,
+	    "the reply (up to %zu bytes for %u layers x %u heads) exceeds the %s of %zu "
+	    "bytes%s; nothing was done",
+	    need, c->layers, c->h_store, o->ring ? "ring's argument slot" : "frame limit", room,
+	    o->ring ? " (slot_bytes; send this request over the socket or raise slot_bytes)" : "");
+	return -EMSGSIZE;
+}
+
+static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		      const Snapkv__V1__AppendRequest *a)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	struct snapkvd_cache *c = find_cache(s, a->cache_id);
+	char err[128];
+
+	if (!c) {
+		complete(s, o, -ENOENT, "no such cache", NULL);
+		return;
+	}
+	if (c->busy) {
+		complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+		return;
+	}
+	if (a->tokens > c->slots - c->kept - c->appended) {
+		snprintf(err, sizeof(err), "%u tokens but %u decode slots left: GROW first",
+			 a->tokens, c->slots - c->kept - c->appended);
+		complete(s, o, -ENOSPC, err, NULL);
+		return;
+	}
+	/* Logical positions continue at L + g, whatever slot they sit in. */
+	for (uint32_t l = 0; l < c->layers; l++) {
+		int32_t *pos = (int32_t *)(s->arena->base + c->pos_off[l]);
+
+		for (uint32_t h = 0; h < c->h_store; h++) {
+			uint64_t at = snapkvd_cache_pos_index(
+			    c, l, h, snapkvd_cache_head_kept(c, l, h) + c->appended);
+
+			for (uint32_t i = 0; i < a->tokens; i++)
+				pos[at + i] = (int32_t)(c->prompt_len + c->appended + i);
+		}
+	}
+	c->appended += a->tokens;
+	c->last_use_ns = snapkvd_now_ns();
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_APPENDED;
+	resp.appended = c->appended;
+	complete(s, o, 0, NULL, &resp);
+}
+
+static struct snapkvd_request_env request_env(struct snapkvd_session *s)
+{
+	struct snapkvd_server *srv = s->srv;
+
+	return (struct snapkvd_request_env){
+	    .cfg = &srv->cfg,
+	    .buffers = s->buffers.list,
+	    .arena_bytes = s->arena ? s->arena->size : 0,
+	    .has_garena = s->garena != NULL,
+	    .device = srv->device,
+	    .threads = snapkvd_compactor_threads(srv->compactor),
+	    .ops = &srv->policy,
+	    .groups = srv->groups,
+	    .uid = s->uid,
+	};
+}
+
+/* The GROW job of cache c: everything the copy needs, so the worker never
+ * touches the cache object. 0 or -ENOMEM. */
+static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		    struct snapkvd_cache *c, uint32_t slots, const struct snapkvd_cache_geom *geom,
+		    uint8_t *kv_base, struct snapkvd_job **ret)
+{
+	struct snapkvd_job *j = snapkvd_job_new(SNAPKVD_JOB_GROW, s, o);
+	size_t nk = c->ragged ? (size_t)c->layers * c->h_store : 0;
+
+	if (j) {
+		j->g.old_k = malloc(c->layers * sizeof(uint64_t));
+		j->g.old_v = malloc(c->layers * sizeof(uint64_t));
+		/* a ragged cache's counts ride after the positions' offsets, so
+		 * they are freed with them */
+		j->g.old_pos = malloc(c->layers * sizeof(uint64_t) + nk * sizeof(uint32_t));
+	}
+	if (!j || !j->g.old_k || !j->g.old_v || !j->g.old_pos) {
+		snapkvd_job_free(j);
+		return -ENOMEM;
+	}
+	j->target = c;
+	j->g.geom = *geom;
+	j->g.gpu = c->gpu_kv;
+	j->g.kv_base = kv_base;
+	j->g.slots = slots;
+	j->g.old_slots = c->slots;
+	j->g.used = c->kept + c->appended;
+	j->g.layers = c->layers;
+	j->g.h_store = c->h_store;
+	j->g.row = c->head_dim * c->dtype_bytes;
+	j->g.hnd = c->layout == SNAPKVD_LAYOUT_HND;
+	j->g.paged = c->layout == SNAPKVD_LAYOUT_PAGED;
+	j->g.old_run = c->run_bytes;
+	memcpy(j->g.old_k, c->k_off, c->layers * sizeof(uint64_t));
+	memcpy(j->g.old_v, c->v_off, c->layers * sizeof(uint64_t));
+	memcpy(j->g.old_pos, c->pos_off, c->layers * sizeof(uint64_t));
+	if (nk) {
+		uint32_t *hk = (uint32_t *)(j->g.old_pos + c->layers);
+
+		memcpy(hk, c->hkept, nk * sizeof(uint32_t));
+		j->g.hkept = hk;
+		j->g.appended = c->appended;
+		j->g.old_res = c->slots - c->kept;
+		j->g.res = slots - c->kept;
+	}
+	*ret = j;
+	return 0;
+}
+
+static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		    const Snapkv__V1__GrowRequest *g)
+{
+	struct snapkvd_cache *c = find_cache(s, g->cache_id);
+	struct snapkvd_request_env env = request_env(s);
+	struct snapkvd_cache_geom geom;
+	struct snapkvd_job *j;
+	const char *why = NULL;
+	char err[256];
+	uint8_t *kv_base = NULL;
+	uint32_t slots;
+	int r;
+
+	if (!c) {
+		complete(s, o, -ENOENT, "no such cache", NULL);
+		return;
+	}
+	if (c->busy) {
+		complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+		return;
+	}
+	r = snapkvd_request_grow(&env, c, g->extra, &slots, &geom, &why);
+	if (r < 0) {
+		complete(s, o, r, why, NULL);
+		return;
+	}
+	r = reply_fits(s, o, c, err, sizeof(err));
+	if (r < 0) {
+		complete(s, o, r, err, NULL);
+		return;
+	}
+	/* K/V in the GPU arena: the same offsets there, copied on the device */
+	if (c->gpu_kv && !(kv_base = snapkvd_device_arena_base(s->srv->device, s->garena))) {
+		complete(s, o, -EIO, "the session's GPU arena is gone", NULL);
+		return;
+	}
+	if (grow_job(s, o, c, slots, &geom, kv_base, &j) < 0) {
+		complete(s, o, -ENOMEM, "out of memory", NULL);
+		return;
+	}
+	r = snapkvd_admission_grow(s->srv, s, j, err, sizeof(err));
+	if (r < 0) {
+		snapkvd_job_free(j);
+		complete(s, o, r, err, NULL);
+		return;
+	}
+	/* The copy can be large (GBs): the worker does it, the loop moves on. */
+	j->cancel = &s->cancelled;
+	c->busy = true;
+	s->refs++;
+	snapkvd_compactor_submit(s->srv->compactor, j);
+}
+
+/* A GROW copy finished: switch the cache to its new region. */
+static void grow_done(struct snapkvd_job *j)
+{
+	struct snapkvd_session *s = j->s;
+	struct snapkvd_pool *pool = s->srv->pool;
+	struct snapkvd_cache *c = NULL;
+
+	if (!s->closing)
+		for (c = s->caches; c && c != j->target; c = c->next)
+			;
+	if (!c || j->status < 0) {
+		/* the session went (and freed the cache) meanwhile, or the copy
+		 * failed (GPU arena): the cache stays as it was */
+		snapkvd_arena_release(s->arena, j->g.off, j->g.geom.region);
+		snapkvd_pool_cancel(pool, &j->resv);
+		if (c) {
+			c->busy = false;
+			complete(s, &j->origin, j->status, j->err, NULL);
+		}
+		return;
+	}
+	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
+	snapkvd_pool_give_back(pool, s->tenant, c->region_bytes);
+	snapkvd_pool_commit(pool, &j->resv);
+	snapkvd_cache_place(c, j->g.off, j->g.slots, &j->g.geom);
+	c->busy = false;
+	c->last_use_ns = snapkvd_now_ns();
+	complete_cache(s, &j->origin, c);
+}
+
+static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o, uint64_t id,
+		       bool linger)
+{
+	struct snapkvd_cache **pp;
+
+	for (pp = &s->caches; *pp; pp = &(*pp)->next) {
+		if ((*pp)->id != id || (*pp)->lingering)
+			continue;
+		struct snapkvd_cache *c = *pp;
+
+		if (c->busy) {
+			complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+			return;
+		}
+		if (linger || c->evictable) {
+			/* Kept and counted until pressure evicts it (LRU) or the
+			 * session ends; the engine's handle is gone either way. */
+			c->lingering = true;
+			c->last_use_ns = snapkvd_now_ns();
+			s->n_caches--;
+			snapkvd_policy_mark_dirty(&s->srv->policy);
+			complete(s, o, 0, NULL, NULL);
+			return;
+		}
+		*pp = c->next;
+		snapkvd_session_free_cache(s, c);
+		complete(s, o, 0, NULL, NULL);
+		return;
+	}
+	complete(s, o, -ENOENT, "no such cache", NULL);
+}
+
+/* COMPACT: validated, then admitted, then queued; refused at either step,
+ * it has changed nothing. */
+static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		       const Snapkv__V1__CompactRequest *req)
+{
+	struct snapkvd_request_env env = request_env(s);
+	struct snapkvd_job *j = NULL;
+	char err[256] = "";
+	int r;
+
+	if (s->srv->draining) {
+		complete(s, o, -ESHUTDOWN, "daemon is shutting down", NULL);
+		return;
+	}
+	if (s->n_caches >= s->srv->cfg.max_caches) {
+		complete(s, o, -EMFILE, "too many caches", NULL);
+		return;
+	}
+	r = snapkvd_request_compact(&env, s, o, req, &j, err, sizeof(err));
+	if (r == 0 && (r = reply_fits(s, o, j->cache, err, sizeof(err))) < 0)
+		snapkvd_job_free(j);
+	if (r == 0) {
+		r = snapkvd_admission_compact(s->srv, s, j, err, sizeof(err));
+		if (r < 0)
+			snapkvd_job_free(j);
+	}
+	if (r < 0) {
+		complete(s, o, r, err, NULL);
+		return;
+	}
+	j->cancel = &s->cancelled;
+	s->refs++;
+	s->n_caches++; /* counts against max_caches while running */
+	snapkvd_compactor_submit(s->srv->compactor, j);
+}
+
+static void do_stats(struct snapkvd_session *s, const struct snapkvd_origin *o)
+{
+	Snapkv__V1__Response resp = SNAPKV__V1__RESPONSE__INIT;
+	Snapkv__V1__Stats st = SNAPKV__V1__STATS__INIT;
+
+	st.caches = s->n_caches;
+	st.buffers = s->buffers.n;
+	st.arena_used = s->arena ? s->arena->used : 0;
+	st.arena_bytes = s->arena ? s->arena->size : 0;
+	st.requests = s->requests;
+	st.errors = s->errors;
+	st.pool_total = snapkvd_pool_total(s->srv->pool);
+	st.pool_used = snapkvd_pool_used(s->srv->pool);
+	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_STATS;
+	resp.stats = &st;
+	complete(s, o, 0, NULL, &resp);
+}
+
+void snapkvd_dispatch_request(struct snapkvd_session *s, const struct snapkvd_origin *o0,
+			      const uint8_t *buf, size_t len)
+{
+	Snapkv__V1__Request *req = snapkv__v1__request__unpack(NULL, len, buf);
+	struct snapkvd_origin o = *o0;
+
+	s->srv->requests++;
+	if (!req) {
+		complete(s, &o, -EBADMSG, "malformed Request", NULL);
+		return;
+	}
+	if (!o.ring)
+		o.user_data = req->user_data;
+	if (s->admin && req->op_case != SNAPKV__V1__REQUEST__OP_NOP &&
+	    req->op_case != SNAPKV__V1__REQUEST__OP_STATS) {
+		complete(s, &o, -EPERM, "admin sessions have no arena", NULL);
+		goto out;
+	}
+	switch (req->op_case) {
+	case SNAPKV__V1__REQUEST__OP_NOP:
+		complete(s, &o, 0, NULL, NULL);
+		break;
+	case SNAPKV__V1__REQUEST__OP_COMPACT:
+		do_compact(s, &o, req->compact);
+		break;
+	case SNAPKV__V1__REQUEST__OP_APPEND:
+		do_append(s, &o, req->append);
+		break;
+	case SNAPKV__V1__REQUEST__OP_GROW:
+		do_grow(s, &o, req->grow);
+		break;
+	case SNAPKV__V1__REQUEST__OP_RELEASE:
+		do_release(s, &o, req->release->cache_id, req->release->linger);
+		break;
+	case SNAPKV__V1__REQUEST__OP_STATS:
+		do_stats(s, &o);
+		break;
+	default:
+		complete(s, &o, -EOPNOTSUPP, "unknown request", NULL);
+		break;
+	}
+out:
+	snapkv__v1__request__free_unpacked(req, NULL);
+}
+
+/* The metrics of a cache's budget: its mode, kept fraction, fallback. */
+static void observe_budget(struct snapkvd_session *s, const struct snapkvd_cache *c)
+{
+	uint64_t kept = 0, n = (uint64_t)c->layers * c->h_store;
+
+	for (uint32_t l = 0; l < c->layers; l++)
+		kept += c->layer_kept[l];
+	if (n && c->prompt_len)
+		snapkvd_policy_observe_budget(&s->srv->policy, (int)c->budget_mode,
+					      (double)kept / ((double)n * c->prompt_len),
+					      c->fallback);
+}
+
+/* A COMPACT job succeeded: its cache becomes the session's. */
+static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
+{
+	struct snapkvd_pool *pool = s->srv->pool;
+	struct snapkvd_cache *c = j->cache;
+	uint64_t now = snapkvd_now_ns();
+
+	j->cache = NULL;
+	c->last_use_ns = now;
+	if (j->gm.size) {
+		snprintf(c->group_key, sizeof(c->group_key), "%s", j->gm.key);
+		c->group_size = j->gm.size;
+		c->group_wait_ns = j->gm.wait_ns;
+	}
+	snapkvd_cache_summarise(c);
+	observe_budget(s, c);
+	snapkvd_policy_observe_compaction(&s->srv->policy, (double)(now - j->t_start) / 1e9,
+					  c->mass, (size_t)c->layers * c->h_store);
+	if (j->geom.region < c->region_bytes) { /* shrunk (snapkvd_cache_shrink) */
+		uint64_t cut = c->region_bytes - j->geom.region;
+		struct snapkvd_resv tail = {.tenant = j->resv.tenant, .bytes = cut};
+
+		snapkvd_arena_release(s->arena, c->region_off + j->geom.region, cut);
+		snapkvd_pool_cancel(pool, &tail);
+		j->resv.bytes -= cut;
+		c->region_bytes = j->geom.region;
+	}
+	snapkvd_pool_tenant_compaction(pool, s->tenant);
+	snapkvd_pool_commit(pool, &j->resv);
+	snapkvd_pool_cache_count(pool, s->tenant, 1);
+	c->next = s->caches;
+	s->caches = c;
+	s->n_caches++;
+	complete_cache(s, &j->origin, c);
+}
+
+void snapkvd_dispatch_job_done(struct snapkvd_job *j)
+{
+	struct snapkvd_session *s = j->s;
+
+	if (j->status == -ECANCELED)
+		s->srv->jobs_cancelled++;
+	if (j->kind == SNAPKVD_JOB_GROW) {
+		grow_done(j);
+	} else {
+		s->n_caches--;
+		s->srv->compactions++;
+		if (s->closing || j->status < 0) {
+			/* failed, or the engine is gone: give back what the job held */
+			snapkvd_arena_release(s->arena, j->cache->region_off,
+					      j->cache->region_bytes);
+			snapkvd_pool_cancel(s->srv->pool, &j->resv);
+			if (!s->closing)
+				complete(s, &j->origin, j->status, j->err, NULL);
+		} else {
+			compact_done(s, j);
+		}
+	}
+	snapkvd_job_free(j);
+	snapkvd_session_unref(s);
+}
+
+/* -------------------------------------------------------------- completions */
+
+/* A ring request's CQE, its Response in the request's own slot (a reply
+ * body, or any failure's reason). */
+static void complete_ring(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
+			  bool body, const Snapkv__V1__Response *resp)
+{
+	struct skv_cqe cqe = {.user_data = o->user_data, .res = status, .slot = o->slot};
+	size_t n = 0;
+
+	if (o->has_slot && (body || status < 0)) {
+		n = snapkv__v1__response__get_packed_size(resp);
+		if (n > snapkvd_ring_slot_size(s->ring)) {
+			cqe.res = -EMSGSIZE;
+			n = 0;
+		} else {
+			snapkv__v1__response__pack(resp, snapkvd_ring_slot(s->ring, o->slot));
+		}
+	}
+	cqe.len = (uint32_t)n;
+	if (snapkvd_ring_complete(s->ring, &cqe) < 0)
+		snapkvd_session_close(s, -EBADMSG);
+}
+
+static void complete(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
+		     const char *err, Snapkv__V1__Response *resp)
+{
+	Snapkv__V1__Response local = SNAPKV__V1__RESPONSE__INIT;
+	int r;
+
+	if (!resp)
+		resp = &local;
+	resp->status = status;
+	resp->error = (char *)(err ? err : "");
+	resp->user_data = o->user_data;
+	if (status < 0) {
+		snapkvd_session_count_error(s);
+		snapkvd_policy_count_error(&s->srv->policy, status);
+		log_debug("session %llu: request failed: %s: %s", (unsigned long long)s->id,
+			  strerror(-status), err ? err : "");
+	}
+	if (s->closing)
+		return;
+	if (o->ring) {
+		complete_ring(s, o, status, resp != &local, resp);
+		return;
+	}
+	r = snapkvd_session_send(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_RESPONSE, &resp->base, NULL, 0);
+	if (r < 0)
+		snapkvd_session_close(s, 0);
+}
+
+/* One SQE taken from the ring. */
+static void on_sqe(struct snapkvd_session *s, const struct skv_sqe *sqe)
+{
+	struct snapkvd_origin o = {.ring = true, .slot = sqe->slot, .user_data = sqe->user_data};
+	const uint8_t *arg;
+	int r;
+
+	s->requests++;
+	switch (sqe->opcode) {
+	case SKV_OP_NOP:
+		s->srv->requests++;
+		complete(s, &o, 0, NULL, NULL);
+		break;
+	case SKV_OP_REQUEST:
+		r = snapkvd_ring_arg(s->ring, sqe, &arg);
+		if (r < 0) {
+			complete(s, &o, r, r == -ENOMEM ? "out of memory" : "bad argument slot",
+				 NULL);
+			break;
+		}
+		o.has_slot = true;
+		snapkvd_dispatch_request(s, &o, arg, sqe->len);
+		break;
+	default:
+		complete(s, &o, -EOPNOTSUPP, "unknown opcode", NULL);
+		break;
+	}
+}
+
+int snapkvd_dispatch_poll_ring(struct snapkvd_session *s, unsigned budget)
+{
+	int done = 0;
+
+	if (s->closing || !s->ring)
+		return 0;
+	while ((unsigned)done < budget && !s->closing) {
+		struct skv_sqe sqe;
+		int r = snapkvd_ring_next(s->ring, &sqe);
+
+		if (r == 0)
+			break;
+		if (r < 0) {
+			log_notice("session %llu: corrupt SQ tail or CQ head",
+				   (unsigned long long)s->id);
+			snapkvd_session_close(s, r);
+			break;
+		}
+		done++;
+		on_sqe(s, &sqe);
+	}
+	return done;
+}
