@@ -352,6 +352,13 @@ static struct snapkvd_job *decide(struct snapkvd_groups *g, struct snapkvd_group
 	return release(g, grp);
 }
 
+/* Whether a parked member's session has ended: the job's flag, read as
+ * data (the group calls nothing of the job's; see snapkvd-job.h) */
+static bool session_ended(const struct snapkvd_job *j)
+{
+	return j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE);
+}
+
 static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkvd_job *j,
 					 uint64_t now_ns)
 {
@@ -381,7 +388,7 @@ static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkv
 	/* a member whose session ended fails the group now, not at the next
 	 * sweep: a group is never decided with a dead member */
 	for (unsigned i = 0; i < grp->arrived; i++)
-		if (snapkvd_job_cancelled(grp->parked[i])) {
+		if (session_ended(grp->parked[i])) {
 			snprintf(grp->fail_msg, sizeof(grp->fail_msg),
 				 "decision group '%s': a member's session ended; nothing kept",
 				 grp->key);
@@ -401,13 +408,6 @@ struct snapkvd_job *snapkvd_groups_arrive(struct snapkvd_groups *g, struct snapk
 	list = arrive_locked(g, j, now_ns);
 	pthread_mutex_unlock(&g->mu);
 	return list;
-}
-
-/* Whether a parked member's session has ended: the job's flag, read as
- * data (the group calls nothing of the job's; see snapkvd-job.h) */
-static bool session_ended(const struct snapkvd_job *j)
-{
-	return j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE);
 }
 
 /* Why grp fails now (0: it does not). */

@@ -1017,6 +1017,7 @@ static void test_bad_dtype(void)
 	CU_ASSERT_EQUAL_FATAL(eng_open(&b, 72), 0);
 	desc_init(&d, &p, a.refs, "dtypes", 2, 1000);
 	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(a.c, &d, &ra), 0);
+	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1)); /* the f32 one is first */
 	/* the second member's K/V read as bf16 (half the bytes: in range) */
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		bf[l] = b.refs[l];
