@@ -350,7 +350,7 @@ int skv_scratch_bytes(const struct skv_shape *sh, const struct skv_params *param
 	r = skv_plan(sh, params, &pl, err);
 	if (r < 0)
 		return r;
-	skv_params_resolve(params, &pr, err);
+	skv_params_shaped(sh, params, &pr, err);
 	if (n_layers > SKV_MAX_LAYERS)
 		return skv_fail(err, -1, -1, "%u layers exceed %u", n_layers, SKV_MAX_LAYERS);
 	if (!ret_bytes)
@@ -583,7 +583,7 @@ static int prepare(struct skv_ctx *ctx, const struct skv_shape *sh, const struct
 	r = skv_plan(sh, params, pl, err);
 	if (r < 0)
 		return r;
-	skv_params_resolve(params, pr, err);
+	skv_params_shaped(sh, params, pr, err);
 	const struct skv_params *p = pr;
 	if (res && res->result_size != sizeof(*res))
 		return skv_fail(err, -1, -1, "result_size is %u, expected %zu", res->result_size,

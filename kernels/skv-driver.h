@@ -59,6 +59,13 @@ int skv_params_resolve(const struct skv_params *p, struct skv_params *ret, struc
 
 bool skv_policy_scores(enum skv_policy p);
 /*
+ * skv_params_resolve() for one shape, with SPEC.md's partial window applied:
+ * snapkv given min_window <= n_q < W rows gets window = n_q (W'), so every
+ * later rule and step sees W'. -EINVAL (n_q > W, n_q below min_window).
+ */
+int skv_params_shaped(const struct skv_shape *sh, const struct skv_params *p,
+		      struct skv_params *ret, struct skv_error *err);
+/*
  * Mark the positions every stored head keeps whatever the scores say:
  * sinks, protected ranges and (scoring policies) the recent W_keep, in
  * keep[0..L). Returns their count.

@@ -14,6 +14,26 @@ bool skv_policy_scores(enum skv_policy p)
 	return p == SKV_POLICY_SNAPKV || p == SKV_POLICY_H2O;
 }
 
+int skv_params_shaped(const struct skv_shape *sh, const struct skv_params *p,
+		      struct skv_params *ret, struct skv_error *err)
+{
+	int r = skv_params_resolve(p, ret, err);
+
+	if (r < 0 || ret->policy != SKV_POLICY_SNAPKV || sh->n_q == ret->window)
+		return r;
+	uint32_t wmin = ret->min_window ? ret->min_window : SKV_MIN_WINDOW_DEFAULT;
+	if (sh->n_q > ret->window)
+		return skv_fail(err, -1, -1, "snapkv takes at most W = %u query rows, n_q is %u",
+				ret->window, sh->n_q);
+	if (sh->n_q < wmin)
+		return skv_fail(err, -1, -1,
+				"n_q = %u query rows (a partial window of W = %u) is below "
+				"min_window = %u",
+				sh->n_q, ret->window, wmin);
+	ret->window = sh->n_q;
+	return 0;
+}
+
 /*
  * Mark the positions every stored head keeps whatever the scores say:
  * sinks, protected ranges and (scoring policies) the recent W_keep. For the
@@ -364,7 +384,7 @@ int skv_budget_rows(const struct skv_shape *sh, const struct skv_params *params,
 	r = skv_plan(sh, params, &pl, err);
 	if (r < 0)
 		return r;
-	skv_params_resolve(params, &pr, err);
+	skv_params_shaped(sh, params, &pr, err);
 	if (n_layers > SKV_MAX_LAYERS)
 		return skv_fail(err, -1, -1, "%u layers exceed %u", n_layers, SKV_MAX_LAYERS);
 	if (!ret_rows && n_layers)
@@ -399,7 +419,7 @@ int skv_plan(const struct skv_shape *sh, const struct skv_params *params, struct
 
 	if (!sh || !params)
 		return skv_fail(err, -1, -1, "shape and params are required");
-	r = skv_params_resolve(params, &pr, err);
+	r = skv_params_shaped(sh, params, &pr, err);
 	if (r < 0)
 		return r;
 	const struct skv_params *p = &pr;

@@ -149,10 +149,21 @@ struct skv_params {
 	float tau;				 /* mass, mass-heads: in (0, 1]      */
 	uint32_t c_min, c_max, c_step;		 /* mass ladder (mass-heads: no step) */
 	float fallback_below;			 /* tau_f in [0, 1]; 0 = never fall back (0) */
+	/*
+	 * Partial window (SPEC.md): snapkv given n_q < W query rows runs with
+	 * W' = n_q in place of W everywhere, provided n_q >= min_window; 0
+	 * means SKV_MIN_WINDOW_DEFAULT. A caller built before it passes
+	 * SKV_PARAMS_SIZE_V2 and gets the default.
+	 */
+	uint32_t min_window;
 };
 
 /* params_size of callers built before the budget modes. */
 #define SKV_PARAMS_SIZE_V1 offsetof(struct skv_params, budget_mode)
+/* params_size of callers built before the partial window (min_window). */
+#define SKV_PARAMS_SIZE_V2 offsetof(struct skv_params, min_window)
+/* The smallest partial window when min_window is 0 (SPEC.md: 8). */
+#define SKV_MIN_WINDOW_DEFAULT 8u
 
 /* Reference defaults: snapkv, W 32, C 2048, k 5, avg, expand, S 4. */
 void skv_params_init(struct skv_params *p);
@@ -204,9 +215,15 @@ struct skv_error {
 /*
  * Decisions of the host implementation where SPEC.md leaves room (the CUDA
  * backend should match them):
- * - snapkv needs n_q == W and h2o n_q == L; W > L is rejected even when
- *   L < C would bypass (SPEC's list), so a caller with a prompt shorter than
- *   W must lower W. streamingllm/window accept any n_q <= L.
+ * - snapkv needs n_q == W, or a partial window min_window <= n_q < W
+ *   (SPEC.md): then W' = n_q replaces W in every rule and step (C > W',
+ *   W' <= L, |window U protected| <= C, the kept window, the votes); a
+ *   full window (n_q == W) is never held to min_window, n_q > W is
+ *   rejected, and the rules are the same whether or not L < C bypasses.
+ *   W > L is rejected even when L < C would bypass (SPEC's list), so a
+ *   caller with a prompt shorter than W must lower W or pass fewer rows.
+ *   h2o needs n_q == L (its window is W_keep only, no partial window).
+ *   streamingllm/window accept any n_q <= L.
  * - h2o: W_obs = L, W_keep = window, no pooling whatever kernel/pooling say
  *   (they are still validated). sinks only apply to streamingllm.
  * - Protected ranges: non-empty, end <= L, may overlap (their union counts).
@@ -222,7 +239,8 @@ struct skv_error {
  * - Weights below exp(-87.3) of a row's maximum count as 0.
  * - -EDOM: err->head is the QUERY head (kv_head * G + g) of the lowest
  *   failing (layer, head); that item writes nothing, others may have.
- * - params_size must equal sizeof(struct skv_params) or SKV_PARAMS_SIZE_V1
+ * - params_size must equal sizeof(struct skv_params), SKV_PARAMS_SIZE_V2
+ *   (a caller built before min_window: the default 8) or SKV_PARAMS_SIZE_V1
  *   (a caller built before the budget modes: uniform, no fallback).
  * - Output dtype may differ from the input's (converted, round to nearest
  *   even); rows are otherwise copied bit for bit.

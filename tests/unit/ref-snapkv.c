@@ -73,10 +73,13 @@ int ref_compact(const struct skv_shape *sh, const struct skv_params *p, const fl
 	    !keep || !cd)
 		goto nomem;
 
-	uint32_t rows = p->policy == SKV_POLICY_SNAPKV ? p->window
+	/* SPEC.md "Partial window": snapkv given n_q < W rows runs with W' =
+	 * n_q in place of W everywhere (the rows that vote and the kept window) */
+	uint32_t W = p->policy == SKV_POLICY_SNAPKV && sh->n_q < p->window ? sh->n_q : p->window;
+	uint32_t rows = p->policy == SKV_POLICY_SNAPKV ? W
 			: p->policy == SKV_POLICY_H2O  ? L
 						       : sh->n_q;
-	uint32_t wkeep = scoring ? p->window : 0;
+	uint32_t wkeep = scoring ? W : 0;
 	uint32_t S = p->policy == SKV_POLICY_STREAMINGLLM ? p->sinks : 0;
 	uint32_t P = L - wkeep;
 	uint32_t kern = p->policy == SKV_POLICY_H2O ? 1 : p->kernel;

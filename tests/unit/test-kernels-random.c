@@ -14,6 +14,9 @@ static uint32_t pick(uint32_t n)
 	return (uint32_t)(rng_next() % n);
 }
 
+/* snapkv problems get a partial window (SPEC.md): n_q < W rows */
+static bool partial_window;
+
 /* one random snapkv-family problem; policy chosen by the caller */
 static void random_prob(struct prob *pb, enum skv_policy pol, bool protect)
 {
@@ -44,6 +47,16 @@ static void random_prob(struct prob *pb, enum skv_policy pol, bool protect)
 	switch (pol) {
 	case SKV_POLICY_SNAPKV:
 		pb->sh.n_q = W;
+		if (partial_window && W >= 2) {
+			/* min_window 1 .. W-1 given, or 0 (8) when W > 8; n_q in
+			 * [min, W); C sometimes in (W', W] where only W' < C holds */
+			uint32_t wmin = W > 8 && pick(2) ? 0 : 1 + pick(W - 1);
+			uint32_t lo = wmin ? wmin : 8;
+			pb->p.min_window = wmin;
+			pb->sh.n_q = lo + pick(W - lo);
+			if (pick(3) == 0)
+				pb->p.capacity = pb->sh.n_q + 1 + pick(W - pb->sh.n_q);
+		}
 		break;
 	case SKV_POLICY_H2O:
 		pb->sh.n_q = L;
@@ -128,6 +141,108 @@ static void test_random_snapkv(void)
 static void test_random_snapkv_protected(void)
 {
 	run_random(SKV_POLICY_SNAPKV, true, 60);
+}
+
+/* SPEC.md "Partial window": n_q < W rows vote and are the kept window */
+static void test_random_partial_window(void)
+{
+	partial_window = true;
+	run_random(SKV_POLICY_SNAPKV, false, 120);
+	run_random(SKV_POLICY_SNAPKV, true, 40);
+	partial_window = false;
+}
+
+static int partial_rc(uint32_t W, uint32_t n_q, uint32_t min_window, uint32_t params_size,
+		      struct skv_error *e)
+{
+	struct skv_shape sh = {.prompt_len = 64, .head_dim = 8, .h_q = 2, .h_kv = 1, .n_q = n_q};
+	struct skv_params p;
+	struct skv_plan pl;
+
+	skv_params_init(&p);
+	p.window = W;
+	p.capacity = 40;
+	p.min_window = min_window;
+	if (params_size)
+		p.params_size = params_size;
+	int r = skv_plan(&sh, &p, &pl, e);
+	if (r == 0)
+		CU_ASSERT_EQUAL(pl.w_obs, n_q < W ? n_q : W);
+	return r;
+}
+
+/* the limits of a partial window: min_window (0 = 8) and n_q <= W */
+static void test_partial_window_limits(void)
+{
+	struct skv_error e;
+
+	CU_ASSERT_EQUAL(partial_rc(32, 32, 0, 0, &e), 0);
+	CU_ASSERT_EQUAL(partial_rc(32, 8, 0, 0, &e), 0);
+	CU_ASSERT_EQUAL(partial_rc(32, 7, 0, 0, &e), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "min_window = 8"));
+	CU_ASSERT_EQUAL(partial_rc(32, 3, 3, 0, &e), 0);
+	CU_ASSERT_EQUAL(partial_rc(32, 12, 16, 0, &e), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "min_window = 16"));
+	/* a full window is never held to min_window */
+	CU_ASSERT_EQUAL(partial_rc(4, 4, 0, 0, &e), 0);
+	CU_ASSERT_EQUAL(partial_rc(32, 33, 0, 0, &e), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "at most W = 32"));
+	/* C > W' is what counts: C 40 with W 48 and 20 rows */
+	CU_ASSERT_EQUAL(partial_rc(48, 20, 0, 0, &e), 0);
+	CU_ASSERT_EQUAL(partial_rc(48, 48, 0, 0, &e), -EINVAL);
+	/* a caller built before min_window gets 8 */
+	CU_ASSERT_EQUAL(partial_rc(32, 8, 99, SKV_PARAMS_SIZE_V2, &e), 0);
+	CU_ASSERT_EQUAL(partial_rc(32, 7, 1, SKV_PARAMS_SIZE_V2, &e), -EINVAL);
+}
+
+/* budget modes with a partial window give the bytes of W = n_q given in full */
+static void test_partial_window_budget(void)
+{
+	static const enum skv_budget modes[3] = {SKV_BUDGET_MASS, SKV_BUDGET_HEADS,
+						 SKV_BUDGET_MASS_HEADS};
+	for (int c = 0; c < 6; c++) {
+		struct prob pb[2];
+		uint32_t got[2][2 * 4];
+		for (int i = 0; i < 2; i++) {
+			rng_state = 0xabcdef12ull + (uint64_t)c;
+			prob_init(&pb[i], 120, 16, 4, 2, 2);
+			pb[i].p.window = i ? 12 : 20;
+			pb[i].sh.n_q = 12;
+			pb[i].p.capacity = 40;
+			pb[i].p.gqa = c & 1 ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+			pb[i].p.budget_mode = modes[c % 3];
+			pb[i].p.tau = 0.6f;
+			pb[i].p.c_min = 16;
+			pb[i].p.c_max = 60;
+			pb[i].p.c_step = 4;
+			prob_random(&pb[i], 1.0);
+			pb[i].p.capacity = 60; /* room for c_max */
+			prob_build(&pb[i]);
+			pb[i].p.capacity = 40;
+			struct skv_ctx *ctx;
+			struct skv_error e;
+			struct skv_budget_result res = {.result_size = sizeof(res), .kept = got[i]};
+			CU_ASSERT_EQUAL_FATAL(skv_ctx_new(2, &ctx), 0);
+			int r = skv_compact_budget(ctx, &pb[i].sh, &pb[i].p, 2, pb[i].in, pb[i].out,
+						   &res, &e);
+			if (r)
+				fprintf(stderr, "\n  case %d: %s\n", c, e.msg);
+			CU_ASSERT_EQUAL_FATAL(r, 0);
+			skv_ctx_free(ctx);
+		}
+		uint32_t hs = c & 1 ? 2 : 4;
+		CU_ASSERT(!memcmp(got[0], got[1], 2 * hs * sizeof(uint32_t)));
+		for (uint32_t l = 0; l < 2; l++) {
+			const struct skv_layer_out *a = &pb[0].out[l], *b = &pb[1].out[l];
+			CU_ASSERT(!memcmp(a->k.data, b->k.data, pb[0].out_k_bytes));
+			CU_ASSERT(!memcmp(a->v.data, b->v.data, pb[0].out_v_bytes));
+			CU_ASSERT(
+			    !memcmp(a->positions, b->positions, pb[0].pos_count * sizeof(int32_t)));
+			CU_ASSERT(!memcmp(a->retained_mass, b->retained_mass, hs * sizeof(float)));
+		}
+		prob_free(&pb[0]);
+		prob_free(&pb[1]);
+	}
 }
 
 static void test_random_h2o(void)
@@ -313,6 +428,9 @@ int main(void)
 	CU_pSuite s = CU_add_suite("kernels_random", NULL, NULL);
 	CU_add_test(s, "snapkv vs reference", test_random_snapkv);
 	CU_add_test(s, "snapkv with protected ranges", test_random_snapkv_protected);
+	CU_add_test(s, "partial window vs reference", test_random_partial_window);
+	CU_add_test(s, "partial window limits", test_partial_window_limits);
+	CU_add_test(s, "partial window in budget modes", test_partial_window_budget);
 	CU_add_test(s, "h2o vs reference", test_random_h2o);
 	CU_add_test(s, "streamingllm vs reference", test_random_streaming);
 	CU_add_test(s, "window vs reference", test_random_window);
