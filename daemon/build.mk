@@ -56,6 +56,15 @@ $(BUILD)/tests/test-daemon-budget: $(BUILD)/tests/integration/test-daemon-budget
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(BUILD)/tests/test-daemon-budget
+# A partial window (and fp8 K/V) through snapkvd vs libskv here.
+DAEMON_ITESTS += $(BUILD)/tests/test-daemon-window
+$(BUILD)/tests/integration/test-daemon-window.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-daemon-window.o
+$(BUILD)/tests/test-daemon-window: $(BUILD)/tests/integration/test-daemon-window.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
+		$(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-daemon-window
 $(BUILD)/tests/integration/test-daemon-badinput.o: | $(SKV_PB_H)
 OBJS += $(BUILD)/tests/integration/test-daemon-badinput.o
 $(BUILD)/tests/test-daemon-badinput: $(BUILD)/tests/integration/test-daemon-badinput.o \

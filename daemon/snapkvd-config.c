@@ -48,6 +48,8 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_tenant_buffers = 1024;
 	/* decision groups (issue 13) */
 	c->max_group_size = 64;
+	/* partial window (SPEC.md): fewest query rows a request may vote with */
+	c->min_window = 8;
 	c->group_timeout_ms = 10000;
 	c->max_group_timeout_ms = 600000;
 	c->max_tenant_groups = 64;
@@ -419,6 +421,7 @@ static const struct key keys[] = {
     U(hello_timeout_ms, 100, 60000),
     U(max_tenant_buffers, 1, 1u << 20),
     U(max_group_size, 1, 4096),
+    U(min_window, 1, 1u << 22),
     U(group_timeout_ms, 1, 3600000),
     U(max_group_timeout_ms, 1, 3600000),
     U(max_tenant_groups, 1, 65536),

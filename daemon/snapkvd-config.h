@@ -108,6 +108,7 @@ struct snapkvd_config {
 	/* hardening (issue 11): every resource a client can claim is bounded */
 	unsigned max_sessions_per_tenant; /* engine sessions of one uid            */
 	unsigned max_group_size;	  /* members of one decision group         */
+	unsigned min_window;		  /* fewest query rows of a partial window */
 	unsigned group_timeout_ms;	  /* a group's wait when the request names none */
 	unsigned max_group_timeout_ms;	  /* the longest wait a request may name   */
 	unsigned max_tenant_groups;	  /* undecided groups of one uid           */

@@ -48,6 +48,7 @@ int snapkvd_params_read(const Snapkv__V1__Params *p, struct skv_params *ret, cha
 		ret->gqa = (enum skv_gqa)p->gqa;
 	if (param_given(p, 7, p->sinks))
 		ret->sinks = p->sinks;
+	ret->min_window = p->min_window; /* 0: the config's, snapkvd_request_compact */
 	if (p->n_protected_ranges > SKV_MAX_PROTECTED) {
 		snprintf(err, errlen, "%zu protected ranges, at most %d", p->n_protected_ranges,
 			 SKV_MAX_PROTECTED);

@@ -7,7 +7,8 @@
 # (jobs of several sessions on several worker streams at once), and the
 # budget modes on the CUDA kernels, into the host and the GPU arena, with
 # APPEND and GROW there (test-daemon-budget), and decision groups refused
-# by name (test-daemon-group). Skipped
+# by name (test-daemon-group), and a partial window refused by name
+# (test-daemon-window). Skipped
 # where the emulated plugin is not built (CUDA=0). PLUGIN=build/libskv-cuda.so
 # runs the same on a GPU.
 set -u
@@ -15,7 +16,8 @@ BUILD=${BUILD:-build}
 PLUGIN=${PLUGIN:-$BUILD/tests/gpu/emu/libskv-cuda-emu.so}
 for f in "$BUILD/snapkvd" "$PLUGIN" "$BUILD/tests/test-daemon-badinput" \
 	"$BUILD/tests/test-daemon-fuzz" "$BUILD/tests/test-daemon-paged" \
-	"$BUILD/tests/test-daemon-budget" "$BUILD/tests/test-daemon-group"; do
+	"$BUILD/tests/test-daemon-budget" "$BUILD/tests/test-daemon-group" \
+	"$BUILD/tests/test-daemon-window"; do
 	if [ ! -e "$f" ]; then
 		echo "skip: $f not built (CUDA=0?)"
 		exit 0
@@ -27,7 +29,8 @@ trap 'rm -rf "$tmp"' EXIT
 export SNAPKVD_TEST_BACKEND=cuda-emu
 SKV_CUDA_PLUGIN=$(realpath "$PLUGIN")
 export SKV_CUDA_PLUGIN
-for tw in test-daemon-badinput:1 test-daemon-fuzz:3 test-daemon-paged:2 test-daemon-budget:1 test-daemon-group:1; do
+for tw in test-daemon-badinput:1 test-daemon-fuzz:3 test-daemon-paged:2 test-daemon-budget:1 test-daemon-group:1 \
+	test-daemon-window:1; do
 	t=${tw%:*} w=${tw#*:}
 	{
 		if SNAPKVD_TEST_WORKERS=$w "$BUILD/tests/$t" >"$tmp/$t.out" 2>&1; then
