@@ -72,7 +72,7 @@ static void desc_store_v1(struct skv_compact_desc *d, const struct skv_compact_d
  * no fallback (sent without the budget fields, as before). */
 bool skv__desc_budget_plain(const struct skv_compact_desc *d)
 {
-	return d->params.params_size != sizeof(d->params) ||
+	return d->params.params_size < SKV_PARAMS_SIZE_V2 ||
 	       (d->params.budget_mode == SKV_BUDGET_UNIFORM && d->params.fallback_below == 0.0f);
 }
 
@@ -183,7 +183,7 @@ int skv__desc_check(struct skv_client *c, const struct skv_compact_desc *d)
 	/* params sized before the budget modes (skv_client_params_init) with a
 	 * mode or a fallback set after: sending them as uniform would silently
 	 * drop what the caller asked for */
-	if (d->params.params_size < sizeof(d->params) &&
+	if (d->params.params_size < SKV_PARAMS_SIZE_V2 &&
 	    (d->params.budget_mode != SKV_BUDGET_UNIFORM || d->params.fallback_below != 0.0f))
 		return skv__fail(c, -EINVAL,
 				 "params_size %u ends before budget_mode and fallback_below, "

@@ -385,6 +385,12 @@ int skv_compact_desc_group(struct skv_compact_desc *d, const char *key, uint32_t
  * params_size ends before the budget modes but with budget_mode or
  * fallback_below set are refused by skv_compact_submit() with -EINVAL
  * (they used to be sent as uniform, dropping the mode).
+ * min_window (a partial window: snapkv with n_q < window query rows runs
+ * with W' = n_q when n_q >= min_window, SPEC.md) is carried when
+ * params_size is sizeof(struct skv_params) (skv_params_init(),
+ * SKV_PARAMS_DEFAULTS); otherwise, and when it is 0, the daemon's
+ * min_window (snapkvd.conf(5), default 8) applies. A description's
+ * shape.n_q may be below window (host backend).
  */
 void skv_client_params_init(struct skv_params *p);
 
