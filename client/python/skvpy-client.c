@@ -566,8 +566,10 @@ static PyMethodDef client_methods[] = {
      "        policy='snapkv', sinks=4, protect=(), decode_reserve=0, block_table=None,\n"
      "        out='arena', out_block_size=None, out_block_table=None, out_buffer=None,\n"
      "        layout='hnd', out_layout='hnd', prompt_len=None, evictable=False,\n"
-     "        fallback_below=None, group=None) -> Cache\n"
+     "        fallback_below=None, group=None, min_window=None) -> Cache\n"
      "q, k, v: lists, one tensor per layer, views of registered storage.\n"
+     "A q of n_q < window rows is a partial window: n_q >= min_window rows vote\n"
+     "(None: the daemon's min_window, default 8).\n"
      "budget: an int (uniform C, window included), a budget mode string ('heads:0.2',\n"
      "'mass:0.9:64:512:32', ...), or (C, mode) for modes that read C. capacity=C is the\n"
      "deprecated name of C (DeprecationWarning); Cache.capacity is the slot count."},

@@ -14,7 +14,7 @@ struct args {
 	PyObject *window, *capacity, *kernel, *pooling, *gqa, *policy, *sinks, *protect;
 	PyObject *reserve, *block_table, *out, *out_block_size, *out_block_table, *out_buffer;
 	PyObject *layout, *out_layout, *prompt_len, *evictable;
-	PyObject *budget, *fallback_below, *group;
+	PyObject *budget, *fallback_below, *group, *min_window;
 };
 
 /* What layer 0 fixed; every other layer must match it. */
@@ -161,6 +161,27 @@ static int parse_budget(const struct args *a, PyObject *mode, struct skv_params 
 	return 0;
 }
 
+/* min_window=N: the fewest q rows a partial window (n_q < window) may
+ * vote with (SPEC.md); left out, the daemon's min_window applies. The
+ * full struct, so that libsnapkv carries it. */
+static int parse_min_window(const struct args *a, struct skv_params *p)
+{
+	uint32_t m = 0;
+
+	if (!a->min_window || a->min_window == Py_None)
+		return 0;
+	if (u32_arg(a->min_window, "min_window", 1, 1u << 22, &m) < 0)
+		return -1;
+	if (p->params_size != sizeof(*p)) {
+		struct skv_params full = SKV_PARAMS_DEFAULTS;
+		memcpy(&full, p, SKV_PARAMS_SIZE_V1);
+		full.params_size = sizeof(full);
+		*p = full;
+	}
+	p->min_window = m;
+	return 0;
+}
+
 /* group=(key, size) or (key, size, timeout_ms): a decision group (the
  * daemon checks the mode, the members' agreement and its limits). */
 static int parse_group(PyObject *o, struct skvpy_compact *p)
@@ -246,7 +267,7 @@ static int parse_params(const struct args *a, struct skv_params *p)
 	p->pooling = pooling;
 	p->gqa = gqa;
 	p->policy = policy;
-	if (parse_budget(a, mode, p) < 0)
+	if (parse_budget(a, mode, p) < 0 || parse_min_window(a, p) < 0)
 		return -1;
 	if (!a->protect || a->protect == Py_None)
 		return 0;
@@ -711,6 +732,7 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "budget",
 				 "fallback_below",
 				 "group",
+				 "min_window",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -720,11 +742,11 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v, &a.window,
-		&a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks, &a.protect,
-		&a.reserve, &a.block_table, &a.out, &a.out_block_size, &a.out_block_table,
-		&a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len, &a.evictable, &a.budget,
-		&a.fallback_below, &a.group))
+		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
+		&a.window, &a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks,
+		&a.protect, &a.reserve, &a.block_table, &a.out, &a.out_block_size,
+		&a.out_block_table, &a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len,
+		&a.evictable, &a.budget, &a.fallback_below, &a.group, &a.min_window))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
 	g.paged = a.block_table && a.block_table != Py_None;

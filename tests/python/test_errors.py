@@ -53,7 +53,7 @@ def test_register_refusals(client, daemon, snapkv, inputs):
 
 def test_daemon_errors_carry_errno(client, snapkv, inputs):
     qs, ks, vs, kw = inputs
-    cases = [dict(kernel=4), dict(window=41), dict(budget=8), dict(window=4)]
+    cases = [dict(kernel=4), dict(window=41, min_window=9), dict(budget=8), dict(window=4)]
     for extra in cases:
         with pytest.raises(snapkv.Error) as e:
             client.compact(qs, ks, vs, **dict(P, **extra), **kw)
