@@ -368,6 +368,31 @@ int skv_scratch_bytes(const struct skv_shape *sh, const struct skv_params *param
 	return 0;
 }
 
+/* fp8 (SPEC.md "Quantized K/V"): queries stay f32/f16/bf16, and an fp8 K or
+ * V is gathered byte for byte into an output of its own dtype (no
+ * conversion either way). The scales are skv_check_tensor()'s. */
+static int check_fp8(const struct skv_layer_in *in, const struct skv_layer_out *o, uint32_t l,
+		     bool score, struct skv_error *err)
+{
+	const struct skv_tensor *pair[2][2] = {{&in->k, &o->k}, {&in->v, &o->v}};
+
+	if (score && skv_dtype_is_fp8(in->q.dtype))
+		return skv_fail(err, (int32_t)l, -1,
+				"layer %u: q is %s: queries stay f32, f16 or bf16", l,
+				skv_dtype_name(in->q.dtype));
+	for (int i = 0; i < 2; i++) {
+		enum skv_dtype a = pair[i][0]->dtype, b = pair[i][1]->dtype;
+		if ((skv_dtype_is_fp8(a) || skv_dtype_is_fp8(b)) && a != b)
+			return skv_fail(err, (int32_t)l, -1,
+					"layer %u: %s is %s, its output %s: fp8 is gathered byte "
+					"for byte into its own dtype",
+					l, i ? "v" : "k",
+					skv_dtype_name(a) ? skv_dtype_name(a) : "?",
+					skv_dtype_name(b) ? skv_dtype_name(b) : "?");
+	}
+	return 0;
+}
+
 /* Every layer's tensors against the shape and the rows[l] each stored head
  * of its output must hold; paged outputs must not overlap. */
 static int check_io(const struct skv_job *jb, uint32_t n_layers, const uint32_t *rows,
@@ -380,6 +405,9 @@ static int check_io(const struct skv_job *jb, uint32_t n_layers, const uint32_t 
 	for (uint32_t l = 0; l < n_layers; l++) {
 		const struct skv_layer_out *o = &jb->out[l];
 		const struct skv_layer_in *in = &jb->in[l];
+		r = check_fp8(in, o, l, jb->score, err);
+		if (r < 0)
+			return r;
 		if (jb->score) {
 			r = skv_check_tensor(&in->q, "q", l, sh->h_q, sh->n_q, sh->head_dim, false,
 					     err);

@@ -81,6 +81,12 @@ int skv_layer_caps(const struct skv_params *p, uint32_t n_layers, uint32_t *caps
 /* Rows a stored head's output needs at per-layer budget C. */
 uint32_t skv_rows_at(const struct skv_shape *sh, const struct skv_params *p, uint32_t C);
 
+/* --------------------------------------------------------- skv-dtype.c */
+
+/* n fp8 elements of dt at src, each decoded exactly and multiplied by scale
+ * in f32 (one rounding): SPEC.md's widening of a quantized key. */
+void skv_fp8_to_f32(const void *src, enum skv_dtype dt, float scale, float *dst, uint32_t n);
+
 /* ---------------------------------------------------------- skv-ctx.c */
 
 /* One thread's scratch, laid out per job by skv-compact.c. */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * skv-dtype.c - element types: sizes, names and the scalar f16/bf16 conversions
- * (round to nearest even on the way down).
+ * skv-dtype.c - element types: sizes, names, the scalar f16/bf16 conversions
+ * (round to nearest even on the way down) and the fp8 decoders.
  */
 #include <string.h>
 
@@ -15,9 +15,17 @@ size_t skv_dtype_size(enum skv_dtype dt)
 	case SKV_DTYPE_F16:
 	case SKV_DTYPE_BF16:
 		return 2;
+	case SKV_DTYPE_F8E4M3FN:
+	case SKV_DTYPE_F8E5M2:
+		return 1;
 	default:
 		return 0;
 	}
+}
+
+int skv_dtype_is_fp8(enum skv_dtype dt)
+{
+	return dt == SKV_DTYPE_F8E4M3FN || dt == SKV_DTYPE_F8E5M2;
 }
 
 const char *skv_dtype_name(enum skv_dtype dt)
@@ -29,6 +37,10 @@ const char *skv_dtype_name(enum skv_dtype dt)
 		return "f16";
 	case SKV_DTYPE_BF16:
 		return "bf16";
+	case SKV_DTYPE_F8E4M3FN:
+		return "f8e4m3fn";
+	case SKV_DTYPE_F8E5M2:
+		return "f8e5m2";
 	default:
 		return NULL;
 	}
@@ -112,4 +124,38 @@ uint16_t skv_f32_to_bf16(float f)
 		return (uint16_t)((u >> 16) | 0x40);
 	u += 0x7fff + ((u >> 16) & 1);
 	return (uint16_t)(u >> 16);
+}
+
+/* E4M3 (bias 7, 3 mantissa bits, no inf): S.1111.111 is NaN; exponent 0
+ * is subnormal, man * 2^-9 */
+float skv_f8e4m3fn_to_f32(uint8_t b)
+{
+	uint32_t sign = (uint32_t)(b & 0x80) << 24, exp = (b >> 3) & 0xf, man = b & 7;
+
+	if (exp == 0xf && man == 7)
+		return u2f(sign | 0x7fc00000u);
+	if (exp == 0) {
+		float v = (float)man * (1.0f / 512.0f);
+		return sign ? -v : v;
+	}
+	return u2f(sign | ((exp + 120) << 23) | (man << 20));
+}
+
+/* E5M2 is the top byte of an IEEE half: the same exponent and bias */
+float skv_f8e5m2_to_f32(uint8_t b)
+{
+	return skv_f16_to_f32((uint16_t)(b << 8));
+}
+
+void skv_fp8_to_f32(const void *src, enum skv_dtype dt, float scale, float *dst, uint32_t n)
+{
+	const uint8_t *b = src;
+
+	/* decoded exactly, then one f32 rounding of the product (SPEC.md) */
+	if (dt == SKV_DTYPE_F8E4M3FN)
+		for (uint32_t i = 0; i < n; i++)
+			dst[i] = skv_f8e4m3fn_to_f32(b[i]) * scale;
+	else
+		for (uint32_t i = 0; i < n; i++)
+			dst[i] = skv_f8e5m2_to_f32(b[i]) * scale;
 }

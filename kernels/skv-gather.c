@@ -4,6 +4,7 @@
  * into the outputs with their positions and retained mass.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +79,11 @@ int skv_check_tensor(const struct skv_tensor *t, const char *what, uint32_t laye
 	if (!skv_dtype_size(t->dtype))
 		return skv_fail(err, (int32_t)layer, -1, "layer %u: %s has unknown dtype %d", layer,
 				what, (int)t->dtype);
+	/* an output's scale is its input's, kept by the caller: not read */
+	if (skv_dtype_is_fp8(t->dtype) && !out && !(t->scale > 0.0f && t->scale < INFINITY))
+		return skv_fail(err, (int32_t)layer, -1,
+				"layer %u: %s is %s with scale %g: it must be finite and above 0",
+				layer, what, skv_dtype_name(t->dtype), (double)t->scale);
 	if (heads > 1 && t->head_stride == 0)
 		return skv_fail(err, (int32_t)layer, -1, "layer %u: %s has head_stride 0", layer,
 				what);

@@ -75,10 +75,18 @@ static void score_tile(const struct skv_job *jb, struct skv_ws *w, const struct 
 	} else {
 		/* Copy/convert the tile into L1 even for f32: the micro-kernel
 		 * reads its keys with a broadcast pattern the prefetchers do not
-		 * follow from DRAM, a plain sequential copy they do (measured). */
-		for (uint32_t j = 0; j < ta->nk; j++)
-			isa->to_f32(skv_elem(&in->k, kvh, ta->j0 + j, kes), in->k.dtype,
-				    w->kt + (size_t)j * D, D);
+		 * follow from DRAM, a plain sequential copy they do (measured).
+		 * fp8 keys are widened and scaled here, in C, whatever the ISA:
+		 * its tile then sees the f32 keys SPEC.md defines. */
+		const bool f8 = skv_dtype_is_fp8(in->k.dtype);
+		for (uint32_t j = 0; j < ta->nk; j++) {
+			const void *src = skv_elem(&in->k, kvh, ta->j0 + j, kes);
+			if (f8)
+				skv_fp8_to_f32(src, in->k.dtype, in->k.scale, w->kt + (size_t)j * D,
+					       D);
+			else
+				isa->to_f32(src, in->k.dtype, w->kt + (size_t)j * D, D);
+		}
 	}
 	ta->qt = w->qt;
 	ta->kt = w->kt;

@@ -39,6 +39,10 @@ enum skv_dtype {
 	SKV_DTYPE_F32 = 1,
 	SKV_DTYPE_F16 = 2,
 	SKV_DTYPE_BF16 = 3,
+	/* fp8 K/V (SPEC.md "Quantized K/V"), each tensor with a scale s
+	 * (skv_tensor.scale): value = s * decoded byte */
+	SKV_DTYPE_F8E4M3FN = 4, /* OCP E4M3, finite only: 0x7f/0xff are NaN */
+	SKV_DTYPE_F8E5M2 = 5,	/* IEEE-style: inf and NaN at exponent 31    */
 };
 
 enum skv_policy {
@@ -63,7 +67,7 @@ enum skv_gqa {
 
 /* Bytes per element of a dtype; 0 for an unknown one. */
 size_t skv_dtype_size(enum skv_dtype dt);
-/* "f32", "f16", "bf16"; NULL for an unknown one. */
+/* "f32", "f16", "bf16", "f8e4m3fn", "f8e5m2"; NULL for an unknown one. */
 const char *skv_dtype_name(enum skv_dtype dt);
 const char *skv_policy_name(enum skv_policy p);
 
@@ -72,6 +76,11 @@ float skv_f16_to_f32(uint16_t h);
 uint16_t skv_f32_to_f16(float f);
 float skv_bf16_to_f32(uint16_t b);
 uint16_t skv_f32_to_bf16(float f);
+/* An fp8 byte's value (unscaled), exactly; NaN/inf as the format says. */
+float skv_f8e4m3fn_to_f32(uint8_t b);
+float skv_f8e5m2_to_f32(uint8_t b);
+/* 1 for SKV_DTYPE_F8E4M3FN and SKV_DTYPE_F8E5M2. */
+int skv_dtype_is_fp8(enum skv_dtype dt);
 
 /* A half-open range of original positions [begin, end). */
 struct skv_range {
@@ -220,8 +229,9 @@ struct skv_error {
  *   W' <= L, |window U protected| <= C, the kept window, the votes); a
  *   full window (n_q == W) is never held to min_window, n_q > W is
  *   rejected, and the rules are the same whether or not L < C bypasses.
- *   W > L is rejected even when L < C would bypass (SPEC's list), so a
- *   caller with a prompt shorter than W must lower W or pass fewer rows.
+ *   W' > L is rejected even when L < C would bypass (SPEC's list); a
+ *   prompt shorter than W is compacted when its caller passes fewer rows
+ *   (a partial window), and refused at n_q == W.
  *   h2o needs n_q == L (its window is W_keep only, no partial window).
  *   streamingllm/window accept any n_q <= L.
  * - h2o: W_obs = L, W_keep = window, no pooling whatever kernel/pooling say
@@ -244,6 +254,16 @@ struct skv_error {
  *   (a caller built before the budget modes: uniform, no fallback).
  * - Output dtype may differ from the input's (converted, round to nearest
  *   even); rows are otherwise copied bit for bit.
+ * - fp8 K/V (SPEC.md "Quantized K/V"): K and V may each be f8e4m3fn or
+ *   f8e5m2 with a finite scale s > 0 (else -EINVAL); q may not (-EINVAL).
+ *   Scoring widens each key byte exactly to f32 and multiplies by s in
+ *   f32 (one rounding), on every SIMD path (the widening is the driver's,
+ *   in C; the f32 tile kernels then run as for f32 keys), so the logits are
+ *   those of the f32 keys s * byte. An fp8 input's output must have its
+ *   dtype (the gather copies the bytes; no conversion to or from fp8);
+ *   the output carries the input's scale. A key byte that decodes to NaN
+ *   or inf (or s * byte overflowing to inf) fails the item with -EDOM as
+ *   a non-finite f32 key does; V bytes are copied unread.
  * - Limits: L <= 2^22, D <= 4096, h_q <= 4096, kernel <= 255.
  * - The environment variable SKV_ISA=scalar|avx2|avx512 lowers the SIMD
  *   path a new context picks (for tests); SKV_ISA=avx512bf16 takes the
@@ -282,6 +302,10 @@ struct skv_tensor {
 	uint32_t block_size;	    /* tokens per block when paged  */
 	uint32_t n_blocks;	    /* entries in block_table       */
 	int64_t block_stride;	    /* elements between blocks      */
+	/* fp8 dtypes: the tensor's scale s (finite, > 0); read only for an
+	 * fp8 input, never written: an output carries its input's s, which the
+	 * caller keeps with it. Other dtypes: not read. */
+	float scale;
 };
 
 /* Inputs of one layer. q rows are positions L-n_q .. L-1, token index 0..n_q-1. */

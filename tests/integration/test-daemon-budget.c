@@ -151,14 +151,14 @@ static int reference(const struct skv_params *p, struct ref *r)
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		float *b = layer_base(l);
 
-		in[l].q = (struct skv_tensor){b, SKV_DTYPE_F32, W * D, D, NULL, 0, 0, 0};
-		in[l].k = (struct skv_tensor){b + Q_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0};
-		in[l].v =
-		    (struct skv_tensor){b + Q_EL + KV_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0};
+		in[l].q = (struct skv_tensor){b, SKV_DTYPE_F32, W * D, D, NULL, 0, 0, 0, 0};
+		in[l].k = (struct skv_tensor){b + Q_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0, 0};
+		in[l].v = (struct skv_tensor){
+		    b + Q_EL + KV_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0, 0};
 		out[l] = (struct skv_layer_out){
-		    .k = {r->k + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0,
+		    .k = {r->k + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0, 0,
 			  0},
-		    .v = {r->v + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0,
+		    .v = {r->v + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0, 0,
 			  0},
 		    .positions = r->pos + l * per,
 		    .pos_stride = r->room,

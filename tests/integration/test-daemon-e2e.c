@@ -201,6 +201,7 @@ static void check_matches_offline(enum skv_layout layout, enum skv_gqa gqa, uint
 					      NULL,
 					      0,
 					      0,
+					      0,
 					      0};
 		in[l].k = (struct skv_tensor){(void *)(base8 + p.k_off[l]),
 					      SKV_DTYPE_F32,
@@ -209,12 +210,14 @@ static void check_matches_offline(enum skv_layout layout, enum skv_gqa gqa, uint
 					      NULL,
 					      0,
 					      0,
+					      0,
 					      0};
 		in[l].v = (struct skv_tensor){(void *)(base8 + p.v_off[l]),
 					      SKV_DTYPE_F32,
 					      (int64_t)p.L * p.d,
 					      p.d,
 					      NULL,
+					      0,
 					      0,
 					      0,
 					      0};

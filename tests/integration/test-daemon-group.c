@@ -168,15 +168,16 @@ static int reference(const float *x, const struct skv_params *p, struct ref *r)
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		const float *b = x + l * LAYER_EL;
 
-		in[l].q = (struct skv_tensor){(float *)b, SKV_DTYPE_F32, W * D, D, NULL, 0, 0, 0};
-		in[l].k =
-		    (struct skv_tensor){(float *)b + Q_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0};
+		in[l].q =
+		    (struct skv_tensor){(float *)b, SKV_DTYPE_F32, W * D, D, NULL, 0, 0, 0, 0};
+		in[l].k = (struct skv_tensor){
+		    (float *)b + Q_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0, 0};
 		in[l].v = (struct skv_tensor){
-		    (float *)b + Q_EL + KV_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0};
+		    (float *)b + Q_EL + KV_EL, SKV_DTYPE_F32, L * D, D, NULL, 0, 0, 0, 0};
 		out[l] = (struct skv_layer_out){
-		    .k = {r->k + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0,
+		    .k = {r->k + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0, 0,
 			  0},
-		    .v = {r->v + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0,
+		    .v = {r->v + l * per * D, SKV_DTYPE_F32, (int64_t)r->room * D, D, NULL, 0, 0, 0,
 			  0},
 		    .positions = r->pos + l * per,
 		    .pos_stride = r->room,

@@ -91,16 +91,23 @@ static int compare_local(struct skv_cache *k, const struct skv_compact_desc *d, 
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		const float *base = buf + l * LAYER_EL;
 		in[l].q = (struct skv_tensor){
-		    (void *)base, SKV_DTYPE_F32, (int64_t)d->shape.n_q * D, D, NULL, 0, 0, 0};
+		    (void *)base, SKV_DTYPE_F32, (int64_t)d->shape.n_q * D, D, NULL, 0, 0, 0, 0};
 		in[l].k = (struct skv_tensor){
-		    (void *)(base + Q_EL), SKV_DTYPE_F32, (int64_t)L * D, D, NULL, 0, 0, 0};
-		in[l].v = (struct skv_tensor){
-		    (void *)(base + Q_EL + KV_EL), SKV_DTYPE_F32, (int64_t)L * D, D, NULL, 0, 0, 0};
+		    (void *)(base + Q_EL), SKV_DTYPE_F32, (int64_t)L * D, D, NULL, 0, 0, 0, 0};
+		in[l].v = (struct skv_tensor){(void *)(base + Q_EL + KV_EL),
+					      SKV_DTYPE_F32,
+					      (int64_t)L * D,
+					      D,
+					      NULL,
+					      0,
+					      0,
+					      0,
+					      0};
 		out[l] = (struct skv_layer_out){
 		    .k = {ok + (size_t)l * hs * n * D, SKV_DTYPE_F32, (int64_t)n * D, D, NULL, 0, 0,
-			  0},
+			  0, 0},
 		    .v = {ov + (size_t)l * hs * n * D, SKV_DTYPE_F32, (int64_t)n * D, D, NULL, 0, 0,
-			  0},
+			  0, 0},
 		    .positions = op + (size_t)l * hs * n,
 		    .pos_stride = n,
 		};

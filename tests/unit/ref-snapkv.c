@@ -203,3 +203,22 @@ void ref_result_free(struct ref_result *res)
 	free(res->vote);
 	memset(res, 0, sizeof(*res));
 }
+
+float ref_fp8_dequant(enum skv_dtype dt, uint8_t b, float s)
+{
+	int e4 = dt == SKV_DTYPE_F8E4M3FN;
+	int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15, emax = e4 ? 15 : 31;
+	int exp = (b & 0x7f) >> mbits, man = b & ((1 << mbits) - 1);
+	double v;
+
+	if (e4 && exp == emax && man == (1 << mbits) - 1)
+		v = NAN;
+	else if (!e4 && exp == emax)
+		v = man ? NAN : INFINITY;
+	else if (exp == 0) /* subnormal: 0.man * 2^(1 - bias) */
+		v = ldexp((double)man, 1 - bias - mbits);
+	else
+		v = ldexp((double)((1 << mbits) + man), exp - bias - mbits);
+	float x = (float)(b & 0x80 ? -v : v); /* exact: at most 4 significant bits */
+	return x * s;
+}

@@ -33,4 +33,12 @@ int ref_compact(const struct skv_shape *sh, const struct skv_params *p, const fl
 		const float *k, struct ref_result *res);
 void ref_result_free(struct ref_result *res);
 
+/*
+ * SPEC.md "Quantized K/V (fp8)": the value of fp8 byte b of dtype dt in a
+ * tensor of scale s, as the reference's keys take it: the byte decoded from
+ * the format's definition (OCP E4M3: bias 7, no inf, S.1111.111 NaN; E5M2:
+ * bias 15, IEEE inf and NaN), exactly, then multiplied by s in fp32.
+ */
+float ref_fp8_dequant(enum skv_dtype dt, uint8_t b, float s);
+
 #endif

@@ -16,6 +16,8 @@ static uint32_t pick(uint32_t n)
 
 /* snapkv problems get a partial window (SPEC.md): n_q < W rows */
 static bool partial_window;
+/* K and V in this fp8 dtype with random scales (SPEC.md "Quantized K/V") */
+static enum skv_dtype fp8_kv;
 
 /* one random snapkv-family problem; policy chosen by the caller */
 static void random_prob(struct prob *pb, enum skv_policy pol, bool protect)
@@ -81,6 +83,13 @@ static void random_prob(struct prob *pb, enum skv_policy pol, bool protect)
 	pb->dk = dtypes[pick(3)];
 	pb->dv = dtypes[pick(3)];
 	pb->dout = pick(2) ? pb->dk : dtypes[pick(3)];
+	if (fp8_kv) {
+		/* scales that are not powers of two, so that s * byte rounds */
+		static const float scales[5] = {1.0f, 0.0371f, 0.31f, 2.7f, 1.0f / 448.0f};
+		pb->dk = pb->dv = pb->dout = fp8_kv;
+		pb->sk = scales[pick(5)];
+		pb->sv = scales[pick(5)];
+	}
 	pb->lin = (enum layout)pick(3);
 	pb->lout = (enum layout)pick(2);
 	pb->block_size = 1 + pick(8);
@@ -169,6 +178,116 @@ static int partial_rc(uint32_t W, uint32_t n_q, uint32_t min_window, uint32_t pa
 	if (r == 0)
 		CU_ASSERT_EQUAL(pl.w_obs, n_q < W ? n_q : W);
 	return r;
+}
+
+/* fp8 K/V against the reference that dequantizes, every policy, all ISAs */
+static void test_random_fp8(void)
+{
+	static const enum skv_dtype f8[2] = {SKV_DTYPE_F8E4M3FN, SKV_DTYPE_F8E5M2};
+	for (int i = 0; i < 2; i++) {
+		fp8_kv = f8[i];
+		run_random(SKV_POLICY_SNAPKV, false, 60);
+		run_random(SKV_POLICY_SNAPKV, true, 20);
+		run_random(SKV_POLICY_H2O, false, 10);
+		run_random(SKV_POLICY_STREAMINGLLM, true, 10);
+		partial_window = true;
+		run_random(SKV_POLICY_SNAPKV, false, 20);
+		partial_window = false;
+	}
+	fp8_kv = SKV_DTYPE_UNSPECIFIED;
+}
+
+/* one fp8 problem: L 40, W 8, C 16, K/V in dt at scale 0.5 */
+static void fp8_prob(struct prob *pb, enum skv_dtype dt)
+{
+	prob_init(pb, 40, 8, 2, 1, 1);
+	pb->p.window = 8;
+	pb->p.capacity = 16;
+	pb->sh.n_q = 8;
+	pb->dk = pb->dv = pb->dout = dt;
+	pb->sk = pb->sv = 0.5f;
+	prob_random(pb, 1.0);
+	prob_build(pb);
+}
+
+/* NaN and inf keys fail as non-finite input does; what fp8 may not be */
+static void test_fp8_refusals(void)
+{
+	struct skv_error e;
+	struct prob pb;
+
+	/* the byte codes of NaN (E4M3: S.1111.111) and inf (E5M2: S.11111.00) */
+	static const struct {
+		enum skv_dtype dt;
+		uint8_t b;
+	} bad[4] = {{SKV_DTYPE_F8E4M3FN, 0x7f},
+		    {SKV_DTYPE_F8E4M3FN, 0xff},
+		    {SKV_DTYPE_F8E5M2, 0x7c},
+		    {SKV_DTYPE_F8E5M2, 0x7e}};
+	for (int i = 0; i < 4; i++) {
+		fp8_prob(&pb, bad[i].dt);
+		((uint8_t *)pb.in[0].k.data)[toff(&pb.in[0].k, 0, 13, 3)] = bad[i].b;
+		CU_ASSERT_EQUAL(prob_run(&pb, 1, &e), -EDOM);
+		CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "NaN or Inf"));
+		prob_free(&pb);
+	}
+	/* s * byte overflowing f32 is an infinite key too */
+	fp8_prob(&pb, SKV_DTYPE_F8E5M2);
+	pb.in[0].k.scale = 3e38f; /* keys of |byte| >= 2 overflow */
+	CU_ASSERT_EQUAL(prob_run(&pb, 1, &e), -EDOM);
+	prob_free(&pb);
+	/* a NaN V byte is copied, never read */
+	fp8_prob(&pb, SKV_DTYPE_F8E4M3FN);
+	((uint8_t *)pb.in[0].v.data)[toff(&pb.in[0].v, 0, 39, 0)] = 0x7f;
+	CU_ASSERT_EQUAL(prob_run(&pb, 1, &e), 0);
+	CU_ASSERT_EQUAL(((uint8_t *)pb.out[0].v.data)[toff(&pb.out[0].v, 0, 15, 0)], 0x7f);
+	prob_free(&pb);
+	/* scales: finite and above 0 */
+	static const float scales[4] = {0.0f, -1.0f, NAN, INFINITY};
+	for (int i = 0; i < 4; i++) {
+		fp8_prob(&pb, SKV_DTYPE_F8E4M3FN);
+		(i % 2 ? &pb.in[0].v : &pb.in[0].k)->scale = scales[i];
+		CU_ASSERT_EQUAL(prob_run(&pb, 1, &e), -EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "finite and above 0"));
+		CU_ASSERT(canary_intact(&pb));
+		prob_free(&pb);
+	}
+	/* no conversion to or from fp8, and no fp8 queries */
+	for (int i = 0; i < 3; i++) {
+		fp8_prob(&pb, SKV_DTYPE_F8E5M2);
+		if (i == 0)
+			pb.out[0].k.dtype = SKV_DTYPE_F8E4M3FN;
+		else if (i == 1)
+			pb.in[0].v.dtype = SKV_DTYPE_F8E4M3FN;
+		else
+			pb.in[0].q.dtype = SKV_DTYPE_F8E5M2;
+		CU_ASSERT_EQUAL(prob_run(&pb, 1, &e), -EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, i < 2 ? "byte for byte" : "queries stay"));
+		prob_free(&pb);
+	}
+	fp8_prob(&pb, SKV_DTYPE_F16);
+	pb.out[0].v.dtype = SKV_DTYPE_F8E4M3FN;
+	CU_ASSERT_EQUAL(prob_run(&pb, 1, &e), -EINVAL);
+	prob_free(&pb);
+	CU_ASSERT_STRING_EQUAL(skv_dtype_name(SKV_DTYPE_F8E4M3FN), "f8e4m3fn");
+	CU_ASSERT_STRING_EQUAL(skv_dtype_name(SKV_DTYPE_F8E5M2), "f8e5m2");
+	CU_ASSERT_EQUAL(skv_dtype_size(SKV_DTYPE_F8E5M2), 1);
+}
+
+/* every fp8 byte decodes as the reference decodes it (scale 1) */
+static void test_fp8_decode(void)
+{
+	for (int b = 0; b < 256; b++) {
+		float a = skv_f8e4m3fn_to_f32((uint8_t)b),
+		      x = ref_fp8_dequant(SKV_DTYPE_F8E4M3FN, (uint8_t)b, 1.0f);
+		float c = skv_f8e5m2_to_f32((uint8_t)b),
+		      y = ref_fp8_dequant(SKV_DTYPE_F8E5M2, (uint8_t)b, 1.0f);
+		CU_ASSERT(isnan(a) ? isnan(x) : !memcmp(&a, &x, 4));
+		CU_ASSERT(isnan(c) ? isnan(y) : !memcmp(&c, &y, 4));
+	}
+	CU_ASSERT_EQUAL(skv_f8e4m3fn_to_f32(0x7e), 448.0f);
+	CU_ASSERT_EQUAL(skv_f8e5m2_to_f32(0x7b), 57344.0f);
+	CU_ASSERT_EQUAL(skv_f8e4m3fn_to_f32(0x01), 0.001953125f);
 }
 
 /* the limits of a partial window: min_window (0 = 8) and n_q <= W */
@@ -431,6 +550,9 @@ int main(void)
 	CU_add_test(s, "partial window vs reference", test_random_partial_window);
 	CU_add_test(s, "partial window limits", test_partial_window_limits);
 	CU_add_test(s, "partial window in budget modes", test_partial_window_budget);
+	CU_add_test(s, "fp8 K/V vs the dequantizing reference", test_random_fp8);
+	CU_add_test(s, "fp8 bytes decode as SPEC.md says", test_fp8_decode);
+	CU_add_test(s, "fp8 non-finite keys and refusals", test_fp8_refusals);
 	CU_add_test(s, "h2o vs reference", test_random_h2o);
 	CU_add_test(s, "streamingllm vs reference", test_random_streaming);
 	CU_add_test(s, "window vs reference", test_random_window);

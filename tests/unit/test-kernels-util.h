@@ -28,6 +28,7 @@ struct prob {
 	enum skv_dtype dq, dk, dv, dout;
 	enum layout lin, lout;
 	uint32_t block_size; /* paged */
+	float sk, sv;	     /* fp8 K and V: their scales (1 otherwise) */
 	/* master values per layer, already representable in their dtype */
 	float **q, **k, **v;
 	/* built tensors */
@@ -61,6 +62,54 @@ static inline double rng_normal(void)
 	if (u < 1e-300)
 		u = 1e-300;
 	return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+}
+
+static inline bool is_fp8(enum skv_dtype dt)
+{
+	return dt == SKV_DTYPE_F8E4M3FN || dt == SKV_DTYPE_F8E5M2;
+}
+
+/* ref_fp8_dequant of every byte at (dt, s), the last pair asked for */
+static inline const float *fp8_table(enum skv_dtype dt, float s)
+{
+	static float tab[256], ts;
+	static enum skv_dtype tdt;
+	if (tdt != dt || memcmp(&ts, &s, 4)) {
+		for (int b = 0; b < 256; b++)
+			tab[b] = ref_fp8_dequant(dt, (uint8_t)b, s);
+		tdt = dt;
+		ts = s;
+	}
+	return tab;
+}
+
+/* The finite fp8 byte nearest to x / s (the first of two as near). */
+static inline uint8_t fp8_nearest(enum skv_dtype dt, double x, float s)
+{
+	const float *tab = fp8_table(dt, s);
+	uint8_t best = 0;
+	double bd = INFINITY;
+	for (int b = 0; b < 256; b++) {
+		float y = tab[b];
+		if (isfinite(y) && fabs(y - x) < bd) {
+			bd = fabs(y - x);
+			best = (uint8_t)b;
+		}
+	}
+	return best;
+}
+
+/* The byte whose dequantized value is exactly x (masters are such values). */
+static inline uint8_t fp8_byte(enum skv_dtype dt, float x, float s)
+{
+	const float *tab = fp8_table(dt, s);
+	for (int b = 0; b < 256; b++) {
+		float y = tab[b];
+		if (!memcmp(&x, &y, 4))
+			return (uint8_t)b;
+	}
+	fprintf(stderr, "no fp8 byte for %g at scale %g\n", x, s);
+	abort();
 }
 
 static inline float round_to(enum skv_dtype dt, float x)
@@ -101,6 +150,14 @@ static inline float load(enum skv_dtype dt, const void *base, int64_t idx)
 	return skv_bf16_to_f32(((const uint16_t *)base)[idx]);
 }
 
+/* an element of a tensor as a float: fp8 dequantized at the tensor's scale */
+static inline float load_t(const struct skv_tensor *t, int64_t idx)
+{
+	if (is_fp8(t->dtype))
+		return ref_fp8_dequant(t->dtype, ((const uint8_t *)t->data)[idx], t->scale);
+	return load(t->dtype, t->data, idx);
+}
+
 /* element offset of (h, t, d) in a tensor */
 static inline int64_t toff(const struct skv_tensor *t, uint32_t h, uint32_t tok, uint32_t d)
 {
@@ -114,9 +171,10 @@ static inline int64_t toff(const struct skv_tensor *t, uint32_t h, uint32_t tok,
 
 /* a tensor of H heads x T tokens x D holding master[h][t][d] */
 static inline struct skv_tensor make_tensor(struct prob *pb, enum skv_dtype dt, enum layout lay,
-					    uint32_t H, uint32_t T, uint32_t D, const float *master)
+					    uint32_t H, uint32_t T, uint32_t D, const float *master,
+					    float scale)
 {
-	struct skv_tensor t = {.dtype = dt};
+	struct skv_tensor t = {.dtype = dt, .scale = scale};
 	size_t es = skv_dtype_size(dt);
 	size_t n;
 
@@ -157,17 +215,29 @@ static inline struct skv_tensor make_tensor(struct prob *pb, enum skv_dtype dt, 
 	for (uint32_t h = 0; h < H && master; h++)
 		for (uint32_t tok = 0; tok < T; tok++)
 			for (uint32_t d = 0; d < D; d++)
-				store(dt, t.data, toff(&t, h, tok, d),
-				      master[((size_t)h * T + tok) * D + d]);
+				if (is_fp8(dt))
+					((uint8_t *)t.data)[toff(&t, h, tok, d)] = fp8_byte(
+					    dt, master[((size_t)h * T + tok) * D + d], scale);
+				else
+					store(dt, t.data, toff(&t, h, tok, d),
+					      master[((size_t)h * T + tok) * D + d]);
 	return t;
+}
+
+/* fp8: values s * byte, the byte nearest a normal sample (scale s) */
+static inline float *master_random_s(struct prob *pb, enum skv_dtype dt, size_t n, double sd,
+				     float s)
+{
+	float *m = track(pb, malloc(n * sizeof(float) + 4));
+	for (size_t i = 0; i < n; i++)
+		m[i] = is_fp8(dt) ? ref_fp8_dequant(dt, fp8_nearest(dt, rng_normal() * sd, s), s)
+				  : round_to(dt, (float)(rng_normal() * sd));
+	return m;
 }
 
 static inline float *master_random(struct prob *pb, enum skv_dtype dt, size_t n, double sd)
 {
-	float *m = track(pb, malloc(n * sizeof(float) + 4));
-	for (size_t i = 0; i < n; i++)
-		m[i] = round_to(dt, (float)(rng_normal() * sd));
-	return m;
+	return master_random_s(pb, dt, n, sd, 1.0f);
 }
 
 static inline void prob_init(struct prob *pb, uint32_t L, uint32_t D, uint32_t hq, uint32_t hkv,
@@ -178,6 +248,7 @@ static inline void prob_init(struct prob *pb, uint32_t L, uint32_t D, uint32_t h
 	pb->sh = (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = hq, .h_kv = hkv};
 	pb->n_layers = n_layers;
 	pb->dq = pb->dk = pb->dv = pb->dout = SKV_DTYPE_F32;
+	pb->sk = pb->sv = 1.0f;
 	pb->q = track(pb, calloc(n_layers, sizeof(float *)));
 	pb->k = track(pb, calloc(n_layers, sizeof(float *)));
 	pb->v = track(pb, calloc(n_layers, sizeof(float *)));
@@ -190,10 +261,10 @@ static inline void prob_random(struct prob *pb, double sd)
 	for (uint32_t l = 0; l < pb->n_layers; l++) {
 		pb->q[l] =
 		    master_random(pb, pb->dq, (size_t)s->h_q * (s->n_q + 1) * s->head_dim, sd);
-		pb->k[l] =
-		    master_random(pb, pb->dk, (size_t)s->h_kv * s->prompt_len * s->head_dim, sd);
-		pb->v[l] =
-		    master_random(pb, pb->dv, (size_t)s->h_kv * s->prompt_len * s->head_dim, 1.0);
+		pb->k[l] = master_random_s(
+		    pb, pb->dk, (size_t)s->h_kv * s->prompt_len * s->head_dim, sd, pb->sk);
+		pb->v[l] = master_random_s(
+		    pb, pb->dv, (size_t)s->h_kv * s->prompt_len * s->head_dim, 1.0, pb->sv);
 	}
 }
 
@@ -213,14 +284,18 @@ static inline void prob_build(struct prob *pb)
 	pb->out = track(pb, calloc(pb->n_layers, sizeof(*pb->out)));
 	for (uint32_t l = 0; l < pb->n_layers; l++) {
 		enum layout lq = pb->lin == LAY_PAGED ? LAY_HND : pb->lin;
-		pb->in[l].q = make_tensor(pb, pb->dq, lq, s->h_q, s->n_q, s->head_dim, pb->q[l]);
-		pb->in[l].k =
-		    make_tensor(pb, pb->dk, pb->lin, s->h_kv, s->prompt_len, s->head_dim, pb->k[l]);
-		pb->in[l].v =
-		    make_tensor(pb, pb->dv, pb->lin, s->h_kv, s->prompt_len, s->head_dim, pb->v[l]);
+		pb->in[l].q =
+		    make_tensor(pb, pb->dq, lq, s->h_q, s->n_q, s->head_dim, pb->q[l], 1.0f);
+		pb->in[l].k = make_tensor(pb, pb->dk, pb->lin, s->h_kv, s->prompt_len, s->head_dim,
+					  pb->k[l], pb->sk);
+		pb->in[l].v = make_tensor(pb, pb->dv, pb->lin, s->h_kv, s->prompt_len, s->head_dim,
+					  pb->v[l], pb->sv);
 		struct skv_layer_out *o = &pb->out[l];
-		o->k = make_tensor(pb, pb->dout, pb->lout, hs, pb->out_cap, s->head_dim, NULL);
-		o->v = make_tensor(pb, pb->dout, pb->lout, hs, pb->out_cap, s->head_dim, NULL);
+		/* an fp8 output carries its input's scale (libskv does not read it) */
+		o->k =
+		    make_tensor(pb, pb->dout, pb->lout, hs, pb->out_cap, s->head_dim, NULL, pb->sk);
+		o->v =
+		    make_tensor(pb, pb->dout, pb->lout, hs, pb->out_cap, s->head_dim, NULL, pb->sv);
 		pb->out_k_bytes = (size_t)hs * pb->out_cap * s->head_dim * skv_dtype_size(pb->dout);
 		pb->out_v_bytes = pb->out_k_bytes;
 		memset(o->k.data, 0xa5, pb->out_k_bytes);
@@ -353,8 +428,8 @@ static inline int prob_check(struct prob *pb, double tol, int *ret_tolerated)
 					    pb->dout, pb->v[l][((size_t)kvh * s->prompt_len + t) *
 								   s->head_dim +
 							       d]);
-					float gk = load(pb->dout, o->k.data, toff(&o->k, h, i, d));
-					float gv = load(pb->dout, o->v.data, toff(&o->v, h, i, d));
+					float gk = load_t(&o->k, toff(&o->k, h, i, d));
+					float gv = load_t(&o->v, toff(&o->v, h, i, d));
 					if (memcmp(&ek, &gk, 4) || memcmp(&ev, &gv, 4)) {
 						fprintf(stderr,
 							"\n  layer %u head %u slot %u dim %u: K/V "
