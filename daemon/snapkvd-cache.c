@@ -98,9 +98,11 @@ int snapkvd_cache_new(uint32_t layers, uint32_t h_store, struct snapkvd_cache **
 	c->v_off = calloc(layers, sizeof(uint64_t));
 	c->pos_off = calloc(layers, sizeof(uint64_t));
 	c->mass = calloc((size_t)layers * h_store, sizeof(float));
+	c->kv_scale = calloc((size_t)layers * 2, sizeof(float));
 	c->layer_mass = calloc((size_t)layers * 2, sizeof(float));
 	c->layer_kept = calloc(layers, sizeof(uint64_t));
-	if (!c->k_off || !c->v_off || !c->pos_off || !c->mass || !c->layer_mass || !c->layer_kept)
+	if (!c->k_off || !c->v_off || !c->pos_off || !c->mass || !c->layer_mass || !c->layer_kept ||
+	    !c->kv_scale)
 		return -ENOMEM;
 	*ret = TAKE_PTR(c);
 	return 0;
@@ -114,6 +116,7 @@ void snapkvd_cache_free(struct snapkvd_cache *c)
 	free(c->v_off);
 	free(c->pos_off);
 	free(c->mass);
+	free(c->kv_scale);
 	free(c->hkept);
 	free(c->hstart);
 	free(c->layer_mass);

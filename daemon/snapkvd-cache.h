@@ -45,6 +45,7 @@ struct snapkvd_cache {
 	bool region_dirty;
 	uint64_t *k_off, *v_off, *pos_off; /* [layers] */
 	float *mass;			   /* [layers * h_store] */
+	float *kv_scale;		   /* fp8: [layers][K, V] the inputs' scales */
 	bool evictable;
 	/* released with linger: kept (and counted) until pressure evicts it;
 	 * no longer visible to its engine */

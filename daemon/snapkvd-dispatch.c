@@ -85,6 +85,10 @@ static void fill_cache_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo
 	ci->h_store = c->h_store;
 	ci->head_dim = c->head_dim;
 	ci->dtype = (Snapkv__V1__DType)c->dtype;
+	if (skv_dtype_is_fp8(c->dtype)) {
+		ci->n_kv_scale = (size_t)c->layers * 2;
+		ci->kv_scale = c->kv_scale;
+	}
 	ci->layout = c->layout == SNAPKVD_LAYOUT_NHD ? SNAPKV__V1__LAYOUT__LAYOUT_NHD
 						     : SNAPKV__V1__LAYOUT__LAYOUT_HND;
 	ci->prompt_len = c->prompt_len;

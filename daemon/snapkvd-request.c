@@ -8,6 +8,7 @@
 #include "snapkvd-request.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,39 @@ static int check_overlap(const struct tensor_want *w, uint64_t span, uint64_t s,
 }
 
 /*
+ * Owns fp8 (SPEC.md "Quantized K/V"): K and V only (queries stay f32, f16
+ * or bf16), a finite scale above 0, the host backend (the CUDA plugin has
+ * no fp8 kernels yet).
+ */
+static int check_fp8(const struct snapkvd_request_env *env, const Snapkv__V1__TensorRef *t,
+		     const struct tensor_want *w, char *err, size_t errlen)
+{
+	const enum skv_dtype dt = (enum skv_dtype)t->dtype;
+
+	if (!skv_dtype_is_fp8(dt))
+		return 0;
+	if (!strcmp(w->what, "q")) {
+		snprintf(err, errlen, "layer %u: %s is %s: queries stay f32, f16 or bf16", w->layer,
+			 w->what, skv_dtype_name(dt));
+		return -EINVAL;
+	}
+	if (!(t->scale > 0.0f && t->scale < INFINITY)) {
+		snprintf(err, errlen,
+			 "layer %u: %s is %s with scale %g: it must be finite and above 0",
+			 w->layer, w->what, skv_dtype_name(dt), (double)t->scale);
+		return -EINVAL;
+	}
+	if (snapkvd_device_present(env->device)) {
+		snprintf(err, errlen,
+			 "layer %u: %s is %s: fp8 K/V run on the host backend only (backend %s)",
+			 w->layer, w->what, skv_dtype_name(dt),
+			 snapkvd_device_backend(env->device));
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+/*
  * Owns, for one tensor reference: its presence, its dtype, that its buffer
  * is the session's, non-negative strides, an offset aligned to the dtype,
  * paging only where allowed and within the block table, and every element
@@ -282,11 +316,15 @@ static int resolve_tensor(const struct snapkvd_request_env *env, struct snapkvd_
 		snprintf(err, errlen, "layer %u: %s tensor missing", w->layer, w->what);
 		return -EINVAL;
 	}
-	if (t->dtype < SNAPKV__V1__DTYPE__D_TYPE_F32 || t->dtype > SNAPKV__V1__DTYPE__D_TYPE_BF16) {
+	if (t->dtype < SNAPKV__V1__DTYPE__D_TYPE_F32 ||
+	    t->dtype > SNAPKV__V1__DTYPE__D_TYPE_F8E5M2) {
 		snprintf(err, errlen, "layer %u: %s: unknown dtype %d", w->layer, w->what,
 			 (int)t->dtype);
 		return -EINVAL;
 	}
+	r = check_fp8(env, t, w, err, errlen);
+	if (r < 0)
+		return r;
 	s = skv_dtype_size((enum skv_dtype)t->dtype);
 	b = snapkvd_buffer_find(env->buffers, t->buffer_id);
 	if (!b) {
@@ -335,6 +373,7 @@ static int resolve_tensor(const struct snapkvd_request_env *env, struct snapkvd_
 	    .block_size = t->block_size,
 	    .n_blocks = t->block_size ? j->n_block_table : 0,
 	    .block_stride = t->block_stride,
+	    .scale = t->scale,
 	};
 	return 0;
 }
@@ -500,6 +539,10 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 	c->head_dim = req->head_dim;
 	c->dtype = odt;
 	c->dtype_bytes = skv_dtype_size(odt);
+	for (uint32_t l = 0; l < req->layers && skv_dtype_is_fp8(odt); l++) {
+		c->kv_scale[2 * l] = j->in[l].k.scale;
+		c->kv_scale[2 * l + 1] = j->in[l].v.scale;
+	}
 	c->layout = req->out_layout == SNAPKV__V1__LAYOUT__LAYOUT_NHD ? SNAPKVD_LAYOUT_NHD
 								      : SNAPKVD_LAYOUT_HND;
 	c->gqa = j->params.gqa;
