@@ -7,6 +7,7 @@
 #include "libsnapkv-internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ void skv__cache_free(struct skv_cache *k)
 	free(k->v_off);
 	free(k->pos_off);
 	free(k->mass);
+	free(k->kv_scale);
 	free(k->hkept);
 	free(k->hstart);
 	free(k->lmass);
@@ -115,10 +117,39 @@ static int cache_budget_from_info(struct skv_client *c, const Snapkv__V1__CacheI
 	return 0;
 }
 
+static bool fp8_dtype(Snapkv__V1__DType dt)
+{
+	return dt == SNAPKV__V1__DTYPE__D_TYPE_F8E4M3FN || dt == SNAPKV__V1__DTYPE__D_TYPE_F8E5M2;
+}
+
+/* An fp8 cache's [layers][K, V] scales; none for other dtypes. */
+static int cache_scales_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci,
+				  struct skv_cache *k)
+{
+	free(k->kv_scale);
+	k->kv_scale = NULL;
+	if (!fp8_dtype(ci->dtype))
+		return 0;
+	if (ci->n_kv_scale != (size_t)ci->layers * 2)
+		return skv__fail(c, -EPROTO, "fp8 cache without its scales");
+	k->kv_scale = malloc(ci->n_kv_scale * sizeof(float));
+	if (!k->kv_scale)
+		return skv__fail(c, -ENOMEM, "out of memory");
+	memcpy(k->kv_scale, ci->kv_scale, ci->n_kv_scale * sizeof(float));
+	return 0;
+}
+
+SKV_EXPORT float skv_cache_kv_scale(const struct skv_cache *k, uint32_t layer, int v)
+{
+	if (!k || layer >= k->info.layers || v < 0 || v > 1)
+		return NAN;
+	return k->kv_scale ? k->kv_scale[2 * layer + v] : 1.0f;
+}
+
 /* Adopt a CacheInfo: every offset checked against the arena we mapped. */
 int skv__cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci, struct skv_cache *k)
 {
-	uint64_t es = ci->dtype == SNAPKV__V1__DTYPE__D_TYPE_F32 ? 4 : 2;
+	uint64_t es = ci->dtype == SNAPKV__V1__DTYPE__D_TYPE_F32 ? 4 : fp8_dtype(ci->dtype) ? 1 : 2;
 	uint64_t kv = 0;
 	uint64_t pos = (uint64_t)ci->h_store * ci->capacity * 4;
 	size_t nm = (size_t)ci->layers * ci->h_store;
@@ -183,7 +214,8 @@ int skv__cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci, 
 			    ? SKV_ARENA_CUDA
 			    : SKV_ARENA_HOST,
 	};
-	if ((r = cache_budget_from_info(c, ci, k)) < 0)
+	if ((r = cache_budget_from_info(c, ci, k)) < 0 ||
+	    (r = cache_scales_from_info(c, ci, k)) < 0)
 		return r;
 	k->budget.group_size = ci->group_size;
 	k->budget.group_wait_us = ci->group_wait_us;

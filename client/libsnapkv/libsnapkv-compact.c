@@ -173,6 +173,11 @@ static void params_fields(const struct skv_compact_desc *d, struct compact_msgs 
 static int layer_fields(const struct skv_compact_desc *d, struct compact_msgs *m)
 {
 	Snapkv__V1__CompactRequest *cr = &m->cr;
+	/* fp8 scales (SNAPKV_1.8) from a description that has them */
+	const float *scales =
+	    d->desc_size >= offsetof(struct skv_compact_desc, kv_scales) + sizeof(d->kv_scales)
+		? d->kv_scales
+		: NULL;
 
 	m->lr = calloc(d->layers, sizeof(*m->lr));
 	m->lrp = calloc(d->layers, sizeof(*m->lrp));
@@ -190,6 +195,10 @@ static int layer_fields(const struct skv_compact_desc *d, struct compact_msgs *m
 		tensor_msg(&d->layer[l].q, &m->tr[3 * l]);
 		tensor_msg(&d->layer[l].k, &m->tr[3 * l + 1]);
 		tensor_msg(&d->layer[l].v, &m->tr[3 * l + 2]);
+		if (scales) {
+			m->tr[3 * l + 1].scale = scales[2 * l];
+			m->tr[3 * l + 2].scale = scales[2 * l + 1];
+		}
 		m->lr[l].q = d->shape.n_q ? &m->tr[3 * l] : NULL;
 		m->lr[l].k = &m->tr[3 * l + 1];
 		m->lr[l].v = &m->tr[3 * l + 2];

@@ -142,6 +142,7 @@ struct skv_cache {
 	uint32_t *hkept;
 	uint64_t *hstart;
 	float *lmass;
+	float *kv_scale; /* fp8 (SNAPKV_1.8): [layers][K, V]; NULL otherwise */
 };
 
 /* ---- libsnapkv-rpc.c */

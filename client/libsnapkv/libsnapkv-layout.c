@@ -21,14 +21,26 @@ static int64_t head_elems(const struct skv_cache *k, uint32_t layer, uint32_t he
 	return (int64_t)head * k->info.head_stride;
 }
 
+/* Bytes per element of the cache's dtype (fp8: 1). */
+static size_t cache_es(const struct skv_cache *k)
+{
+	switch (k->info.dtype) {
+	case SKV_DTYPE_F32:
+		return 4;
+	case SKV_DTYPE_F8E4M3FN:
+	case SKV_DTYPE_F8E5M2:
+		return 1;
+	default:
+		return 2;
+	}
+}
+
 static uint8_t *cache_ptr(const struct skv_cache *k, const uint64_t *offs, uint32_t layer,
 			  uint32_t head)
 {
-	size_t es = k->info.dtype == SKV_DTYPE_F32 ? 4 : 2;
-
 	if (!k || layer >= k->info.layers || head >= k->info.h_store)
 		return NULL;
-	return k->arena + offs[layer] + (size_t)head_elems(k, layer, head) * es;
+	return k->arena + offs[layer] + (size_t)head_elems(k, layer, head) * cache_es(k);
 }
 
 SKV_EXPORT void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head)
@@ -50,8 +62,7 @@ static int64_t cache_off(const struct skv_cache *k, const uint64_t *offs, uint32
 {
 	if (!k || layer >= k->info.layers || head >= k->info.h_store)
 		return -1;
-	return (int64_t)(offs[layer] + (uint64_t)head_elems(k, layer, head) *
-					   (k->info.dtype == SKV_DTYPE_F32 ? 4 : 2));
+	return (int64_t)(offs[layer] + (uint64_t)head_elems(k, layer, head) * cache_es(k));
 }
 
 SKV_EXPORT int64_t skv_cache_k_offset(const struct skv_cache *k, uint32_t layer, uint32_t head)
@@ -62,11 +73,6 @@ SKV_EXPORT int64_t skv_cache_k_offset(const struct skv_cache *k, uint32_t layer,
 SKV_EXPORT int64_t skv_cache_v_offset(const struct skv_cache *k, uint32_t layer, uint32_t head)
 {
 	return k ? cache_off(k, k->v_off, layer, head) : -1;
-}
-
-static size_t cache_es(const struct skv_cache *k)
-{
-	return k->info.dtype == SKV_DTYPE_F32 ? 4 : 2;
 }
 
 /* Element offset of slot `slot` of head h within a (paged) pool or dense tensor. */

@@ -324,6 +324,13 @@ struct skv_compact_desc {
 	const char *group_key;	   /* 1..SKV_MAX_GROUP_KEY bytes, printable ASCII */
 	uint32_t group_size;	   /* members, 1..the daemon's max_group_size */
 	uint32_t group_timeout_ms; /* 0: the daemon's group_timeout_ms */
+	/* since SNAPKV_1.8, read when desc_size covers it: fp8 K/V (dtypes
+	 * SKV_DTYPE_F8E4M3FN, SKV_DTYPE_F8E5M2; SPEC.md "Quantized K/V"): the
+	 * scale s of each layer's K and V tensor (value = s * byte), finite and
+	 * above 0. Needed when they are fp8 (the daemon refuses a missing one);
+	 * not read otherwise. The compact cache holds the same bytes and dtype
+	 * and carries these scales (skv_cache_kv_scale). Host backend only. */
+	const float *kv_scales; /* [layers][2]: K, V; NULL: none */
 };
 
 /* Fill the SNAPKV_1.3 wait fields of d for a CUDA_FLAG wait (desc_size must
@@ -467,6 +474,10 @@ struct skv_cache_info {
 
 /* Valid until the next grow/release of this cache. */
 const struct skv_cache_info *skv_cache_info(const struct skv_cache *k);
+/* An fp8 cache's scale of layer's K (v = 0) or V (v = 1), the request's
+ * kv_scales; 1.0 for a cache of another dtype, NaN out of range. Since
+ * SNAPKV_1.8. */
+float skv_cache_kv_scale(const struct skv_cache *k, uint32_t layer, int v);
 /* Pointers into the mapped arena; slot i of (layer, head) is at
  * base + i * token_stride elements. NULL when out of range. */
 void *skv_cache_k(const struct skv_cache *k, uint32_t layer, uint32_t head);

@@ -6,6 +6,9 @@
  * suite's config) and at the request's own; below the one that applies, and
  * above W, it is refused naming the limit, nothing leaked. On --backend cuda
  * (emulated) a partial window is refused by name and a full one still runs.
+ * fp8 K/V (SPEC.md "Quantized K/V", e4m3fn and e5m2 with per-layer scales):
+ * the cache holds libskv's bytes and carries the scales; a missing scale,
+ * fp8 queries and a non-finite key are refused by name.
  */
 #include <CUnit/Basic.h>
 #include <errno.h>
@@ -216,11 +219,172 @@ static void test_partial_window(void)
 	skv_client_close(c);
 }
 
+/*
+ * fp8 K/V (SPEC.md "Quantized K/V"): per layer Q f32 [H_Q][W][D], then K and
+ * V bytes [H_KV][L][D]; scales per layer and tensor.
+ */
+#define F8_LAYER (Q_EL * 4 + 2 * KV_EL)
+#define F8_BYTES (LAYERS * F8_LAYER)
+static const float f8_scales[LAYERS][2] = {{0.0371f, 0.5f}, {2.7f, 0.31f}};
+
+static void f8_fill(uint8_t *buf, uint64_t seed, enum skv_dtype dt)
+{
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		float *q = (float *)(buf + l * F8_LAYER);
+		uint8_t *kv = buf + l * F8_LAYER + Q_EL * 4;
+		for (size_t i = 0; i < Q_EL; i++)
+			q[i] = h_rand(&seed) * 2.0f;
+		for (size_t i = 0; i < 2 * KV_EL; i++) {
+			uint8_t b = (uint8_t)(h_rand(&seed) * 128.0f + 128.0f);
+			/* finite codes only: E4M3 S.1111.111 and E5M2 S.11111.xx are not */
+			b &= dt == SKV_DTYPE_F8E4M3FN ? 0xf7 : 0xfb;
+			kv[i] = b;
+		}
+	}
+}
+
+static void f8_desc(struct skv_compact_desc *d, struct skv_layer_ref *lr,
+		    const struct skv_buffer *b, enum skv_dtype dt)
+{
+	memset(d, 0, sizeof(*d));
+	d->desc_size = sizeof(*d);
+	d->shape =
+	    (struct skv_shape){.prompt_len = L, .head_dim = D, .h_q = H_Q, .h_kv = H_KV, .n_q = W};
+	d->layers = LAYERS;
+	skv_params_init(&d->params);
+	d->params.window = W;
+	d->params.capacity = C;
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		size_t o = l * F8_LAYER;
+		lr[l].q = (struct skv_tensor_ref){b, o, SKV_DTYPE_F32, (int64_t)W * D, D, 0, 0};
+		lr[l].k = (struct skv_tensor_ref){b, o + Q_EL * 4, dt, (int64_t)L * D, D, 0, 0};
+		lr[l].v =
+		    (struct skv_tensor_ref){b, o + Q_EL * 4 + KV_EL, dt, (int64_t)L * D, D, 0, 0};
+	}
+	d->layer = lr;
+	d->kv_scales = &f8_scales[0][0];
+}
+
+/* the daemon's fp8 cache against skv_compact() here: bytes, positions */
+static int f8_compare(struct skv_cache *k, const struct skv_compact_desc *d, const uint8_t *buf,
+		      enum skv_dtype dt)
+{
+	const struct skv_cache_info *ci = skv_cache_info(k);
+	struct skv_layer_in in[LAYERS];
+	struct skv_layer_out out[LAYERS];
+	struct skv_error err;
+	struct skv_ctx *ctx;
+	uint32_t hs = H_Q, n = C; /* expand, L > C */
+	uint8_t *ok = calloc((size_t)LAYERS * hs * n, D), *ov = calloc((size_t)LAYERS * hs * n, D);
+	int32_t *op = calloc((size_t)LAYERS * hs * n, 4);
+	int diff = 0;
+
+	CU_ASSERT_EQUAL(ci->dtype, dt);
+	CU_ASSERT_EQUAL(ci->kept, n);
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		const uint8_t *base = buf + l * F8_LAYER;
+		in[l] = (struct skv_layer_in){
+		    .q = {.data = (void *)base,
+			  .dtype = SKV_DTYPE_F32,
+			  .head_stride = W * D,
+			  .token_stride = D},
+		    .k = {.data = (void *)(base + Q_EL * 4),
+			  .dtype = dt,
+			  .head_stride = L * D,
+			  .token_stride = D,
+			  .scale = f8_scales[l][0]},
+		    .v = {.data = (void *)(base + Q_EL * 4 + KV_EL),
+			  .dtype = dt,
+			  .head_stride = L * D,
+			  .token_stride = D,
+			  .scale = f8_scales[l][1]},
+		};
+		out[l] = (struct skv_layer_out){
+		    .k = {.data = ok + (size_t)l * hs * n * D,
+			  .dtype = dt,
+			  .head_stride = (int64_t)n * D,
+			  .token_stride = D},
+		    .v = {.data = ov + (size_t)l * hs * n * D,
+			  .dtype = dt,
+			  .head_stride = (int64_t)n * D,
+			  .token_stride = D},
+		    .positions = op + (size_t)l * hs * n,
+		    .pos_stride = n,
+		};
+		diff += skv_cache_kv_scale(k, l, 0) != f8_scales[l][0];
+		diff += skv_cache_kv_scale(k, l, 1) != f8_scales[l][1];
+	}
+	CU_ASSERT_EQUAL_FATAL(skv_ctx_new(1, &ctx), 0);
+	CU_ASSERT_EQUAL_FATAL(skv_compact(ctx, &d->shape, &d->params, LAYERS, in, out, &err), 0);
+	skv_ctx_free(ctx);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < hs; h++) {
+			const uint8_t *dk = skv_cache_k(k, l, h), *dv = skv_cache_v(k, l, h);
+			const int32_t *dp = skv_cache_positions(k, l, h);
+			for (uint32_t i = 0; i < n; i++) {
+				size_t o = ((size_t)(l * hs + h) * n + i) * D;
+				diff += memcmp(dk + (size_t)i * ci->token_stride, ok + o, D) != 0;
+				diff += memcmp(dv + (size_t)i * ci->token_stride, ov + o, D) != 0;
+				diff += dp[i] != op[(size_t)(l * hs + h) * n + i];
+			}
+		}
+	free(ok);
+	free(ov);
+	free(op);
+	return diff;
+}
+
+static void test_fp8(void)
+{
+	static const enum skv_dtype dts[2] = {SKV_DTYPE_F8E4M3FN, SKV_DTYPE_F8E5M2};
+	struct skv_client *c = engine();
+	struct skv_buffer *b = NULL;
+	struct skv_layer_ref lr[LAYERS];
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	long long base = h_pool_used(H.sock);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, F8_BYTES, &b), 0);
+	for (int i = 0; i < 2; i++) {
+		uint8_t *buf = skv_buffer_data(b);
+		f8_fill(buf, 11 + i, dts[i]);
+		f8_desc(&d, lr, b, dts[i]);
+		int r = skv_client_compact(c, &d, &k);
+		if (h_backend_cuda()) {
+			CU_ASSERT_EQUAL(r, -EOPNOTSUPP);
+			CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "host backend only"));
+			continue;
+		}
+		if (r)
+			fprintf(stderr, "\n  fp8 %d: %d %s\n", i, r, skv_client_error(c));
+		CU_ASSERT_EQUAL_FATAL(r, 0);
+		CU_ASSERT_EQUAL(f8_compare(k, &d, buf, dts[i]), 0);
+		CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+		/* a missing scale, an fp8 query, a NaN key: each refused by name */
+		d.kv_scales = NULL;
+		CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "finite and above 0"));
+		f8_desc(&d, lr, b, dts[i]);
+		lr[1].q.dtype = dts[i];
+		CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "queries stay"));
+		f8_desc(&d, lr, b, dts[i]);
+		buf[F8_LAYER + Q_EL * 4 + 5 * D + 1] = i ? 0x7c : 0x7f; /* inf, NaN */
+		CU_ASSERT_EQUAL(skv_client_compact(c, &d, &k), -EDOM);
+		CU_ASSERT_PTR_NOT_NULL(strstr(skv_client_error(c), "NaN or Inf"));
+	}
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), base);
+	skv_buffer_free(b);
+	skv_client_close(c);
+}
+
 int main(void)
 {
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
 	CU_pSuite s = CU_add_suite("daemon_window", suite_init, suite_clean);
 	CU_add_test(s, "partial window vs libskv, its limits", test_partial_window);
+	CU_add_test(s, "fp8 K/V vs libskv, scales, refusals", test_fp8);
 	return h_run_tests();
 }

@@ -58,6 +58,10 @@ done
 echo "$lib_syms" | grep -qx "skv_compact_desc_group@@SNAPKV_1.7" &&
 	ok "skv_compact_desc_group@@SNAPKV_1.7" ||
 	not_ok "skv_compact_desc_group is not exported at SNAPKV_1.7"
+# fp8 K/V: the scales a cache carries (SNAPKV_1.8).
+echo "$lib_syms" | grep -qx "skv_cache_kv_scale@@SNAPKV_1.8" &&
+	ok "skv_cache_kv_scale@@SNAPKV_1.8" ||
+	not_ok "skv_cache_kv_scale is not exported at SNAPKV_1.8"
 # Nodes chain: SNAPKV_1.N inherits SNAPKV_1.(N-1), none skipped.
 chain=$(awk '/^} SNAPKV_1\.[0-9]+;/ {gsub(/[};]/, ""); print $1}' client/libsnapkv/libsnapkv.map |
 	sed 's/SNAPKV_1\.//' | tr '\n' ' ')
