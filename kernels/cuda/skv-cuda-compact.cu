@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * skv-cuda-compact.cu - the host side of a GPU compaction: validation (the
- * same skv_plan() as the host backend, so both reject the same inputs),
- * scratch from the stream-ordered allocator, and the launches. Nothing here
- * waits for the GPU: a compaction is a sequence of launches on the context's
- * stream, and its status word comes back with an async copy that
- * skv_cuda_ctx_sync()/query() read.
+ * skv-cuda-compact.cu - the host side of a GPU compaction, in stages:
+ * validation (the same skv_plan() as the host backend, so both reject the
+ * same inputs), the call's constants (call_constants), its scratch plan
+ * (plan_scratch: every region's size and offset, one allocation from the
+ * stream-ordered allocator) and the enqueue of its launches (enqueue_call).
+ * Nothing here waits for the GPU: a compaction is a sequence of launches on
+ * the context's stream, and its status word comes back with an async copy
+ * that skv_cuda_ctx_sync()/query() read.
  */
 #include <errno.h>
 #include <limits.h>
@@ -305,62 +307,87 @@ static cudaError_t score_layers(const launch_params &lp, const call_plan &cp, en
 	return e;
 }
 
-static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
-			const struct skv_params *p, const struct skv_plan &pl, const call_plan &cp,
-			uint32_t n_layers, const struct skv_layer_in *in,
-			const struct skv_layer_out *out, struct skv_budget_result *res,
-			struct skv_error *err)
+/* The largest grid y or z dimension: stored heads, (layer, K/V head) pairs
+ * and row tiles each take one. */
+constexpr uint32_t GRID_YZ_MAX = 65535;
+/* Scratch regions start at this alignment (covers every element type). */
+constexpr uint64_t SCRATCH_ALIGN = 256;
+
+/* Shape limits of the CUDA path, checked before anything else of a call. */
+static int check_limits(const struct skv_shape *sh, const struct skv_params *p,
+			const struct skv_plan &pl, struct skv_error *err)
 {
-	int r;
-	const uint32_t L = sh->prompt_len, D = sh->head_dim, G = sh->h_q / sh->h_kv;
-	const bool scores_policy = p->policy == SKV_POLICY_SNAPKV || p->policy == SKV_POLICY_H2O;
-	const bool scoring = !pl.bypass && (scores_policy || sh->n_q > 0);
-	const bool select = !pl.bypass && scores_policy;
-	const uint32_t w_obs = !scoring				? 0
-			       : p->policy == SKV_POLICY_SNAPKV ? p->window
-			       : p->policy == SKV_POLICY_H2O	? L
-								: sh->n_q;
+	const uint32_t L = sh->prompt_len, D = sh->head_dim;
+
 	if (D > MAX_HEAD_DIM)
 		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
 				     "head_dim %u: the CUDA backend takes at most %u", D,
 				     MAX_HEAD_DIM);
-	if (pl.h_store > 65535)
-		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "%u stored heads: at most 65535",
-				     pl.h_store);
-	if (sh->h_kv > 65535 / LPL)
+	if (pl.h_store > GRID_YZ_MAX)
+		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "%u stored heads: at most %u",
+				     pl.h_store, GRID_YZ_MAX);
+	if (sh->h_kv > GRID_YZ_MAX / LPL)
 		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "h_kv %u: at most %d", sh->h_kv,
-				     65535 / LPL);
+				     (int)(GRID_YZ_MAX / LPL));
 	if (p->budget_mode == SKV_BUDGET_HEADS && (uint64_t)pl.h_store * L > INT32_MAX)
 		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
 				     "heads: %u stored heads x L %u exceed 2^31 (head, position) "
 				     "pairs per layer",
 				     pl.h_store, L);
+	return 0;
+}
 
-	const enum skv_dtype dt = in[0].k.dtype, odt = out[0].k.dtype;
-	bool kvec = true, gvec = true;
-	r = check_layers(sh, pl, scoring, n_layers, in, out, cp.rows, &kvec, &gvec, err);
-	if (r < 0)
-		return r;
+/* What one call does, decided from shape, params and plan before anything is queued. */
+struct call_kind {
+	bool scoring;  /* votes are computed (scoring policy, or query rows for the mass) */
+	bool select;   /* votes choose the positions                                      */
+	bool want_res; /* budget counts and masses are collected                          */
+	uint32_t w_obs;
+	enum skv_dtype dt, odt;
+};
 
-	/* constants shared by every launch */
-	launch_params *basep = (launch_params *)calloc(2, sizeof(launch_params));
-	if (!basep)
-		return skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
-	launch_params &base = basep[0], &lp = basep[1];
-	sel_consts &k = base.c;
+static call_kind call_kind_of(const struct skv_shape *sh, const struct skv_params *p,
+			      const struct skv_plan &pl, const call_plan &cp,
+			      const struct skv_layer_in *in, const struct skv_layer_out *out,
+			      const struct skv_budget_result *res)
+{
+	const bool scores_policy = p->policy == SKV_POLICY_SNAPKV || p->policy == SKV_POLICY_H2O;
+	call_kind k;
+
+	k.scoring = !pl.bypass && (scores_policy || sh->n_q > 0);
+	k.select = !pl.bypass && scores_policy;
+	k.want_res = cp.budget || res;
+	k.w_obs = !k.scoring			   ? 0
+		  : p->policy == SKV_POLICY_SNAPKV ? p->window
+		  : p->policy == SKV_POLICY_H2O	   ? sh->prompt_len
+						   : sh->n_q;
+	k.dt = in[0].k.dtype;
+	k.odt = out[0].k.dtype;
+	return k;
+}
+
+/* The constants every launch of a call shares (scratch pointers come later). */
+static void call_constants(const struct skv_cuda_ctx *c, const struct skv_shape *sh,
+			   const struct skv_params *p, const struct skv_plan &pl,
+			   const call_plan &cp, const call_kind &ck, uint32_t n_layers, bool kvec,
+			   launch_params *base)
+{
+	const uint32_t L = sh->prompt_len, D = sh->head_dim;
+	sel_consts &k = base->c;
+
 	k.L = L;
 	k.D = D;
 	k.h_q = sh->h_q;
 	k.h_kv = sh->h_kv;
-	k.G = G;
+	k.G = sh->h_q / sh->h_kv;
 	k.n_q = sh->n_q;
 	k.h_store = pl.h_store;
 	k.kept = cp.budget ? cp.max_rows : pl.kept;
-	k.w_obs = w_obs;
-	k.sinks = select ? 0 : pl.sinks;
-	k.tail = select ? pl.w_keep : 0;
-	k.P = select ? L - pl.w_keep : L;
-	k.rank_votes = select;
+	k.w_obs = ck.w_obs;
+	k.sinks = ck.select ? 0 : pl.sinks;
+	k.tail = ck.select ? pl.w_keep : 0;
+	k.P = ck.select ? L - pl.w_keep : L;
+	k.rank_votes = ck.select;
 	k.group = p->gqa == SKV_GQA_GROUP;
 	k.pooling = p->pooling;
 	k.kernel = p->policy == SKV_POLICY_H2O ? 1 : p->kernel;
@@ -373,245 +400,360 @@ static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 	/* softmax in base 2: exp(z - m) = exp2(z * log2(e) - m * log2(e)), one ex2 per element */
 	k.scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
 	k.bypass_mass = 1.0f;
-	base.vec16 = kvec;
-	base.wait_limit_ns = c->wait_limit_ns;
-	const bool want_res = cp.budget || res;
-	if (want_res)
-		budget_setup(sh, p, pl, select, n_layers, &base.b);
+	base->vec16 = kvec;
+	base->wait_limit_ns = c->wait_limit_ns;
+	if (ck.want_res)
+		budget_setup(sh, p, pl, ck.select, n_layers, &base->b);
+}
 
-	r = skv_cuda_dev_enter(c->dev, err);
-	if (r == 0 && res)
-		r = ctx_reserve_result(c, n_layers * pl.h_store, err);
-	if (r < 0) {
-		free(basep);
-		return r;
-	}
+/* Scratch regions of a call, in the order they lie in its one allocation. */
+enum scratch_region {
+	SCR_VOTES,    /* [N][H_q][L] float votes                                 */
+	SCR_PARTIALS, /* two-pass row statistics, per chunk                      */
+	SCR_SUBP,     /* fused: sub-chunk row statistics                         */
+	SCR_STATS,    /* fused: merged row statistics                            */
+	SCR_SYNC,     /* fused: tickets and item counters (zeroed per call)      */
+	SCR_KEYS,     /* [N][H_store][L] selection keys                          */
+	SCR_BUDGET,   /* budget_res, kept, fsum, mass, aux per (layer, head)     */
+	SCR_RANK,     /* mass modes: rankings and their votes, r2 per head       */
+	SCR_N
+};
 
-	/* scratch: votes, pass-1 partials, selection keys, budget arrays; one allocation */
-	uint64_t votes_b = 0, part_b = 0, keys_b = 0, subp_b = 0, stats_b = 0, sync_b = 0;
-	uint64_t bud_b = 0, rank_b = 0;
-	const uint32_t rt = score_rows_per_tile(dt, D);
-	int fused_blocks = 0;
+/* Where each region lies: offsets and sizes in bytes, every region SCRATCH_ALIGN-aligned. */
+struct scratch_plan {
+	uint64_t off[SCR_N];
+	uint64_t size[SCR_N];
+	uint64_t total;
+	int fused_blocks; /* 0: two-pass scoring */
+};
+
+/* The one rounding of scratch sizes. */
+static uint64_t scratch_round(uint64_t bytes)
+{
+	return (bytes + SCRATCH_ALIGN - 1) & ~(SCRATCH_ALIGN - 1);
+}
+
+/* acc = a * b * c * d, false on overflow. */
+static bool bytes_of(uint64_t *acc, uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+	*acc = a;
+	return mul_ok(acc, b) && mul_ok(acc, c) && mul_ok(acc, d);
+}
+
+/*
+ * Every scratch region's size and offset for one call; fixes the scoring
+ * path too (base->row_tiles, chunks, nsub and n_launches are set here).
+ * -ENOTSUP for too many query rows, -ENOMEM when a size overflows.
+ */
+static int plan_scratch(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+			const struct skv_plan &pl, const call_plan &cp, const call_kind &ck,
+			uint32_t n_layers, launch_params *base, scratch_plan *sp,
+			struct skv_error *err)
+{
+	const uint32_t L = sh->prompt_len, rt = score_rows_per_tile(ck.dt, sh->head_dim);
 	const uint64_t nh = (uint64_t)n_layers * pl.h_store;
-	if (scoring) {
-		uint64_t rows = (uint64_t)G * w_obs;
-		base.row_tiles = (uint32_t)((rows + rt - 1) / rt);
-		base.chunks = (L + CHUNK - 1) / CHUNK;
-		if ((rows + rt - 1) / rt > 65535) {
-			free(basep);
+	uint64_t *sz = sp->size;
+	bool ok = true;
+	int r = 0;
+
+	memset(sp, 0, sizeof(*sp));
+	if (ck.scoring) {
+		const uint64_t rows = (uint64_t)sh->h_q / sh->h_kv * ck.w_obs;
+		if ((rows + rt - 1) / rt > GRID_YZ_MAX)
 			return skv_cuda_fail(err, -ENOTSUP, -1, -1,
 					     "%llu query rows per K/V head: at most %u",
-					     (unsigned long long)rows, 65535u * rt);
-		}
-		votes_b = 4;
-		part_b = sizeof(float2) * rt;
-		if (!mul_ok(&votes_b, n_layers) || !mul_ok(&votes_b, sh->h_q) ||
-		    !mul_ok(&votes_b, L) || !mul_ok(&part_b, n_layers) ||
-		    !mul_ok(&part_b, sh->h_kv) || !mul_ok(&part_b, base.row_tiles) ||
-		    !mul_ok(&part_b, base.chunks)) {
-			free(basep);
-			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
-		}
-		if (!cp.layer_bypass)
-			r = plan_fused(c, &base, dt, n_layers, &fused_blocks, err);
-		if (r < 0) {
-			free(basep);
-			return r;
-		}
+					     (unsigned long long)rows, GRID_YZ_MAX * rt);
+		base->row_tiles = (uint32_t)((rows + rt - 1) / rt);
+		base->chunks = (L + CHUNK - 1) / CHUNK;
+		ok = bytes_of(&sz[SCR_VOTES], 4, n_layers, sh->h_q, L) &&
+		     bytes_of(&sz[SCR_PARTIALS], sizeof(float2) * rt, n_layers, sh->h_kv,
+			      base->row_tiles) &&
+		     mul_ok(&sz[SCR_PARTIALS], base->chunks);
+		if (ok && !cp.layer_bypass)
+			r = plan_fused(c, base, ck.dt, n_layers, &sp->fused_blocks, err);
 	}
-	if (fused_blocks) {
-		/* sub-chunk partials, merged row statistics, tickets and item counters */
-		const uint64_t items = (uint64_t)n_layers * sh->h_kv * base.row_tiles;
-		base.n_launches = (n_layers + LPL - 1) / LPL;
-		subp_b = items * base.nsub * rt * sizeof(float2);
-		stats_b = items * rt * sizeof(float2);
-		sync_b = (base.n_launches + items * sync_words(base.chunks)) * sizeof(uint32_t);
+	if (ok && !r && sp->fused_blocks) {
+		const uint64_t items = (uint64_t)n_layers * sh->h_kv * base->row_tiles;
+		base->n_launches = (n_layers + LPL - 1) / LPL;
+		sz[SCR_SUBP] = items * base->nsub * rt * sizeof(float2);
+		sz[SCR_STATS] = items * rt * sizeof(float2);
+		sz[SCR_SYNC] = (base->n_launches + items * sync_words(base->chunks)) * 4;
 	}
-	if (!pl.bypass) {
-		keys_b = 4;
-		if (!mul_ok(&keys_b, n_layers) || !mul_ok(&keys_b, pl.h_store) ||
-		    !mul_ok(&keys_b, L)) {
-			free(basep);
-			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
-		}
+	if (ok && !pl.bypass)
+		ok = bytes_of(&sz[SCR_KEYS], 4, n_layers, pl.h_store, L);
+	if (ok && ck.want_res) {
+		/* budget_res, then kept (4), fsum (8, aligned), mass (4) and aux (4) per head */
+		sz[SCR_BUDGET] = sizeof(budget_res) + nh * (4 + 4 + 4 + 8) + 64;
+		/* a ranking entry (8) and its vote (4); none at zero ranking width */
+		if (base->b.r)
+			ok = bytes_of(&sz[SCR_RANK], 8 + 4, nh, base->b.r2, 1);
 	}
-	if (want_res) {
-		/* result (budget_res, kept), mass, aux, fsum; then the rankings */
-		bud_b = sizeof(budget_res) + nh * (4 + 4 + 4 + 8) + 64;
-		rank_b = 8 + 4; /* the ranking and its votes */
-		if (!mul_ok(&rank_b, nh) || !mul_ok(&rank_b, base.b.r2)) {
-			free(basep);
-			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
-		}
-		if (!base.b.r)
-			rank_b = 0;
+	if (r < 0)
+		return r;
+	if (!ok)
+		return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
+	for (int i = 0; i < SCR_N; i++) {
+		sz[i] = scratch_round(sz[i]);
+		sp->off[i] = sp->total;
+		sp->total += sz[i];
 	}
-	votes_b = (votes_b + 255) & ~(uint64_t)255;
-	part_b = (part_b + 255) & ~(uint64_t)255;
-	subp_b = (subp_b + 255) & ~(uint64_t)255;
-	stats_b = (stats_b + 255) & ~(uint64_t)255;
-	sync_b = (sync_b + 255) & ~(uint64_t)255;
-	keys_b = (keys_b + 255) & ~(uint64_t)255;
-	bud_b = (bud_b + 255) & ~(uint64_t)255;
-	rank_b = (rank_b + 255) & ~(uint64_t)255;
-	const uint64_t total =
-	    votes_b + part_b + subp_b + stats_b + sync_b + keys_b + bud_b + rank_b;
+	return 0;
+}
 
-	char *scratch = NULL;
-	if (total) {
-		cudaError_t ea = cudaMallocAsync((void **)&scratch, total, c->stream);
-		if (ea != cudaSuccess) {
-			free(basep);
-			return rt_fail(err, ea, "scratch for the compaction");
-		}
-	}
-	char *sp = scratch;
-	base.votes = scoring ? (float *)sp : nullptr;
-	sp += votes_b;
-	base.partials = scoring ? (float2 *)sp : nullptr;
-	sp += part_b;
-	base.sub_partials = fused_blocks ? (float2 *)sp : nullptr;
-	sp += subp_b;
-	base.row_stats = fused_blocks ? (float2 *)sp : nullptr;
-	sp += stats_b;
-	base.sync = fused_blocks ? (uint32_t *)sp : nullptr;
-	sp += sync_b;
-	base.keys = keys_b ? (uint32_t *)sp : nullptr;
-	sp += keys_b;
-	if (want_res) {
-		budget_consts &b = base.b;
-		b.res = (budget_res *)sp;
+/* The scratch pointers of base, in the allocation at s laid out by sp. */
+static void scratch_assign(const scratch_plan &sp, const call_kind &ck, uint64_t nh, char *s,
+			   launch_params *base)
+{
+	const bool fused = sp.fused_blocks != 0;
+
+	base->votes = ck.scoring ? (float *)(s + sp.off[SCR_VOTES]) : nullptr;
+	base->partials = ck.scoring ? (float2 *)(s + sp.off[SCR_PARTIALS]) : nullptr;
+	base->sub_partials = fused ? (float2 *)(s + sp.off[SCR_SUBP]) : nullptr;
+	base->row_stats = fused ? (float2 *)(s + sp.off[SCR_STATS]) : nullptr;
+	base->sync = fused ? (uint32_t *)(s + sp.off[SCR_SYNC]) : nullptr;
+	base->keys = sp.size[SCR_KEYS] ? (uint32_t *)(s + sp.off[SCR_KEYS]) : nullptr;
+	if (ck.want_res) {
+		budget_consts &b = base->b;
+		b.res = (budget_res *)(s + sp.off[SCR_BUDGET]);
 		b.kept = (uint32_t *)(b.res + 1);
 		b.fsum = (double *)(((uintptr_t)(b.kept + nh) + 7) & ~(uintptr_t)7);
 		b.mass = (float *)(b.fsum + nh);
 		b.aux = (uint32_t *)(b.mass + nh);
-		b.ranked = rank_b ? (uint64_t *)(sp + bud_b) : nullptr;
-		b.rvote = rank_b ? (float *)(b.ranked + nh * b.r2) : nullptr;
+		b.ranked = sp.size[SCR_RANK] ? (uint64_t *)(s + sp.off[SCR_RANK]) : nullptr;
+		b.rvote = sp.size[SCR_RANK] ? (float *)(b.ranked + nh * b.r2) : nullptr;
 	}
-	base.status = c->d_status;
+}
 
-	/* the layers [l0, l0 + LPL) of a launch */
-	auto layers_at = [&](uint32_t l0) {
-		lp = base;
-		lp.layer0 = l0;
-		lp.n_layers = n_layers - l0 < (uint32_t)LPL ? n_layers - l0 : (uint32_t)LPL;
-		for (uint32_t i = 0; i < lp.n_layers; i++) {
-			const skv_layer_in &li = in[l0 + i];
-			const skv_layer_out &lo = out[l0 + i];
-			dlayer &d = lp.layers[i];
-			d.q = to_dten(li.q);
-			d.k = to_dten(li.k);
-			d.v = to_dten(li.v);
-			d.ok = to_dten(lo.k);
-			d.ov = to_dten(lo.v);
-			d.positions = lo.positions;
-			d.retained_mass = lo.retained_mass;
-			d.pos_stride = lo.pos_stride;
-			d.cap = cp.caps[l0 + i];
-			/* uniform with a result: select.cu's masses land in scratch */
-			if (!cp.budget && res && !d.retained_mass)
-				d.retained_mass = base.b.mass + (size_t)(l0 + i) * pl.h_store;
-		}
-	};
-	const char *what = "cudaMemsetAsync";
-	cudaError_t e = cudaSuccess;
-	auto step = [&](enum budget_step st, const char *name) {
-		if (e == cudaSuccess) {
-			what = name;
-			e = budget_launch(lp, st, c->stream);
-		}
-	};
+/* One call's launches while they are queued: the first error stops the rest. */
+struct enqueue {
+	struct skv_cuda_ctx *c;
+	const call_plan *cp;
+	const call_kind *ck;
+	const scratch_plan *sp;
+	const struct skv_layer_in *in;
+	const struct skv_layer_out *out;
+	const launch_params *base;
+	launch_params *lp; /* the launch being queued */
+	uint32_t n_layers;
+	bool res;  /* the caller wants a budget result */
+	bool gvec; /* 16-byte gathers */
+	cudaError_t e;
+	const char *what; /* the step that failed */
+};
 
-	/* from here on work is queued: errors are reported, and the stream is closed cleanly */
-	e = cudaMemsetAsync(c->d_status, 0, sizeof(dev_status), c->stream);
-	if (e == cudaSuccess && scoring && base.row_tiles > 1)
-		e = cudaMemsetAsync(base.votes, 0, votes_b, c->stream);
-	if (e == cudaSuccess && fused_blocks)
-		e = cudaMemsetAsync(base.sync, 0, sync_b, c->stream);
-	const enum skv_budget mode = p->budget_mode;
-	for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-		layers_at(l0);
-		if (scoring && fused_blocks) {
-			what = "fused scoring";
-			const uint64_t tickets =
-			    (uint64_t)lp.n_layers * sh->h_kv * lp.row_tiles * lp.nsub;
-			e = fused_gated_launch(c, lp, dt,
-					       tickets < (uint64_t)fused_blocks ? (int)tickets
-										: fused_blocks);
-		} else if (scoring) {
-			e = score_layers(lp, cp, dt, c->stream, &what);
-		}
-		if (!cp.budget) {
-			/* uniform: select.cu and the gather, as always */
-			if (e == cudaSuccess) {
-				what = "selection";
-				e = select_launch(lp, c->stream);
+/* q.lp: the constants and the layers [l0, l0 + LPL) of a launch. */
+static void layers_at(enqueue &q, uint32_t l0)
+{
+	launch_params &lp = *q.lp;
+	const uint32_t h_store = q.base->c.h_store;
+
+	lp = *q.base;
+	lp.layer0 = l0;
+	lp.n_layers = q.n_layers - l0 < (uint32_t)LPL ? q.n_layers - l0 : (uint32_t)LPL;
+	for (uint32_t i = 0; i < lp.n_layers; i++) {
+		const skv_layer_in &li = q.in[l0 + i];
+		const skv_layer_out &lo = q.out[l0 + i];
+		dlayer &d = lp.layers[i];
+		d.q = to_dten(li.q);
+		d.k = to_dten(li.k);
+		d.v = to_dten(li.v);
+		d.ok = to_dten(lo.k);
+		d.ov = to_dten(lo.v);
+		d.positions = lo.positions;
+		d.retained_mass = lo.retained_mass;
+		d.pos_stride = lo.pos_stride;
+		d.cap = q.cp->caps[l0 + i];
+		/* uniform with a result: select.cu's masses land in scratch */
+		if (!q.cp->budget && q.res && !d.retained_mass)
+			d.retained_mass = q.base->b.mass + (size_t)(l0 + i) * h_store;
+	}
+}
+
+/* One budget.cu step over q.lp's layers. */
+static void step(enqueue &q, enum budget_step st, const char *name)
+{
+	if (q.e != cudaSuccess)
+		return;
+	q.what = name;
+	q.e = budget_launch(*q.lp, st, q.c->stream);
+}
+
+static void gather(enqueue &q)
+{
+	if (q.e != cudaSuccess)
+		return;
+	q.what = "gather";
+	q.e = gather_launch(*q.lp, q.ck->dt, q.ck->odt, q.gvec, q.c->stream);
+}
+
+/* Scoring of q.lp's layers, fused or two-pass. */
+static void score(enqueue &q)
+{
+	const launch_params &lp = *q.lp;
+
+	if (q.e != cudaSuccess || !q.ck->scoring)
+		return;
+	if (!q.sp->fused_blocks) {
+		q.e = score_layers(lp, *q.cp, q.ck->dt, q.c->stream, &q.what);
+		return;
+	}
+	q.what = "fused scoring";
+	const uint64_t tickets = (uint64_t)lp.n_layers * lp.c.h_kv * lp.row_tiles * lp.nsub;
+	const int blocks = q.sp->fused_blocks;
+	q.e = fused_gated_launch(q.c, lp, q.ck->dt,
+				 tickets < (uint64_t)blocks ? (int)tickets : blocks);
+}
+
+/* Per launch of layers: scoring, then select.cu and the gather (uniform), or
+ * the per-head steps of budget.cu that need no call-wide decision. */
+static void enqueue_layers(enqueue &q, enum skv_budget mode, bool bypass)
+{
+	for (uint32_t l0 = 0; q.e == cudaSuccess && l0 < q.n_layers; l0 += LPL) {
+		layers_at(q, l0);
+		score(q);
+		if (!q.cp->budget) {
+			if (q.e == cudaSuccess) {
+				q.what = "selection";
+				q.e = select_launch(*q.lp, q.c->stream);
 			}
 			/* the counts (the plan's) before the gather reads them */
-			if (res)
-				step(BSTEP_COLLECT, "result");
-			if (e == cudaSuccess) {
-				what = "gather";
-				e = gather_launch(lp, dt, odt, gvec, c->stream);
-			}
+			if (q.res)
+				step(q, BSTEP_COLLECT, "result");
+			gather(q);
 			continue;
 		}
-		if (pl.bypass)
+		if (bypass)
 			continue;
-		step(BSTEP_KEYS, "selection keys");
+		step(q, BSTEP_KEYS, "selection keys");
 		if (mode == SKV_BUDGET_MASS || mode == SKV_BUDGET_MASS_HEADS) {
-			step(BSTEP_RANK, "ranking");
+			step(q, BSTEP_RANK, "ranking");
 		} else {
-			step(BSTEP_TOPK, "selection");
+			step(q, BSTEP_TOPK, "selection");
 			if (mode == SKV_BUDGET_HEADS)
-				step(BSTEP_HEADS_LAYER, "layer-wide selection");
+				step(q, BSTEP_HEADS_LAYER, "layer-wide selection");
 		}
 	}
-	if (cp.budget && mode == SKV_BUDGET_MASS && select) {
-		layers_at(0);
-		step(BSTEP_CSTAR, "C*");
-		for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-			layers_at(l0);
-			step(BSTEP_MASS_FINISH, "picks at C*");
+}
+
+/* The call-wide budget steps: C* and the picks at it (mass), emission, the
+ * result, the fallback and the ragged gather. */
+static void enqueue_budget(enqueue &q, enum skv_budget mode, bool fallback)
+{
+	const bool budget = q.cp->budget;
+
+	if (budget && mode == SKV_BUDGET_MASS && q.ck->select) {
+		layers_at(q, 0);
+		step(q, BSTEP_CSTAR, "C*");
+		for (uint32_t l0 = 0; q.e == cudaSuccess && l0 < q.n_layers; l0 += LPL) {
+			layers_at(q, l0);
+			step(q, BSTEP_MASS_FINISH, "picks at C*");
 		}
 	}
-	for (uint32_t l0 = 0; cp.budget && e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-		layers_at(l0);
-		step(BSTEP_EMIT, "emission");
+	for (uint32_t l0 = 0; budget && q.e == cudaSuccess && l0 < q.n_layers; l0 += LPL) {
+		layers_at(q, l0);
+		step(q, BSTEP_EMIT, "emission");
 	}
-	if (want_res) {
-		layers_at(0);
-		step(BSTEP_FINAL, "result");
+	if (q.ck->want_res) {
+		layers_at(q, 0);
+		step(q, BSTEP_FINAL, "result");
 	}
-	for (uint32_t l0 = 0; cp.budget && e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-		layers_at(l0);
-		if (p->fallback_below > 0.0f)
-			step(BSTEP_FULL, "fallback");
-		if (e == cudaSuccess) {
-			what = "gather";
-			e = gather_launch(lp, dt, odt, gvec, c->stream);
+	for (uint32_t l0 = 0; budget && q.e == cudaSuccess && l0 < q.n_layers; l0 += LPL) {
+		layers_at(q, l0);
+		if (fallback)
+			step(q, BSTEP_FULL, "fallback");
+		gather(q);
+	}
+}
+
+/*
+ * Everything of one call on the context's stream, scratch allocated: status
+ * and counters zeroed, the launches, the result copy. The caller closes the
+ * stream's part of the call (status copy, scratch free, event) either way.
+ */
+static void enqueue_call(enqueue &q, const struct skv_params *p, const struct skv_plan &pl,
+			 uint64_t nh)
+{
+	const launch_params &base = *q.base;
+	const cudaStream_t s = q.c->stream;
+
+	q.what = "cudaMemsetAsync";
+	q.e = cudaMemsetAsync(q.c->d_status, 0, sizeof(dev_status), s);
+	if (q.e == cudaSuccess && q.ck->scoring && base.row_tiles > 1)
+		q.e = cudaMemsetAsync(base.votes, 0, q.sp->size[SCR_VOTES], s);
+	if (q.e == cudaSuccess && q.sp->fused_blocks)
+		q.e = cudaMemsetAsync(base.sync, 0, q.sp->size[SCR_SYNC], s);
+	enqueue_layers(q, p->budget_mode, pl.bypass);
+	enqueue_budget(q, p->budget_mode, p->fallback_below > 0.0f);
+	if (q.e == cudaSuccess && q.res) {
+		q.what = "result copy";
+		q.e = cudaMemcpyAsync(q.c->h_res, base.b.res, sizeof(budget_res) + nh * 4,
+				      cudaMemcpyDeviceToHost, s);
+	}
+}
+
+/*
+ * One validated call: its constants, its scratch plan, then the launches on
+ * the context's stream. Once scratch is allocated the stream always gets the
+ * status copy, the scratch free and the completion event; a failed launch
+ * drains the stream so the context is reusable.
+ */
+static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+			const struct skv_params *p, const struct skv_plan &pl, const call_plan &cp,
+			uint32_t n_layers, const struct skv_layer_in *in,
+			const struct skv_layer_out *out, struct skv_budget_result *res,
+			struct skv_error *err)
+{
+	const call_kind ck = call_kind_of(sh, p, pl, cp, in, out, res);
+	const uint64_t nh = (uint64_t)n_layers * pl.h_store;
+	launch_params *lps = NULL; /* [0] the constants, [1] the launch being queued */
+	scratch_plan sp;
+	char *scratch = NULL;
+	bool kvec = true, gvec = true;
+
+	int r = check_limits(sh, p, pl, err);
+	if (r == 0)
+		r = check_layers(sh, pl, ck.scoring, n_layers, in, out, cp.rows, &kvec, &gvec, err);
+	if (r == 0) {
+		lps = (launch_params *)calloc(2, sizeof(launch_params));
+		r = lps ? 0 : skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
+	}
+	if (r == 0) {
+		call_constants(c, sh, p, pl, cp, ck, n_layers, kvec, &lps[0]);
+		r = skv_cuda_dev_enter(c->dev, err);
+	}
+	if (r == 0 && res)
+		r = ctx_reserve_result(c, n_layers * pl.h_store, err);
+	if (r == 0)
+		r = plan_scratch(c, sh, pl, cp, ck, n_layers, &lps[0], &sp, err);
+	if (r == 0 && sp.total) {
+		cudaError_t ea = cudaMallocAsync((void **)&scratch, sp.total, c->stream);
+		if (ea != cudaSuccess)
+			r = rt_fail(err, ea, "scratch for the compaction");
+	}
+	if (r == 0) {
+		scratch_assign(sp, ck, nh, scratch, &lps[0]);
+		lps[0].status = c->d_status;
+		enqueue q = {c,	      &cp,	&ck,	     &sp,  in,		out, &lps[0],
+			     &lps[1], n_layers, res != NULL, gvec, cudaSuccess, NULL};
+		enqueue_call(q, p, pl, nh);
+		cudaMemcpyAsync(c->h_status, c->d_status, sizeof(dev_status),
+				cudaMemcpyDeviceToHost, c->stream);
+		if (scratch)
+			cudaFreeAsync(scratch, c->stream);
+		cudaEventRecord(c->done, c->stream);
+		if (q.e != cudaSuccess) {
+			/* error path only: drain what was queued so the context is reusable */
+			cudaEventSynchronize(c->done);
+			r = rt_fail(err, q.e, q.what);
 		}
 	}
-	if (e == cudaSuccess && res) {
-		what = "result copy";
-		e = cudaMemcpyAsync(c->h_res, base.b.res, sizeof(budget_res) + nh * 4,
-				    cudaMemcpyDeviceToHost, c->stream);
+	free(lps);
+	if (r == 0) {
+		c->res = res;
+		c->res_heads = (uint32_t)nh;
+		c->pending = 1;
 	}
-	free(basep);
-	cudaMemcpyAsync(c->h_status, c->d_status, sizeof(dev_status), cudaMemcpyDeviceToHost,
-			c->stream);
-	if (scratch)
-		cudaFreeAsync(scratch, c->stream);
-	cudaEventRecord(c->done, c->stream);
-	if (e != cudaSuccess) {
-		/* error path only: drain what was queued so the context is reusable */
-		cudaEventSynchronize(c->done);
-		return rt_fail(err, e, what);
-	}
-	c->res = res;
-	c->res_heads = (uint32_t)nh;
-	c->pending = 1;
-	return 0;
+	return r;
 }
 
 /*
