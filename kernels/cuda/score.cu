@@ -512,6 +512,13 @@ template <typename T, int D_, bool TC, int MODE> struct score_piece {
 			flush_sub(a);
 	}
 
+	/* PASS1: the chunk's merged statistics of this thread's row as its partial. */
+	__device__ __forceinline__ void store_chunk_partial(const row_acc &a) const
+	{
+		if (a.sub == 0 && a.my_r < nr)
+			part[a.my_r] = make_float2(rowm[a.my_r], rowis[a.my_r]);
+	}
+
 	/* A NaN or Inf logit of this thread's row fails the request (-EDOM) naming it. */
 	__device__ __forceinline__ void report_bad(const row_acc &a) const
 	{
@@ -661,20 +668,20 @@ template <typename T, int D_, bool TC>
 __device__ __forceinline__ void score_pass1(const launch_params &p, uint32_t ll, uint32_t kvh,
 					    uint32_t rt, uint32_t chunk, unsigned char *smem)
 {
-	const score_piece<T, D_, TC, PASS1> b(p, ll, kvh, rt, chunk, smem);
+	using piece = score_piece<T, D_, TC, PASS1>;
+	const piece b(p, ll, kvh, rt, chunk, smem);
 	if (b.unseen()) {
 		b.empty_partial();
 		return;
 	}
 	b.load_q();
-	q_frags<typename score_piece<T, D_, TC, PASS1>::E, D_, TC> qf;
+	q_frags<typename piece::E, D_, TC> qf;
 	b.load_q_frags(qf);
 	row_acc a = b.rows_begin();
-	b.key_tiles(qf, [&](const float *st, uint32_t j0, int it, int ntile) {
-		b.stats_step(a, st, j0, it, ntile);
+	b.key_tiles(qf, [&](const float *st, uint32_t j0, int it, int n) {
+		b.stats_step(a, st, j0, it, n);
 	});
-	if (a.sub == 0 && a.my_r < b.nr)
-		b.part[a.my_r] = make_float2(b.rowm[a.my_r], b.rowis[a.my_r]);
+	b.store_chunk_partial(a);
 	b.report_bad(a);
 }
 
@@ -683,14 +690,15 @@ template <typename T, int D_, bool TC>
 __device__ __forceinline__ void score_pass2(const launch_params &p, uint32_t ll, uint32_t kvh,
 					    uint32_t rt, uint32_t chunk, unsigned char *smem)
 {
-	const score_piece<T, D_, TC, PASS2> b(p, ll, kvh, rt, chunk, smem);
+	using piece = score_piece<T, D_, TC, PASS2>;
+	const piece b(p, ll, kvh, rt, chunk, smem);
 	if (b.unseen()) {
 		b.zero_unseen_votes(0);
 		return;
 	}
 	b.load_q();
 	b.merge_partials();
-	q_frags<typename score_piece<T, D_, TC, PASS2>::E, D_, TC> qf;
+	q_frags<typename piece::E, D_, TC> qf;
 	b.load_q_frags(qf);
 	const int ntile =
 	    b.key_tiles(qf, [&](const float *st, uint32_t j0, int, int) { b.votes_tile(st, j0); });
