@@ -137,8 +137,9 @@ deps:
 # check and demo first make sure the Debian packages are there, then build.
 check: deps
 	@$(MAKE) --no-print-directory _check
+# (CUDA=1 tells the scripts that a missing CUDA build is a failure, not a skip)
 _check: all
-	@BUILD=$(BUILD) SHARED=$(SHARED) scripts/run-tests.sh $(TESTS) -- $(TEST_SCRIPTS)
+	@BUILD=$(BUILD) SHARED=$(SHARED) CUDA=$(CUDA) scripts/run-tests.sh $(TESTS) -- $(TEST_SCRIPTS)
 
 bench: deps
 	@$(MAKE) --no-print-directory _bench

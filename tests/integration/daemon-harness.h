@@ -24,6 +24,7 @@
 
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
+#include "tests/test-skip.h"
 
 struct harness {
 	char dir[64];
@@ -506,7 +507,7 @@ static inline int h_run_tests(void)
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
 	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_exit(fails);
 }
 
 /*

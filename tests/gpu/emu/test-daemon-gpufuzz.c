@@ -1514,10 +1514,8 @@ int main(void)
 
 	signal(SIGPIPE, SIG_IGN);
 	snprintf(plugin, sizeof(plugin), "%s/tests/gpu/emu/libskv-cuda-emu.so", build);
-	if (!getenv("SKV_CUDA_PLUGIN") && access(plugin, R_OK) != 0) {
-		printf("skip: %s not built (CUDA=0?)\n", plugin);
-		return 0;
-	}
+	if (!getenv("SKV_CUDA_PLUGIN") && access(plugin, R_OK) != 0)
+		return t_skip_program("cuda", "%s not built", plugin);
 	if (getenv("FUZZ_SEED")) /* explore beyond the default, deterministic run */
 		seed = strtoull(getenv("FUZZ_SEED"), NULL, 0);
 	printf("seed %llu\n", (unsigned long long)seed);

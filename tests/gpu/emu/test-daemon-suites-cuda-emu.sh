@@ -7,23 +7,19 @@
 # (jobs of several sessions on several worker streams at once), and the
 # budget modes on the CUDA kernels, into the host and the GPU arena, with
 # APPEND and GROW there (test-daemon-budget), and decision groups refused
-# by name (test-daemon-group). Skipped
+# by name (test-daemon-group). Skipped (exit 77)
 # where the emulated plugin is not built (CUDA=0). PLUGIN=build/libskv-cuda.so
 # runs the same on a GPU.
 set -u
 BUILD=${BUILD:-build}
 PLUGIN=${PLUGIN:-$BUILD/tests/gpu/emu/libskv-cuda-emu.so}
-for f in "$BUILD/snapkvd" "$PLUGIN" "$BUILD/tests/test-daemon-badinput" \
-	"$BUILD/tests/test-daemon-fuzz" "$BUILD/tests/test-daemon-paged" \
-	"$BUILD/tests/test-daemon-budget" "$BUILD/tests/test-daemon-group"; do
-	if [ ! -e "$f" ]; then
-		echo "skip: $f not built (CUDA=0?)"
-		exit 0
-	fi
-done
+. "$(dirname "$0")/../../tally.sh"
+need_built "$BUILD/snapkvd" "$BUILD/tests/test-daemon-badinput" "$BUILD/tests/test-daemon-fuzz" \
+	"$BUILD/tests/test-daemon-paged" "$BUILD/tests/test-daemon-budget" \
+	"$BUILD/tests/test-daemon-group"
+need_cuda "$PLUGIN"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-daemon-suites-cuda.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-. "$(dirname "$0")/../../tally.sh"
 export SNAPKVD_TEST_BACKEND=cuda-emu
 SKV_CUDA_PLUGIN=$(realpath "$PLUGIN")
 export SKV_CUDA_PLUGIN
