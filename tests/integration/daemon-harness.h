@@ -217,6 +217,35 @@ static inline int h_start_config(struct harness *h, const char *prefix, const ch
 	return h_start(h, extra);
 }
 
+/*
+ * Whether the daemon still runs: waitpid(WNOHANG), which a daemon that has
+ * crashed answers with its status, where kill(pid, 0) succeeds on the
+ * unreaped zombie. One that has exited is reaped, reported on stderr and
+ * forgotten (h->pid 0), so that h_stop then fails.
+ */
+static inline bool h_alive(struct harness *h)
+{
+	int st = 0;
+	pid_t r;
+
+	if (h->pid <= 0)
+		return false;
+	r = waitpid(h->pid, &st, WNOHANG);
+	if (r == 0)
+		return true;
+	if (r == h->pid) {
+		if (WIFEXITED(st))
+			fprintf(stderr, "daemon-harness: snapkvd %d exited with status %d\n",
+				(int)h->pid, WEXITSTATUS(st));
+		else
+			fprintf(stderr, "daemon-harness: snapkvd %d killed by signal %d\n",
+				(int)h->pid, WTERMSIG(st));
+		h_live_drop(h->pid);
+		h->pid = 0;
+	}
+	return false;
+}
+
 /* SIGTERM and wait: returns the exit status (0 expected) or -1. */
 static inline int h_stop(struct harness *h)
 {

@@ -74,7 +74,7 @@ static bool daemon_serves(void)
 	bool ok = c && skv_client_nop(c) == 0;
 
 	skv_client_close(c);
-	return ok && kill(H.pid, 0) == 0;
+	return ok && h_alive(&H);
 }
 
 /* Wait up to ms for the daemon's fd count to come down to want. */

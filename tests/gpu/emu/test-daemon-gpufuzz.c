@@ -372,7 +372,7 @@ static void bystander_ok(void)
 	size_t q_off = 0, k_off = (size_t)HQ * NQ * D * 4;
 	size_t bytes = k_off + (size_t)HQ * L * D * 4;
 
-	CU_ASSERT_EQUAL_FATAL(kill(H.pid, 0), 0);
+	CU_ASSERT_FATAL(h_alive(&H));
 	CU_ASSERT_EQUAL_FATAL(skv_client_connect(H.sock, NULL, &c), 0);
 	CU_ASSERT_EQUAL(skv_client_nop(c), 0);
 	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, bytes, &b), 0);
@@ -468,7 +468,7 @@ static void baseline_ok(const char *what)
 
 static void batch_done(const char *what)
 {
-	CU_ASSERT_EQUAL_FATAL(kill(H.pid, 0), 0);
+	CU_ASSERT_FATAL(h_alive(&H));
 	bystander_ok();
 	baseline_ok(what);
 }
