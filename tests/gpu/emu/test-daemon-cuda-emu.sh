@@ -51,6 +51,13 @@ rc=$?
 	ok "bad SKV_CUDA_SCORE: exit 1, $(cat "$tmp/err")" ||
 	not_ok "bad SKV_CUDA_SCORE: rc $rc $(cat "$tmp/err")"
 
+# one worker stream: more workers asked for are refused by name, not clamped
+SKV_CUDA_PLUGIN=$(realpath "$EMU") timeout 20 "$SNAPKVD" --socket "$tmp/b.sock" --backend cuda \
+	--pool-bytes 64M --threads 2 --workers 3 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "workers = 3 is over the cuda backend's maximum of 1" "$tmp/err" &&
+	ok "--workers 3: exit 1, $(cat "$tmp/err")" || not_ok "--workers 3: rc $rc $(cat "$tmp/err")"
+
 echo "== serving from $(basename "$EMU")"
 sock=$tmp/snapkvd.sock
 SKV_CUDA_PLUGIN=$(realpath "$EMU") "$SNAPKVD" --socket "$sock" --backend cuda \
