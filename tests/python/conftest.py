@@ -18,6 +18,17 @@ BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
 sys.path.insert(0, os.path.join(BUILD, "python"))
 
 
+def daemon_env():
+    """The environment of a snapkvd the suite starts: under ASan
+    (run-pytest.sh preloads the runtime into the interpreter, leak checks
+    off there) the daemon gets the run's own options back, leaks checked."""
+    env = dict(os.environ)
+    if "SNAPKV_PYTEST_DAEMON_ASAN_OPTIONS" in env:
+        env["ASAN_OPTIONS"] = env.pop("SNAPKV_PYTEST_DAEMON_ASAN_OPTIONS")
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
 def required(what):
     """Whether SNAPKV_REQUIRE (comma-separated, or "all") names WHAT."""
     req = os.environ.get("SNAPKV_REQUIRE", "").split(",")
@@ -45,7 +56,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [os.path.join(BUILD, "snapkvd"), "--socket", self.sock, "--threads", "1",
              "--log-level", "warning", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=daemon_env())
         for _ in range(200):
             if os.path.exists(self.sock):
                 break

@@ -21,7 +21,21 @@ fi
 cd "$here/../.." || exit 1
 out=$(mktemp "${TMPDIR:-/tmp}/run-pytest.XXXXXX")
 trap 'rm -f "$out"' EXIT
-env BUILD="$BUILD" PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -X faulthandler -m pytest \
+# A module built with ASan (make check-sanitize) runs in an uninstrumented
+# interpreter: the runtime is preloaded into it, and CPython's own leaks at
+# exit are not ours (detect_leaks=0 for the interpreter only: conftest.py
+# gives the daemons it starts the run's options back, leak checks included).
+pre=()
+so=$(ls "$BUILD"/python/snapkv*.so | head -n 1)
+if readelf -d "$so" | grep -q 'NEEDED.*libasan'; then
+	asan=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(libasan[^]]*\)\].*/\1/p')
+	asan=$(ldconfig -p | awk -v n="$asan" '$1 == n {print $NF; exit}')
+	[ -n "$asan" ] || { echo "FAIL: the ASan runtime of $so is not found"; exit 1; }
+	echo "run-pytest: $so is built with ASan: $asan preloaded into $PYTHON"
+	pre=(SNAPKV_PYTEST_DAEMON_ASAN_OPTIONS="${ASAN_OPTIONS:-}" LD_PRELOAD="$asan"
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
+fi
+env "${pre[@]}" BUILD="$BUILD" PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -X faulthandler -m pytest \
 	-p no:cacheprovider -q -ra "$here" >"$out" 2>&1
 rc=$?
 cat "$out"
