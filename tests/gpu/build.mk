@@ -81,6 +81,8 @@ TEST_SCRIPTS += tests/gpu/emu/test-budget-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-gpubuf-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-suites-cuda-emu.sh
+# tests/gpu/run.sh --dry-run lists every GPU-capable suite and compute-sanitizer run
+TEST_SCRIPTS += tests/gpu/test-run-dry.sh
 
 # Bad and random input on the CUDA paths of snapkvd --backend cuda, on the
 # emulated plugin (it makes the emulator's memfd "GPU memory" itself: no CUDA)

@@ -10,7 +10,7 @@
 # shellcheck disable=SC2015
 set -u
 BUILD=${BUILD:-build}
-SNAPKVD=$BUILD/snapkvd
+SNAPKVD=${SNAPKVD:-$BUILD/snapkvd} # tests/gpu/run.sh: snapkvd under compute-sanitizer
 CTL=$BUILD/snapkvctl
 GEN=$BUILD/examples/gen-layer
 EMU=${PLUGIN:-$BUILD/tests/gpu/emu/libskv-cuda-emu.so}
