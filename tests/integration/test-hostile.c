@@ -423,8 +423,11 @@ static void test_accept_emfile(void)
 	waitpid(spin, NULL, 0);
 	printf("\nhostile: at EMFILE the daemon used %.3f CPU s while a spinner got %.3f\n",
 	       c1 - c0, s1 - s0);
+	/* half the spinner's share, and 2 clock ticks (/proc counts in 10 ms)
+	 * of slack: a machine so loaded that the spinner got 0.05 CPU-s must
+	 * not fail a daemon for the one tick it used */
 	CU_ASSERT(s1 - s0 > 0);
-	CU_ASSERT(c1 - c0 < 0.2 * (s1 - s0));
+	CU_ASSERT(c1 - c0 < 0.5 * (s1 - s0) + 0.02);
 	for (int i = 0; i < 32; i++)
 		if (socks[i] >= 0)
 			close(socks[i]);
