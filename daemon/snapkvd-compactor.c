@@ -21,6 +21,7 @@
 
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
+#include "snapkvd-device.h"
 #include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-runner.h"
@@ -221,7 +222,7 @@ int snapkvd_compactor_new(struct snapkvd_runner *runner, unsigned threads, unsig
 	if (max && workers > max) {
 		snprintf(err->msg, sizeof(err->msg),
 			 "workers = %u is over the %s backend's maximum of %u (one stream)",
-			 workers, snapkvd_runner_name(runner), max);
+			 workers, snapkvd_device_backend(runner->dev), max);
 		r = -EINVAL;
 		goto fail;
 	}
