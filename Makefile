@@ -94,14 +94,16 @@ include $(sort $(wildcard */build.mk */*/build.mk))
 # built with ASan+UBSan in their own tree (never mixing with $(BUILD)'s
 # objects) and run by scripts/run-sanitize.sh. No CUDA: nvcc objects and the
 # emulator's C++ are not instrumented. Not test-cli-offline.sh: it runs
-# valgrind, which cannot run ASan binaries.
+# valgrind, which cannot run ASan binaries. The Python suite runs its
+# ASan-built module in the system interpreter, the runtime preloaded
+# (tests/python/run-pytest.sh).
 SAN_BUILD ?= build-san
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SAN_TESTS ?= $(TESTS)
 SAN_TEST_SCRIPTS ?= $(filter $(addprefix tests/integration/,test-cli-online.sh \
 	test-daemon-ctl.sh test-daemon-ledger.sh test-ops-ctl.sh test-llama-daemon.sh \
 	test-daemon-config.sh test-daemon-workers.sh test-cli-socket.sh test-cli-top.sh \
-	test-metrics-http.sh),$(TEST_SCRIPTS))
+	test-metrics-http.sh test-cli-budget.sh) tests/python/run-pytest.sh,$(TEST_SCRIPTS))
 .PHONY: check-sanitize _check_sanitize
 check-sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) CUDA=0 CFLAGS="$(SAN_FLAGS)" \
@@ -117,13 +119,20 @@ _check_sanitize: all
 TSAN_BUILD ?= build-tsan
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan
 TSAN_TESTS ?= $(addprefix $(BUILD)/tests/,test-daemon-e2e test-daemon-badinput test-hostile \
-	test-ops-daemon test-daemon-fuzz test-daemon-group)
+	test-ops-daemon test-daemon-fuzz test-daemon-group test-libsnapkv-threads)
+# then a second pass with a pool of 3 compaction workers (the harness's
+# --workers): jobs of several sessions on several workers at once, and the
+# worker-pool script (which runs the daemon suites with 3 workers itself)
+TSAN_WORKERS_TESTS ?= $(addprefix $(BUILD)/tests/,test-libsnapkv-threads)
+TSAN_WORKERS_SCRIPTS ?= tests/integration/test-daemon-workers.sh
 .PHONY: check-tsan _check_tsan
 check-tsan: deps
 	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) CUDA=0 CFLAGS="$(TSAN_FLAGS)" \
 		LDFLAGS="$(TSAN_FLAGS)" _check_tsan
-_check_tsan: $(SNAPKVD) $(SNAPKVCTL) $(TSAN_TESTS)
+_check_tsan: $(SNAPKVD) $(SNAPKVCTL) $(GEN_LAYER) $(TSAN_TESTS)
 	@BUILD=$(BUILD) SHARED=$(SHARED) scripts/run-tsan.sh $(TSAN_TESTS)
+	@BUILD=$(BUILD) SHARED=$(SHARED) SNAPKVD_TEST_WORKERS=3 scripts/run-tsan.sh \
+		$(TSAN_WORKERS_TESTS) -- $(TSAN_WORKERS_SCRIPTS)
 
 all: $(LIBS) $(BINS) $(TESTS) $(BENCHES)
 
@@ -137,8 +146,9 @@ deps:
 # check and demo first make sure the Debian packages are there, then build.
 check: deps
 	@$(MAKE) --no-print-directory _check
+# (CUDA=1 tells the scripts that a missing CUDA build is a failure, not a skip)
 _check: all
-	@BUILD=$(BUILD) SHARED=$(SHARED) scripts/run-tests.sh $(TESTS) -- $(TEST_SCRIPTS)
+	@BUILD=$(BUILD) SHARED=$(SHARED) CUDA=$(CUDA) scripts/run-tests.sh $(TESTS) -- $(TEST_SCRIPTS)
 
 bench: deps
 	@$(MAKE) --no-print-directory _bench

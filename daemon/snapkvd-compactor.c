@@ -21,6 +21,7 @@
 
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
+#include "snapkvd-device.h"
 #include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-runner.h"
@@ -216,6 +217,15 @@ int snapkvd_compactor_new(struct snapkvd_runner *runner, unsigned threads, unsig
 	pthread_cond_init(&c->cond, NULL);
 	c->efd = eventfd(0, EFD_CLOEXEC);
 	total = threads ? threads : cores > 0 ? (unsigned)cores : 1;
+	/* more workers than the runner serves, asked for: refused by name, not
+	 * clamped without a word; the default is only ever lowered */
+	if (max && workers > max) {
+		snprintf(err->msg, sizeof(err->msg),
+			 "workers = %u is over the %s backend's maximum of %u (one stream)",
+			 workers, snapkvd_device_backend(runner->dev), max);
+		r = -EINVAL;
+		goto fail;
+	}
 	if (!workers)
 		workers = default_workers(total);
 	if (max && workers > max)

@@ -15,8 +15,9 @@
 
 /* `threads` (0: one per core) split among `workers` (0: auto), each at
  * least one thread (more workers than threads: one each); a runner that
- * serves one worker gets one. On failure err->msg says why where the runner
- * gave a reason (e.g. a bad SKV_CUDA_SCORE), else it is left empty. */
+ * serves one worker gets one, and more asked for is -EINVAL naming the key
+ * `workers`. On failure err->msg says why where the runner gave a reason
+ * (e.g. a bad SKV_CUDA_SCORE), else it is left empty. */
 int snapkvd_compactor_new(struct snapkvd_runner *r, unsigned threads, unsigned workers,
 			  struct skv_error *err, struct snapkvd_compactor **ret);
 /* Stops the workers once every queued job has run (the drain). */

@@ -28,8 +28,6 @@
 namespace skvcuda
 {
 
-constexpr uint32_t MARK = 1; /* picked; candidates' keys are >= 2^31, 0 is none */
-
 __device__ __forceinline__ bool layer_bypass(const launch_params &p, const dlayer &ly)
 {
 	if (p.b.mode == SKV_BUDGET_MASS || p.b.mode == SKV_BUDGET_MASS_HEADS)
@@ -61,77 +59,6 @@ __device__ uint32_t count_cand(const uint32_t *keys, uint32_t n, uint32_t *ws)
 	return block_sum(k, ws);
 }
 
-struct cut {
-	uint32_t thr;  /* keys above it are taken                   */
-	uint32_t need; /* and the first `need` equal to it, by index */
-};
-
-/* The threshold of the `fill` best candidates of keys[0..n): an exact 4 x
- * 8-bit radix select, as select.cu. Every thread of the block calls it. */
-__device__ cut radix_cut(const uint32_t *keys, uint32_t n, uint32_t fill, uint32_t n_cand)
-{
-	__shared__ uint32_t hist[256];
-	__shared__ uint32_t sh_prefix, sh_need;
-	const uint32_t tid = threadIdx.x;
-
-	if (fill >= n_cand)
-		return cut{MARK, 0};
-	if (fill == 0)
-		return cut{0xffffffffu, 0};
-	uint32_t prefix = 0, mask = 0, need = fill;
-	for (int shift = 24; shift >= 0; shift -= 8) {
-		for (uint32_t i = tid; i < 256; i += SEL_THREADS)
-			hist[i] = 0;
-		__syncthreads();
-		for (uint32_t base = 0; base < n; base += SEL_THREADS) {
-			const uint32_t j = base + tid;
-			const uint32_t key = j < n ? keys[j] : 0;
-			const bool in = key > MARK && (key & mask) == prefix;
-			const uint32_t bin = in ? (key >> shift) & 255 : 256;
-			const uint32_t peers = __match_any_sync(0xffffffffu, bin);
-			if (in && (tid & 31) == (uint32_t)(__ffs(peers) - 1))
-				atomicAdd(&hist[bin], (uint32_t)__popc(peers));
-		}
-		__syncthreads();
-		if (tid < 32) {
-			uint32_t sum = 0;
-			for (int b = 0; b < 8; b++)
-				sum += hist[255 - 8 * tid - b];
-			uint32_t incl = sum;
-			for (int o = 1; o < 32; o <<= 1) {
-				uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-				if (tid >= (uint32_t)o)
-					incl += y;
-			}
-			uint32_t acc = incl - sum;
-			if (acc < need && incl >= need) {
-				for (int b = 0; b < 8; b++) {
-					uint32_t bin = 255 - 8 * tid - b;
-					if (acc + hist[bin] >= need) {
-						sh_prefix = prefix | (bin << shift);
-						sh_need = need - acc;
-						break;
-					}
-					acc += hist[bin];
-				}
-			}
-		}
-		__syncthreads();
-		prefix = sh_prefix;
-		need = sh_need;
-		mask |= 255u << shift;
-		__syncthreads();
-	}
-	return cut{prefix, need};
-}
-
-/* Whether candidate key at index j is taken: above the cut, or among the
- * first `need` ties by index (tie_rank: ties before it). */
-__device__ __forceinline__ bool taken(uint32_t key, const cut &ct, uint32_t tie_rank)
-{
-	return key > MARK && (key > ct.thr || (key == ct.thr && tie_rank < ct.need));
-}
-
 /* Mark the candidates of keys[0..n) that the cut takes. */
 __device__ void mark_cut(uint32_t *keys, uint32_t n, const cut &ct, uint32_t *ws)
 {
@@ -139,7 +66,7 @@ __device__ void mark_cut(uint32_t *keys, uint32_t n, const cut &ct, uint32_t *ws
 	for (uint32_t base = 0; base < n; base += SEL_THREADS) {
 		const uint32_t j = base + threadIdx.x;
 		const uint32_t key = j < n ? keys[j] : 0;
-		const uint32_t tie = key > MARK && key == ct.thr && ct.need > 0;
+		const uint32_t tie = at_cut(key, ct);
 		uint32_t total;
 		const uint32_t ex = block_excl_scan(tie, ws, &total);
 		if (taken(key, ct, ties_before + ex))
@@ -235,7 +162,7 @@ __global__ void __launch_bounds__(SEL_THREADS) brank_kernel(const __grid_constan
 	for (uint32_t base = 0; base < L; base += SEL_THREADS) {
 		const uint32_t j = base + tid;
 		const uint32_t key = j < L ? keys[j] : 0;
-		const uint32_t tie = key > MARK && key == ct.thr && ct.need > 0;
+		const uint32_t tie = at_cut(key, ct);
 		uint32_t tt, st;
 		const uint32_t ex = block_excl_scan(tie, ws, &tt);
 		const bool in = taken(key, ct, ties_before + ex);

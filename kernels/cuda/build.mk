@@ -42,7 +42,7 @@ NVCCFLAGS  := -std=c++17 -O2 $(NVCC_GENCODE) -Ikernels -I. -Xcompiler -fPIC,-Wal
 # Static cudart and the programs that link it need these from libc.
 CUDART_STATIC := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread
 
-SKVCUDA_CU   := score select budget gather skv-cuda-compact
+SKVCUDA_CU   := score select budget gather skv-cuda-ctx skv-cuda-copy skv-cuda-compact
 SKVCUDA_CUO  := $(SKVCUDA_CU:%=$(BUILD)/kernels/cuda/%.cu.o)
 SKVCUDA_COBJ := $(BUILD)/kernels/cuda/skv-cuda-dev.o
 OBJS += $(SKVCUDA_COBJ)

@@ -134,15 +134,25 @@ template <typename T, int D_> struct q_frags<T, D_, true> {
 
 enum score_mode { PASS1 = 1, PASS2 = 2, FUSED = 3 };
 
+/* A row's running online-softmax statistics, held by TPR adjacent threads. */
+struct row_acc {
+	uint32_t my_r;	 /* the row this thread works on                    */
+	uint32_t sub;	 /* its share of the row's keys: kk = sub (mod TPR) */
+	uint32_t my_pos; /* the row's position: it sees keys <= my_pos      */
+	float run_m, run_s;
+	int bad; /* a logit was NaN or Inf */
+};
+
 /*
- * The work of one block on one piece of one item (layer-in-launch ll, K/V
- * head kvh, row tile rt):
+ * One block's work on one piece of one item (layer-in-launch ll, K/V head
+ * kvh, row tile rt), one stage per member function; the modes put them
+ * together (score_pass1, score_pass2, score_fused below):
  *   PASS1: key chunk `piece` (CHUNK keys): per row, the online-softmax (max,
  *          sum) of each SUBCHUNK, merged in order into the chunk's partial;
  *   PASS2: key chunk `piece`: merge the chunk partials, recompute the
  *          logits, sum the normalised probabilities into votes;
  *   FUSED: sub-chunk `piece` (SUBCHUNK keys): logits once, kept in shared
- *          memory; the sub-chunk's partial published (fused_publish); the
+ *          memory; the sub-chunk's partial published (publish); the
  *          item's row statistics awaited; votes from the kept logits.
  * p.layers[].q: [H_q, n_q, D], rows n_q - W_obs .. n_q - 1 are used
  * p.layers[].k: [H_kv, L, D]
@@ -150,55 +160,76 @@ enum score_mode { PASS1 = 1, PASS2 = 2, FUSED = 3 };
  * FUSED writes p.sub_partials, and p.partials / p.row_stats where it merges
  * PASS2 and FUSED write p.votes [N][H_q][L] (stores with one row tile, atomics otherwise)
  */
-template <typename T, int D_, bool TC, int MODE>
-__device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll, uint32_t kvh,
-					    uint32_t rt, uint32_t piece, unsigned char *smem)
-{
+template <typename T, int D_, bool TC, int MODE> struct score_piece {
 	using sh = tile_shape<TC>;
 	using E = typename std::conditional<TC, T, float>::type;
-	constexpr int RT = sh::RT, TK = sh::TK, NT = sh::THREADS, TPR = sh::TPR;
-	constexpr int SP = MODE == FUSED ? sh::FSP : sh::SP;
-	constexpr uint32_t KEYS = MODE == FUSED ? SUBCHUNK : CHUNK;
-	const sel_consts &c = p.c;
-	const uint32_t D = D_ ? (uint32_t)D_ : c.D;
-	const uint32_t L = c.L, G = c.G, W = c.w_obs;
-	const uint32_t layer = p.layer0 + ll;
-	const dlayer &ly = p.layers[ll];
-	const uint32_t r0 = rt * RT;
-	const uint32_t nr = min((uint32_t)RT, G * W - r0);
-	const uint32_t k0 = piece * KEYS;
-	const uint32_t k1 = min(L, k0 + KEYS);
-	const uint32_t tid = threadIdx.x;
-	const uint32_t qbase = L - W;	  /* position of row t = 0       */
-	const uint32_t qtok0 = c.n_q - W; /* its token index in q        */
-	const uint32_t g_lo = r0 / W, g_hi = (r0 + nr - 1) / W;
-	/* the last key any row of this tile may see */
-	const uint32_t tfirst = r0 % W, tlast = (r0 + nr - 1) % W;
-	const uint32_t maxpos = (nr >= W || tlast < tfirst) ? L - 1 : qbase + tlast;
-	const size_t item = ((size_t)layer * c.h_kv + kvh) * p.row_tiles + rt;
-	float2 *part = MODE == PASS1   ? p.partials + (item * p.chunks + piece) * RT
+	static constexpr int RT = sh::RT, TK = sh::TK, NT = sh::THREADS, TPR = sh::TPR;
+	static constexpr int SP = MODE == FUSED ? sh::FSP : sh::SP;
+	static constexpr uint32_t KEYS = MODE == FUSED ? SUBCHUNK : CHUNK;
+
+	const launch_params &p;
+	const sel_consts &c;
+	const dlayer &ly;
+	uint32_t D, L, G, W, layer, kvh, piece, r0, nr, k0, k1, tid;
+	uint32_t qbase; /* position of row t = 0 */
+	uint32_t qtok0; /* its token index in q  */
+	uint32_t g_lo, g_hi;
+	uint32_t maxpos; /* the last key any row of this tile may see */
+	size_t item;
+	float2 *part; /* PASS1: the chunk's partial; FUSED: the sub-chunk's */
+	int dp;	      /* row pitch of the Q and K tiles */
+	E *qs, *ks;
+	float *ss, *rowm, *rowis, *red;
+	uint32_t *misc;
+
+	__device__ __forceinline__ score_piece(const launch_params &p_, uint32_t ll, uint32_t kvh_,
+					       uint32_t rt, uint32_t piece_, unsigned char *smem)
+	    : p(p_), c(p_.c), ly(p_.layers[ll])
+	{
+		D = D_ ? (uint32_t)D_ : c.D;
+		L = c.L;
+		G = c.G;
+		W = c.w_obs;
+		layer = p.layer0 + ll;
+		kvh = kvh_;
+		piece = piece_;
+		r0 = rt * RT;
+		nr = min((uint32_t)RT, G * W - r0);
+		k0 = piece * KEYS;
+		k1 = min(L, k0 + KEYS);
+		tid = threadIdx.x;
+		qbase = L - W;
+		qtok0 = c.n_q - W;
+		g_lo = r0 / W;
+		g_hi = (r0 + nr - 1) / W;
+		const uint32_t tfirst = r0 % W, tlast = (r0 + nr - 1) % W;
+		maxpos = (nr >= W || tlast < tfirst) ? L - 1 : qbase + tlast;
+		item = ((size_t)layer * c.h_kv + kvh) * p.row_tiles + rt;
+		part = MODE == PASS1   ? p.partials + (item * p.chunks + piece) * RT
 		       : MODE == FUSED ? p.sub_partials + (item * p.nsub + piece) * RT
 				       : nullptr;
+		const smem_layout lay = score_smem<T, TC>(D, MODE == FUSED);
+		dp = lay.dp;
+		qs = (E *)(smem + lay.q);
+		ks = (E *)(smem + lay.k);
+		ss = (float *)(smem + lay.s);
+		rowm = (float *)(smem + lay.rows);
+		rowis = rowm + RT;
+		red = (float *)(smem + lay.red);
+		misc = (uint32_t *)(smem + lay.misc);
+	}
 
-	const smem_layout lay = score_smem<T, TC>(D, MODE == FUSED);
-	const int dp = lay.dp;
-	E *qs = (E *)(smem + lay.q);
-	E *ks = (E *)(smem + lay.k);
-	float *ss = (float *)(smem + lay.s);
-	float *rowm = (float *)(smem + lay.rows);
-	float *rowis = rowm + RT;
-	float *red = (float *)(smem + lay.red);
-	uint32_t *misc = (uint32_t *)(smem + lay.misc);
-
-	auto zero_votes = [&](uint32_t from, uint32_t to) {
+	__device__ __forceinline__ void zero_votes(uint32_t from, uint32_t to) const
+	{
 		uint32_t n = to > from ? to - from : 0;
 		for (uint32_t idx = tid; idx < (g_hi - g_lo + 1) * n; idx += NT) {
 			uint32_t g = g_lo + idx / n, j = from + idx % n;
 			p.votes[((size_t)layer * c.h_q + kvh * G + g) * L + j] = 0.f;
 		}
-	};
+	}
 
-	auto add_vote = [&](uint32_t g, uint32_t j, float sum) {
+	__device__ __forceinline__ void add_vote(uint32_t g, uint32_t j, float sum) const
+	{
 		if (j >= k1)
 			return;
 		float *vp = p.votes + ((size_t)layer * c.h_q + kvh * G + g) * L + j;
@@ -206,89 +237,43 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 			*vp = sum;
 		else
 			atomicAdd(vp, sum);
-	};
-
-	/*
-	 * FUSED: publish this sub-chunk's partial (written by the caller); the
-	 * last sub-chunk of a chunk to arrive merges the chunk's partials in
-	 * order, the last chunk merges the chunks in order into the item's row
-	 * statistics and raises the item's flag. Nobody waits here.
-	 */
-	auto fused_publish = [&]() {
-		uint32_t *isync = p.sync + p.n_launches + item * sync_words(p.chunks);
-		const uint32_t ch = piece / SUBS_PER_CHUNK;
-		const uint32_t s0 = ch * SUBS_PER_CHUNK,
-			       ns = min((uint32_t)SUBS_PER_CHUNK, p.nsub - s0);
-		__syncthreads();
-		if (tid == 0) {
-			__threadfence();
-			misc[1] = atomicAdd(&isync[2 + ch], 1u) == ns - 1;
-		}
-		__syncthreads();
-		if (!misc[1])
-			return;
-		__threadfence();
-		for (uint32_t r = tid; r < nr; r += NT) {
-			float m = -INFINITY, s = 0.f;
-			for (uint32_t i = 0; i < ns; i++)
-				merge_part(
-				    m, s,
-				    __ldcg(&p.sub_partials[(item * p.nsub + s0 + i) * RT + r]));
-			p.partials[(item * p.chunks + ch) * RT + r] = make_float2(m, s);
-		}
-		__syncthreads();
-		if (tid == 0) {
-			__threadfence();
-			misc[2] = atomicAdd(&isync[1], 1u) == p.chunks - 1;
-		}
-		__syncthreads();
-		if (!misc[2])
-			return;
-		__threadfence();
-		for (uint32_t r = tid; r < nr; r += NT) {
-			float m = -INFINITY, s = 0.f;
-			for (uint32_t ch2 = 0; ch2 < p.chunks; ch2++)
-				merge_part(m, s,
-					   __ldcg(&p.partials[(item * p.chunks + ch2) * RT + r]));
-			p.row_stats[item * RT + r] = make_float2(m, s);
-		}
-		__syncthreads();
-		if (tid == 0) {
-			__threadfence();
-			atomicExch(&isync[0], 1u);
-		}
-	};
-
-	if (k0 > maxpos) { /* no row sees any key of this piece */
-		if (MODE != PASS2) {
-			for (uint32_t r = tid; r < nr; r += NT)
-				part[r] = make_float2(-INFINITY, 0.f);
-		}
-		if (MODE != PASS1 && p.row_tiles == 1)
-			zero_votes(k0, k1);
-		if (MODE == FUSED)
-			fused_publish();
-		return;
 	}
 
-	/* Q rows of the tile; rows past nr are zero */
-	const T *qd = (const T *)ly.q.data;
-	for (uint32_t idx = tid; idx < RT * D; idx += NT) {
-		uint32_t r = idx / D, d = idx % D;
-		E val = E(0.f);
-		if (r < nr) {
-			uint32_t g = (r0 + r) / W, t = (r0 + r) % W;
-			T x = qd[dten_off(ly.q, kvh * G + g, qtok0 + t) + d];
-			if constexpr (TC)
-				val = x;
-			else
-				val = to_f32<T>(x);
-		}
-		qs[r * dp + d] = val;
+	/* No row sees any key of this piece (it lies past the tile's last row). */
+	__device__ __forceinline__ bool unseen() const
+	{
+		return k0 > maxpos;
 	}
 
-	if (MODE == PASS2) {
-		/* merge the chunk partials of pass 1 into each row's max and 1/sum */
+	/* An unseen piece's statistics: no key, sum 0. */
+	__device__ __forceinline__ void empty_partial() const
+	{
+		for (uint32_t r = tid; r < nr; r += NT)
+			part[r] = make_float2(-INFINITY, 0.f);
+	}
+
+	/* Q rows of the tile into shared memory; rows past nr are zero */
+	__device__ __forceinline__ void load_q() const
+	{
+		const T *qd = (const T *)ly.q.data;
+		for (uint32_t idx = tid; idx < RT * D; idx += NT) {
+			uint32_t r = idx / D, d = idx % D;
+			E val = E(0.f);
+			if (r < nr) {
+				uint32_t g = (r0 + r) / W, t = (r0 + r) % W;
+				T x = qd[dten_off(ly.q, kvh * G + g, qtok0 + t) + d];
+				if constexpr (TC)
+					val = x;
+				else
+					val = to_f32<T>(x);
+			}
+			qs[r * dp + d] = val;
+		}
+	}
+
+	/* PASS2: the chunk partials of pass 1 merged into each row's max and 1/sum */
+	__device__ __forceinline__ void merge_partials() const
+	{
 		const float2 *rp = p.partials + item * p.chunks * RT;
 		for (uint32_t r = tid; r < RT; r += NT) {
 			float m = -INFINITY, s = 0.f;
@@ -300,18 +285,30 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 		}
 	}
 
-	/* tensor-core warp tile: rows wr0 .., keys wk0 .. of the block's tile */
-	const int wr0 = (int)(tid / 32) / warp_tile<D_>::KG * 16 * warp_tile<D_>::MR;
-	const int wk0 = (int)(tid / 32) % warp_tile<D_>::KG * 16 * warp_tile<D_>::NK;
-	q_frags<E, D_, TC> qf;
-	if constexpr (TC) {
-		__syncthreads(); /* Q tile complete */
-		if (wr0 < (int)nr)
-			qf.load(qs, dp, wr0);
+	/* tensor-core warp tile: rows wr0() .., keys wk0() .. of the block's tile */
+	__device__ __forceinline__ int wr0() const
+	{
+		return (int)(tid / 32) / warp_tile<D_>::KG * 16 * warp_tile<D_>::MR;
+	}
+	__device__ __forceinline__ int wk0() const
+	{
+		return (int)(tid / 32) % warp_tile<D_>::KG * 16 * warp_tile<D_>::NK;
 	}
 
-	const T *kd = (const T *)ly.k.data;
-	auto load_k = [&](uint32_t j0, int buf) {
+	/* The warp's Q fragments, once the Q tile is complete (tensor cores only). */
+	__device__ __forceinline__ void load_q_frags(q_frags<E, D_, TC> &qf) const
+	{
+		if constexpr (TC) {
+			__syncthreads(); /* Q tile complete */
+			if (wr0() < (int)nr)
+				qf.load(qs, dp, wr0());
+		}
+	}
+
+	/* K rows j0 .. j0 + TK - 1 into K buffer buf (async with tensor cores); zero past k1 */
+	__device__ __forceinline__ void load_k(uint32_t j0, int buf) const
+	{
+		const T *kd = (const T *)ly.k.data;
 		E *dst = ks + (size_t)buf * TK * dp;
 		if constexpr (TC) {
 			if (p.vec16) {
@@ -346,61 +343,191 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 		}
 		if constexpr (TC)
 			__pipeline_commit();
-	};
-
-	/* row statistics: thread owns row tid / TPR, keys kk = sub (mod TPR) */
-	const uint32_t my_r = tid / TPR, sub = tid % TPR;
-	const uint32_t my_pos = qbase + (r0 + my_r) % W;
-	float run_m = -INFINITY, run_s = 0.f; /* this thread, this sub-chunk */
-	/* PASS1: the chunk so far, per row, in the (otherwise unused) row arrays */
-	if (MODE == PASS1 && sub == 0) {
-		rowm[my_r] = -INFINITY;
-		rowis[my_r] = 0.f;
 	}
-	int bad = 0;
 
-	/* one read per logit: rescale the running sum when the max moves */
-	auto stats_tile = [&](const float *st, uint32_t j0) {
-		if (my_r >= nr)
+	/* Logits (unscaled dot products) of a tile, tensor cores: st[r][kk] */
+	__device__ __forceinline__ void logits_mma(const q_frags<E, D_, TC> &qf, const E *kb,
+						   float *st) const
+	{
+		using namespace nvcuda;
+		constexpr int MR = warp_tile<D_>::MR, NK = warp_tile<D_>::NK;
+		const int r = wr0(), k = wk0();
+		if (r >= (int)nr)
 			return;
-		for (uint32_t kk = sub; kk < TK; kk += TPR) {
-			uint32_t j = j0 + kk;
-			if (j >= k1 || j > my_pos)
-				continue;
-			float z = st[my_r * SP + kk] * c.scale_log2;
-			if (!isfinite(z)) {
-				bad = 1;
-			} else if (z > run_m) {
-				run_s = run_s * exp2f(run_m - z) + 1.f;
-				run_m = z;
-			} else {
-				run_s += exp2f(z - run_m);
+		wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MR][NK];
+#pragma unroll
+		for (int m = 0; m < MR; m++)
+#pragma unroll
+			for (int n = 0; n < NK; n++)
+				wmma::fill_fragment(acc[m][n], 0.f);
+#pragma unroll
+		for (int i = 0; i < D_ / 16; i++) {
+#pragma unroll
+			for (int n = 0; n < NK; n++) {
+				wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+				wmma::load_matrix_sync(b, kb + (k + n * 16) * dp + i * 16, dp);
+#pragma unroll
+				for (int m = 0; m < MR; m++)
+					wmma::mma_sync(acc[m][n], qf.a[m][i], b, acc[m][n]);
 			}
 		}
-	};
+#pragma unroll
+		for (int m = 0; m < MR; m++)
+#pragma unroll
+			for (int n = 0; n < NK; n++)
+				wmma::store_matrix_sync(st + (r + 16 * m) * SP + k + n * 16,
+							acc[m][n], SP, wmma::mem_row_major);
+	}
+
+	/* Logits of a tile, fp32 FMAs: st[r][kk] */
+	__device__ __forceinline__ void logits_fma(const E *kb, float *st) const
+	{
+		constexpr int RPT = RT / (NT / TK); /* rows per thread */
+		const int kk = tid % TK, rg = tid / TK;
+		float acc[RPT];
+#pragma unroll
+		for (int i = 0; i < RPT; i++)
+			acc[i] = 0.f;
+		for (uint32_t d = 0; d < D; d++) {
+			float kv = kb[kk * dp + d];
+#pragma unroll
+			for (int i = 0; i < RPT; i++)
+				acc[i] = fmaf(qs[(rg + i * (NT / TK)) * dp + d], kv, acc[i]);
+		}
+#pragma unroll
+		for (int i = 0; i < RPT; i++)
+			st[(rg + i * (NT / TK)) * SP + kk] = acc[i];
+	}
+
+	/*
+	 * The piece's key tiles up to the last key a row sees: K loaded (double
+	 * buffered with tensor cores), logits into shared memory (FUSED keeps
+	 * every tile of its sub-chunk), then consume(st, j0, it, ntile) between
+	 * barriers. Returns the number of tiles.
+	 */
+	template <typename F>
+	__device__ __forceinline__ int key_tiles(const q_frags<E, D_, TC> &qf, F &&consume) const
+	{
+		const uint32_t kend = min(k1, maxpos + 1);
+		const int ntile = (int)((kend - k0 + TK - 1) / TK);
+		if constexpr (TC)
+			load_k(k0, 0);
+		for (int it = 0; it < ntile; it++) {
+			const uint32_t j0 = k0 + it * TK;
+			int buf = 0;
+			if constexpr (TC) {
+				buf = it & 1;
+				if (it + 1 < ntile)
+					load_k(j0 + TK, buf ^ 1);
+				else
+					__pipeline_commit();
+				__pipeline_wait_prior(1);
+			} else {
+				load_k(j0, 0);
+			}
+			__syncthreads();
+			float *st = ss + (MODE == FUSED ? it * TK : 0);
+			const E *kb = ks + (size_t)buf * TK * dp;
+			if constexpr (TC)
+				logits_mma(qf, kb, st);
+			else
+				logits_fma(kb, st);
+			__syncthreads();
+			consume(st, j0, it, ntile);
+			__syncthreads();
+		}
+		return ntile;
+	}
+
+	/* row statistics: thread owns row tid / TPR, keys kk = sub (mod TPR) */
+	__device__ __forceinline__ row_acc rows_begin() const
+	{
+		row_acc a;
+		a.my_r = tid / TPR;
+		a.sub = tid % TPR;
+		a.my_pos = qbase + (r0 + a.my_r) % W;
+		a.run_m = -INFINITY; /* this thread, this sub-chunk */
+		a.run_s = 0.f;
+		a.bad = 0;
+		/* PASS1: the chunk so far, per row, in the (otherwise unused) row arrays */
+		if (MODE == PASS1 && a.sub == 0) {
+			rowm[a.my_r] = -INFINITY;
+			rowis[a.my_r] = 0.f;
+		}
+		return a;
+	}
+
+	/* one read per logit: rescale the running sum when the max moves */
+	__device__ __forceinline__ void stats_tile(row_acc &a, const float *st, uint32_t j0) const
+	{
+		if (a.my_r >= nr)
+			return;
+		for (uint32_t kk = a.sub; kk < TK; kk += TPR) {
+			uint32_t j = j0 + kk;
+			if (j >= k1 || j > a.my_pos)
+				continue;
+			float z = st[a.my_r * SP + kk] * c.scale_log2;
+			if (!isfinite(z)) {
+				a.bad = 1;
+			} else if (z > a.run_m) {
+				a.run_s = a.run_s * exp2f(a.run_m - z) + 1.f;
+				a.run_m = z;
+			} else {
+				a.run_s += exp2f(z - a.run_m);
+			}
+		}
+	}
 
 	/* end of a sub-chunk: merge the TPR threads of a row (adjacent lanes) */
-	auto flush_sub = [&]() {
+	__device__ __forceinline__ void flush_sub(row_acc &a) const
+	{
 #pragma unroll
 		for (int off = 1; off < TPR; off <<= 1) {
-			float om = __shfl_xor_sync(0xffffffffu, run_m, off);
-			float os = __shfl_xor_sync(0xffffffffu, run_s, off);
-			bad |= __shfl_xor_sync(0xffffffffu, bad, off);
-			float nm = fmaxf(run_m, om);
-			float a = run_m == -INFINITY ? 0.f : run_s * exp2f(run_m - nm);
-			float b = om == -INFINITY ? 0.f : os * exp2f(om - nm);
-			run_m = nm;
-			run_s = a + b;
+			float om = __shfl_xor_sync(0xffffffffu, a.run_m, off);
+			float os = __shfl_xor_sync(0xffffffffu, a.run_s, off);
+			a.bad |= __shfl_xor_sync(0xffffffffu, a.bad, off);
+			float nm = fmaxf(a.run_m, om);
+			float x = a.run_m == -INFINITY ? 0.f : a.run_s * exp2f(a.run_m - nm);
+			float y = om == -INFINITY ? 0.f : os * exp2f(om - nm);
+			a.run_m = nm;
+			a.run_s = x + y;
 		}
-		if (sub == 0 && my_r < nr) {
+		if (a.sub == 0 && a.my_r < nr) {
 			if (MODE == PASS1)
-				merge_part(rowm[my_r], rowis[my_r], make_float2(run_m, run_s));
+				merge_part(rowm[a.my_r], rowis[a.my_r],
+					   make_float2(a.run_m, a.run_s));
 			else
-				part[my_r] = make_float2(run_m, run_s);
+				part[a.my_r] = make_float2(a.run_m, a.run_s);
 		}
-		run_m = -INFINITY;
-		run_s = 0.f;
-	};
+		a.run_m = -INFINITY;
+		a.run_s = 0.f;
+	}
+
+	/* A tile's statistics, flushed at the end of each sub-chunk. */
+	__device__ __forceinline__ void stats_step(row_acc &a, const float *st, uint32_t j0, int it,
+						   int ntile) const
+	{
+		stats_tile(a, st, j0);
+		if ((it + 1) % sh::SUBT == 0 || it + 1 == ntile)
+			flush_sub(a);
+	}
+
+	/* PASS1: the chunk's merged statistics of this thread's row as its partial. */
+	__device__ __forceinline__ void store_chunk_partial(const row_acc &a) const
+	{
+		if (a.sub == 0 && a.my_r < nr)
+			part[a.my_r] = make_float2(rowm[a.my_r], rowis[a.my_r]);
+	}
+
+	/* A NaN or Inf logit of this thread's row fails the request (-EDOM) naming it. */
+	__device__ __forceinline__ void report_bad(const row_acc &a) const
+	{
+		if (a.bad && a.sub == 0 && a.my_r < nr) {
+			uint32_t g = (r0 + a.my_r) / W;
+			set_status(p.status, STATUS_NONFINITE, (int32_t)layer,
+				   (int32_t)(kvh * G + g));
+		}
+	}
 
 	/*
 	 * Column sums of a[t][j] = exp(z - max) / sum straight from the logits,
@@ -408,7 +535,8 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 	 * fewer items than threads (one head, or h2o's long rows) S threads share
 	 * an item's rows and add up in `red`.
 	 */
-	auto votes_tile = [&](const float *st, uint32_t j0) {
+	__device__ __forceinline__ void votes_tile(const float *st, uint32_t j0) const
+	{
 		const uint32_t items = (g_hi - g_lo + 1) * TK;
 		const uint32_t S = items >= NT ? 1 : min(NT / items, 8u);
 		for (uint32_t idx = tid; idx < items * S; idx += NT) {
@@ -437,105 +565,77 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 				add_vote(g_lo + it2 / TK, j0 + it2 % TK, sum);
 			}
 		}
-	};
-
-	const uint32_t kend = min(k1, maxpos + 1);
-	const int ntile = (int)((kend - k0 + TK - 1) / TK);
-	if constexpr (TC)
-		load_k(k0, 0);
-	for (int it = 0; it < ntile; it++) {
-		const uint32_t j0 = k0 + it * TK;
-		int buf = 0;
-		if constexpr (TC) {
-			buf = it & 1;
-			if (it + 1 < ntile)
-				load_k(j0 + TK, buf ^ 1);
-			else
-				__pipeline_commit();
-			__pipeline_wait_prior(1);
-		} else {
-			load_k(j0, 0);
-		}
-		__syncthreads();
-
-		/* logits (unscaled dot products) of the tile: st[r][kk] */
-		float *st = ss + (MODE == FUSED ? it * TK : 0);
-		const E *kb = ks + (size_t)buf * TK * dp;
-		if constexpr (TC) {
-			using namespace nvcuda;
-			constexpr int MR = warp_tile<D_>::MR, NK = warp_tile<D_>::NK;
-			if (wr0 < (int)nr) {
-				wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MR][NK];
-#pragma unroll
-				for (int m = 0; m < MR; m++)
-#pragma unroll
-					for (int n = 0; n < NK; n++)
-						wmma::fill_fragment(acc[m][n], 0.f);
-#pragma unroll
-				for (int i = 0; i < D_ / 16; i++) {
-#pragma unroll
-					for (int n = 0; n < NK; n++) {
-						wmma::fragment<wmma::matrix_b, 16, 16, 16, T,
-							       wmma::col_major>
-						    b;
-						wmma::load_matrix_sync(
-						    b, kb + (wk0 + n * 16) * dp + i * 16, dp);
-#pragma unroll
-						for (int m = 0; m < MR; m++)
-							wmma::mma_sync(acc[m][n], qf.a[m][i], b,
-								       acc[m][n]);
-					}
-				}
-#pragma unroll
-				for (int m = 0; m < MR; m++)
-#pragma unroll
-					for (int n = 0; n < NK; n++)
-						wmma::store_matrix_sync(
-						    st + (wr0 + 16 * m) * SP + wk0 + n * 16,
-						    acc[m][n], SP, wmma::mem_row_major);
-			}
-		} else {
-			constexpr int RPT = RT / (NT / TK); /* rows per thread */
-			const int kk = tid % TK, rg = tid / TK;
-			float acc[RPT];
-#pragma unroll
-			for (int i = 0; i < RPT; i++)
-				acc[i] = 0.f;
-			for (uint32_t d = 0; d < D; d++) {
-				float kv = kb[kk * dp + d];
-#pragma unroll
-				for (int i = 0; i < RPT; i++)
-					acc[i] =
-					    fmaf(qs[(rg + i * (NT / TK)) * dp + d], kv, acc[i]);
-			}
-#pragma unroll
-			for (int i = 0; i < RPT; i++)
-				st[(rg + i * (NT / TK)) * SP + kk] = acc[i];
-		}
-		__syncthreads();
-
-		if (MODE == PASS2) {
-			votes_tile(st, j0);
-		} else {
-			stats_tile(st, j0);
-			if ((it + 1) % sh::SUBT == 0 || it + 1 == ntile)
-				flush_sub();
-		}
-		__syncthreads();
 	}
 
-	if (MODE != PASS2) {
-		if (MODE == PASS1 && sub == 0 && my_r < nr)
-			part[my_r] = make_float2(rowm[my_r], rowis[my_r]);
-		if (bad && sub == 0 && my_r < nr) {
-			uint32_t g = (r0 + my_r) / W;
-			set_status(p.status, STATUS_NONFINITE, (int32_t)layer,
-				   (int32_t)(kvh * G + g));
+	/* One row tile per K/V head: votes are stores, so the keys no row saw get 0. */
+	__device__ __forceinline__ void zero_unseen_votes(int ntile) const
+	{
+		if (p.row_tiles == 1)
+			zero_votes(k0 + (uint32_t)ntile * TK, k1);
+	}
+
+	/*
+	 * FUSED: publish this sub-chunk's partial (written before); the last
+	 * sub-chunk of a chunk to arrive merges the chunk's partials in order,
+	 * the last chunk merges the chunks in order into the item's row
+	 * statistics and raises the item's flag. Nobody waits here.
+	 */
+	__device__ __forceinline__ void publish() const
+	{
+		uint32_t *isync = p.sync + p.n_launches + item * sync_words(p.chunks);
+		const uint32_t ch = piece / SUBS_PER_CHUNK;
+		const uint32_t s0 = ch * SUBS_PER_CHUNK,
+			       ns = min((uint32_t)SUBS_PER_CHUNK, p.nsub - s0);
+		__syncthreads();
+		if (tid == 0) {
+			__threadfence();
+			misc[1] = atomicAdd(&isync[2 + ch], 1u) == ns - 1;
+		}
+		__syncthreads();
+		if (!misc[1])
+			return;
+		__threadfence();
+		for (uint32_t r = tid; r < nr; r += NT) {
+			float m = -INFINITY, s = 0.f;
+			for (uint32_t i = 0; i < ns; i++)
+				merge_part(
+				    m, s,
+				    __ldcg(&p.sub_partials[(item * p.nsub + s0 + i) * RT + r]));
+			p.partials[(item * p.chunks + ch) * RT + r] = make_float2(m, s);
+		}
+		__syncthreads();
+		if (tid == 0) {
+			__threadfence();
+			misc[2] = atomicAdd(&isync[1], 1u) == p.chunks - 1;
+		}
+		__syncthreads();
+		if (!misc[2])
+			return;
+		__threadfence();
+		merge_chunks(isync);
+	}
+
+	/* FUSED, the item's last chunk: its row statistics, then the item's flag. */
+	__device__ __forceinline__ void merge_chunks(uint32_t *isync) const
+	{
+		for (uint32_t r = tid; r < nr; r += NT) {
+			float m = -INFINITY, s = 0.f;
+			for (uint32_t ch2 = 0; ch2 < p.chunks; ch2++)
+				merge_part(m, s,
+					   __ldcg(&p.partials[(item * p.chunks + ch2) * RT + r]));
+			p.row_stats[item * RT + r] = make_float2(m, s);
+		}
+		__syncthreads();
+		if (tid == 0) {
+			__threadfence();
+			atomicExch(&isync[0], 1u);
 		}
 	}
-	if (MODE == FUSED) {
-		fused_publish();
-		/* wait for the item's row statistics: every block of the item has published */
+
+	/* FUSED: wait for the item's row statistics (every block of the item has
+	 * published), then each row's max and 1/sum into shared memory. */
+	__device__ __forceinline__ void await_row_stats() const
+	{
 		uint32_t *ready = p.sync + p.n_launches + item * sync_words(p.chunks);
 		if (tid == 0) {
 			unsigned ns = 32;
@@ -560,13 +660,80 @@ __device__ __forceinline__ void score_block(const launch_params &p, uint32_t ll,
 			rowis[r] = ms.y > 0.f ? 1.f / ms.y : 0.f;
 		}
 		__syncthreads();
-		for (int it = 0; it < ntile; it++) {
-			votes_tile(ss + it * TK, k0 + it * TK);
-			__syncthreads();
-		}
 	}
-	if (MODE != PASS1 && p.row_tiles == 1)
-		zero_votes(k0 + (uint32_t)ntile * TK, k1);
+};
+
+/* Pass 1 on key chunk `chunk`: each row's (max, sum) partial of the chunk. */
+template <typename T, int D_, bool TC>
+__device__ __forceinline__ void score_pass1(const launch_params &p, uint32_t ll, uint32_t kvh,
+					    uint32_t rt, uint32_t chunk, unsigned char *smem)
+{
+	using piece = score_piece<T, D_, TC, PASS1>;
+	const piece b(p, ll, kvh, rt, chunk, smem);
+	if (b.unseen()) {
+		b.empty_partial();
+		return;
+	}
+	b.load_q();
+	q_frags<typename piece::E, D_, TC> qf;
+	b.load_q_frags(qf);
+	row_acc a = b.rows_begin();
+	b.key_tiles(qf, [&](const float *st, uint32_t j0, int it, int n) {
+		b.stats_step(a, st, j0, it, n);
+	});
+	b.store_chunk_partial(a);
+	b.report_bad(a);
+}
+
+/* Pass 2 on key chunk `chunk`: the chunk's votes from the merged row statistics. */
+template <typename T, int D_, bool TC>
+__device__ __forceinline__ void score_pass2(const launch_params &p, uint32_t ll, uint32_t kvh,
+					    uint32_t rt, uint32_t chunk, unsigned char *smem)
+{
+	using piece = score_piece<T, D_, TC, PASS2>;
+	const piece b(p, ll, kvh, rt, chunk, smem);
+	if (b.unseen()) {
+		b.zero_unseen_votes(0);
+		return;
+	}
+	b.load_q();
+	b.merge_partials();
+	q_frags<typename piece::E, D_, TC> qf;
+	b.load_q_frags(qf);
+	const int ntile =
+	    b.key_tiles(qf, [&](const float *st, uint32_t j0, int, int) { b.votes_tile(st, j0); });
+	b.zero_unseen_votes(ntile);
+}
+
+/* Fused, sub-chunk `sub`: logits once, the partial published, the item's row
+ * statistics awaited, then the votes from the kept logits. */
+template <typename T, int D_, bool TC>
+__device__ __forceinline__ void score_fused(const launch_params &p, uint32_t ll, uint32_t kvh,
+					    uint32_t rt, uint32_t sub, unsigned char *smem)
+{
+	using piece = score_piece<T, D_, TC, FUSED>;
+	const piece b(p, ll, kvh, rt, sub, smem);
+	if (b.unseen()) {
+		b.empty_partial();
+		b.zero_unseen_votes(0);
+		b.publish();
+		return;
+	}
+	b.load_q();
+	q_frags<typename piece::E, D_, TC> qf;
+	b.load_q_frags(qf);
+	row_acc a = b.rows_begin();
+	const int ntile = b.key_tiles(qf, [&](const float *st, uint32_t j0, int it, int n) {
+		b.stats_step(a, st, j0, it, n);
+	});
+	b.report_bad(a);
+	b.publish();
+	b.await_row_stats();
+	for (int it = 0; it < ntile; it++) {
+		b.votes_tile(b.ss + it * piece::TK, b.k0 + it * piece::TK);
+		__syncthreads();
+	}
+	b.zero_unseen_votes(ntile);
 }
 
 /*
@@ -580,8 +747,11 @@ __global__ void __launch_bounds__(256, D_ == 256 ? 1 : 2)
     score_kernel(const __grid_constant__ launch_params p)
 {
 	SKV_DYNAMIC_SMEM(smem);
-	score_block<T, D_, TC, PASS>(p, blockIdx.z / p.c.h_kv, blockIdx.z % p.c.h_kv, blockIdx.y,
-				     blockIdx.x, smem);
+	const uint32_t ll = blockIdx.z / p.c.h_kv, kvh = blockIdx.z % p.c.h_kv;
+	if constexpr (PASS == PASS1)
+		score_pass1<T, D_, TC>(p, ll, kvh, blockIdx.y, blockIdx.x, smem);
+	else
+		score_pass2<T, D_, TC>(p, ll, kvh, blockIdx.y, blockIdx.x, smem);
 }
 
 /*
@@ -631,8 +801,7 @@ __global__ void __launch_bounds__(256, 1)
 		uint32_t rest = t / p.nsub;
 		const uint32_t rt = rest % p.row_tiles;
 		rest /= p.row_tiles;
-		score_block<T, D_, TC, FUSED>(p, rest / p.c.h_kv, rest % p.c.h_kv, rt, t % p.nsub,
-					      smem);
+		score_fused<T, D_, TC>(p, rest / p.c.h_kv, rest % p.c.h_kv, rt, t % p.nsub, smem);
 	}
 }
 

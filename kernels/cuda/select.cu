@@ -6,9 +6,10 @@
  * Per stored head: forced positions (sinks, protected ranges, the last W_keep)
  * are always kept; the remaining kept - forced slots go to the prefix
  * candidates with the highest pooled vote, ties to the smaller position.
- * The cut is found by an exact 4 x 8-bit MSD radix select over order-
- * preserving 32-bit keys of the scores; candidates equal to the threshold are
- * then taken in position order, so the result is the unique SPEC.md set. The
+ * The cut is found by the exact 4 x 8-bit MSD radix select over order-
+ * preserving 32-bit keys of the scores that budget.cu uses too (radix_cut,
+ * skv-cuda-select.cuh); candidates equal to the threshold are then taken in
+ * position order, so the result is the unique SPEC.md set. The
  * kept positions are emitted ascending through block-wide prefix sums, and
  * the retained mass (sum of the kept positions' votes / W_obs) comes along.
  * Policies without scoring (streamingllm, window) force only sinks and
@@ -36,10 +37,8 @@ __global__ void __launch_bounds__(SEL_THREADS)
 	const dlayer &ly = p.layers[ll];
 	const uint32_t L = c.L, tid = threadIdx.x;
 	int32_t *pos_out = ly.positions + (size_t)h * ly.pos_stride;
-	__shared__ uint32_t hist[256];
 	__shared__ uint32_t ws[32];
 	__shared__ double wsd[32];
-	__shared__ uint32_t sh_prefix, sh_need;
 
 	if (c.bypass) {
 		for (uint32_t j = tid; j < L; j += SEL_THREADS)
@@ -71,62 +70,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
 	n_cand = block_sum(n_cand, ws);
 	const uint32_t fill = c.kept > n_forced ? min(c.kept - n_forced, n_cand) : 0;
 
-	/* threshold key thr: take key > thr, then the first `need` keys == thr */
-	uint32_t thr = 0xffffffffu, need = 0;
-	if (fill == n_cand) {
-		thr = 0;
-	} else if (fill > 0) {
-		uint32_t prefix = 0, mask = 0;
-		need = fill;
-		for (int shift = 24; shift >= 0; shift -= 8) {
-			for (uint32_t i = tid; i < 256; i += SEL_THREADS)
-				hist[i] = 0;
-			__syncthreads();
-			for (uint32_t base = 0; base < L; base += SEL_THREADS) {
-				const uint32_t j = base + tid;
-				const uint32_t key = j < L ? keys[j] : 0;
-				const bool in = key && (key & mask) == prefix;
-				/*
-				 * Scores crowd into few bins in the first passes: one
-				 * atomic per distinct bin of the warp, not per lane.
-				 */
-				const uint32_t bin = in ? (key >> shift) & 255 : 256;
-				const uint32_t peers = __match_any_sync(0xffffffffu, bin);
-				if (in && (tid & 31) == (uint32_t)(__ffs(peers) - 1))
-					atomicAdd(&hist[bin], (uint32_t)__popc(peers));
-			}
-			__syncthreads();
-			if (tid < 32) {
-				/* lane l holds bins 255 - 8l .. 248 - 8l, scanned from the top */
-				uint32_t sum = 0;
-				for (int b = 0; b < 8; b++)
-					sum += hist[255 - 8 * tid - b];
-				uint32_t incl = sum;
-				for (int o = 1; o < 32; o <<= 1) {
-					uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-					if (tid >= (uint32_t)o)
-						incl += y;
-				}
-				uint32_t acc = incl - sum;
-				if (acc < need && incl >= need) {
-					for (int b = 0; b < 8; b++) {
-						uint32_t bin = 255 - 8 * tid - b;
-						if (acc + hist[bin] >= need) {
-							sh_prefix = prefix | (bin << shift);
-							sh_need = need - acc;
-							break;
-						}
-						acc += hist[bin];
-					}
-				}
-			}
-			__syncthreads();
-			prefix = sh_prefix;
-			need = sh_need;
-			mask |= 255u << shift;
-		}
-		thr = prefix;
-	}
+	const cut ct = radix_cut(keys, L, fill, n_cand);
 
 	/* emit ascending: forced, above the threshold, or among the first `need` ties */
 	uint32_t ties_before = 0, kept_before = 0;
@@ -136,11 +80,10 @@ __global__ void __launch_bounds__(SEL_THREADS)
 		const bool in = j < L;
 		const uint32_t key = in ? keys[j] : 0;
 		const bool forced = in && is_forced(c, j);
-		const uint32_t tie = (key != 0 && key == thr && need > 0) ? 1 : 0;
+		const uint32_t tie = at_cut(key, ct) ? 1 : 0;
 		uint32_t tie_total, kept_total;
 		const uint32_t tie_ex = block_excl_scan(tie, ws, &tie_total);
-		const bool keep =
-		    forced || (key != 0 && key > thr) || (tie && ties_before + tie_ex < need);
+		const bool keep = forced || taken(key, ct, ties_before + tie_ex);
 		const uint32_t slot = kept_before + block_excl_scan(keep ? 1 : 0, ws, &kept_total);
 		if (keep) {
 			if (slot < c.kept)

@@ -202,13 +202,6 @@ __host__ __device__ constexpr uint32_t sync_words(uint32_t chunks)
 	return 2 + chunks;
 }
 
-/* Scratch layout sizes, shared by host and device code. */
-struct scratch_sizes {
-	uint64_t votes;
-	uint64_t partials;
-	uint64_t keys;
-};
-
 template <typename T> __device__ __forceinline__ float to_f32(T x);
 template <> __device__ __forceinline__ float to_f32<float>(float x)
 {

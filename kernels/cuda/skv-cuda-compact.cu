@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * skv-cuda-compact.cu - the host side of a GPU compaction: validation (the
- * same skv_plan() as the host backend, so both reject the same inputs),
- * scratch from the stream-ordered allocator, and the launches. Nothing here
- * waits for the GPU: a compaction is a sequence of launches on the context's
- * stream, and its status word comes back with an async copy that
- * skv_cuda_ctx_sync()/query() read.
+ * skv-cuda-compact.cu - the host side of a GPU compaction, in stages:
+ * validation (the same skv_plan() as the host backend, so both reject the
+ * same inputs), the call's constants (call_constants), its scratch plan
+ * (plan_scratch: every region's size and offset, one allocation from the
+ * stream-ordered allocator) and the enqueue of its launches (enqueue_call).
+ * Nothing here waits for the GPU: a compaction is a sequence of launches on
+ * the context's stream, and its status word comes back with an async copy
+ * that skv_cuda_ctx_sync()/query() read.
  */
 #include <errno.h>
 #include <limits.h>
@@ -16,47 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "skv-cuda-common.cuh"
-#include "skv-cuda-internal.h"
+#include "skv-cuda-ctx.cuh"
 
 using namespace skvcuda;
-
-/*
- * Scoring path, from $SKV_CUDA_SCORE when the context is created:
- *   twopass (or unset): two kernels over K (the path that has run on GPUs);
- *   fused, auto: the fused kernel wherever it applies, else two-pass (auto is
- *     meant to choose per shape, and to become the default, once a GPU run
- *     has measured both: bench/README-gpu.md);
- *   fused-only: the fused kernel or -ENOTSUP (tests: proves which ran).
- * Tests only: $SKV_CUDA_FUSED_GRID overrides the fused grid's block count,
- * $SKV_CUDA_FUSED_WAIT_MS the bound on a block's wait (default 10 s).
- */
-enum score_path { SCORE_TWOPASS, SCORE_FUSED, SCORE_AUTO, SCORE_FUSED_ONLY };
-
-struct skv_cuda_ctx {
-	struct skv_cuda_dev *dev;
-	cudaStream_t stream;
-	cudaEvent_t done;
-	dev_status *d_status; /* device: written by the kernels    */
-	dev_status *h_status; /* pinned: copied back at the end    */
-	int pending;	      /* a compaction awaits sync/query    */
-	enum score_path score;
-	int fused_grid;		/* 0: the device's resident capacity */
-	uint64_t wait_limit_ns; /* fused: bound on a block's wait    */
-	/* resident capacity of the fused kernel for (dtype, head_dim), asked once */
-	int cap_dt;
-	uint32_t cap_d;
-	int cap;
-	void *up; /* skv_cuda_ctx_upload()'s device copy */
-	uint64_t up_cap;
-	void *mv; /* skv_cuda_ctx_copy()'s staging of overlapping copies */
-	uint64_t mv_cap;
-	/* budget modes: the caller's result, filled at sync from the pinned copy */
-	struct skv_budget_result *res;
-	uint32_t res_heads; /* entries of res->kept                  */
-	void *h_res;	    /* pinned: budget_res, then kept[heads]  */
-	uint64_t h_res_cap;
-};
 
 /*
  * libskv's own (kernels/skv-driver.h, linked in statically): the budget
@@ -79,420 +43,6 @@ extern "C" int skv_params_resolve(const struct skv_params *p, struct skv_params 
 #define FUSED_GATE_DEVICES 64
 static pthread_mutex_t fused_gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static cudaEvent_t fused_gate_ev[FUSED_GATE_DEVICES];
-
-static int parse_score_path(struct skv_cuda_ctx *c, struct skv_error *err)
-{
-	const char *v = getenv("SKV_CUDA_SCORE");
-	if (!v || !*v || !strcmp(v, "twopass"))
-		c->score = SCORE_TWOPASS;
-	else if (!strcmp(v, "fused"))
-		c->score = SCORE_FUSED;
-	else if (!strcmp(v, "auto"))
-		c->score = SCORE_AUTO;
-	else if (!strcmp(v, "fused-only"))
-		c->score = SCORE_FUSED_ONLY;
-	else
-		return skv_cuda_fail(err, -EINVAL, -1, -1,
-				     "SKV_CUDA_SCORE=%.32s: expected twopass, fused or auto", v);
-	c->cap_dt = -1;
-	const char *g = getenv("SKV_CUDA_FUSED_GRID");
-	c->fused_grid = g ? atoi(g) : 0;
-	if (c->fused_grid < 0 || c->fused_grid > 1 << 20)
-		return skv_cuda_fail(err, -EINVAL, -1, -1,
-				     "SKV_CUDA_FUSED_GRID=%.32s: 0 .. 1048576", g);
-	const char *w = getenv("SKV_CUDA_FUSED_WAIT_MS");
-	long long ms = w ? atoll(w) : 0;
-	if (ms < 0 || ms > 86400000)
-		return skv_cuda_fail(err, -EINVAL, -1, -1,
-				     "SKV_CUDA_FUSED_WAIT_MS=%.32s: 0 .. 86400000", w);
-	c->wait_limit_ns = ms ? (uint64_t)ms * 1000000u : FUSED_WAIT_LIMIT_NS;
-	return 0;
-}
-
-static int cuda_fail(struct skv_error *err, cudaError_t e, const char *what)
-{
-	int r = e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
-	return skv_cuda_fail(err, r, -1, -1, "%s: %s (%s)", what, cudaGetErrorString(e),
-			     cudaGetErrorName(e));
-}
-
-extern "C" int skv_cuda_ctx_new(struct skv_cuda_dev *dev, struct skv_cuda_ctx **ret_ctx,
-				struct skv_error *err)
-{
-	if (!dev || !ret_ctx)
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "device and ret_ctx are required");
-	int r = skv_cuda_dev_enter(dev, err);
-	if (r < 0)
-		return r;
-	skv_cuda_ctx *c = (skv_cuda_ctx *)calloc(1, sizeof(*c));
-	if (!c)
-		return skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
-	c->dev = dev;
-	r = parse_score_path(c, err);
-	if (r < 0) {
-		free(c);
-		return r;
-	}
-	cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
-	if (e == cudaSuccess)
-		e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
-	if (e == cudaSuccess)
-		e = cudaMalloc((void **)&c->d_status, sizeof(dev_status));
-	if (e == cudaSuccess)
-		e = cudaMallocHost((void **)&c->h_status, sizeof(dev_status));
-	if (e == cudaSuccess) {
-		/* keep freed scratch in the pool: the next compaction reuses it */
-		cudaMemPool_t pool;
-		uint64_t thr = UINT64_MAX;
-		e = cudaDeviceGetDefaultMemPool(&pool, dev->device);
-		if (e == cudaSuccess)
-			e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr);
-	}
-	if (e != cudaSuccess) {
-		r = cuda_fail(err, e, "creating a CUDA context");
-		skv_cuda_ctx_free(c);
-		return r;
-	}
-	memset(c->h_status, 0, sizeof(dev_status));
-	*ret_ctx = c;
-	return 0;
-}
-
-extern "C" void skv_cuda_ctx_free(struct skv_cuda_ctx *c)
-{
-	if (!c)
-		return;
-	cudaSetDevice(c->dev->device);
-	if (c->stream)
-		cudaStreamSynchronize(c->stream);
-	if (c->d_status)
-		cudaFree(c->d_status);
-	if (c->up)
-		cudaFree(c->up);
-	if (c->mv)
-		cudaFree(c->mv);
-	if (c->h_status)
-		cudaFreeHost(c->h_status);
-	if (c->h_res)
-		cudaFreeHost(c->h_res);
-	if (c->done)
-		cudaEventDestroy(c->done);
-	if (c->stream)
-		cudaStreamDestroy(c->stream);
-	free(c);
-}
-
-extern "C" void *skv_cuda_ctx_stream(struct skv_cuda_ctx *c)
-{
-	return c ? (void *)c->stream : NULL;
-}
-
-extern "C" int skv_cuda_ctx_wait_ipc_event(struct skv_cuda_ctx *c, const void *handle64,
-					   struct skv_error *err)
-{
-	if (!c || !handle64)
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "context and event handle are required");
-	int r = skv_cuda_dev_enter(c->dev, err);
-	if (r < 0)
-		return r;
-	cudaIpcEventHandle_t h;
-	cudaEvent_t ev;
-	memcpy(&h, handle64, sizeof(h));
-	cudaError_t e = cudaIpcOpenEventHandle(&ev, h);
-	if (e != cudaSuccess)
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "cudaIpcOpenEventHandle: %s",
-				     cudaGetErrorString(e));
-	e = cudaStreamWaitEvent(c->stream, ev, 0);
-	/* destroying an event with a pending wait is allowed: the wait stands */
-	cudaEventDestroy(ev);
-	if (e != cudaSuccess)
-		return cuda_fail(err, e, "cudaStreamWaitEvent");
-	return 0;
-}
-
-extern "C" int skv_cuda_ctx_wait_value(struct skv_cuda_ctx *c, const void *flag, uint32_t value,
-				       struct skv_error *err)
-{
-	if (!c || !flag || ((uintptr_t)flag & 3))
-		return skv_cuda_fail(err, -EINVAL, -1, -1,
-				     "context and a 4-byte aligned flag address are required");
-	int r = skv_cuda_dev_enter(c->dev, err);
-	if (r < 0)
-		return r;
-	CUresult cr = c->dev->drv.StreamWaitValue32(
-	    (CUstream)c->stream, (CUdeviceptr)(uintptr_t)flag, value, CU_STREAM_WAIT_VALUE_GEQ);
-	if (cr != CUDA_SUCCESS)
-		return skv_cuda_fail(err, -EIO, -1, -1, "cuStreamWaitValue32: CUresult %d",
-				     (int)cr);
-	return 0;
-}
-
-extern "C" int skv_cuda_signal_value(struct skv_cuda_dev *dev, void *flag, uint32_t value,
-				     struct skv_error *err)
-{
-	if (!dev || !flag || ((uintptr_t)flag & 3))
-		return skv_cuda_fail(err, -EINVAL, -1, -1,
-				     "device and a 4-byte aligned flag address are required");
-	int r = skv_cuda_dev_enter(dev, err);
-	if (r < 0)
-		return r;
-	/* the legacy default stream does not wait for our non-blocking streams,
-	 * so this lands while a context's stream still waits on the word */
-	cudaError_t e = cudaMemcpy(flag, &value, sizeof(value), cudaMemcpyHostToDevice);
-	if (e != cudaSuccess)
-		return cuda_fail(err, e, "cudaMemcpy (signal)");
-	return 0;
-}
-
-extern "C" int skv_cuda_read_value(struct skv_cuda_dev *dev, const void *flag, uint32_t *ret_value,
-				   struct skv_error *err)
-{
-	if (!dev || !flag || !ret_value || ((uintptr_t)flag & 3))
-		return skv_cuda_fail(
-		    err, -EINVAL, -1, -1,
-		    "device, ret_value and a 4-byte aligned flag address are required");
-	int r = skv_cuda_dev_enter(dev, err);
-	if (r < 0)
-		return r;
-	uint32_t v = 0;
-	/* the legacy default stream, as skv_cuda_signal_value */
-	cudaError_t e = cudaMemcpy(&v, flag, sizeof(v), cudaMemcpyDeviceToHost);
-	if (e != cudaSuccess)
-		return cuda_fail(err, e, "cudaMemcpy (read flag)");
-	*ret_value = v;
-	return 0;
-}
-
-/* A budget-mode compaction's result into the caller's struct (after the stream). */
-static void fill_result(skv_cuda_ctx *c)
-{
-	struct skv_budget_result *res = c->res;
-	const budget_res *hr = (const budget_res *)c->h_res;
-
-	c->res = NULL;
-	if (!res)
-		return;
-	res->c_star = hr->c_star;
-	res->fallback = hr->fallback;
-	res->min_mass = hr->min_mass;
-	if (res->kept)
-		memcpy(res->kept, hr + 1, (size_t)c->res_heads * sizeof(uint32_t));
-}
-
-static int status_result(skv_cuda_ctx *c, struct skv_error *err)
-{
-	c->pending = 0;
-	const dev_status st = *c->h_status;
-	if (st.code != STATUS_OK)
-		c->res = NULL;
-	switch (st.code) {
-	case STATUS_OK:
-		fill_result(c);
-		return 0;
-	case STATUS_NONFINITE:
-		return skv_cuda_fail(err, -EDOM, st.layer, st.head,
-				     "layer %d, head %d: logits hold NaN or Inf", st.layer,
-				     st.head);
-	case STATUS_STALLED:
-		return skv_cuda_fail(
-		    err, -EIO, st.layer, st.head,
-		    "layer %d: fused scoring stalled (a block waited over %llu ms for "
-		    "the rest of its item; resident blocks taken by another "
-		    "spinning grid?): the result is void",
-		    st.layer, (unsigned long long)(c->wait_limit_ns / 1000000u));
-	default:
-		return skv_cuda_fail(err, -EIO, st.layer, st.head,
-				     "layer %d, head %d: selection did not fill the plan "
-				     "(internal error)",
-				     st.layer, st.head);
-	}
-}
-
-extern "C" int skv_cuda_ctx_sync(struct skv_cuda_ctx *c, struct skv_error *err)
-{
-	if (!c)
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "no context");
-	if (!c->pending)
-		return 0;
-	cudaError_t e = cudaEventSynchronize(c->done);
-	if (e != cudaSuccess) {
-		c->pending = 0;
-		c->res = NULL;
-		return cuda_fail(err, e, "compaction");
-	}
-	return status_result(c, err);
-}
-
-extern "C" int skv_cuda_ctx_query(struct skv_cuda_ctx *c, struct skv_error *err)
-{
-	if (!c)
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "no context");
-	if (!c->pending)
-		return 0;
-	cudaError_t e = cudaEventQuery(c->done);
-	if (e == cudaErrorNotReady)
-		return -EAGAIN;
-	if (e != cudaSuccess) {
-		c->pending = 0;
-		c->res = NULL;
-		return cuda_fail(err, e, "compaction");
-	}
-	return status_result(c, err);
-}
-
-/* ------------------------------------------------------------- copies */
-
-/* The bytes a 2-D copy spans on one side (width and height not 0). */
-static uint64_t copy_span(uint64_t width, uint64_t height, uint64_t pitch)
-{
-	return (height - 1) * pitch + width;
-}
-
-/* Whether copy x (not empty, not onto itself) reads bytes it also writes:
- * cudaMemcpy* between overlapping ranges is undefined, so such a copy is
- * staged. */
-static bool copy_overlaps(const skv_cuda_copy &x)
-{
-	const uintptr_t d = (uintptr_t)x.dst, s = (uintptr_t)x.src;
-
-	return d < s + copy_span(x.width, x.height, x.spitch) &&
-	       s < d + copy_span(x.width, x.height, x.dpitch);
-}
-
-/* A copy with no bytes, or of a range onto itself: nothing to do. */
-static bool copy_noop(const skv_cuda_copy &x)
-{
-	return !x.width || !x.height || (x.dst == x.src && x.dpitch == x.spitch);
-}
-
-/* One 2-D copy on the stream: the 2-D copy takes pitches below 2^31
- * (cudaDevAttrMaxPitch), wider ones go row by row. */
-static cudaError_t copy_2d(void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
-			   uint64_t width, uint64_t height, cudaStream_t stream)
-{
-	const uint64_t max_pitch = INT32_MAX;
-	cudaError_t e = cudaSuccess;
-
-	if (height == 1)
-		return cudaMemcpyAsync(dst, src, width, cudaMemcpyDefault, stream);
-	if (dpitch <= max_pitch && spitch <= max_pitch)
-		return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault,
-					 stream);
-	for (uint64_t y = 0; y < height && e == cudaSuccess; y++)
-		e = cudaMemcpyAsync((char *)dst + y * dpitch, (const char *)src + y * spitch, width,
-				    cudaMemcpyDefault, stream);
-	return e;
-}
-
-/* Room for the largest overlapping copy (packed), before anything is
- * queued; nothing queued still reads the old staging (the previous
- * operation was synced). */
-static int stage_room(struct skv_cuda_ctx *c, const struct skv_cuda_copy *cp, uint32_t n,
-		      struct skv_error *err)
-{
-	uint64_t most = 0;
-
-	for (uint32_t i = 0; i < n; i++)
-		if (!copy_noop(cp[i]) && copy_overlaps(cp[i]))
-			most =
-			    cp[i].width * cp[i].height > most ? cp[i].width * cp[i].height : most;
-	if (most <= c->mv_cap)
-		return 0;
-	uint64_t cap = (most + 65535) & ~(uint64_t)65535;
-	void *p = NULL;
-	cudaError_t e = cudaMalloc(&p, cap);
-	if (e != cudaSuccess)
-		return cuda_fail(err, e, "device memory to stage an overlapping copy");
-	if (c->mv)
-		cudaFree(c->mv);
-	c->mv = p;
-	c->mv_cap = cap;
-	return 0;
-}
-
-extern "C" int skv_cuda_ctx_copy(struct skv_cuda_ctx *c, const struct skv_cuda_copy *cp, uint32_t n,
-				 struct skv_error *err)
-{
-	if (!c || (n && !cp))
-		return skv_cuda_fail(err, -EINVAL, -1, -1, "context and copies are required");
-	if (c->pending)
-		return skv_cuda_fail(err, -EBUSY, -1, -1,
-				     "the previous operation of this context was not synced");
-	for (uint32_t i = 0; i < n; i++) {
-		if (!cp[i].width || !cp[i].height)
-			continue;
-		if (!cp[i].dst || !cp[i].src)
-			return skv_cuda_fail(err, -EINVAL, -1, -1, "copy %u: no address", i);
-		if (cp[i].height > 1 && (cp[i].dpitch < cp[i].width || cp[i].spitch < cp[i].width))
-			return skv_cuda_fail(
-			    err, -EINVAL, -1, -1, "copy %u: pitch %llu/%llu below the width %llu",
-			    i, (unsigned long long)cp[i].dpitch, (unsigned long long)cp[i].spitch,
-			    (unsigned long long)cp[i].width);
-	}
-	int r = skv_cuda_dev_enter(c->dev, err);
-	if (r == 0)
-		r = stage_room(c, cp, n, err);
-	if (r < 0)
-		return r;
-	/* no kernel reports here: sync/query read a clean status word */
-	memset(c->h_status, 0, sizeof(dev_status));
-	cudaError_t e = cudaSuccess;
-	for (uint32_t i = 0; i < n && e == cudaSuccess; i++) {
-		const skv_cuda_copy &x = cp[i];
-		if (copy_noop(x))
-			continue;
-		if (!copy_overlaps(x)) {
-			e = copy_2d(x.dst, x.dpitch, x.src, x.spitch, x.width, x.height, c->stream);
-			continue;
-		}
-		/* through the staging, packed; the stream orders both halves */
-		e = copy_2d(c->mv, x.width, x.src, x.spitch, x.width, x.height, c->stream);
-		if (e == cudaSuccess)
-			e = copy_2d(x.dst, x.dpitch, c->mv, x.width, x.width, x.height, c->stream);
-	}
-	cudaEventRecord(c->done, c->stream);
-	if (e != cudaSuccess) {
-		/* drain what was queued so the context is reusable */
-		cudaEventSynchronize(c->done);
-		return cuda_fail(err, e, "device copy");
-	}
-	c->pending = 1;
-	return 0;
-}
-
-extern "C" int skv_cuda_ctx_upload(struct skv_cuda_ctx *c, const void *host, uint64_t bytes,
-				   void **ret_dev, struct skv_error *err)
-{
-	if (!c || !host || !bytes || !ret_dev)
-		return skv_cuda_fail(err, -EINVAL, -1, -1,
-				     "context, host range and ret_dev are required");
-	if (c->pending)
-		return skv_cuda_fail(err, -EBUSY, -1, -1,
-				     "the previous operation of this context was not synced");
-	int r = skv_cuda_dev_enter(c->dev, err);
-	if (r < 0)
-		return r;
-	if (bytes > c->up_cap) {
-		/* grown in steps of 64 KiB; nothing queued still reads the old one
-		 * (the previous operation was synced) */
-		uint64_t cap = (bytes + 65535) & ~(uint64_t)65535;
-		void *p = NULL;
-		cudaError_t e = cudaMalloc(&p, cap);
-		if (e != cudaSuccess)
-			return cuda_fail(err, e, "device memory for an upload");
-		if (c->up)
-			cudaFree(c->up);
-		c->up = p;
-		c->up_cap = cap;
-	}
-	cudaError_t e = cudaMemcpyAsync(c->up, host, bytes, cudaMemcpyHostToDevice, c->stream);
-	if (e != cudaSuccess) {
-		cudaStreamSynchronize(c->stream);
-		return cuda_fail(err, e, "upload to the device");
-	}
-	*ret_dev = c->up;
-	return 0;
-}
 
 /* --------------------------------------------------------- validation */
 
@@ -757,79 +307,87 @@ static cudaError_t score_layers(const launch_params &lp, const call_plan &cp, en
 	return e;
 }
 
-/* Room in the context's pinned result copy for `heads` kept counts. */
-static int reserve_result(struct skv_cuda_ctx *c, uint32_t heads, struct skv_error *err)
-{
-	const uint64_t need = sizeof(budget_res) + (uint64_t)heads * sizeof(uint32_t);
-	if (need <= c->h_res_cap)
-		return 0;
-	void *h = NULL;
-	cudaError_t e = cudaMallocHost(&h, need);
-	if (e != cudaSuccess)
-		return cuda_fail(err, e, "pinned memory for the budget result");
-	if (c->h_res)
-		cudaFreeHost(c->h_res);
-	c->h_res = h;
-	c->h_res_cap = need;
-	return 0;
-}
+/* The largest grid y or z dimension: stored heads, (layer, K/V head) pairs
+ * and row tiles each take one. */
+constexpr uint32_t GRID_YZ_MAX = 65535;
+/* Scratch regions start at this alignment (covers every element type). */
+constexpr uint64_t SCRATCH_ALIGN = 256;
 
-static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
-			const struct skv_params *p, const struct skv_plan &pl, const call_plan &cp,
-			uint32_t n_layers, const struct skv_layer_in *in,
-			const struct skv_layer_out *out, struct skv_budget_result *res,
-			struct skv_error *err)
+/* Shape limits of the CUDA path, checked before anything else of a call. */
+static int check_limits(const struct skv_shape *sh, const struct skv_params *p,
+			const struct skv_plan &pl, struct skv_error *err)
 {
-	int r;
-	const uint32_t L = sh->prompt_len, D = sh->head_dim, G = sh->h_q / sh->h_kv;
-	const bool scores_policy = p->policy == SKV_POLICY_SNAPKV || p->policy == SKV_POLICY_H2O;
-	const bool scoring = !pl.bypass && (scores_policy || sh->n_q > 0);
-	const bool select = !pl.bypass && scores_policy;
-	const uint32_t w_obs = !scoring				? 0
-			       : p->policy == SKV_POLICY_SNAPKV ? p->window
-			       : p->policy == SKV_POLICY_H2O	? L
-								: sh->n_q;
+	const uint32_t L = sh->prompt_len, D = sh->head_dim;
+
 	if (D > MAX_HEAD_DIM)
 		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
 				     "head_dim %u: the CUDA backend takes at most %u", D,
 				     MAX_HEAD_DIM);
-	if (pl.h_store > 65535)
-		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "%u stored heads: at most 65535",
-				     pl.h_store);
-	if (sh->h_kv > 65535 / LPL)
+	if (pl.h_store > GRID_YZ_MAX)
+		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "%u stored heads: at most %u",
+				     pl.h_store, GRID_YZ_MAX);
+	if (sh->h_kv > GRID_YZ_MAX / LPL)
 		return skv_cuda_fail(err, -ENOTSUP, -1, -1, "h_kv %u: at most %d", sh->h_kv,
-				     65535 / LPL);
+				     (int)(GRID_YZ_MAX / LPL));
 	if (p->budget_mode == SKV_BUDGET_HEADS && (uint64_t)pl.h_store * L > INT32_MAX)
 		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
 				     "heads: %u stored heads x L %u exceed 2^31 (head, position) "
 				     "pairs per layer",
 				     pl.h_store, L);
+	return 0;
+}
 
-	const enum skv_dtype dt = in[0].k.dtype, odt = out[0].k.dtype;
-	bool kvec = true, gvec = true;
-	r = check_layers(sh, pl, scoring, n_layers, in, out, cp.rows, &kvec, &gvec, err);
-	if (r < 0)
-		return r;
+/* What one call does, decided from shape, params and plan before anything is queued. */
+struct call_kind {
+	bool scoring;  /* votes are computed (scoring policy, or query rows for the mass) */
+	bool select;   /* votes choose the positions                                      */
+	bool want_res; /* budget counts and masses are collected                          */
+	uint32_t w_obs;
+	enum skv_dtype dt, odt;
+};
 
-	/* constants shared by every launch */
-	launch_params *basep = (launch_params *)calloc(2, sizeof(launch_params));
-	if (!basep)
-		return skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
-	launch_params &base = basep[0], &lp = basep[1];
-	sel_consts &k = base.c;
+static call_kind call_kind_of(const struct skv_shape *sh, const struct skv_params *p,
+			      const struct skv_plan &pl, const call_plan &cp,
+			      const struct skv_layer_in *in, const struct skv_layer_out *out,
+			      const struct skv_budget_result *res)
+{
+	const bool scores_policy = p->policy == SKV_POLICY_SNAPKV || p->policy == SKV_POLICY_H2O;
+	call_kind k;
+
+	k.scoring = !pl.bypass && (scores_policy || sh->n_q > 0);
+	k.select = !pl.bypass && scores_policy;
+	k.want_res = cp.budget || res;
+	k.w_obs = !k.scoring			   ? 0
+		  : p->policy == SKV_POLICY_SNAPKV ? p->window
+		  : p->policy == SKV_POLICY_H2O	   ? sh->prompt_len
+						   : sh->n_q;
+	k.dt = in[0].k.dtype;
+	k.odt = out[0].k.dtype;
+	return k;
+}
+
+/* The constants every launch of a call shares (scratch pointers come later). */
+static void call_constants(const struct skv_cuda_ctx *c, const struct skv_shape *sh,
+			   const struct skv_params *p, const struct skv_plan &pl,
+			   const call_plan &cp, const call_kind &ck, uint32_t n_layers, bool kvec,
+			   launch_params *base)
+{
+	const uint32_t L = sh->prompt_len, D = sh->head_dim;
+	sel_consts &k = base->c;
+
 	k.L = L;
 	k.D = D;
 	k.h_q = sh->h_q;
 	k.h_kv = sh->h_kv;
-	k.G = G;
+	k.G = sh->h_q / sh->h_kv;
 	k.n_q = sh->n_q;
 	k.h_store = pl.h_store;
 	k.kept = cp.budget ? cp.max_rows : pl.kept;
-	k.w_obs = w_obs;
-	k.sinks = select ? 0 : pl.sinks;
-	k.tail = select ? pl.w_keep : 0;
-	k.P = select ? L - pl.w_keep : L;
-	k.rank_votes = select;
+	k.w_obs = ck.w_obs;
+	k.sinks = ck.select ? 0 : pl.sinks;
+	k.tail = ck.select ? pl.w_keep : 0;
+	k.P = ck.select ? L - pl.w_keep : L;
+	k.rank_votes = ck.select;
 	k.group = p->gqa == SKV_GQA_GROUP;
 	k.pooling = p->pooling;
 	k.kernel = p->policy == SKV_POLICY_H2O ? 1 : p->kernel;
@@ -842,245 +400,360 @@ static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 	/* softmax in base 2: exp(z - m) = exp2(z * log2(e) - m * log2(e)), one ex2 per element */
 	k.scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
 	k.bypass_mass = 1.0f;
-	base.vec16 = kvec;
-	base.wait_limit_ns = c->wait_limit_ns;
-	const bool want_res = cp.budget || res;
-	if (want_res)
-		budget_setup(sh, p, pl, select, n_layers, &base.b);
+	base->vec16 = kvec;
+	base->wait_limit_ns = c->wait_limit_ns;
+	if (ck.want_res)
+		budget_setup(sh, p, pl, ck.select, n_layers, &base->b);
+}
 
-	r = skv_cuda_dev_enter(c->dev, err);
-	if (r == 0 && res)
-		r = reserve_result(c, n_layers * pl.h_store, err);
-	if (r < 0) {
-		free(basep);
-		return r;
-	}
+/* Scratch regions of a call, in the order they lie in its one allocation. */
+enum scratch_region {
+	SCR_VOTES,    /* [N][H_q][L] float votes                                 */
+	SCR_PARTIALS, /* two-pass row statistics, per chunk                      */
+	SCR_SUBP,     /* fused: sub-chunk row statistics                         */
+	SCR_STATS,    /* fused: merged row statistics                            */
+	SCR_SYNC,     /* fused: tickets and item counters (zeroed per call)      */
+	SCR_KEYS,     /* [N][H_store][L] selection keys                          */
+	SCR_BUDGET,   /* budget_res, kept, fsum, mass, aux per (layer, head)     */
+	SCR_RANK,     /* mass modes: rankings and their votes, r2 per head       */
+	SCR_N
+};
 
-	/* scratch: votes, pass-1 partials, selection keys, budget arrays; one allocation */
-	uint64_t votes_b = 0, part_b = 0, keys_b = 0, subp_b = 0, stats_b = 0, sync_b = 0;
-	uint64_t bud_b = 0, rank_b = 0;
-	const uint32_t rt = score_rows_per_tile(dt, D);
-	int fused_blocks = 0;
+/* Where each region lies: offsets and sizes in bytes, every region SCRATCH_ALIGN-aligned. */
+struct scratch_plan {
+	uint64_t off[SCR_N];
+	uint64_t size[SCR_N];
+	uint64_t total;
+	int fused_blocks; /* 0: two-pass scoring */
+};
+
+/* The one rounding of scratch sizes. */
+static uint64_t scratch_round(uint64_t bytes)
+{
+	return (bytes + SCRATCH_ALIGN - 1) & ~(SCRATCH_ALIGN - 1);
+}
+
+/* acc = a * b * c * d, false on overflow. */
+static bool bytes_of(uint64_t *acc, uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+	*acc = a;
+	return mul_ok(acc, b) && mul_ok(acc, c) && mul_ok(acc, d);
+}
+
+/*
+ * Every scratch region's size and offset for one call; fixes the scoring
+ * path too (base->row_tiles, chunks, nsub and n_launches are set here).
+ * -ENOTSUP for too many query rows, -ENOMEM when a size overflows.
+ */
+static int plan_scratch(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+			const struct skv_plan &pl, const call_plan &cp, const call_kind &ck,
+			uint32_t n_layers, launch_params *base, scratch_plan *sp,
+			struct skv_error *err)
+{
+	const uint32_t L = sh->prompt_len, rt = score_rows_per_tile(ck.dt, sh->head_dim);
 	const uint64_t nh = (uint64_t)n_layers * pl.h_store;
-	if (scoring) {
-		uint64_t rows = (uint64_t)G * w_obs;
-		base.row_tiles = (uint32_t)((rows + rt - 1) / rt);
-		base.chunks = (L + CHUNK - 1) / CHUNK;
-		if ((rows + rt - 1) / rt > 65535) {
-			free(basep);
+	uint64_t *sz = sp->size;
+	bool ok = true;
+	int r = 0;
+
+	memset(sp, 0, sizeof(*sp));
+	if (ck.scoring) {
+		const uint64_t rows = (uint64_t)sh->h_q / sh->h_kv * ck.w_obs;
+		if ((rows + rt - 1) / rt > GRID_YZ_MAX)
 			return skv_cuda_fail(err, -ENOTSUP, -1, -1,
 					     "%llu query rows per K/V head: at most %u",
-					     (unsigned long long)rows, 65535u * rt);
-		}
-		votes_b = 4;
-		part_b = sizeof(float2) * rt;
-		if (!mul_ok(&votes_b, n_layers) || !mul_ok(&votes_b, sh->h_q) ||
-		    !mul_ok(&votes_b, L) || !mul_ok(&part_b, n_layers) ||
-		    !mul_ok(&part_b, sh->h_kv) || !mul_ok(&part_b, base.row_tiles) ||
-		    !mul_ok(&part_b, base.chunks)) {
-			free(basep);
-			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
-		}
-		if (!cp.layer_bypass)
-			r = plan_fused(c, &base, dt, n_layers, &fused_blocks, err);
-		if (r < 0) {
-			free(basep);
-			return r;
-		}
+					     (unsigned long long)rows, GRID_YZ_MAX * rt);
+		base->row_tiles = (uint32_t)((rows + rt - 1) / rt);
+		base->chunks = (L + CHUNK - 1) / CHUNK;
+		ok = bytes_of(&sz[SCR_VOTES], 4, n_layers, sh->h_q, L) &&
+		     bytes_of(&sz[SCR_PARTIALS], sizeof(float2) * rt, n_layers, sh->h_kv,
+			      base->row_tiles) &&
+		     mul_ok(&sz[SCR_PARTIALS], base->chunks);
+		if (ok && !cp.layer_bypass)
+			r = plan_fused(c, base, ck.dt, n_layers, &sp->fused_blocks, err);
 	}
-	if (fused_blocks) {
-		/* sub-chunk partials, merged row statistics, tickets and item counters */
-		const uint64_t items = (uint64_t)n_layers * sh->h_kv * base.row_tiles;
-		base.n_launches = (n_layers + LPL - 1) / LPL;
-		subp_b = items * base.nsub * rt * sizeof(float2);
-		stats_b = items * rt * sizeof(float2);
-		sync_b = (base.n_launches + items * sync_words(base.chunks)) * sizeof(uint32_t);
+	if (ok && !r && sp->fused_blocks) {
+		const uint64_t items = (uint64_t)n_layers * sh->h_kv * base->row_tiles;
+		base->n_launches = (n_layers + LPL - 1) / LPL;
+		sz[SCR_SUBP] = items * base->nsub * rt * sizeof(float2);
+		sz[SCR_STATS] = items * rt * sizeof(float2);
+		sz[SCR_SYNC] = (base->n_launches + items * sync_words(base->chunks)) * 4;
 	}
-	if (!pl.bypass) {
-		keys_b = 4;
-		if (!mul_ok(&keys_b, n_layers) || !mul_ok(&keys_b, pl.h_store) ||
-		    !mul_ok(&keys_b, L)) {
-			free(basep);
-			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
-		}
+	if (ok && !pl.bypass)
+		ok = bytes_of(&sz[SCR_KEYS], 4, n_layers, pl.h_store, L);
+	if (ok && ck.want_res) {
+		/* budget_res, then kept (4), fsum (8, aligned), mass (4) and aux (4) per head */
+		sz[SCR_BUDGET] = sizeof(budget_res) + nh * (4 + 4 + 4 + 8) + 64;
+		/* a ranking entry (8) and its vote (4); none at zero ranking width */
+		if (base->b.r)
+			ok = bytes_of(&sz[SCR_RANK], 8 + 4, nh, base->b.r2, 1);
 	}
-	if (want_res) {
-		/* result (budget_res, kept), mass, aux, fsum; then the rankings */
-		bud_b = sizeof(budget_res) + nh * (4 + 4 + 4 + 8) + 64;
-		rank_b = 8 + 4; /* the ranking and its votes */
-		if (!mul_ok(&rank_b, nh) || !mul_ok(&rank_b, base.b.r2)) {
-			free(basep);
-			return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
-		}
-		if (!base.b.r)
-			rank_b = 0;
+	if (r < 0)
+		return r;
+	if (!ok)
+		return skv_cuda_fail(err, -ENOMEM, -1, -1, "scratch size overflows");
+	for (int i = 0; i < SCR_N; i++) {
+		sz[i] = scratch_round(sz[i]);
+		sp->off[i] = sp->total;
+		sp->total += sz[i];
 	}
-	votes_b = (votes_b + 255) & ~(uint64_t)255;
-	part_b = (part_b + 255) & ~(uint64_t)255;
-	subp_b = (subp_b + 255) & ~(uint64_t)255;
-	stats_b = (stats_b + 255) & ~(uint64_t)255;
-	sync_b = (sync_b + 255) & ~(uint64_t)255;
-	keys_b = (keys_b + 255) & ~(uint64_t)255;
-	bud_b = (bud_b + 255) & ~(uint64_t)255;
-	rank_b = (rank_b + 255) & ~(uint64_t)255;
-	const uint64_t total =
-	    votes_b + part_b + subp_b + stats_b + sync_b + keys_b + bud_b + rank_b;
+	return 0;
+}
 
-	char *scratch = NULL;
-	if (total) {
-		cudaError_t ea = cudaMallocAsync((void **)&scratch, total, c->stream);
-		if (ea != cudaSuccess) {
-			free(basep);
-			return cuda_fail(err, ea, "scratch for the compaction");
-		}
-	}
-	char *sp = scratch;
-	base.votes = scoring ? (float *)sp : nullptr;
-	sp += votes_b;
-	base.partials = scoring ? (float2 *)sp : nullptr;
-	sp += part_b;
-	base.sub_partials = fused_blocks ? (float2 *)sp : nullptr;
-	sp += subp_b;
-	base.row_stats = fused_blocks ? (float2 *)sp : nullptr;
-	sp += stats_b;
-	base.sync = fused_blocks ? (uint32_t *)sp : nullptr;
-	sp += sync_b;
-	base.keys = keys_b ? (uint32_t *)sp : nullptr;
-	sp += keys_b;
-	if (want_res) {
-		budget_consts &b = base.b;
-		b.res = (budget_res *)sp;
+/* The scratch pointers of base, in the allocation at s laid out by sp. */
+static void scratch_assign(const scratch_plan &sp, const call_kind &ck, uint64_t nh, char *s,
+			   launch_params *base)
+{
+	const bool fused = sp.fused_blocks != 0;
+
+	base->votes = ck.scoring ? (float *)(s + sp.off[SCR_VOTES]) : nullptr;
+	base->partials = ck.scoring ? (float2 *)(s + sp.off[SCR_PARTIALS]) : nullptr;
+	base->sub_partials = fused ? (float2 *)(s + sp.off[SCR_SUBP]) : nullptr;
+	base->row_stats = fused ? (float2 *)(s + sp.off[SCR_STATS]) : nullptr;
+	base->sync = fused ? (uint32_t *)(s + sp.off[SCR_SYNC]) : nullptr;
+	base->keys = sp.size[SCR_KEYS] ? (uint32_t *)(s + sp.off[SCR_KEYS]) : nullptr;
+	if (ck.want_res) {
+		budget_consts &b = base->b;
+		b.res = (budget_res *)(s + sp.off[SCR_BUDGET]);
 		b.kept = (uint32_t *)(b.res + 1);
 		b.fsum = (double *)(((uintptr_t)(b.kept + nh) + 7) & ~(uintptr_t)7);
 		b.mass = (float *)(b.fsum + nh);
 		b.aux = (uint32_t *)(b.mass + nh);
-		b.ranked = rank_b ? (uint64_t *)(sp + bud_b) : nullptr;
-		b.rvote = rank_b ? (float *)(b.ranked + nh * b.r2) : nullptr;
+		b.ranked = sp.size[SCR_RANK] ? (uint64_t *)(s + sp.off[SCR_RANK]) : nullptr;
+		b.rvote = sp.size[SCR_RANK] ? (float *)(b.ranked + nh * b.r2) : nullptr;
 	}
-	base.status = c->d_status;
+}
 
-	/* the layers [l0, l0 + LPL) of a launch */
-	auto layers_at = [&](uint32_t l0) {
-		lp = base;
-		lp.layer0 = l0;
-		lp.n_layers = n_layers - l0 < (uint32_t)LPL ? n_layers - l0 : (uint32_t)LPL;
-		for (uint32_t i = 0; i < lp.n_layers; i++) {
-			const skv_layer_in &li = in[l0 + i];
-			const skv_layer_out &lo = out[l0 + i];
-			dlayer &d = lp.layers[i];
-			d.q = to_dten(li.q);
-			d.k = to_dten(li.k);
-			d.v = to_dten(li.v);
-			d.ok = to_dten(lo.k);
-			d.ov = to_dten(lo.v);
-			d.positions = lo.positions;
-			d.retained_mass = lo.retained_mass;
-			d.pos_stride = lo.pos_stride;
-			d.cap = cp.caps[l0 + i];
-			/* uniform with a result: select.cu's masses land in scratch */
-			if (!cp.budget && res && !d.retained_mass)
-				d.retained_mass = base.b.mass + (size_t)(l0 + i) * pl.h_store;
-		}
-	};
-	const char *what = "cudaMemsetAsync";
-	cudaError_t e = cudaSuccess;
-	auto step = [&](enum budget_step st, const char *name) {
-		if (e == cudaSuccess) {
-			what = name;
-			e = budget_launch(lp, st, c->stream);
-		}
-	};
+/* One call's launches while they are queued: the first error stops the rest. */
+struct enqueue {
+	struct skv_cuda_ctx *c;
+	const call_plan *cp;
+	const call_kind *ck;
+	const scratch_plan *sp;
+	const struct skv_layer_in *in;
+	const struct skv_layer_out *out;
+	const launch_params *base;
+	launch_params *lp; /* the launch being queued */
+	uint32_t n_layers;
+	bool res;  /* the caller wants a budget result */
+	bool gvec; /* 16-byte gathers */
+	cudaError_t e;
+	const char *what; /* the step that failed */
+};
 
-	/* from here on work is queued: errors are reported, and the stream is closed cleanly */
-	e = cudaMemsetAsync(c->d_status, 0, sizeof(dev_status), c->stream);
-	if (e == cudaSuccess && scoring && base.row_tiles > 1)
-		e = cudaMemsetAsync(base.votes, 0, votes_b, c->stream);
-	if (e == cudaSuccess && fused_blocks)
-		e = cudaMemsetAsync(base.sync, 0, sync_b, c->stream);
-	const enum skv_budget mode = p->budget_mode;
-	for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-		layers_at(l0);
-		if (scoring && fused_blocks) {
-			what = "fused scoring";
-			const uint64_t tickets =
-			    (uint64_t)lp.n_layers * sh->h_kv * lp.row_tiles * lp.nsub;
-			e = fused_gated_launch(c, lp, dt,
-					       tickets < (uint64_t)fused_blocks ? (int)tickets
-										: fused_blocks);
-		} else if (scoring) {
-			e = score_layers(lp, cp, dt, c->stream, &what);
-		}
-		if (!cp.budget) {
-			/* uniform: select.cu and the gather, as always */
-			if (e == cudaSuccess) {
-				what = "selection";
-				e = select_launch(lp, c->stream);
+/* q.lp: the constants and the layers [l0, l0 + LPL) of a launch. */
+static void layers_at(enqueue &q, uint32_t l0)
+{
+	launch_params &lp = *q.lp;
+	const uint32_t h_store = q.base->c.h_store;
+
+	lp = *q.base;
+	lp.layer0 = l0;
+	lp.n_layers = q.n_layers - l0 < (uint32_t)LPL ? q.n_layers - l0 : (uint32_t)LPL;
+	for (uint32_t i = 0; i < lp.n_layers; i++) {
+		const skv_layer_in &li = q.in[l0 + i];
+		const skv_layer_out &lo = q.out[l0 + i];
+		dlayer &d = lp.layers[i];
+		d.q = to_dten(li.q);
+		d.k = to_dten(li.k);
+		d.v = to_dten(li.v);
+		d.ok = to_dten(lo.k);
+		d.ov = to_dten(lo.v);
+		d.positions = lo.positions;
+		d.retained_mass = lo.retained_mass;
+		d.pos_stride = lo.pos_stride;
+		d.cap = q.cp->caps[l0 + i];
+		/* uniform with a result: select.cu's masses land in scratch */
+		if (!q.cp->budget && q.res && !d.retained_mass)
+			d.retained_mass = q.base->b.mass + (size_t)(l0 + i) * h_store;
+	}
+}
+
+/* One budget.cu step over q.lp's layers. */
+static void step(enqueue &q, enum budget_step st, const char *name)
+{
+	if (q.e != cudaSuccess)
+		return;
+	q.what = name;
+	q.e = budget_launch(*q.lp, st, q.c->stream);
+}
+
+static void gather(enqueue &q)
+{
+	if (q.e != cudaSuccess)
+		return;
+	q.what = "gather";
+	q.e = gather_launch(*q.lp, q.ck->dt, q.ck->odt, q.gvec, q.c->stream);
+}
+
+/* Scoring of q.lp's layers, fused or two-pass. */
+static void score(enqueue &q)
+{
+	const launch_params &lp = *q.lp;
+
+	if (q.e != cudaSuccess || !q.ck->scoring)
+		return;
+	if (!q.sp->fused_blocks) {
+		q.e = score_layers(lp, *q.cp, q.ck->dt, q.c->stream, &q.what);
+		return;
+	}
+	q.what = "fused scoring";
+	const uint64_t tickets = (uint64_t)lp.n_layers * lp.c.h_kv * lp.row_tiles * lp.nsub;
+	const int blocks = q.sp->fused_blocks;
+	q.e = fused_gated_launch(q.c, lp, q.ck->dt,
+				 tickets < (uint64_t)blocks ? (int)tickets : blocks);
+}
+
+/* Per launch of layers: scoring, then select.cu and the gather (uniform), or
+ * the per-head steps of budget.cu that need no call-wide decision. */
+static void enqueue_layers(enqueue &q, enum skv_budget mode, bool bypass)
+{
+	for (uint32_t l0 = 0; q.e == cudaSuccess && l0 < q.n_layers; l0 += LPL) {
+		layers_at(q, l0);
+		score(q);
+		if (!q.cp->budget) {
+			if (q.e == cudaSuccess) {
+				q.what = "selection";
+				q.e = select_launch(*q.lp, q.c->stream);
 			}
 			/* the counts (the plan's) before the gather reads them */
-			if (res)
-				step(BSTEP_COLLECT, "result");
-			if (e == cudaSuccess) {
-				what = "gather";
-				e = gather_launch(lp, dt, odt, gvec, c->stream);
-			}
+			if (q.res)
+				step(q, BSTEP_COLLECT, "result");
+			gather(q);
 			continue;
 		}
-		if (pl.bypass)
+		if (bypass)
 			continue;
-		step(BSTEP_KEYS, "selection keys");
+		step(q, BSTEP_KEYS, "selection keys");
 		if (mode == SKV_BUDGET_MASS || mode == SKV_BUDGET_MASS_HEADS) {
-			step(BSTEP_RANK, "ranking");
+			step(q, BSTEP_RANK, "ranking");
 		} else {
-			step(BSTEP_TOPK, "selection");
+			step(q, BSTEP_TOPK, "selection");
 			if (mode == SKV_BUDGET_HEADS)
-				step(BSTEP_HEADS_LAYER, "layer-wide selection");
+				step(q, BSTEP_HEADS_LAYER, "layer-wide selection");
 		}
 	}
-	if (cp.budget && mode == SKV_BUDGET_MASS && select) {
-		layers_at(0);
-		step(BSTEP_CSTAR, "C*");
-		for (uint32_t l0 = 0; e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-			layers_at(l0);
-			step(BSTEP_MASS_FINISH, "picks at C*");
+}
+
+/* The call-wide budget steps: C* and the picks at it (mass), emission, the
+ * result, the fallback and the ragged gather. */
+static void enqueue_budget(enqueue &q, enum skv_budget mode, bool fallback)
+{
+	const bool budget = q.cp->budget;
+
+	if (budget && mode == SKV_BUDGET_MASS && q.ck->select) {
+		layers_at(q, 0);
+		step(q, BSTEP_CSTAR, "C*");
+		for (uint32_t l0 = 0; q.e == cudaSuccess && l0 < q.n_layers; l0 += LPL) {
+			layers_at(q, l0);
+			step(q, BSTEP_MASS_FINISH, "picks at C*");
 		}
 	}
-	for (uint32_t l0 = 0; cp.budget && e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-		layers_at(l0);
-		step(BSTEP_EMIT, "emission");
+	for (uint32_t l0 = 0; budget && q.e == cudaSuccess && l0 < q.n_layers; l0 += LPL) {
+		layers_at(q, l0);
+		step(q, BSTEP_EMIT, "emission");
 	}
-	if (want_res) {
-		layers_at(0);
-		step(BSTEP_FINAL, "result");
+	if (q.ck->want_res) {
+		layers_at(q, 0);
+		step(q, BSTEP_FINAL, "result");
 	}
-	for (uint32_t l0 = 0; cp.budget && e == cudaSuccess && l0 < n_layers; l0 += LPL) {
-		layers_at(l0);
-		if (p->fallback_below > 0.0f)
-			step(BSTEP_FULL, "fallback");
-		if (e == cudaSuccess) {
-			what = "gather";
-			e = gather_launch(lp, dt, odt, gvec, c->stream);
+	for (uint32_t l0 = 0; budget && q.e == cudaSuccess && l0 < q.n_layers; l0 += LPL) {
+		layers_at(q, l0);
+		if (fallback)
+			step(q, BSTEP_FULL, "fallback");
+		gather(q);
+	}
+}
+
+/*
+ * Everything of one call on the context's stream, scratch allocated: status
+ * and counters zeroed, the launches, the result copy. The caller closes the
+ * stream's part of the call (status copy, scratch free, event) either way.
+ */
+static void enqueue_call(enqueue &q, const struct skv_params *p, const struct skv_plan &pl,
+			 uint64_t nh)
+{
+	const launch_params &base = *q.base;
+	const cudaStream_t s = q.c->stream;
+
+	q.what = "cudaMemsetAsync";
+	q.e = cudaMemsetAsync(q.c->d_status, 0, sizeof(dev_status), s);
+	if (q.e == cudaSuccess && q.ck->scoring && base.row_tiles > 1)
+		q.e = cudaMemsetAsync(base.votes, 0, q.sp->size[SCR_VOTES], s);
+	if (q.e == cudaSuccess && q.sp->fused_blocks)
+		q.e = cudaMemsetAsync(base.sync, 0, q.sp->size[SCR_SYNC], s);
+	enqueue_layers(q, p->budget_mode, pl.bypass);
+	enqueue_budget(q, p->budget_mode, p->fallback_below > 0.0f);
+	if (q.e == cudaSuccess && q.res) {
+		q.what = "result copy";
+		q.e = cudaMemcpyAsync(q.c->h_res, base.b.res, sizeof(budget_res) + nh * 4,
+				      cudaMemcpyDeviceToHost, s);
+	}
+}
+
+/*
+ * One validated call: its constants, its scratch plan, then the launches on
+ * the context's stream. Once scratch is allocated the stream always gets the
+ * status copy, the scratch free and the completion event; a failed launch
+ * drains the stream so the context is reusable.
+ */
+static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+			const struct skv_params *p, const struct skv_plan &pl, const call_plan &cp,
+			uint32_t n_layers, const struct skv_layer_in *in,
+			const struct skv_layer_out *out, struct skv_budget_result *res,
+			struct skv_error *err)
+{
+	const call_kind ck = call_kind_of(sh, p, pl, cp, in, out, res);
+	const uint64_t nh = (uint64_t)n_layers * pl.h_store;
+	launch_params *lps = NULL; /* [0] the constants, [1] the launch being queued */
+	scratch_plan sp;
+	char *scratch = NULL;
+	bool kvec = true, gvec = true;
+
+	int r = check_limits(sh, p, pl, err);
+	if (r == 0)
+		r = check_layers(sh, pl, ck.scoring, n_layers, in, out, cp.rows, &kvec, &gvec, err);
+	if (r == 0) {
+		lps = (launch_params *)calloc(2, sizeof(launch_params));
+		r = lps ? 0 : skv_cuda_fail(err, -ENOMEM, -1, -1, "out of memory");
+	}
+	if (r == 0) {
+		call_constants(c, sh, p, pl, cp, ck, n_layers, kvec, &lps[0]);
+		r = skv_cuda_dev_enter(c->dev, err);
+	}
+	if (r == 0 && res)
+		r = ctx_reserve_result(c, n_layers * pl.h_store, err);
+	if (r == 0)
+		r = plan_scratch(c, sh, pl, cp, ck, n_layers, &lps[0], &sp, err);
+	if (r == 0 && sp.total) {
+		cudaError_t ea = cudaMallocAsync((void **)&scratch, sp.total, c->stream);
+		if (ea != cudaSuccess)
+			r = rt_fail(err, ea, "scratch for the compaction");
+	}
+	if (r == 0) {
+		scratch_assign(sp, ck, nh, scratch, &lps[0]);
+		lps[0].status = c->d_status;
+		enqueue q = {c,	      &cp,	&ck,	     &sp,  in,		out, &lps[0],
+			     &lps[1], n_layers, res != NULL, gvec, cudaSuccess, NULL};
+		enqueue_call(q, p, pl, nh);
+		cudaMemcpyAsync(c->h_status, c->d_status, sizeof(dev_status),
+				cudaMemcpyDeviceToHost, c->stream);
+		if (scratch)
+			cudaFreeAsync(scratch, c->stream);
+		cudaEventRecord(c->done, c->stream);
+		if (q.e != cudaSuccess) {
+			/* error path only: drain what was queued so the context is reusable */
+			cudaEventSynchronize(c->done);
+			r = rt_fail(err, q.e, q.what);
 		}
 	}
-	if (e == cudaSuccess && res) {
-		what = "result copy";
-		e = cudaMemcpyAsync(c->h_res, base.b.res, sizeof(budget_res) + nh * 4,
-				    cudaMemcpyDeviceToHost, c->stream);
+	free(lps);
+	if (r == 0) {
+		c->res = res;
+		c->res_heads = (uint32_t)nh;
+		c->pending = 1;
 	}
-	free(basep);
-	cudaMemcpyAsync(c->h_status, c->d_status, sizeof(dev_status), cudaMemcpyDeviceToHost,
-			c->stream);
-	if (scratch)
-		cudaFreeAsync(scratch, c->stream);
-	cudaEventRecord(c->done, c->stream);
-	if (e != cudaSuccess) {
-		/* error path only: drain what was queued so the context is reusable */
-		cudaEventSynchronize(c->done);
-		return cuda_fail(err, e, what);
-	}
-	c->res = res;
-	c->res_heads = (uint32_t)nh;
-	c->pending = 1;
-	return 0;
+	return r;
 }
 
 /*

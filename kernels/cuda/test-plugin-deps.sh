@@ -4,10 +4,8 @@
 # libcuda or a shared cudart, and only skv_cuda_* exported.
 set -u
 so="${BUILD:-build}/libskv-cuda.so"
-if [ ! -e "$so" ]; then
-	echo "skip: $so not built (CUDA=0 or no nvcc)"
-	exit 0
-fi
+. "$(dirname "$0")/../../tests/tally.sh"
+need_cuda "$so"
 fail=0
 needed=$(readelf -d "$so" | awk '/NEEDED/ {print $NF}' | tr -d '[]')
 echo "NEEDED: $(echo "$needed" | tr '\n' ' ')"

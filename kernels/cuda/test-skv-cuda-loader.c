@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/skv-backend.h"
 #include "kernels/cuda/skv-cuda.h" /* struct skv_cuda_copy */
+#include "tests/test-skip.h"
 
 static void test_missing_plugin(void)
 {
@@ -62,10 +63,7 @@ static void test_built_plugin(void)
 	struct skv_error err = {0};
 
 	snprintf(path, sizeof(path), "%s/libskv-cuda.so", b && *b ? b : "build");
-	if (access(path, R_OK) != 0) {
-		printf("\n  skip: %s not built (CUDA=0)\n", path);
-		return;
-	}
+	CU_ASSERT_EQUAL_FATAL(access(path, R_OK), 0); /* main() skips the test without it */
 	void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
 	int r = skv_backend_load(path, -1, &be, &err);
 	if (!drv) {
@@ -98,10 +96,7 @@ static void test_emulated_plugin(void)
 	struct skv_error err = {0};
 
 	snprintf(path, sizeof(path), "%s/tests/gpu/emu/libskv-cuda-emu.so", b && *b ? b : "build");
-	if (access(path, R_OK) != 0) {
-		printf("\n  skip: %s not built (CUDA=0)\n", path);
-		return;
-	}
+	CU_ASSERT_EQUAL_FATAL(access(path, R_OK), 0); /* main() skips the test without it */
 	int r = skv_backend_load(path, -1, &be, &err);
 	CU_ASSERT_EQUAL_FATAL(r, 0);
 	CU_ASSERT_EQUAL(be->ops->emulated, 1);
@@ -159,10 +154,7 @@ static void test_emulated_copy_ops(void)
 	int diff = 0;
 
 	snprintf(path, sizeof(path), "%s/tests/gpu/emu/libskv-cuda-emu.so", b && *b ? b : "build");
-	if (access(path, R_OK) != 0) {
-		printf("\n  skip: %s not built (CUDA=0)\n", path);
-		return;
-	}
+	CU_ASSERT_EQUAL_FATAL(access(path, R_OK), 0); /* main() skips the test without it */
 	CU_ASSERT_EQUAL_FATAL(skv_backend_load(path, -1, &be, &err), 0);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(be->ops->ctx_copy);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(be->ops->ctx_upload);
@@ -210,19 +202,33 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	CU_pSuite s = CU_add_suite("cuda_loader", NULL, NULL);
+	CU_pTest built, emu, copies;
 	if (!s || !CU_add_test(s, "missing plugin", test_missing_plugin) ||
 	    !CU_add_test(s, "not a plugin", test_not_a_plugin) ||
 	    !CU_add_test(s, "bad arguments", test_bad_args) ||
-	    !CU_add_test(s, "built plugin", test_built_plugin) ||
-	    !CU_add_test(s, "emulated plugin", test_emulated_plugin) ||
-	    !CU_add_test(s, "emulated plugin: copies on a context", test_emulated_copy_ops) ||
+	    !(built = CU_add_test(s, "built plugin", test_built_plugin)) ||
+	    !(emu = CU_add_test(s, "emulated plugin", test_emulated_plugin)) ||
+	    !(copies =
+		  CU_add_test(s, "emulated plugin: copies on a context", test_emulated_copy_ops)) ||
 	    !CU_add_test(s, "plugin path from environment", test_env_path)) {
 		CU_cleanup_registry();
 		return 1;
+	}
+	/* what the tests above load, where main() can say they are missing */
+	const char *b = getenv("BUILD");
+	char plug[512], emu_plug[512];
+	snprintf(plug, sizeof(plug), "%s/libskv-cuda.so", b && *b ? b : "build");
+	snprintf(emu_plug, sizeof(emu_plug), "%s/tests/gpu/emu/libskv-cuda-emu.so",
+		 b && *b ? b : "build");
+	if (access(plug, R_OK) != 0)
+		t_skip(s, built, "cuda", "%s not built", plug);
+	if (access(emu_plug, R_OK) != 0) {
+		t_skip(s, emu, "cuda", "%s not built", emu_plug);
+		t_skip(s, copies, "cuda", "%s not built", emu_plug);
 	}
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned fails = CU_get_number_of_failures();
 	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_exit(fails);
 }

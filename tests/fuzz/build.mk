@@ -23,8 +23,12 @@ FUZZ_CFLAGS := -std=gnu11 -O1 -g -D_GNU_SOURCE -DSKV_NO_DEPRECATION_WARNINGS -Wa
 # change its line here (`make fuzz-build` is in CI, so a stale line fails it).
 FUZZ_FRAME_SRCS ?= proto/skv-frame.c $(BUILD)/proto/snapkv.pb-c.c
 FUZZ_RING_SRCS ?=
-# validation as snapkvd does it, then libskv's real kernels (ISA files with their flags)
-FUZZ_REQUEST_SRCS ?= $(BUILD)/proto/snapkv.pb-c.c $(SKV_SRCS)
+# snapkvd's validation (daemon/snapkvd-request.c is #included by the target, with
+# fakes) and the daemon objects it calls, then libskv's real kernels (ISA files
+# with their flags)
+FUZZ_REQUEST_SRCS ?= $(BUILD)/proto/snapkv.pb-c.c $(SKV_SRCS) daemon/snapkvd-job.c \
+	daemon/snapkvd-cache.c daemon/snapkvd-paged.c daemon/snapkvd-config.c daemon/snapkvd-log.c \
+	daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c daemon/snapkvd-clock.c daemon/snapkvd-arena.c
 FUZZ_ST_SRCS ?= client/libskvst/skv-safetensors.c
 FUZZ_ST_INC ?= -Iclient/libskvst
 FUZZ_GGUF_SRCS ?= examples/tiny-llama/tl-gguf.c

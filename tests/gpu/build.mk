@@ -74,13 +74,19 @@ $(EMU_ENGINE): $(BUILD)/tests/gpu/gpu-engine.o $(EMU_KOBJS) $(EMU_DEVOBJ) $(EMU_
 	$(CXX) -o $@ $^ $(PBC_LIBS) -lm -pthread $(LDFLAGS)
 # the budget modes on the emulator, bit for bit against the host (test-budget-emu.sh)
 EMU_BUDGET := $(EMU_DIR)/gpu-budget-emu
-BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN) $(EMU_ENGINE) $(EMU_BUDGET)
+# launches a GPU refuses are refused, cudaGetLastError says so (run-emu.sh)
+EMU_ERRORS := $(EMU_DIR)/test-emu-errors
+$(EMU_ERRORS): tests/gpu/emu/test-emu-errors.cpp $(EMU_DIR)/cuda-emu.o
+	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ -lm -pthread $(LDFLAGS)
+BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN) $(EMU_ENGINE) $(EMU_BUDGET) $(EMU_ERRORS)
 endif
 TEST_SCRIPTS += tests/gpu/emu/run-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-budget-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-gpubuf-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-suites-cuda-emu.sh
+# tests/gpu/run.sh --dry-run lists every GPU-capable suite and compute-sanitizer run
+TEST_SCRIPTS += tests/gpu/test-run-dry.sh
 
 # Bad and random input on the CUDA paths of snapkvd --backend cuda, on the
 # emulated plugin (it makes the emulator's memfd "GPU memory" itself: no CUDA)

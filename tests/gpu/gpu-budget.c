@@ -19,6 +19,8 @@
  * before the window cannot be made exact this way), both GQA modes, avg and
  * max pooling, protected ranges, HND and NHD inputs, f32/f16/bf16 (a bf16 ->
  * f32 output too), bypass (L < C, L < C_l, L < C_min).
+ * And the zero ranking width (R = 0: C_max = window + protected, or window +
+ * protected = L) in mass and mass-heads, against SPEC.md itself.
  *
  *   gpu-budget [--cases N] [--seed S] [--score twopass|fused] [-v]
  *   N random cases per mode (default 6), 1 + N / 8 more with a NaN query; the
@@ -475,6 +477,171 @@ static int refusals(struct skv_ctx *hctx, struct skv_cuda_ctx *gctx, struct rng 
 	return fails;
 }
 
+/*
+ * Mass, per (layer, head), of the window rows' full causal softmax on the
+ * forced positions (those are all that is kept below): the definition, in
+ * double, from the f32 inputs (HND). Group mode: the mean over the group.
+ */
+static double forced_mass(const struct bcase *c, const struct io *x, uint32_t l, uint32_t h,
+			  const uint8_t *forced)
+{
+	const uint32_t L = c->sh.prompt_len, D = c->sh.head_dim, W = c->p.window;
+	const uint32_t G = c->sh.h_q / c->sh.h_kv;
+	const int group = c->p.gqa == SKV_GQA_GROUP;
+	const uint32_t kvh = group ? h : h / G, q0 = group ? h * G : h, nq = group ? G : 1;
+	const float *q = x->host_bufs[(size_t)l * NB + B_Q];
+	const float *k = x->host_bufs[(size_t)l * NB + B_K];
+	double sum = 0.0;
+	for (uint32_t qh = q0; qh < q0 + nq; qh++)
+		for (uint32_t i = 0; i < W; i++) {
+			const uint32_t t = L - W + i;
+			double z[256], mx = -INFINITY, den = 0.0, num = 0.0;
+			for (uint32_t j = 0; j <= t; j++) {
+				double d = 0.0;
+				for (uint32_t e = 0; e < D; e++)
+					d += (double)q[((size_t)qh * W + i) * D + e] *
+					     k[((size_t)kvh * L + j) * D + e];
+				z[j] = d / sqrt((double)D);
+				mx = z[j] > mx ? z[j] : mx;
+			}
+			for (uint32_t j = 0; j <= t; j++) {
+				den += exp(z[j] - mx);
+				num += forced[j] ? exp(z[j] - mx) : 0.0;
+			}
+			sum += num / den;
+		}
+	return sum / ((double)W * nq);
+}
+
+/* One zero-width case (see zero_width()). */
+struct zcase {
+	const char *what;
+	uint32_t L, W, pb, pe, c_min, c_max, step, c_star;
+};
+
+/* The CUDA outputs of one layer against the forced set; why[] says what differs. */
+static void zero_check_layer(const struct bcase *c, const struct io *x, uint32_t l,
+			     uint32_t row_count, const uint32_t *kept, const uint8_t *forced,
+			     uint32_t F, double *worst, char *why, size_t len)
+{
+	const uint32_t L = c->sh.prompt_len, D = c->sh.head_dim, G = c->sh.h_q / c->sh.h_kv;
+	const int group = c->p.gqa == SKV_GQA_GROUP;
+	const uint32_t hs = group ? c->sh.h_kv : c->sh.h_q;
+	const size_t ps = row_count + 5, room = row_count + 3;
+	int32_t *pos = malloc((size_t)hs * ps * 4);
+	float *ok = malloc((size_t)hs * room * D * 4), mass[8];
+	const float *k = x->host_bufs[(size_t)l * NB + B_K];
+	cudaMemcpy(pos, x->dev_bufs[(size_t)l * NB + B_POS], (size_t)hs * ps * 4,
+		   cudaMemcpyDeviceToHost);
+	cudaMemcpy(ok, x->dev_bufs[(size_t)l * NB + B_OK], (size_t)hs * room * D * 4,
+		   cudaMemcpyDeviceToHost);
+	cudaMemcpy(mass, x->dev_bufs[(size_t)l * NB + B_MASS], hs * 4, cudaMemcpyDeviceToHost);
+	for (uint32_t h = 0; h < hs && !why[0]; h++) {
+		const uint32_t kvh = group ? h : h / G;
+		if (kept[l * hs + h] != F)
+			snprintf(why, len, "layer %u head %u keeps %u, not %u", l, h,
+				 kept[l * hs + h], F);
+		for (uint32_t j = 0, s = 0; j < L && !why[0]; j++) {
+			if (!forced[j])
+				continue;
+			if (pos[h * ps + s] != (int32_t)j ||
+			    memcmp(ok + ((size_t)h * room + s) * D, k + ((size_t)kvh * L + j) * D,
+				   (size_t)D * 4))
+				snprintf(why, len,
+					 "layer %u head %u slot %u: position %d or its K row "
+					 "(want %u)",
+					 l, h, s, pos[h * ps + s], j);
+			s++;
+		}
+		const double want = F == L ? 1.0 : forced_mass(c, x, l, h, forced);
+		const double d = fabs(mass[h] - want);
+		*worst = d > *worst ? d : *worst;
+		if (!why[0] && !(d <= 1e-5))
+			snprintf(why, len, "layer %u head %u mass %.9g, want %.9g", l, h,
+				 (double)mass[h], want);
+	}
+	free(pos);
+	free(ok);
+}
+
+/* One zero-width case in mode m and GQA mode gqa (1: group); 0 when it passes. */
+static int zero_case(struct skv_cuda_ctx *gctx, struct rng *r, const struct zcase *z,
+		     enum skv_budget m, int gqa)
+{
+	struct bcase c = {.layers = 2, .dt = SKV_DTYPE_F32, .odt = SKV_DTYPE_F32};
+	struct skv_params *p = &c.p;
+	c.sh = (struct skv_shape){z->L, 16, 4, 2, z->W};
+	skv_params_init(p);
+	p->window = z->W;
+	p->kernel = 3;
+	p->gqa = gqa ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+	p->protected_ranges[p->n_protected++] = (struct skv_range){z->pb, z->pe};
+	p->budget_mode = m;
+	p->tau = 0.9f;
+	p->c_min = z->c_min;
+	p->c_max = z->c_max;
+	p->c_step = z->step;
+	uint32_t rows[2], kept[8], F = 0;
+	uint8_t forced[64] = {0};
+	for (uint32_t j = 0; j < z->L; j++) {
+		forced[j] = j >= z->L - z->W || (j >= z->pb && j < z->pe);
+		F += forced[j];
+	}
+	struct io x;
+	struct skv_error e = {0};
+	char why[400] = "";
+	int rc = skv_budget_rows(&c.sh, p, c.layers, rows, &e);
+	if (rc == 0)
+		rc = io_build(r, &c, rows, &x);
+	if (rc < 0) {
+		printf("  zero width %s: setup failed %d (%s)\n", z->what, rc, e.msg);
+		return 1;
+	}
+	memset(kept, 0xee, sizeof(kept));
+	struct skv_budget_result res = {.result_size = sizeof(res), .kept = kept};
+	rc = skv_cuda_compact_budget(gctx, &c.sh, p, c.layers, x.din, x.dout, &res, &e);
+	if (rc == 0)
+		rc = skv_cuda_ctx_sync(gctx, &e);
+	const uint32_t want_cs = m == SKV_BUDGET_MASS ? z->c_star : 0;
+	if (rc < 0)
+		snprintf(why, sizeof(why), "cuda %d (%s)", rc, e.msg);
+	else if (res.c_star != want_cs || res.fallback)
+		snprintf(why, sizeof(why), "C* %u (want %u), fallback %d", res.c_star, want_cs,
+			 res.fallback);
+	double worst = 0.0;
+	for (uint32_t l = 0; l < c.layers && !why[0]; l++)
+		zero_check_layer(&c, &x, l, rows[l], kept, forced, F, &worst, why, sizeof(why));
+	printf("  zero width %-9s %-22s %-6s %s  C* %u, every head keeps the %u forced "
+	       "positions, max |mass diff| %.1e%s%s\n",
+	       mode_name(m), z->what, gqa ? "group" : "expand", why[0] ? "FAIL" : "PASS",
+	       res.c_star, F, worst, why[0] ? ": " : "", why);
+	io_free(&x);
+	return why[0] != 0;
+}
+
+/*
+ * Zero ranking width (R = 0): mass and mass-heads where C_max equals the
+ * forced count (window + protected), and where window + protected cover all
+ * of L. Checked against SPEC.md directly, not against the host: every head
+ * keeps exactly the forced positions, ascending, with their K/V rows; C* is
+ * the ladder's answer (mass), 0 (mass-heads); masses are the forced
+ * positions' (1 where they are all of L); no fallback.
+ */
+static int zero_width(struct skv_cuda_ctx *gctx, struct rng *r)
+{
+	static const struct zcase zc[] = {
+	    {"C_max = W + protected", 40, 8, 0, 4, 12, 12, 1, 12},
+	    {"W + protected = L", 16, 8, 0, 8, 16, 32, 4, 16},
+	};
+	int fails = 0;
+	for (size_t i = 0; i < sizeof(zc) / sizeof(zc[0]); i++)
+		for (int gqa = 0; gqa < 2; gqa++) {
+			fails += zero_case(gctx, r, &zc[i], SKV_BUDGET_MASS, gqa);
+			fails += zero_case(gctx, r, &zc[i], SKV_BUDGET_MASS_HEADS, gqa);
+		}
+	return fails;
+}
+
 /* Uniform through the budget entry: the same bytes as skv_cuda_compact(). */
 static int uniform_same(struct skv_cuda_ctx *gctx, struct rng *r, int n)
 {
@@ -593,6 +760,8 @@ int main(int argc, char **argv)
 		fails += bad;
 	}
 	fails += refusals(hctx, gctx, &r);
+	struct rng zr = {seed ^ 0x2e60};
+	fails += zero_width(gctx, &zr); /* its own stream: the cases above unchanged */
 	fails += uniform_same(gctx, &r, 3);
 	printf("gpu-budget: %d failed\n", fails);
 	skv_ctx_free(hctx);

@@ -34,3 +34,18 @@ $(TEST_DAEMON_GROUP): $(BUILD)/tests/integration/test-daemon-group.o $(LIBSNAPKV
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(TEST_DAEMON_GROUP)
+
+# a skip is a skip: run-tests.sh's tally and SNAPKV_REQUIRE, every script
+# that can skip on an empty build tree, tests/test-skip.h through test-llama
+TEST_SCRIPTS += tests/integration/test-skips.sh
+
+# libsnapkv's thread-safety promise from C: one client, several threads
+# (check-tsan runs it too)
+TEST_LIBSNAPKV_THREADS := $(BUILD)/tests/test-libsnapkv-threads
+OBJS += $(BUILD)/tests/integration/test-libsnapkv-threads.o
+$(BUILD)/tests/integration/test-libsnapkv-threads.o: | $(SKV_PB_H)
+$(TEST_LIBSNAPKV_THREADS): $(BUILD)/tests/integration/test-libsnapkv-threads.o $(LIBSNAPKV) \
+		$(LIBSKVPROTO) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
+		-lm $(LDFLAGS)
+TESTS += $(TEST_LIBSNAPKV_THREADS)

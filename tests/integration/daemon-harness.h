@@ -24,6 +24,7 @@
 
 #include "proto/skv-frame.h"
 #include "proto/snapkv.pb-c.h"
+#include "tests/test-skip.h"
 
 struct harness {
 	char dir[64];
@@ -214,6 +215,35 @@ static inline int h_start_config(struct harness *h, const char *prefix, const ch
 	fclose(f);
 	extra[1] = cfg;
 	return h_start(h, extra);
+}
+
+/*
+ * Whether the daemon still runs: waitpid(WNOHANG), which a daemon that has
+ * crashed answers with its status, where kill(pid, 0) succeeds on the
+ * unreaped zombie. One that has exited is reaped, reported on stderr and
+ * forgotten (h->pid 0), so that h_stop then fails.
+ */
+static inline bool h_alive(struct harness *h)
+{
+	int st = 0;
+	pid_t r;
+
+	if (h->pid <= 0)
+		return false;
+	r = waitpid(h->pid, &st, WNOHANG);
+	if (r == 0)
+		return true;
+	if (r == h->pid) {
+		if (WIFEXITED(st))
+			fprintf(stderr, "daemon-harness: snapkvd %d exited with status %d\n",
+				(int)h->pid, WEXITSTATUS(st));
+		else
+			fprintf(stderr, "daemon-harness: snapkvd %d killed by signal %d\n",
+				(int)h->pid, WTERMSIG(st));
+		h_live_drop(h->pid);
+		h->pid = 0;
+	}
+	return false;
 }
 
 /* SIGTERM and wait: returns the exit status (0 expected) or -1. */
@@ -506,7 +536,7 @@ static inline int h_run_tests(void)
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
 	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_exit(fails);
 }
 
 /*

@@ -56,11 +56,19 @@ login() {
 	env -i PATH="$PATH" HOME="$tmp/home" XDG_RUNTIME_DIR="$tmp/xdg" ${EXTRA:+"$EXTRA"} \
 		bash -l -c '"$@"' login "$@"
 }
-# stop PID SOCKET: kill -KILL, then wait until the listener is really gone
-# (io_uring lets the kernel close the daemon's files a moment after exit).
+# stop PID SOCKET: kill -KILL (a stale socket is the point), the status must
+# say SIGKILL (128 + 9: it had not died before), then wait until the listener
+# is really gone (io_uring lets the kernel close the daemon's files a moment
+# after exit).
 stop() {
+	local rc
 	kill -KILL "$1"
 	wait "$1" 2>/dev/null
+	rc=$?
+	[ $rc -eq 137 ] || {
+		echo "FAIL: snapkvd $1 exited $rc before its SIGKILL: $(cat "$tmp/daemon.log")"
+		exit 1
+	}
 	for _ in $(seq 250); do
 		"$CTL" status --socket "$2" 2>&1 >/dev/null | grep -q refused && return 0
 		sleep 0.02

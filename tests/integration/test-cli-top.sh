@@ -4,7 +4,9 @@
 # frame fits the pane (no line wider, no more lines than it has, the header
 # on the first row even at 8 rows), a resize redraws at once (before the
 # next refresh), q quits without Enter, and the terminal is put back
-# (canonical mode and echo) when it exits.
+# (canonical mode and echo) when it exits; the daemon exits 0 on SIGTERM.
+# The waits are for events, each bounded by a generous hang guard (20 s,
+# below the 60 s refresh, so a redraw still proves the resize).
 set -u
 BUILD=${BUILD:-build}
 command -v tmux >/dev/null || {
@@ -40,9 +42,9 @@ done
 "$BUILD/snapkv-engine" --socket "$sock" --name top-test >/dev/null 2>&1
 
 screen() { tm capture-pane -p -t top; }
-# wait_for TEXT: until the pane shows TEXT (5 s at most)
+# wait_for TEXT: until the pane shows TEXT (20 s at most: a hang guard)
 wait_for() {
-	for _ in $(seq 250); do
+	for _ in $(seq 1000); do
 		screen | grep -q -- "$1" && return 0
 		sleep 0.02
 	done
@@ -68,26 +70,32 @@ screen | grep -q "^pool " && ok "the pool line is there, clipped, not wrapped" |
 w1=$(screen | awk '/^pool / {print length($0)}')
 
 tm resize-window -t top -x 120 -y 30
-for _ in $(seq 100); do
+for _ in $(seq 1000); do
 	w2=$(screen | awk '/^pool / {print length($0)}')
 	[ -n "$w2" ] && [ "$w2" -gt 60 ] && break
 	sleep 0.02
 done
 [ -n "$w2" ] && [ "$w2" -gt 60 ] && [ "$w2" -le 120 ] &&
-	ok "SIGWINCH: redrawn at 120 columns at once (pool line $w1 -> $w2)" ||
+	ok "SIGWINCH: redrawn at 120 columns before the next refresh (pool line $w1 -> $w2)" ||
 	not_ok "after the resize the pool line is $w2 wide: $(screen)"
 fits 120 30 && screen | grep -q "retained mass" && ok "120x30: the whole frame, fitted" ||
 	not_ok "120x30: $(screen)"
 
 tm send-keys -t top q
-for _ in $(seq 50); do
+for _ in $(seq 1000); do
 	[ -s "$tmp/stty" ] && break
 	sleep 0.02
 done
-[ -s "$tmp/stty" ] && ok "q (no Enter) quits within a second" || not_ok "q did not quit: $(screen)"
+[ -s "$tmp/stty" ] && ok "q (no Enter) quits" || not_ok "q did not quit: $(screen)"
 grep -qw icanon "$tmp/stty" && grep -qw echo "$tmp/stty" &&
 	ok "the terminal is back in canonical mode with echo" ||
 	not_ok "terminal left raw: $(cat "$tmp/stty")"
+
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=
+[ $rc -eq 0 ] && ok "SIGTERM: snapkvd exits 0" || not_ok "SIGTERM: snapkvd exited $rc: $(cat "$tmp/daemon.log")"
 
 echo "test-cli-top: $pass passed, $fail failed"
 [ $fail -eq 0 ]

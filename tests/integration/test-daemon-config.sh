@@ -159,8 +159,8 @@ python3 - "$tmp/notify" >"$tmp/notes" <<'PY' &
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 s.bind(sys.argv[1])
-s.settimeout(5)
-end = time.time() + 8
+s.settimeout(30)
+end = time.time() + 60
 while time.time() < end:
     try:
         m = s.recv(4096).decode()
@@ -176,7 +176,11 @@ NOTIFY_SOCKET=$tmp/notify WATCHDOG_USEC=100000 "$D" --socket "$tmp/b.sock" \
 	--log-level warning 2>"$tmp/log" &
 pids+=($!)
 wait_sock "$tmp/b.sock" || fail "did not start under NOTIFY_SOCKET"
-sleep 1.2
+# until a watchdog ping arrived (30 s: a hang guard, not a timing claim)
+for _ in $(seq 3000); do
+	grep -q WATCHDOG=1 "$tmp/notes" && break
+	sleep 0.01
+done
 stop "${pids[-1]}"
 wait "$npid" || true
 for w in READY=1 STATUS= WATCHDOG=1 STOPPING=1; do

@@ -877,6 +877,37 @@ static void test_daemon_killed(void)
 }
 
 /*
+ * A daemon that has died is not alive to the harness: kill(pid, 0) still
+ * succeeds on its unreaped zombie, h_alive's waitpid(WNOHANG) reports it.
+ */
+static void test_harness_sees_death(void)
+{
+	struct harness h2 = {0};
+	siginfo_t si;
+	pid_t pid;
+	int i;
+
+	CU_ASSERT_EQUAL_FATAL(h_start(&h2, NULL), 0);
+	pid = h2.pid;
+	CU_ASSERT(h_alive(&h2));
+	CU_ASSERT_EQUAL(kill(pid, SIGKILL), 0);
+	/* until it can be reaped, left unreaped (WNOWAIT; 60 s: a hang guard) */
+	for (i = 0; i < 6000; i++) {
+		si.si_pid = 0;
+		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+		    si.si_pid == pid)
+			break;
+		h_sleep_ms(10);
+	}
+	CU_ASSERT_EQUAL(si.si_pid, pid);
+	CU_ASSERT_EQUAL(kill(pid, 0), 0); /* the old check: "alive" */
+	CU_ASSERT(!h_alive(&h2));
+	CU_ASSERT_EQUAL(h2.pid, 0);
+	CU_ASSERT(kill(pid, 0) < 0 && errno == ESRCH); /* reaped */
+	h_cleanup(&h2);
+}
+
+/*
  * A test process that exits without stopping its daemon (a suite whose init
  * failed, a _FATAL assert past its h_stop) must not leave it behind: the
  * harness kills and reaps it at exit, and removes its socket directory.
@@ -920,7 +951,7 @@ static void test_harness_reaps(void)
 	}
 	CU_ASSERT(stat(dir, &sb) < 0 && errno == ENOENT);
 	/* the suite's own daemon is untouched */
-	CU_ASSERT_EQUAL(kill(H.pid, 0), 0);
+	CU_ASSERT(h_alive(&H));
 	CU_ASSERT_EQUAL(h_daemon_pid(H.sock), H.pid);
 }
 
@@ -1053,6 +1084,7 @@ int main(void)
 	CU_add_test(s, "engine SIGKILLed mid-request", test_engine_killed);
 	CU_add_test(s, "daemon killed, reconnect", test_daemon_killed);
 	CU_add_test(s, "a daemon left running is reaped at exit", test_harness_reaps);
+	CU_add_test(s, "a dead daemon is not alive (waitpid, not kill 0)", test_harness_sees_death);
 	CU_add_test(s, "a request given up on", test_abandon);
 	CU_add_test(s, "SIGTERM drains", test_sigterm_drains);
 	return h_run_tests();

@@ -47,8 +47,11 @@ export SNAPKV_SOCKET=$sock
 pool_used() { "$CTL" metrics | sed -n 's/^snapkvd_pool_used_bytes \([0-9]*\)$/\1/p'; }
 nfds() { ls "/proc/$dpid/fd" | wc -l; }
 # the large h2o requests take seconds alone and far longer under the
-# sanitizers on a loaded machine: their bound is a hang guard, not a timing
+# sanitizers on a loaded machine: their bound is a hang guard, not a timing;
+# so is every other snapkvctl's here (under TSan five engines at once took
+# more than the default 30 s)
 slow_ms=600000
+export SNAPKV_TIMEOUT_MS=$slow_ms
 
 # 2. config key, command line, status and metrics
 printf 'workers = 2\nthreads = 2\n' >"$tmp/w.conf"

@@ -128,7 +128,7 @@ if command -v systemd-sysusers >/dev/null && command -v systemd-tmpfiles >/dev/n
 		not_ok "tmpfiles: $(stat -c '%a %u %g' "$r/run/snapkvd" 2>&1) $(cat "$tmp/tf.err")"
 	fi
 else
-	ok "SKIP sysusers/tmpfiles: systemd-sysusers or systemd-tmpfiles missing"
+	skip_part systemd "sysusers/tmpfiles: systemd-sysusers or systemd-tmpfiles missing"
 fi
 
 # ---- 2. man pages and completion ----
@@ -339,8 +339,8 @@ if command -v systemd-analyze >/dev/null; then
 	rm -r "$u/snapkvd.service.d"
 	mk uninstall PREFIX="$q" SYSCONFDIR="$q/etc"
 else
-	ok "SKIP systemd-analyze: not installed"
+	skip_part systemd "systemd-analyze: not installed"
 fi
 
 echo "test-install: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+tally_exit

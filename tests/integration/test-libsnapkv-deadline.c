@@ -4,8 +4,10 @@
  * are alive but do not answer: one that never accepts, one that accepts and
  * stays silent, one that sends stray frames but never the reply, one that
  * answers half a frame, and one that completes the handshake (a real ring)
- * and then goes silent. Each call must return -ETIMEDOUT within a generous
- * bound (10x the deadline; the times are printed), leak no fds, and leave
+ * and then goes silent. Each call must return -ETIMEDOUT, not before its
+ * deadline and before a hang guard (HANG_MS: far above any scheduling delay
+ * of a loaded machine, far below the 30 s default a call that ignored its
+ * deadline would wait; the times are printed), leak no fds, and leave
  * the client failing with -ENOTCONN where a late reply could desynchronise
  * the socket. A submit that only the caller's own waits could make room
  * for fails at once instead of waiting out the deadline, and params sized
@@ -42,7 +44,7 @@
 
 /* deadlines under test, and the bound every call must meet */
 #define DL_MS	   200u
-#define BOUND_X	   10u
+#define HANG_MS	   10000u
 #define STRAY_MS   50 /* the stray fake sends a frame this often: < DL_MS */
 #define ARENA_SIZE (1u << 20)
 
@@ -247,7 +249,7 @@ static void check_elapsed(const char *what, double t0, uint32_t dl_ms)
 	printf("\n    %s: -ETIMEDOUT after %.1f ms (deadline %u ms) ", what, ms, dl_ms);
 	/* poll() never wakes early: the deadline itself was waited out */
 	CU_ASSERT(ms >= dl_ms - 1);
-	CU_ASSERT(ms < (double)dl_ms * BOUND_X);
+	CU_ASSERT(ms < HANG_MS);
 }
 
 static struct skv_client_opts opts_ms(int32_t ms)
@@ -358,7 +360,7 @@ static void test_silent(void)
 	setenv("SNAPKV_TIMEOUT_MS", "soon", 1);
 	t0 = now_ms();
 	CU_ASSERT_EQUAL(skv_client_connect(f.sock, NULL, &c), -EINVAL);
-	CU_ASSERT(now_ms() - t0 < DL_MS);
+	CU_ASSERT(now_ms() - t0 < HANG_MS); /* the errno says it did not wait */
 	/* opts win over the environment */
 	t0 = now_ms();
 	CU_ASSERT_EQUAL(skv_client_connect(f.sock, &o, &c), -ETIMEDOUT);
@@ -392,7 +394,7 @@ static void test_half_frame(void)
 {
 	struct fake f;
 	struct skv_client *c = NULL;
-	struct skv_client_opts o = opts_ms(5000);
+	struct skv_client_opts o = opts_ms(60000);
 	int fds0 = count_fds();
 	double t0, ms;
 
@@ -402,8 +404,8 @@ static void test_half_frame(void)
 	t0 = now_ms();
 	CU_ASSERT_EQUAL(skv_client_connect(f.sock, &o, &c), -EBADMSG);
 	ms = now_ms() - t0;
-	printf("\n    half a frame: -EBADMSG after %.1f ms (deadline 5000 ms) ", ms);
-	CU_ASSERT(ms < 2500);
+	printf("\n    half a frame: -EBADMSG after %.1f ms (deadline 60000 ms) ", ms);
+	CU_ASSERT(ms < HANG_MS);
 	CU_ASSERT_PTR_NULL(c);
 	CU_ASSERT_EQUAL(count_fds(), fds0);
 	fake_stop(&f);
@@ -457,7 +459,7 @@ static void test_hung_session(void)
 	CU_ASSERT_EQUAL(skv_buffer_alloc(c, 4096, &b), -ENOTCONN);
 	CU_ASSERT_EQUAL(skv_client_cuda_arena(c, &afd, &asz, NULL), -ENOTCONN);
 	CU_ASSERT_EQUAL(skv_client_pressure(c, &pr), -ENOTCONN);
-	CU_ASSERT(now_ms() - t0 < DL_MS);
+	CU_ASSERT(now_ms() - t0 < HANG_MS); /* the errno says it did not wait */
 	CU_ASSERT_EQUAL(afd, -1);
 
 	/* reconnect: a new session, the same deadline */
@@ -519,7 +521,7 @@ static void test_stale_request(void)
 	CU_ASSERT_EQUAL(skv_request_poll(rq), -ENOTCONN);
 	t0 = now_ms();
 	CU_ASSERT_EQUAL(skv_request_wait(rq, 5000, &k), -ENOTCONN); /* and freed */
-	CU_ASSERT(now_ms() - t0 < 1000);
+	CU_ASSERT(now_ms() - t0 < HANG_MS); /* not -ETIMEDOUT: it did not wait */
 	CU_ASSERT_PTR_NULL(k);
 	CU_ASSERT_EQUAL(skv_request_poll(fresh), 0); /* still its own */
 	/* the daemon gone and reconnecting failed: no ring at all any more */
@@ -670,7 +672,7 @@ static void test_snapkvctl(void)
 	printf("\n    snapkvctl --timeout %u status: exit %d after %.1f ms ", DL_MS,
 	       WIFEXITED(st) ? WEXITSTATUS(st) : -1, ms);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 1);
-	CU_ASSERT(ms >= DL_MS - 1 && ms < DL_MS * BOUND_X);
+	CU_ASSERT(ms >= DL_MS - 1 && ms < HANG_MS);
 	/* after the command, and through the admin path of `pressure` */
 	snprintf(cmd, sizeof(cmd), "%s/snapkvctl pressure --socket %s --timeout=%u 2>/dev/null",
 		 build, f.sock, DL_MS);
@@ -680,7 +682,7 @@ static void test_snapkvctl(void)
 	printf("\n    snapkvctl pressure --timeout=%u: exit %d after %.1f ms ", DL_MS,
 	       WIFEXITED(st) ? WEXITSTATUS(st) : -1, ms);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 1);
-	CU_ASSERT(ms >= DL_MS - 1 && ms < DL_MS * BOUND_X);
+	CU_ASSERT(ms >= DL_MS - 1 && ms < HANG_MS);
 	/* the message says what happened */
 	snprintf(cmd, sizeof(cmd),
 		 "%s/snapkvctl ledger --socket %s --timeout %u 2>&1 | grep -q 'within %u ms'",

@@ -14,10 +14,8 @@ ENGINE=$BUILD/tiny-llama
 DAEMON=$BUILD/snapkvd
 
 echo "test-llama-daemon: tiny-llama through snapkvd"
-if [ ! -r "$MODEL" ]; then
-	echo "SKIP: model $MODEL not found (set SHARED or SNAPKV_MODEL)"
-	exit 0
-fi
+. "$(dirname "$0")/../tally.sh"
+[ -r "$MODEL" ] || skip model "$MODEL not found (set SHARED or SNAPKV_MODEL)"
 for b in "$ENGINE" "$DAEMON"; do
 	[ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
 done

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import BUILD, ROOT, skip_unless
 
 MODEL = os.environ.get("SNAPKV_MODEL",
                        os.path.join(ROOT, os.environ.get("SHARED", "../shared"), "models",
@@ -22,7 +22,7 @@ STORY = ("Tom and his friend Ben wanted to build a big tower. They found many bl
          "toy box. Tom put a red block on a blue block. Ben put a yellow block on top. The "
          "tower was very tall. Then the cat came and jumped on the table.")
 
-pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason=f"model {MODEL} not found")
+pytestmark = skip_unless("model", os.path.exists(MODEL), f"{MODEL} not found")
 
 
 def py_engine(daemon, *args):

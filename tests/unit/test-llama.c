@@ -8,7 +8,7 @@
  * independent masked-attention reference, in expand and group mode.
  *
  * The model is $SHARED/models/stories260K.gguf (SHARED defaults to
- * ../shared); tests that need it are skipped, with a message, without it.
+ * ../shared); tests that need it are skipped (tests/test-skip.h) without it.
  */
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -22,6 +22,7 @@
 #include "tl-gguf.h"
 #include "tl-model.h"
 #include "tl-tok.h"
+#include "tests/test-skip.h"
 
 static char model_path[4096];
 static uint8_t *model_buf;
@@ -31,13 +32,8 @@ static struct tl_model *model;
 static const char known_text[] = "Once upon a time, there was a little girl named Lily. She loved "
 				 "to play outside in the park.";
 
-#define NEED_MODEL()                                                                               \
-	do {                                                                                       \
-		if (!model) {                                                                      \
-			printf("\n    SKIP: model %s not found (set SHARED)\n", model_path);       \
-			return;                                                                    \
-		}                                                                                  \
-	} while (0)
+/* main() registers the tests that need the model as skipped without it */
+#define NEED_MODEL() CU_ASSERT_FATAL(model != NULL)
 
 /* ---- a tiny GGUF writer, for synthetic files ---- */
 
@@ -960,7 +956,8 @@ static int load_model(void)
 		 shared && *shared ? shared : "../shared");
 	FILE *f = fopen(model_path, "rb");
 	if (!f) {
-		printf("test-llama: model %s not found: model tests will be skipped\n", model_path);
+		printf("test-llama: model %s not found: the tests that need it are skipped\n",
+		       model_path);
 		return 0;
 	}
 	fseek(f, 0, SEEK_END);
@@ -990,21 +987,37 @@ int main(void)
 		return 1;
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
+	static const struct {
+		const char *name;
+		CU_TestFunc fn;
+		bool needs_model;
+	} tests[] = {
+	    {"gguf_all_types", test_gguf_all_types, false},
+	    {"gguf_corrupt_synthetic", test_gguf_corrupt_synthetic, false},
+	    {"gguf_corrupt_model", test_gguf_corrupt_model, true},
+	    {"model_shape", test_model_shape, true},
+	    {"greedy_known_text", test_greedy_known_text, true},
+	    {"tokenizer", test_tokenizer, true},
+	    {"cache_full_and_grow", test_cache_full_and_grow, true},
+	    {"bypass_identical", test_bypass_identical, true},
+	    {"compacted_positions_reference", test_compacted_positions_reference, true},
+	    {"nhd_view_identical", test_nhd_view_identical, true},
+	    {"budget_modes_decode", test_budget_modes_decode, true},
+	    {"sampling", test_sampling, false},
+	};
 	CU_pSuite s = CU_add_suite("tiny-llama", NULL, NULL);
-	if (!s || !CU_add_test(s, "gguf_all_types", test_gguf_all_types) ||
-	    !CU_add_test(s, "gguf_corrupt_synthetic", test_gguf_corrupt_synthetic) ||
-	    !CU_add_test(s, "gguf_corrupt_model", test_gguf_corrupt_model) ||
-	    !CU_add_test(s, "model_shape", test_model_shape) ||
-	    !CU_add_test(s, "greedy_known_text", test_greedy_known_text) ||
-	    !CU_add_test(s, "tokenizer", test_tokenizer) ||
-	    !CU_add_test(s, "cache_full_and_grow", test_cache_full_and_grow) ||
-	    !CU_add_test(s, "bypass_identical", test_bypass_identical) ||
-	    !CU_add_test(s, "compacted_positions_reference", test_compacted_positions_reference) ||
-	    !CU_add_test(s, "nhd_view_identical", test_nhd_view_identical) ||
-	    !CU_add_test(s, "budget_modes_decode", test_budget_modes_decode) ||
-	    !CU_add_test(s, "sampling", test_sampling)) {
+	if (!s) {
 		CU_cleanup_registry();
 		return 1;
+	}
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		CU_pTest t = CU_add_test(s, tests[i].name, tests[i].fn);
+		if (!t) {
+			CU_cleanup_registry();
+			return 1;
+		}
+		if (tests[i].needs_model && !model)
+			t_skip(s, t, "model", "%s not found (set SHARED)", model_path);
 	}
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
@@ -1013,5 +1026,5 @@ int main(void)
 	skv_ctx_free(ctx);
 	tl_model_free(model);
 	free(model_buf);
-	return fails ? 1 : 0;
+	return t_exit(fails);
 }

@@ -13,7 +13,9 @@
  * progress (a barrier nobody completes, or every live block spinning for
  * 120 s of virtual time: each pass of spinners alone advances
  * %globaltimer by 1 ms) is reported as a deadlock and aborts; $SKV_EMU_SCHED_SEED shuffles the
- * order in which resident blocks take turns. Fresh "device" memory and shared memory are filled
+ * order in which resident blocks take turns. A launch a GPU would refuse (block or grid size,
+ * dynamic shared memory) runs nothing and cudaGetLastError reports it. Fresh "device" memory and
+ * shared memory are filled
  * with 0xff bytes (NaN as floats) so reads of unwritten memory show. Runtime: memory calls work on
  * host memory, streams and events complete at once (a test hook, cuda_emu_event_hold(), can hold an
  * event pending). VMM allocations are memfds (exported and imported as real fds, mapped
@@ -312,9 +314,34 @@ static unsigned block_threads(dim3 block)
 	return n;
 }
 
+/*
+ * The last error of this host thread, as cudaGetLastError reads and clears
+ * it: a launch a GPU refuses (no threads or more than 1024 per block, an
+ * empty or oversized grid, more dynamic shared memory than sm_90's opt-in
+ * 227 KiB) runs no block and leaves its error here, as on a GPU.
+ */
+thread_local cudaError_t last_error = cudaSuccess;
+static bool refused(dim3 grid, dim3 block, size_t smem_bytes)
+{
+	const unsigned long long n = (unsigned long long)block.x * block.y * block.z;
+
+	if (n == 0 || n > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+	    grid.y > 65535 || grid.z > 65535) {
+		last_error = cudaErrorInvalidConfiguration;
+		return true;
+	}
+	if (smem_bytes > SKV_EMU_MAX_DYN_SMEM) {
+		last_error = cudaErrorInvalidValue;
+		return true;
+	}
+	return false;
+}
+
 /* An ordinary launch: blocks one after another (static __shared__ is one per process here). */
 void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn)
 {
+	if (refused(grid, block, smem_bytes))
+		return;
 	const unsigned n = block_threads(block);
 	stacks_for(n);
 	body = &fn;
@@ -336,6 +363,8 @@ void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()
  */
 void launch_resident(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn)
 {
+	if (refused(grid, block, smem_bytes))
+		return;
 	const unsigned n = block_threads(block), nb = grid.x * grid.y * grid.z;
 	if (nb == 0 || nb > MAX_RESIDENT) {
 		fprintf(stderr, "emu: a persistent grid of %u blocks (at most %u resident)\n", nb,
@@ -536,6 +565,10 @@ const char *CUDARTAPI cudaGetErrorString(cudaError_t e)
 		return "device not ready";
 	case cudaErrorInvalidResourceHandle:
 		return "invalid resource handle";
+	case cudaErrorInvalidConfiguration:
+		return "invalid configuration argument";
+	case cudaErrorInvalidValue:
+		return "invalid argument";
 	default:
 		return "error (CUDA emulator)";
 	}
@@ -549,13 +582,20 @@ const char *CUDARTAPI cudaGetErrorName(cudaError_t e)
 		return "cudaErrorNotReady";
 	case cudaErrorInvalidResourceHandle:
 		return "cudaErrorInvalidResourceHandle";
+	case cudaErrorInvalidConfiguration:
+		return "cudaErrorInvalidConfiguration";
+	case cudaErrorInvalidValue:
+		return "cudaErrorInvalidValue";
 	default:
 		return "cudaErrorEmulator";
 	}
 }
 cudaError_t CUDARTAPI cudaGetLastError(void)
 {
-	return cudaSuccess;
+	cudaError_t e = emu::last_error;
+
+	emu::last_error = cudaSuccess;
+	return e;
 }
 cudaError_t CUDARTAPI cudaGetDeviceCount(int *n)
 {

@@ -7,10 +7,10 @@
 # plugin's import/arena paths, not the GPU; tests/gpu/run.sh does that on one.
 set -u
 dir="${BUILD:-build}/tests/gpu/emu"
-if [ ! -x "$dir/gpu-agree-emu" ]; then
-	echo "skip: $dir/gpu-agree-emu not built (CUDA=0 or no CUDA headers)"
-	exit 0
-fi
+. "$(dirname "$0")/../../tally.sh"
+need_cuda "$dir/gpu-agree-emu" "$dir/gpu-ipc-emu" "$dir/test-emu-errors"
+# the emulator reports refused launches as a GPU does
+"$dir/test-emu-errors" || exit 1
 # the engine/daemon pair: VMM fds and IPC handles are memfds on the emulator
 "$dir/gpu-ipc-emu" || exit 1
 # both scoring paths (fused bit-identical to two-pass) where the fused kernel

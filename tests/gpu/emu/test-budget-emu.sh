@@ -7,10 +7,8 @@
 # uniform through the budget entry byte-identical to skv_cuda_compact().
 set -u
 prog="${BUILD:-build}/tests/gpu/emu/gpu-budget-emu"
-if [ ! -x "$prog" ]; then
-	echo "skip: $prog not built (CUDA=0 or no CUDA headers)"
-	exit 0
-fi
+. "$(dirname "$0")/../../tally.sh"
+need_cuda "$prog"
 "$prog" --cases "${BUDGET_CASES:-6}" --seed "${BUDGET_SEED:-20261202}" || exit 1
 # the fused scoring path feeds the same votes to the budget kernels
 "$prog" --score fused --cases 1 --seed 11

@@ -10,16 +10,12 @@
 # shellcheck disable=SC2015
 set -u
 BUILD=${BUILD:-build}
-SNAPKVD=$BUILD/snapkvd
+SNAPKVD=${SNAPKVD:-$BUILD/snapkvd} # tests/gpu/run.sh: snapkvd under compute-sanitizer
 CTL=$BUILD/snapkvctl
 GEN=$BUILD/examples/gen-layer
 EMU=${PLUGIN:-$BUILD/tests/gpu/emu/libskv-cuda-emu.so}
-for f in "$SNAPKVD" "$CTL" "$GEN"; do
-	if [ ! -x "$f" ]; then
-		echo "skip: $f not built"
-		exit 0
-	fi
-done
+. "$(dirname "$0")/../../tally.sh"
+need_built "$SNAPKVD" "$CTL" "$GEN"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-daemon-cuda-emu.XXXXXX")
 pid=
 cleanup() {
@@ -27,7 +23,6 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-. "$(dirname "$0")/../../tally.sh"
 
 echo "== refusals"
 SKV_CUDA_PLUGIN=/nonexistent/libskv-cuda.so timeout 20 "$SNAPKVD" --socket "$tmp/a.sock" \
@@ -44,10 +39,9 @@ fi
 [ ! -e "$tmp/a.sock" ] && ok "no socket left behind" || not_ok "socket left behind"
 
 if [ ! -e "$EMU" ]; then
-	echo "skip: $EMU not built (CUDA=0)"
 	echo "test-daemon-cuda-emu: $pass passed, $fail failed"
-	[ $fail -eq 0 ]
-	exit
+	[ $fail -eq 0 ] || exit 1
+	need_cuda "$EMU" # the refusals above ran; the rest needs the plugin
 fi
 
 SKV_CUDA_SCORE=bogus SKV_CUDA_PLUGIN=$(realpath "$EMU") timeout 20 "$SNAPKVD" \
@@ -56,6 +50,13 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "Failed to start the compactor: .*SKV_CUDA_SCORE" "$tmp/err" &&
 	ok "bad SKV_CUDA_SCORE: exit 1, $(cat "$tmp/err")" ||
 	not_ok "bad SKV_CUDA_SCORE: rc $rc $(cat "$tmp/err")"
+
+# one worker stream: more workers asked for are refused by name, not clamped
+SKV_CUDA_PLUGIN=$(realpath "$EMU") timeout 20 "$SNAPKVD" --socket "$tmp/b.sock" --backend cuda \
+	--pool-bytes 64M --threads 2 --workers 3 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "workers = 3 is over the cuda backend's maximum of 1" "$tmp/err" &&
+	ok "--workers 3: exit 1, $(cat "$tmp/err")" || not_ok "--workers 3: rc $rc $(cat "$tmp/err")"
 
 echo "== serving from $(basename "$EMU")"
 sock=$tmp/snapkvd.sock

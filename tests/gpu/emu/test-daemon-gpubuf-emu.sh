@@ -37,12 +37,9 @@ SNAPKVD=$BUILD/snapkvd
 CTL=$BUILD/snapkvctl
 PLUGIN=${PLUGIN:-$BUILD/tests/gpu/emu/libskv-cuda-emu.so}
 ENGINE=${ENGINE:-$BUILD/tests/gpu/emu/gpu-engine-emu}
-for f in "$SNAPKVD" "$CTL" "$ENGINE" "$PLUGIN"; do
-	if [ ! -e "$f" ]; then
-		echo "skip: $f not built (CUDA=0?)"
-		exit 0
-	fi
-done
+. "$(dirname "$0")/../../tally.sh"
+need_built "$SNAPKVD" "$CTL"
+need_cuda "$ENGINE" "$PLUGIN"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-daemon-gpubuf.XXXXXX")
 pid=
 epid=
@@ -52,7 +49,6 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-. "$(dirname "$0")/../../tally.sh"
 # start_daemon SOCKET ARGS...: snapkvd in the background, pid in $pid
 start_daemon() {
 	local s=$1

@@ -372,7 +372,7 @@ static void bystander_ok(void)
 	size_t q_off = 0, k_off = (size_t)HQ * NQ * D * 4;
 	size_t bytes = k_off + (size_t)HQ * L * D * 4;
 
-	CU_ASSERT_EQUAL_FATAL(kill(H.pid, 0), 0);
+	CU_ASSERT_FATAL(h_alive(&H));
 	CU_ASSERT_EQUAL_FATAL(skv_client_connect(H.sock, NULL, &c), 0);
 	CU_ASSERT_EQUAL(skv_client_nop(c), 0);
 	CU_ASSERT_EQUAL_FATAL(skv_buffer_alloc(c, bytes, &b), 0);
@@ -468,7 +468,7 @@ static void baseline_ok(const char *what)
 
 static void batch_done(const char *what)
 {
-	CU_ASSERT_EQUAL_FATAL(kill(H.pid, 0), 0);
+	CU_ASSERT_FATAL(h_alive(&H));
 	bystander_ok();
 	baseline_ok(what);
 }
@@ -1514,10 +1514,8 @@ int main(void)
 
 	signal(SIGPIPE, SIG_IGN);
 	snprintf(plugin, sizeof(plugin), "%s/tests/gpu/emu/libskv-cuda-emu.so", build);
-	if (!getenv("SKV_CUDA_PLUGIN") && access(plugin, R_OK) != 0) {
-		printf("skip: %s not built (CUDA=0?)\n", plugin);
-		return 0;
-	}
+	if (!getenv("SKV_CUDA_PLUGIN") && access(plugin, R_OK) != 0)
+		return t_skip_program("cuda", "%s not built", plugin);
 	if (getenv("FUZZ_SEED")) /* explore beyond the default, deterministic run */
 		seed = strtoull(getenv("FUZZ_SEED"), NULL, 0);
 	printf("seed %llu\n", (unsigned long long)seed);
