@@ -89,9 +89,7 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 }
 
 /*
- * Owns: the parameters against the shape (skv_plan), a partial window only
- * on the host backend (the CUDA plugin scores W rows: kernels/cuda takes
- * n_q < W once its reorganisation has landed), and the working set.
+ * Owns: the parameters against the shape (skv_plan) and the working set.
  * The working set grows with G * L whatever the buffer's size: refuse
  * before any work rather than let one request take gigabytes. The default
  * bound (0) scales with the thread count, since each thread holds its own
@@ -105,14 +103,6 @@ static int check_plan(const struct snapkvd_request_env *env, struct snapkvd_job 
 	uint64_t scratch, max = env->cfg->max_scratch_bytes;
 	int r;
 
-	if (j->params.policy == SKV_POLICY_SNAPKV && j->shape.n_q < j->params.window &&
-	    snapkvd_device_present(env->device)) {
-		snprintf(err, errlen,
-			 "a partial window (n_q = %u below W = %u) runs on the host backend only "
-			 "(backend %s)",
-			 j->shape.n_q, j->params.window, snapkvd_device_backend(env->device));
-		return -EOPNOTSUPP;
-	}
 	r = skv_plan(&j->shape, &j->params, plan, &kerr);
 	if (r == 0)
 		r = skv_scratch_bytes(&j->shape, &j->params, j->layers, nth, &scratch, &kerr);

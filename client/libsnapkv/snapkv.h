@@ -397,7 +397,7 @@ int skv_compact_desc_group(struct skv_compact_desc *d, const char *key, uint32_t
  * params_size is sizeof(struct skv_params) (skv_params_init(),
  * SKV_PARAMS_DEFAULTS); otherwise, and when it is 0, the daemon's
  * min_window (snapkvd.conf(5), default 8) applies. A description's
- * shape.n_q may be below window (host backend).
+ * shape.n_q may be below window (both backends).
  */
 void skv_client_params_init(struct skv_params *p);
 

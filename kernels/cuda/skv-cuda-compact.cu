@@ -24,14 +24,15 @@ using namespace skvcuda;
 
 /*
  * libskv's own (kernels/skv-driver.h, linked in statically): the budget
- * modes' per-layer C_l and forced count, and V1 params as the current struct,
- * so that both backends decide from the same numbers.
+ * modes' per-layer C_l and forced count, and the caller's params as the
+ * current struct with SPEC.md's partial window applied (window = n_q when
+ * min_window <= n_q < W), so that both backends decide from the same numbers.
  */
 extern "C" int skv_layer_caps(const struct skv_params *p, uint32_t n_layers, uint32_t *caps,
 			      struct skv_error *err);
 extern "C" uint32_t skv_forced_count(const struct skv_shape *sh, const struct skv_params *p);
-extern "C" int skv_params_resolve(const struct skv_params *p, struct skv_params *ret,
-				  struct skv_error *err);
+extern "C" int skv_params_shaped(const struct skv_shape *sh, const struct skv_params *p,
+				 struct skv_params *ret, struct skv_error *err);
 
 /*
  * Fused scoring kernels spin-wait for blocks of their own grid, which is
@@ -782,7 +783,7 @@ static int compact_entry(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 	r = skv_plan(sh, params, &pl, err);
 	if (r < 0)
 		return r;
-	skv_params_resolve(params, &pr, err);
+	skv_params_shaped(sh, params, &pr, err);
 	const struct skv_params *p = &pr;
 	if (res && res->result_size != sizeof(*res))
 		return skv_cuda_fail(err, -EINVAL, -1, -1, "result_size is %u, expected %zu",

@@ -65,6 +65,9 @@ static const struct cfg cfgs[] = {
 	{"snapkv-bf16-d96", BF16,BF16,SNAP,EXP,AVG, 2000,96,8,2,32,512,5,0,32,1, HND,0,0},
 	{"snapkv-bf16-to-f32", BF16,F32,SNAP,EXP,AVG, 2000,128,8,2,32,512,5,0,32,1, HND,0,0},
 	{"h2o-bf16", BF16,BF16,H2O,GRP,AVG, 1024,128,8,2,32,256,5,0,1024,1, HND,0,0},
+	/* a partial window (SPEC.md): n_q < W rows vote, W' = n_q */
+	{"partial-f32-grp", F32,F32,SNAP,GRP,AVG, 900,64,8,2,32,200,5,0,12,2, HND,1,0},
+	{"partial-bf16-1k", BF16,BF16,SNAP,EXP,MAX, 1000,128,8,2,32,256,7,0,9,1, NHD,0,0},
 	/* one row tile, L <= 1024: the fused kernel runs on the emulator's 4 resident blocks */
 	{"snapkv-bf16-grp-1k", BF16,BF16,SNAP,GRP,AVG, 1000,128,8,2,32,256,5,0,32,2, NHD,1,0},
 	{"snapkv-f16-d64-1k", F16,F16,SNAP,EXP,MAX, 1024,64,8,2,32,300,7,0,32,1, PAGED,0,0},

@@ -20,10 +20,10 @@ need_cuda "$dir/gpu-agree-emu" "$dir/gpu-ipc-emu" "$dir/test-emu-errors"
 # in a shuffled order (seed 1, or $SKV_EMU_SCHED_SEED)
 SKV_EMU_SCHED_SEED=${SKV_EMU_SCHED_SEED:-1} "$dir/gpu-agree-emu" --paths twopass,fused snapkv-f32-expand snapkv-f32-mha-d80 \
 	snapkv-f32-100-layers streaming-f32-rows nan-f32 h2o-bf16 snapkv-bf16-grp-1k \
-	snapkv-f16-d64-1k snapkv-bf16-d256 snapkv-f32-grp-max7 || exit 1
+	snapkv-f16-d64-1k snapkv-bf16-d256 snapkv-f32-grp-max7 partial-bf16-1k || exit 1
 # two-pass only for the rest
 "$dir/gpu-agree-emu" --paths twopass snapkv-f32-W64-G8 streamingllm-f32 window-f32 bypass-f32 \
-	snapkv-f16-d64-paged snapkv-bf16-d96 snapkv-bf16-to-f32 || exit 1
+	snapkv-f16-d64-paged snapkv-bf16-d96 snapkv-bf16-to-f32 partial-f32-grp || exit 1
 # a fused grid smaller than an item's sub-chunks can never finish an item:
 # its blocks give up after their bound (10 s of the emulator's virtual time)
 # and the request fails with -EIO instead of hanging; with the bound out of
