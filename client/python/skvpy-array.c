@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: MIT
 #include "skvpy-array.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 /* torch and numpy objects, looked up once (under the GIL). */
 static struct {
 	int tried, ok;
-	PyObject *tensor_type, *frombuffer, *f32, *f16, *bf16, *i32;
+	PyObject *tensor_type, *frombuffer, *f32, *f16, *bf16, *i32, *u8;
+	PyObject *f8e4m3fn, *f8e5m2; /* NULL where torch has no float8 */
 } torch;
 static struct {
 	int tried, ok;
-	PyObject *frombuffer, *as_strided, *dtype, *f32, *f16, *u16, *i32;
+	PyObject *frombuffer, *as_strided, *dtype, *f32, *f16, *u16, *i32, *u8;
 } np;
 static PyObject *s_dtype, *s_shape, *s_stride, *s_data_ptr, *s_is_cuda, *s_get_device,
     *s_as_strided;
@@ -51,9 +53,14 @@ static int torch_load(void)
 	torch.f16 = PyObject_GetAttrString(m, "float16");
 	torch.bf16 = PyObject_GetAttrString(m, "bfloat16");
 	torch.i32 = PyObject_GetAttrString(m, "int32");
+	torch.u8 = PyObject_GetAttrString(m, "uint8");
+	torch.f8e4m3fn = PyObject_GetAttrString(m, "float8_e4m3fn");
+	PyErr_Clear();
+	torch.f8e5m2 = PyObject_GetAttrString(m, "float8_e5m2");
+	PyErr_Clear();
 	Py_DECREF(m);
 	torch.ok = torch.tensor_type && torch.frombuffer && torch.f32 && torch.f16 && torch.bf16 &&
-		   torch.i32 && PyType_Check(torch.tensor_type);
+		   torch.i32 && torch.u8 && PyType_Check(torch.tensor_type);
 	PyErr_Clear();
 	return torch.ok;
 }
@@ -79,9 +86,11 @@ static int numpy_load(void)
 	np.f16 = PyObject_CallMethod(m, "dtype", "s", "float16");
 	np.u16 = PyObject_CallMethod(m, "dtype", "s", "uint16");
 	np.i32 = PyObject_CallMethod(m, "dtype", "s", "int32");
+	np.u8 = PyObject_CallMethod(m, "dtype", "s", "uint8");
 	Py_DECREF(m);
 	Py_DECREF(st);
-	np.ok = np.frombuffer && np.as_strided && np.dtype && np.f32 && np.f16 && np.u16 && np.i32;
+	np.ok = np.frombuffer && np.as_strided && np.dtype && np.f32 && np.f16 && np.u16 &&
+		np.i32 && np.u8;
 	PyErr_Clear();
 	return np.ok;
 }
@@ -138,6 +147,12 @@ static int torch_dtype(PyObject *dt, enum skv_dtype *ret)
 		*ret = SKV_DTYPE_F16;
 	else if (dt == torch.bf16)
 		*ret = SKV_DTYPE_BF16;
+	else if (dt == torch.u8)
+		*ret = SKVPY_DTYPE_U8;
+	else if (torch.f8e4m3fn && dt == torch.f8e4m3fn)
+		*ret = SKV_DTYPE_F8E4M3FN;
+	else if (torch.f8e5m2 && dt == torch.f8e5m2)
+		*ret = SKV_DTYPE_F8E5M2;
 	else
 		return -1;
 	return 0;
@@ -156,8 +171,9 @@ static int view_torch(PyObject *obj, const char *what, struct skvpy_view *v)
 	if (torch_dtype(dt, &v->dtype) < 0) {
 		PyObject *s = PyObject_Str(dt);
 		PyErr_Format(PyExc_TypeError,
-			     "%s: dtype %S not supported (float32, float16, bfloat16)", what,
-			     s ? s : Py_None);
+			     "%s: dtype %S not supported (float32, float16, bfloat16; uint8 or "
+			     "float8 for fp8 K/V)",
+			     what, s ? s : Py_None);
 		Py_XDECREF(s);
 		goto out;
 	}
@@ -210,6 +226,8 @@ static int view_buffer(PyObject *obj, const char *what, struct skvpy_view *v)
 		v->dtype = SKV_DTYPE_F32;
 	else if (!strcmp(f, "e") && b.itemsize == 2)
 		v->dtype = SKV_DTYPE_F16;
+	else if (!strcmp(f, "B") && b.itemsize == 1)
+		v->dtype = SKVPY_DTYPE_U8;
 	else {
 		PyErr_Format(PyExc_TypeError,
 			     "%s: element format '%s' not supported (float32 'f', float16 'e'; "
@@ -261,7 +279,7 @@ int skvpy_view_of(PyObject *obj, const char *what, struct skvpy_view *v)
 	}
 	if (r < 0)
 		return -1;
-	v->elsize = (uint32_t)skv_dtype_size(v->dtype);
+	v->elsize = v->dtype == SKVPY_DTYPE_U8 ? 1 : (uint32_t)skv_dtype_size(v->dtype);
 	for (int i = 0; i < v->ndim; i++) {
 		if (v->shape[i] <= 0) {
 			PyErr_Format(PyExc_ValueError, "%s: empty (dimension %d is %lld)", what, i,
@@ -297,10 +315,12 @@ static int dtype_name(const char *s, enum skv_dtype *ret)
 	static const struct {
 		const char *n;
 		enum skv_dtype d;
-	} names[] = {{"f32", SKV_DTYPE_F32},	 {"float32", SKV_DTYPE_F32},
-		     {"float", SKV_DTYPE_F32},	 {"f16", SKV_DTYPE_F16},
-		     {"float16", SKV_DTYPE_F16}, {"half", SKV_DTYPE_F16},
-		     {"bf16", SKV_DTYPE_BF16},	 {"bfloat16", SKV_DTYPE_BF16}};
+	} names[] = {{"f32", SKV_DTYPE_F32},	       {"float32", SKV_DTYPE_F32},
+		     {"float", SKV_DTYPE_F32},	       {"f16", SKV_DTYPE_F16},
+		     {"float16", SKV_DTYPE_F16},       {"half", SKV_DTYPE_F16},
+		     {"bf16", SKV_DTYPE_BF16},	       {"bfloat16", SKV_DTYPE_BF16},
+		     {"f8e4m3fn", SKV_DTYPE_F8E4M3FN}, {"float8_e4m3fn", SKV_DTYPE_F8E4M3FN},
+		     {"f8e5m2", SKV_DTYPE_F8E5M2},     {"float8_e5m2", SKV_DTYPE_F8E5M2}};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(s, names[i].n)) {
 			*ret = names[i].d;
@@ -319,7 +339,7 @@ int skvpy_dtype_parse(PyObject *dt, enum skv_dtype *ret, enum skvpy_kind *ret_ki
 			*ret_kind = SKVPY_KIND_AUTO;
 			return 0;
 		}
-	} else if (torch_load() && torch_dtype(dt, ret) == 0) {
+	} else if (torch_load() && torch_dtype(dt, ret) == 0 && *ret != SKVPY_DTYPE_U8) {
 		*ret_kind = SKVPY_KIND_TORCH;
 		return 0;
 	} else if (numpy_load()) {
@@ -339,7 +359,7 @@ int skvpy_dtype_parse(PyObject *dt, enum skv_dtype *ret, enum skvpy_kind *ret_ki
 	}
 	PyErr_Format(PyExc_TypeError,
 		     "dtype %R not supported: torch.float32/float16/bfloat16, numpy "
-		     "float32/float16, or 'f32', 'f16', 'bf16'",
+		     "float32/float16, or 'f32', 'f16', 'bf16', 'f8e4m3fn', 'f8e5m2'",
 		     dt);
 	return -1;
 }
@@ -386,10 +406,12 @@ static PyObject *torch_frombuffer(PyObject *mapping, PyObject *dt, int64_t count
 static PyObject *torch_new(PyObject *mapping, size_t offset, enum skvpy_elem el, int ndim,
 			   const int64_t *shape, const int64_t *strides)
 {
-	PyObject *dt = el == SKVPY_EL_F32    ? torch.f32
-		       : el == SKVPY_EL_F16  ? torch.f16
-		       : el == SKVPY_EL_BF16 ? torch.bf16
-					     : torch.i32;
+	PyObject *dt = el == SKVPY_EL_F32	 ? torch.f32
+		       : el == SKVPY_EL_F16	 ? torch.f16
+		       : el == SKVPY_EL_BF16	 ? torch.bf16
+		       : el == SKVPY_EL_F8E4M3FN ? (torch.f8e4m3fn ? torch.f8e4m3fn : torch.u8)
+		       : el == SKVPY_EL_F8E5M2	 ? (torch.f8e5m2 ? torch.f8e5m2 : torch.u8)
+						 : torch.i32;
 	PyObject *flat, *res = NULL, *sh, *st;
 
 	flat = torch_frombuffer(mapping, dt, extent_elems(ndim, shape, strides), offset);
@@ -408,11 +430,13 @@ static PyObject *torch_new(PyObject *mapping, size_t offset, enum skvpy_elem el,
 static PyObject *numpy_new(PyObject *mapping, size_t offset, enum skvpy_elem el, int ndim,
 			   const int64_t *shape, const int64_t *strides)
 {
+	const bool f8 = el == SKVPY_EL_F8E4M3FN || el == SKVPY_EL_F8E5M2;
 	PyObject *dt = el == SKVPY_EL_F32    ? np.f32
 		       : el == SKVPY_EL_F16  ? np.f16
 		       : el == SKVPY_EL_BF16 ? np.u16
+		       : f8		     ? np.u8
 					     : np.i32;
-	int64_t es = el == SKVPY_EL_F32 || el == SKVPY_EL_I32 ? 4 : 2;
+	int64_t es = el == SKVPY_EL_F32 || el == SKVPY_EL_I32 ? 4 : f8 ? 1 : 2;
 	PyObject *flat, *res = NULL, *sh, *st;
 
 	flat = PyObject_CallFunction(np.frombuffer, "OOLn", mapping, dt,

@@ -24,8 +24,16 @@ enum skvpy_elem {
 	SKVPY_EL_F32 = SKV_DTYPE_F32,
 	SKVPY_EL_F16 = SKV_DTYPE_F16,
 	SKVPY_EL_BF16 = SKV_DTYPE_BF16,
+	/* fp8 (SPEC.md "Quantized K/V"): torch.float8_* where torch has them,
+	 * else uint8 arrays of the raw bytes */
+	SKVPY_EL_F8E4M3FN = SKV_DTYPE_F8E4M3FN,
+	SKVPY_EL_F8E5M2 = SKV_DTYPE_F8E5M2,
 	SKVPY_EL_I32 = 16,
 };
+
+/* A view of uint8 elements (torch.uint8, numpy uint8): the raw bytes of fp8
+ * K/V whose format compact(kv_dtype=) names. Not a libskv dtype. */
+#define SKVPY_DTYPE_U8 ((enum skv_dtype)100)
 
 /* What kind of arrays a client returns. */
 enum skvpy_kind {
@@ -48,7 +56,8 @@ struct skvpy_view {
 
 /*
  * Read where obj lies. TypeError for something that is neither a torch
- * tensor nor a buffer-protocol array, a dtype other than f32/f16/bf16 or
+ * tensor nor a buffer-protocol array, a dtype other than f32/f16/bf16,
+ * uint8 (SKVPY_DTYPE_U8) or torch's float8_e4m3fn/float8_e5m2, or
  * more than SKVPY_MAX_DIMS dimensions; ValueError for an empty one. what
  * names the argument in messages ("k[3]").
  */
@@ -57,7 +66,9 @@ int skvpy_view_of(PyObject *obj, const char *what, struct skvpy_view *v);
 void skvpy_view_extent(const struct skvpy_view *v, uintptr_t *ret_lo, uintptr_t *ret_hi);
 
 /* A dtype argument: torch.float32/float16/bfloat16, numpy float32/float16,
- * or "f32"/"float32"/"f16"/"float16"/"half"/"bf16"/"bfloat16". *ret_kind
+ * or "f32"/"float32"/"f16"/"float16"/"half"/"bf16"/"bfloat16", or fp8 by
+ * name: "f8e4m3fn"/"float8_e4m3fn", "f8e5m2"/"float8_e5m2" (and torch's
+ * float8 dtypes where it has them). *ret_kind
  * is TORCH or NUMPY for a dtype object, AUTO for a string. */
 int skvpy_dtype_parse(PyObject *dt, enum skv_dtype *ret, enum skvpy_kind *ret_kind);
 /* AUTO -> TORCH or NUMPY (whichever imports). -1 with an exception. */

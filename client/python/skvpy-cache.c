@@ -609,6 +609,29 @@ static PyObject *cache_dtype(struct skvpy_cache *c, void *closure)
 		  : NULL;
 }
 
+/* fp8 caches: [(k_scale, v_scale)] per layer, the request's; else None */
+static PyObject *cache_kv_scales(struct skvpy_cache *c, void *closure)
+{
+	const struct skv_cache_info *in = info(c);
+
+	(void)closure;
+	if (!in)
+		return NULL;
+	if (!skv_dtype_is_fp8(in->dtype))
+		Py_RETURN_NONE;
+	PyObject *lst = PyList_New(in->layers);
+	for (uint32_t l = 0; lst && l < in->layers; l++) {
+		PyObject *t = Py_BuildValue("(dd)", (double)skv_cache_kv_scale(c->k, l, 0),
+					    (double)skv_cache_kv_scale(c->k, l, 1));
+		if (!t) {
+			Py_CLEAR(lst);
+			break;
+		}
+		PyList_SET_ITEM(lst, l, t);
+	}
+	return lst;
+}
+
 static PyObject *cache_layout(struct skvpy_cache *c, void *closure)
 {
 	const struct skv_cache_info *in = info(c);
@@ -656,7 +679,7 @@ static PyGetSetDef cache_getset[] = {
     {"next_position", (getter)cache_next_position, NULL,
      "logical position of the next token: L + g (RoPE)", NULL},
     {"next_slot", (getter)cache_next_slot, NULL, "physical slot of the next token: kept + g", NULL},
-    {"dtype", (getter)cache_dtype, NULL, "'f32', 'f16' or 'bf16'", NULL},
+    {"dtype", (getter)cache_dtype, NULL, "'f32', 'f16', 'bf16', 'f8e4m3fn' or 'f8e5m2'", NULL},
     {"layout", (getter)cache_layout, NULL, "'hnd', 'nhd' or 'paged'", NULL},
     {"block_size", (getter)cache_u32, NULL, "paged: slots per block (else 0)", FIELD(block_size)},
     {"n_blocks", (getter)cache_u32, NULL, "paged: blocks per layer in each of K and V",
@@ -664,6 +687,8 @@ static PyGetSetDef cache_getset[] = {
     {"block_table", (getter)cache_block_table, NULL,
      "writeback: the destination blocks (slot i in block_table[i // block_size]); else None", NULL},
     {"retained_mass", (getter)cache_mass, NULL, "[layers, h_store] float32 (a copy)", NULL},
+    {"kv_scales", (getter)cache_kv_scales, NULL,
+     "fp8 caches: [(k_scale, v_scale)] per layer (K/V are the input's bytes); else None", NULL},
     {"head_kept", (getter)cache_head_kept, NULL,
      "rows each (layer, head) kept, a list per layer (budget modes: they differ)", NULL},
     {"budget_outcome", (getter)cache_budget, NULL,

@@ -2,6 +2,7 @@
 #include "skvpy-compact.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +15,7 @@ struct args {
 	PyObject *window, *capacity, *kernel, *pooling, *gqa, *policy, *sinks, *protect;
 	PyObject *reserve, *block_table, *out, *out_block_size, *out_block_table, *out_buffer;
 	PyObject *layout, *out_layout, *prompt_len, *evictable;
-	PyObject *budget, *fallback_below, *group, *min_window;
+	PyObject *budget, *fallback_below, *group, *min_window, *kv_dtype, *kv_scales;
 };
 
 /* What layer 0 fixed; every other layer must match it. */
@@ -388,6 +389,8 @@ static int q_ref(struct skvpy_client *cl, PyObject *t, const char *what, int fir
 		g->q_dtype = v.dtype;
 	} else if (memcmp(g->q_shape, v.shape, sizeof(g->q_shape)) || g->q_dtype != v.dtype)
 		return bad(what, "%s: %s", "shape or dtype differs from q[0]");
+	if (v.dtype == SKVPY_DTYPE_U8 || skv_dtype_is_fp8(v.dtype))
+		return bad(what, "%s: %s", "queries stay f32, f16 or bf16 (fp8 is for K and V)");
 	if (skvpy_session_locate(cl, &v, what, ref, NULL) < 0)
 		return -1;
 	ref->head_stride = v.strides[g->nhd ? 1 : 0];
@@ -436,6 +439,97 @@ out:
 	Py_XDECREF(v);
 	Py_XDECREF(q);
 	return r;
+}
+
+/* kv_scales=(k, v) for every layer, or one (k, v) per layer, into p->scales. */
+static int parse_scales(PyObject *o, uint32_t layers, struct skvpy_compact *p)
+{
+	PyObject *seq = PySequence_Fast(o, "kv_scales: (k_scale, v_scale) or one per layer");
+	int r = -1;
+
+	if (!seq)
+		return -1;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	bool one = n == 2 && PyNumber_Check(PySequence_Fast_GET_ITEM(seq, 0));
+	if (!one && n != (Py_ssize_t)layers) {
+		PyErr_Format(PyExc_ValueError, "kv_scales: %zd pairs for %u layers", n, layers);
+		goto out;
+	}
+	p->scales = PyMem_Calloc((size_t)layers * 2, sizeof(float));
+	if (!p->scales) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (uint32_t l = 0; l < layers; l++) {
+		PyObject *pair = one ? o : PySequence_Fast_GET_ITEM(seq, l);
+		double k, v;
+		PyObject *t = PySequence_Tuple(pair);
+		int ok = t && PyArg_ParseTuple(t, "dd", &k, &v);
+		Py_XDECREF(t);
+		if (!ok) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_TypeError, "kv_scales[%u]: a (k_scale, v_scale) pair",
+				     l);
+			goto out;
+		}
+		p->scales[2 * l] = (float)k;
+		p->scales[2 * l + 1] = (float)v;
+	}
+	p->d.kv_scales = p->scales;
+	r = 0;
+out:
+	Py_DECREF(seq);
+	return r;
+}
+
+/*
+ * fp8 K/V (SPEC.md "Quantized K/V"): uint8 tensors of the raw bytes with
+ * kv_dtype="f8e4m3fn"/"f8e5m2", or torch's float8 dtypes where it has them;
+ * kv_scales are then needed (the daemon judges their values).
+ */
+static int fp8_inputs(const struct args *a, const struct geom *g, struct skvpy_compact *p)
+{
+	static const char *const f8_n[] = {"f8e4m3fn", "f8e5m2", NULL};
+	static const int f8_v[] = {SKV_DTYPE_F8E4M3FN, SKV_DTYPE_F8E5M2};
+	int dt = 0;
+	bool named = a->kv_dtype && a->kv_dtype != Py_None;
+
+	if (named && choice(a->kv_dtype, "kv_dtype", f8_n, f8_v, &dt) < 0)
+		return -1;
+	if (g->k_dtype == SKVPY_DTYPE_U8 && !named) {
+		PyErr_SetString(
+		    PyExc_TypeError,
+		    "uint8 K/V need kv_dtype='f8e4m3fn' or 'f8e5m2' (their fp8 format)");
+		return -1;
+	}
+	if (skv_dtype_is_fp8(g->k_dtype) && named && dt != (int)g->k_dtype) {
+		PyErr_SetString(PyExc_TypeError, "kv_dtype differs from the K/V tensors' dtype");
+		return -1;
+	}
+	if (named && g->k_dtype != SKVPY_DTYPE_U8 && !skv_dtype_is_fp8(g->k_dtype)) {
+		PyErr_SetString(PyExc_TypeError,
+				"kv_dtype names the fp8 format of uint8 K/V tensors");
+		return -1;
+	}
+	if (!named)
+		dt = (int)g->k_dtype;
+	if (!skv_dtype_is_fp8((enum skv_dtype)dt)) {
+		if (a->kv_scales && a->kv_scales != Py_None) {
+			PyErr_SetString(PyExc_TypeError, "kv_scales are for fp8 K/V");
+			return -1;
+		}
+		return 0;
+	}
+	for (uint32_t l = 0; l < p->d.layers; l++) {
+		p->refs[l].k.dtype = p->refs[l].v.dtype = (enum skv_dtype)dt;
+		if (p->out_refs)
+			p->out_refs[l].k.dtype = p->out_refs[l].v.dtype = (enum skv_dtype)dt;
+	}
+	if (!a->kv_scales || a->kv_scales == Py_None) {
+		PyErr_SetString(PyExc_TypeError, "fp8 K/V need kv_scales=(k_scale, v_scale)");
+		return -1;
+	}
+	return parse_scales(a->kv_scales, p->d.layers, p);
 }
 
 /* The block table: ints in a list/tuple, a numpy array or a torch tensor. */
@@ -733,6 +827,8 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "fallback_below",
 				 "group",
 				 "min_window",
+				 "kv_dtype",
+				 "kv_scales",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -742,11 +838,12 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
+		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
 		&a.window, &a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks,
 		&a.protect, &a.reserve, &a.block_table, &a.out, &a.out_block_size,
 		&a.out_block_table, &a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len,
-		&a.evictable, &a.budget, &a.fallback_below, &a.group, &a.min_window))
+		&a.evictable, &a.budget, &a.fallback_below, &a.group, &a.min_window, &a.kv_dtype,
+		&a.kv_scales))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
 	g.paged = a.block_table && a.block_table != Py_None;
@@ -757,7 +854,8 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 	if (g.paged &&
 	    parse_table(a.block_table, (uint32_t)g.k_shape[0], &p->table, &p->d.n_blocks) < 0)
 		goto fail;
-	if (shape(&a, &g, p) < 0 || (out == OUT_WRITEBACK && writeback(cl, &a, &g, p) < 0))
+	if (shape(&a, &g, p) < 0 || (out == OUT_WRITEBACK && writeback(cl, &a, &g, p) < 0) ||
+	    fp8_inputs(&a, &g, p) < 0)
 		goto fail;
 	p->d.block_table = p->table;
 	p->d.layer = p->refs;
@@ -773,6 +871,8 @@ void skvpy_compact_free(struct skvpy_compact *p)
 	PyMem_Free(p->table);
 	PyMem_Free(p->out_refs);
 	PyMem_Free(p->out_table);
+	PyMem_Free(p->scales);
+	p->scales = NULL;
 	p->refs = NULL;
 	p->table = NULL;
 	p->out_refs = NULL;

@@ -29,6 +29,8 @@ struct skvpy_compact {
 	PyObject *out;
 	/* group=(key, size[, timeout_ms]): d.group_key points here */
 	char group_key[SKV_MAX_GROUP_KEY + 1];
+	/* fp8 K/V: [layers][K, V] scales; d.kv_scales points here */
+	float *scales;
 };
 
 /* -1 with an exception; on success free with skvpy_compact_free() (which drops
