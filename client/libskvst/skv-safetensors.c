@@ -45,6 +45,8 @@ static const struct {
     [SKV_ST_F16] = {"F16", 2, SKV_DTYPE_F16},
     [SKV_ST_BF16] = {"BF16", 2, SKV_DTYPE_BF16},
     [SKV_ST_I32] = {"I32", 4, SKV_DTYPE_UNSPECIFIED},
+    [SKV_ST_F8_E4M3] = {"F8_E4M3", 1, SKV_DTYPE_F8E4M3FN},
+    [SKV_ST_F8_E5M2] = {"F8_E5M2", 1, SKV_DTYPE_F8E5M2},
 };
 
 #define N_DTYPES (sizeof(dtypes) / sizeof(dtypes[0]))

@@ -47,6 +47,8 @@ enum skv_st_dtype {
 	SKV_ST_F16 = 1,
 	SKV_ST_BF16 = 2,
 	SKV_ST_I32 = 3,
+	SKV_ST_F8_E4M3 = 4, /* fp8 K/V (SPEC.md "Quantized K/V"): e4m3fn */
+	SKV_ST_F8_E5M2 = 5,
 };
 
 struct skv_st_error {
@@ -76,11 +78,11 @@ struct skv_st_meta {
 	const char *value;
 };
 
-/* "F32", "F16", "BF16", "I32"; NULL for an unknown value. */
+/* "F32", "F16", "BF16", "I32", "F8_E4M3", "F8_E5M2"; NULL for an unknown value. */
 const char *skv_st_dtype_name(enum skv_st_dtype dt);
 /* Bytes per element; 0 for an unknown value. */
 size_t skv_st_dtype_size(enum skv_st_dtype dt);
-/* SKV_DTYPE_* for F32/F16/BF16; SKV_DTYPE_UNSPECIFIED otherwise. */
+/* SKV_DTYPE_* for F32/F16/BF16/F8_E4M3/F8_E5M2; SKV_DTYPE_UNSPECIFIED otherwise. */
 enum skv_dtype skv_st_to_skv_dtype(enum skv_st_dtype dt);
 
 /* ---- reader ------------------------------------------------------------ */
@@ -90,7 +92,8 @@ struct skv_st_file;
 /*
  * Map and validate the file at `path`. -ENOENT/-EACCES/... from open,
  * -EINVAL for a non-regular file, -EBADMSG for a malformed or lying file,
- * -ENOTSUP for a tensor dtype outside F32/F16/BF16/I32, -ENOMEM.
+ * -ENOTSUP for a tensor dtype outside F32/F16/BF16/I32/F8_E4M3/F8_E5M2,
+ * -ENOMEM.
  */
 int skv_st_open(const char *path, struct skv_st_file **ret_file, struct skv_st_error *err);
 
@@ -188,6 +191,10 @@ struct skv_st_compact_desc {
 	/* the budget's outcome (skv_st_compact_desc_budget); uniform: C, 0 */
 	uint32_t c_star; /* mass: C*; uniform: C; other modes 0 (none) */
 	int32_t fallback;
+	/* fp8 K/V: [n_layers][K, V] scales, written as layers.N.k_scale and
+	 * layers.N.v_scale F32 [1]; NULL (0 from skv_st_compact_desc_init())
+	 * for other dtypes */
+	const float *kv_scales;
 };
 
 /* Budget modes whose file layers are ragged: heads, mass-heads. */

@@ -232,10 +232,7 @@ static int compact_meta(const struct skv_st_compact_desc *d, struct skv_st_meta 
 	const char *pol = skv_st_policy_name(d->params.policy);
 	const char *pool = skv_st_pooling_name(d->params.pooling);
 	const char *gqa = skv_st_gqa_name(d->params.gqa);
-	const char *dtn = d->dtype == SKV_DTYPE_F32    ? "f32"
-			  : d->dtype == SKV_DTYPE_F16  ? "f16"
-			  : d->dtype == SKV_DTYPE_BF16 ? "bf16"
-						       : NULL;
+	const char *dtn = skv_dtype_name(d->dtype);
 	if (!pol || !pool || !gqa || !dtn)
 		return skv_st__fail(err, -EINVAL, "unknown policy, pooling, gqa mode or dtype");
 	switch (d->dtype) {
@@ -244,6 +241,12 @@ static int compact_meta(const struct skv_st_compact_desc *d, struct skv_st_meta 
 		break;
 	case SKV_DTYPE_F16:
 		st_dt = SKV_ST_F16;
+		break;
+	case SKV_DTYPE_F8E4M3FN:
+		st_dt = SKV_ST_F8_E4M3;
+		break;
+	case SKV_DTYPE_F8E5M2:
+		st_dt = SKV_ST_F8_E5M2;
 		break;
 	default:
 		st_dt = SKV_ST_BF16;
@@ -410,7 +413,12 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 
 	uint64_t hs = d->plan.h_store;
 	const bool ragged = skv_st_budget_ragged(d->params.budget_mode);
-	size_t nt = (size_t)d->n_layers * 5;
+	const bool f8 = skv_dtype_is_fp8(d->dtype);
+	if (f8 && !d->kv_scales) {
+		r = skv_st__fail(err, -EINVAL, "fp8 K/V without their scales");
+		goto out;
+	}
+	size_t nt = (size_t)d->n_layers * 7;
 	ts = calloc(nt, sizeof(*ts));
 	names = calloc(nt, sizeof(*names));
 	packed = calloc(nt + 1, sizeof(*packed));
@@ -442,12 +450,21 @@ int skv_st_write_compact(const char *path, const struct skv_st_compact_desc *d,
 			if (!t[3].data)
 				t[3].data = nan_mass;
 			ti += 5;
-			continue;
+		} else {
+			r = dense_layer(d, lr, i, t, nmv, packed, &n_packed, st_dt, nan_mass, err);
+			if (r < 0)
+				goto out;
+			ti += 4;
 		}
-		r = dense_layer(d, lr, i, t, nmv, packed, &n_packed, st_dt, nan_mass, err);
-		if (r < 0)
-			goto out;
-		ti += 4;
+		for (int s = 0; f8 && s < 2; s++, ti++) { /* the scales of the fp8 bytes */
+			snprintf(names[ti], 32, "layers.%" PRIu32 ".%s", i,
+				 s ? "v_scale" : "k_scale");
+			ts[ti] = (struct skv_st_tensor){.name = names[ti],
+							.dtype = SKV_ST_F32,
+							.rank = 1,
+							.shape = {1},
+							.data = &d->kv_scales[2 * i + s]};
+		}
 	}
 	nt = ti;
 	r = skv_st_write(path, ts, nt, meta, nm, err);

@@ -412,9 +412,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
 struct layer_in {
 	const struct skv_st_tensor *q, *k, *v;
+	const struct skv_st_tensor *ks, *vs; /* fp8: layers.N.k_scale, .v_scale */
 };
 
-/* "layers.<N>.<q|k|v>" with N canonical decimal: 0 or no leading zero. */
+/* "layers.<N>.<q|k|v|k_scale|v_scale>" with N canonical decimal: 0 or no
+ * leading zero; the scales' kinds are 'K' and 'V'. */
 static int parse_name(const char *name, uint32_t *ret_layer, char *ret_kind)
 {
 	const char *p = name;
@@ -429,6 +431,11 @@ static int parse_name(const char *name, uint32_t *ret_layer, char *ret_kind)
 		n = n * 10 + (uint32_t)(*p - '0');
 		if (n >= MAX_LAYERS)
 			return -ERANGE;
+	}
+	if (p[0] == '.' && (!strcmp(p + 1, "k_scale") || !strcmp(p + 1, "v_scale"))) {
+		*ret_layer = n;
+		*ret_kind = p[1] == 'k' ? 'K' : 'V';
+		return 0;
 	}
 	if (p[0] != '.' || !strchr("qkv", p[1]) || !p[1] || p[2])
 		return -EINVAL;
@@ -457,6 +464,7 @@ struct job {
 	struct skv_budget_result outcome;
 	int32_t *out_table; /* --out-layout paged: blocks 0 .. n_out - 1 */
 	uint32_t n_out;
+	float *scales; /* fp8 K/V: [n_layers][K, V] (discover_scales) */
 };
 
 static void job_free(struct job *j)
@@ -471,6 +479,7 @@ static void job_free(struct job *j)
 	free(j->outbuf);
 	free(j->kept);
 	free(j->out_table);
+	free(j->scales);
 	skv_st_close(j->in);
 }
 
@@ -507,6 +516,39 @@ static int check_kv_shape(const struct skv_st_tensor *t, const struct skv_st_ten
 	return 0;
 }
 
+/* fp8 K/V (F8_E4M3, F8_E5M2): every layer's k_scale and v_scale, F32 of one
+ * element, into j->scales [n_layers][K, V]; none for other dtypes. */
+static int discover_scales(struct job *j)
+{
+	const bool f8 = skv_dtype_is_fp8(j->kv_dtype);
+
+	if (f8 && !(j->scales = calloc((size_t)j->n_layers * 2, sizeof(float)))) {
+		ctl_err(CMD, "out of memory");
+		return CTL_EXIT_FAIL;
+	}
+	for (uint32_t l = 0; l < j->n_layers; l++) {
+		const struct skv_st_tensor *s[2] = {j->layers[l].ks, j->layers[l].vs};
+		for (int i = 0; i < 2; i++) {
+			if (!f8 && s[i]) {
+				ctl_err(CMD, "%s: %s: scales go with F8_E4M3 or F8_E5M2 K/V only",
+					in_name, s[i]->name);
+				return CTL_EXIT_USAGE;
+			}
+			if (!f8)
+				continue;
+			if (!s[i] || s[i]->dtype != SKV_ST_F32 || s[i]->n_elems != 1) {
+				ctl_err(CMD,
+					"%s: fp8 K/V need layers.%" PRIu32
+					".%s, one F32 element (its scale)",
+					in_name, l, i ? "v_scale" : "k_scale");
+				return CTL_EXIT_USAGE;
+			}
+			memcpy(&j->scales[2 * l + i], s[i]->data, sizeof(float));
+		}
+	}
+	return 0;
+}
+
 static int discover(struct job *j)
 {
 	size_t n = skv_st_count(j->in);
@@ -526,7 +568,8 @@ static int discover(struct job *j)
 		}
 		if (r < 0) {
 			ctl_err(CMD,
-				"%s: unexpected tensor \"%.64s\" (expected layers.N.q, .k, .v)",
+				"%s: unexpected tensor \"%.64s\" (expected layers.N.q, .k, .v, "
+				".k_scale, .v_scale)",
 				in_name, t->name);
 			return CTL_EXIT_USAGE;
 		}
@@ -554,6 +597,10 @@ static int discover(struct job *j)
 			li->q = t;
 		else if (kind == 'k')
 			li->k = t;
+		else if (kind == 'K')
+			li->ks = t;
+		else if (kind == 'V')
+			li->vs = t;
 		else
 			li->v = t;
 	}
@@ -613,7 +660,7 @@ static int discover(struct job *j)
 	 * as many heads as K/V have (G = 1). */
 	j->shape.h_q = q0 ? (uint32_t)q0->shape[0] : j->shape.h_kv;
 	j->q_rows = q0 ? (uint32_t)q0->shape[1] : 0;
-	return 0;
+	return discover_scales(j);
 }
 
 /* Which q rows the policy reads: snapkv the last W, h2o all L. */
@@ -771,6 +818,10 @@ static int setup_buffers(struct job *j)
 					    .token_stride = D};
 		ki->v = ki->k;
 		ki->v.data = (void *)vp;
+		if (j->scales) {
+			ki->k.scale = j->scales[2 * l];
+			ki->v.scale = j->scales[2 * l + 1];
+		}
 		if (qp) {
 			/* The last n_q of the file's rows: the window queries. */
 			size_t qes = skv_st_dtype_size(li->q->dtype);
@@ -977,6 +1028,7 @@ int ctl_compact(int argc, char **argv)
 	}
 	j.plan = desc.plan;
 	desc.out_block_size = j.o.block_size;
+	desc.kv_scales = j.scales;
 	if ((rc = budget_room(&j)) || (rc = setup_buffers(&j)))
 		goto out;
 

@@ -812,11 +812,13 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	uint64_t dl = ctl_admin_deadline();
 	struct skv_compact_desc d;
 	size_t total, *off;
+	float *scales;
 	int r;
 
 	off = calloc((size_t)n_layers * 3, sizeof(size_t));
 	lr = calloc(n_layers, sizeof(*lr));
-	if (!off || !lr) {
+	scales = calloc((size_t)n_layers * 2, sizeof(float));
+	if (!off || !lr || !scales) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto out;
@@ -837,6 +839,11 @@ int ctl_daemon_compact(const char *socket_path, char *used, const struct skv_sha
 	d.layers = n_layers;
 	d.params = *params;
 	d.layer = lr;
+	for (uint32_t l = 0; l < n_layers; l++) { /* fp8: the inputs' scales */
+		scales[2 * l] = in[l].k.scale;
+		scales[2 * l + 1] = in[l].v.scale;
+	}
+	d.kv_scales = scales;
 	d.out_layout = SKV_LAYOUT_HND;
 	if (out[0].k.block_table) { /* --out-layout paged: the daemon's arena blocks */
 		d.out_layout = SKV_LAYOUT_PAGED;
@@ -858,5 +865,6 @@ out:
 	skv_client_close(c);
 	free(off);
 	free(lr);
+	free(scales);
 	return r;
 }
