@@ -57,6 +57,12 @@ static int check_tensor(const skv_tensor &t, const char *what, uint32_t layer, u
 	if (!skv_dtype_size(t.dtype))
 		return skv_cuda_fail(err, -EINVAL, l, -1, "layer %u: %s has unknown dtype %d",
 				     layer, what, (int)t.dtype);
+	/* SPEC.md "Quantized K/V": the host backend's for now; the score
+	 * kernels here take one dtype for Q and K (f32, f16, bf16) */
+	if (skv_dtype_is_fp8(t.dtype))
+		return skv_cuda_fail(err, -EOPNOTSUPP, l, -1,
+				     "layer %u: %s is %s: fp8 K/V run on the host backend only",
+				     layer, what, skv_dtype_name(t.dtype));
 	if (heads > 1 && t.head_stride == 0)
 		return skv_cuda_fail(err, -EINVAL, l, -1, "layer %u: %s has head_stride 0", layer,
 				     what);

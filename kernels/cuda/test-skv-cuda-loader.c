@@ -131,6 +131,23 @@ static void test_emulated_plugin(void)
 	struct skv_layer_out out = {0};
 	CU_ASSERT_EQUAL(be->ops->compact_budget(ctx, &sh, &p, 1, &in, &out, NULL, &err), -EINVAL);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "kept array"));
+	/* fp8 K/V (SPEC.md "Quantized K/V") are the host backend's: refused by
+	 * name before any work */
+	static float qd[4 * 8];
+	static uint8_t kd[64 * 8];
+	p.budget_mode = SKV_BUDGET_UNIFORM;
+	p.budget = 16;
+	in.q = (struct skv_tensor){
+	    .data = qd, .dtype = SKV_DTYPE_F32, .head_stride = 32, .token_stride = 8};
+	in.k = (struct skv_tensor){.data = kd,
+				   .dtype = SKV_DTYPE_F8E4M3FN,
+				   .head_stride = 512,
+				   .token_stride = 8,
+				   .scale = 1.0f};
+	in.v = in.k;
+	CU_ASSERT_EQUAL(be->ops->compact_budget(ctx, &sh, &p, 1, &in, &out, NULL, &err),
+			-EOPNOTSUPP);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "f8e4m3fn: fp8 K/V run on the host backend only"));
 	be->ops->ctx_free(ctx);
 	skv_backend_unload(be);
 }
