@@ -676,18 +676,17 @@ static int choose_rows(struct job *j)
 				in_name);
 			return CTL_EXIT_USAGE;
 		}
+		/* fewer rows than W: a partial window (SPEC.md), W' = those rows,
+		 * down to min_window (libskv's 8 offline, the daemon's online) */
+		if (j->q_rows < p->window) {
+			j->shape.n_q = j->q_rows;
+			break;
+		}
 		if (p->window > L) {
 			ctl_err(CMD,
 				"invalid parameters: window W = %" PRIu32
 				" exceeds the prompt length L = %" PRIu32,
 				p->window, L);
-			return CTL_EXIT_USAGE;
-		}
-		if (j->q_rows < p->window) {
-			ctl_err(CMD,
-				"%s: layers.0.q has %" PRIu32
-				" rows, fewer than the window W = %" PRIu32,
-				in_name, j->q_rows, p->window);
 			return CTL_EXIT_USAGE;
 		}
 		j->shape.n_q = p->window;

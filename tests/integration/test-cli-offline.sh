@@ -487,8 +487,16 @@ expect_usage "--bogus" "$good" --bogus
 expect_usage "--window without value" "$good" --window
 expect_usage "even kernel" "$good" --window 4 --capacity 16 --kernel 4
 expect_usage "C <= W" "$good" --window 8 --capacity 8
-expect_usage "W > L" "$good" --window 41 --capacity 60
-expect_usage "W > q rows" "$good" --window 9 --capacity 16
+# fewer q rows (8) than W: a partial window (SPEC.md), W' = 8, even when W > L
+for w in 9 41; do
+	if "$CTL" compact --offline "$good" "$tmp/o/partial.st" --window $w --capacity 60 -q \
+		2>"$tmp/stderr"; then
+		ok "W = $w > q rows: a partial window"
+	else
+		not_ok "W = $w > q rows: $(head -c 300 "$tmp/stderr")"
+	fi
+	rm -f "$tmp/o/partial.st"
+done
 expect_usage "h2o without all query rows" "$good" --policy h2o --window 4 --capacity 16
 expect_usage "snapkv without q" "$tmp/noq.st" --window 4 --capacity 16
 expect_usage "protected + W > C" "$good" --window 4 --capacity 16 --protect 0:13

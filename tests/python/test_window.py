@@ -54,3 +54,35 @@ def test_min_window(client, snapkv):
     assert "at most W = 8" in str(e.value)
     with pytest.raises((ValueError, OverflowError)):
         client.compact(qs, ks, vs, window=32, budget=30, min_window=0, **kw)
+
+
+def test_snapkvctl_partial_window(daemon, tmp_path):
+    """snapkvctl compact with fewer q rows than --window: offline and through
+    the daemon the same file, the one of --window n_q; below min_window
+    refused naming it."""
+    import os
+    import subprocess
+
+    from conftest import BUILD
+    from skvtest import st_read, st_write
+
+    q, k, v = random_inputs(dtype=torch.float32, **SHAPE)
+    t = {}
+    for l in range(2):
+        t[f"layers.{l}.q"], t[f"layers.{l}.k"], t[f"layers.{l}.v"] = q[l], k[l], v[l]
+    st_write(tmp_path / "in.st", t)
+    ctl, env = os.path.join(BUILD, "snapkvctl"), dict(os.environ, SNAPKV_SOCKET=daemon.sock)
+    P = ["--capacity", "30", "-q"]
+    for out, extra in [("off", ["--offline", "--window", "32"]), ("on", ["--window", "32"]),
+                       ("full", ["--offline", "--window", "12"])]:
+        subprocess.run([ctl, "compact", *extra, str(tmp_path / "in.st"),
+                        str(tmp_path / f"{out}.st"), *P], check=True, env=env)
+    off, on, full = (st_read(tmp_path / f"{n}.st") for n in ("off", "on", "full"))
+    for name in off:
+        assert torch.equal(off[name], on[name]) and torch.equal(off[name], full[name])
+    for l in range(2):
+        t[f"layers.{l}.q"] = q[l][:, 7:].contiguous()  # 5 rows
+    st_write(tmp_path / "few.st", t)
+    r = subprocess.run([ctl, "compact", "--offline", "--window", "32", str(tmp_path / "few.st"),
+                        str(tmp_path / "x.st"), *P], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "min_window = 8" in r.stderr
