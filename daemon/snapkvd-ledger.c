@@ -16,6 +16,7 @@
 #include "snapkvd-pool.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
+#include "snapkvd-tally.h"
 
 int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret)
 {
@@ -67,24 +68,6 @@ void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cac
 	t->padding += c->region_bytes > real ? c->region_bytes - real : 0;
 }
 
-void snapkvd_ledger_totals(const struct snapkvd_session *sessions, struct snapkvd_ledger_total *ret)
-{
-	memset(ret, 0, sizeof(*ret));
-	for (const struct snapkvd_session *s = sessions; s; s = s->next)
-		for (const struct snapkvd_cache *c = s->caches; c; c = c->next)
-			snapkvd_ledger_add(ret, c);
-}
-
-void snapkvd_ledger_tenant(const struct snapkvd_session *sessions, const struct snapkvd_tenant *t,
-			   struct snapkvd_ledger_total *ret)
-{
-	memset(ret, 0, sizeof(*ret));
-	for (const struct snapkvd_session *s = sessions; s; s = s->next)
-		if (s->tenant == t)
-			for (const struct snapkvd_cache *c = s->caches; c; c = c->next)
-				snapkvd_ledger_add(ret, c);
-}
-
 static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger_total *t)
 {
 	snapkv__v1__ledger_bytes__init(b);
@@ -98,9 +81,8 @@ static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger
 	b->engine_held = t->engine_held;
 }
 
-static void fill_tenant(const struct snapkvd_session *sessions,
-			const struct snapkvd_tenant_stats *ts, Snapkv__V1__TenantInfo *ti,
-			Snapkv__V1__LedgerBytes *tb)
+static void fill_tenant(const struct snapkvd_tally *tally, const struct snapkvd_tenant_stats *ts,
+			Snapkv__V1__TenantInfo *ti, Snapkv__V1__LedgerBytes *tb)
 {
 	struct snapkvd_ledger_total lt;
 
@@ -111,7 +93,12 @@ static void fill_tenant(const struct snapkvd_session *sessions,
 	ti->caches = ts->caches;
 	ti->sessions = ts->sessions;
 	ti->quota_bytes = ts->quota_bytes;
-	snapkvd_ledger_tenant(sessions, ts->tenant, &lt);
+	/* the tally's running sums (read here, not called: the tally calls
+	 * this file for a cache's share) */
+	memset(&lt, 0, sizeof(lt));
+	for (size_t i = 0; i < tally->n_tenants; i++)
+		if (tally->tenants[i].tenant == ts->tenant)
+			lt = tally->tenants[i].total;
 	ledger_bytes(tb, &lt);
 	ti->bytes = tb;
 	ti->lingering_caches = lt.lingering;
@@ -249,7 +236,7 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 			 struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_view *v)
 {
 	struct snapkvd_pool_stats ps;
-	struct snapkvd_ledger_total pt;
+	const struct snapkvd_ledger_total *pt = &srv->tally.pool;
 	size_t nt = 0, nc = 0, i = 0, k = 0;
 	uint64_t visible = 0, next = 0;
 
@@ -274,7 +261,7 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 	for (i = 0; i < nt; i++) {
 		if (v && !v->all && b->ts[i].uid != v->uid)
 			continue;
-		fill_tenant(srv->sessions, &b->ts[i], &b->ti[k], &b->tb[k]);
+		fill_tenant(&srv->tally, &b->ts[i], &b->ti[k], &b->tb[k]);
 		b->ti[k].buffers = b->ts[i].buffers;
 		b->ti[k].mapped_bytes = b->ts[i].mapped_bytes;
 		b->tip[k] = &b->ti[k];
@@ -283,10 +270,9 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 	r->pool_total = ps.total;
 	r->pool_used = ps.used;
 	r->pool_reserved = ps.reserved;
-	snapkvd_ledger_totals(srv->sessions, &pt);
-	ledger_bytes(&b->pool, &pt);
+	ledger_bytes(&b->pool, pt);
 	r->pool_bytes = &b->pool;
-	r->lingering_caches = pt.lingering;
+	r->lingering_caches = pt->lingering;
 	r->n_tenants = k;
 	r->tenants = b->tip;
 	for (i = 0; i < nc; i++) {

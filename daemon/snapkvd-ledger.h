@@ -34,13 +34,6 @@ struct snapkvd_ledger_total {
 int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);
 /* Add cache c to *t (which the caller zeroed first). */
 void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cache *c);
-/* Sum over every cache of the sessions in the list. */
-void snapkvd_ledger_totals(const struct snapkvd_session *sessions,
-			   struct snapkvd_ledger_total *ret);
-/* Sum over the caches of one tenant (every session of its uid). */
-void snapkvd_ledger_tenant(const struct snapkvd_session *sessions, const struct snapkvd_tenant *t,
-			   struct snapkvd_ledger_total *ret);
-
 /*
  * The ledger part of an admin CACHES/LEDGER reply (pool, tenants, caches),
  * filled into *r with its arrays in *b; free them with
