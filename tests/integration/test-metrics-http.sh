@@ -9,7 +9,10 @@
 #  - 404, 405 (with Allow), 400 (bad request line, bad version, bad header),
 #    431 for a head over metrics_http_max_request;
 #  - metrics_http_max_connections: one more connection is answered 503
-#    while the others stay open, and served again once they close;
+#    while the others stay open, and served again once they close; the 503
+#    reaches a client that writes its request in two parts around it (10 of
+#    10: closing over the unread first part sent a reset, and the second
+#    write failed before the client read anything);
 #  - metrics_http_timeout_ms: a client that trickles its request (slowloris)
 #    or never reads is disconnected, and others are still served;
 #  - a port in use: start-up fails with exit 1 naming the address and errno;
@@ -178,6 +181,38 @@ for s in idle:
 for s in idle:
     s.close()
 PY
+python3 - "$port" >"$tmp/limit503.out" 2>&1 <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
+got = 0
+for _ in range(10):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    # a request in two writes, the 503 already sent between them: the first
+    # part is unread when the daemon is done with the connection
+    data, ok = b"", True
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\n")
+        time.sleep(0.2)
+        s.sendall(b"Host: x\r\n\r\n")
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            data += b
+    except (BrokenPipeError, ConnectionResetError):
+        ok = False
+    if ok and data.startswith(b"HTTP/1.1 503 Service Unavailable") and data.endswith(b"too many connections\n"):
+        got += 1
+    s.close()
+    time.sleep(0.2)  # the daemon reads the FIN: its refused slots are free again
+print("503 received: %d of 10" % got)
+for s in idle:
+    s.close()
+PY
+grep -q '^503 received: 10 of 10' "$tmp/limit503.out" &&
+	ok "a refused client still writing its request gets the whole 503 (10 of 10)" ||
+	not_ok "503 lost: $(cat "$tmp/limit503.out")"
 grep -q '^third: HTTP/1.1 503 Service Unavailable' "$tmp/limit.out" &&
 	[ "$(grep -c '^idle: open' "$tmp/limit.out")" = 2 ] &&
 	ok "max_connections 2: a third gets 503, the two stay open" ||
