@@ -61,9 +61,9 @@ static void server_stats(struct snapkvd_server *srv, struct snapkvd_stats *st)
 	st->start_time_seconds = srv->start_realtime_s;
 }
 
-char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
+char *snapkvd_admin_metrics_text(struct snapkvd_server *srv, enum snapkvd_metrics_tenants shown)
 {
-	struct snapkvd_stats st = {0};
+	struct snapkvd_stats st = {.tenants_shown = shown};
 	struct snapkvd_policy_snapshot *snap = calloc(1, sizeof(*snap));
 	struct snapkvd_stats_tenant *tn = NULL;
 	struct snapkvd_tenant_stats *ts = NULL;
@@ -401,7 +401,8 @@ int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_sessio
 		}
 		break;
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS:
-		text = snapkvd_admin_metrics_text(srv);
+		/* the caller's own tenant lines are filtered below */
+		text = snapkvd_admin_metrics_text(srv, SNAPKVD_METRICS_TENANTS_ALL);
 		if (text && !view.all)
 			own_tenant_lines(text, s->tenant ? snapkvd_tenant_name(s->tenant) : "");
 		if (!text) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "snapkvd-log.h"
+#include "snapkvd-metrics.h"
 
 void snapkvd_config_defaults(struct snapkvd_config *c)
 {
@@ -75,6 +76,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->http.max_request = 8192;
 	c->http.max_connections = 16;
 	c->http.timeout_ms = 10000;
+	c->http.tenants = SNAPKVD_METRICS_TENANTS_AGGREGATE;
 }
 
 /* ------------------------------------------- the pressure policy's keys */
@@ -368,6 +370,22 @@ static int set_log_level(struct snapkvd_config *c, const struct key *k, const ch
 	return 0;
 }
 
+/* metrics_http_tenants, indexed by enum snapkvd_metrics_tenants */
+static const char *const http_tenants[] = {"all", "aggregate", "none"};
+
+static int set_http_tenants(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+			    size_t whylen)
+{
+	(void)k;
+	for (int i = 0; i < (int)(sizeof(http_tenants) / sizeof(http_tenants[0])); i++)
+		if (!strcmp(v, http_tenants[i])) {
+			c->http.tenants = i;
+			return 0;
+		}
+	snprintf(why, whylen, "metrics_http_tenants must be none, aggregate or all");
+	return -EINVAL;
+}
+
 static int set_ids(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
 		   size_t whylen)
 {
@@ -438,6 +456,7 @@ static const struct key keys[] = {
     S(max_request_bytes, 1 << 20),
     {"metrics_http_max_request", set_size, OFF(http.max_request), 0, 256, 65536, DUMP_OWN},
     OWN(metrics_listen, set_listen),
+    OWN(metrics_http_tenants, set_http_tenants),
     OWN(socket, set_socket),
     OWN(backend, set_backend),
     OWN(log_level, set_log_level),
@@ -700,6 +719,7 @@ int snapkvd_config_dump(const struct snapkvd_config *c, char **ret)
 	dump_policy(f, &c->policy);
 	fprintf(f, "metrics_listen = %s\n", c->http.listen);
 	dump_size(f, "metrics_http_max_request", c->http.max_request);
+	fprintf(f, "metrics_http_tenants = %s\n", http_tenants[c->http.tenants]);
 	dump_uints(f, c, DUMP_HTTP_UINT);
 	if (fclose(f) != 0 || !buf) {
 		free(buf);

@@ -374,7 +374,16 @@ static int cb_watch_hook(void *opaque, struct snapkvd_hook *h)
 
 static char *cb_metrics_text(void *opaque)
 {
-	return snapkvd_admin_metrics_text(opaque);
+	return snapkvd_admin_metrics_text(opaque, SNAPKVD_METRICS_TENANTS_ALL);
+}
+
+/* The HTTP listener asks for no credentials: per-tenant series only as
+ * metrics_http_tenants allows. */
+static char *cb_http_metrics_text(void *opaque)
+{
+	struct snapkvd_server *srv = opaque;
+
+	return snapkvd_admin_metrics_text(srv, (enum snapkvd_metrics_tenants)srv->cfg.http.tenants);
 }
 
 static void cb_log(void *opaque, int level, const char *msg)
@@ -399,7 +408,7 @@ static bool cb_healthy(void *opaque)
 static int http_init(struct snapkvd_server *srv)
 {
 	const struct snapkvd_http_cb cb = {
-	    .data = srv, .metrics = cb_metrics_text, .healthy = cb_healthy};
+	    .data = srv, .metrics = cb_http_metrics_text, .healthy = cb_healthy};
 
 	if (!srv->cfg.http.listen[0])
 		return 0;

@@ -13,6 +13,10 @@
 #    reaches a client that writes its request in two parts around it (10 of
 #    10: closing over the unread first part sent a reset, and the second
 #    write failed before the client read anything);
+#  - metrics_http_tenants: aggregate (default) shows the snapkvd_tenant_*
+#    families as one unlabelled sum, none leaves them out, all shows every
+#    tenant's (a non-root engine's tenant line included); --check-config
+#    prints it and refuses another value, naming the key;
 #  - metrics_http_timeout_ms: a client that trickles its request (slowloris)
 #    or never reads is disconnected, and others are still served;
 #  - a port in use: start-up fails with exit 1 naming the address and errno;
@@ -153,7 +157,42 @@ pad=$(head -c 2000 /dev/zero | tr '\0' a)
 	--decode 2 >/dev/null 2>&1 && ok "an engine runs beside the listener" || not_ok "engine"
 curl -s "http://127.0.0.1:$port/metrics" | grep -q '^snapkvd_compactions_total [1-9]' &&
 	ok "/metrics counts the engine's compaction" || not_ok "compaction not counted"
+# metrics_http_tenants = aggregate (the default): the tenant families as one
+# unlabelled sum each, no tenant name or uid; snapkvctl (root) sees them all
+curl -s "http://127.0.0.1:$port/metrics" >"$tmp/agg.prom"
+"$BUILD/snapkvctl" --socket "$tmp/on.sock" metrics >"$tmp/ctl.prom" 2>&1
+if grep -q '^snapkvd_tenant_compactions_total [1-9]' "$tmp/agg.prom" &&
+	! grep -q '^snapkvd_tenant_[a-z_]*{' "$tmp/agg.prom" &&
+	grep -q '^snapkvd_tenant_compactions_total{tenant="root",uid="0"} [1-9]' "$tmp/ctl.prom"; then
+	ok "metrics_http_tenants default aggregate: sums without tenant labels over HTTP"
+else
+	not_ok "aggregate: $(grep '^snapkvd_tenant_' "$tmp/agg.prom" | head -5)"
+fi
 stop $pid on
+for mode in none all; do
+	port=$(free_port)
+	start "t$mode" "metrics_listen = $port" "metrics_http_tenants = $mode"
+	"$BUILD/snapkv-engine" --socket "$tmp/t$mode.sock" --layers 1 --prompt 128 --capacity 64 \
+		--decode 2 >/dev/null 2>&1 || not_ok "engine ($mode)"
+	curl -s "http://127.0.0.1:$port/metrics" >"$tmp/t$mode.prom"
+	case $mode in
+	none) ! grep -q 'snapkvd_tenant_' "$tmp/t$mode.prom" &&
+		grep -q '^snapkvd_compactions_total [1-9]' "$tmp/t$mode.prom" ;;
+	all) grep -q '^snapkvd_tenant_compactions_total{tenant="root",uid="0"} [1-9]' \
+		"$tmp/t$mode.prom" ;;
+	esac && ok "metrics_http_tenants = $mode over HTTP" ||
+		not_ok "metrics_http_tenants = $mode: $(grep snapkvd_tenant_ "$tmp/t$mode.prom" | head -3)"
+	stop $pid "t$mode"
+done
+printf 'metrics_listen = 9464\n' >"$tmp/cc.conf"
+"$D" --check-config --config "$tmp/cc.conf" 2>&1 | grep -qx 'metrics_http_tenants = aggregate' &&
+	ok "--check-config prints metrics_http_tenants = aggregate" || not_ok "--check-config"
+printf 'metrics_http_tenants = some\n' >"$tmp/cc.conf"
+"$D" --check-config --config "$tmp/cc.conf" >"$tmp/cc.out" 2>&1 &&
+	not_ok "metrics_http_tenants = some accepted" ||
+	{ grep -q 'metrics_http_tenants must be none, aggregate or all' "$tmp/cc.out" &&
+		ok "metrics_http_tenants = some refused, naming the key"; } ||
+	not_ok "metrics_http_tenants = some: $(cat "$tmp/cc.out")"
 
 # ---- the connection limit ----
 port=$(free_port)
