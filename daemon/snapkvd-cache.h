@@ -101,7 +101,7 @@ struct snapkvd_cache {
 	struct snapkvd_ledger_total *tallied;
 	const struct snapkvd_tenant *tally_tenant;
 	struct snapkvd_cache *lru_prev, *lru_next;
-	struct snapkvd_session *lru_session;
+	struct snapkvd_session *tally_session;
 	uint64_t lru_bytes;
 	bool in_lru;
 };

@@ -18,56 +18,6 @@
 #include "snapkvd-session.h"
 #include "snapkvd-tally.h"
 
-int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret)
-{
-	struct skv_ledger_in in = {
-	    .batch = 1,
-	    .layers = c->layers,
-	    .h_q = c->h_q,
-	    .h_kv = c->h_kv,
-	    .head_dim = c->head_dim,
-	    .dtype_bytes = c->dtype_bytes,
-	    .prompt_len = c->prompt_len,
-	    .capacity = c->budget,
-	    .appended = c->appended,
-	    .reserve = c->slots - c->kept,
-	    .gqa = c->gqa,
-	};
-
-	/* budget modes: SPEC's sums over (layer, head) */
-	if (c->hkept)
-		return skv_ledger_sum(&in, c->hkept, (uint64_t)c->layers * c->h_store, ret);
-	return skv_ledger_compute(&in, ret);
-}
-
-void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cache *c)
-{
-	struct skv_ledger l;
-	uint64_t real = 0;
-
-	t->caches++;
-	if (c->lingering)
-		t->lingering++;
-	t->allocated += c->region_bytes;
-	if (snapkvd_ledger_cache(c, &l) == 0 && c->writeback) {
-		/* engine-held: only the index tables are the pool's */
-		t->native_full += l.native_full;
-		t->index += l.index;
-		t->engine_held += l.compact + l.reserved;
-		real = l.index;
-		t->real += real;
-	} else if (snapkvd_ledger_cache(c, &l) == 0) {
-		t->native_full += l.native_full;
-		t->compact += l.compact;
-		t->index += l.index;
-		t->reserved += l.reserved;
-		real = l.compact + l.index + l.reserved;
-		t->real += real;
-	}
-	/* a region always holds its formula bytes; never report negative padding */
-	t->padding += c->region_bytes > real ? c->region_bytes - real : 0;
-}
-
 static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger_total *t)
 {
 	snapkv__v1__ledger_bytes__init(b);
@@ -142,7 +92,7 @@ static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cac
 	size_t nm = (size_t)c->layers * c->h_store;
 
 	snapkv__v1__cache_ledger__init(cl);
-	snapkvd_ledger_add(&l, c);
+	snapkvd_tally_add_cache(&l, c);
 	cl->id = c->id;
 	cl->tenant = (char *)snapkvd_tenant_name(x->tenant);
 	cl->layers = c->layers;
@@ -184,51 +134,37 @@ struct ledger_pick {
 	const struct snapkvd_cache *c;
 };
 
-static int by_id(const void *a, const void *b)
-{
-	uint64_t x = ((const struct ledger_pick *)a)->c->id,
-		 y = ((const struct ledger_pick *)b)->c->id;
-
-	return x < y ? -1 : x > y;
-}
-
-static bool sees_session(const struct snapkvd_ledger_view *v, const struct snapkvd_session *x)
-{
-	return !v || v->all || x->uid == v->uid;
-}
-
 /*
- * The caches v may see with an id above v->after, the page_size smallest:
- * into b->pick (sorted by id). *ret_n picked, *ret_visible all it may see,
- * *ret_next the cursor of the next page (0: none).
+ * The caches v may see with an id above v->after, the page_size smallest,
+ * from the tally's index by id (a binary search and the page, whatever the
+ * number of caches): into b->pick. *ret_n picked, *ret_visible all it may
+ * see, *ret_next the cursor of the next page (0: none). A caller that is not
+ * `all` sees the caches of its uid (its tenant).
  */
 static int pick_caches(struct snapkvd_server *srv, const struct snapkvd_ledger_view *v,
 		       struct snapkvd_ledger_buf *b, size_t *ret_n, uint64_t *ret_visible,
 		       uint64_t *ret_next)
 {
-	size_t n = 0, cap = 0, page = v ? (v->page ? v->page : SNAPKVD_LEDGER_PAGE) : SIZE_MAX;
-	uint64_t after = v ? v->after : 0, visible = 0;
+	size_t page = v ? (v->page ? v->page : SNAPKVD_LEDGER_PAGE) : SIZE_MAX, n;
+	const struct snapkvd_tally *ta = &srv->tally;
+	struct snapkvd_cache **cs;
+	bool more = false;
 
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		if (sees_session(v, x))
-			for (struct snapkvd_cache *c = x->caches; c; c = c->next)
-				cap++;
-	b->pick = calloc(cap ? cap : 1, sizeof(*b->pick));
-	if (!b->pick)
+	if (page > ta->by_id.n)
+		page = ta->by_id.n;
+	cs = calloc(page ? page : 1, sizeof(*cs));
+	b->pick = calloc(page ? page : 1, sizeof(*b->pick));
+	if (!cs || !b->pick) {
+		free(cs);
 		return -ENOMEM;
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next) {
-		if (!sees_session(v, x))
-			continue;
-		for (struct snapkvd_cache *c = x->caches; c; c = c->next) {
-			visible++;
-			if (c->id > after)
-				b->pick[n++] = (struct ledger_pick){x, c};
-		}
 	}
-	qsort(b->pick, n, sizeof(*b->pick), by_id);
-	*ret_next = n > page ? b->pick[page - 1].c->id : 0;
-	*ret_n = n > page ? page : n;
-	*ret_visible = visible;
+	n = snapkvd_tally_page(ta, !v || v->all, v ? v->uid : 0, v ? v->after : 0, page, cs, &more,
+			       ret_visible);
+	for (size_t i = 0; i < n; i++)
+		b->pick[i] = (struct ledger_pick){cs[i]->tally_session, cs[i]};
+	*ret_next = more && n ? cs[n - 1]->id : 0;
+	*ret_n = n;
+	free(cs);
 	return 0;
 }
 

@@ -31,9 +31,6 @@ struct snapkvd_ledger_total {
 	uint64_t engine_held;
 };
 
-int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);
-/* Add cache c to *t (which the caller zeroed first). */
-void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cache *c);
 /*
  * The ledger part of an admin CACHES/LEDGER reply (pool, tenants, caches),
  * filled into *r with its arrays in *b; free them with

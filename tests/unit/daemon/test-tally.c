@@ -4,7 +4,8 @@
  * caches (daemon/snapkvd-tally.c): after any sequence of commits, appends,
  * lingers and frees the sums equal a walk over the caches, per tenant and
  * for the pool, and the LRU holds exactly the lingering caches, oldest
- * first (ties to the smaller id).
+ * first (ties to the smaller id); and pages by id, of every tenant or of
+ * one uid, list each cache once in order.
  */
 #include <CUnit/Basic.h>
 #include <stdlib.h>
@@ -40,7 +41,44 @@ static void walk(struct snapkvd_cache **cs, const struct snapkvd_tenant **owner,
 	memset(ret, 0, sizeof(*ret));
 	for (int i = 0; i < N; i++)
 		if (cs[i] && (!t || owner[i] == t))
-			snapkvd_ledger_add(ret, cs[i]);
+			snapkvd_tally_add_cache(ret, cs[i]);
+}
+
+static int by_id(const void *a, const void *b)
+{
+	uint64_t x = (*(struct snapkvd_cache *const *)a)->id,
+		 y = (*(struct snapkvd_cache *const *)b)->id;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Pages of 5 from the start: every visible cache once, by id ascending,
+ * the cursor the last id, "more" until the end. owner NULL: every tenant;
+ * else uid 1000's (tenant 0x1000's sessions). */
+static void check_pages(struct snapkvd_tally *ta, struct snapkvd_cache **cs,
+			const struct snapkvd_tenant **owner)
+{
+	struct snapkvd_cache *want[N], *got[5];
+	size_t nw = 0, at = 0, n;
+	uint64_t after = 0, visible;
+	bool more = true;
+
+	for (int i = 0; i < N; i++)
+		if (cs[i] && (!owner || owner[i] == (void *)0x1000))
+			want[nw++] = cs[i];
+	qsort(want, nw, sizeof(*want), by_id);
+	while (more) {
+		n = snapkvd_tally_page(ta, !owner, 1000, after, 5, got, &more, &visible);
+		CU_ASSERT_EQUAL(visible, nw);
+		CU_ASSERT_TRUE(n == 5 || !more);
+		for (size_t k = 0; k < n && at < nw; k++)
+			CU_ASSERT_PTR_EQUAL(got[k], want[at++]);
+		if (n)
+			after = got[n - 1]->id;
+		if (!n)
+			break;
+	}
+	CU_ASSERT_EQUAL(at, nw);
 }
 
 static void check(struct snapkvd_tally *ta, struct snapkvd_cache **cs,
@@ -75,6 +113,8 @@ static void check(struct snapkvd_tally *ta, struct snapkvd_cache **cs,
 		in_lru++;
 	}
 	CU_ASSERT_EQUAL(in_lru, lingering);
+	check_pages(ta, cs, NULL);
+	check_pages(ta, cs, owner);
 	CU_ASSERT_EQUAL(ta->pool.lingering, lingering);
 	CU_ASSERT_EQUAL(ta->lingering_bytes, bytes);
 }
@@ -82,7 +122,7 @@ static void check(struct snapkvd_tally *ta, struct snapkvd_cache **cs,
 static void test_random(void)
 {
 	static const struct snapkvd_tenant *const ts[2] = {(void *)0x1000, (void *)0x2000};
-	struct snapkvd_session *sess = (void *)0x3000;
+	static struct snapkvd_session sess_obj[2] = {{.uid = 1000}, {.uid = 2000}};
 	struct snapkvd_cache *cs[N] = {0};
 	const struct snapkvd_tenant *owner[N] = {0};
 	struct snapkvd_tally ta = {0};
@@ -98,7 +138,9 @@ static void test_random(void)
 			if (!cs[i]) {
 				cs[i] = cache(next_id++);
 				owner[i] = ts[(seed >> 20) & 1];
-				CU_ASSERT_EQUAL(snapkvd_tally_update(&ta, sess, owner[i], cs[i]),
+				CU_ASSERT_EQUAL(snapkvd_tally_update(&ta,
+								     &sess_obj[owner[i] != ts[0]],
+								     owner[i], cs[i]),
 						0);
 			} else {
 				snapkvd_tally_forget(&ta, cs[i]);
@@ -109,7 +151,9 @@ static void test_random(void)
 		case 1: /* append */
 			if (cs[i] && !cs[i]->lingering && cs[i]->appended < 4) {
 				cs[i]->appended++;
-				CU_ASSERT_EQUAL(snapkvd_tally_update(&ta, sess, owner[i], cs[i]),
+				CU_ASSERT_EQUAL(snapkvd_tally_update(&ta,
+								     &sess_obj[owner[i] != ts[0]],
+								     owner[i], cs[i]),
 						0);
 			}
 			break;
@@ -117,7 +161,9 @@ static void test_random(void)
 			if (cs[i] && !cs[i]->lingering) {
 				cs[i]->lingering = true;
 				cs[i]->last_use_ns = (uint64_t)step / 3;
-				CU_ASSERT_EQUAL(snapkvd_tally_update(&ta, sess, owner[i], cs[i]),
+				CU_ASSERT_EQUAL(snapkvd_tally_update(&ta,
+								     &sess_obj[owner[i] != ts[0]],
+								     owner[i], cs[i]),
 						0);
 			}
 			break;
@@ -128,7 +174,7 @@ static void test_random(void)
 
 			if (!c)
 				break;
-			CU_ASSERT_PTR_EQUAL(s, sess);
+			CU_ASSERT_PTR_EQUAL(s, c->tally_session);
 			for (int k = 0; k < N; k++)
 				if (cs[k] && cs[k] != c && cs[k]->lingering)
 					CU_ASSERT_TRUE(cs[k]->last_use_ns > c->last_use_ns ||
@@ -165,7 +211,8 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	s = CU_add_suite("tally", NULL, NULL);
-	CU_add_test(s, "random commits, appends, lingers, evictions: sums = a walk, LRU order",
+	CU_add_test(s,
+		    "random commits, appends, lingers, evictions: sums = a walk, LRU order, pages",
 		    test_random);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
