@@ -101,6 +101,7 @@ void snapkvd_policy_config_init(struct snapkvd_policy_config *c)
 	snapkvd_pressure_config_init(&c->pressure);
 	snapkvd_hooks_config_init(&c->hooks);
 	c->metrics_interval_s = 15;
+	c->hook_ledger_max_caches = 4096;
 }
 
 static int set_path(char *dst, size_t cap, const char *v, const char *key, char *err, size_t errlen)
@@ -198,6 +199,12 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 	if (strcmp(key, "hook_ledger_json") == 0)
 		return set_path(c->hook_ledger_json, sizeof(c->hook_ledger_json), value, key, err,
 				errlen);
+	if (strcmp(key, "hook_ledger_max_caches") == 0) {
+		if (snapkvd_value_u32(value, 1, 1u << 20, &u) < 0)
+			return bad(err, errlen, "%s: 1..1048576", key);
+		c->hook_ledger_max_caches = u;
+		return 0;
+	}
 	if (strcmp(key, "metrics_textfile") == 0)
 		return set_path(c->metrics_textfile, sizeof(c->metrics_textfile), value, key, err,
 				errlen);
@@ -680,6 +687,7 @@ static void dump_policy(FILE *f, const struct snapkvd_policy_config *p)
 	fprintf(f, "hook_max = %u\n", p->hooks.max_hooks);
 	dump_size(f, "hook_max_output", p->hooks.max_output);
 	fprintf(f, "hook_ledger_json = %s\n", p->hook_ledger_json);
+	fprintf(f, "hook_ledger_max_caches = %u\n", p->hook_ledger_max_caches);
 	if (!p->n_quotas)
 		fprintf(f, "# tenant_quota: none\n");
 	for (unsigned i = 0; i < p->n_quotas; i++) {

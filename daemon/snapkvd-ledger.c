@@ -240,16 +240,24 @@ void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b)
  * Rendered by the very builder of `snapkvctl ledger --json`
  * (proto/skv-ledger-json.c): same keys, same values as snapkvctl would print now.
  */
-char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name)
+char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name, uint32_t max_caches)
 {
+	const struct snapkvd_ledger_view v = {.all = true, .page = max_caches ? max_caches : 1};
 	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
 	struct snapkvd_ledger_buf b;
 	json_t *j = NULL;
 	char *text = NULL;
 
-	if (snapkvd_ledger_reply(srv, &r, &b, NULL) < 0)
+	if (snapkvd_ledger_reply(srv, &r, &b, &v) < 0)
 		return NULL;
 	j = skv_ledger_json(&r);
+	if (j && r.n_caches < r.caches_visible &&
+	    (json_object_set_new(j, "caches_listed", json_integer((json_int_t)r.n_caches)) < 0 ||
+	     json_object_set_new(j, "caches_total", json_integer((json_int_t)r.caches_visible)) <
+		 0)) {
+		json_decref(j);
+		j = NULL;
+	}
 	if (j && json_object_set_new(j, "pressure", json_pack("{s:s}", "level", level_name)) == 0)
 		text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(j);

@@ -67,7 +67,10 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b);
 
 /* The hooks' ledger snapshot: the LEDGER reply as `snapkvctl ledger --json`
- * prints it, plus "pressure" (level_name). Malloc'd text or NULL. */
-char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name);
+ * prints it (every tenant, the pool and tenant totals over every cache),
+ * listing the max_caches caches of lowest id, plus "pressure" (level_name)
+ * and, when caches were left out, "caches_listed" and "caches_total".
+ * Bounded by max_caches whatever the daemon holds. Malloc'd text or NULL. */
+char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name, uint32_t max_caches);
 
 #endif

@@ -326,7 +326,8 @@ static char *cb_ledger_json(void *opaque)
 	struct snapkvd_server *srv = opaque;
 
 	return snapkvd_ledger_json(
-	    srv, snapkvd_pressure_level_name(snapkvd_pressure_level(srv->policy.pressure)));
+	    srv, snapkvd_pressure_level_name(snapkvd_pressure_level(srv->policy.pressure)),
+	    srv->policy.cfg.hook_ledger_max_caches);
 }
 
 /* A running hook's pidfd, polled by the loop. */
