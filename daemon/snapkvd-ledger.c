@@ -251,8 +251,11 @@ char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name, ui
 	if (snapkvd_ledger_reply(srv, &r, &b, &v) < 0)
 		return NULL;
 	j = skv_ledger_json(&r);
+	/* pool.caches counts every cache, listed or not */
 	if (j && r.n_caches < r.caches_visible &&
-	    (json_object_set_new(j, "caches_listed", json_integer((json_int_t)r.n_caches)) < 0 ||
+	    (json_object_set_new(json_object_get(j, "pool"), "caches",
+				 json_integer((json_int_t)r.caches_visible)) < 0 ||
+	     json_object_set_new(j, "caches_listed", json_integer((json_int_t)r.n_caches)) < 0 ||
 	     json_object_set_new(j, "caches_total", json_integer((json_int_t)r.caches_visible)) <
 		 0)) {
 		json_decref(j);
