@@ -5,10 +5,11 @@
 # daemon integration test, and its demo (`_demo_llama`).
 
 TL_DIR  := examples/tiny-llama
-TL_SRCS := $(TL_DIR)/tl-gguf.c $(TL_DIR)/tl-tok.c $(TL_DIR)/tl-model.c $(TL_DIR)/tl-compact.c
+TL_SRCS := $(TL_DIR)/tl-gguf.c $(TL_DIR)/tl-quant.c $(TL_DIR)/tl-tok.c $(TL_DIR)/tl-model.c \
+	   $(TL_DIR)/tl-compact.c
 TL_OBJS := $(TL_SRCS:%.c=$(BUILD)/%.o)
 TL_LIB  := $(BUILD)/libtinyllama.a
-TL_LIBS := -lm -pthread
+TL_LIBS := $(BLAS_LIBS) -licuuc -lm -pthread
 
 $(TL_LIB): $(TL_OBJS)
 	@mkdir -p $(dir $@)
@@ -34,3 +35,5 @@ LIBS  += $(TL_LIB)
 BINS  += $(BUILD)/tiny-llama
 TESTS += $(BUILD)/tests/unit/test-llama
 OBJS  += $(TL_OBJS) $(BUILD)/$(TL_DIR)/tiny-llama.o $(BUILD)/tests/unit/test-llama.o
+
+$(BUILD)/$(TL_DIR)/tl-model.o: CFLAGS_BASE += $(BLAS_CFLAGS)

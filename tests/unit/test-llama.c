@@ -412,12 +412,70 @@ static void test_cache_full_and_grow(void)
 	CU_ASSERT(tl_prefill(model, s, a, toks + 3, 7, NULL) == 0);
 	float la[512];
 	memcpy(la, tl_state_logits(s), sizeof(la));
-	CU_ASSERT(tl_prefill(model, s, b, toks, 10, NULL) == 0);
+	/* the same blocks into a cache that never grew: the grow changed nothing */
+	CU_ASSERT(tl_prefill(model, s, b, toks, 3, NULL) == 0);
+	CU_ASSERT(tl_prefill(model, s, b, toks + 3, 7, NULL) == 0);
 	CU_ASSERT(memcmp(la, tl_state_logits(s), sizeof(la)) == 0);
 	CU_ASSERT(a->layers[2].pos[3 * a->layers[2].pos_stride + 9] == 9);
 	tl_kv_free(a);
 	tl_kv_free(b);
 	tl_state_free(s);
+}
+
+/*
+ * The blocked prefill (matrix products over blocks of 64 tokens, causal
+ * [block][slots] scores) against one tl_forward per token: the same K/V,
+ * positions, captured queries and logits within float rounding, across a
+ * block boundary, and the same first greedy token.
+ */
+static void test_prefill_blocked_equals_forward(void)
+{
+	NEED_MODEL();
+	const struct tl_config *c = &model->cfg;
+	enum { N = 150 };
+	uint32_t toks[N];
+	struct tl_state *s1, *s2;
+	struct tl_kv *a, *b;
+	const size_t qn = (size_t)c->n_layers * c->n_heads * 80 * c->head_dim;
+	float *qa = calloc(qn, sizeof(float)), *qb = calloc(qn, sizeof(float));
+	struct tl_qcap ca = {.q = qa, .first = N - 80, .n = 80},
+		       cb = {.q = qb, .first = N - 80, .n = 80};
+
+	CU_ASSERT_FATAL(qa && qb);
+	toks[0] = model->tok->bos;
+	for (uint32_t i = 1; i < N; i++)
+		toks[i] = 3 + (i * 37) % (c->vocab_size - 3);
+	CU_ASSERT_FATAL(tl_state_new(model, &s1) == 0 && tl_state_new(model, &s2) == 0);
+	CU_ASSERT_FATAL(tl_kv_new(c, c->n_kv_heads, N + 1, &a) == 0);
+	CU_ASSERT_FATAL(tl_kv_new(c, c->n_kv_heads, N + 1, &b) == 0);
+	CU_ASSERT_FATAL(tl_prefill(model, s1, a, toks, N, &ca) == 0);
+	for (uint32_t i = 0; i < N; i++)
+		CU_ASSERT_FATAL(tl_forward(model, s2, b, toks[i], &cb) == 0);
+	CU_ASSERT(a->len == N && a->next_pos == N && b->len == N);
+	float dk = 0, dq = 0, dl = 0;
+	for (uint32_t l = 0; l < c->n_layers; l++)
+		for (size_t i = 0; i < (size_t)c->n_kv_heads * (N + 1) * c->head_dim; i++) {
+			dk = fmaxf(dk, fabsf(a->layers[l].k[i] - b->layers[l].k[i]));
+			dk = fmaxf(dk, fabsf(a->layers[l].v[i] - b->layers[l].v[i]));
+		}
+	for (uint32_t l = 0; l < c->n_layers; l++)
+		CU_ASSERT(!memcmp(a->layers[l].pos, b->layers[l].pos,
+				  sizeof(int32_t) * c->n_kv_heads * (N + 1)));
+	for (size_t i = 0; i < qn; i++)
+		dq = fmaxf(dq, fabsf(qa[i] - qb[i]));
+	for (uint32_t v = 0; v < c->vocab_size; v++)
+		dl = fmaxf(dl, fabsf(tl_state_logits(s1)[v] - tl_state_logits(s2)[v]));
+	CU_ASSERT(dk < 1e-4f && dq < 1e-4f && dl < 1e-3f);
+	CU_ASSERT(tl_argmax(tl_state_logits(s1), c->vocab_size) ==
+		  tl_argmax(tl_state_logits(s2), c->vocab_size));
+	/* too long for the cache: nothing changes */
+	CU_ASSERT(tl_prefill(model, s1, a, toks, 2, NULL) == -ENOSPC && a->len == N);
+	tl_kv_free(a);
+	tl_kv_free(b);
+	tl_state_free(s1);
+	tl_state_free(s2);
+	free(qa);
+	free(qb);
 }
 
 /* ---- compacted decode ---- */
@@ -998,6 +1056,8 @@ int main(void)
 	    !CU_add_test(s, "greedy_known_text", test_greedy_known_text) ||
 	    !CU_add_test(s, "tokenizer", test_tokenizer) ||
 	    !CU_add_test(s, "cache_full_and_grow", test_cache_full_and_grow) ||
+	    !CU_add_test(s, "prefill_blocked_equals_forward",
+			 test_prefill_blocked_equals_forward) ||
 	    !CU_add_test(s, "bypass_identical", test_bypass_identical) ||
 	    !CU_add_test(s, "compacted_positions_reference", test_compacted_positions_reference) ||
 	    !CU_add_test(s, "nhd_view_identical", test_nhd_view_identical) ||
