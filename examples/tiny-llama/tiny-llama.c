@@ -48,8 +48,25 @@ struct opts {
 	int compare;
 	int print_positions;
 	int quiet;
-	const char *budget; /* --budget as given, NULL: uniform C */
+	const char *budget;   /* --budget as given, NULL: uniform C */
+	char *prompt_buf;     /* --prompt-file's contents */
+	const char *question; /* --question: the end of the user message */
+	int chat;	      /* --chat: the model's chat template around the prompt */
+	int window_question;  /* -W question */
 };
+
+/*
+ * SmolLM2's chat template (tokenizer.chat_template) for one user message,
+ * with its default system message: the head up to the user's text, and
+ * the tail after it that asks the assistant to answer.
+ */
+#define CHAT_HEAD                                                                                  \
+	"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "     \
+	"Face<|im_end|>\n<|im_start|>user\n"
+#define CHAT_TAIL "<|im_end|>\n<|im_start|>assistant\n"
+/* -W question: W = the question's tokens and the template's after it, clamped */
+#define QWIN_MIN 8u
+#define QWIN_MAX 64u
 
 /* A budget mode beyond uniform C, or a fallback: tl_compact_budget(). */
 static bool budgeted(const struct skv_params *p)
@@ -67,12 +84,17 @@ static void usage(FILE *f)
 	       "         [--protect B:E ...] [--compare] [--name NAME]\n"
 	       "         [--pause-before-release MS] [--print-positions] [-q]\n"
 	       "         [--budget B] [--fallback-below F]\n"
+	       "         [-f prompt-file] [--chat] [--question Q] [-W question]\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
 	       "--budget takes snapkvctl's budget modes (layers:C0,C1,.., pyramid:R, heads[:A],\n"
 	       "mass:TAU[:CMIN:CMAX:STEP], mass-heads:TAU[:CMIN:CMAX]); --fallback-below F\n"
 	       "keeps the full prompt when a head's retained mass would be below F.\n"
+	       "--chat wraps the prompt in the model's chat template (one user message) and\n"
+	       "prints only the answer; --question Q (implies --chat) ends the user message\n"
+	       "with Q after a blank line; -W question sets W to the tokens of Q (or of the\n"
+	       "whole user message) and the template's tokens after it, clamped to [8, 64].\n"
 	       "The model defaults to $SNAPKV_MODEL, else ../shared/models/stories260K.gguf.\n");
 }
 
@@ -130,6 +152,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   {"budget", required_argument, NULL, 15},
 					   {"fallback-below", required_argument, NULL, 16},
 					   {"quiet", no_argument, NULL, 'q'},
+					   {"prompt-file", required_argument, NULL, 'f'},
+					   {"chat", no_argument, NULL, 17},
+					   {"question", required_argument, NULL, 18},
 					   {"help", no_argument, NULL, 'h'},
 					   {0, 0, 0, 0}};
 	int c, bad = 0, policy = 0, local = 0;
@@ -146,7 +171,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->reserve = 16;
 	o->grow = 16;
 	o->layout = SKV_LAYOUT_HND;
-	while ((c = getopt_long(argc, argv, "m:p:n:t:s:C:W:k:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:n:t:s:C:W:k:f:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm':
 			o->model = optarg;
@@ -167,7 +192,44 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			bad |= parse_u32(optarg, &o->params.capacity) < 0;
 			break;
 		case 'W':
-			bad |= parse_u32(optarg, &o->params.window) < 0;
+			if (!strcmp(optarg, "question"))
+				o->window_question = 1;
+			else
+				bad |= parse_u32(optarg, &o->params.window) < 0;
+			break;
+		case 'f': {
+			FILE *f = fopen(optarg, "r");
+			size_t cap = 1 << 16, n = 0, got;
+
+			free(o->prompt_buf);
+			o->prompt_buf = malloc(cap);
+			while (f && o->prompt_buf &&
+			       (got = fread(o->prompt_buf + n, 1, cap - n - 1, f)) > 0) {
+				n += got;
+				if (n + 1 == cap) {
+					char *nb = realloc(o->prompt_buf, cap *= 2);
+					if (!nb)
+						break;
+					o->prompt_buf = nb;
+				}
+			}
+			if (!f || !o->prompt_buf || ferror(f)) {
+				fprintf(stderr, "tiny-llama: cannot read %s\n", optarg);
+				bad = 1;
+			} else {
+				o->prompt_buf[n] = 0;
+				o->prompt = o->prompt_buf;
+			}
+			if (f)
+				fclose(f);
+			break;
+		}
+		case 17:
+			o->chat = 1;
+			break;
+		case 18:
+			o->question = optarg;
+			o->chat = 1;
 			break;
 		case 'k':
 			bad |= parse_u32(optarg, &o->params.kernel) < 0;
@@ -267,6 +329,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		default:
 			bad = 1;
 		}
+	}
+	if (o->window_question && !o->chat) {
+		fprintf(stderr, "tiny-llama: -W question needs --chat or --question\n");
+		bad = 1;
 	}
 	if (bad || optind != argc) {
 		usage(stderr);
@@ -640,6 +706,49 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 	return 0;
 }
 
+/*
+ * The prompt's tokens: as given (with BOS when the model adds one), or in
+ * the chat template: the head with the user's text, then the question and
+ * the template's tail, encoded apart, so that -W question knows where the
+ * question starts (its tokens do not merge with the text before a blank
+ * line). -W question sets params.window from them.
+ */
+static int encode_prompt(struct opts *o, const struct tl_tok *tok, uint32_t *out, size_t max,
+			 size_t *ret_n)
+{
+	size_t nh = 0, nt = 0, lp = strlen(o->prompt);
+	char *head, *tail;
+	int r;
+
+	if (!o->chat)
+		return tl_tok_encode(tok, o->prompt, tok->add_bos, out, max, ret_n);
+	head = malloc(sizeof(CHAT_HEAD) + lp + 2);
+	tail = malloc(sizeof(CHAT_TAIL) + strlen(o->question ? o->question : o->prompt));
+	if (!head || !tail) {
+		r = -ENOMEM;
+		goto out;
+	}
+	/* without a question, the last user message is the whole prompt */
+	sprintf(head, "%s%s%s", CHAT_HEAD, o->question ? o->prompt : "", o->question ? "\n\n" : "");
+	sprintf(tail, "%s%s", o->question ? o->question : o->prompt, CHAT_TAIL);
+	if ((r = tl_tok_encode(tok, head, 0, out, max, &nh)) < 0 ||
+	    (r = tl_tok_encode(tok, tail, 0, out + nh, max - nh, &nt)) < 0)
+		goto out;
+	if (o->window_question)
+		o->params.window = nt < QWIN_MIN   ? QWIN_MIN
+				   : nt > QWIN_MAX ? QWIN_MAX
+						   : (uint32_t)nt;
+	if (o->window_question && !o->quiet)
+		fprintf(stderr,
+			"tiny-llama: -W question: %zu tokens from the question on, W = %u\n", nt,
+			o->params.window);
+	*ret_n = nh + nt;
+out:
+	free(head);
+	free(tail);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
@@ -665,7 +774,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const struct tl_config *c = &m->cfg;
-	size_t maxp = strlen(o.prompt) * 4 + 8;
+	size_t maxp = strlen(o.prompt) + (o.question ? strlen(o.question) : 0) + 256;
 	prompt = calloc(maxp, sizeof(*prompt));
 	probs = calloc(c->vocab_size, sizeof(float));
 	lc.g.toks = calloc(o.steps + 1, sizeof(uint32_t));
@@ -676,7 +785,7 @@ int main(int argc, char **argv)
 		why = "allocation";
 		goto out;
 	}
-	if ((r = tl_tok_encode(m->tok, o.prompt, 1, prompt, maxp, &np)) < 0) {
+	if ((r = encode_prompt(&o, m->tok, prompt, maxp, &np)) < 0) {
 		why = "tokenizing the prompt";
 		goto out;
 	}
@@ -685,11 +794,11 @@ int main(int argc, char **argv)
 	const uint32_t full_cap = L + o.steps + 1;
 	const uint64_t kv_bytes = tl_kv_bytes(c, c->n_kv_heads, full_cap);
 	const uint64_t q_bytes = (uint64_t)c->n_layers * c->n_heads * nq * D * sizeof(float);
-	if (L + o.steps > 512 && !o.quiet)
+	if (L + o.steps > c->ctx_len && !o.quiet)
 		fprintf(stderr,
-			"tiny-llama: warning: %u tokens exceed the 512 the model was "
+			"tiny-llama: warning: %u tokens exceed the %u the model was "
 			"trained on\n",
-			L + o.steps);
+			L + o.steps, c->ctx_len);
 
 	/* The full cache (and captured queries): own memory, or a registered memfd. */
 	if (o.backend == BK_DAEMON) {
@@ -860,12 +969,13 @@ int main(int argc, char **argv)
 			break;
 	}
 
-	printf("%s%s\n", o.prompt, lc.g.text ? lc.g.text : "");
+	printf("%s%s\n", o.chat ? "" : o.prompt, lc.g.text ? lc.g.text : "");
 	if (compare) {
 		uint32_t same = 0, n = lc.g.n < lf.g.n ? lc.g.n : lf.g.n;
 		for (uint32_t i = 0; i < n; i++)
 			same += lc.g.toks[i] == lf.g.toks[i];
-		printf("--- full cache:\n%s%s\n", o.prompt, lf.g.text ? lf.g.text : "");
+		printf("--- full cache:\n%s%s\n", o.chat ? "" : o.prompt,
+		       lf.g.text ? lf.g.text : "");
 		printf("--- agreement: %u of %u tokens agree (first %u identical)\n", same,
 		       lc.g.n > lf.g.n ? lc.g.n : lf.g.n, agree_prefix);
 		if (identical)
@@ -941,5 +1051,6 @@ out:
 	skv_client_close(client);
 	skv_ctx_free(ctx);
 	tl_model_free(m);
+	free(o.prompt_buf);
 	return r < 0 ? 1 : 0;
 }
