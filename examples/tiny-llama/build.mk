@@ -24,8 +24,9 @@ $(BUILD)/tests/unit/test-llama: $(BUILD)/tests/unit/test-llama.o $(TL_LIB) $(LIB
 
 $(BUILD)/tests/unit/test-llama.o: ALL_CFLAGS += -I$(TL_DIR)
 
-# The engine through a private snapkvd on a temporary socket.
-TEST_SCRIPTS += tests/integration/test-llama-daemon.sh
+# The engine through a private snapkvd on a temporary socket; the same on
+# SmolLM2 (scripts/get-model.sh; skipped, exit 77, when it cannot be had).
+TEST_SCRIPTS += tests/integration/test-llama-daemon.sh tests/integration/test-llama-smollm.sh
 
 .PHONY: _demo_llama
 _demo_llama: $(BUILD)/tiny-llama $(SNAPKVD) $(SNAPKVCTL)

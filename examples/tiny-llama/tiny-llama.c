@@ -53,6 +53,7 @@ struct opts {
 	const char *question; /* --question: the end of the user message */
 	int chat;	      /* --chat: the model's chat template around the prompt */
 	int window_question;  /* -W question */
+	int print_tokens;     /* --print-tokens: the prompt's ids, then exit */
 };
 
 /*
@@ -84,7 +85,7 @@ static void usage(FILE *f)
 	       "         [--protect B:E ...] [--compare] [--name NAME]\n"
 	       "         [--pause-before-release MS] [--print-positions] [-q]\n"
 	       "         [--budget B] [--fallback-below F]\n"
-	       "         [-f prompt-file] [--chat] [--question Q] [-W question]\n"
+	       "         [-f prompt-file] [--chat] [--question Q] [-W question] [--print-tokens]\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
@@ -155,6 +156,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   {"prompt-file", required_argument, NULL, 'f'},
 					   {"chat", no_argument, NULL, 17},
 					   {"question", required_argument, NULL, 18},
+					   {"print-tokens", no_argument, NULL, 19},
 					   {"help", no_argument, NULL, 'h'},
 					   {0, 0, 0, 0}};
 	int c, bad = 0, policy = 0, local = 0;
@@ -230,6 +232,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 18:
 			o->question = optarg;
 			o->chat = 1;
+			break;
+		case 19:
+			o->print_tokens = 1;
 			break;
 		case 'k':
 			bad |= parse_u32(optarg, &o->params.kernel) < 0;
@@ -787,6 +792,13 @@ int main(int argc, char **argv)
 	}
 	if ((r = encode_prompt(&o, m->tok, prompt, maxp, &np)) < 0) {
 		why = "tokenizing the prompt";
+		goto out;
+	}
+	if (o.print_tokens) {
+		printf("tokens %zu:", np);
+		for (size_t i = 0; i < np; i++)
+			printf(" %u", prompt[i]);
+		printf("\n");
 		goto out;
 	}
 	const uint32_t L = (uint32_t)np, D = c->head_dim;
