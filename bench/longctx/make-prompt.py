@@ -8,7 +8,7 @@ seeded depth, and the question that asks for it.
     make-prompt.py --seed 3 --tokens 1024 --out DIR
 
 writes DIR/doc.txt (the document), DIR/question.txt and DIR/key.txt. The
-length is aimed in characters (about 4.3 per token for this text and
+length is aimed in characters (about 3.8 per token for this text and
 SmolLM2's tokenizer); the engine reports the real token count.
 """
 import argparse
@@ -16,7 +16,7 @@ import os
 import random
 
 LICENCES = "/usr/share/common-licenses"
-CHARS_PER_TOKEN = 4.3
+CHARS_PER_TOKEN = 3.8
 QUESTION = "What is the pass key? Answer with the number only."
 
 

@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""bench-longctx: passkey retrieval on SmolLM2-135M-Instruct through snapkvd.
+
+For each length and seed, a prompt from make-prompt.py (a 5-digit key at a
+seeded depth of varied licence text, asked at the end); for each observation
+window, tiny-llama prefills it with full attention, compacts it through a
+private snapkvd (snapkv, uniform, expand, C = --keep % of the prompt) and
+decodes greedily from the compact cache and, in lockstep, from the full one
+(--compare). A run is correct when the answer holds the key. Reported per
+length and window: full-cache and compact accuracy, and the compaction's
+time (COMPACT's round trip) against the prefill's, the TTFT overhead.
+
+Each window re-runs the prefill (one tiny-llama per run): the full-cache
+column is every run's, so it counts each prompt once per window.
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def est_seconds(L):
+    # one run on 2 loaded cores (December 2026): model load and two lanes of
+    # 12 decode steps ~5 s, prefill ~9 ms/token at 1K, growing with L
+    return 5 + L * 0.009 * (1 + L / 4096)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--lengths", default="1024,2048")
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--windows", default="8,question,64")
+    ap.add_argument("--keep", type=int, default=10, help="percent of the prompt kept per head")
+    ap.add_argument("--steps", type=int, default=12)
+    a = ap.parse_args()
+    lengths = [int(x) for x in a.lengths.split(",")]
+    windows = a.windows.split(",")
+    engine = os.path.join(a.build, "tiny-llama")
+    daemon = os.path.join(a.build, "snapkvd")
+    runs = [(L, s, w) for L in lengths for s in range(1, a.prompts + 1) for w in windows]
+    est = sum(est_seconds(L) for L, _, _ in runs)
+    print("bench-longctx: %d runs (%s tokens x %d prompts x W %s), C = %d %% of L, "
+          "estimated %.0f s on 2 loaded cores" % (len(runs), a.lengths, a.prompts, a.windows,
+                                                  a.keep, est), flush=True)
+    tmp = tempfile.mkdtemp(prefix="bench-longctx.")
+    sock = os.path.join(tmp, "snapkvd.sock")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    d = subprocess.Popen([daemon, "--socket", sock, "--threads", "1", "--log-level", "warning"],
+                         stderr=open(os.path.join(tmp, "daemon.log"), "w"))
+    try:
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        else:
+            sys.exit("bench-longctx: snapkvd did not start")
+        res = {}
+        t_start = time.time()
+        for L, seed, w in runs:
+            pdir = os.path.join(tmp, "p%d-%d" % (L, seed))
+            if not os.path.exists(pdir):
+                subprocess.run([sys.executable, os.path.join(HERE, "make-prompt.py"), "--seed",
+                                str(L * 1000 + seed), "--tokens", str(L), "--out", pdir],
+                               check=True)
+            key = open(os.path.join(pdir, "key.txt")).read().strip()
+            q = open(os.path.join(pdir, "question.txt")).read().strip()
+            cmd = [engine, "-m", a.model, "--socket", sock, "-f", os.path.join(pdir, "doc.txt"),
+                   "--question", q, "-n", str(a.steps), "--policy", "snapkv", "-C",
+                   "%d%%" % a.keep, "-W", w, "--compare", "--reserve", "16"]
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if p.returncode != 0:
+                sys.exit("bench-longctx: %s failed:\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
+            out = p.stdout.splitlines()
+            compact = out[0] if out else ""
+            full = out[out.index("--- full cache:") + 1] if "--- full cache:" in out else ""
+            m = re.search(r"timing: prefill (\d+) tokens ([\d.]+) ms, compaction ([\d.]+) ms "
+                          r"\(C (\d+), W (\d+)\)", p.stderr)
+            if not m:
+                sys.exit("bench-longctx: no timing line:\n" + p.stderr)
+            r = res.setdefault((L, w), {"full": 0, "compact": 0, "n": 0, "pre": [], "cmp": [],
+                                        "L": [], "C": [], "W": []})
+            r["n"] += 1
+            r["full"] += key in full
+            r["compact"] += key in compact
+            r["L"].append(int(m.group(1)))
+            r["pre"].append(float(m.group(2)))
+            r["cmp"].append(float(m.group(3)))
+            r["C"].append(int(m.group(4)))
+            r["W"].append(int(m.group(5)))
+            print("  L %d seed %d W %s: key %s | full: %s | compact: %s | prefill %.0f ms, "
+                  "compaction %.1f ms" % (L, seed, w, key, full.strip()[:40],
+                                          compact.strip()[:40], r["pre"][-1], r["cmp"][-1]),
+                  flush=True)
+        print("\nbench-longctx: %.0f s (estimated %.0f s)\n" % (time.time() - t_start, est))
+        print("| L (tokens) | W | C (per head) | prompts | full cache | snapkv %d %% | "
+              "prefill ms | compaction ms | compaction / prefill |" % a.keep)
+        print("|---|---|---|---|---|---|---|---|---|")
+        for (L, w), r in res.items():
+            pre, cmpt = statistics.median(r["pre"]), statistics.median(r["cmp"])
+            wv = "question (%d-%d)" % (min(r["W"]), max(r["W"])) if w == "question" else w
+            print("| %d-%d | %s | %d-%d | %d | %d/%d | %d/%d | %.0f | %.1f | %.2f %% |" % (
+                min(r["L"]), max(r["L"]), wv, min(r["C"]), max(r["C"]), r["n"], r["full"],
+                r["n"], r["compact"], r["n"], pre, cmpt, 100 * cmpt / pre))
+    finally:
+        d.terminate()
+        d.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
