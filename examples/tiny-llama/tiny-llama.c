@@ -54,6 +54,7 @@ struct opts {
 	int chat;	      /* --chat: the model's chat template around the prompt */
 	int window_question;  /* -W question */
 	int print_tokens;     /* --print-tokens: the prompt's ids, then exit */
+	uint32_t keep_pct;    /* -C N%: C = N % of the prompt (at least W + 1) */
 };
 
 /*
@@ -86,6 +87,7 @@ static void usage(FILE *f)
 	       "         [--pause-before-release MS] [--print-positions] [-q]\n"
 	       "         [--budget B] [--fallback-below F]\n"
 	       "         [-f prompt-file] [--chat] [--question Q] [-W question] [--print-tokens]\n"
+	       "-C N%% keeps N %% of the prompt per stored head (at least W + 1).\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
@@ -190,9 +192,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 's':
 			o->seed = strtoull(optarg, NULL, 10);
 			break;
-		case 'C':
-			bad |= parse_u32(optarg, &o->params.capacity) < 0;
+		case 'C': {
+			size_t n = strlen(optarg);
+			char num[16];
+
+			if (n > 1 && n < sizeof(num) && optarg[n - 1] == '%') {
+				memcpy(num, optarg, n - 1);
+				num[n - 1] = 0;
+				bad |= parse_u32(num, &o->keep_pct) < 0 || !o->keep_pct ||
+				       o->keep_pct > 100;
+			} else {
+				bad |= parse_u32(optarg, &o->params.capacity) < 0;
+			}
 			break;
+		}
 		case 'W':
 			if (!strcmp(optarg, "question"))
 				o->window_question = 1;
@@ -541,6 +554,13 @@ static double kl_div(const float *lp, const float *lq, uint32_t n)
 	return k;
 }
 
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static void sleep_ms(uint32_t ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -802,6 +822,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	const uint32_t L = (uint32_t)np, D = c->head_dim;
+	if (o.keep_pct) {
+		uint32_t cap = (uint32_t)(((uint64_t)L * o.keep_pct + 50) / 100);
+		o.params.capacity = cap > o.params.window ? cap : o.params.window + 1;
+	}
 	const uint32_t nq = o.backend == BK_FULL ? 0 : tl_compact_n_q(&o.params, L);
 	const uint32_t full_cap = L + o.steps + 1;
 	const uint64_t kv_bytes = tl_kv_bytes(c, c->n_kv_heads, full_cap);
@@ -839,6 +863,7 @@ int main(int argc, char **argv)
 		}
 	}
 	struct tl_qcap qcap = {.q = q, .first = L - nq, .n = nq};
+	double t0 = now_ms();
 	if ((r = tl_prefill(m, lf.st, full, prompt, L, nq ? &qcap : NULL)) < 0) {
 		why = "prefill";
 		goto out;
@@ -869,8 +894,16 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		cp.ctx = ctx;
+		double t1 = now_ms();
 		if ((r = compact_lane(&cp, &lc, &why)) < 0)
 			goto out;
+		/* the TTFT overhead: compaction (COMPACT's round trip through the
+		 * daemon, or libskv in process) against the prefill before it */
+		if (!o.quiet)
+			fprintf(stderr,
+				"tiny-llama: timing: prefill %u tokens %.1f ms, compaction %.1f ms "
+				"(C %u, W %u)\n",
+				L, t1 - t0, now_ms() - t1, o.params.capacity, o.params.window);
 	} else {
 		lc.kv = full; /* no compaction: the full cache is the only lane */
 	}
