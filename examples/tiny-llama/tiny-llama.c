@@ -48,13 +48,17 @@ struct opts {
 	int compare;
 	int print_positions;
 	int quiet;
-	const char *budget;   /* --budget as given, NULL: uniform C */
-	char *prompt_buf;     /* --prompt-file's contents */
-	const char *question; /* --question: the end of the user message */
-	int chat;	      /* --chat: the model's chat template around the prompt */
-	int window_question;  /* -W question */
-	int print_tokens;     /* --print-tokens: the prompt's ids, then exit */
-	uint32_t keep_pct;    /* -C N%: C = N % of the prompt (at least W + 1) */
+	const char *budget;	    /* --budget as given, NULL: uniform C */
+	char *prompt_buf;	    /* --prompt-file's contents */
+	const char *question;	    /* --question: the end of the user message */
+	int chat;		    /* --chat: the model's chat template around the prompt */
+	int window_question;	    /* -W question */
+	int print_tokens;	    /* --print-tokens: the prompt's ids, then exit */
+	uint32_t keep_pct;	    /* -C N%: C = N % of the prompt (at least W + 1) */
+	const char *tokenize_lines; /* --tokenize-lines FILE: each line's ids, then exit */
+	const char *dump_logits;    /* --dump-logits FILE: the prefill's last logits, f32 */
+	const char *also;	    /* --also-window LIST: more compactions, one prefill */
+	uint32_t qwin;		    /* the question's W (--chat) */
 };
 
 /*
@@ -88,6 +92,11 @@ static void usage(FILE *f)
 	       "         [--budget B] [--fallback-below F]\n"
 	       "         [-f prompt-file] [--chat] [--question Q] [-W question] [--print-tokens]\n"
 	       "-C N%% keeps N %% of the prompt per stored head (at least W + 1).\n"
+	       "--tokenize-lines FILE prints each line's token ids (no BOS) and exits;\n"
+	       "--dump-logits FILE writes the prefill's last logits (f32, vocab entries).\n"
+	       "--also-window W,W,.. (snapkv through the daemon): after the first, one more\n"
+	       "compaction of the same prefill per window (a number or question), each\n"
+	       "decoded greedily from its compact cache and printed as '--- window W: text'.\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
@@ -159,6 +168,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   {"chat", no_argument, NULL, 17},
 					   {"question", required_argument, NULL, 18},
 					   {"print-tokens", no_argument, NULL, 19},
+					   {"tokenize-lines", required_argument, NULL, 20},
+					   {"dump-logits", required_argument, NULL, 21},
+					   {"also-window", required_argument, NULL, 22},
 					   {"help", no_argument, NULL, 'h'},
 					   {0, 0, 0, 0}};
 	int c, bad = 0, policy = 0, local = 0;
@@ -248,6 +260,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 19:
 			o->print_tokens = 1;
+			break;
+		case 20:
+			o->tokenize_lines = optarg;
+			break;
+		case 21:
+			o->dump_logits = optarg;
+			break;
+		case 22:
+			o->also = optarg;
 			break;
 		case 'k':
 			bad |= parse_u32(optarg, &o->params.kernel) < 0;
@@ -620,6 +641,10 @@ struct compactor {
 	struct skv_client *client; /* daemon */
 	struct skv_buffer *buf;
 	uint64_t kv_bytes; /* the queries follow the K/V in the buffer */
+	/* through the daemon: the window of this compaction, its last n_q of
+	 * the nq captured rows (--also-window); 0: nq and o->params */
+	uint32_t nq_use;
+	const struct skv_params *params;
 };
 
 /* What the daemon's budget mode chose, as tl_compact_budget() reports it;
@@ -676,13 +701,15 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 
 	char *base = skv_buffer_data(cp->buf);
 	struct skv_layer_ref *refs = calloc(c->n_layers, sizeof(*refs));
+	const uint32_t nq = cp->nq_use ? cp->nq_use : cp->nq, skip = cp->nq - nq;
 	if (!refs)
 		return -ENOMEM;
 	for (uint32_t l = 0; l < c->n_layers; l++) {
 		const struct tl_kv_layer *FL = &cp->full->layers[l];
 		refs[l].q = (struct skv_tensor_ref){
 		    .buf = cp->buf,
-		    .offset = cp->kv_bytes + (uint64_t)l * c->n_heads * cp->nq * D * sizeof(float),
+		    .offset = cp->kv_bytes +
+			      ((uint64_t)l * c->n_heads * cp->nq + skip) * D * sizeof(float),
 		    .dtype = SKV_DTYPE_F32,
 		    .head_stride = (int64_t)cp->nq * D,
 		    .token_stride = D};
@@ -700,9 +727,9 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 		      .head_dim = D,
 		      .h_q = c->n_heads,
 		      .h_kv = c->n_kv_heads,
-		      .n_q = cp->nq},
+		      .n_q = nq},
 	    .layers = c->n_layers,
-	    .params = cp->o->params,
+	    .params = cp->params ? *cp->params : cp->o->params,
 	    .layer = refs,
 	    .out_layout = cp->o->layout,
 	    .decode_reserve = cp->o->reserve,
@@ -759,10 +786,9 @@ static int encode_prompt(struct opts *o, const struct tl_tok *tok, uint32_t *out
 	if ((r = tl_tok_encode(tok, head, 0, out, max, &nh)) < 0 ||
 	    (r = tl_tok_encode(tok, tail, 0, out + nh, max - nh, &nt)) < 0)
 		goto out;
+	o->qwin = nt < QWIN_MIN ? QWIN_MIN : nt > QWIN_MAX ? QWIN_MAX : (uint32_t)nt;
 	if (o->window_question)
-		o->params.window = nt < QWIN_MIN   ? QWIN_MIN
-				   : nt > QWIN_MAX ? QWIN_MAX
-						   : (uint32_t)nt;
+		o->params.window = o->qwin;
 	if (o->window_question && !o->quiet)
 		fprintf(stderr,
 			"tiny-llama: -W question: %zu tokens from the question on, W = %u\n", nt,
@@ -772,6 +798,114 @@ out:
 	free(head);
 	free(tail);
 	return r;
+}
+
+/* Each line of path (without its newline) as token ids, one line each. */
+static int tokenize_lines(const struct tl_tok *tok, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	uint32_t *ids = NULL;
+	size_t ids_cap = 0, nt;
+	int r = 0;
+
+	if (!f)
+		return -errno;
+	while ((n = getline(&line, &cap, f)) >= 0) {
+		if (n && line[n - 1] == '\n')
+			line[--n] = 0;
+		if ((size_t)n + 2 > ids_cap) {
+			uint32_t *ni = realloc(ids, sizeof(*ids) * ((size_t)n + 2));
+			if (!ni) {
+				r = -ENOMEM;
+				break;
+			}
+			ids = ni;
+			ids_cap = (size_t)n + 2;
+		}
+		if ((r = tl_tok_encode(tok, line, 0, ids, ids_cap, &nt)) < 0)
+			break;
+		for (size_t i = 0; i < nt; i++)
+			printf(i ? " %u" : "%u", ids[i]);
+		printf("\n");
+	}
+	free(line);
+	free(ids);
+	fclose(f);
+	return r;
+}
+
+/* --also-window's list: numbers, or question (the question's W). */
+static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *ret_n)
+{
+	char buf[256], *save = NULL;
+
+	*ret_n = 0;
+	if (!o->also)
+		return 0;
+	if (o->backend != BK_DAEMON || o->params.policy != SKV_POLICY_SNAPKV ||
+	    budgeted(&o->params) || strlen(o->also) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, o->also);
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		uint32_t v;
+		if (*ret_n == 16)
+			return -EINVAL;
+		if (!strcmp(t, "question")) {
+			if (!o->chat)
+				return -EINVAL;
+			v = o->qwin;
+		} else if (parse_u32(t, &v) < 0 || v == 0 || v >= L) {
+			return -EINVAL;
+		}
+		w[(*ret_n)++] = v;
+	}
+	return 0;
+}
+
+/*
+ * One more compaction of the same prefill through the daemon, with window W
+ * (the last W of the captured query rows) and the same C, decoded greedily
+ * from the first token on; its text and compaction time are printed.
+ */
+static int also_window(struct compactor *cp, uint32_t W, uint32_t first_tok, uint32_t prev,
+		       float *probs, const char **why)
+{
+	const struct opts *o = cp->o;
+	struct skv_params p = o->params;
+	struct lane ln = {.grow = o->grow, .tok = first_tok, .prev = prev};
+	int r;
+
+	p.window = W;
+	if (o->keep_pct)
+		p.capacity = p.capacity > W ? p.capacity : W + 1;
+	cp->params = &p;
+	cp->nq_use = W;
+	ln.g.toks = calloc(o->steps + 1, sizeof(uint32_t));
+	if (!ln.g.toks || (r = tl_state_new(cp->m, &ln.st)) < 0) {
+		free(ln.g.toks);
+		return -ENOMEM;
+	}
+	double t0 = now_ms();
+	r = compact_lane(cp, &ln, why);
+	double t1 = now_ms();
+	for (uint32_t i = 0; r >= 0 && i < o->steps && !ln.done; i++)
+		r = lane_step(cp->m, &ln, i + 1 == o->steps, 0.0f, probs, why);
+	if (r >= 0)
+		printf("--- window %u (C %u, compaction %.1f ms): %s\n", W, p.capacity, t1 - t0,
+		       ln.g.text ? ln.g.text : "");
+	if (ln.cache && skv_cache_release(ln.cache) < 0 && r >= 0) {
+		r = -EIO;
+		*why = "RELEASE";
+	}
+	cp->params = NULL;
+	tl_kv_free(ln.kv);
+	tl_state_free(ln.st);
+	free(ln.g.toks);
+	free(ln.g.text);
+	return r < 0 ? r : 0;
 }
 
 int main(int argc, char **argv)
@@ -799,6 +933,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const struct tl_config *c = &m->cfg;
+	if (o.tokenize_lines) {
+		r = tokenize_lines(m->tok, o.tokenize_lines);
+		why = r < 0 ? "--tokenize-lines" : NULL;
+		goto out;
+	}
 	size_t maxp = strlen(o.prompt) + (o.question ? strlen(o.question) : 0) + 256;
 	prompt = calloc(maxp, sizeof(*prompt));
 	probs = calloc(c->vocab_size, sizeof(float));
@@ -826,7 +965,14 @@ int main(int argc, char **argv)
 		uint32_t cap = (uint32_t)(((uint64_t)L * o.keep_pct + 50) / 100);
 		o.params.capacity = cap > o.params.window ? cap : o.params.window + 1;
 	}
-	const uint32_t nq = o.backend == BK_FULL ? 0 : tl_compact_n_q(&o.params, L);
+	uint32_t also[16], n_also = 0;
+	if ((r = parse_also(&o, L, also, &n_also)) < 0) {
+		why = "--also-window (snapkv through the daemon, with --chat for question)";
+		goto out;
+	}
+	uint32_t nq = o.backend == BK_FULL ? 0 : tl_compact_n_q(&o.params, L);
+	for (uint32_t i = 0; i < n_also; i++)
+		nq = also[i] > nq ? also[i] : nq;
 	const uint32_t full_cap = L + o.steps + 1;
 	const uint64_t kv_bytes = tl_kv_bytes(c, c->n_kv_heads, full_cap);
 	const uint64_t q_bytes = (uint64_t)c->n_layers * c->n_heads * nq * D * sizeof(float);
@@ -868,9 +1014,24 @@ int main(int argc, char **argv)
 		why = "prefill";
 		goto out;
 	}
+	if (o.dump_logits) {
+		FILE *f = fopen(o.dump_logits, "wb");
+		if (!f || fwrite(tl_state_logits(lf.st), sizeof(float), c->vocab_size, f) !=
+			      c->vocab_size) {
+			r = -EIO;
+			why = "--dump-logits";
+		}
+		if (f && fclose(f) && r == 0) {
+			r = -EIO;
+			why = "--dump-logits";
+		}
+		if (r < 0)
+			goto out;
+	}
 	/* Both lanes start from the full prefill's logits and the same RNG state. */
 	tl_rng_seed(&lf.rng, o.seed);
 	lf.tok = tl_sample(tl_state_logits(lf.st), c->vocab_size, o.temp, &lf.rng, probs);
+	const uint32_t first_tok = lf.tok;
 	lf.prev = prompt[L - 1];
 	lf.kv = full;
 	lf.grow = o.grow;
@@ -887,7 +1048,8 @@ int main(int argc, char **argv)
 			       .nq = nq,
 			       .buf = buf,
 			       .client = client,
-			       .kv_bytes = kv_bytes};
+			       .kv_bytes = kv_bytes,
+			       .nq_use = tl_compact_n_q(&o.params, L)};
 	if (o.backend != BK_FULL) {
 		if (o.backend == BK_LOCAL && (r = skv_ctx_new(1, &ctx)) < 0) {
 			why = "skv_ctx_new";
@@ -1053,6 +1215,9 @@ int main(int argc, char **argv)
 		    "mean KL(full || compact) %.4f\n",
 		    tf_agree, nfull, nfull ? tf_kl / nfull : 0.0);
 	}
+	for (uint32_t i = 0; i < n_also; i++)
+		if ((r = also_window(&cp, also[i], first_tok, prompt[L - 1], probs, &why)) < 0)
+			goto out;
 	if (lc.cache) {
 		const struct skv_cache_info *in = skv_cache_info(lc.cache);
 		int pr = check_positions(lc.cache, L);
