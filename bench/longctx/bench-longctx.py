@@ -11,12 +11,14 @@ decodes greedily from the compact cache and, in lockstep, from the full one
 length and window: full-cache and compact accuracy, and the compaction's
 time (COMPACT's round trip) against the prefill's, the TTFT overhead.
 
-Each window re-runs the prefill (one tiny-llama per run): the full-cache
-column is every run's, so it counts each prompt once per window.
+Each prompt is prefilled once: tiny-llama compacts it with the first
+window (-W, and --compare decodes the full cache beside it), then once more
+per further window from the same prefill (--also-window).
 """
 import argparse
 import os
 import re
+import signal
 import shutil
 import statistics
 import subprocess
@@ -27,10 +29,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def est_seconds(L):
-    # one run on 2 loaded cores (December 2026): model load and two lanes of
-    # 12 decode steps ~5 s, prefill ~9 ms/token at 1K, growing with L
-    return 5 + L * 0.009 * (1 + L / 4096)
+def est_seconds(L, nw):
+    # one prompt on 2 loaded cores (December 2026): model load and two lanes
+    # of 12 decode steps ~5 s, ~3 s per further window, prefill ~9 ms/token
+    # at 1K, growing with L
+    return 5 + 3 * (nw - 1) + L * 0.009 * (1 + L / 4096)
 
 
 def main():
@@ -47,11 +50,12 @@ def main():
     windows = a.windows.split(",")
     engine = os.path.join(a.build, "tiny-llama")
     daemon = os.path.join(a.build, "snapkvd")
-    runs = [(L, s, w) for L in lengths for s in range(1, a.prompts + 1) for w in windows]
-    est = sum(est_seconds(L) for L, _, _ in runs)
-    print("bench-longctx: %d runs (%s tokens x %d prompts x W %s), C = %d %% of L, "
-          "estimated %.0f s on 2 loaded cores" % (len(runs), a.lengths, a.prompts, a.windows,
-                                                  a.keep, est), flush=True)
+    runs = [(L, s) for L in lengths for s in range(1, a.prompts + 1)]
+    est = sum(est_seconds(L, len(windows)) for L, _ in runs)
+    print("bench-longctx: %d prompts (%s tokens x %d), each prefilled once and compacted "
+          "with W %s, C = %d %% of L; estimated %.0f s on 2 loaded cores" %
+          (len(runs), a.lengths, a.prompts, a.windows, a.keep, est), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench-longctx: terminated"))
     tmp = tempfile.mkdtemp(prefix="bench-longctx.")
     sock = os.path.join(tmp, "snapkvd.sock")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
@@ -66,41 +70,52 @@ def main():
             sys.exit("bench-longctx: snapkvd did not start")
         res = {}
         t_start = time.time()
-        for L, seed, w in runs:
+        for L, seed in runs:
             pdir = os.path.join(tmp, "p%d-%d" % (L, seed))
-            if not os.path.exists(pdir):
-                subprocess.run([sys.executable, os.path.join(HERE, "make-prompt.py"), "--seed",
-                                str(L * 1000 + seed), "--tokens", str(L), "--out", pdir],
-                               check=True)
+            subprocess.run([sys.executable, os.path.join(HERE, "make-prompt.py"), "--seed",
+                            str(L * 1000 + seed), "--tokens", str(L), "--out", pdir],
+                           check=True)
             key = open(os.path.join(pdir, "key.txt")).read().strip()
             q = open(os.path.join(pdir, "question.txt")).read().strip()
             cmd = [engine, "-m", a.model, "--socket", sock, "-f", os.path.join(pdir, "doc.txt"),
                    "--question", q, "-n", str(a.steps), "--policy", "snapkv", "-C",
-                   "%d%%" % a.keep, "-W", w, "--compare", "--reserve", "16"]
+                   "%d%%" % a.keep, "-W", windows[0], "--compare", "--reserve", "16"]
+            if len(windows) > 1:
+                cmd += ["--also-window", ",".join(windows[1:])]
             p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 sys.exit("bench-longctx: %s failed:\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
             out = p.stdout.splitlines()
-            compact = out[0] if out else ""
             full = out[out.index("--- full cache:") + 1] if "--- full cache:" in out else ""
             m = re.search(r"timing: prefill (\d+) tokens ([\d.]+) ms, compaction ([\d.]+) ms "
                           r"\(C (\d+), W (\d+)\)", p.stderr)
             if not m:
                 sys.exit("bench-longctx: no timing line:\n" + p.stderr)
-            r = res.setdefault((L, w), {"full": 0, "compact": 0, "n": 0, "pre": [], "cmp": [],
-                                        "L": [], "C": [], "W": []})
-            r["n"] += 1
-            r["full"] += key in full
-            r["compact"] += key in compact
-            r["L"].append(int(m.group(1)))
-            r["pre"].append(float(m.group(2)))
-            r["cmp"].append(float(m.group(3)))
-            r["C"].append(int(m.group(4)))
-            r["W"].append(int(m.group(5)))
-            print("  L %d seed %d W %s: key %s | full: %s | compact: %s | prefill %.0f ms, "
-                  "compaction %.1f ms" % (L, seed, w, key, full.strip()[:40],
-                                          compact.strip()[:40], r["pre"][-1], r["cmp"][-1]),
-                  flush=True)
+            Lt, pre = int(m.group(1)), float(m.group(2))
+            got = [(windows[0], int(m.group(5)), int(m.group(4)), float(m.group(3)),
+                    out[0] if out else "")]
+            also = [re.match(r"--- window (\d+) \(C (\d+), compaction ([\d.]+) ms\): (.*)", l)
+                    for l in out if l.startswith("--- window ")]
+            for w, mm in zip(windows[1:], also):
+                got.append((w, int(mm.group(1)), int(mm.group(2)), float(mm.group(3)),
+                            mm.group(4)))
+            if len(got) != len(windows):
+                sys.exit("bench-longctx: %d of %d windows reported:\n%s" %
+                         (len(got), len(windows), p.stdout))
+            for w, wv, C, cms, text in got:
+                r = res.setdefault((L, w), {"full": 0, "compact": 0, "n": 0, "pre": [],
+                                            "cmp": [], "L": [], "C": [], "W": []})
+                r["n"] += 1
+                r["full"] += key in full
+                r["compact"] += key in text
+                r["L"].append(Lt)
+                r["pre"].append(pre)
+                r["cmp"].append(cms)
+                r["C"].append(C)
+                r["W"].append(wv)
+                print("  L %d seed %d W %s (%d): key %s | full: %s | compact: %s | prefill %.0f "
+                      "ms, compaction %.1f ms" % (Lt, seed, w, wv, key, full.strip()[:32],
+                                                  text.strip()[:32], pre, cms), flush=True)
         print("\nbench-longctx: %.0f s (estimated %.0f s)\n" % (time.time() - t_start, est))
         print("| L (tokens) | W | C (per head) | prompts | full cache | snapkv %d %% | "
               "prefill ms | compaction ms | compaction / prefill |" % a.keep)
