@@ -21,6 +21,7 @@
 #include "tl-compact.h"
 #include "tl-gguf.h"
 #include "tl-model.h"
+#include "tl-quant.h"
 #include "tl-tok.h"
 
 static char model_path[4096];
@@ -307,6 +308,181 @@ static void test_gguf_corrupt_model(void)
 	free(d);
 	/* A file that does not exist. */
 	CU_ASSERT(tl_model_load("/nonexistent/x.gguf", &m, &err) == -ENOENT);
+}
+
+/* ---- quantized tensors ---- */
+
+/*
+ * ggml's blocks decoded by hand: Q4_1 d = 0.5, m = -1 with nibbles j and
+ * 15 - j; Q8_0 d = 0.25 with -128..127 spread; F16 with a subnormal, a
+ * negative, an infinity. In a GGUF, sizes come from the block layout, and a
+ * row that is not whole blocks or runs past the data is refused.
+ */
+static void test_quant_blocks(void)
+{
+	uint8_t q41[20], q80[34];
+	float out[32];
+	uint16_t h_half = 0x3800, h_mone = 0xbc00, h_quarter = 0x3400;
+
+	memcpy(q41, &h_half, 2);
+	memcpy(q41 + 2, &h_mone, 2);
+	for (int j = 0; j < 16; j++)
+		q41[4 + j] = (uint8_t)(j | (15 - j) << 4);
+	CU_ASSERT_FATAL(tl_dequant(TL_GGML_Q4_1, q41, 32, out) == 0);
+	for (int j = 0; j < 16; j++) {
+		CU_ASSERT(out[j] == 0.5f * j - 1.0f);
+		CU_ASSERT(out[16 + j] == 0.5f * (15 - j) - 1.0f);
+	}
+	memcpy(q80, &h_quarter, 2);
+	for (int j = 0; j < 32; j++)
+		q80[2 + j] = (uint8_t)(int8_t)(j * 8 - 128);
+	CU_ASSERT_FATAL(tl_dequant(TL_GGML_Q8_0, q80, 32, out) == 0);
+	for (int j = 0; j < 32; j++)
+		CU_ASSERT(out[j] == 0.25f * (float)(j * 8 - 128));
+	uint16_t f16[4] = {0x0001, 0xc500, 0x7c00, 0x3c00};
+	CU_ASSERT_FATAL(tl_dequant(TL_GGML_F16, f16, 4, out) == 0);
+	CU_ASSERT(out[0] == 0x1p-24f && out[1] == -5.0f && isinf(out[2]) && out[3] == 1.0f);
+	CU_ASSERT(tl_dequant(TL_GGML_Q4_1, q41, 31, out) == -EINVAL);
+	CU_ASSERT(tl_dequant(99, q41, 32, out) == -EINVAL);
+
+	/* a GGUF holding both blocks: Q4_1 [32] at 0, Q8_0 [32] at 32 */
+	struct wbuf b = {0};
+	struct tl_gguf *g = NULL;
+	struct tl_err err = {{0}};
+	w_u32(&b, TL_GGUF_MAGIC), w_u32(&b, 3), w_u64(&b, 2), w_u64(&b, 0);
+	w_str(&b, "q41"), w_u32(&b, 1), w_u64(&b, 32), w_u32(&b, TL_GGML_Q4_1), w_u64(&b, 0);
+	w_str(&b, "q80"), w_u32(&b, 1), w_u64(&b, 32), w_u32(&b, TL_GGML_Q8_0);
+	size_t off80 = b.n;
+	w_u64(&b, 32);
+	while (b.n % 32)
+		w_bytes(&b, "\0", 1);
+	w_bytes(&b, q41, 20), w_bytes(&b, "\0\0\0\0\0\0\0\0\0\0\0\0", 12), w_bytes(&b, q80, 34);
+	CU_ASSERT_FATAL(tl_gguf_open_mem(b.p, b.n, &g, &err) == 0);
+	const struct tl_gguf_tensor *t = tl_gguf_find_tensor(g, "q41");
+	CU_ASSERT(t && t->data && t->nbytes == 20);
+	t = tl_gguf_find_tensor(g, "q80");
+	CU_ASSERT_FATAL(t && t->data && t->nbytes == 34);
+	CU_ASSERT(tl_dequant(t->type, t->data, t->n_elems, out) == 0 && out[31] == 0.25f * 120);
+	tl_gguf_free(g);
+	/* one byte short of the Q8_0 block */
+	CU_ASSERT(tl_gguf_open_mem(b.p, b.n - 1, &g, &err) == -EBADMSG);
+	/* a Q8_0 row of 20 elements is not whole blocks */
+	uint64_t twenty = 20;
+	memcpy(b.p + off80 - 4 - 8, &twenty, 8);
+	CU_ASSERT(tl_gguf_open_mem(b.p, b.n, &g, &err) == -EBADMSG);
+	CU_ASSERT(strstr(err.msg, "whole blocks") != NULL);
+	free(b.p);
+}
+
+/* ---- byte-level BPE on a synthetic vocabulary ---- */
+
+/*
+ * A gpt2 tokenizer of 20 tokens: control <|endoftext|> <|im_start|>
+ * <|im_end|>, the byte characters of a b c 1 2 ' s space (Ġ) and newline
+ * (Ċ), and merges ranked "Ġ Ġ", "a b", "Ġ 1", "ab c", "Ġ a", "Ġ ab".
+ */
+static struct tl_tok *bpe_vocab(struct tl_gguf **ret_g)
+{
+	static const char *const toks[] = {"<|endoftext|>",
+					   "<|im_start|>",
+					   "<|im_end|>",
+					   "a",
+					   "b",
+					   "c",
+					   "1",
+					   "2",
+					   "'",
+					   "s",
+					   "\xc4\xa0",
+					   "\xc4\x8a",
+					   "\xc4\xa0\xc4\xa0",
+					   "ab",
+					   "\xc4\xa0"
+					   "1",
+					   "abc",
+					   "\xc4\xa0"
+					   "a",
+					   "\xc4\xa0"
+					   "ab",
+					   "!",
+					   "x"};
+	static const char *const merges[] = {
+	    "\xc4\xa0 \xc4\xa0", "a b", "\xc4\xa0 1", "ab c", "\xc4\xa0 a", "\xc4\xa0 ab"};
+	const uint32_t n = sizeof(toks) / sizeof(toks[0]), nm = sizeof(merges) / sizeof(merges[0]);
+	struct wbuf b = {0};
+	struct tl_err err = {{0}};
+	struct tl_tok *t = NULL;
+
+	w_u32(&b, TL_GGUF_MAGIC), w_u32(&b, 3), w_u64(&b, 0), w_u64(&b, 4);
+	w_key(&b, "tokenizer.ggml.model", TL_GGUF_STRING), w_str(&b, "gpt2");
+	w_key(&b, "tokenizer.ggml.tokens", TL_GGUF_ARRAY), w_u32(&b, TL_GGUF_STRING), w_u64(&b, n);
+	for (uint32_t i = 0; i < n; i++)
+		w_str(&b, toks[i]);
+	w_key(&b, "tokenizer.ggml.token_type", TL_GGUF_ARRAY), w_u32(&b, TL_GGUF_INT32);
+	w_u64(&b, n);
+	for (uint32_t i = 0; i < n; i++)
+		w_u32(&b, i < 3 ? TL_TOK_CONTROL : TL_TOK_NORMAL);
+	w_key(&b, "tokenizer.ggml.merges", TL_GGUF_ARRAY), w_u32(&b, TL_GGUF_STRING), w_u64(&b, nm);
+	for (uint32_t i = 0; i < nm; i++)
+		w_str(&b, merges[i]);
+	while (b.n % 32) /* an empty data section starts at the alignment */
+		w_bytes(&b, "\0", 1);
+	CU_ASSERT_FATAL(tl_gguf_open_mem(b.p, b.n, ret_g, &err) == 0);
+	free(b.p);
+	CU_ASSERT_FATAL(tl_tok_load(*ret_g, &t, &err) == 0);
+	return t;
+}
+
+/* Encode text and compare with the expected ids (n of them). */
+static int bpe_is(const struct tl_tok *t, const char *text, const uint32_t *want, size_t n)
+{
+	uint32_t got[64];
+	size_t ng = 0;
+	if (tl_tok_encode(t, text, 0, got, 64, &ng) < 0 || ng != n)
+		return 0;
+	return !memcmp(got, want, n * sizeof(*want));
+}
+
+static void test_bpe_synthetic(void)
+{
+	struct tl_gguf *g;
+	struct tl_tok *t = bpe_vocab(&g);
+	enum { A = 3, B, C, ONE, TWO, APOS, S, SP, NL, SPSP, AB, SP1, ABC, SPA, SPAB, BANG };
+
+	CU_ASSERT(t->kind == TL_TOK_BPE && t->add_bos == 0 && t->n_merges == 6);
+	/* merges by rank: a b, then ab c */
+	CU_ASSERT(bpe_is(t, "abc", (uint32_t[]){ABC}, 1));
+	/* a word takes its space: Ġ a b -> a b first (rank 1), then Ġ ab (rank 5) */
+	CU_ASSERT(bpe_is(t, "ab ab", (uint32_t[]){AB, SPAB}, 2));
+	/* every digit alone, its space apart, though "Ġ 1" is a merge */
+	CU_ASSERT(bpe_is(t, "a 12", (uint32_t[]){A, SP, ONE, TWO}, 4));
+	/* a run of spaces leaves its last to the word after it, though "Ġ Ġ" ranks first */
+	CU_ASSERT(bpe_is(t, "  a", (uint32_t[]){SP, SPA}, 2));
+	/* ... and keeps them all at the end, or before a digit (the digit split ends the piece) */
+	CU_ASSERT(bpe_is(t, "a  ", (uint32_t[]){A, SPSP}, 2));
+	CU_ASSERT(bpe_is(t, "  1", (uint32_t[]){SPSP, ONE}, 2));
+	/* a newline is whitespace of its own; 's is a piece */
+	CU_ASSERT(bpe_is(t, "a\nb's", (uint32_t[]){A, NL, B, APOS, S}, 5));
+	/* punctuation takes its space; control tokens in the text are their ids */
+	CU_ASSERT(bpe_is(t, "<|im_start|>ab !<|im_end|>", (uint32_t[]){1, AB, SP, BANG, 2}, 5));
+	/* half a control token is text: the letters with tokens, s and a */
+	CU_ASSERT(bpe_is(t, "<|im_start", (uint32_t[]){S, A}, 2));
+	/* a byte without a token (a control character, a piece of its own) is dropped */
+	CU_ASSERT(bpe_is(t,
+			 "a\x01"
+			 "b",
+			 (uint32_t[]){A, B}, 2));
+	CU_ASSERT(bpe_is(t, "\x01", (uint32_t[]){0}, 0));
+	CU_ASSERT(bpe_is(t, "", (uint32_t[]){}, 0));
+	uint32_t out[4];
+	size_t n;
+	CU_ASSERT(tl_tok_encode(t, "abab ab", 0, out, 2, &n) == -ENOSPC);
+	char buf[16];
+	CU_ASSERT(tl_tok_decode(t, A, SPAB, buf, sizeof(buf)) == 3 && !strcmp(buf, " ab"));
+	CU_ASSERT(tl_tok_decode(t, A, NL, buf, sizeof(buf)) == 1 && !strcmp(buf, "\n"));
+	CU_ASSERT(tl_tok_decode(t, A, 2, buf, sizeof(buf)) == 0 && !strcmp(buf, ""));
+	tl_tok_free(t);
+	tl_gguf_free(g);
 }
 
 /* ---- model ---- */
@@ -1052,6 +1228,8 @@ int main(void)
 	if (!s || !CU_add_test(s, "gguf_all_types", test_gguf_all_types) ||
 	    !CU_add_test(s, "gguf_corrupt_synthetic", test_gguf_corrupt_synthetic) ||
 	    !CU_add_test(s, "gguf_corrupt_model", test_gguf_corrupt_model) ||
+	    !CU_add_test(s, "quant_blocks", test_quant_blocks) ||
+	    !CU_add_test(s, "bpe_synthetic", test_bpe_synthetic) ||
 	    !CU_add_test(s, "model_shape", test_model_shape) ||
 	    !CU_add_test(s, "greedy_known_text", test_greedy_known_text) ||
 	    !CU_add_test(s, "tokenizer", test_tokenizer) ||
