@@ -73,7 +73,8 @@ def main():
         for L, seed in runs:
             pdir = os.path.join(tmp, "p%d-%d" % (L, seed))
             subprocess.run([sys.executable, os.path.join(HERE, "make-prompt.py"), "--seed",
-                            str(L * 1000 + seed), "--tokens", str(L), "--out", pdir],
+                            str(L * 1000 + seed), "--tokens", str(L), "--out", pdir,
+                            "--engine", engine, "--model", a.model],
                            check=True)
             key = open(os.path.join(pdir, "key.txt")).read().strip()
             q = open(os.path.join(pdir, "question.txt")).read().strip()

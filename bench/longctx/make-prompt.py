@@ -7,17 +7,24 @@ seeded depth, and the question that asks for it.
 
     make-prompt.py --seed 3 --tokens 1024 --out DIR
 
-writes DIR/doc.txt (the document), DIR/question.txt and DIR/key.txt. The
-length is aimed in characters (about 3.8 per token for this text and
-SmolLM2's tokenizer); the engine reports the real token count.
+writes DIR/doc.txt (the document), DIR/question.txt and DIR/key.txt. With
+--engine and --model the paragraphs are counted in the model's tokens
+(tiny-llama --tokenize-lines, one call) and the whole prompt, chat
+template and question included, comes within a paragraph of --tokens;
+without them the length is aimed in characters (about 3.8 per token for
+this text and SmolLM2's tokenizer, which varies 15 % with the licence).
 """
 import argparse
 import os
 import random
+import subprocess
+import tempfile
 
 LICENCES = "/usr/share/common-licenses"
 CHARS_PER_TOKEN = 3.8
 QUESTION = "What is the pass key? Answer with the number only."
+# the chat template, the question and the needle, in SmolLM2's tokens
+OVERHEAD_TOKENS = 96
 
 
 def paragraphs():
@@ -41,20 +48,39 @@ def main():
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--depth", type=float, help="0..1; default seeded in [0.1, 0.9]")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--engine", help="tiny-llama, to count tokens")
+    ap.add_argument("--model", help="the GGUF whose tokenizer counts")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     paras = paragraphs()
     key = "%05d" % rng.randrange(10000, 100000)
     depth = a.depth if a.depth is not None else rng.uniform(0.1, 0.9)
-    budget = int(a.tokens * CHARS_PER_TOKEN) - 200  # the template and the question
     i = rng.randrange(len(paras))
     doc = []
-    size = 0
-    while size < budget:
-        p = paras[i % len(paras)]
-        doc.append(p)
-        size += len(p) + 2
-        i += 1
+    if a.engine and a.model:
+        # each paragraph's tokens, and one for the blank line after it
+        cand = [paras[(i + k) % len(paras)] for k in range(len(paras))]
+        cand = cand[: 2 + int(2 * a.tokens * CHARS_PER_TOKEN) // 40]
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+            f.write("\n".join(cand) + "\n")
+            f.flush()
+            out = subprocess.run([a.engine, "-m", a.model, "--tokenize-lines", f.name],
+                                 capture_output=True, text=True, check=True).stdout
+        counts = [len(l.split()) + 1 for l in out.split("\n")[: len(cand)]]
+        left = a.tokens - OVERHEAD_TOKENS
+        for p, n in zip(cand, counts):
+            if left - n < 0 and doc:
+                break
+            doc.append(p)
+            left -= n
+    else:
+        budget = int(a.tokens * CHARS_PER_TOKEN) - 200  # the template and the question
+        size = 0
+        while size < budget:
+            p = paras[i % len(paras)]
+            doc.append(p)
+            size += len(p) + 2
+            i += 1
     needle = "The pass key is %s. Remember it. %s is the pass key." % (key, key)
     doc.insert(round(depth * len(doc)), needle)
     os.makedirs(a.out, exist_ok=True)
