@@ -5,15 +5,16 @@
 For each length and seed, a prompt from make-prompt.py (a 5-digit key at a
 seeded depth of varied licence text, asked at the end); for each observation
 window, tiny-llama prefills it with full attention, compacts it through a
-private snapkvd (snapkv, uniform, expand, C = --keep % of the prompt) and
+private snapkvd (snapkv, uniform, expand, C = each of --keeps % of the prompt) and
 decodes greedily from the compact cache and, in lockstep, from the full one
 (--compare). A run is correct when the answer holds the key. Reported per
 length and window: full-cache and compact accuracy, and the compaction's
 time (COMPACT's round trip) against the prefill's, the TTFT overhead.
 
 Each prompt is prefilled once: tiny-llama compacts it with the first
-window (-W, and --compare decodes the full cache beside it), then once more
-per further window from the same prefill (--also-window).
+window and budget (-W, -C; --compare decodes the full cache beside it), then
+once more per further window and budget from the same prefill
+(--also-window W/N%).
 """
 import argparse
 import os
@@ -43,18 +44,20 @@ def main():
     ap.add_argument("--lengths", default="1024,2048")
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--windows", default="8,question,64")
-    ap.add_argument("--keep", type=int, default=10, help="percent of the prompt kept per head")
+    ap.add_argument("--keeps", default="10,20", help="percents of the prompt kept per head")
     ap.add_argument("--steps", type=int, default=12)
     a = ap.parse_args()
     lengths = [int(x) for x in a.lengths.split(",")]
     windows = a.windows.split(",")
+    keeps = [int(x) for x in a.keeps.split(",")]
+    variants = [(w, k) for k in keeps for w in windows]
     engine = os.path.join(a.build, "tiny-llama")
     daemon = os.path.join(a.build, "snapkvd")
     runs = [(L, s) for L in lengths for s in range(1, a.prompts + 1)]
-    est = sum(est_seconds(L, len(windows)) for L, _ in runs)
+    est = sum(est_seconds(L, len(variants)) for L, _ in runs)
     print("bench-longctx: %d prompts (%s tokens x %d), each prefilled once and compacted "
-          "with W %s, C = %d %% of L; estimated %.0f s on 2 loaded cores" %
-          (len(runs), a.lengths, a.prompts, a.windows, a.keep, est), flush=True)
+          "with W %s at C = %s %% of L; estimated %.0f s on 2 loaded cores" %
+          (len(runs), a.lengths, a.prompts, a.windows, a.keeps, est), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench-longctx: terminated"))
     tmp = tempfile.mkdtemp(prefix="bench-longctx.")
     sock = os.path.join(tmp, "snapkvd.sock")
@@ -80,9 +83,9 @@ def main():
             q = open(os.path.join(pdir, "question.txt")).read().strip()
             cmd = [engine, "-m", a.model, "--socket", sock, "-f", os.path.join(pdir, "doc.txt"),
                    "--question", q, "-n", str(a.steps), "--policy", "snapkv", "-C",
-                   "%d%%" % a.keep, "-W", windows[0], "--compare", "--reserve", "16"]
-            if len(windows) > 1:
-                cmd += ["--also-window", ",".join(windows[1:])]
+                   "%d%%" % variants[0][1], "-W", variants[0][0], "--compare", "--reserve", "16"]
+            if len(variants) > 1:
+                cmd += ["--also-window", ",".join("%s/%d%%" % v for v in variants[1:])]
             p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 sys.exit("bench-longctx: %s failed:\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
@@ -93,18 +96,18 @@ def main():
             if not m:
                 sys.exit("bench-longctx: no timing line:\n" + p.stderr)
             Lt, pre = int(m.group(1)), float(m.group(2))
-            got = [(windows[0], int(m.group(5)), int(m.group(4)), float(m.group(3)),
+            got = [(variants[0], int(m.group(5)), int(m.group(4)), float(m.group(3)),
                     out[0] if out else "")]
             also = [re.match(r"--- window (\d+) \(C (\d+), compaction ([\d.]+) ms\): (.*)", l)
                     for l in out if l.startswith("--- window ")]
-            for w, mm in zip(windows[1:], also):
-                got.append((w, int(mm.group(1)), int(mm.group(2)), float(mm.group(3)),
+            for v, mm in zip(variants[1:], also):
+                got.append((v, int(mm.group(1)), int(mm.group(2)), float(mm.group(3)),
                             mm.group(4)))
-            if len(got) != len(windows):
-                sys.exit("bench-longctx: %d of %d windows reported:\n%s" %
-                         (len(got), len(windows), p.stdout))
-            for w, wv, C, cms, text in got:
-                r = res.setdefault((L, w), {"full": 0, "compact": 0, "n": 0, "pre": [],
+            if len(got) != len(variants):
+                sys.exit("bench-longctx: %d of %d compactions reported:\n%s" %
+                         (len(got), len(variants), p.stdout))
+            for (w, k), wv, C, cms, text in got:
+                r = res.setdefault((L, k, w), {"full": 0, "compact": 0, "n": 0, "pre": [],
                                             "cmp": [], "L": [], "C": [], "W": []})
                 r["n"] += 1
                 r["full"] += key in full
@@ -114,18 +117,19 @@ def main():
                 r["cmp"].append(cms)
                 r["C"].append(C)
                 r["W"].append(wv)
-                print("  L %d seed %d W %s (%d): key %s | full: %s | compact: %s | prefill %.0f "
-                      "ms, compaction %.1f ms" % (Lt, seed, w, wv, key, full.strip()[:32],
-                                                  text.strip()[:32], pre, cms), flush=True)
+                print("  L %d seed %d C %d %% W %s (%d): key %s | full: %s | compact: %s | "
+                      "prefill %.0f ms, compaction %.1f ms" %
+                      (Lt, seed, k, w, wv, key, full.strip()[:24], text.strip()[:24], pre, cms),
+                      flush=True)
         print("\nbench-longctx: %.0f s (estimated %.0f s)\n" % (time.time() - t_start, est))
-        print("| L (tokens) | W | C (per head) | prompts | full cache | snapkv %d %% | "
-              "prefill ms | compaction ms | compaction / prefill |" % a.keep)
-        print("|---|---|---|---|---|---|---|---|---|")
-        for (L, w), r in res.items():
+        print("| L (tokens) | kept | W | C (per head) | prompts | full cache | snapkv | "
+              "prefill ms | compaction ms | compaction / prefill |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for (L, k, w), r in sorted(res.items(), key=lambda x: (x[0][0], x[0][1])):
             pre, cmpt = statistics.median(r["pre"]), statistics.median(r["cmp"])
             wv = "question (%d-%d)" % (min(r["W"]), max(r["W"])) if w == "question" else w
-            print("| %d-%d | %s | %d-%d | %d | %d/%d | %d/%d | %.0f | %.1f | %.2f %% |" % (
-                min(r["L"]), max(r["L"]), wv, min(r["C"]), max(r["C"]), r["n"], r["full"],
+            print("| %d-%d | %d %% | %s | %d-%d | %d | %d/%d | %d/%d | %.0f | %.1f | %.2f %% |" % (
+                min(r["L"]), max(r["L"]), k, wv, min(r["C"]), max(r["C"]), r["n"], r["full"],
                 r["n"], r["compact"], r["n"], pre, cmpt, 100 * cmpt / pre))
     finally:
         d.terminate()

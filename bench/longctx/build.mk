@@ -4,7 +4,7 @@
 # with W = 8, the question and 64, and compaction vs prefill time
 # (bench/README.md, long context). Not part of `make bench` or `make check`:
 # minutes on 2 cores. LONGCTX_ARGS adds the script's options
-# (--lengths 1024,2048 --prompts 3 --windows 8,question,64 --keep 10).
+# (--lengths 1024,2048 --prompts 3 --windows 8,question,64 --keeps 10,20).
 LONGCTX_ARGS ?=
 
 .PHONY: bench-longctx

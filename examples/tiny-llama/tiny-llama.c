@@ -94,9 +94,10 @@ static void usage(FILE *f)
 	       "-C N%% keeps N %% of the prompt per stored head (at least W + 1).\n"
 	       "--tokenize-lines FILE prints each line's token ids (no BOS) and exits;\n"
 	       "--dump-logits FILE writes the prefill's last logits (f32, vocab entries).\n"
-	       "--also-window W,W,.. (snapkv through the daemon): after the first, one more\n"
-	       "compaction of the same prefill per window (a number or question), each\n"
-	       "decoded greedily from its compact cache and printed as '--- window W: text'.\n"
+	       "--also-window W[/N%%],.. (snapkv through the daemon): after the first, one\n"
+	       "more compaction of the same prefill per window (a number or question; /N%%:\n"
+	       "C = N %% of the prompt), each decoded greedily from its compact cache and\n"
+	       "printed as '--- window W (C c, ...): text'.\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
@@ -837,8 +838,11 @@ static int tokenize_lines(const struct tl_tok *tok, const char *path)
 	return r;
 }
 
-/* --also-window's list: numbers, or question (the question's W). */
-static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *ret_n)
+/*
+ * --also-window's list: W (a number, or question: the question's W), each
+ * optionally /N% (C = N % of L, at least W + 1; else -C's).
+ */
+static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *cap, uint32_t *ret_n)
 {
 	char buf[256], *save = NULL;
 
@@ -850,9 +854,19 @@ static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *r
 		return -EINVAL;
 	strcpy(buf, o->also);
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		uint32_t v;
+		char *slash = strchr(t, '/');
+		uint32_t v, pct = 0;
 		if (*ret_n == 16)
 			return -EINVAL;
+		if (slash) {
+			size_t n = strlen(slash + 1);
+			if (n < 2 || slash[n] != '%')
+				return -EINVAL;
+			slash[n] = 0;
+			*slash = 0;
+			if (parse_u32(slash + 1, &pct) < 0 || !pct || pct > 100)
+				return -EINVAL;
+		}
 		if (!strcmp(t, "question")) {
 			if (!o->chat)
 				return -EINVAL;
@@ -860,6 +874,7 @@ static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *r
 		} else if (parse_u32(t, &v) < 0 || v == 0 || v >= L) {
 			return -EINVAL;
 		}
+		cap[*ret_n] = pct ? (uint32_t)(((uint64_t)L * pct + 50) / 100) : 0;
 		w[(*ret_n)++] = v;
 	}
 	return 0;
@@ -870,8 +885,8 @@ static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *r
  * (the last W of the captured query rows) and the same C, decoded greedily
  * from the first token on; its text and compaction time are printed.
  */
-static int also_window(struct compactor *cp, uint32_t W, uint32_t first_tok, uint32_t prev,
-		       float *probs, const char **why)
+static int also_window(struct compactor *cp, uint32_t W, uint32_t cap, uint32_t first_tok,
+		       uint32_t prev, float *probs, const char **why)
 {
 	const struct opts *o = cp->o;
 	struct skv_params p = o->params;
@@ -879,7 +894,9 @@ static int also_window(struct compactor *cp, uint32_t W, uint32_t first_tok, uin
 	int r;
 
 	p.window = W;
-	if (o->keep_pct)
+	if (cap)
+		p.capacity = cap;
+	if (o->keep_pct || cap)
 		p.capacity = p.capacity > W ? p.capacity : W + 1;
 	cp->params = &p;
 	cp->nq_use = W;
@@ -965,8 +982,8 @@ int main(int argc, char **argv)
 		uint32_t cap = (uint32_t)(((uint64_t)L * o.keep_pct + 50) / 100);
 		o.params.capacity = cap > o.params.window ? cap : o.params.window + 1;
 	}
-	uint32_t also[16], n_also = 0;
-	if ((r = parse_also(&o, L, also, &n_also)) < 0) {
+	uint32_t also[16], also_cap[16], n_also = 0;
+	if ((r = parse_also(&o, L, also, also_cap, &n_also)) < 0) {
 		why = "--also-window (snapkv through the daemon, with --chat for question)";
 		goto out;
 	}
@@ -1216,7 +1233,8 @@ int main(int argc, char **argv)
 		    tf_agree, nfull, nfull ? tf_kl / nfull : 0.0);
 	}
 	for (uint32_t i = 0; i < n_also; i++)
-		if ((r = also_window(&cp, also[i], first_tok, prompt[L - 1], probs, &why)) < 0)
+		if ((r = also_window(&cp, also[i], also_cap[i], first_tok, prompt[L - 1], probs,
+				     &why)) < 0)
 			goto out;
 	if (lc.cache) {
 		const struct skv_cache_info *in = skv_cache_info(lc.cache);
