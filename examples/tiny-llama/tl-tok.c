@@ -89,23 +89,18 @@ static int get_arr(const struct tl_gguf *g, const char *key, enum tl_gguf_type e
 
 /*
  * GPT-2's printable stand-in for each byte: '!'..'~', U+00A1..U+00AC and
- * U+00AE..U+00FF stand for themselves, the other 68 bytes for U+0100 on, in
- * byte order.
+ * U+00AE..U+00FF stand for themselves, the other 68 bytes (0x00-0x20,
+ * 0x7f-0xa0, 0xad) for U+0100 on, in byte order.
  */
 static uint32_t byte_cp(unsigned b)
 {
-	static uint32_t map[256];
-	static int done;
-
-	if (!done) {
-		uint32_t next = 256;
-		for (unsigned i = 0; i < 256; i++)
-			map[i] = (i >= '!' && i <= '~') || (i >= 0xa1 && i <= 0xac) || i >= 0xae
-				     ? i
-				     : next++;
-		done = 1;
-	}
-	return map[b];
+	if (b <= 0x20)
+		return 0x100 + b;
+	if (b >= 0x7f && b <= 0xa0)
+		return 0x100 + 33 + (b - 0x7f);
+	if (b == 0xad)
+		return 0x100 + 33 + 34;
+	return b;
 }
 
 static size_t put_utf8(uint32_t cp, char *o)
