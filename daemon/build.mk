@@ -8,7 +8,7 @@ LIBSNAPKVD := $(BUILD)/libsnapkvd.a
 LIBSNAPKVD_OBJS := $(addprefix $(BUILD)/daemon/snapkvd-, server.o loop.o listener.o \
 	session.o control.o ring.o dispatch.o slots.o device.o request.o params.o paged.o admission.o job.o group.o compactor.o runner.o runner-host.o \
 	runner-cuda.o buffer.o cache.o arena.o pool.o ledger.o admin.o policy.o \
-	pressure.o hooks.o metrics.o config.o value.o log.o clock.o http.o)
+	pressure.o hooks.o metrics.o config.o value.o log.o clock.o http.o tally.o)
 OBJS += $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o
 $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o: | $(SKV_PB_H)
 # --version, --check-config's header and snapkvd_build_info: the top VERSION
@@ -96,14 +96,14 @@ TESTS += $(DAEMON_UNIT_BINS)
 # (device: the plugin loader, libskv-backend.a; its CUDA half runs on the
 # emulator's plugin where one is built)
 DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
-	value params
+	value params tally
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/test-daemon-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
 $(DAEMON_OBJECT_BINS): $(BUILD)/tests/test-daemon-%: $(BUILD)/tests/unit/daemon/test-%.o \
 		$(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(BUILD)/libskv-backend.a
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) \
-		$(BUILD)/libskv-backend.a $(URING_LIBS) $(PBC_LIBS) $(CUNIT_LIBS) $(BLAS_LIBS) -lm \
+		$(BUILD)/libskv-backend.a $(URING_LIBS) $(PBC_LIBS) $(JSON_LIBS) $(CUNIT_LIBS) $(BLAS_LIBS) -lm \
 		$(LDFLAGS)
 TESTS += $(DAEMON_OBJECT_BINS)
 

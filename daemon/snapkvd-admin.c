@@ -33,25 +33,21 @@
 /* The fields the server, not the policy, knows. */
 static void server_stats(struct snapkvd_server *srv, struct snapkvd_stats *st)
 {
-	struct snapkvd_ledger_total lt;
+	/* running sums (snapkvd-tally.h): a scrape costs the same at any
+	 * number of caches */
+	const struct snapkvd_ledger_total *lt = &srv->tally.pool;
 
-	snapkvd_ledger_totals(srv->sessions, &lt);
-	for (struct snapkvd_session *s = srv->sessions; s; s = s->next) {
+	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
 		if (!s->admin && !s->closing && s->greeted)
 			st->sessions++;
-		for (struct snapkvd_cache *c = s->caches; c; c = c->next) {
-			if (c->lingering) {
-				st->lingering_caches++;
-				st->lingering_bytes += c->region_bytes;
-			}
-			st->cache_bytes[SNAPKVD_CACHE_ALLOCATED] += c->region_bytes;
-		}
-	}
-	st->caches = lt.caches;
-	st->cache_bytes[SNAPKVD_CACHE_NATIVE_FULL] = lt.native_full;
-	st->cache_bytes[SNAPKVD_CACHE_COMPACT] = lt.compact;
-	st->cache_bytes[SNAPKVD_CACHE_INDEX] = lt.index;
-	st->cache_bytes[SNAPKVD_CACHE_RESERVED] = lt.reserved;
+	st->lingering_caches = lt->lingering;
+	st->lingering_bytes = srv->tally.lingering_bytes;
+	st->cache_bytes[SNAPKVD_CACHE_ALLOCATED] = lt->allocated;
+	st->caches = lt->caches;
+	st->cache_bytes[SNAPKVD_CACHE_NATIVE_FULL] = lt->native_full;
+	st->cache_bytes[SNAPKVD_CACHE_COMPACT] = lt->compact;
+	st->cache_bytes[SNAPKVD_CACHE_INDEX] = lt->index;
+	st->cache_bytes[SNAPKVD_CACHE_RESERVED] = lt->reserved;
 	st->compactions_total = srv->compactions;
 	st->version = SKV_VERSION;
 	st->backend = srv->cfg.backend;
@@ -65,9 +61,9 @@ static void server_stats(struct snapkvd_server *srv, struct snapkvd_stats *st)
 	st->start_time_seconds = srv->start_realtime_s;
 }
 
-char *snapkvd_admin_metrics_text(struct snapkvd_server *srv)
+char *snapkvd_admin_metrics_text(struct snapkvd_server *srv, enum snapkvd_metrics_tenants shown)
 {
-	struct snapkvd_stats st = {0};
+	struct snapkvd_stats st = {.tenants_shown = shown};
 	struct snapkvd_policy_snapshot *snap = calloc(1, sizeof(*snap));
 	struct snapkvd_stats_tenant *tn = NULL;
 	struct snapkvd_tenant_stats *ts = NULL;
@@ -235,12 +231,8 @@ static void fill_pressure(struct snapkvd_server *srv, struct pressure_buf *b)
 	pi->pool_total = total;
 	pi->refusals = srv->policy.refusals;
 	pi->evictions = srv->policy.evictions;
-	for (struct snapkvd_session *s = srv->sessions; s; s = s->next)
-		for (struct snapkvd_cache *c = s->caches; c; c = c->next)
-			if (c->lingering) {
-				pi->lingering_caches++;
-				pi->lingering_bytes += c->region_bytes;
-			}
+	pi->lingering_caches = srv->tally.pool.lingering;
+	pi->lingering_bytes = srv->tally.lingering_bytes;
 	fill_history(srv->policy.pressure, b);
 }
 
@@ -409,7 +401,8 @@ int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_sessio
 		}
 		break;
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS:
-		text = snapkvd_admin_metrics_text(srv);
+		/* the caller's own tenant lines are filtered below */
+		text = snapkvd_admin_metrics_text(srv, SNAPKVD_METRICS_TENANTS_ALL);
 		if (text && !view.all)
 			own_tenant_lines(text, s->tenant ? snapkvd_tenant_name(s->tenant) : "");
 		if (!text) {

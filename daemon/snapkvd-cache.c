@@ -121,6 +121,7 @@ void snapkvd_cache_free(struct snapkvd_cache *c)
 	free(c->hstart);
 	free(c->layer_mass);
 	free(c->layer_kept);
+	free(c->tallied);
 	free(c);
 }
 

@@ -22,6 +22,10 @@
 
 #include "skv.h"
 
+struct snapkvd_ledger_total;
+struct snapkvd_tenant;
+struct snapkvd_session;
+
 /* How the cache's K/V are laid out (the wire's Layout is converted where a
  * request is read and where a CacheInfo is written). */
 enum snapkvd_layout {
@@ -92,6 +96,15 @@ struct snapkvd_cache {
 	float *layer_mass;
 	uint64_t *layer_kept;
 	struct snapkvd_cache *next;
+	/* the loop's running sums (snapkvd-tally.h): this cache's share of
+	 * them, its tenant, and while it lingers its place in the LRU of
+	 * eviction candidates (its session, the bytes it was counted with) */
+	struct snapkvd_ledger_total *tallied;
+	const struct snapkvd_tenant *tally_tenant;
+	struct snapkvd_cache *lru_prev, *lru_next;
+	struct snapkvd_session *tally_session;
+	uint64_t lru_bytes;
+	bool in_lru;
 };
 
 /* The byte sizes of a region: per layer K (= V) and positions, and the whole. */

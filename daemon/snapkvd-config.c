@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "snapkvd-log.h"
+#include "snapkvd-metrics.h"
 
 void snapkvd_config_defaults(struct snapkvd_config *c)
 {
@@ -77,6 +78,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->http.max_request = 8192;
 	c->http.max_connections = 16;
 	c->http.timeout_ms = 10000;
+	c->http.tenants = SNAPKVD_METRICS_TENANTS_AGGREGATE;
 }
 
 /* ------------------------------------------- the pressure policy's keys */
@@ -101,6 +103,7 @@ void snapkvd_policy_config_init(struct snapkvd_policy_config *c)
 	snapkvd_pressure_config_init(&c->pressure);
 	snapkvd_hooks_config_init(&c->hooks);
 	c->metrics_interval_s = 15;
+	c->hook_ledger_max_caches = 4096;
 }
 
 static int set_path(char *dst, size_t cap, const char *v, const char *key, char *err, size_t errlen)
@@ -198,6 +201,12 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 	if (strcmp(key, "hook_ledger_json") == 0)
 		return set_path(c->hook_ledger_json, sizeof(c->hook_ledger_json), value, key, err,
 				errlen);
+	if (strcmp(key, "hook_ledger_max_caches") == 0) {
+		if (snapkvd_value_u32(value, 1, 1u << 20, &u) < 0)
+			return bad(err, errlen, "%s: 1..1048576", key);
+		c->hook_ledger_max_caches = u;
+		return 0;
+	}
 	if (strcmp(key, "metrics_textfile") == 0)
 		return set_path(c->metrics_textfile, sizeof(c->metrics_textfile), value, key, err,
 				errlen);
@@ -370,6 +379,22 @@ static int set_log_level(struct snapkvd_config *c, const struct key *k, const ch
 	return 0;
 }
 
+/* metrics_http_tenants, indexed by enum snapkvd_metrics_tenants */
+static const char *const http_tenants[] = {"all", "aggregate", "none"};
+
+static int set_http_tenants(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+			    size_t whylen)
+{
+	(void)k;
+	for (int i = 0; i < (int)(sizeof(http_tenants) / sizeof(http_tenants[0])); i++)
+		if (!strcmp(v, http_tenants[i])) {
+			c->http.tenants = i;
+			return 0;
+		}
+	snprintf(why, whylen, "metrics_http_tenants must be none, aggregate or all");
+	return -EINVAL;
+}
+
 static int set_ids(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
 		   size_t whylen)
 {
@@ -441,6 +466,7 @@ static const struct key keys[] = {
     S(max_request_bytes, 1 << 20),
     {"metrics_http_max_request", set_size, OFF(http.max_request), 0, 256, 65536, DUMP_OWN},
     OWN(metrics_listen, set_listen),
+    OWN(metrics_http_tenants, set_http_tenants),
     OWN(socket, set_socket),
     OWN(backend, set_backend),
     OWN(log_level, set_log_level),
@@ -664,6 +690,7 @@ static void dump_policy(FILE *f, const struct snapkvd_policy_config *p)
 	fprintf(f, "hook_max = %u\n", p->hooks.max_hooks);
 	dump_size(f, "hook_max_output", p->hooks.max_output);
 	fprintf(f, "hook_ledger_json = %s\n", p->hook_ledger_json);
+	fprintf(f, "hook_ledger_max_caches = %u\n", p->hook_ledger_max_caches);
 	if (!p->n_quotas)
 		fprintf(f, "# tenant_quota: none\n");
 	for (unsigned i = 0; i < p->n_quotas; i++) {
@@ -703,6 +730,7 @@ int snapkvd_config_dump(const struct snapkvd_config *c, char **ret)
 	dump_policy(f, &c->policy);
 	fprintf(f, "metrics_listen = %s\n", c->http.listen);
 	dump_size(f, "metrics_http_max_request", c->http.max_request);
+	fprintf(f, "metrics_http_tenants = %s\n", http_tenants[c->http.tenants]);
 	dump_uints(f, c, DUMP_HTTP_UINT);
 	if (fclose(f) != 0 || !buf) {
 		free(buf);

@@ -17,6 +17,7 @@
  *   hook_max = 16                  hooks run per event
  *   hook_max_output = 16K          output kept per hook for the log
  *   hook_ledger_json = PATH        ledger snapshot handed to hooks
+ *   hook_ledger_max_caches = 4096  caches listed in it (totals: all)
  *   metrics_textfile = PATH        node_exporter textfile (*.prom), "" = off
  *   metrics_interval_s = 15        textfile rewrite period
  *   metrics_listen = 9464          HTTP /metrics for Prometheus, "" = off
@@ -53,6 +54,7 @@ struct snapkvd_policy_config {
 	struct snapkvd_hooks_config hooks;
 	char hook_dir[PATH_MAX];
 	char hook_ledger_json[PATH_MAX];
+	uint32_t hook_ledger_max_caches; /* caches the snapshot lists, lowest ids */
 	char metrics_textfile[PATH_MAX];
 	uint32_t metrics_interval_s;
 	unsigned n_quotas;

@@ -26,6 +26,7 @@
 #include "snapkvd-ring.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
+#include "snapkvd-tally.h"
 
 static void complete(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
 		     const char *err, Snapkv__V1__Response *resp);
@@ -207,6 +208,7 @@ static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		}
 	}
 	c->appended += a->tokens;
+	(void)snapkvd_tally_update(&s->srv->tally, s, s->tenant, c);
 	c->last_use_ns = snapkvd_now_ns();
 	resp.result_case = SNAPKV__V1__RESPONSE__RESULT_APPENDED;
 	resp.appended = c->appended;
@@ -359,6 +361,7 @@ static void grow_done(struct snapkvd_job *j)
 	snapkvd_cache_place(c, j->g.off, j->g.slots, &j->g.geom);
 	c->busy = false;
 	c->last_use_ns = snapkvd_now_ns();
+	(void)snapkvd_tally_update(&s->srv->tally, s, s->tenant, c);
 	complete_cache(s, &j->origin, c);
 }
 
@@ -382,6 +385,7 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 			c->lingering = true;
 			c->last_use_ns = snapkvd_now_ns();
 			s->n_caches--;
+			(void)snapkvd_tally_update(&s->srv->tally, s, s->tenant, c);
 			snapkvd_policy_mark_dirty(&s->srv->policy);
 			complete(s, o, 0, NULL, NULL);
 			return;
@@ -539,6 +543,7 @@ static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 	c->next = s->caches;
 	s->caches = c;
 	s->n_caches++;
+	(void)snapkvd_tally_update(&s->srv->tally, s, s->tenant, c);
 	complete_cache(s, &j->origin, c);
 }
 

@@ -33,7 +33,8 @@ struct conn {
 	struct conn *prev, *next;
 	int fd;
 	enum conn_state state;
-	bool shut; /* shut down: freed when the operation in flight completes */
+	bool shut;    /* shut down: freed when the operation in flight completes */
+	bool refused; /* over metrics_http_max_connections: a 503, then closed */
 	uint64_t deadline_ns;
 	size_t req_len;
 	char *resp;
@@ -53,6 +54,7 @@ struct snapkvd_http {
 	struct snapkvd_loop_ev ev_accept;
 	struct conn *conns;
 	unsigned n_conns;
+	unsigned n_refused; /* connections being answered 503 (at most max_connections) */
 };
 
 /* ----------------------------------------------------------- connections */
@@ -67,7 +69,10 @@ static void conn_free(struct conn *c)
 		h->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	h->n_conns--;
+	if (c->refused)
+		h->n_refused--;
+	else
+		h->n_conns--;
 	close(c->fd);
 	free(c->resp);
 	free(c);
@@ -262,23 +267,60 @@ static void on_conn(void *data, int res)
 		conn_free(c);
 }
 
-static void take(struct snapkvd_http *h, int fd)
+/*
+ * Over metrics_http_max_connections. The client's request is usually in
+ * the socket already, and closing a socket with unread bytes sends a reset
+ * that can reach the client before our 503 does: so up to as many refused
+ * connections again get the 503 like any answer (sent by the loop, then
+ * FIN, then their bytes read and dropped until the client's FIN or the
+ * deadline); past that they get it sent at once and closed, a reset
+ * possible.
+ */
+static void refuse(struct snapkvd_http *h, int fd)
 {
 	static const char busy[] =
 	    "HTTP/1.1 503 Service Unavailable\r\n"
 	    "Content-Type: text/plain; charset=utf-8\r\n"
 	    "Content-Length: 21\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 	    "too many connections\n";
-	struct conn *c;
+	struct conn *c = NULL;
 
-	if (h->n_conns >= h->cfg.max_connections) {
+	h->refused++;
+	log_debug("metrics http: %u connections open (metrics_http_max_connections): "
+		  "refused one",
+		  h->n_conns);
+	if (h->n_refused < h->cfg.max_connections)
+		c = malloc(sizeof(*c) + h->cfg.max_request + 1);
+	if (!c) {
 		/* a fresh socket's send buffer is empty: this cannot block */
 		(void)send(fd, busy, sizeof(busy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 		close(fd);
-		h->refused++;
-		log_debug("metrics http: %u connections open (metrics_http_max_connections): "
-			  "refused one",
-			  h->n_conns);
+		return;
+	}
+	*c = (struct conn){
+	    .h = h,
+	    .next = h->conns,
+	    .fd = fd,
+	    .refused = true,
+	    .deadline_ns = snapkvd_now_ns() + (uint64_t)h->cfg.timeout_ms * 1000000ull,
+	    .ev = {.fn = on_conn, .data = c},
+	};
+	if (h->conns)
+		h->conns->prev = c;
+	h->conns = c;
+	h->n_refused++;
+	if (answer_text(c, 503, "Service Unavailable", "Retry-After: 1\r\n",
+			"too many connections\n", false) < 0 ||
+	    arm(c) < 0)
+		conn_free(c);
+}
+
+static void take(struct snapkvd_http *h, int fd)
+{
+	struct conn *c;
+
+	if (h->n_conns >= h->cfg.max_connections) {
+		refuse(h, fd);
 		return;
 	}
 	c = malloc(sizeof(*c) + h->cfg.max_request + 1);

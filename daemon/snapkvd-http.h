@@ -38,6 +38,7 @@ struct snapkvd_http_config {
 	uint64_t max_request; /* request line + headers, bytes */
 	unsigned max_connections;
 	unsigned timeout_ms;
+	int tenants; /* metrics_http_tenants: enum snapkvd_metrics_tenants */
 };
 
 struct snapkvd_http_cb {

@@ -16,74 +16,7 @@
 #include "snapkvd-pool.h"
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
-
-int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret)
-{
-	struct skv_ledger_in in = {
-	    .batch = 1,
-	    .layers = c->layers,
-	    .h_q = c->h_q,
-	    .h_kv = c->h_kv,
-	    .head_dim = c->head_dim,
-	    .dtype_bytes = c->dtype_bytes,
-	    .prompt_len = c->prompt_len,
-	    .capacity = c->budget,
-	    .appended = c->appended,
-	    .reserve = c->slots - c->kept,
-	    .gqa = c->gqa,
-	};
-
-	/* budget modes: SPEC's sums over (layer, head) */
-	if (c->hkept)
-		return skv_ledger_sum(&in, c->hkept, (uint64_t)c->layers * c->h_store, ret);
-	return skv_ledger_compute(&in, ret);
-}
-
-void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cache *c)
-{
-	struct skv_ledger l;
-	uint64_t real = 0;
-
-	t->caches++;
-	if (c->lingering)
-		t->lingering++;
-	t->allocated += c->region_bytes;
-	if (snapkvd_ledger_cache(c, &l) == 0 && c->writeback) {
-		/* engine-held: only the index tables are the pool's */
-		t->native_full += l.native_full;
-		t->index += l.index;
-		t->engine_held += l.compact + l.reserved;
-		real = l.index;
-		t->real += real;
-	} else if (snapkvd_ledger_cache(c, &l) == 0) {
-		t->native_full += l.native_full;
-		t->compact += l.compact;
-		t->index += l.index;
-		t->reserved += l.reserved;
-		real = l.compact + l.index + l.reserved;
-		t->real += real;
-	}
-	/* a region always holds its formula bytes; never report negative padding */
-	t->padding += c->region_bytes > real ? c->region_bytes - real : 0;
-}
-
-void snapkvd_ledger_totals(const struct snapkvd_session *sessions, struct snapkvd_ledger_total *ret)
-{
-	memset(ret, 0, sizeof(*ret));
-	for (const struct snapkvd_session *s = sessions; s; s = s->next)
-		for (const struct snapkvd_cache *c = s->caches; c; c = c->next)
-			snapkvd_ledger_add(ret, c);
-}
-
-void snapkvd_ledger_tenant(const struct snapkvd_session *sessions, const struct snapkvd_tenant *t,
-			   struct snapkvd_ledger_total *ret)
-{
-	memset(ret, 0, sizeof(*ret));
-	for (const struct snapkvd_session *s = sessions; s; s = s->next)
-		if (s->tenant == t)
-			for (const struct snapkvd_cache *c = s->caches; c; c = c->next)
-				snapkvd_ledger_add(ret, c);
-}
+#include "snapkvd-tally.h"
 
 static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger_total *t)
 {
@@ -98,9 +31,8 @@ static void ledger_bytes(Snapkv__V1__LedgerBytes *b, const struct snapkvd_ledger
 	b->engine_held = t->engine_held;
 }
 
-static void fill_tenant(const struct snapkvd_session *sessions,
-			const struct snapkvd_tenant_stats *ts, Snapkv__V1__TenantInfo *ti,
-			Snapkv__V1__LedgerBytes *tb)
+static void fill_tenant(const struct snapkvd_tally *tally, const struct snapkvd_tenant_stats *ts,
+			Snapkv__V1__TenantInfo *ti, Snapkv__V1__LedgerBytes *tb)
 {
 	struct snapkvd_ledger_total lt;
 
@@ -111,7 +43,12 @@ static void fill_tenant(const struct snapkvd_session *sessions,
 	ti->caches = ts->caches;
 	ti->sessions = ts->sessions;
 	ti->quota_bytes = ts->quota_bytes;
-	snapkvd_ledger_tenant(sessions, ts->tenant, &lt);
+	/* the tally's running sums (read here, not called: the tally calls
+	 * this file for a cache's share) */
+	memset(&lt, 0, sizeof(lt));
+	for (size_t i = 0; i < tally->n_tenants; i++)
+		if (tally->tenants[i].tenant == ts->tenant)
+			lt = tally->tenants[i].total;
 	ledger_bytes(tb, &lt);
 	ti->bytes = tb;
 	ti->lingering_caches = lt.lingering;
@@ -155,7 +92,7 @@ static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cac
 	size_t nm = (size_t)c->layers * c->h_store;
 
 	snapkv__v1__cache_ledger__init(cl);
-	snapkvd_ledger_add(&l, c);
+	snapkvd_tally_add_cache(&l, c);
 	cl->id = c->id;
 	cl->tenant = (char *)snapkvd_tenant_name(x->tenant);
 	cl->layers = c->layers;
@@ -197,51 +134,37 @@ struct ledger_pick {
 	const struct snapkvd_cache *c;
 };
 
-static int by_id(const void *a, const void *b)
-{
-	uint64_t x = ((const struct ledger_pick *)a)->c->id,
-		 y = ((const struct ledger_pick *)b)->c->id;
-
-	return x < y ? -1 : x > y;
-}
-
-static bool sees_session(const struct snapkvd_ledger_view *v, const struct snapkvd_session *x)
-{
-	return !v || v->all || x->uid == v->uid;
-}
-
 /*
- * The caches v may see with an id above v->after, the page_size smallest:
- * into b->pick (sorted by id). *ret_n picked, *ret_visible all it may see,
- * *ret_next the cursor of the next page (0: none).
+ * The caches v may see with an id above v->after, the page_size smallest,
+ * from the tally's index by id (a binary search and the page, whatever the
+ * number of caches): into b->pick. *ret_n picked, *ret_visible all it may
+ * see, *ret_next the cursor of the next page (0: none). A caller that is not
+ * `all` sees the caches of its uid (its tenant).
  */
 static int pick_caches(struct snapkvd_server *srv, const struct snapkvd_ledger_view *v,
 		       struct snapkvd_ledger_buf *b, size_t *ret_n, uint64_t *ret_visible,
 		       uint64_t *ret_next)
 {
-	size_t n = 0, cap = 0, page = v ? (v->page ? v->page : SNAPKVD_LEDGER_PAGE) : SIZE_MAX;
-	uint64_t after = v ? v->after : 0, visible = 0;
+	size_t page = v ? (v->page ? v->page : SNAPKVD_LEDGER_PAGE) : SIZE_MAX, n;
+	const struct snapkvd_tally *ta = &srv->tally;
+	struct snapkvd_cache **cs;
+	bool more = false;
 
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
-		if (sees_session(v, x))
-			for (struct snapkvd_cache *c = x->caches; c; c = c->next)
-				cap++;
-	b->pick = calloc(cap ? cap : 1, sizeof(*b->pick));
-	if (!b->pick)
+	if (page > ta->by_id.n)
+		page = ta->by_id.n;
+	cs = calloc(page ? page : 1, sizeof(*cs));
+	b->pick = calloc(page ? page : 1, sizeof(*b->pick));
+	if (!cs || !b->pick) {
+		free(cs);
 		return -ENOMEM;
-	for (struct snapkvd_session *x = srv->sessions; x; x = x->next) {
-		if (!sees_session(v, x))
-			continue;
-		for (struct snapkvd_cache *c = x->caches; c; c = c->next) {
-			visible++;
-			if (c->id > after)
-				b->pick[n++] = (struct ledger_pick){x, c};
-		}
 	}
-	qsort(b->pick, n, sizeof(*b->pick), by_id);
-	*ret_next = n > page ? b->pick[page - 1].c->id : 0;
-	*ret_n = n > page ? page : n;
-	*ret_visible = visible;
+	n = snapkvd_tally_page(ta, !v || v->all, v ? v->uid : 0, v ? v->after : 0, page, cs, &more,
+			       ret_visible);
+	for (size_t i = 0; i < n; i++)
+		b->pick[i] = (struct ledger_pick){cs[i]->tally_session, cs[i]};
+	*ret_next = more && n ? cs[n - 1]->id : 0;
+	*ret_n = n;
+	free(cs);
 	return 0;
 }
 
@@ -249,7 +172,7 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 			 struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_view *v)
 {
 	struct snapkvd_pool_stats ps;
-	struct snapkvd_ledger_total pt;
+	const struct snapkvd_ledger_total *pt = &srv->tally.pool;
 	size_t nt = 0, nc = 0, i = 0, k = 0;
 	uint64_t visible = 0, next = 0;
 
@@ -274,7 +197,7 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 	for (i = 0; i < nt; i++) {
 		if (v && !v->all && b->ts[i].uid != v->uid)
 			continue;
-		fill_tenant(srv->sessions, &b->ts[i], &b->ti[k], &b->tb[k]);
+		fill_tenant(&srv->tally, &b->ts[i], &b->ti[k], &b->tb[k]);
 		b->ti[k].buffers = b->ts[i].buffers;
 		b->ti[k].mapped_bytes = b->ts[i].mapped_bytes;
 		b->tip[k] = &b->ti[k];
@@ -283,10 +206,9 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 	r->pool_total = ps.total;
 	r->pool_used = ps.used;
 	r->pool_reserved = ps.reserved;
-	snapkvd_ledger_totals(srv->sessions, &pt);
-	ledger_bytes(&b->pool, &pt);
+	ledger_bytes(&b->pool, pt);
 	r->pool_bytes = &b->pool;
-	r->lingering_caches = pt.lingering;
+	r->lingering_caches = pt->lingering;
 	r->n_tenants = k;
 	r->tenants = b->tip;
 	for (i = 0; i < nc; i++) {
@@ -318,16 +240,27 @@ void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b)
  * Rendered by the very builder of `snapkvctl ledger --json`
  * (proto/skv-ledger-json.c): same keys, same values as snapkvctl would print now.
  */
-char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name)
+char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name, uint32_t max_caches)
 {
+	const struct snapkvd_ledger_view v = {.all = true, .page = max_caches ? max_caches : 1};
 	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
 	struct snapkvd_ledger_buf b;
 	json_t *j = NULL;
 	char *text = NULL;
 
-	if (snapkvd_ledger_reply(srv, &r, &b, NULL) < 0)
+	if (snapkvd_ledger_reply(srv, &r, &b, &v) < 0)
 		return NULL;
 	j = skv_ledger_json(&r);
+	/* pool.caches counts every cache, listed or not */
+	if (j && r.n_caches < r.caches_visible &&
+	    (json_object_set_new(json_object_get(j, "pool"), "caches",
+				 json_integer((json_int_t)r.caches_visible)) < 0 ||
+	     json_object_set_new(j, "caches_listed", json_integer((json_int_t)r.n_caches)) < 0 ||
+	     json_object_set_new(j, "caches_total", json_integer((json_int_t)r.caches_visible)) <
+		 0)) {
+		json_decref(j);
+		j = NULL;
+	}
 	if (j && json_object_set_new(j, "pressure", json_pack("{s:s}", "level", level_name)) == 0)
 		text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(j);

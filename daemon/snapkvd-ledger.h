@@ -31,16 +31,6 @@ struct snapkvd_ledger_total {
 	uint64_t engine_held;
 };
 
-int snapkvd_ledger_cache(const struct snapkvd_cache *c, struct skv_ledger *ret);
-/* Add cache c to *t (which the caller zeroed first). */
-void snapkvd_ledger_add(struct snapkvd_ledger_total *t, const struct snapkvd_cache *c);
-/* Sum over every cache of the sessions in the list. */
-void snapkvd_ledger_totals(const struct snapkvd_session *sessions,
-			   struct snapkvd_ledger_total *ret);
-/* Sum over the caches of one tenant (every session of its uid). */
-void snapkvd_ledger_tenant(const struct snapkvd_session *sessions, const struct snapkvd_tenant *t,
-			   struct snapkvd_ledger_total *ret);
-
 /*
  * The ledger part of an admin CACHES/LEDGER reply (pool, tenants, caches),
  * filled into *r with its arrays in *b; free them with
@@ -77,7 +67,10 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b);
 
 /* The hooks' ledger snapshot: the LEDGER reply as `snapkvctl ledger --json`
- * prints it, plus "pressure" (level_name). Malloc'd text or NULL. */
-char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name);
+ * prints it (every tenant, the pool and tenant totals over every cache),
+ * listing the max_caches caches of lowest id, plus "pressure" (level_name)
+ * and, when caches were left out, "caches_listed" and "caches_total".
+ * Bounded by max_caches whatever the daemon holds. Malloc'd text or NULL. */
+char *snapkvd_ledger_json(struct snapkvd_server *srv, const char *level_name, uint32_t max_caches);
 
 #endif

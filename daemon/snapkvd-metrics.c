@@ -228,7 +228,19 @@ static void budget_histogram(FILE *f, const char *name, const char *help,
 static void tenant_series(FILE *f, const struct snapkvd_stats *s, const char *name,
 			  const char *type, const char *help, size_t field_off, int skip_zero)
 {
+	uint64_t sum = 0;
+
+	if (s->tenants_shown == SNAPKVD_METRICS_TENANTS_NONE)
+		return;
 	head(f, name, type, help);
+	if (s->tenants_shown == SNAPKVD_METRICS_TENANTS_AGGREGATE) {
+		/* no name, no uid; a sum of quotas (skip_zero) says nothing */
+		for (size_t i = 0; i < s->n_tenants; i++)
+			sum += *(const uint64_t *)((const char *)&s->tenants[i] + field_off);
+		if (!skip_zero && s->n_tenants)
+			fprintf(f, "%s %" PRIu64 "\n", name, sum);
+		return;
+	}
 	for (size_t i = 0; i < s->n_tenants; i++) {
 		const struct snapkvd_stats_tenant *t = &s->tenants[i];
 		uint64_t v = *(const uint64_t *)((const char *)t + field_off);

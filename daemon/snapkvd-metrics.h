@@ -76,7 +76,21 @@ struct snapkvd_stats_error {
 	uint64_t count;
 };
 
+/*
+ * Which per-tenant series (snapkvd_tenant_*) an exposition shows: every
+ * tenant's (snapkvctl metrics as root, the textfile), one unlabelled series
+ * per family summed over the tenants (quota omitted), or none of those
+ * families. metrics_http_tenants picks it for the HTTP listener, which
+ * asks for no credentials.
+ */
+enum snapkvd_metrics_tenants {
+	SNAPKVD_METRICS_TENANTS_ALL = 0,
+	SNAPKVD_METRICS_TENANTS_AGGREGATE,
+	SNAPKVD_METRICS_TENANTS_NONE,
+};
+
 struct snapkvd_stats {
+	enum snapkvd_metrics_tenants tenants_shown; /* 0: all */
 	uint64_t pool_used_bytes;
 	uint64_t pool_total_bytes;
 	uint64_t pool_reserved_bytes; /* reserved, not yet committed */

@@ -294,83 +294,27 @@ static void cb_notify(void *opaque, const struct snapkvd_pressure_change *ch)
 		 missed ? " (some CQs full: missed)" : "");
 }
 
-/* Every cache of every open session as an eviction candidate. */
-struct candidates {
-	struct snapkvd_evict_candidate *cand;
-	struct snapkvd_cache **cache;
-	struct snapkvd_session **session;
-	size_t n;
-};
-
-static int collect(struct snapkvd_server *srv, struct candidates *cs)
-{
-	size_t cap = 0;
-
-	for (struct snapkvd_session *s = srv->sessions; s; s = s->next) {
-		if (s->closing)
-			continue;
-		for (struct snapkvd_cache *c = s->caches; c; c = c->next) {
-			if (cs->n == cap) {
-				size_t nc = cap ? 2 * cap : 64;
-				void *a = realloc(cs->cand, nc * sizeof(*cs->cand));
-				void *b = a ? realloc(cs->cache, nc * sizeof(*cs->cache)) : NULL;
-				void *d =
-				    b ? realloc(cs->session, nc * sizeof(*cs->session)) : NULL;
-
-				if (a)
-					cs->cand = a;
-				if (b)
-					cs->cache = b;
-				if (!d)
-					return -ENOMEM;
-				cs->session = d;
-				cap = nc;
-			}
-			cs->cand[cs->n] = (struct snapkvd_evict_candidate){
-			    .id = c->id,
-			    .bytes = c->region_bytes,
-			    .last_use_ns = c->last_use_ns,
-			    .lingering = c->lingering,
-			    .held = !c->lingering,
-			};
-			cs->cache[cs->n] = c;
-			cs->session[cs->n] = s;
-			cs->n++;
-		}
-	}
-	return 0;
-}
-
+/*
+ * Lingering caches, oldest first, until `need` bytes are freed: the tally's
+ * LRU holds only them, so an eviction costs what it frees, never a walk
+ * over every cache (which every pool change under pressure paid before).
+ */
 static uint64_t cb_evict(void *opaque, uint64_t need, uint64_t *ret_caches)
 {
 	struct snapkvd_server *srv = opaque;
-	struct candidates cs = {0};
-	size_t n_pick = 0, *pick = NULL;
-	uint64_t chosen = 0, freed = 0;
+	struct snapkvd_session *s = NULL;
+	struct snapkvd_cache *c;
+	uint64_t freed = 0, now = snapkvd_now_ns();
 
 	*ret_caches = 0;
-	if (collect(srv, &cs) < 0 || !cs.n)
-		goto out;
-	pick = calloc(cs.n, sizeof(*pick));
-	if (!pick ||
-	    snapkvd_pressure_pick_evictions(cs.cand, cs.n, need, pick, cs.n, &n_pick, &chosen) < 0)
-		goto out;
-	for (size_t i = 0; i < n_pick; i++) {
-		struct snapkvd_cache *c = cs.cache[pick[i]];
-
+	while (freed < need && (c = snapkvd_tally_oldest(&srv->tally, &s))) {
 		log_info("evicting lingering cache %llu of session %llu (%llu bytes, idle %.1f s)",
-			 (unsigned long long)c->id, (unsigned long long)cs.session[pick[i]]->id,
-			 (unsigned long long)c->region_bytes,
-			 (double)(snapkvd_now_ns() - c->last_use_ns) / 1e9);
+			 (unsigned long long)c->id, (unsigned long long)s->id,
+			 (unsigned long long)c->region_bytes, (double)(now - c->last_use_ns) / 1e9);
 		freed += c->region_bytes;
-		snapkvd_session_drop_cache(cs.session[pick[i]], c);
+		snapkvd_session_drop_cache(s, c);
 		(*ret_caches)++;
 	}
-out:
-	free(pick);
-	free(cs.cand);
-	free(cs.cache);
-	free(cs.session);
 	if (freed)
 		snapkvd_policy_pool_changed(&srv->policy, snapkvd_pool_used(srv->pool),
 					    snapkvd_pool_total(srv->pool));
@@ -382,7 +326,8 @@ static char *cb_ledger_json(void *opaque)
 	struct snapkvd_server *srv = opaque;
 
 	return snapkvd_ledger_json(
-	    srv, snapkvd_pressure_level_name(snapkvd_pressure_level(srv->policy.pressure)));
+	    srv, snapkvd_pressure_level_name(snapkvd_pressure_level(srv->policy.pressure)),
+	    srv->policy.cfg.hook_ledger_max_caches);
 }
 
 /* A running hook's pidfd, polled by the loop. */
@@ -430,7 +375,16 @@ static int cb_watch_hook(void *opaque, struct snapkvd_hook *h)
 
 static char *cb_metrics_text(void *opaque)
 {
-	return snapkvd_admin_metrics_text(opaque);
+	return snapkvd_admin_metrics_text(opaque, SNAPKVD_METRICS_TENANTS_ALL);
+}
+
+/* The HTTP listener asks for no credentials: per-tenant series only as
+ * metrics_http_tenants allows. */
+static char *cb_http_metrics_text(void *opaque)
+{
+	struct snapkvd_server *srv = opaque;
+
+	return snapkvd_admin_metrics_text(srv, (enum snapkvd_metrics_tenants)srv->cfg.http.tenants);
 }
 
 static void cb_log(void *opaque, int level, const char *msg)
@@ -455,7 +409,7 @@ static bool cb_healthy(void *opaque)
 static int http_init(struct snapkvd_server *srv)
 {
 	const struct snapkvd_http_cb cb = {
-	    .data = srv, .metrics = cb_metrics_text, .healthy = cb_healthy};
+	    .data = srv, .metrics = cb_http_metrics_text, .healthy = cb_healthy};
 
 	if (!srv->cfg.http.listen[0])
 		return 0;
@@ -636,6 +590,7 @@ void snapkvd_server_free(struct snapkvd_server *srv)
 		close(srv->timer_fd);
 	snapkvd_runner_free(srv->runner);
 	snapkvd_device_free(srv->device);
+	snapkvd_tally_fini(&srv->tally);
 	snapkvd_pool_free(srv->pool);
 	free(srv);
 }

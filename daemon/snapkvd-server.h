@@ -22,6 +22,7 @@
 #include "snapkvd-forward.h"
 #include "snapkvd-loop.h"
 #include "snapkvd-policy.h"
+#include "snapkvd-tally.h"
 
 struct snapkvd_server {
 	struct snapkvd_config cfg;
@@ -39,9 +40,10 @@ struct snapkvd_server {
 	 * arena_cache_bytes, none under pressure */
 	struct snapkvd_arena_set arenas;
 	struct snapkvd_session *sessions;
-	unsigned n_sessions;	   /* engine sessions past HELLO (max_sessions) */
-	unsigned n_admin_sessions; /* admin sessions past HELLO (max_admin_sessions) */
-	unsigned n_handshakes;	   /* connections before HELLO (max_handshakes) */
+	struct snapkvd_tally tally; /* running ledger sums, LRU of lingering caches */
+	unsigned n_sessions;	    /* engine sessions past HELLO (max_sessions) */
+	unsigned n_admin_sessions;  /* admin sessions past HELLO (max_admin_sessions) */
+	unsigned n_handshakes;	    /* connections before HELLO (max_handshakes) */
 	uint64_t next_session_id, next_cache_id;
 	bool draining; /* SIGTERM: no new work, stop once the queue is empty */
 	uint64_t start_ns;

@@ -25,6 +25,7 @@
 #include "snapkvd-server.h"
 #include "snapkvd-session.h"
 #include "snapkvd-slots.h"
+#include "snapkvd-tally.h"
 
 /* ------------------------------------------------------------ sending */
 
@@ -185,6 +186,7 @@ int snapkvd_session_new(struct snapkvd_server *srv, int fd, struct snapkvd_sessi
 
 void snapkvd_session_free_cache(struct snapkvd_session *s, struct snapkvd_cache *c)
 {
+	snapkvd_tally_forget(&s->srv->tally, c);
 	snapkvd_arena_release(s->arena, c->region_off, c->region_bytes);
 	snapkvd_pool_give_back(s->srv->pool, s->tenant, c->region_bytes);
 	snapkvd_pool_cache_count(s->srv->pool, s->tenant, -1);

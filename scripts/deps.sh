@@ -10,7 +10,7 @@ set -eu
 # (debootstrap --variant=minbase) plus build-essential and git needs exactly
 # these: `make check-fresh` proves it.
 pkgs=(build-essential pkg-config liburing-dev libprotobuf-c-dev protobuf-c-compiler
-      libcunit1-dev libjansson-dev libopenblas-dev libsystemd-dev systemd man-db
+      libcunit1-dev libjansson-dev libopenblas-dev libicu-dev libsystemd-dev systemd man-db
       python3 python3-dev python3-numpy python3-torch python3-pytest
       valgrind tmux curl)
 missing=()

@@ -48,8 +48,31 @@ struct opts {
 	int compare;
 	int print_positions;
 	int quiet;
-	const char *budget; /* --budget as given, NULL: uniform C */
+	const char *budget;	    /* --budget as given, NULL: uniform C */
+	char *prompt_buf;	    /* --prompt-file's contents */
+	const char *question;	    /* --question: the end of the user message */
+	int chat;		    /* --chat: the model's chat template around the prompt */
+	int window_question;	    /* -W question */
+	int print_tokens;	    /* --print-tokens: the prompt's ids, then exit */
+	uint32_t keep_pct;	    /* -C N%: C = N % of the prompt (at least W + 1) */
+	const char *tokenize_lines; /* --tokenize-lines FILE: each line's ids, then exit */
+	const char *dump_logits;    /* --dump-logits FILE: the prefill's last logits, f32 */
+	const char *also;	    /* --also-window LIST: more compactions, one prefill */
+	uint32_t qwin;		    /* the question's W (--chat) */
 };
+
+/*
+ * SmolLM2's chat template (tokenizer.chat_template) for one user message,
+ * with its default system message: the head up to the user's text, and
+ * the tail after it that asks the assistant to answer.
+ */
+#define CHAT_HEAD                                                                                  \
+	"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "     \
+	"Face<|im_end|>\n<|im_start|>user\n"
+#define CHAT_TAIL "<|im_end|>\n<|im_start|>assistant\n"
+/* -W question: W = the question's tokens and the template's after it, clamped */
+#define QWIN_MIN 8u
+#define QWIN_MAX 64u
 
 /* A budget mode beyond uniform C, or a fallback: tl_compact_budget(). */
 static bool budgeted(const struct skv_params *p)
@@ -67,12 +90,24 @@ static void usage(FILE *f)
 	       "         [--protect B:E ...] [--compare] [--name NAME]\n"
 	       "         [--pause-before-release MS] [--print-positions] [-q]\n"
 	       "         [--budget B] [--fallback-below F]\n"
+	       "         [-f prompt-file] [--chat] [--question Q] [-W question] [--print-tokens]\n"
+	       "-C N%% keeps N %% of the prompt per stored head (at least W + 1).\n"
+	       "--tokenize-lines FILE prints each line's token ids (no BOS) and exits;\n"
+	       "--dump-logits FILE writes the prefill's last logits (f32, vocab entries).\n"
+	       "--also-window W[/N%%],.. (snapkv through the daemon): after the first, one\n"
+	       "more compaction of the same prefill per window (a number or question; /N%%:\n"
+	       "C = N %% of the prompt), each decoded greedily from its compact cache and\n"
+	       "printed as '--- window W (C c, ...): text'.\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
 	       "$SNAPKV_SOCKET, $XDG_RUNTIME_DIR/snapkvd.sock), or in process with --local.\n"
 	       "--budget takes snapkvctl's budget modes (layers:C0,C1,.., pyramid:R, heads[:A],\n"
 	       "mass:TAU[:CMIN:CMAX:STEP], mass-heads:TAU[:CMIN:CMAX]); --fallback-below F\n"
 	       "keeps the full prompt when a head's retained mass would be below F.\n"
+	       "--chat wraps the prompt in the model's chat template (one user message) and\n"
+	       "prints only the answer; --question Q (implies --chat) ends the user message\n"
+	       "with Q after a blank line; -W question sets W to the tokens of Q (or of the\n"
+	       "whole user message) and the template's tokens after it, clamped to [8, 64].\n"
 	       "The model defaults to $SNAPKV_MODEL, else ../shared/models/stories260K.gguf.\n");
 }
 
@@ -130,6 +165,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   {"budget", required_argument, NULL, 15},
 					   {"fallback-below", required_argument, NULL, 16},
 					   {"quiet", no_argument, NULL, 'q'},
+					   {"prompt-file", required_argument, NULL, 'f'},
+					   {"chat", no_argument, NULL, 17},
+					   {"question", required_argument, NULL, 18},
+					   {"print-tokens", no_argument, NULL, 19},
+					   {"tokenize-lines", required_argument, NULL, 20},
+					   {"dump-logits", required_argument, NULL, 21},
+					   {"also-window", required_argument, NULL, 22},
 					   {"help", no_argument, NULL, 'h'},
 					   {0, 0, 0, 0}};
 	int c, bad = 0, policy = 0, local = 0;
@@ -146,7 +188,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->reserve = 16;
 	o->grow = 16;
 	o->layout = SKV_LAYOUT_HND;
-	while ((c = getopt_long(argc, argv, "m:p:n:t:s:C:W:k:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:n:t:s:C:W:k:f:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm':
 			o->model = optarg;
@@ -163,11 +205,71 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 's':
 			o->seed = strtoull(optarg, NULL, 10);
 			break;
-		case 'C':
-			bad |= parse_u32(optarg, &o->params.capacity) < 0;
+		case 'C': {
+			size_t n = strlen(optarg);
+			char num[16];
+
+			if (n > 1 && n < sizeof(num) && optarg[n - 1] == '%') {
+				memcpy(num, optarg, n - 1);
+				num[n - 1] = 0;
+				bad |= parse_u32(num, &o->keep_pct) < 0 || !o->keep_pct ||
+				       o->keep_pct > 100;
+			} else {
+				bad |= parse_u32(optarg, &o->params.capacity) < 0;
+			}
 			break;
+		}
 		case 'W':
-			bad |= parse_u32(optarg, &o->params.window) < 0;
+			if (!strcmp(optarg, "question"))
+				o->window_question = 1;
+			else
+				bad |= parse_u32(optarg, &o->params.window) < 0;
+			break;
+		case 'f': {
+			FILE *f = fopen(optarg, "r");
+			size_t cap = 1 << 16, n = 0, got;
+
+			free(o->prompt_buf);
+			o->prompt_buf = malloc(cap);
+			while (f && o->prompt_buf &&
+			       (got = fread(o->prompt_buf + n, 1, cap - n - 1, f)) > 0) {
+				n += got;
+				if (n + 1 == cap) {
+					char *nb = realloc(o->prompt_buf, cap *= 2);
+					if (!nb)
+						break;
+					o->prompt_buf = nb;
+				}
+			}
+			if (!f || !o->prompt_buf || ferror(f)) {
+				fprintf(stderr, "tiny-llama: cannot read %s\n", optarg);
+				bad = 1;
+			} else {
+				o->prompt_buf[n] = 0;
+				o->prompt = o->prompt_buf;
+			}
+			if (f)
+				fclose(f);
+			break;
+		}
+		case 17:
+			o->chat = 1;
+			break;
+		case 18:
+			o->question = optarg;
+			o->chat = 1;
+			break;
+		case 19:
+			o->print_tokens = 1;
+			break;
+		case 20:
+			o->tokenize_lines = optarg;
+			break;
+		case 21:
+			o->dump_logits = optarg;
+			break;
+		case 22:
+			o->also = optarg;
 			break;
 		case 'k':
 			bad |= parse_u32(optarg, &o->params.kernel) < 0;
@@ -267,6 +369,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		default:
 			bad = 1;
 		}
+	}
+	if (o->window_question && !o->chat) {
+		fprintf(stderr, "tiny-llama: -W question needs --chat or --question\n");
+		bad = 1;
 	}
 	if (bad || optind != argc) {
 		usage(stderr);
@@ -470,6 +576,13 @@ static double kl_div(const float *lp, const float *lq, uint32_t n)
 	return k;
 }
 
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static void sleep_ms(uint32_t ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -529,6 +642,10 @@ struct compactor {
 	struct skv_client *client; /* daemon */
 	struct skv_buffer *buf;
 	uint64_t kv_bytes; /* the queries follow the K/V in the buffer */
+	/* through the daemon: the window of this compaction, its last n_q of
+	 * the nq captured rows (--also-window); 0: nq and o->params */
+	uint32_t nq_use;
+	const struct skv_params *params;
 };
 
 /* What the daemon's budget mode chose, as tl_compact_budget() reports it;
@@ -585,13 +702,15 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 
 	char *base = skv_buffer_data(cp->buf);
 	struct skv_layer_ref *refs = calloc(c->n_layers, sizeof(*refs));
+	const uint32_t nq = cp->nq_use ? cp->nq_use : cp->nq, skip = cp->nq - nq;
 	if (!refs)
 		return -ENOMEM;
 	for (uint32_t l = 0; l < c->n_layers; l++) {
 		const struct tl_kv_layer *FL = &cp->full->layers[l];
 		refs[l].q = (struct skv_tensor_ref){
 		    .buf = cp->buf,
-		    .offset = cp->kv_bytes + (uint64_t)l * c->n_heads * cp->nq * D * sizeof(float),
+		    .offset = cp->kv_bytes +
+			      ((uint64_t)l * c->n_heads * cp->nq + skip) * D * sizeof(float),
 		    .dtype = SKV_DTYPE_F32,
 		    .head_stride = (int64_t)cp->nq * D,
 		    .token_stride = D};
@@ -609,9 +728,9 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 		      .head_dim = D,
 		      .h_q = c->n_heads,
 		      .h_kv = c->n_kv_heads,
-		      .n_q = cp->nq},
+		      .n_q = nq},
 	    .layers = c->n_layers,
-	    .params = cp->o->params,
+	    .params = cp->params ? *cp->params : cp->o->params,
 	    .layer = refs,
 	    .out_layout = cp->o->layout,
 	    .decode_reserve = cp->o->reserve,
@@ -640,6 +759,172 @@ static int compact_lane(const struct compactor *cp, struct lane *ln, const char 
 	return 0;
 }
 
+/*
+ * The prompt's tokens: as given (with BOS when the model adds one), or in
+ * the chat template: the head with the user's text, then the question and
+ * the template's tail, encoded apart, so that -W question knows where the
+ * question starts (its tokens do not merge with the text before a blank
+ * line). -W question sets params.window from them.
+ */
+static int encode_prompt(struct opts *o, const struct tl_tok *tok, uint32_t *out, size_t max,
+			 size_t *ret_n)
+{
+	size_t nh = 0, nt = 0, lp = strlen(o->prompt);
+	char *head, *tail;
+	int r;
+
+	if (!o->chat)
+		return tl_tok_encode(tok, o->prompt, tok->add_bos, out, max, ret_n);
+	head = malloc(sizeof(CHAT_HEAD) + lp + 2);
+	tail = malloc(sizeof(CHAT_TAIL) + strlen(o->question ? o->question : o->prompt));
+	if (!head || !tail) {
+		r = -ENOMEM;
+		goto out;
+	}
+	/* without a question, the last user message is the whole prompt */
+	sprintf(head, "%s%s%s", CHAT_HEAD, o->question ? o->prompt : "", o->question ? "\n\n" : "");
+	sprintf(tail, "%s%s", o->question ? o->question : o->prompt, CHAT_TAIL);
+	if ((r = tl_tok_encode(tok, head, 0, out, max, &nh)) < 0 ||
+	    (r = tl_tok_encode(tok, tail, 0, out + nh, max - nh, &nt)) < 0)
+		goto out;
+	o->qwin = nt < QWIN_MIN ? QWIN_MIN : nt > QWIN_MAX ? QWIN_MAX : (uint32_t)nt;
+	if (o->window_question)
+		o->params.window = o->qwin;
+	if (o->window_question && !o->quiet)
+		fprintf(stderr,
+			"tiny-llama: -W question: %zu tokens from the question on, W = %u\n", nt,
+			o->params.window);
+	*ret_n = nh + nt;
+out:
+	free(head);
+	free(tail);
+	return r;
+}
+
+/* Each line of path (without its newline) as token ids, one line each. */
+static int tokenize_lines(const struct tl_tok *tok, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	uint32_t *ids = NULL;
+	size_t ids_cap = 0, nt;
+	int r = 0;
+
+	if (!f)
+		return -errno;
+	while ((n = getline(&line, &cap, f)) >= 0) {
+		if (n && line[n - 1] == '\n')
+			line[--n] = 0;
+		if ((size_t)n + 2 > ids_cap) {
+			uint32_t *ni = realloc(ids, sizeof(*ids) * ((size_t)n + 2));
+			if (!ni) {
+				r = -ENOMEM;
+				break;
+			}
+			ids = ni;
+			ids_cap = (size_t)n + 2;
+		}
+		if ((r = tl_tok_encode(tok, line, 0, ids, ids_cap, &nt)) < 0)
+			break;
+		for (size_t i = 0; i < nt; i++)
+			printf(i ? " %u" : "%u", ids[i]);
+		printf("\n");
+	}
+	free(line);
+	free(ids);
+	fclose(f);
+	return r;
+}
+
+/*
+ * --also-window's list: W (a number, or question: the question's W), each
+ * optionally /N% (C = N % of L, at least W + 1; else -C's).
+ */
+static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *cap, uint32_t *ret_n)
+{
+	char buf[256], *save = NULL;
+
+	*ret_n = 0;
+	if (!o->also)
+		return 0;
+	if (o->backend != BK_DAEMON || o->params.policy != SKV_POLICY_SNAPKV ||
+	    budgeted(&o->params) || strlen(o->also) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, o->also);
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		char *slash = strchr(t, '/');
+		uint32_t v, pct = 0;
+		if (*ret_n == 16)
+			return -EINVAL;
+		if (slash) {
+			size_t n = strlen(slash + 1);
+			if (n < 2 || slash[n] != '%')
+				return -EINVAL;
+			slash[n] = 0;
+			*slash = 0;
+			if (parse_u32(slash + 1, &pct) < 0 || !pct || pct > 100)
+				return -EINVAL;
+		}
+		if (!strcmp(t, "question")) {
+			if (!o->chat)
+				return -EINVAL;
+			v = o->qwin;
+		} else if (parse_u32(t, &v) < 0 || v == 0 || v >= L) {
+			return -EINVAL;
+		}
+		cap[*ret_n] = pct ? (uint32_t)(((uint64_t)L * pct + 50) / 100) : 0;
+		w[(*ret_n)++] = v;
+	}
+	return 0;
+}
+
+/*
+ * One more compaction of the same prefill through the daemon, with window W
+ * (the last W of the captured query rows) and the same C, decoded greedily
+ * from the first token on; its text and compaction time are printed.
+ */
+static int also_window(struct compactor *cp, uint32_t W, uint32_t cap, uint32_t first_tok,
+		       uint32_t prev, float *probs, const char **why)
+{
+	const struct opts *o = cp->o;
+	struct skv_params p = o->params;
+	struct lane ln = {.grow = o->grow, .tok = first_tok, .prev = prev};
+	int r;
+
+	p.window = W;
+	if (cap)
+		p.capacity = cap;
+	if (o->keep_pct || cap)
+		p.capacity = p.capacity > W ? p.capacity : W + 1;
+	cp->params = &p;
+	cp->nq_use = W;
+	ln.g.toks = calloc(o->steps + 1, sizeof(uint32_t));
+	if (!ln.g.toks || (r = tl_state_new(cp->m, &ln.st)) < 0) {
+		free(ln.g.toks);
+		return -ENOMEM;
+	}
+	double t0 = now_ms();
+	r = compact_lane(cp, &ln, why);
+	double t1 = now_ms();
+	for (uint32_t i = 0; r >= 0 && i < o->steps && !ln.done; i++)
+		r = lane_step(cp->m, &ln, i + 1 == o->steps, 0.0f, probs, why);
+	if (r >= 0)
+		printf("--- window %u (C %u, compaction %.1f ms): %s\n", W, p.capacity, t1 - t0,
+		       ln.g.text ? ln.g.text : "");
+	if (ln.cache && skv_cache_release(ln.cache) < 0 && r >= 0) {
+		r = -EIO;
+		*why = "RELEASE";
+	}
+	cp->params = NULL;
+	tl_kv_free(ln.kv);
+	tl_state_free(ln.st);
+	free(ln.g.toks);
+	free(ln.g.text);
+	return r < 0 ? r : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {0};
@@ -665,7 +950,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const struct tl_config *c = &m->cfg;
-	size_t maxp = strlen(o.prompt) * 4 + 8;
+	if (o.tokenize_lines) {
+		r = tokenize_lines(m->tok, o.tokenize_lines);
+		why = r < 0 ? "--tokenize-lines" : NULL;
+		goto out;
+	}
+	size_t maxp = strlen(o.prompt) + (o.question ? strlen(o.question) : 0) + 256;
 	prompt = calloc(maxp, sizeof(*prompt));
 	probs = calloc(c->vocab_size, sizeof(float));
 	lc.g.toks = calloc(o.steps + 1, sizeof(uint32_t));
@@ -676,20 +966,38 @@ int main(int argc, char **argv)
 		why = "allocation";
 		goto out;
 	}
-	if ((r = tl_tok_encode(m->tok, o.prompt, 1, prompt, maxp, &np)) < 0) {
+	if ((r = encode_prompt(&o, m->tok, prompt, maxp, &np)) < 0) {
 		why = "tokenizing the prompt";
 		goto out;
 	}
+	if (o.print_tokens) {
+		printf("tokens %zu:", np);
+		for (size_t i = 0; i < np; i++)
+			printf(" %u", prompt[i]);
+		printf("\n");
+		goto out;
+	}
 	const uint32_t L = (uint32_t)np, D = c->head_dim;
-	const uint32_t nq = o.backend == BK_FULL ? 0 : tl_compact_n_q(&o.params, L);
+	if (o.keep_pct) {
+		uint32_t cap = (uint32_t)(((uint64_t)L * o.keep_pct + 50) / 100);
+		o.params.capacity = cap > o.params.window ? cap : o.params.window + 1;
+	}
+	uint32_t also[16], also_cap[16], n_also = 0;
+	if ((r = parse_also(&o, L, also, also_cap, &n_also)) < 0) {
+		why = "--also-window (snapkv through the daemon, with --chat for question)";
+		goto out;
+	}
+	uint32_t nq = o.backend == BK_FULL ? 0 : tl_compact_n_q(&o.params, L);
+	for (uint32_t i = 0; i < n_also; i++)
+		nq = also[i] > nq ? also[i] : nq;
 	const uint32_t full_cap = L + o.steps + 1;
 	const uint64_t kv_bytes = tl_kv_bytes(c, c->n_kv_heads, full_cap);
 	const uint64_t q_bytes = (uint64_t)c->n_layers * c->n_heads * nq * D * sizeof(float);
-	if (L + o.steps > 512 && !o.quiet)
+	if (L + o.steps > c->ctx_len && !o.quiet)
 		fprintf(stderr,
-			"tiny-llama: warning: %u tokens exceed the 512 the model was "
+			"tiny-llama: warning: %u tokens exceed the %u the model was "
 			"trained on\n",
-			L + o.steps);
+			L + o.steps, c->ctx_len);
 
 	/* The full cache (and captured queries): own memory, or a registered memfd. */
 	if (o.backend == BK_DAEMON) {
@@ -718,13 +1026,29 @@ int main(int argc, char **argv)
 		}
 	}
 	struct tl_qcap qcap = {.q = q, .first = L - nq, .n = nq};
+	double t0 = now_ms();
 	if ((r = tl_prefill(m, lf.st, full, prompt, L, nq ? &qcap : NULL)) < 0) {
 		why = "prefill";
 		goto out;
 	}
+	if (o.dump_logits) {
+		FILE *f = fopen(o.dump_logits, "wb");
+		if (!f || fwrite(tl_state_logits(lf.st), sizeof(float), c->vocab_size, f) !=
+			      c->vocab_size) {
+			r = -EIO;
+			why = "--dump-logits";
+		}
+		if (f && fclose(f) && r == 0) {
+			r = -EIO;
+			why = "--dump-logits";
+		}
+		if (r < 0)
+			goto out;
+	}
 	/* Both lanes start from the full prefill's logits and the same RNG state. */
 	tl_rng_seed(&lf.rng, o.seed);
 	lf.tok = tl_sample(tl_state_logits(lf.st), c->vocab_size, o.temp, &lf.rng, probs);
+	const uint32_t first_tok = lf.tok;
 	lf.prev = prompt[L - 1];
 	lf.kv = full;
 	lf.grow = o.grow;
@@ -741,15 +1065,24 @@ int main(int argc, char **argv)
 			       .nq = nq,
 			       .buf = buf,
 			       .client = client,
-			       .kv_bytes = kv_bytes};
+			       .kv_bytes = kv_bytes,
+			       .nq_use = tl_compact_n_q(&o.params, L)};
 	if (o.backend != BK_FULL) {
 		if (o.backend == BK_LOCAL && (r = skv_ctx_new(1, &ctx)) < 0) {
 			why = "skv_ctx_new";
 			goto out;
 		}
 		cp.ctx = ctx;
+		double t1 = now_ms();
 		if ((r = compact_lane(&cp, &lc, &why)) < 0)
 			goto out;
+		/* the TTFT overhead: compaction (COMPACT's round trip through the
+		 * daemon, or libskv in process) against the prefill before it */
+		if (!o.quiet)
+			fprintf(stderr,
+				"tiny-llama: timing: prefill %u tokens %.1f ms, compaction %.1f ms "
+				"(C %u, W %u)\n",
+				L, t1 - t0, now_ms() - t1, o.params.capacity, o.params.window);
 	} else {
 		lc.kv = full; /* no compaction: the full cache is the only lane */
 	}
@@ -860,12 +1193,13 @@ int main(int argc, char **argv)
 			break;
 	}
 
-	printf("%s%s\n", o.prompt, lc.g.text ? lc.g.text : "");
+	printf("%s%s\n", o.chat ? "" : o.prompt, lc.g.text ? lc.g.text : "");
 	if (compare) {
 		uint32_t same = 0, n = lc.g.n < lf.g.n ? lc.g.n : lf.g.n;
 		for (uint32_t i = 0; i < n; i++)
 			same += lc.g.toks[i] == lf.g.toks[i];
-		printf("--- full cache:\n%s%s\n", o.prompt, lf.g.text ? lf.g.text : "");
+		printf("--- full cache:\n%s%s\n", o.chat ? "" : o.prompt,
+		       lf.g.text ? lf.g.text : "");
 		printf("--- agreement: %u of %u tokens agree (first %u identical)\n", same,
 		       lc.g.n > lf.g.n ? lc.g.n : lf.g.n, agree_prefix);
 		if (identical)
@@ -898,6 +1232,10 @@ int main(int argc, char **argv)
 		    "mean KL(full || compact) %.4f\n",
 		    tf_agree, nfull, nfull ? tf_kl / nfull : 0.0);
 	}
+	for (uint32_t i = 0; i < n_also; i++)
+		if ((r = also_window(&cp, also[i], also_cap[i], first_tok, prompt[L - 1], probs,
+				     &why)) < 0)
+			goto out;
 	if (lc.cache) {
 		const struct skv_cache_info *in = skv_cache_info(lc.cache);
 		int pr = check_positions(lc.cache, L);
@@ -941,5 +1279,6 @@ out:
 	skv_client_close(client);
 	skv_ctx_free(ctx);
 	tl_model_free(m);
+	free(o.prompt_buf);
 	return r < 0 ? 1 : 0;
 }

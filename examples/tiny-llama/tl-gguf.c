@@ -323,6 +323,41 @@ void tl_gguf_free(struct tl_gguf *g)
 	free(g);
 }
 
+uint32_t tl_ggml_block_elems(uint32_t type)
+{
+	switch (type) {
+	case TL_GGML_F32:
+	case TL_GGML_F16:
+		return 1;
+	case TL_GGML_Q4_0:
+	case TL_GGML_Q4_1:
+	case TL_GGML_Q8_0:
+		return 32;
+	default:
+		return 0;
+	}
+}
+
+/* ggml's block layouts: Q4_0 {f16 d; u8 qs[16]}, Q4_1 {f16 d, m; u8 qs[16]},
+ * Q8_0 {f16 d; i8 qs[32]}. */
+uint32_t tl_ggml_block_bytes(uint32_t type)
+{
+	switch (type) {
+	case TL_GGML_F32:
+		return 4;
+	case TL_GGML_F16:
+		return 2;
+	case TL_GGML_Q4_0:
+		return 18;
+	case TL_GGML_Q4_1:
+		return 20;
+	case TL_GGML_Q8_0:
+		return 34;
+	default:
+		return 0;
+	}
+}
+
 static int parse(struct tl_gguf *g, struct tl_err *err)
 {
 	struct cursor c = {.buf = g->buf, .size = g->size, .off = 0, .err = err};
@@ -446,7 +481,8 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 				       "gguf: tensor '%.*s' offset %llu not aligned to %llu",
 				       (int)t->name.n, t->name.p, (unsigned long long)t->offset,
 				       (unsigned long long)a);
-		if (t->type != TL_GGML_F32) {
+		const uint64_t be = tl_ggml_block_elems(t->type), bb = tl_ggml_block_bytes(t->type);
+		if (!be) {
 			/* Size unknown to this reader: only the start is checked. */
 			if (t->offset > data_size)
 				return tl_fail(
@@ -456,10 +492,16 @@ static int parse(struct tl_gguf *g, struct tl_err *err)
 				    (unsigned long long)data_size);
 			continue;
 		}
-		if (t->n_elems > UINT64_MAX / 4)
+		if (t->ne[0] % be)
+			return tl_fail(
+			    err, -EBADMSG,
+			    "gguf: tensor '%.*s' rows of %llu are not whole blocks of %llu",
+			    (int)t->name.n, t->name.p, (unsigned long long)t->ne[0],
+			    (unsigned long long)be);
+		if (t->n_elems / be > UINT64_MAX / bb)
 			return tl_fail(err, -EBADMSG, "gguf: tensor '%.*s' size overflows",
 				       (int)t->name.n, t->name.p);
-		t->nbytes = t->n_elems * 4;
+		t->nbytes = t->n_elems / be * bb;
 		if (t->offset > data_size || t->nbytes > data_size - t->offset)
 			return tl_fail(
 			    err, -EBADMSG,

@@ -2,7 +2,9 @@
 /*
  * tl-gguf.h - a bounds-checked reader for GGUF v3 files (llama.cpp's model
  * format): metadata key/values of every GGUF type, arrays included, and the
- * tensor directory. Only F32 tensor data is handed out.
+ * tensor directory. Tensor data is handed out for F32, F16, Q4_0, Q4_1 and
+ * Q8_0 (the types llama.cpp's small models ship in); tl-quant.h turns the
+ * others into F32.
  *
  * The whole file is held in memory; every string, array and tensor returned
  * points into it and lives as long as the struct tl_gguf. Every offset,
@@ -75,17 +77,30 @@ struct tl_gguf_kv {
 	struct tl_gguf_value val;
 };
 
-enum { TL_GGML_F32 = 0 };
+enum {
+	TL_GGML_F32 = 0,
+	TL_GGML_F16 = 1,
+	TL_GGML_Q4_0 = 2,
+	TL_GGML_Q4_1 = 3,
+	TL_GGML_Q8_0 = 8,
+};
+
+/*
+ * Elements per block and bytes per block of a ggml type this reader sizes
+ * (a row's ne[0] must be a whole number of blocks); 0 for any other type.
+ */
+uint32_t tl_ggml_block_elems(uint32_t type);
+uint32_t tl_ggml_block_bytes(uint32_t type);
 
 struct tl_gguf_tensor {
 	struct tl_str name;
 	uint32_t n_dims;
 	uint64_t ne[TL_GGUF_MAX_DIMS]; /* ne[0] is the contiguous axis; unused = 1 */
-	uint32_t type;		       /* ggml type; only TL_GGML_F32 is readable */
+	uint32_t type;		       /* ggml type; data only for the TL_GGML_* above */
 	uint64_t offset;	       /* from the start of the data section */
 	uint64_t n_elems;
 	uint64_t nbytes;
-	const void *data; /* NULL unless type is F32 */
+	const void *data; /* NULL unless tl_ggml_block_elems(type) != 0 */
 };
 
 struct tl_gguf {

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "tl-model.h"
 
+#include <cblas.h>
+
+#include "tl-quant.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -14,21 +18,28 @@ void tl_model_free(struct tl_model *m)
 		return;
 	tl_tok_free(m->tok);
 	tl_gguf_free(m->gguf);
+	for (uint32_t i = 0; i < m->n_owned; i++)
+		free(m->owned[i]);
+	free(m->owned);
 	free(m->layers);
 	free(m);
 }
 
-/* A tensor that must exist, be F32 and have exactly shape [ne0, ne1] (ne1 = 0: 1-D). */
-static int get_w(const struct tl_gguf *g, const char *name, uint64_t ne0, uint64_t ne1,
+/*
+ * A tensor that must exist and have exactly shape [ne0, ne1] (ne1 = 0: 1-D),
+ * as F32: pointed to in the file when it is F32, else dequantized into
+ * memory the model owns (tl-quant.h).
+ */
+static int get_w(struct tl_model *m, const char *name, uint64_t ne0, uint64_t ne1,
 		 const float **ret, struct tl_err *err)
 {
-	const struct tl_gguf_tensor *t = tl_gguf_find_tensor(g, name);
+	const struct tl_gguf_tensor *t = tl_gguf_find_tensor(m->gguf, name);
 	if (!t)
 		return tl_fail(err, -EBADMSG, "model: tensor '%s' missing", name);
-	if (t->type != TL_GGML_F32 || !t->data)
+	if (!t->data)
 		return tl_fail(err, -EBADMSG,
-			       "model: tensor '%s' is ggml type %u, only F32 supported", name,
-			       t->type);
+			       "model: tensor '%s' is ggml type %u, not F32/F16/Q4_0/Q4_1/Q8_0",
+			       name, t->type);
 	uint32_t want_dims = ne1 ? 2 : 1;
 	if (t->n_dims != want_dims || t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1))
 		return tl_fail(err, -EBADMSG,
@@ -36,8 +47,16 @@ static int get_w(const struct tl_gguf *g, const char *name, uint64_t ne0, uint64
 			       "[%llu, %llu]",
 			       name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
 			       t->n_dims, (unsigned long long)ne0, (unsigned long long)ne1);
-	*ret = t->data;
-	return 0;
+	if (t->type == TL_GGML_F32) {
+		*ret = t->data;
+		return 0;
+	}
+	float *f = malloc(t->n_elems * sizeof(float));
+	if (!f)
+		return tl_fail(err, -ENOMEM, "model: out of memory for tensor '%s'", name);
+	m->owned[m->n_owned++] = f;
+	*ret = f;
+	return tl_dequant(t->type, t->data, t->n_elems, f);
 }
 
 int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err *err)
@@ -105,19 +124,21 @@ int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err
 
 	uint64_t qd = (uint64_t)c->n_heads * c->head_dim,
 		 kvd = (uint64_t)c->n_kv_heads * c->head_dim;
-	if ((r = get_w(g, "token_embd.weight", c->dim, c->vocab_size, &m->tok_embd, err)) < 0 ||
-	    (r = get_w(g, "output_norm.weight", c->dim, 0, &m->out_norm, err)) < 0)
+	m->layers = calloc(c->n_layers, sizeof(*m->layers));
+	/* every tensor may need its own F32 copy: 9 per layer and 3 more */
+	m->owned = calloc((size_t)c->n_layers * 9 + 3, sizeof(*m->owned));
+	if (!m->layers || !m->owned) {
+		r = tl_fail(err, -ENOMEM, "model: out of memory");
+		goto fail;
+	}
+	if ((r = get_w(m, "token_embd.weight", c->dim, c->vocab_size, &m->tok_embd, err)) < 0 ||
+	    (r = get_w(m, "output_norm.weight", c->dim, 0, &m->out_norm, err)) < 0)
 		goto fail;
 	if (tl_gguf_find_tensor(g, "output.weight")) {
-		if ((r = get_w(g, "output.weight", c->dim, c->vocab_size, &m->output, err)) < 0)
+		if ((r = get_w(m, "output.weight", c->dim, c->vocab_size, &m->output, err)) < 0)
 			goto fail;
 	} else {
 		m->output = m->tok_embd; /* tied embeddings */
-	}
-	m->layers = calloc(c->n_layers, sizeof(*m->layers));
-	if (!m->layers) {
-		r = tl_fail(err, -ENOMEM, "model: out of memory");
-		goto fail;
 	}
 	for (uint32_t l = 0; l < c->n_layers; l++) {
 		struct tl_layer_w *w = &m->layers[l];
@@ -127,15 +148,15 @@ int tl_model_from_gguf(struct tl_gguf *g, struct tl_model **ret_m, struct tl_err
 						   "ffn_gate",	"ffn_up",      "ffn_down"};
 		for (int i = 0; i < 9; i++)
 			snprintf(n[i], sizeof(n[i]), "blk.%u.%s.weight", l, sfx[i]);
-		if ((r = get_w(g, n[0], c->dim, 0, &w->attn_norm, err)) < 0 ||
-		    (r = get_w(g, n[1], c->dim, qd, &w->wq, err)) < 0 ||
-		    (r = get_w(g, n[2], c->dim, kvd, &w->wk, err)) < 0 ||
-		    (r = get_w(g, n[3], c->dim, kvd, &w->wv, err)) < 0 ||
-		    (r = get_w(g, n[4], qd, c->dim, &w->wo, err)) < 0 ||
-		    (r = get_w(g, n[5], c->dim, 0, &w->ffn_norm, err)) < 0 ||
-		    (r = get_w(g, n[6], c->dim, c->hidden_dim, &w->w_gate, err)) < 0 ||
-		    (r = get_w(g, n[7], c->dim, c->hidden_dim, &w->w_up, err)) < 0 ||
-		    (r = get_w(g, n[8], c->hidden_dim, c->dim, &w->w_down, err)) < 0)
+		if ((r = get_w(m, n[0], c->dim, 0, &w->attn_norm, err)) < 0 ||
+		    (r = get_w(m, n[1], c->dim, qd, &w->wq, err)) < 0 ||
+		    (r = get_w(m, n[2], c->dim, kvd, &w->wk, err)) < 0 ||
+		    (r = get_w(m, n[3], c->dim, kvd, &w->wv, err)) < 0 ||
+		    (r = get_w(m, n[4], qd, c->dim, &w->wo, err)) < 0 ||
+		    (r = get_w(m, n[5], c->dim, 0, &w->ffn_norm, err)) < 0 ||
+		    (r = get_w(m, n[6], c->dim, c->hidden_dim, &w->w_gate, err)) < 0 ||
+		    (r = get_w(m, n[7], c->dim, c->hidden_dim, &w->w_up, err)) < 0 ||
+		    (r = get_w(m, n[8], c->hidden_dim, c->dim, &w->w_down, err)) < 0)
 			goto fail;
 	}
 	*ret_m = m;
@@ -368,13 +389,16 @@ static void rmsnorm(float *o, const float *x, const float *w, uint32_t n, float 
 /* out[i] = sum_j W[i][j] x[j], W row-major [d][n] (GGUF ne = [n, d]). */
 static void matvec(float *out, const float *x, const float *w, uint32_t n, uint32_t d)
 {
-	for (uint32_t i = 0; i < d; i++) {
-		const float *row = w + (size_t)i * n;
-		float acc = 0;
-		for (uint32_t j = 0; j < n; j++)
-			acc += row[j] * x[j];
-		out[i] = acc;
-	}
+	cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)d, (int)n, 1.0f, w, (int)n, x, 1, 0.0f, out,
+		    1);
+}
+
+/* out[m][d] (row stride ldo) = x[m][n] (row stride ldx) W^T, W row-major [d][n]. */
+static void matmul(float *out, int ldo, const float *x, int ldx, const float *w, uint32_t m,
+		   uint32_t n, uint32_t d)
+{
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)d, (int)n, 1.0f, x, ldx,
+		    w, (int)n, 0.0f, out, ldo);
 }
 
 /* Rotate adjacent pairs (x[2i], x[2i+1]) of each head by pos * base^(-2i/D). */
@@ -515,14 +539,173 @@ int tl_forward(const struct tl_model *m, struct tl_state *s, struct tl_kv *kv, u
 	return 0;
 }
 
+/*
+ * The prompt in blocks of TL_PREFILL_BLOCK tokens: each block's projections
+ * are matrix products over its rows, and its attention a [block][slots]
+ * score matrix (never L x L) over every slot filled so far, causally
+ * masked, so an 8K prompt costs memory in proportion to L. The K/V rows
+ * land where tl_forward() would put them; the logits are the last token's.
+ */
+#define TL_PREFILL_BLOCK 64u
+
+struct pf_scratch {
+	float *x, *xb, *xb2, *q, *k, *v, *h1, *h2, *sc;
+};
+
+static void pf_free(struct pf_scratch *p)
+{
+	free(p->x);
+	free(p->xb);
+	free(p->xb2);
+	free(p->q);
+	free(p->k);
+	free(p->v);
+	free(p->h1);
+	free(p->h2);
+	free(p->sc);
+}
+
+/* Causal softmax of each row j of sc[b][nk]: slots [0, first + j] are visible. */
+static void pf_softmax(float *sc, uint32_t b, uint32_t nk, uint32_t first)
+{
+	for (uint32_t j = 0; j < b; j++) {
+		float *row = sc + (size_t)j * nk, mx = -INFINITY, sum = 0;
+		const uint32_t vis = first + j + 1;
+		for (uint32_t t = 0; t < vis; t++)
+			mx = row[t] > mx ? row[t] : mx;
+		for (uint32_t t = 0; t < vis; t++) {
+			row[t] = expf(row[t] - mx);
+			sum += row[t];
+		}
+		for (uint32_t t = 0; t < vis; t++)
+			row[t] /= sum;
+		for (uint32_t t = vis; t < nk; t++)
+			row[t] = 0;
+	}
+}
+
+static void pf_layer(const struct tl_model *m, struct pf_scratch *p, struct tl_kv *kv, uint32_t l,
+		     uint32_t b, const struct tl_qcap *qcap)
+{
+	const struct tl_config *c = &m->cfg;
+	const struct tl_layer_w *w = &m->layers[l];
+	struct tl_kv_layer *L = &kv->layers[l];
+	const uint32_t dim = c->dim, hd = c->head_dim, hq = c->n_heads, hkv = c->n_kv_heads;
+	const uint32_t qd = hq * hd, kvd = hkv * hd, hid = c->hidden_dim;
+	const uint32_t rep = kv->h_store / hkv, qper = hq / kv->h_store;
+	const uint32_t slot0 = kv->len, pos0 = kv->next_pos, nk = slot0 + b;
+
+	for (uint32_t j = 0; j < b; j++)
+		rmsnorm(p->xb + (size_t)j * dim, p->x + (size_t)j * dim, w->attn_norm, dim,
+			c->norm_eps);
+	matmul(p->q, (int)qd, p->xb, (int)dim, w->wq, b, dim, qd);
+	matmul(p->k, (int)kvd, p->xb, (int)dim, w->wk, b, dim, kvd);
+	matmul(p->v, (int)kvd, p->xb, (int)dim, w->wv, b, dim, kvd);
+	for (uint32_t j = 0; j < b; j++) {
+		const uint32_t pos = pos0 + j;
+		rope(p->q + (size_t)j * qd, hq, hd, pos, c->rope_base);
+		rope(p->k + (size_t)j * kvd, hkv, hd, pos, c->rope_base);
+		if (qcap && pos >= qcap->first && pos - qcap->first < qcap->n)
+			for (uint32_t h = 0; h < hq; h++)
+				memcpy(qcap->q +
+					   (((size_t)l * hq + h) * qcap->n + (pos - qcap->first)) *
+					       hd,
+				       p->q + (size_t)j * qd + (size_t)h * hd, hd * sizeof(float));
+		for (uint32_t sh = 0; sh < kv->h_store; sh++) {
+			const uint32_t kvh = sh / rep;
+			memcpy(L->k + head_at(L, sh) + (int64_t)(slot0 + j) * L->token_stride,
+			       p->k + (size_t)j * kvd + (size_t)kvh * hd, hd * sizeof(float));
+			memcpy(L->v + head_at(L, sh) + (int64_t)(slot0 + j) * L->token_stride,
+			       p->v + (size_t)j * kvd + (size_t)kvh * hd, hd * sizeof(float));
+			if (L->pos)
+				L->pos[(size_t)sh * L->pos_stride + slot0 + j] = (int32_t)pos;
+		}
+	}
+	for (uint32_t h = 0; h < hq; h++) {
+		const uint32_t sh = h / qper;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)nk, (int)hd,
+			    1.0f / sqrtf((float)hd), p->q + (size_t)h * hd, (int)qd,
+			    L->k + head_at(L, sh), (int)L->token_stride, 0.0f, p->sc, (int)nk);
+		pf_softmax(p->sc, b, nk, slot0);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)hd, (int)nk,
+			    1.0f, p->sc, (int)nk, L->v + head_at(L, sh), (int)L->token_stride, 0.0f,
+			    p->xb + (size_t)h * hd, (int)qd);
+	}
+	matmul(p->xb2, (int)dim, p->xb, (int)qd, w->wo, b, qd, dim);
+	for (size_t i = 0; i < (size_t)b * dim; i++)
+		p->x[i] += p->xb2[i];
+
+	for (uint32_t j = 0; j < b; j++)
+		rmsnorm(p->xb + (size_t)j * dim, p->x + (size_t)j * dim, w->ffn_norm, dim,
+			c->norm_eps);
+	matmul(p->h1, (int)hid, p->xb, (int)dim, w->w_gate, b, dim, hid);
+	matmul(p->h2, (int)hid, p->xb, (int)dim, w->w_up, b, dim, hid);
+	for (size_t i = 0; i < (size_t)b * hid; i++) {
+		float g = p->h1[i];
+		p->h1[i] = g / (1.0f + expf(-g)) * p->h2[i];
+	}
+	matmul(p->xb2, (int)dim, p->h1, (int)hid, w->w_down, b, hid, dim);
+	for (size_t i = 0; i < (size_t)b * dim; i++)
+		p->x[i] += p->xb2[i];
+}
+
 int tl_prefill(const struct tl_model *m, struct tl_state *s, struct tl_kv *kv,
 	       const uint32_t *tokens, uint32_t n, const struct tl_qcap *qcap)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		int r = tl_forward(m, s, kv, tokens[i], qcap);
-		if (r < 0)
-			return r;
+	const struct tl_config *c = &m->cfg;
+	const uint32_t B = TL_PREFILL_BLOCK, dim = c->dim;
+	const size_t qd = (size_t)c->n_heads * c->head_dim,
+		     kvd = (size_t)c->n_kv_heads * c->head_dim;
+	struct pf_scratch p = {0};
+	int ragged = 0;
+
+	for (uint32_t l = 0; l < kv->n_layers; l++)
+		ragged |= kv->layers[l].head_len != NULL;
+	if (ragged || n == 1) { /* per-head lengths: one token at a time */
+		for (uint32_t i = 0; i < n; i++) {
+			int r = tl_forward(m, s, kv, tokens[i], qcap);
+			if (r < 0)
+				return r;
+		}
+		return 0;
 	}
+	if (!n)
+		return 0;
+	if (kv->n_layers != c->n_layers || kv->head_dim != c->head_dim ||
+	    (kv->h_store != c->n_heads && kv->h_store != c->n_kv_heads))
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (tokens[i] >= c->vocab_size)
+			return -EINVAL;
+	if (n > kv->cap - kv->len || kv->next_pos > INT32_MAX - n)
+		return -ENOSPC;
+	p.x = malloc(sizeof(float) * B * dim);
+	p.xb = malloc(sizeof(float) * B * (qd > dim ? qd : dim));
+	p.xb2 = malloc(sizeof(float) * B * dim);
+	p.q = malloc(sizeof(float) * B * qd);
+	p.k = malloc(sizeof(float) * B * kvd);
+	p.v = malloc(sizeof(float) * B * kvd);
+	p.h1 = malloc(sizeof(float) * B * c->hidden_dim);
+	p.h2 = malloc(sizeof(float) * B * c->hidden_dim);
+	p.sc = malloc(sizeof(float) * B * ((size_t)kv->len + n));
+	if (!p.x || !p.xb || !p.xb2 || !p.q || !p.k || !p.v || !p.h1 || !p.h2 || !p.sc) {
+		pf_free(&p);
+		return -ENOMEM;
+	}
+	uint32_t b = 0;
+	for (uint32_t i0 = 0; i0 < n; i0 += b) {
+		b = n - i0 < B ? n - i0 : B;
+		for (uint32_t j = 0; j < b; j++)
+			memcpy(p.x + (size_t)j * dim, m->tok_embd + (size_t)tokens[i0 + j] * dim,
+			       dim * sizeof(float));
+		for (uint32_t l = 0; l < c->n_layers; l++)
+			pf_layer(m, &p, kv, l, b, qcap);
+		kv->len += b;
+		kv->next_pos += b;
+	}
+	rmsnorm(s->x, p.x + (size_t)(b - 1) * dim, m->out_norm, dim, c->norm_eps);
+	matvec(s->logits, s->x, m->output, dim, c->vocab_size);
+	pf_free(&p);
 	return 0;
 }
 

@@ -59,6 +59,8 @@ struct tl_model {
 	const float *out_norm; /* [dim]        */
 	const float *output;   /* [vocab][dim] */
 	struct tl_layer_w *layers;
+	float **owned; /* dequantized copies of the tensors that are not F32 */
+	uint32_t n_owned;
 };
 
 /* Limits on shapes the loader accepts. */

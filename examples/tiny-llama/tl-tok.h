@@ -1,11 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tl-tok.h - SentencePiece-BPE tokenizer built from a GGUF vocabulary
- * (tokenizer.ggml.tokens, .scores, .token_type), as llama2.c encodes:
- * a leading '▁' (U+2581) is prepended, spaces become '▁', text is split into
- * UTF-8 code points, unknown ones fall back to <0xNN> byte tokens, then the
- * adjacent pair whose merge is in the vocabulary with the highest score is
- * merged until none is left.
+ * tl-tok.h - the two tokenizers a GGUF Llama ships (tokenizer.ggml.model):
+ *
+ * "llama": SentencePiece-BPE from tokenizer.ggml.{tokens,scores,token_type},
+ * as llama2.c encodes: a leading '▁' (U+2581) is prepended, spaces become
+ * '▁', text is split into UTF-8 code points, unknown ones fall back to
+ * <0xNN> byte tokens, then the adjacent pair whose merge is in the
+ * vocabulary with the highest score is merged until none is left.
+ *
+ * "gpt2": byte-level BPE from tokenizer.ggml.{tokens,merges,token_type}, as
+ * Hugging Face tokenizers encodes SmolLM2 (tokenizer.ggml.pre "smollm"):
+ * control tokens written in the text (<|im_start|>) are matched first and
+ * become their ids; the rest is split into every digit on its own (\p{N})
+ * and the GPT-2 pre-tokenizer's pieces ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+|
+ * ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+, Unicode classes from ICU),
+ * each piece's bytes are mapped to GPT-2's printable byte characters, and
+ * the adjacent pair with the earliest merge rule is merged until none is
+ * left. No BOS is added (tokenizer.ggml.add_bos_token false): a chat
+ * prompt starts with its own <|im_start|>.
  */
 #ifndef TL_TOK_H
 #define TL_TOK_H
@@ -27,7 +39,18 @@ enum tl_tok_type {
 	TL_TOK_BYTE = 6,
 };
 
+enum tl_tok_kind { TL_TOK_SPM, TL_TOK_BPE };
+
+/* One merge rule of a byte-level BPE: the pair (a, b) becomes id, rank first. */
+struct tl_tok_merge {
+	uint64_t pair; /* a << 32 | b */
+	uint32_t rank;
+	uint32_t id;
+};
+
 struct tl_tok {
+	enum tl_tok_kind kind;
+	int add_bos; /* tokenizer.ggml.add_bos_token, else 1 for SPM and 0 for BPE */
 	uint32_t n_vocab;
 	char **pieces; /* NUL-terminated copies */
 	uint32_t *piece_len;
@@ -37,6 +60,14 @@ struct tl_tok {
 	int32_t byte_tok[256]; /* <0xNN> token of each byte, -1 if none */
 	uint32_t bos, eos, unk;
 	uint32_t max_piece_len;
+	/* BPE only */
+	struct tl_tok_merge *merges; /* sorted by pair */
+	uint32_t n_merges;
+	int32_t byte_id[256]; /* the token of each byte's printable character, or -1 */
+	char **raw;	      /* each token's bytes (the printable characters undone) */
+	uint32_t *raw_len;
+	uint32_t *special; /* control tokens matched in the text, longest first */
+	uint32_t n_special;
 };
 
 /* 0, -EBADMSG (missing/inconsistent vocabulary, with reason), -ENOMEM. */
@@ -48,6 +79,7 @@ int32_t tl_tok_lookup(const struct tl_tok *t, const char *s, size_t n);
 
 /*
  * Encode text. Writes at most max tokens to out; *ret_n gets the count.
+ * add_bos: prepend BOS (callers pass t->add_bos for the model's own rule).
  * -ENOSPC when out is too small, -ENOMEM.
  */
 int tl_tok_encode(const struct tl_tok *t, const char *text, int add_bos, uint32_t *out, size_t max,
@@ -55,8 +87,9 @@ int tl_tok_encode(const struct tl_tok *t, const char *text, int add_bos, uint32_
 
 /*
  * The text of token `tok` following token `prev`, into buf (NUL-terminated).
- * Control tokens give ""; a byte token gives its byte; '▁' becomes ' ', and
- * the leading space of the first piece after BOS is dropped. Returns length.
+ * Control tokens give ""; SPM: a byte token gives its byte, '▁' becomes ' ',
+ * and the leading space of the first piece after BOS is dropped; BPE: the
+ * token's bytes (a character may span tokens). Returns length.
  */
 size_t tl_tok_decode(const struct tl_tok *t, uint32_t prev, uint32_t tok, char *buf, size_t cap);
 

@@ -21,6 +21,7 @@
 #include "tl-compact.h"
 #include "tl-gguf.h"
 #include "tl-model.h"
+#include "tl-quant.h"
 #include "tl-tok.h"
 #include "tests/test-skip.h"
 
@@ -305,6 +306,181 @@ static void test_gguf_corrupt_model(void)
 	CU_ASSERT(tl_model_load("/nonexistent/x.gguf", &m, &err) == -ENOENT);
 }
 
+/* ---- quantized tensors ---- */
+
+/*
+ * ggml's blocks decoded by hand: Q4_1 d = 0.5, m = -1 with nibbles j and
+ * 15 - j; Q8_0 d = 0.25 with -128..127 spread; F16 with a subnormal, a
+ * negative, an infinity. In a GGUF, sizes come from the block layout, and a
+ * row that is not whole blocks or runs past the data is refused.
+ */
+static void test_quant_blocks(void)
+{
+	uint8_t q41[20], q80[34];
+	float out[32];
+	uint16_t h_half = 0x3800, h_mone = 0xbc00, h_quarter = 0x3400;
+
+	memcpy(q41, &h_half, 2);
+	memcpy(q41 + 2, &h_mone, 2);
+	for (int j = 0; j < 16; j++)
+		q41[4 + j] = (uint8_t)(j | (15 - j) << 4);
+	CU_ASSERT_FATAL(tl_dequant(TL_GGML_Q4_1, q41, 32, out) == 0);
+	for (int j = 0; j < 16; j++) {
+		CU_ASSERT(out[j] == 0.5f * j - 1.0f);
+		CU_ASSERT(out[16 + j] == 0.5f * (15 - j) - 1.0f);
+	}
+	memcpy(q80, &h_quarter, 2);
+	for (int j = 0; j < 32; j++)
+		q80[2 + j] = (uint8_t)(int8_t)(j * 8 - 128);
+	CU_ASSERT_FATAL(tl_dequant(TL_GGML_Q8_0, q80, 32, out) == 0);
+	for (int j = 0; j < 32; j++)
+		CU_ASSERT(out[j] == 0.25f * (float)(j * 8 - 128));
+	uint16_t f16[4] = {0x0001, 0xc500, 0x7c00, 0x3c00};
+	CU_ASSERT_FATAL(tl_dequant(TL_GGML_F16, f16, 4, out) == 0);
+	CU_ASSERT(out[0] == 0x1p-24f && out[1] == -5.0f && isinf(out[2]) && out[3] == 1.0f);
+	CU_ASSERT(tl_dequant(TL_GGML_Q4_1, q41, 31, out) == -EINVAL);
+	CU_ASSERT(tl_dequant(99, q41, 32, out) == -EINVAL);
+
+	/* a GGUF holding both blocks: Q4_1 [32] at 0, Q8_0 [32] at 32 */
+	struct wbuf b = {0};
+	struct tl_gguf *g = NULL;
+	struct tl_err err = {{0}};
+	w_u32(&b, TL_GGUF_MAGIC), w_u32(&b, 3), w_u64(&b, 2), w_u64(&b, 0);
+	w_str(&b, "q41"), w_u32(&b, 1), w_u64(&b, 32), w_u32(&b, TL_GGML_Q4_1), w_u64(&b, 0);
+	w_str(&b, "q80"), w_u32(&b, 1), w_u64(&b, 32), w_u32(&b, TL_GGML_Q8_0);
+	size_t off80 = b.n;
+	w_u64(&b, 32);
+	while (b.n % 32)
+		w_bytes(&b, "\0", 1);
+	w_bytes(&b, q41, 20), w_bytes(&b, "\0\0\0\0\0\0\0\0\0\0\0\0", 12), w_bytes(&b, q80, 34);
+	CU_ASSERT_FATAL(tl_gguf_open_mem(b.p, b.n, &g, &err) == 0);
+	const struct tl_gguf_tensor *t = tl_gguf_find_tensor(g, "q41");
+	CU_ASSERT(t && t->data && t->nbytes == 20);
+	t = tl_gguf_find_tensor(g, "q80");
+	CU_ASSERT_FATAL(t && t->data && t->nbytes == 34);
+	CU_ASSERT(tl_dequant(t->type, t->data, t->n_elems, out) == 0 && out[31] == 0.25f * 120);
+	tl_gguf_free(g);
+	/* one byte short of the Q8_0 block */
+	CU_ASSERT(tl_gguf_open_mem(b.p, b.n - 1, &g, &err) == -EBADMSG);
+	/* a Q8_0 row of 20 elements is not whole blocks */
+	uint64_t twenty = 20;
+	memcpy(b.p + off80 - 4 - 8, &twenty, 8);
+	CU_ASSERT(tl_gguf_open_mem(b.p, b.n, &g, &err) == -EBADMSG);
+	CU_ASSERT(strstr(err.msg, "whole blocks") != NULL);
+	free(b.p);
+}
+
+/* ---- byte-level BPE on a synthetic vocabulary ---- */
+
+/*
+ * A gpt2 tokenizer of 20 tokens: control <|endoftext|> <|im_start|>
+ * <|im_end|>, the byte characters of a b c 1 2 ' s space (Ġ) and newline
+ * (Ċ), and merges ranked "Ġ Ġ", "a b", "Ġ 1", "ab c", "Ġ a", "Ġ ab".
+ */
+static struct tl_tok *bpe_vocab(struct tl_gguf **ret_g)
+{
+	static const char *const toks[] = {"<|endoftext|>",
+					   "<|im_start|>",
+					   "<|im_end|>",
+					   "a",
+					   "b",
+					   "c",
+					   "1",
+					   "2",
+					   "'",
+					   "s",
+					   "\xc4\xa0",
+					   "\xc4\x8a",
+					   "\xc4\xa0\xc4\xa0",
+					   "ab",
+					   "\xc4\xa0"
+					   "1",
+					   "abc",
+					   "\xc4\xa0"
+					   "a",
+					   "\xc4\xa0"
+					   "ab",
+					   "!",
+					   "x"};
+	static const char *const merges[] = {
+	    "\xc4\xa0 \xc4\xa0", "a b", "\xc4\xa0 1", "ab c", "\xc4\xa0 a", "\xc4\xa0 ab"};
+	const uint32_t n = sizeof(toks) / sizeof(toks[0]), nm = sizeof(merges) / sizeof(merges[0]);
+	struct wbuf b = {0};
+	struct tl_err err = {{0}};
+	struct tl_tok *t = NULL;
+
+	w_u32(&b, TL_GGUF_MAGIC), w_u32(&b, 3), w_u64(&b, 0), w_u64(&b, 4);
+	w_key(&b, "tokenizer.ggml.model", TL_GGUF_STRING), w_str(&b, "gpt2");
+	w_key(&b, "tokenizer.ggml.tokens", TL_GGUF_ARRAY), w_u32(&b, TL_GGUF_STRING), w_u64(&b, n);
+	for (uint32_t i = 0; i < n; i++)
+		w_str(&b, toks[i]);
+	w_key(&b, "tokenizer.ggml.token_type", TL_GGUF_ARRAY), w_u32(&b, TL_GGUF_INT32);
+	w_u64(&b, n);
+	for (uint32_t i = 0; i < n; i++)
+		w_u32(&b, i < 3 ? TL_TOK_CONTROL : TL_TOK_NORMAL);
+	w_key(&b, "tokenizer.ggml.merges", TL_GGUF_ARRAY), w_u32(&b, TL_GGUF_STRING), w_u64(&b, nm);
+	for (uint32_t i = 0; i < nm; i++)
+		w_str(&b, merges[i]);
+	while (b.n % 32) /* an empty data section starts at the alignment */
+		w_bytes(&b, "\0", 1);
+	CU_ASSERT_FATAL(tl_gguf_open_mem(b.p, b.n, ret_g, &err) == 0);
+	free(b.p);
+	CU_ASSERT_FATAL(tl_tok_load(*ret_g, &t, &err) == 0);
+	return t;
+}
+
+/* Encode text and compare with the expected ids (n of them). */
+static int bpe_is(const struct tl_tok *t, const char *text, const uint32_t *want, size_t n)
+{
+	uint32_t got[64];
+	size_t ng = 0;
+	if (tl_tok_encode(t, text, 0, got, 64, &ng) < 0 || ng != n)
+		return 0;
+	return !memcmp(got, want, n * sizeof(*want));
+}
+
+static void test_bpe_synthetic(void)
+{
+	struct tl_gguf *g;
+	struct tl_tok *t = bpe_vocab(&g);
+	enum { A = 3, B, C, ONE, TWO, APOS, S, SP, NL, SPSP, AB, SP1, ABC, SPA, SPAB, BANG };
+
+	CU_ASSERT(t->kind == TL_TOK_BPE && t->add_bos == 0 && t->n_merges == 6);
+	/* merges by rank: a b, then ab c */
+	CU_ASSERT(bpe_is(t, "abc", (uint32_t[]){ABC}, 1));
+	/* a word takes its space: Ġ a b -> a b first (rank 1), then Ġ ab (rank 5) */
+	CU_ASSERT(bpe_is(t, "ab ab", (uint32_t[]){AB, SPAB}, 2));
+	/* every digit alone, its space apart, though "Ġ 1" is a merge */
+	CU_ASSERT(bpe_is(t, "a 12", (uint32_t[]){A, SP, ONE, TWO}, 4));
+	/* a run of spaces leaves its last to the word after it, though "Ġ Ġ" ranks first */
+	CU_ASSERT(bpe_is(t, "  a", (uint32_t[]){SP, SPA}, 2));
+	/* ... and keeps them all at the end, or before a digit (the digit split ends the piece) */
+	CU_ASSERT(bpe_is(t, "a  ", (uint32_t[]){A, SPSP}, 2));
+	CU_ASSERT(bpe_is(t, "  1", (uint32_t[]){SPSP, ONE}, 2));
+	/* a newline is whitespace of its own; 's is a piece */
+	CU_ASSERT(bpe_is(t, "a\nb's", (uint32_t[]){A, NL, B, APOS, S}, 5));
+	/* punctuation takes its space; control tokens in the text are their ids */
+	CU_ASSERT(bpe_is(t, "<|im_start|>ab !<|im_end|>", (uint32_t[]){1, AB, SP, BANG, 2}, 5));
+	/* half a control token is text: the letters with tokens, s and a */
+	CU_ASSERT(bpe_is(t, "<|im_start", (uint32_t[]){S, A}, 2));
+	/* a byte without a token (a control character, a piece of its own) is dropped */
+	CU_ASSERT(bpe_is(t,
+			 "a\x01"
+			 "b",
+			 (uint32_t[]){A, B}, 2));
+	CU_ASSERT(bpe_is(t, "\x01", (uint32_t[]){0}, 0));
+	CU_ASSERT(bpe_is(t, "", (uint32_t[]){}, 0));
+	uint32_t out[4];
+	size_t n;
+	CU_ASSERT(tl_tok_encode(t, "abab ab", 0, out, 2, &n) == -ENOSPC);
+	char buf[16];
+	CU_ASSERT(tl_tok_decode(t, A, SPAB, buf, sizeof(buf)) == 3 && !strcmp(buf, " ab"));
+	CU_ASSERT(tl_tok_decode(t, A, NL, buf, sizeof(buf)) == 1 && !strcmp(buf, "\n"));
+	CU_ASSERT(tl_tok_decode(t, A, 2, buf, sizeof(buf)) == 0 && !strcmp(buf, ""));
+	tl_tok_free(t);
+	tl_gguf_free(g);
+}
+
 /* ---- model ---- */
 
 static void test_model_shape(void)
@@ -408,12 +584,70 @@ static void test_cache_full_and_grow(void)
 	CU_ASSERT(tl_prefill(model, s, a, toks + 3, 7, NULL) == 0);
 	float la[512];
 	memcpy(la, tl_state_logits(s), sizeof(la));
-	CU_ASSERT(tl_prefill(model, s, b, toks, 10, NULL) == 0);
+	/* the same blocks into a cache that never grew: the grow changed nothing */
+	CU_ASSERT(tl_prefill(model, s, b, toks, 3, NULL) == 0);
+	CU_ASSERT(tl_prefill(model, s, b, toks + 3, 7, NULL) == 0);
 	CU_ASSERT(memcmp(la, tl_state_logits(s), sizeof(la)) == 0);
 	CU_ASSERT(a->layers[2].pos[3 * a->layers[2].pos_stride + 9] == 9);
 	tl_kv_free(a);
 	tl_kv_free(b);
 	tl_state_free(s);
+}
+
+/*
+ * The blocked prefill (matrix products over blocks of 64 tokens, causal
+ * [block][slots] scores) against one tl_forward per token: the same K/V,
+ * positions, captured queries and logits within float rounding, across a
+ * block boundary, and the same first greedy token.
+ */
+static void test_prefill_blocked_equals_forward(void)
+{
+	NEED_MODEL();
+	const struct tl_config *c = &model->cfg;
+	enum { N = 150 };
+	uint32_t toks[N];
+	struct tl_state *s1, *s2;
+	struct tl_kv *a, *b;
+	const size_t qn = (size_t)c->n_layers * c->n_heads * 80 * c->head_dim;
+	float *qa = calloc(qn, sizeof(float)), *qb = calloc(qn, sizeof(float));
+	struct tl_qcap ca = {.q = qa, .first = N - 80, .n = 80},
+		       cb = {.q = qb, .first = N - 80, .n = 80};
+
+	CU_ASSERT_FATAL(qa && qb);
+	toks[0] = model->tok->bos;
+	for (uint32_t i = 1; i < N; i++)
+		toks[i] = 3 + (i * 37) % (c->vocab_size - 3);
+	CU_ASSERT_FATAL(tl_state_new(model, &s1) == 0 && tl_state_new(model, &s2) == 0);
+	CU_ASSERT_FATAL(tl_kv_new(c, c->n_kv_heads, N + 1, &a) == 0);
+	CU_ASSERT_FATAL(tl_kv_new(c, c->n_kv_heads, N + 1, &b) == 0);
+	CU_ASSERT_FATAL(tl_prefill(model, s1, a, toks, N, &ca) == 0);
+	for (uint32_t i = 0; i < N; i++)
+		CU_ASSERT_FATAL(tl_forward(model, s2, b, toks[i], &cb) == 0);
+	CU_ASSERT(a->len == N && a->next_pos == N && b->len == N);
+	float dk = 0, dq = 0, dl = 0;
+	for (uint32_t l = 0; l < c->n_layers; l++)
+		for (size_t i = 0; i < (size_t)c->n_kv_heads * (N + 1) * c->head_dim; i++) {
+			dk = fmaxf(dk, fabsf(a->layers[l].k[i] - b->layers[l].k[i]));
+			dk = fmaxf(dk, fabsf(a->layers[l].v[i] - b->layers[l].v[i]));
+		}
+	for (uint32_t l = 0; l < c->n_layers; l++)
+		CU_ASSERT(!memcmp(a->layers[l].pos, b->layers[l].pos,
+				  sizeof(int32_t) * c->n_kv_heads * (N + 1)));
+	for (size_t i = 0; i < qn; i++)
+		dq = fmaxf(dq, fabsf(qa[i] - qb[i]));
+	for (uint32_t v = 0; v < c->vocab_size; v++)
+		dl = fmaxf(dl, fabsf(tl_state_logits(s1)[v] - tl_state_logits(s2)[v]));
+	CU_ASSERT(dk < 1e-4f && dq < 1e-4f && dl < 1e-3f);
+	CU_ASSERT(tl_argmax(tl_state_logits(s1), c->vocab_size) ==
+		  tl_argmax(tl_state_logits(s2), c->vocab_size));
+	/* too long for the cache: nothing changes */
+	CU_ASSERT(tl_prefill(model, s1, a, toks, 2, NULL) == -ENOSPC && a->len == N);
+	tl_kv_free(a);
+	tl_kv_free(b);
+	tl_state_free(s1);
+	tl_state_free(s2);
+	free(qa);
+	free(qb);
 }
 
 /* ---- compacted decode ---- */
@@ -995,10 +1229,13 @@ int main(void)
 	    {"gguf_all_types", test_gguf_all_types, false},
 	    {"gguf_corrupt_synthetic", test_gguf_corrupt_synthetic, false},
 	    {"gguf_corrupt_model", test_gguf_corrupt_model, true},
+	    {"quant_blocks", test_quant_blocks, false},
+	    {"bpe_synthetic", test_bpe_synthetic, false},
 	    {"model_shape", test_model_shape, true},
 	    {"greedy_known_text", test_greedy_known_text, true},
 	    {"tokenizer", test_tokenizer, true},
 	    {"cache_full_and_grow", test_cache_full_and_grow, true},
+	    {"prefill_blocked_equals_forward", test_prefill_blocked_equals_forward, true},
 	    {"bypass_identical", test_bypass_identical, true},
 	    {"compacted_positions_reference", test_compacted_positions_reference, true},
 	    {"nhd_view_identical", test_nhd_view_identical, true},

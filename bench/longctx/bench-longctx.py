@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""bench-longctx: passkey retrieval on SmolLM2-135M-Instruct through snapkvd.
+
+For each length and seed, a prompt from make-prompt.py (a 5-digit key at a
+seeded depth of varied licence text, asked at the end); for each observation
+window, tiny-llama prefills it with full attention, compacts it through a
+private snapkvd (snapkv, uniform, expand, C = each of --keeps % of the prompt) and
+decodes greedily from the compact cache and, in lockstep, from the full one
+(--compare). A run is correct when the answer holds the key. Reported per
+length and window: full-cache and compact accuracy, and the compaction's
+time (COMPACT's round trip) against the prefill's, the TTFT overhead.
+
+Each prompt is prefilled once: tiny-llama compacts it with the first
+window and budget (-W, -C; --compare decodes the full cache beside it), then
+once more per further window and budget from the same prefill
+(--also-window W/N%).
+"""
+import argparse
+import os
+import re
+import signal
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def est_seconds(L, nw):
+    # one prompt on 2 loaded cores (December 2026): model load and two lanes
+    # of 12 decode steps ~5 s, ~3 s per further window, prefill ~9 ms/token
+    # at 1K, growing with L
+    return 5 + 3 * (nw - 1) + L * 0.009 * (1 + L / 4096)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--lengths", default="1024,2048")
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--windows", default="8,question,64")
+    ap.add_argument("--keeps", default="10,20", help="percents of the prompt kept per head")
+    ap.add_argument("--steps", type=int, default=12)
+    a = ap.parse_args()
+    lengths = [int(x) for x in a.lengths.split(",")]
+    windows = a.windows.split(",")
+    keeps = [int(x) for x in a.keeps.split(",")]
+    variants = [(w, k) for k in keeps for w in windows]
+    engine = os.path.join(a.build, "tiny-llama")
+    daemon = os.path.join(a.build, "snapkvd")
+    runs = [(L, s) for L in lengths for s in range(1, a.prompts + 1)]
+    est = sum(est_seconds(L, len(variants)) for L, _ in runs)
+    print("bench-longctx: %d prompts (%s tokens x %d), each prefilled once and compacted "
+          "with W %s at C = %s %% of L; estimated %.0f s on 2 loaded cores" %
+          (len(runs), a.lengths, a.prompts, a.windows, a.keeps, est), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench-longctx: terminated"))
+    tmp = tempfile.mkdtemp(prefix="bench-longctx.")
+    sock = os.path.join(tmp, "snapkvd.sock")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    d = subprocess.Popen([daemon, "--socket", sock, "--threads", "1", "--log-level", "warning"],
+                         stderr=open(os.path.join(tmp, "daemon.log"), "w"))
+    try:
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        else:
+            sys.exit("bench-longctx: snapkvd did not start")
+        res = {}
+        t_start = time.time()
+        for L, seed in runs:
+            pdir = os.path.join(tmp, "p%d-%d" % (L, seed))
+            subprocess.run([sys.executable, os.path.join(HERE, "make-prompt.py"), "--seed",
+                            str(L * 1000 + seed), "--tokens", str(L), "--out", pdir,
+                            "--engine", engine, "--model", a.model],
+                           check=True)
+            key = open(os.path.join(pdir, "key.txt")).read().strip()
+            q = open(os.path.join(pdir, "question.txt")).read().strip()
+            cmd = [engine, "-m", a.model, "--socket", sock, "-f", os.path.join(pdir, "doc.txt"),
+                   "--question", q, "-n", str(a.steps), "--policy", "snapkv", "-C",
+                   "%d%%" % variants[0][1], "-W", variants[0][0], "--compare", "--reserve", "16"]
+            if len(variants) > 1:
+                cmd += ["--also-window", ",".join("%s/%d%%" % v for v in variants[1:])]
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if p.returncode != 0:
+                sys.exit("bench-longctx: %s failed:\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
+            out = p.stdout.splitlines()
+            full = out[out.index("--- full cache:") + 1] if "--- full cache:" in out else ""
+            m = re.search(r"timing: prefill (\d+) tokens ([\d.]+) ms, compaction ([\d.]+) ms "
+                          r"\(C (\d+), W (\d+)\)", p.stderr)
+            if not m:
+                sys.exit("bench-longctx: no timing line:\n" + p.stderr)
+            Lt, pre = int(m.group(1)), float(m.group(2))
+            got = [(variants[0], int(m.group(5)), int(m.group(4)), float(m.group(3)),
+                    out[0] if out else "")]
+            also = [re.match(r"--- window (\d+) \(C (\d+), compaction ([\d.]+) ms\): (.*)", l)
+                    for l in out if l.startswith("--- window ")]
+            for v, mm in zip(variants[1:], also):
+                got.append((v, int(mm.group(1)), int(mm.group(2)), float(mm.group(3)),
+                            mm.group(4)))
+            if len(got) != len(variants):
+                sys.exit("bench-longctx: %d of %d compactions reported:\n%s" %
+                         (len(got), len(variants), p.stdout))
+            for (w, k), wv, C, cms, text in got:
+                r = res.setdefault((L, k, w), {"full": 0, "compact": 0, "n": 0, "pre": [],
+                                            "cmp": [], "L": [], "C": [], "W": []})
+                r["n"] += 1
+                r["full"] += key in full
+                r["compact"] += key in text
+                r["L"].append(Lt)
+                r["pre"].append(pre)
+                r["cmp"].append(cms)
+                r["C"].append(C)
+                r["W"].append(wv)
+                print("  L %d seed %d C %d %% W %s (%d): key %s | full: %s | compact: %s | "
+                      "prefill %.0f ms, compaction %.1f ms" %
+                      (Lt, seed, k, w, wv, key, full.strip()[:24], text.strip()[:24], pre, cms),
+                      flush=True)
+        print("\nbench-longctx: %.0f s (estimated %.0f s)\n" % (time.time() - t_start, est))
+        print("| L (tokens) | kept | W | C (per head) | prompts | full cache | snapkv | "
+              "prefill ms | compaction ms | compaction / prefill |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for (L, k, w), r in sorted(res.items(), key=lambda x: (x[0][0], x[0][1])):
+            pre, cmpt = statistics.median(r["pre"]), statistics.median(r["cmp"])
+            wv = "question (%d-%d)" % (min(r["W"]), max(r["W"])) if w == "question" else w
+            print("| %d-%d | %d %% | %s | %d-%d | %d | %d/%d | %d/%d | %.0f | %.1f | %.2f %% |" % (
+                min(r["L"]), max(r["L"]), k, wv, min(r["C"]), max(r["C"]), r["n"], r["full"],
+                r["n"], r["compact"], r["n"], pre, cmpt, 100 * cmpt / pre))
+    finally:
+        d.terminate()
+        d.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
