@@ -85,13 +85,13 @@ need_built "$llama"
 SHARED=$tmp/none "$llama" >"$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 77 ] && grep -q '^SKIP(model): model_shape: ' "$tmp/out" &&
-	grep -Eq '^ +tests +12 +3 +3 +0 +9$' "$tmp/out" &&
-	ok "exit 77, 9 tests inactive (not passed) in CUnit's summary, each SKIP(model)" ||
+	grep -Eq '^ +tests +15 +5 +5 +0 +10$' "$tmp/out" &&
+	ok "exit 77, 10 tests inactive (not passed) in CUnit's summary, each SKIP(model)" ||
 	not_ok "test-llama without the model: exit $rc $(grep -E 'tests |SKIP' "$tmp/out" | head -3)"
 SNAPKV_REQUIRE=model SHARED=$tmp/none "$llama" >"$tmp/out" 2>&1
 rc=$?
-[ $rc -eq 1 ] && grep -Eq '^ +tests +21 +12 +3 +9 +9$' "$tmp/out" &&
-	ok "SNAPKV_REQUIRE=model: exit 1, 9 failed 'required' tests" ||
+[ $rc -eq 1 ] && grep -Eq '^ +tests +25 +15 +5 +10 +10$' "$tmp/out" &&
+	ok "SNAPKV_REQUIRE=model: exit 1, 10 failed 'required' tests" ||
 	not_ok "test-llama, model required: exit $rc $(grep -E 'tests ' "$tmp/out")"
 
 echo "test-skips: $pass passed, $fail failed"
