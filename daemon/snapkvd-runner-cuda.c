@@ -142,6 +142,11 @@ static int event_poll(struct cuda_runner *c, struct skv_cuda_event *ev, const st
 		snprintf(kerr->msg, sizeof(kerr->msg), "prefill_wait: the daemon is stopping");
 		return -ECANCELED;
 	}
+	if (snapkvd_job_cancelled(j)) { /* nothing is on the stream yet */
+		snprintf(kerr->msg, sizeof(kerr->msg), "prefill_wait: %s (nothing was run)",
+			 snapkvd_job_cancel_reason(j));
+		return -ECANCELED;
+	}
 	return -EAGAIN;
 }
 
@@ -356,6 +361,10 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 		r = upload_block_table(x, j, kerr);
 	if (r == 0 && j->wait_flag)
 		r = wait_flag(x, j, kerr);
+	/* from here the stream may write the output; the job completes only
+	 * after ctx_sync, so nothing of it lands after its completion */
+	if (r == 0)
+		snapkvd_job_mark_writing(j);
 	if (r == 0 && budget)
 		r = ops_of(c)->compact_budget(x->gctx, &j->shape, &j->params, j->layers, j->in,
 					      j->out, &res, kerr);
