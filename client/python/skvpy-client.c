@@ -88,8 +88,12 @@ static int client_close_now(struct skvpy_client *cl)
 		skvpy_cache_drop(cl->caches);
 	while (cl->requests)
 		skvpy_request_drop(cl->requests);
-	skv_client_close(cl->c); /* frees every skv_buffer; our mappings stay */
-	cl->c = NULL;
+	struct skv_client *c = cl->c;
+
+	cl->c = NULL; /* other threads see it closed while the fence runs */
+	/* fences every write of the session first: may wait for the daemon */
+	Py_BEGIN_ALLOW_THREADS skv_client_close(c); /* frees every skv_buffer; our mappings stay */
+	Py_END_ALLOW_THREADS;
 	for (size_t i = 0; i < cl->n_regs; i++)
 		Py_XDECREF(cl->regs[i].mapping);
 	PyMem_Free(cl->regs);
