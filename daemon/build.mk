@@ -134,6 +134,8 @@ TEST_SCRIPTS += tests/integration/test-daemon-ledger.sh
 # the worker pool: the suites above again with 3 workers, engines at once
 TEST_SCRIPTS += tests/integration/test-daemon-workers.sh
 endif
+# log lines under a flood of connections: summarised per cause (issue 20)
+TEST_SCRIPTS += tests/integration/test-daemon-logflood.sh
 
 $(BUILD)/tests/integration/test-daemon-fuzz.o: | $(SKV_PB_H)
 OBJS += $(BUILD)/tests/integration/test-daemon-fuzz.o
