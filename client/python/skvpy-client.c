@@ -570,11 +570,17 @@ static PyMethodDef client_methods[] = {
      "        policy='snapkv', sinks=4, protect=(), decode_reserve=0, block_table=None,\n"
      "        out='arena', out_block_size=None, out_block_table=None, out_buffer=None,\n"
      "        layout='hnd', out_layout='hnd', prompt_len=None, evictable=False,\n"
-     "        fallback_below=None, group=None) -> Cache\n"
+     "        fallback_below=None, group=None, after=None) -> Cache\n"
      "q, k, v: lists, one tensor per layer, views of registered storage.\n"
      "budget: an int (uniform C, window included), a budget mode string ('heads:0.2',\n"
      "'mass:0.9:64:512:32', ...), or (C, mode) for modes that read C. capacity=C is the\n"
-     "deprecated name of C (DeprecationWarning); Cache.capacity is the slot count."},
+     "deprecated name of C (DeprecationWarning); Cache.capacity is the slot count.\n"
+     "after: the prefill to wait for (the daemon reads nothing before; --backend cuda):\n"
+     "a torch.cuda.Event(interprocess=True) recorded after it (or its 64-byte\n"
+     "ipc_handle()), or (tensor, offset, value): a u32 flag at byte offset of a\n"
+     "registered CUDA tensor, waited for until >= value; a last element timeout_ms\n"
+     "((event, ms), (tensor, offset, value, ms)) bounds the wait (snapkv.Error\n"
+     "ETIME past it; 0: the daemon's prefill_wait_max_ms)."},
     {"submit", (PyCFunction)(void (*)(void))client_submit, METH_VARARGS | METH_KEYWORDS,
      "submit(...) -> Request: compact() without waiting."},
     {"stats", (PyCFunction)client_stats, METH_NOARGS, "stats() -> dict of session counters"},
