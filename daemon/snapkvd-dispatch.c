@@ -456,7 +456,12 @@ static void do_cancel(struct snapkvd_session *s, uint64_t user_data)
 	if (!j || __atomic_load_n(&j->cancel_req, __ATOMIC_ACQUIRE))
 		return;
 	__atomic_store_n(&j->cancel_req, true, __ATOMIC_RELEASE);
-	if (snapkvd_compactor_cancel(s->srv->compactor, j) || !j->gm.group)
+	if (snapkvd_compactor_cancel(s->srv->compactor, j))
+		return;
+	/* in a prefill flag wait: the device's waiter releases it now */
+	if (j->wait_flag)
+		snapkvd_device_wait_poke(s->srv->device);
+	if (!j->gm.group)
 		return;
 	/* parked (or about to be): the arrival sees the flag; a parked one
 	 * fails its group here rather than at the next housekeeping tick */

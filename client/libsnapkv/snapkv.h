@@ -452,8 +452,10 @@ void skv_request_abandon(struct skv_request *r);
  * a compaction whose kernels were launched runs to its end), or a
  * decision-group member parked for its group fails the group (the other
  * members fail as when a member's session ends). A prefill wait in
- * progress is given up (an IPC event at once; a CUDA flag wait once the
- * flag is set or its timeout passes). timeout_ms bounds the wait as for
+ * progress is given up at once: an IPC event wait before anything runs
+ * (UNWRITTEN); a CUDA flag wait by the daemon setting the flag itself, as
+ * at its timeout, so the kernels queued behind it run on whatever the
+ * buffers hold (STOPPED). timeout_ms bounds the wait as for
  * skv_request_wait() (< 0: none); on -ETIMEDOUT the request is not freed
  * and the destination is still the daemon's: cancel again or wait. On any
  * other result the request is freed. Returns:
