@@ -259,9 +259,12 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 		snapkvd_log(s->admin && !why ? SNAPKVD_LOG_DEBUG : SNAPKVD_LOG_INFO, 0,
 			    "session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id,
 			    s->name, (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
-	/* Complete the armed recvmsg and doorbell read so their refs drop. */
+	/* Complete the armed recvmsg and doorbell read so their refs drop. With
+	 * jobs still in flight the engine's end stays open (no hang-up) until
+	 * the last of them is done and the session freed: a client that sees
+	 * its session end knows that nothing of it can be written any more. */
 	if (s->fd >= 0)
-		shutdown(s->fd, SHUT_RDWR);
+		shutdown(s->fd, s->jobs ? SHUT_RD : SHUT_RDWR);
 	if (s->ring)
 		(void)!eventfd_write(s->ring->sq_efd, 1);
 	while (s->caches) {
