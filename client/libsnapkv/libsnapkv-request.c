@@ -211,11 +211,13 @@ SKV_EXPORT int skv_request_cancel(struct skv_request *rq, int timeout_ms,
 	Snapkv__V1__Response *resp = NULL;
 	struct skv_cache *k = NULL;
 	struct skv_client *c;
+	uint64_t dl;
 	int r, res;
 
 	if (!rq)
 		return -EINVAL;
 	c = rq->c;
+	dl = timeout_ms < 0 ? 0 : skv_io_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	pthread_mutex_lock(&c->mu);
 	if (rq->sync) { /* went over the socket: complete when submitted */
 		resp = rq->sync_resp;
@@ -226,11 +228,11 @@ SKV_EXPORT int skv_request_cancel(struct skv_request *rq, int timeout_ms,
 		r = skv__fail(c, c->dead ? c->dead : -ENOTCONN, "the request's session is gone");
 		goto out;
 	} else {
-		r = cancel_slot(
-		    c, rq, timeout_ms < 0 ? 0 : skv_io_now_ns() + (uint64_t)timeout_ms * 1000000u);
-		if (r == -ETIMEDOUT) {
+		r = cancel_slot(c, rq, dl);
+		/* the session ended: its jobs are done once snapkvd hangs up */
+		if (r == -ETIMEDOUT || (r < 0 && c->dead && skv__wait_hangup(c, dl) < 0)) {
 			pthread_mutex_unlock(&c->mu);
-			return r;
+			return -ETIMEDOUT;
 		}
 		if (r < 0) {
 			skv__slot_give_up(c, rq->slot);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "proto/skv-frame.h"
@@ -272,12 +273,40 @@ int skv__send_cancel(struct skv_client *c, uint64_t ud, uint64_t dl)
 	return 0;
 }
 
+int skv__wait_hangup(struct skv_client *c, uint64_t dl)
+{
+	while (c->fd >= 0) {
+		struct pollfd p = {c->fd, POLLIN, 0};
+		int to = skv_io_poll_ms(dl), r;
+
+		if (to < 0 || to > 1000)
+			to = 1000;
+		pthread_mutex_unlock(&c->mu);
+		r = poll(&p, 1, to);
+		pthread_mutex_lock(&c->mu);
+		if (c->fd < 0 || (r > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL))))
+			return 0;
+		if (r > 0 && (p.revents & POLLIN)) { /* a notice after the error: read on */
+			char b[256];
+
+			if (recv(c->fd, b, sizeof(b), MSG_DONTWAIT) == 0)
+				return 0;
+		}
+		if (dl && skv_io_now_ns() >= dl)
+			return skv__fail(c, -ETIMEDOUT,
+					 "snapkvd did not finish the session's work in time");
+	}
+	return 0;
+}
+
 int skv__fence(struct skv_client *c, uint64_t dl)
 {
 	int r;
 
-	if (!c->ring || c->dead)
+	if (!c->ring)
 		return 0;
+	if (c->dead)
+		return skv__wait_hangup(c, dl);
 	r = skv__reap(c);
 	for (uint32_t i = 0; r >= 0 && i < c->n_slots; i++)
 		if (c->slots[i].state == SLOT_PENDING && (c->layout.features & SKV_RING_F_CANCEL))

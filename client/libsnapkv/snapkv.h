@@ -470,8 +470,9 @@ void skv_request_abandon(struct skv_request *r);
  *                         exists: *ret_cache when ret_cache is non-NULL,
  *                         else released here;
  * or -errno: -EINVAL (NULL), -ETIMEDOUT (see above), -ENOTCONN/-ECONNRESET
- * (the session is gone: snapkvd died, or was restarted, and wrote nothing
- * more), -EPROTO. A request that went over the socket (too large for a ring
+ * (the session ended: snapkvd closed it or died; returned only once snapkvd
+ * has hung up the socket, which it does after the session's last job has
+ * stopped, so nothing of it is written any more), -EPROTO. A request that went over the socket (too large for a ring
  * slot) was complete when submitted: COMPLETED, or STOPPED if it failed (a
  * socket reply does not say where it failed). With a daemon older than
  * SKV_RING_F_CANCEL, cancel waits for the completion instead (the same
