@@ -173,9 +173,10 @@ int skv__wait_slot(struct skv_client *c, uint32_t i, uint64_t dl);
 /* SKV_OP_CANCEL of the request with user_data ud, waiting for SQ room at
  * most until dl. 0 or -errno. Locked. */
 int skv__send_cancel(struct skv_client *c, uint64_t ud, uint64_t dl);
-/* The session is dead: wait until snapkvd has closed its end of the
- * socket (it does once the session's last job is done) or dl (0: none)
- * passes. 0 or -ETIMEDOUT. Locked; drops the lock while waiting. */
+/* The session is dead: end it on our side (SHUT_WR) and wait until
+ * snapkvd has closed its end of the socket (it does once the session's last
+ * job is done) or dl (0: none) passes. 0 or -ETIMEDOUT. Locked; drops the
+ * lock while waiting. */
 int skv__wait_hangup(struct skv_client *c, uint64_t dl);
 /* The fence of a session: every request in flight cancelled (SKV_OP_CANCEL,
  * when the daemon has it), then waited for until none is pending, by dl

@@ -275,6 +275,10 @@ int skv__send_cancel(struct skv_client *c, uint64_t ud, uint64_t dl)
 
 int skv__wait_hangup(struct skv_client *c, uint64_t dl)
 {
+	/* a session dead on our side only (a corrupt ring, a timeout) ends in
+	 * the daemon too: it sees the end of our stream */
+	if (c->fd >= 0)
+		shutdown(c->fd, SHUT_WR);
 	while (c->fd >= 0) {
 		struct pollfd p = {c->fd, POLLIN, 0};
 		int to = skv_io_poll_ms(dl), r;
