@@ -47,6 +47,16 @@ $(BUILD)/tests/test-daemon-paged: $(BUILD)/tests/integration/test-daemon-paged.o
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(BUILD)/tests/test-daemon-paged
+# Cancel and fence (issue 20): writeback destinations reused after a cancel
+# or a close are never written again.
+DAEMON_ITESTS += $(BUILD)/tests/test-daemon-cancel
+$(BUILD)/tests/integration/test-daemon-cancel.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-daemon-cancel.o
+$(BUILD)/tests/test-daemon-cancel: $(BUILD)/tests/integration/test-daemon-cancel.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
+		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-daemon-cancel
 # Budget modes through snapkvd vs libskv's skv_compact_budget here.
 DAEMON_ITESTS += $(BUILD)/tests/test-daemon-budget
 $(BUILD)/tests/integration/test-daemon-budget.o: | $(SKV_PB_H)
@@ -133,6 +143,8 @@ TEST_SCRIPTS += tests/integration/test-daemon-ledger.sh
 # the worker pool: the suites above again with 3 workers, engines at once
 TEST_SCRIPTS += tests/integration/test-daemon-workers.sh
 endif
+# log lines under a flood of connections: summarised per cause (issue 20)
+TEST_SCRIPTS += tests/integration/test-daemon-logflood.sh
 
 $(BUILD)/tests/integration/test-daemon-fuzz.o: | $(SKV_PB_H)
 OBJS += $(BUILD)/tests/integration/test-daemon-fuzz.o

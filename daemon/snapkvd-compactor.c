@@ -84,9 +84,10 @@ static void run_job(struct snapkvd_worker *w, struct snapkvd_job *j)
 {
 	struct skv_error kerr = {{0}, -1, -1};
 
-	if (snapkvd_job_cancelled(j)) { /* its session ended while it waited */
+	if (snapkvd_job_cancelled(j)) { /* its session ended, or cancelled, while it waited */
 		j->status = -ECANCELED;
-		snprintf(j->err, sizeof(j->err), "the session ended before the job ran");
+		snprintf(j->err, sizeof(j->err), "%s before the job ran",
+			 snapkvd_job_cancel_reason(j));
 		return;
 	}
 	if (j->kind == SNAPKVD_JOB_COMPACT) {
@@ -281,6 +282,30 @@ void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j
 	c->queued++;
 	pthread_cond_signal(&c->cond);
 	pthread_mutex_unlock(&c->mu);
+}
+
+bool snapkvd_compactor_cancel(struct snapkvd_compactor *c, struct snapkvd_job *j)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&c->mu);
+	for (struct snapkvd_job **pp = &c->queue; *pp; pp = &(*pp)->next) {
+		if (*pp != j)
+			continue;
+		*pp = j->next;
+		if (c->queue_tail == &j->next)
+			c->queue_tail = pp;
+		c->queued--;
+		found = true;
+		break;
+	}
+	if (found) {
+		j->status = -ECANCELED;
+		snprintf(j->err, sizeof(j->err), "cancelled before it ran; nothing was written");
+		put_done(c, j);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return found;
 }
 
 void snapkvd_compactor_set_groups(struct snapkvd_compactor *c, struct snapkvd_groups *g)

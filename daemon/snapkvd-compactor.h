@@ -10,6 +10,8 @@
 #ifndef SNAPKVD_COMPACTOR_H
 #define SNAPKVD_COMPACTOR_H
 
+#include <stdbool.h>
+
 #include "skv.h"
 #include "snapkvd-forward.h"
 
@@ -23,6 +25,10 @@ int snapkvd_compactor_new(struct snapkvd_runner *r, unsigned threads, unsigned w
 /* Stops the workers once every queued job has run (the drain). */
 void snapkvd_compactor_free(struct snapkvd_compactor *c);
 void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j);
+/* j is still queued (no worker took it): taken off the queue and done,
+ * -ECANCELED, true. False when a worker has it, or had it (its cancel flag
+ * stops it at its next safe point), or it is parked in a group. */
+bool snapkvd_compactor_cancel(struct snapkvd_compactor *c, struct snapkvd_job *j);
 /* Where decision-group members go after their first step (snapkvd-group.h);
  * set before the first group job is submitted. */
 void snapkvd_compactor_set_groups(struct snapkvd_compactor *c, struct snapkvd_groups *g);

@@ -14,6 +14,7 @@
 #include "snapkvd-arena.h"
 #include "snapkvd-buffer.h"
 #include "snapkvd-cleanup.h"
+#include "snapkvd-clock.h"
 #include "snapkvd-config.h"
 #include "snapkvd-device.h"
 #include "snapkvd-dispatch.h"
@@ -358,8 +359,9 @@ static void on_recv(void *data, int res)
 		fds.n = 0; /* the parser closed them */
 		/* end of stream, or framing we cannot trust: close this one */
 		if (r != -ECONNRESET)
-			log_notice("session %llu: bad frame: %s", (unsigned long long)s->id,
-				   strerror(-r));
+			snapkvd_log_cause(&s->srv->floods[SNAPKVD_FLOOD_BAD_FRAME],
+					  snapkvd_now_ns(), "session %llu: bad frame: %s",
+					  (unsigned long long)s->id, strerror(-r));
 		snapkvd_session_close(s, r == -ECONNRESET ? 0 : r);
 	} else {
 		on_frame(s, &h, s->recv.buf + SKV_FRAME_HDR_SIZE, &fds);

@@ -61,7 +61,7 @@ static void release_wait(struct snapkvd_device *d, struct snapkvd_device_wait *w
 	r = ops_of(d)->signal_value(d->gpu->dev, w->flag, w->value, &kerr);
 	if (r < 0)
 		log_error_errno(r, "prefill wait: could not release the stream: %s", kerr.msg);
-	else
+	else if (!w->stopped)
 		log_warning("prefill wait: engine did not signal in time; stream released");
 }
 
@@ -81,7 +81,9 @@ static void *waiter(void *arg)
 		for (struct snapkvd_device_wait *w = d->waits; w; w = w->next) {
 			if (!w->flag || w->fired || w->met)
 				continue;
-			if (now < w->deadline)
+			if (w->stop && w->stop(w->stop_arg))
+				w->stopped = true; /* cancelled: released now */
+			if (now < w->deadline && !w->stopped)
 				next = w->deadline < next ? w->deadline : next;
 			else
 				release_wait(d, w);
@@ -127,7 +129,17 @@ void snapkvd_device_wait_arm(struct snapkvd_device *d, struct snapkvd_device_wai
 	w->deadline = deadline;
 	w->fired = false;
 	w->met = false;
+	w->stopped = false;
 	pthread_cond_signal(&d->wcond);
+	pthread_mutex_unlock(&d->mu);
+}
+
+void snapkvd_device_wait_poke(struct snapkvd_device *d)
+{
+	if (!d || !d->waiter_started)
+		return;
+	pthread_mutex_lock(&d->mu);
+	pthread_cond_broadcast(&d->wcond);
 	pthread_mutex_unlock(&d->mu);
 }
 

@@ -44,6 +44,12 @@ struct snapkvd_device_wait {
 	uint32_t value;
 	uint64_t deadline; /* CLOCK_MONOTONIC ns */
 	bool fired, met;
+	/* set by its owner before arming (NULL: none): true releases the wait
+	 * before its deadline (its job was cancelled); read by the waiter when
+	 * snapkvd_device_wait_poke() wakes it */
+	bool (*stop)(const void *arg);
+	const void *stop_arg;
+	bool stopped; /* released by stop() */
 	struct snapkvd_device_wait *next;
 };
 
@@ -92,6 +98,9 @@ void snapkvd_device_wait_remove(struct snapkvd_device *d, struct snapkvd_device_
 /* Arm w before the stream waits on flag >= value, until deadline. */
 void snapkvd_device_wait_arm(struct snapkvd_device *d, struct snapkvd_device_wait *w, void *flag,
 			     uint32_t value, uint64_t deadline);
+/* Something a wait's stop() reads has changed: the waiter looks again. Any
+ * thread. */
+void snapkvd_device_wait_poke(struct snapkvd_device *d);
 /* The wait is over: whether the waiter had to release it. */
 bool snapkvd_device_wait_disarm(struct snapkvd_device *d, struct snapkvd_device_wait *w);
 

@@ -18,6 +18,7 @@
 #include "snapkvd-compactor.h"
 #include "snapkvd-config.h"
 #include "snapkvd-device.h"
+#include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-log.h"
 #include "snapkvd-policy.h"
@@ -281,6 +282,16 @@ static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	return 0;
 }
 
+/* j goes to the workers; it is the session's until snapkvd_dispatch_job_done. */
+static void submit_job(struct snapkvd_session *s, struct snapkvd_job *j)
+{
+	j->cancel = &s->cancelled;
+	j->s_next = s->jobs;
+	s->jobs = j;
+	s->refs++;
+	snapkvd_compactor_submit(s->srv->compactor, j);
+}
+
 static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		    const Snapkv__V1__GrowRequest *g)
 {
@@ -328,10 +339,8 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		return;
 	}
 	/* The copy can be large (GBs): the worker does it, the loop moves on. */
-	j->cancel = &s->cancelled;
 	c->busy = true;
-	s->refs++;
-	snapkvd_compactor_submit(s->srv->compactor, j);
+	submit_job(s, j);
 }
 
 /* A GROW copy finished: switch the cache to its new region. */
@@ -428,10 +437,40 @@ static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o
 		complete(s, o, r, err, NULL);
 		return;
 	}
-	j->cancel = &s->cancelled;
-	s->refs++;
 	s->n_caches++; /* counts against max_caches while running */
-	snapkvd_compactor_submit(s->srv->compactor, j);
+	submit_job(s, j);
+}
+
+/*
+ * SKV_OP_CANCEL of the ring request `user_data`: a COMPACT still queued is
+ * done now (-ECANCELED, nothing written); a running one stops at its next
+ * safe point (its flag; on a GPU once its stream work is complete); a
+ * parked decision-group member fails its group now. Its completion, posted
+ * when its worker is done with it, answers the cancel. Nothing in flight
+ * by that name (completed already): nothing to do.
+ */
+static void do_cancel(struct snapkvd_session *s, uint64_t user_data)
+{
+	struct snapkvd_job *j;
+
+	for (j = s->jobs; j; j = j->s_next)
+		if (j->kind == SNAPKVD_JOB_COMPACT && j->origin.ring &&
+		    j->origin.user_data == user_data)
+			break;
+	if (!j || __atomic_load_n(&j->cancel_req, __ATOMIC_ACQUIRE))
+		return;
+	__atomic_store_n(&j->cancel_req, true, __ATOMIC_RELEASE);
+	if (snapkvd_compactor_cancel(s->srv->compactor, j))
+		return;
+	/* in a prefill flag wait: the device's waiter releases it now */
+	if (j->wait_flag)
+		snapkvd_device_wait_poke(s->srv->device);
+	if (!j->gm.group)
+		return;
+	/* parked (or about to be): the arrival sees the flag; a parked one
+	 * fails its group here rather than at the next housekeeping tick */
+	snapkvd_compactor_finish(s->srv->compactor,
+				 snapkvd_groups_sweep(s->srv->groups, snapkvd_now_ns(), false));
 }
 
 static void do_stats(struct snapkvd_session *s, const struct snapkvd_origin *o)
@@ -547,12 +586,29 @@ static void compact_done(struct snapkvd_session *s, struct snapkvd_job *j)
 	complete_cache(s, &j->origin, c);
 }
 
+/* Take j off its session's jobs in flight. */
+static void untrack(struct snapkvd_session *s, struct snapkvd_job *j)
+{
+	for (struct snapkvd_job **pp = &s->jobs; *pp; pp = &(*pp)->s_next)
+		if (*pp == j) {
+			*pp = j->s_next;
+			return;
+		}
+}
+
 void snapkvd_dispatch_job_done(struct snapkvd_job *j)
 {
 	struct snapkvd_session *s = j->s;
 
+	untrack(s, j);
 	if (j->status == -ECANCELED)
 		s->srv->jobs_cancelled++;
+	if (j->kind == SNAPKVD_JOB_COMPACT && j->status < 0) {
+		if (j->status == -ECANCELED && __atomic_load_n(&j->cancel_req, __ATOMIC_ACQUIRE))
+			j->origin.cqe_flags |= SKV_CQE_F_CANCELLED;
+		if (__atomic_load_n(&j->writing, __ATOMIC_ACQUIRE))
+			j->origin.cqe_flags |= SKV_CQE_F_WRITTEN;
+	}
 	if (j->kind == SNAPKVD_JOB_GROW) {
 		grow_done(j);
 	} else {
@@ -580,7 +636,8 @@ void snapkvd_dispatch_job_done(struct snapkvd_job *j)
 static void complete_ring(struct snapkvd_session *s, const struct snapkvd_origin *o, int status,
 			  bool body, const Snapkv__V1__Response *resp)
 {
-	struct skv_cqe cqe = {.user_data = o->user_data, .res = status, .slot = o->slot};
+	struct skv_cqe cqe = {
+	    .user_data = o->user_data, .res = status, .flags = o->cqe_flags, .slot = o->slot};
 	size_t n = 0;
 
 	if (o->has_slot && (body || status < 0)) {
@@ -647,6 +704,10 @@ static void on_sqe(struct snapkvd_session *s, const struct skv_sqe *sqe)
 		}
 		o.has_slot = true;
 		snapkvd_dispatch_request(s, &o, arg, sqe->len);
+		break;
+	case SKV_OP_CANCEL: /* answered by its target's completion */
+		snapkvd_ring_no_completion(s->ring);
+		do_cancel(s, sqe->user_data);
 		break;
 	default:
 		complete(s, &o, -EOPNOTSUPP, "unknown opcode", NULL);

@@ -352,11 +352,13 @@ static struct snapkvd_job *decide(struct snapkvd_groups *g, struct snapkvd_group
 	return release(g, grp);
 }
 
-/* Whether a parked member's session has ended: the job's flag, read as
- * data (the group calls nothing of the job's; see snapkvd-job.h) */
+/* Whether a parked member's session has ended or the engine cancelled it:
+ * the job's flags, read as data (the group calls nothing of the job's; see
+ * snapkvd-job.h) */
 static bool session_ended(const struct snapkvd_job *j)
 {
-	return j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&j->cancel_req, __ATOMIC_ACQUIRE) ||
+	       (j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE));
 }
 
 static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkvd_job *j,
@@ -389,9 +391,11 @@ static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkv
 	 * sweep: a group is never decided with a dead member */
 	for (unsigned i = 0; i < grp->arrived; i++)
 		if (session_ended(grp->parked[i])) {
-			snprintf(grp->fail_msg, sizeof(grp->fail_msg),
-				 "decision group '%s': a member's session ended; nothing kept",
-				 grp->key);
+			snprintf(
+			    grp->fail_msg, sizeof(grp->fail_msg),
+			    "decision group '%s': a member's session ended or it was cancelled; "
+			    "nothing kept",
+			    grp->key);
 			return fail_group(g, grp, -ECANCELED, false);
 		}
 	if (grp->arrived < grp->size)
@@ -421,9 +425,11 @@ static int sweep_reason(struct snapkvd_group *grp, uint64_t now_ns, bool all)
 	}
 	for (unsigned i = 0; i < grp->arrived; i++)
 		if (session_ended(grp->parked[i])) {
-			snprintf(grp->fail_msg, sizeof(grp->fail_msg),
-				 "decision group '%s': a member's session ended; nothing kept",
-				 grp->key);
+			snprintf(
+			    grp->fail_msg, sizeof(grp->fail_msg),
+			    "decision group '%s': a member's session ended or it was cancelled; "
+			    "nothing kept",
+			    grp->key);
 			return -ECANCELED;
 		}
 	if (now_ns >= grp->deadline_ns) {

@@ -27,6 +27,7 @@ struct snapkvd_origin {
 	bool has_slot; /* the slot is the request's own: answer there */
 	uint32_t slot;
 	uint64_t user_data;
+	uint32_t cqe_flags; /* SKV_CQE_F_* of its completion (cancel, written) */
 };
 
 enum snapkvd_job_kind {
@@ -92,13 +93,36 @@ struct snapkvd_job {
 	 * job is not run, a running one stops at its next safe point
 	 * (snapkvd_job_cancelled); the session outlives its jobs */
 	const bool *cancel;
+	/* SKV_OP_CANCEL named this job (set by the loop thread, read by any,
+	 * atomically): it stops as when its session ends */
+	bool cancel_req;
+	/* set by its runner (the worker, atomically) just before the kernels
+	 * may write its output: a job failed after it may have written part of
+	 * an engine's writeback destination (SKV_CQE_F_WRITTEN) */
+	bool writing;
 	struct snapkvd_job *next;
+	struct snapkvd_job *s_next; /* the session's jobs in flight (loop thread) */
 };
 
-/* Whether the job's session has ended (any thread). */
+/* Whether the job's session has ended or the engine cancelled it (any
+ * thread). */
 static inline bool snapkvd_job_cancelled(const struct snapkvd_job *j)
 {
-	return j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&j->cancel_req, __ATOMIC_ACQUIRE) ||
+	       (j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE));
+}
+
+/* Why a cancelled job stopped, for its error message. */
+static inline const char *snapkvd_job_cancel_reason(const struct snapkvd_job *j)
+{
+	return __atomic_load_n(&j->cancel_req, __ATOMIC_ACQUIRE) ? "the request was cancelled"
+								 : "the session ended";
+}
+
+/* The runner is about to let the kernels write the job's output. */
+static inline void snapkvd_job_mark_writing(struct snapkvd_job *j)
+{
+	__atomic_store_n(&j->writing, true, __ATOMIC_RELEASE);
 }
 
 /* A zeroed job of `kind` for session s. NULL: out of memory. */

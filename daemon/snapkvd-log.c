@@ -72,3 +72,46 @@ int snapkvd_log_errno(int level, int err, const char *fmt, ...)
 	va_end(ap);
 	return err;
 }
+
+#define CAUSE_INTERVAL_NS ((uint64_t)SNAPKVD_LOG_CAUSE_INTERVAL_S * 1000000000u)
+
+static void cause_summary(struct snapkvd_log_cause *c, uint64_t now_ns)
+{
+	snapkvd_log(c->level, 0, "%llu more %s in the last %llu s; the last: %s",
+		    (unsigned long long)c->count, c->what,
+		    (unsigned long long)((now_ns - c->since_ns + 999999999u) / 1000000000u),
+		    c->last);
+	c->count = 0;
+	c->since_ns = now_ns;
+	c->next_ns = now_ns + CAUSE_INTERVAL_NS;
+}
+
+void snapkvd_log_cause(struct snapkvd_log_cause *c, uint64_t now_ns, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->last, sizeof(c->last), fmt, ap);
+	va_end(ap);
+	if (c->level > snapkvd_log_max)
+		return;
+	if (now_ns < c->next_ns) {
+		c->count++;
+		return;
+	}
+	if (c->count) { /* the ones of the last interval, then this one */
+		c->count++;
+		cause_summary(c, now_ns);
+		return;
+	}
+	snapkvd_log(c->level, 0, "%s (more %s are summarised, at most one line per %u s)", c->last,
+		    c->what, SNAPKVD_LOG_CAUSE_INTERVAL_S);
+	c->since_ns = now_ns;
+	c->next_ns = now_ns + CAUSE_INTERVAL_NS;
+}
+
+void snapkvd_log_cause_flush(struct snapkvd_log_cause *c, uint64_t now_ns, bool force)
+{
+	if (c->count && (force || now_ns >= c->next_ns))
+		cause_summary(c, now_ns);
+}

@@ -142,6 +142,11 @@ int snapkvd_ring_complete(struct snapkvd_ring *r, const struct skv_cqe *cqe)
 	return 0;
 }
 
+void snapkvd_ring_no_completion(struct snapkvd_ring *r)
+{
+	r->inflight--;
+}
+
 /* Post one event CQE now: 1, -EAGAIN (no room beside the in-flight
  * requests' completions) or -EBADMSG. */
 static int post_event(struct snapkvd_ring *r, const struct skv_cqe *cqe)

@@ -71,6 +71,9 @@ uint8_t *snapkvd_ring_slot(struct snapkvd_ring *r, uint32_t slot);
 size_t snapkvd_ring_slot_size(const struct snapkvd_ring *r);
 /* The completion of an SQE taken by snapkvd_ring_next. 0 or -EBADMSG. */
 int snapkvd_ring_complete(struct snapkvd_ring *r, const struct skv_cqe *cqe);
+/* An SQE taken by snapkvd_ring_next that has no completion (SKV_OP_CANCEL):
+ * its CQ slot is free again. */
+void snapkvd_ring_no_completion(struct snapkvd_ring *r);
 
 /*
  * A PRESSURE event: 1 posted or waiting behind an unread one, -EAGAIN no

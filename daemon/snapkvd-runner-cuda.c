@@ -142,6 +142,11 @@ static int event_poll(struct cuda_runner *c, struct skv_cuda_event *ev, const st
 		snprintf(kerr->msg, sizeof(kerr->msg), "prefill_wait: the daemon is stopping");
 		return -ECANCELED;
 	}
+	if (snapkvd_job_cancelled(j)) { /* nothing is on the stream yet */
+		snprintf(kerr->msg, sizeof(kerr->msg), "prefill_wait: %s (nothing was run)",
+			 snapkvd_job_cancel_reason(j));
+		return -ECANCELED;
+	}
 	return -EAGAIN;
 }
 
@@ -267,12 +272,21 @@ static int upload_block_table(struct snapkvd_runner_ctx *x, struct snapkvd_job *
 	return r;
 }
 
+/* The waiter's stop(): the job was cancelled, or its session ended. */
+static bool wait_stop(const void *arg)
+{
+	return snapkvd_job_cancelled(arg);
+}
+
 /* A CUDA_FLAG wait on the stream, armed for the waiter before it is
- * enqueued (the emulator's stream wait blocks here). */
+ * enqueued (the emulator's stream wait blocks here). A cancel releases it
+ * early: the kernels behind it then run on whatever the buffers hold. */
 static int wait_flag(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
 	struct cuda_runner *c = x->c;
 
+	x->wait.stop = wait_stop;
+	x->wait.stop_arg = j;
 	snapkvd_device_wait_arm(c->dev, &x->wait, j->wait_flag, j->wait_value, wait_deadline(j));
 	return ops_of(c)->ctx_wait_value(x->gctx, j->wait_flag, j->wait_value, kerr);
 }
@@ -284,6 +298,12 @@ static int wait_flag_done(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, i
 {
 	if (!snapkvd_device_wait_disarm(x->c->dev, &x->wait))
 		return r;
+	if (x->wait.stopped) {
+		snprintf(kerr->msg, sizeof(kerr->msg),
+			 "prefill_wait: %s while waiting for the flag; the stream was released",
+			 snapkvd_job_cancel_reason(j));
+		return -ECANCELED;
+	}
 	snprintf(kerr->msg, sizeof(kerr->msg),
 		 "prefill_wait: flag not reached (>= %u) within %u ms", j->wait_value, j->wait_ms);
 	return -ETIMEDOUT;
@@ -356,6 +376,10 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 		r = upload_block_table(x, j, kerr);
 	if (r == 0 && j->wait_flag)
 		r = wait_flag(x, j, kerr);
+	/* from here the stream may write the output; the job completes only
+	 * after ctx_sync, so nothing of it lands after its completion */
+	if (r == 0)
+		snapkvd_job_mark_writing(j);
 	if (r == 0 && budget)
 		r = ops_of(c)->compact_budget(x->gctx, &j->shape, &j->params, j->layers, j->in,
 					      j->out, &res, kerr);

@@ -114,8 +114,8 @@ static int host_compact_layers(struct snapkvd_runner_ctx *x, struct snapkvd_job 
 		int r;
 
 		if (l && snapkvd_job_cancelled(j)) {
-			snprintf(kerr->msg, sizeof(kerr->msg),
-				 "the session ended; stopped at layer %u", l);
+			snprintf(kerr->msg, sizeof(kerr->msg), "%s; stopped at layer %u",
+				 snapkvd_job_cancel_reason(j), l);
 			return -ECANCELED;
 		}
 		r = skv_compact(x->ctx, &j->shape, &j->params, n, j->in + l, j->out + l, kerr);
@@ -134,7 +134,8 @@ static int host_compact_layers(struct snapkvd_runner_ctx *x, struct snapkvd_job 
 	return 0;
 }
 
-/* The kernels' cancel: the job's session has ended (any kernel thread). */
+/* The kernels' cancel: the job's session has ended or the engine cancelled
+ * it (any kernel thread). */
 static int job_cancelled(void *arg)
 {
 	return snapkvd_job_cancelled(arg);
@@ -151,6 +152,7 @@ static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	int r;
 
 	skv_ctx_set_cancel(x->ctx, job_cancelled, j);
+	snapkvd_job_mark_writing(j);
 	if (j->gm.group)
 		r = host_compact_group(x, j, kerr);
 	else if (j->cache && j->cache->budgeted)
@@ -159,7 +161,8 @@ static int host_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 		r = host_compact_layers(x, j, kerr);
 	skv_ctx_set_cancel(x->ctx, NULL, NULL);
 	if (r == -ECANCELED && snapkvd_job_cancelled(j))
-		snprintf(kerr->msg, sizeof(kerr->msg), "the session ended; the compaction stopped");
+		snprintf(kerr->msg, sizeof(kerr->msg), "%s; the compaction stopped",
+			 snapkvd_job_cancel_reason(j));
 	return r;
 }
 

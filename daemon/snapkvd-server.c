@@ -215,6 +215,8 @@ static void on_timer(void *data, int res)
 				 snapkvd_groups_sweep(srv->groups, now, srv->draining));
 	snapkvd_policy_tick(&srv->policy, now);
 	snapkvd_http_tick(srv->http, now);
+	for (int i = 0; i < SNAPKVD_FLOOD_N; i++)
+		snapkvd_log_cause_flush(&srv->floods[i], now, false);
 	if (now - srv->last_status_ns > 1000000000ull) {
 		srv->last_status_ns = now;
 		sd_notifyf(0, "STATUS=%u sessions, pool %llu/%llu bytes, %llu compactions",
@@ -499,6 +501,12 @@ int snapkvd_server_new(const struct snapkvd_config *cfg, const char *config_path
 	srv->start_ns = snapkvd_now_ns();
 	srv->arenas.limit = cfg->arena_cache_bytes;
 	snapkvd_log_max = cfg->log_level;
+	srv->floods[SNAPKVD_FLOOD_NO_SESSION] = (struct snapkvd_log_cause){
+	    .what = "connections closed before they held a session", .level = SNAPKVD_LOG_INFO};
+	srv->floods[SNAPKVD_FLOOD_REFUSED] =
+	    (struct snapkvd_log_cause){.what = "HELLOs refused", .level = SNAPKVD_LOG_NOTICE};
+	srv->floods[SNAPKVD_FLOOD_BAD_FRAME] = (struct snapkvd_log_cause){
+	    .what = "sessions closed for a bad frame", .level = SNAPKVD_LOG_NOTICE};
 	r = snapkvd_pool_new(cfg->pool_bytes, cfg->tenant_quota_bytes, &srv->pool);
 	if (r < 0) {
 		log_error_errno(r, "Failed to set up the pool");
@@ -592,5 +600,8 @@ void snapkvd_server_free(struct snapkvd_server *srv)
 	snapkvd_device_free(srv->device);
 	snapkvd_tally_fini(&srv->tally);
 	snapkvd_pool_free(srv->pool);
+	/* what the last interval counted, sessions closed at shutdown too */
+	for (int i = 0; i < SNAPKVD_FLOOD_N; i++)
+		snapkvd_log_cause_flush(&srv->floods[i], snapkvd_now_ns(), true);
 	free(srv);
 }

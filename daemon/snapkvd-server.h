@@ -20,12 +20,23 @@
 #include "snapkvd-arena.h"
 #include "snapkvd-config.h"
 #include "snapkvd-forward.h"
+#include "snapkvd-log.h"
 #include "snapkvd-loop.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-tally.h"
 
+/* Causes of per-connection log lines, summarised under floods
+ * (snapkvd_log_cause). */
+enum snapkvd_flood {
+	SNAPKVD_FLOOD_NO_SESSION, /* closed before holding a session: evicted, late, refused */
+	SNAPKVD_FLOOD_REFUSED,	  /* HELLO refused (uid, limits, name) */
+	SNAPKVD_FLOOD_BAD_FRAME,  /* a frame we cannot trust */
+	SNAPKVD_FLOOD_N,
+};
+
 struct snapkvd_server {
 	struct snapkvd_config cfg;
+	struct snapkvd_log_cause floods[SNAPKVD_FLOOD_N];
 	const char *config_path; /* reread on SIGHUP (NULL: none) */
 	struct snapkvd_pool *pool;
 	struct snapkvd_device *device; /* the GPU, if any (snapkvd-device.h) */

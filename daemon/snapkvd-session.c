@@ -144,8 +144,10 @@ static void session_init(struct snapkvd_server *srv, struct snapkvd_session *s, 
 	 * read: closing a socket with unread data would turn our reason into a
 	 * bare ECONNRESET on the client's side. */
 	if (!snapkvd_config_allows(&srv->cfg, cred->uid, cred->gid)) {
-		log_notice("session %llu: uid %u gid %u not allowed", (unsigned long long)s->id,
-			   (unsigned)cred->uid, (unsigned)cred->gid);
+		snapkvd_log_cause(&srv->floods[SNAPKVD_FLOOD_REFUSED], snapkvd_now_ns(),
+				  "session %llu: uid %u gid %u not allowed",
+				  (unsigned long long)s->id, (unsigned)cred->uid,
+				  (unsigned)cred->gid);
 		s->refused = -EACCES;
 	} else if (srv->draining) {
 		s->refused = -ESHUTDOWN;
@@ -245,13 +247,24 @@ void snapkvd_session_close(struct snapkvd_session *s, int why)
 	__atomic_store_n(&s->cancelled, true, __ATOMIC_RELEASE);
 	if (why)
 		snapkvd_session_send_error(s, why, strerror(-why));
-	/* snapkvctl's connections at debug: `top` alone made 7,200 lines an hour */
-	snapkvd_log(s->admin && !why ? SNAPKVD_LOG_DEBUG : SNAPKVD_LOG_INFO, 0,
-		    "session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id, s->name,
-		    (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
-	/* Complete the armed recvmsg and doorbell read so their refs drop. */
+	/* snapkvctl's connections at debug: `top` alone made 7,200 lines an hour;
+	 * connections that never held a session summarised: a flood of them
+	 * was a line each */
+	if (!s->slot)
+		snapkvd_log_cause(&s->srv->floods[SNAPKVD_FLOOD_NO_SESSION], snapkvd_now_ns(),
+				  "session %llu (%s, uid %u) closed before it held a session%s%s",
+				  (unsigned long long)s->id, s->name, (unsigned)s->uid,
+				  why ? ": " : "", why ? strerror(-why) : "");
+	else
+		snapkvd_log(s->admin && !why ? SNAPKVD_LOG_DEBUG : SNAPKVD_LOG_INFO, 0,
+			    "session %llu (%s, uid %u) closed%s%s", (unsigned long long)s->id,
+			    s->name, (unsigned)s->uid, why ? ": " : "", why ? strerror(-why) : "");
+	/* Complete the armed recvmsg and doorbell read so their refs drop. With
+	 * jobs still in flight the engine's end stays open (no hang-up) until
+	 * the last of them is done and the session freed: a client that sees
+	 * its session end knows that nothing of it can be written any more. */
 	if (s->fd >= 0)
-		shutdown(s->fd, SHUT_RDWR);
+		shutdown(s->fd, s->jobs ? SHUT_RD : SHUT_RDWR);
 	if (s->ring)
 		(void)!eventfd_write(s->ring->sq_efd, 1);
 	while (s->caches) {
@@ -368,8 +381,9 @@ static int hello_admit(struct snapkvd_session *s, bool admin)
 	int r = snapkvd_slots_take(s->srv, s, admin, err, sizeof(err));
 
 	if (r < 0) {
-		log_notice("session %llu (uid %u): %s", (unsigned long long)s->id, (unsigned)s->uid,
-			   err);
+		snapkvd_log_cause(&s->srv->floods[SNAPKVD_FLOOD_REFUSED], snapkvd_now_ns(),
+				  "session %llu (uid %u): %s", (unsigned long long)s->id,
+				  (unsigned)s->uid, err);
 		snapkvd_session_send_error(s, r, err);
 		snapkvd_session_close(s, 0);
 		return r;
@@ -409,7 +423,9 @@ static int check_name(struct snapkvd_session *s, const char *name)
 				s->name[i] = '_';
 		return 0;
 	}
-	log_notice("session %llu (uid %u): %s", (unsigned long long)s->id, (unsigned)s->uid, err);
+	snapkvd_log_cause(&s->srv->floods[SNAPKVD_FLOOD_REFUSED], snapkvd_now_ns(),
+			  "session %llu (uid %u): %s", (unsigned long long)s->id, (unsigned)s->uid,
+			  err);
 	snapkvd_session_send_error(s, -EINVAL, err);
 	snapkvd_session_close(s, 0);
 	return -EINVAL;

@@ -72,6 +72,7 @@ struct snapkvd_session {
 	struct snapkvd_buffers buffers;
 	struct snapkvd_cache *caches;
 	unsigned n_caches;
+	struct snapkvd_job *jobs; /* in flight, by ->s_next (snapkvd-dispatch.c) */
 	struct snapkvd_session_recv recv;
 	uint64_t requests, errors;
 	struct snapkvd_session *next;

@@ -50,7 +50,9 @@ extern "C" {
 #define SKV_RING_F_NEED_WAKEUP (1u << 0) /* SQ/CQ flags carry NEED_WAKEUP */
 #define SKV_RING_F_ARG_SLOTS   (1u << 1) /* one argument slot per SQ entry */
 #define SKV_RING_F_EVENTS      (1u << 2) /* the daemon may post event CQEs       */
-#define SKV_RING_F_KNOWN       (SKV_RING_F_NEED_WAKEUP | SKV_RING_F_ARG_SLOTS | SKV_RING_F_EVENTS)
+#define SKV_RING_F_CANCEL      (1u << 3) /* SKV_OP_CANCEL and the CQE's cancel flags */
+#define SKV_RING_F_KNOWN                                                                           \
+	(SKV_RING_F_NEED_WAKEUP | SKV_RING_F_ARG_SLOTS | SKV_RING_F_EVENTS | SKV_RING_F_CANCEL)
 
 /* skv_ring_ctl.flags */
 #define SKV_RING_NEED_WAKEUP (1u << 0) /* consumer sleeps: ring its doorbell */
@@ -81,7 +83,21 @@ enum skv_op {
 	SKV_OP_UNSPECIFIED = 0,
 	SKV_OP_NOP = 1,	    /* no payload; completes with res 0 */
 	SKV_OP_REQUEST = 2, /* a snapkv.v1.Request in arg slot `slot`, `len` bytes */
+	SKV_OP_CANCEL = 3,  /* SKV_RING_F_CANCEL: see below */
 };
+
+/*
+ * SKV_OP_CANCEL: stop the request submitted earlier on this ring whose
+ * user_data is this entry's user_data (slot and len unused). The cancel
+ * has no completion of its own: the target's completion answers it, and
+ * the daemon posts that only once nothing of the target can be written any
+ * more (dequeued; or its worker stopped at a safe point and, on a GPU, its
+ * stream work complete). A target that already completed, or unknown, is
+ * not an error: nothing happens. The target then completes with
+ * -ECANCELED and SKV_CQE_F_CANCELLED (stopped or never run), or as it would
+ * have (it finished first), or with its own failure. Taking a CANCEL needs
+ * no CQ slot.
+ */
 
 struct skv_sqe {
 	uint8_t opcode;
@@ -105,6 +121,11 @@ struct skv_cqe {
 
 /* skv_cqe.flags */
 #define SKV_CQE_F_EVENT (1u << 0) /* not a completion: an event, user_data = SKV_EVENT_* */
+/* SKV_RING_F_CANCEL, on a failed COMPACT's completion: */
+#define SKV_CQE_F_CANCELLED (1u << 1) /* stopped, or never run, by SKV_OP_CANCEL       */
+#define SKV_CQE_F_WRITTEN                                                                          \
+	(1u << 2) /* its worker had begun writing its output: part                                 \
+		   * of the destination may have been written      */
 
 /*
  * Event CQEs (SKV_RING_F_EVENTS). They never answer a request: a consumer

@@ -223,6 +223,10 @@ SKV_EXPORT void skv_client_close(struct skv_client *c)
 {
 	if (!c)
 		return;
+	/* nothing of this session may be written once we return */
+	pthread_mutex_lock(&c->mu);
+	(void)skv__fence(c, skv__call_deadline(c));
+	pthread_mutex_unlock(&c->mu);
 	session_drop(c);
 	while (c->buffers) {
 		struct skv_buffer *b = c->buffers;
@@ -253,6 +257,7 @@ SKV_EXPORT int skv_client_reconnect(struct skv_client *c)
 	if (!c)
 		return -EINVAL;
 	pthread_mutex_lock(&c->mu);
+	(void)skv__fence(c, skv__call_deadline(c)); /* a live session's writes first */
 	session_drop(c);
 	r = session_open(c, skv__call_deadline(c));
 	pthread_mutex_unlock(&c->mu);

@@ -46,6 +46,7 @@ struct slot {
 	bool orphan;	 /* its request handle is gone: free on completion */
 	pthread_t owner; /* the thread that submitted it */
 	bool release;	 /* an abandoned compaction: release its cache when it completes */
+	uint32_t flags;	 /* its CQE's flags (SKV_CQE_F_CANCELLED, _WRITTEN) */
 };
 
 struct old_map {
@@ -122,6 +123,7 @@ struct skv_request {
 	/* a request too large for a ring slot went over the socket and is
 	 * already complete: its result waits here */
 	bool sync;
+	bool cancel_sent; /* SKV_OP_CANCEL sent (a cancel timed out; again: wait) */
 	int sync_res;
 	Snapkv__V1__Response *sync_resp;
 };
@@ -169,6 +171,18 @@ int skv__reap(struct skv_client *c);
 /* Wait until slot i is done or deadline dl (0: none) passes (-ETIMEDOUT, the
  * slot still pending). 0 or -errno. Called locked; may drop the lock. */
 int skv__wait_slot(struct skv_client *c, uint32_t i, uint64_t dl);
+/* SKV_OP_CANCEL of the request with user_data ud, waiting for SQ room at
+ * most until dl. 0 or -errno. Locked. */
+int skv__send_cancel(struct skv_client *c, uint64_t ud, uint64_t dl);
+/* The session is dead: end it on our side (SHUT_WR) and wait until
+ * snapkvd has closed its end of the socket (it does once the session's last
+ * job is done) or dl (0: none) passes. 0 or -ETIMEDOUT. Locked; drops the
+ * lock while waiting. */
+int skv__wait_hangup(struct skv_client *c, uint64_t dl);
+/* The fence of a session: every request in flight cancelled (SKV_OP_CANCEL,
+ * when the daemon has it), then waited for until none is pending, by dl
+ * (0: none). 0 or -errno. Locked. */
+int skv__fence(struct skv_client *c, uint64_t dl);
 /* Take a slot and submit, waiting for room at most until dl (0: none).
  * For SKV_OP_REQUEST the Request is packed into the slot. Locked. */
 int skv__submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint64_t dl,

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * libsnapkv-request.c - a submitted compaction until its cache: poll, wait
- * (adopting the CacheInfo), abandon (its cache released when it finishes).
+ * (adopting the CacheInfo), abandon (its cache released when it finishes),
+ * cancel (returning once nothing of it can be written any more).
  */
 #include "libsnapkv-internal.h"
 
@@ -22,6 +23,31 @@ static struct slot *request_slot(struct skv_client *c, const struct skv_request 
 	if (!c->slots || rq->slot >= c->n_slots || c->slots[rq->slot].user_data != rq->user_data)
 		return NULL;
 	return &c->slots[rq->slot];
+}
+
+/* The cache a COMPACT's reply describes, adopted into *ret (writeback: the
+ * request's destination handed over). Locked. */
+static int take_cache(struct skv_client *c, struct skv_request *rq,
+		      const Snapkv__V1__Response *resp, struct skv_cache **ret)
+{
+	struct skv_cache *k;
+	int r;
+
+	if (resp->result_case != SNAPKV__V1__RESPONSE__RESULT_CACHE)
+		return skv__fail(c, -EPROTO, "unexpected reply to COMPACT");
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return skv__fail(c, -ENOMEM, "out of memory");
+	*ret = k; /* freed by the caller on failure */
+	r = skv__cache_from_info(c, resp->cache, k);
+	if (r == 0 && k->info.out_dest == SKV_OUT_WRITEBACK) {
+		if (!rq->wb || rq->wb->layers != k->info.layers)
+			return skv__fail(c, -EPROTO,
+					 "a writeback cache for a request that asked none");
+		k->wb = rq->wb;
+		rq->wb = NULL;
+	}
+	return r;
 }
 
 SKV_EXPORT int skv_request_poll(struct skv_request *rq)
@@ -86,27 +112,8 @@ result:
 	 * -ETIME here: -ETIMEDOUT from this call means "not freed, wait again" */
 	if (r == -ETIMEDOUT)
 		r = -ETIME;
-	if (r < 0)
-		goto out;
-	if (resp->result_case != SNAPKV__V1__RESPONSE__RESULT_CACHE) {
-		r = skv__fail(c, -EPROTO, "unexpected reply to COMPACT");
-		goto out;
-	}
-	k = calloc(1, sizeof(*k));
-	if (!k) {
-		r = skv__fail(c, -ENOMEM, "out of memory");
-		goto out;
-	}
-	r = skv__cache_from_info(c, resp->cache, k);
-	if (r == 0 && k->info.out_dest == SKV_OUT_WRITEBACK) {
-		if (!rq->wb || rq->wb->layers != k->info.layers) {
-			r = skv__fail(c, -EPROTO,
-				      "a writeback cache for a request that asked none");
-		} else {
-			k->wb = rq->wb;
-			rq->wb = NULL;
-		}
-	}
+	if (r == 0)
+		r = take_cache(c, rq, resp, &k);
 out:
 	if (resp)
 		snapkv__v1__response__free_unpacked(resp, NULL);
@@ -164,6 +171,95 @@ SKV_EXPORT void skv_request_abandon(struct skv_request *rq)
 	skv__request_free(rq);
 	if (k)
 		(void)skv_cache_release(k);
+}
+
+/*
+ * Cancel the request in slot i: SKV_OP_CANCEL unless it completed, then its
+ * completion, by dl (0: none). A daemon without SKV_RING_F_CANCEL is only
+ * waited for: its completion is as good a fence. Locked.
+ */
+static int cancel_slot(struct skv_client *c, struct skv_request *rq, uint64_t dl)
+{
+	int r = skv__reap(c);
+
+	if (r < 0)
+		return r;
+	if (c->slots[rq->slot].state != SLOT_DONE && !rq->cancel_sent &&
+	    (c->layout.features & SKV_RING_F_CANCEL)) {
+		r = skv__send_cancel(c, rq->user_data, dl);
+		if (r < 0)
+			return r;
+		rq->cancel_sent = true;
+	}
+	return skv__wait_slot(c, rq->slot, dl);
+}
+
+/* What a finished request wrote, from its result r and CQE flags. */
+static int cancel_outcome(int r, uint32_t flags, bool ring_flags)
+{
+	if (r == 0)
+		return SKV_CANCEL_COMPLETED;
+	/* a daemon that does not say: anything may have been written */
+	if (!ring_flags || (flags & SKV_CQE_F_WRITTEN))
+		return SKV_CANCEL_STOPPED;
+	return SKV_CANCEL_UNWRITTEN;
+}
+
+SKV_EXPORT int skv_request_cancel(struct skv_request *rq, int timeout_ms,
+				  struct skv_cache **ret_cache)
+{
+	Snapkv__V1__Response *resp = NULL;
+	struct skv_cache *k = NULL;
+	struct skv_client *c;
+	uint64_t dl;
+	int r, res;
+
+	if (!rq)
+		return -EINVAL;
+	c = rq->c;
+	dl = timeout_ms < 0 ? 0 : skv_io_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	pthread_mutex_lock(&c->mu);
+	if (rq->sync) { /* went over the socket: complete when submitted */
+		resp = rq->sync_resp;
+		res = cancel_outcome(rq->sync_res, 0, false);
+		r = rq->sync_res;
+	} else if (!request_slot(c, rq)) {
+		/* the session is gone, and with it every write of it */
+		r = skv__fail(c, c->dead ? c->dead : -ENOTCONN, "the request's session is gone");
+		goto out;
+	} else {
+		r = cancel_slot(c, rq, dl);
+		/* the session ended: its jobs are done once snapkvd hangs up */
+		if (r == -ETIMEDOUT || (r < 0 && c->dead && skv__wait_hangup(c, dl) < 0)) {
+			pthread_mutex_unlock(&c->mu);
+			return -ETIMEDOUT;
+		}
+		if (r < 0) {
+			skv__slot_give_up(c, rq->slot);
+			goto out;
+		}
+		res = cancel_outcome(c->slots[rq->slot].res, c->slots[rq->slot].flags,
+				     c->layout.features & SKV_RING_F_CANCEL);
+		r = skv__collect(c, rq->slot, &resp);
+	}
+	if (r == 0)
+		r = take_cache(c, rq, resp, &k);
+	/* the request's own failure is its outcome here, not the cancel's */
+	r = r < 0 && res != SKV_CANCEL_COMPLETED ? res : r < 0 ? r : res;
+out:
+	if (resp)
+		snapkv__v1__response__free_unpacked(resp, NULL);
+	pthread_mutex_unlock(&c->mu);
+	skv__request_free(rq);
+	if (r != SKV_CANCEL_COMPLETED) {
+		skv__cache_free(k);
+		return r;
+	}
+	if (ret_cache)
+		*ret_cache = k;
+	else
+		skv_cache_release(k);
+	return r;
 }
 
 SKV_EXPORT int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,

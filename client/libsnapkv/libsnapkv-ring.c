@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "proto/skv-frame.h"
@@ -99,6 +100,7 @@ int skv__reap(struct skv_client *c)
 		if (s->state != SLOT_PENDING || s->user_data != cqe.user_data)
 			continue;
 		s->res = cqe.res;
+		s->flags = cqe.flags;
 		if (cqe.len && cqe.len <= c->layout.arg_slot_size)
 			s->resp = snapkv__v1__response__unpack(
 			    NULL, cqe.len,
@@ -142,8 +144,22 @@ static int check_socket(struct skv_client *c, short revents)
 	return 0;
 }
 
-/* Wait until slot i is done or deadline dl (0: none) passes (-ETIMEDOUT, the
- * slot still pending). Called locked; may drop the lock to sleep. */
+/* Slot i is done; ALL_SLOTS: no slot is pending any more. */
+#define ALL_SLOTS UINT32_MAX
+
+static bool wait_over(const struct skv_client *c, uint32_t i)
+{
+	if (i != ALL_SLOTS)
+		return c->slots[i].state == SLOT_DONE;
+	for (uint32_t k = 0; k < c->n_slots; k++)
+		if (c->slots[k].state == SLOT_PENDING)
+			return false;
+	return true;
+}
+
+/* Wait until slot i is done (ALL_SLOTS: none pending) or deadline dl (0:
+ * none) passes (-ETIMEDOUT, the slot still pending). Called locked; may
+ * drop the lock to sleep. */
 static int wait_loop(struct skv_client *c, uint32_t i, uint64_t dl)
 {
 	uint64_t spin_end = skv_io_now_ns() + (uint64_t)c->spin_us * 1000;
@@ -153,7 +169,7 @@ static int wait_loop(struct skv_client *c, uint32_t i, uint64_t dl)
 
 		if (r < 0)
 			return r;
-		if (c->slots[i].state == SLOT_DONE)
+		if (wait_over(c, i))
 			return 0;
 		if (c->dead)
 			return skv__fail(c, c->dead, "snapkvd connection lost");
@@ -191,7 +207,7 @@ static int wait_loop(struct skv_client *c, uint32_t i, uint64_t dl)
 			r = check_socket(c, p[1].revents);
 			if (r < 0) {
 				skv__reap(c); /* anything posted before the close still counts */
-				if (c->slots[i].state == SLOT_DONE)
+				if (wait_over(c, i))
 					return 0;
 				return r;
 			}
@@ -235,6 +251,76 @@ static int ring_full_timeout(struct skv_client *c, uint64_t dl)
 		return 0;
 	return skv__fail(c, -ETIMEDOUT, "snapkvd took no request within %u ms (ring full)",
 			 skv__timeout_of(c));
+}
+
+int skv__send_cancel(struct skv_client *c, uint64_t ud, uint64_t dl)
+{
+	/* no slot and no completion of its own: the target's answers it */
+	struct skv_sqe sqe = {.opcode = SKV_OP_CANCEL, .user_data = ud};
+	int r;
+
+	if (c->dead)
+		return skv__fail(c, c->dead, "not connected to snapkvd");
+	while ((r = skv_ring_produce(&c->sq, &sqe)) == -EAGAIN)
+		if ((r = skv__reap(c)) < 0 || (r = ring_full_timeout(c, dl)) < 0 ||
+		    (r = stall(c)) < 0)
+			return r;
+	if (r < 0)
+		return skv__fail(c, r == -EBADMSG ? -EPROTO : r, "submission ring unusable");
+	/* W2 on the SQ, as in skv__submit() */
+	if (skv_ring_needs_wakeup(&c->sq))
+		(void)!eventfd_write(c->sq_efd, 1);
+	return 0;
+}
+
+int skv__wait_hangup(struct skv_client *c, uint64_t dl)
+{
+	/* a session dead on our side only (a corrupt ring, a timeout) ends in
+	 * the daemon too: it sees the end of our stream */
+	if (c->fd >= 0)
+		shutdown(c->fd, SHUT_WR);
+	while (c->fd >= 0) {
+		struct pollfd p = {c->fd, POLLIN, 0};
+		int to = skv_io_poll_ms(dl), r;
+
+		if (to < 0 || to > 1000)
+			to = 1000;
+		pthread_mutex_unlock(&c->mu);
+		r = poll(&p, 1, to);
+		pthread_mutex_lock(&c->mu);
+		if (c->fd < 0 || (r > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL))))
+			return 0;
+		if (r > 0 && (p.revents & POLLIN)) { /* a notice after the error: read on */
+			char b[256];
+
+			if (recv(c->fd, b, sizeof(b), MSG_DONTWAIT) == 0)
+				return 0;
+		}
+		if (dl && skv_io_now_ns() >= dl)
+			return skv__fail(c, -ETIMEDOUT,
+					 "snapkvd did not finish the session's work in time");
+	}
+	return 0;
+}
+
+int skv__fence(struct skv_client *c, uint64_t dl)
+{
+	int r;
+
+	if (!c->ring)
+		return 0;
+	if (c->dead)
+		return skv__wait_hangup(c, dl);
+	r = skv__reap(c);
+	for (uint32_t i = 0; r >= 0 && i < c->n_slots; i++)
+		if (c->slots[i].state == SLOT_PENDING && (c->layout.features & SKV_RING_F_CANCEL))
+			r = skv__send_cancel(c, c->slots[i].user_data, dl);
+	if (r < 0)
+		return r;
+	c->waiters++;
+	r = wait_loop(c, ALL_SLOTS, dl);
+	c->waiters--;
+	return r;
 }
 
 /*

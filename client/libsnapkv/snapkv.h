@@ -88,7 +88,13 @@ struct skv_client_opts {
 int skv_client_connect(const char *path, const struct skv_client_opts *opts,
 		       struct skv_client **ret_client);
 /* Close the session: the daemon frees its caches. Cache handles must have
- * been released or are invalid after this. NULL is fine. */
+ * been released or are invalid after this. NULL is fine. Since SNAPKV_1.8
+ * (libsnapkv 1.8.0) it first fences the session: every request still in
+ * flight, abandoned ones included, is cancelled as by skv_request_cancel()
+ * and waited for, within the client's deadline (see Deadlines), so that no
+ * write of the session lands in the engine's buffers once it returns
+ * (unless the deadline passed: then the daemon still owns what it writes).
+ * skv_client_reconnect() fences the session it replaces the same way. */
 void skv_client_close(struct skv_client *c);
 /* The reason of the last failure, never NULL. */
 const char *skv_client_error(const struct skv_client *c);
@@ -428,7 +434,9 @@ int skv_request_poll(struct skv_request *r);
 int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **ret_cache);
 /*
  * Give up on a request without waiting (after skv_request_wait's -ETIMEDOUT,
- * or before closing the client): the handle is freed. If the compaction has
+ * or before closing the client): the handle is freed. The daemon may still
+ * write its destination: to reuse the blocks, cancel instead (see
+ * skv_request_cancel). If the compaction has
  * finished, its cache is released now; if it finishes later, the library
  * releases its cache when it reads the completion from the ring (during any
  * later call of the client that reads it: a submit, wait, poll, nop, stats,
@@ -439,6 +447,57 @@ int skv_request_wait(struct skv_request *r, int timeout_ms, struct skv_cache **r
  * fine. Since SNAPKV_1.4.
  */
 void skv_request_abandon(struct skv_request *r);
+/*
+ * Who owns a writeback destination (SKV_OUT_WRITEBACK), and when. From
+ * skv_compact_submit() until the request's completion has been taken
+ * (skv_request_wait() returned, or skv_request_poll() said 1 and the wait
+ * followed) or skv_request_cancel() has returned >= 0, the destination
+ * blocks belong to the daemon: the engine must neither write them nor give
+ * them to another sequence. skv_request_abandon() does NOT end that: an
+ * abandoned compaction may still write its blocks until skv_client_close()
+ * returns. The same holds for the inputs (Q, K, V, block tables): they must
+ * stay unchanged until then.
+ *
+ * Cancel (SNAPKV_1.8; a daemon with SKV_RING_F_CANCEL): stop a compaction
+ * and return only once no write of it can land any more: it was still
+ * queued and is dequeued, or its worker stopped at the next safe point (a
+ * group of layers on the host; on a GPU, once its stream work is complete:
+ * a compaction whose kernels were launched runs to its end), or a
+ * decision-group member parked for its group fails the group (the other
+ * members fail as when a member's session ends). A prefill wait in
+ * progress is given up at once: an IPC event wait before anything runs
+ * (UNWRITTEN); a CUDA flag wait by the daemon setting the flag itself, as
+ * at its timeout, so the kernels queued behind it run on whatever the
+ * buffers hold (STOPPED). timeout_ms bounds the wait as for
+ * skv_request_wait() (< 0: none); on -ETIMEDOUT the request is not freed
+ * and the destination is still the daemon's: cancel again or wait. On any
+ * other result the request is freed. Returns:
+ *   SKV_CANCEL_UNWRITTEN  it never started writing (dequeued, stopped in its
+ *                         prefill wait, or refused or failed before its
+ *                         kernels ran): nothing of the destination changed;
+ *   SKV_CANCEL_STOPPED    it was stopped, or failed, after its kernels
+ *                         began: any destination block may hold part of its
+ *                         output (no cache; the blocks are the engine's again);
+ *   SKV_CANCEL_COMPLETED  it finished before the cancel reached it: every
+ *                         destination block holds its output and the cache
+ *                         exists: *ret_cache when ret_cache is non-NULL,
+ *                         else released here;
+ * or -errno: -EINVAL (NULL), -ETIMEDOUT (see above), -ENOTCONN/-ECONNRESET
+ * (the session ended: snapkvd closed it or died; returned only once snapkvd
+ * has hung up the socket, which it does after the session's last job has
+ * stopped, so nothing of it is written any more), -EPROTO. A request that went over the socket (too large for a ring
+ * slot) was complete when submitted: COMPLETED, or STOPPED if it failed (a
+ * socket reply does not say where it failed). With a daemon older than
+ * SKV_RING_F_CANCEL, cancel waits for the completion instead (the same
+ * fence, without the early stop) and a failure counts as STOPPED.
+ */
+enum skv_cancel_result {
+	SKV_CANCEL_UNWRITTEN = 0,
+	SKV_CANCEL_STOPPED = 1,
+	SKV_CANCEL_COMPLETED = 2,
+};
+int skv_request_cancel(struct skv_request *r, int timeout_ms, struct skv_cache **ret_cache);
+
 /* submit + wait */
 int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,
 		       struct skv_cache **ret_cache);

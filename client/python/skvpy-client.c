@@ -88,8 +88,12 @@ static int client_close_now(struct skvpy_client *cl)
 		skvpy_cache_drop(cl->caches);
 	while (cl->requests)
 		skvpy_request_drop(cl->requests);
-	skv_client_close(cl->c); /* frees every skv_buffer; our mappings stay */
-	cl->c = NULL;
+	struct skv_client *c = cl->c;
+
+	cl->c = NULL; /* other threads see it closed while the fence runs */
+	/* fences every write of the session first: may wait for the daemon */
+	Py_BEGIN_ALLOW_THREADS skv_client_close(c); /* frees every skv_buffer; our mappings stay */
+	Py_END_ALLOW_THREADS;
 	for (size_t i = 0; i < cl->n_regs; i++)
 		Py_XDECREF(cl->regs[i].mapping);
 	PyMem_Free(cl->regs);
@@ -567,7 +571,7 @@ static PyMethodDef client_methods[] = {
      "        out='arena', out_block_size=None, out_block_table=None, out_buffer=None,\n"
      "        layout='hnd', out_layout='hnd', prompt_len=None, evictable=False,\n"
      "        fallback_below=None, group=None, min_window=None, kv_dtype=None,\n"
-     "        kv_scales=None) -> Cache\n"
+     "        kv_scales=None, after=None) -> Cache\n"
      "q, k, v: lists, one tensor per layer, views of registered storage.\n"
      "A q of n_q < window rows is a partial window: n_q >= min_window rows vote\n"
      "(None: the daemon's min_window, default 8).\n"
@@ -575,7 +579,13 @@ static PyMethodDef client_methods[] = {
      "(or one pair per layer); the cache keeps their bytes, cache.kv_scales the scales.\n"
      "budget: an int (uniform C, window included), a budget mode string ('heads:0.2',\n"
      "'mass:0.9:64:512:32', ...), or (C, mode) for modes that read C. capacity=C is the\n"
-     "deprecated name of C (DeprecationWarning); Cache.capacity is the slot count."},
+     "deprecated name of C (DeprecationWarning); Cache.capacity is the slot count.\n"
+     "after: the prefill to wait for (the daemon reads nothing before; --backend cuda):\n"
+     "a torch.cuda.Event(interprocess=True) recorded after it (or its 64-byte\n"
+     "ipc_handle()), or (tensor, offset, value): a u32 flag at byte offset of a\n"
+     "registered CUDA tensor, waited for until >= value; a last element timeout_ms\n"
+     "((event, ms), (tensor, offset, value, ms)) bounds the wait (snapkv.Error\n"
+     "ETIME past it; 0: the daemon's prefill_wait_max_ms)."},
     {"submit", (PyCFunction)(void (*)(void))client_submit, METH_VARARGS | METH_KEYWORDS,
      "submit(...) -> Request: compact() without waiting."},
     {"stats", (PyCFunction)client_stats, METH_NOARGS, "stats() -> dict of session counters"},

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "skvpy-after.h"
 #include "skvpy-array.h"
 #include "skvpy-session.h"
 #include "skvpy-error.h"
@@ -15,7 +16,7 @@ struct args {
 	PyObject *window, *capacity, *kernel, *pooling, *gqa, *policy, *sinks, *protect;
 	PyObject *reserve, *block_table, *out, *out_block_size, *out_block_table, *out_buffer;
 	PyObject *layout, *out_layout, *prompt_len, *evictable;
-	PyObject *budget, *fallback_below, *group, *min_window, *kv_dtype, *kv_scales;
+	PyObject *budget, *fallback_below, *group, *min_window, *kv_dtype, *kv_scales, *after;
 };
 
 /* What layer 0 fixed; every other layer must match it. */
@@ -829,6 +830,7 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "min_window",
 				 "kv_dtype",
 				 "kv_scales",
+				 "after",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -838,12 +840,12 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
+		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
 		&a.window, &a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks,
 		&a.protect, &a.reserve, &a.block_table, &a.out, &a.out_block_size,
 		&a.out_block_table, &a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len,
 		&a.evictable, &a.budget, &a.fallback_below, &a.group, &a.min_window, &a.kv_dtype,
-		&a.kv_scales))
+		&a.kv_scales, &a.after))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
 	g.paged = a.block_table && a.block_table != Py_None;
@@ -855,7 +857,7 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 	    parse_table(a.block_table, (uint32_t)g.k_shape[0], &p->table, &p->d.n_blocks) < 0)
 		goto fail;
 	if (shape(&a, &g, p) < 0 || (out == OUT_WRITEBACK && writeback(cl, &a, &g, p) < 0) ||
-	    fp8_inputs(&a, &g, p) < 0)
+	    fp8_inputs(&a, &g, p) < 0 || skvpy_after_parse(cl, a.after, &p->d) < 0)
 		goto fail;
 	p->d.block_table = p->table;
 	p->d.layer = p->refs;

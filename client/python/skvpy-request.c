@@ -33,6 +33,7 @@ PyObject *skvpy_request_new(struct skvpy_client *cl, struct skv_request *r, PyOb
 	}
 	q->out = out;
 	q->waiting = 0;
+	q->done = NULL;
 	Py_INCREF(cl);
 	q->client = cl;
 	q->r = r;
@@ -49,11 +50,33 @@ void skvpy_request_drop(struct skvpy_request *q)
 	if (q->r)
 		skv_request_abandon(q->r);
 	q->r = NULL;
+	if (q->done)
+		(void)skv_cache_release(q->done);
+	q->done = NULL;
 	unlink_request(q);
+}
+
+/* A dropped Request that may still write its destination: cancelled,
+ * waiting at most the client's deadline (then abandoned, as before). */
+static void cancel_on_drop(struct skvpy_request *q)
+{
+	struct skvpy_client *cl = q->client;
+	uint32_t dl;
+	int r;
+
+	if (!q->r || !cl->c)
+		return;
+	dl = skv_client_timeout(cl->c);
+	cl->busy++;
+	Py_BEGIN_ALLOW_THREADS r = skv_request_cancel(q->r, dl ? (int)dl : -1, NULL);
+	Py_END_ALLOW_THREADS cl->busy--;
+	if (r != -ETIMEDOUT)
+		q->r = NULL; /* freed by skv_request_cancel */
 }
 
 static void request_dealloc(struct skvpy_request *q)
 {
+	cancel_on_drop(q);
 	skvpy_request_drop(q);
 	Py_XDECREF(q->out);
 	Py_DECREF(q->client);
@@ -91,6 +114,15 @@ static PyObject *request_wait(struct skvpy_request *q, PyObject *args, PyObject 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", kwlist, &to) ||
 	    timeout_ms(to, &ms) < 0)
 		return NULL;
+	if (q->done) { /* cancel() found it completed */
+		PyObject *out = q->out;
+
+		k = q->done;
+		q->done = NULL;
+		q->out = NULL;
+		unlink_request(q);
+		return skvpy_cache_new(q->client, k, out);
+	}
 	if (!q->r)
 		return skvpy_error(EINVAL, "the request was already waited for%s",
 				   q->client->c ? "" : " (or its client is closed)");
@@ -112,9 +144,49 @@ static PyObject *request_wait(struct skvpy_request *q, PyObject *args, PyObject 
 	return skvpy_cache_new(q->client, k, out);
 }
 
+static PyObject *request_cancel(struct skvpy_request *q, PyObject *args, PyObject *kw)
+{
+	static const char *const outcome[] = {"unwritten", "stopped", "completed"};
+	static char *kwlist[] = {"timeout", NULL};
+	PyObject *to = NULL;
+	struct skv_cache *k = NULL;
+	int ms, r;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:cancel", kwlist, &to) ||
+	    timeout_ms(to, &ms) < 0)
+		return NULL;
+	if (!q->r)
+		return skvpy_error(EINVAL, "the request was already waited for or cancelled%s",
+				   q->client->c ? "" : " (or its client is closed)");
+	if (q->waiting)
+		return skvpy_error(EBUSY, "another thread waits for this request");
+	q->waiting = 1;
+	q->client->busy++;
+	Py_BEGIN_ALLOW_THREADS r = skv_request_cancel(q->r, ms, &k);
+	Py_END_ALLOW_THREADS q->client->busy--;
+	q->waiting = 0;
+	if (r == -ETIMEDOUT)
+		return skvpy_error(r,
+				   "cancel: not stopped within %d ms (the destination is still "
+				   "the daemon's; cancel or wait again)",
+				   ms);
+	q->r = NULL; /* freed by skv_request_cancel */
+	if (r < 0) {
+		unlink_request(q);
+		return skvpy_session_fail(q->client, r, "cancel");
+	}
+	if (r == SKV_CANCEL_COMPLETED)
+		q->done = k; /* wait() hands it out; released with the Request */
+	else
+		unlink_request(q);
+	return PyUnicode_FromString(outcome[r]);
+}
+
 static PyObject *request_done(struct skvpy_request *q, PyObject *unused)
 {
 	(void)unused;
+	if (q->done)
+		Py_RETURN_TRUE;
 	if (!q->r)
 		return skvpy_error(EINVAL, "the request was already waited for");
 	if (q->waiting)
@@ -127,6 +199,15 @@ static PyMethodDef request_methods[] = {
     {"wait", (PyCFunction)(void (*)(void))request_wait, METH_VARARGS | METH_KEYWORDS,
      "wait(timeout=None) -> Cache. timeout in seconds; past it snapkv.Error(ETIMEDOUT)\n"
      "and the request can be waited for again."},
+    {"cancel", (PyCFunction)(void (*)(void))request_cancel, METH_VARARGS | METH_KEYWORDS,
+     "cancel(timeout=None) -> 'unwritten' | 'stopped' | 'completed'. Stops the\n"
+     "compaction and returns only once nothing of it can be written any more\n"
+     "(skv_request_cancel): 'unwritten': it never wrote its output; 'stopped':\n"
+     "it stopped (or failed) part-way, any destination block may hold part of\n"
+     "it; 'completed': it finished first, and wait() returns its Cache. From\n"
+     "submit until wait() or cancel() returns, a writeback destination is the\n"
+     "daemon's. Past timeout (seconds) snapkv.Error(ETIMEDOUT): still the\n"
+     "daemon's; cancel or wait again."},
     {"done", (PyCFunction)request_done, METH_NOARGS, "done() -> True once wait() will not block."},
     {NULL, NULL, 0, NULL},
 };

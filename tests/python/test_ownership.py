@@ -125,18 +125,22 @@ def settles_at(cl, n):
     return got
 
 
-def test_dropped_request_released(daemon, snapkv):
+def test_dropped_request_cancelled(daemon, snapkv):
     """A request still waiting when dropped (the first of a decision group
-    of two), then completed by its partner: its cache goes back."""
+    of two) is cancelled (issue 20), not abandoned: the drop returns once it
+    can write nothing more (its group failed at once, not at its 20 s
+    timeout) and it keeps nothing; the key is free for a new group."""
     cl = snapkv.Client(daemon.sock, name="dropper")
     q, k, v = random_inputs(dtype=torch.float32, seed=23, **SHAPE)
     qs, ks, vs, kw = place(cl, q, k, v, "hnd")
     req = cl.submit(qs, ks, vs, **P, **kw, group=("drop-1", 2, 20000))
     assert not req.done()
-    del req  # unfinished: abandoned
-    with cl.compact(qs, ks, vs, **P, **kw, group=("drop-1", 2, 20000)) as c:
-        assert c.group_size == 2
-        assert settles_at(cl, 1) is True  # the partner's own, not the dropped one's
+    del req  # unfinished: cancelled before del returns
+    assert caches_of(cl) == 0
+    a = cl.submit(qs, ks, vs, **P, **kw, group=("drop-1", 2, 20000))
+    with cl.compact(qs, ks, vs, **P, **kw, group=("drop-1", 2, 20000)) as c, a.wait() as b:
+        assert c.group_size == b.group_size == 2
+        assert settles_at(cl, 2) is True
     assert settles_at(cl, 0) is True
     cl.close()
 

@@ -118,6 +118,11 @@ static void test_arena(void)
 	snapkvd_device_free(d);
 }
 
+static bool stop_when(const void *arg)
+{
+	return __atomic_load_n((const bool *)arg, __ATOMIC_ACQUIRE);
+}
+
 static void test_waiter(void)
 {
 	struct snapkvd_device *d = emu_device();
@@ -142,6 +147,22 @@ static void test_waiter(void)
 	CU_ASSERT_EQUAL(flag2, 9);
 	CU_ASSERT_FALSE(snapkvd_device_wait_disarm(d, &w2));
 	CU_ASSERT_PTR_NULL(w.flag);
+	/* stopped (its job cancelled) long before its deadline: released at
+	 * the poke, without the deadline's warning */
+	static bool cancelled;
+	flag = 0;
+	cancelled = false;
+	w.stop = stop_when;
+	w.stop_arg = &cancelled;
+	snapkvd_device_wait_arm(d, &w, &flag, 7, snapkvd_now_ns() + 60000 * 1000000ull);
+	__atomic_store_n(&cancelled, true, __ATOMIC_RELEASE);
+	snapkvd_device_wait_poke(d);
+	for (int i = 0; i < 12000 && __atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 7; i++)
+		usleep(5000); /* a hang guard: the poke releases it at once */
+	CU_ASSERT_EQUAL(__atomic_load_n(&flag, __ATOMIC_ACQUIRE), 7);
+	CU_ASSERT_TRUE(snapkvd_device_wait_disarm(d, &w));
+	CU_ASSERT_TRUE(w.stopped);
+	w.stop = NULL;
 	/* disarmed before its deadline: never fired */
 	flag = 0;
 	snapkvd_device_wait_arm(d, &w, &flag, 5, snapkvd_now_ns() + 60000 * 1000000ull);

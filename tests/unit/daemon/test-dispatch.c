@@ -65,6 +65,20 @@ void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j
 	CU_FAIL("nothing reaches the compactor here");
 }
 
+static struct snapkvd_job *dequeued; /* what SKV_OP_CANCEL took off the queue */
+
+bool snapkvd_compactor_cancel(struct snapkvd_compactor *c, struct snapkvd_job *j)
+{
+	(void)c;
+	dequeued = j;
+	return true;
+}
+
+void snapkvd_compactor_finish(struct snapkvd_compactor *c, struct snapkvd_job *list)
+{
+	(void)c, (void)list;
+}
+
 unsigned snapkvd_compactor_threads(const struct snapkvd_compactor *c)
 {
 	(void)c;
@@ -97,6 +111,11 @@ uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_are
 void snapkvd_device_arena_free(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
 	(void)d, (void)a;
+}
+
+void snapkvd_device_wait_poke(struct snapkvd_device *d)
+{
+	(void)d;
 }
 
 static unsigned errors_counted;
@@ -261,6 +280,49 @@ static void test_back_pressure(void)
 	close_session();
 }
 
+/* SKV_OP_CANCEL has no completion of its own and takes no CQ slot: one
+ * naming nothing in flight changes nothing; one naming a queued COMPACT
+ * flags it and has it taken off the queue; a second is ignored. */
+static void test_cancel_op(void)
+{
+	struct snapkvd_origin o = {.ring = true, .has_slot = true, .slot = 1, .user_data = 7};
+	struct snapkvd_job *j;
+	struct skv_cqe cqe;
+
+	open_session();
+	CU_ASSERT(r->layout.features & SKV_RING_F_CANCEL);
+	submit(SKV_OP_CANCEL, 99, 0, 0);
+	submit(SKV_OP_NOP, 1, 0, 0);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 2);
+	CU_ASSERT_EQUAL(reap(&cqe), 0);
+	CU_ASSERT_EQUAL(cqe.user_data, 1); /* the NOP's: the cancel posted nothing */
+	CU_ASSERT_EQUAL(reap(&cqe), -EAGAIN);
+	CU_ASSERT_EQUAL(r->inflight, 0);
+	j = snapkvd_job_new(SNAPKVD_JOB_COMPACT, s, &o);
+	CU_ASSERT_FATAL(j != NULL);
+	j->s_next = s->jobs;
+	s->jobs = j;
+	dequeued = NULL;
+	submit(SKV_OP_CANCEL, 8, 0, 0); /* another request's name */
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 1);
+	CU_ASSERT_PTR_NULL(dequeued);
+	CU_ASSERT_FALSE(snapkvd_job_cancelled(j));
+	submit(SKV_OP_CANCEL, 7, 0, 0);
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 1);
+	CU_ASSERT_PTR_EQUAL(dequeued, j);
+	CU_ASSERT_TRUE(snapkvd_job_cancelled(j));
+	CU_ASSERT_STRING_EQUAL(snapkvd_job_cancel_reason(j), "the request was cancelled");
+	dequeued = NULL;
+	submit(SKV_OP_CANCEL, 7, 0, 0); /* again: already cancelled */
+	CU_ASSERT_EQUAL(snapkvd_dispatch_poll_ring(s, 64), 1);
+	CU_ASSERT_PTR_NULL(dequeued);
+	CU_ASSERT_EQUAL(reap(&cqe), -EAGAIN);
+	CU_ASSERT_EQUAL(r->inflight, 0);
+	s->jobs = NULL;
+	snapkvd_job_free(j);
+	close_session();
+}
+
 /* Events never take the completion slot of a request in flight. */
 static void test_events(void)
 {
@@ -397,6 +459,8 @@ int main(void)
 	su = CU_add_suite("dispatch", NULL, NULL);
 	CU_add_test(su, "a NOP completes; the budget bounds a poll", test_nop);
 	CU_add_test(su, "back-pressure on a full CQ", test_back_pressure);
+	CU_add_test(su, "SKV_OP_CANCEL: no completion of its own, its target dequeued",
+		    test_cancel_op);
 	CU_add_test(su, "pressure events", test_events);
 	CU_add_test(su, "requests in argument slots", test_requests);
 	CU_add_test(su, "a corrupt ring closes the session", test_corrupt);
