@@ -302,10 +302,20 @@ bool snapkvd_compactor_cancel(struct snapkvd_compactor *c, struct snapkvd_job *j
 	if (found) {
 		j->status = -ECANCELED;
 		snprintf(j->err, sizeof(j->err), "cancelled before it ran; nothing was written");
-		put_done(c, j);
 	}
 	pthread_mutex_unlock(&c->mu);
-	return found;
+	if (!found)
+		return false;
+	/* a decision-group member that never ran its first step arrives as
+	 * failed, so that its group fails (and its key is free) now rather
+	 * than holding a member that will never come; outside c->mu, as the
+	 * workers arrive */
+	struct snapkvd_job *list = j;
+	j->next = NULL;
+	if (j->gm.size && j->gm.group && !j->gm.decided && c->groups)
+		list = snapkvd_groups_arrive(c->groups, j, snapkvd_now_ns());
+	snapkvd_compactor_finish(c, list);
+	return true;
 }
 
 void snapkvd_compactor_set_groups(struct snapkvd_compactor *c, struct snapkvd_groups *g)
