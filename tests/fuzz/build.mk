@@ -28,12 +28,13 @@ FUZZ_RING_SRCS ?=
 # with their flags)
 FUZZ_REQUEST_SRCS ?= $(BUILD)/proto/snapkv.pb-c.c $(SKV_SRCS) daemon/snapkvd-job.c \
 	daemon/snapkvd-cache.c daemon/snapkvd-paged.c daemon/snapkvd-config.c daemon/snapkvd-log.c \
-	daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c daemon/snapkvd-clock.c daemon/snapkvd-arena.c
+	daemon/snapkvd-pressure.c daemon/snapkvd-hooks.c daemon/snapkvd-clock.c daemon/snapkvd-arena.c \
+	daemon/snapkvd-params.c daemon/snapkvd-value.c
 FUZZ_ST_SRCS ?= client/libskvst/skv-safetensors.c
 FUZZ_ST_INC ?= -Iclient/libskvst
 FUZZ_GGUF_SRCS ?= examples/tiny-llama/tl-gguf.c
 FUZZ_GGUF_INC ?= -Iexamples/tiny-llama
-FUZZ_CONFIG_SRCS ?= daemon/snapkvd-config.c daemon/snapkvd-log.c daemon/snapkvd-pressure.c \
+FUZZ_CONFIG_SRCS ?= daemon/snapkvd-config.c daemon/snapkvd-value.c daemon/snapkvd-log.c daemon/snapkvd-pressure.c \
 	daemon/snapkvd-hooks.c
 FUZZ_CONFIG_INC ?= -Idaemon
 # the Prometheus listener's request parsing (snapkvd-http.c is #included by

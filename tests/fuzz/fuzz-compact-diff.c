@@ -327,17 +327,27 @@ static int run_local(const struct req *r, struct local *o)
 	if (!o->k || !o->v || !o->pos || !o->mass)
 		FAIL("out of memory");
 	for (uint32_t l = 0; l < r->layers; l++) {
-		in[l].q = (struct skv_tensor){
-		    base + r->off_q[l], r->dt, (int64_t)r->sh.n_q * D, D, NULL, 0, 0, 0};
-		in[l].k = (struct skv_tensor){
-		    base + r->off_k[l], r->dt, (int64_t)L * D, D, NULL, 0, 0, 0};
-		in[l].v = (struct skv_tensor){
-		    base + r->off_v[l], r->dt, (int64_t)L * D, D, NULL, 0, 0, 0};
+		in[l].q = (struct skv_tensor){.data = base + r->off_q[l],
+					      .dtype = r->dt,
+					      .head_stride = (int64_t)r->sh.n_q * D,
+					      .token_stride = D};
+		in[l].k = (struct skv_tensor){.data = base + r->off_k[l],
+					      .dtype = r->dt,
+					      .head_stride = (int64_t)L * D,
+					      .token_stride = D};
+		in[l].v = (struct skv_tensor){.data = base + r->off_v[l],
+					      .dtype = r->dt,
+					      .head_stride = (int64_t)L * D,
+					      .token_stride = D};
 		out[l] = (struct skv_layer_out){
-		    .k = {o->k + l * per * D * r->es, r->dt, (int64_t)o->room * D, D, NULL, 0, 0,
-			  0},
-		    .v = {o->v + l * per * D * r->es, r->dt, (int64_t)o->room * D, D, NULL, 0, 0,
-			  0},
+		    .k = {.data = o->k + l * per * D * r->es,
+			  .dtype = r->dt,
+			  .head_stride = (int64_t)o->room * D,
+			  .token_stride = D},
+		    .v = {.data = o->v + l * per * D * r->es,
+			  .dtype = r->dt,
+			  .head_stride = (int64_t)o->room * D,
+			  .token_stride = D},
 		    .positions = o->pos + l * per,
 		    .pos_stride = o->room,
 		    .retained_mass = o->mass + l * o->hs,

@@ -4,10 +4,11 @@
  * reader (tl_gguf_open_mem), the model loader's first step.
  *
  * Properties: no read outside the image; on success every key, string,
- * array and F32 tensor the reader hands out lies inside the reader's copy
- * of the file, tensor element counts are the product of their dims, and
- * every key and tensor is found again by name; the typed getters never
- * crash whatever a key's type.
+ * array and tensor of a type it sizes (F32, F16, Q4_0, Q4_1, Q8_0) it
+ * hands out lies inside the reader's copy of the file, in whole blocks of
+ * each row; tensor element counts are the product of their dims; every key
+ * and tensor is found again by name; the typed getters never crash
+ * whatever a key's type.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -96,7 +97,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			REQUIRE(!__builtin_mul_overflow(n, t->ne[d], &n));
 		REQUIRE(n == t->n_elems);
 		if (t->data) {
-			REQUIRE(t->type == TL_GGML_F32 && t->nbytes == 4 * t->n_elems);
+			/* a type the reader sizes (F32, F16, Q4_0, Q4_1, Q8_0): whole
+			 * blocks of each row, nbytes from the block size */
+			const uint64_t be = tl_ggml_block_elems(t->type);
+			REQUIRE(be && t->ne[0] % be == 0 &&
+				t->nbytes == t->n_elems / be * tl_ggml_block_bytes(t->type));
 			in_file(g, t->data, t->nbytes);
 		}
 		if (strlen(name) == t->name.n)

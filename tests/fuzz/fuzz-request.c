@@ -46,23 +46,38 @@
 
 /* ------------------------------------------------------------- the fakes */
 
-bool snapkvd_runner_device(const struct snapkvd_runner *r)
+bool snapkvd_device_present(const struct snapkvd_device *d)
 {
-	(void)r;
+	(void)d;
 	return false;
 }
 
-const char *snapkvd_runner_name(const struct snapkvd_runner *r)
+const char *snapkvd_device_backend(const struct snapkvd_device *d)
 {
-	(void)r;
+	(void)d;
 	return "host";
 }
 
-uint8_t *snapkvd_runner_arena_base(struct snapkvd_runner *r, struct skv_cuda_arena *a)
+uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
-	(void)r;
+	(void)d;
 	(void)a;
 	return NULL;
+}
+
+/* a job's membership: none is ever joined here (no admission) */
+void snapkvd_group_member_clear(struct snapkvd_group_member *m)
+{
+	skv_pending_free(m->pending);
+	m->pending = NULL;
+	m->group = NULL;
+}
+
+/* no decision group is ever open here (env.groups is NULL) */
+int snapkvd_groups_level(struct snapkvd_groups *g, uint32_t uid, const char *key, int *ret_level)
+{
+	(void)g, (void)uid, (void)key, (void)ret_level;
+	return -ENOENT;
 }
 
 struct snapkvd_buffer *snapkvd_buffer_find(struct snapkvd_buffer *list, uint64_t id)
@@ -133,7 +148,7 @@ static void setup(void)
 	    .cfg = &cfg,
 	    .buffers = &bufs[0],
 	    .arena_bytes = 4 << 20,
-	    .runner = NULL,
+	    .device = NULL,
 	    .threads = 1,
 	    .ops = &policy,
 	};
@@ -217,7 +232,7 @@ static void compact(const Snapkv__V1__CompactRequest *req)
 	/* each buffer the job reads is held once */
 	REQUIRE(bufs[0].refs <= 2 && bufs[1].refs <= 2);
 	REQUIRE(j->n_bufs == (unsigned)(bufs[0].refs - 1) + (unsigned)(bufs[1].refs - 1));
-	if (!budgeted(&j->params) && !j->group_size)
+	if (!snapkvd_params_budgeted(&j->params) && !j->gm.size)
 		run(j);
 	else if (verbose)
 		fprintf(stderr, "fuzz-request: accepted (budget mode or group: not run)\n");
