@@ -41,7 +41,9 @@ static void vlog(int level, int err, const char *fmt, va_list ap)
 	if (journal)
 		n = snprintf(buf, sizeof(buf), "<%d>", level);
 	else
-		n = snprintf(buf, sizeof(buf), "snapkvd[%d]: %s: ", (int)getpid(), names[level]);
+		n = snprintf(buf, sizeof(buf), "snapkvd[%d]: %s: ", (int)getpid(),
+			     level >= SNAPKVD_LOG_ERR && level <= SNAPKVD_LOG_DEBUG ? names[level]
+										    : "error");
 	n += vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
 	if (n > (int)sizeof(buf) - 2)
 		n = sizeof(buf) - 2;
@@ -78,7 +80,7 @@ int snapkvd_log_errno(int level, int err, const char *fmt, ...)
 static void cause_summary(struct snapkvd_log_cause *c, uint64_t now_ns)
 {
 	snapkvd_log(c->level, 0, "%llu more %s in the last %llu s; the last: %s",
-		    (unsigned long long)c->count, c->what,
+		    (unsigned long long)c->count, c->what ? c->what : "events",
 		    (unsigned long long)((now_ns - c->since_ns + 999999999u) / 1000000000u),
 		    c->last);
 	c->count = 0;
@@ -105,7 +107,7 @@ void snapkvd_log_cause(struct snapkvd_log_cause *c, uint64_t now_ns, const char 
 		return;
 	}
 	snapkvd_log(c->level, 0, "%s (more %s are summarised, at most one line per %u s)", c->last,
-		    c->what, SNAPKVD_LOG_CAUSE_INTERVAL_S);
+		    c->what ? c->what : "events", SNAPKVD_LOG_CAUSE_INTERVAL_S);
 	c->since_ns = now_ns;
 	c->next_ns = now_ns + CAUSE_INTERVAL_NS;
 }

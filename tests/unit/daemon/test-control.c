@@ -102,6 +102,10 @@ static void open_session(void)
 	snapkvd_config_defaults(&srv.cfg);
 	srv.cfg.session_arena_bytes = 1 << 20;
 	srv.cfg.max_buffers = 4;
+	/* the log causes as snapkvd_server_init sets them */
+	for (int i = 0; i < SNAPKVD_FLOOD_N; i++)
+		srv.floods[i] =
+		    (struct snapkvd_log_cause){.what = "test events", .level = SNAPKVD_LOG_NOTICE};
 	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_new(1 << 30, 0, &srv.pool), 0);
 	snapkvd_pool_set_map_limits(srv.pool, 64, 1ull << 30, 1ull << 30);
 	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", &srv.device, &kerr), 0);
