@@ -78,9 +78,12 @@ $(FUZZ_BUILD)/fuzz-config: $(call FUZZ_OBJ,tests/fuzz/fuzz-config.c $(FUZZ_CONFI
 $(FUZZ_BUILD)/fuzz-http: $(call FUZZ_OBJ,tests/fuzz/fuzz-http.c $(FUZZ_HTTP_SRCS))
 	$(FUZZ_LINK)
 $(call FUZZ_OBJ,tests/fuzz/fuzz-compact-diff.c): FUZZ_CFLAGS += -Iclient/libsnapkv
+# the daemon it starts and the library it talks through are prerequisites,
+# so that a changed daemon is rebuilt before a run (not linked in)
 $(FUZZ_BUILD)/fuzz-compact-diff: $(call FUZZ_OBJ,tests/fuzz/fuzz-compact-diff.c \
-		$(FUZZ_COMPACT_DIFF_SRCS)) | $(LIBSNAPKV) $(BUILD)/snapkvd
-	$(FUZZ_LINK) -L$(BUILD) -lsnapkv -Wl,-rpath,$(abspath $(BUILD)) -lm -pthread
+		$(FUZZ_COMPACT_DIFF_SRCS)) $(LIBSNAPKV) $(BUILD)/snapkvd
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $(filter %.o,$^) -L$(BUILD) -lsnapkv \
+		-Wl,-rpath,$(abspath $(BUILD)) -lm -pthread
 
 -include $(patsubst %.o,%.d,$(call FUZZ_OBJ,$(FUZZ_TARGETS:%=tests/fuzz/fuzz-%.c) \
 	$(FUZZ_FRAME_SRCS) $(FUZZ_REQUEST_SRCS) $(FUZZ_ST_SRCS) $(FUZZ_GGUF_SRCS) $(FUZZ_CONFIG_SRCS) \
