@@ -40,5 +40,8 @@ env "${pre[@]}" BUILD="$BUILD" PYTHONDONTWRITEBYTECODE=1 "$PYTHON" -X faulthandl
 rc=$?
 cat "$out"
 [ $rc -eq 0 ] || exit $rc
-# a pass with skipped tests is a skip (-ra listed them with their reasons)
-! grep -q '^SKIPPED' "$out" || exit 77
+# a pass with skipped tests is a skip (-ra listed them with their reasons),
+# counted and named in the SKIP line run-tests.sh reports
+n=$(grep -c '^SKIPPED' "$out")
+[ "$n" -eq 0 ] || skip python "$n pytest tests skipped, the others passed: $(grep '^SKIPPED' "$out" |
+	sed 's/^SKIPPED \[[0-9]*\] [^ ]*: //' | sort -u | head -n 2 | paste -sd ';')"
