@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* test-daemon-units: snapkvd's config parser, pool accounting and arena allocator. */
+/* test-daemon-units: snapkvd's config parser, pool accounting and arena allocator (the
+ * value parsers: tests/unit/daemon/test-value.c). */
 #include <CUnit/Basic.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -14,25 +15,6 @@ static int parse(struct snapkvd_config *c, const char *text, char *err)
 {
 	snapkvd_config_defaults(c);
 	return snapkvd_config_parse(c, text, strlen(text), err, 256);
-}
-
-static void test_sizes(void)
-{
-	uint64_t v = 0;
-
-	CU_ASSERT_EQUAL(snapkvd_parse_size("4096", &v), 0);
-	CU_ASSERT_EQUAL(v, 4096);
-	CU_ASSERT_EQUAL(snapkvd_parse_size("64K", &v), 0);
-	CU_ASSERT_EQUAL(v, 65536);
-	CU_ASSERT_EQUAL(snapkvd_parse_size("2GiB", &v), 0);
-	CU_ASSERT_EQUAL(v, 2ull << 30);
-	CU_ASSERT_EQUAL(snapkvd_parse_size("1T", &v), 0);
-	CU_ASSERT_EQUAL(v, 1ull << 40);
-	CU_ASSERT_EQUAL(snapkvd_parse_size("-1", &v), -EINVAL);
-	CU_ASSERT_EQUAL(snapkvd_parse_size("12Q", &v), -EINVAL);
-	CU_ASSERT_EQUAL(snapkvd_parse_size("", &v), -EINVAL);
-	CU_ASSERT_EQUAL(snapkvd_parse_size("99999999999999999999", &v), -ERANGE);
-	CU_ASSERT_EQUAL(snapkvd_parse_size("99999999999T", &v), -ERANGE);
 }
 
 static void test_config(void)
@@ -345,7 +327,6 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
 	s = CU_add_suite("daemon-units", NULL, NULL);
-	CU_add_test(s, "sizes", test_sizes);
 	CU_add_test(s, "config", test_config);
 	CU_add_test(s, "pool", test_pool);
 	CU_add_test(s, "pool reserve race", test_pool_race);
