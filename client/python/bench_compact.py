@@ -38,7 +38,7 @@ def main():
             t = []
             for i in range(-(per // 10), per):
                 t0 = time.perf_counter()
-                c = cl.compact(qs, ks, vs, window=W, capacity=C, gqa="group")
+                c = cl.compact(qs, ks, vs, window=W, budget=C, gqa="group")
                 t1 = time.perf_counter()
                 c.release()
                 if i >= 0:

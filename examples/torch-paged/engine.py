@@ -145,8 +145,9 @@ class Engine:
                 [kv.k_pool(l) for l in range(self.layers)],
                 [kv.v_pool(l) for l in range(self.layers)],
                 block_table=s.table, prompt_len=s.n_phys, window=a.window,
-                capacity=a.capacity, kernel=a.kernel, pooling=a.pool, gqa="group",
-                protect=[(0, P)] if P else (), budget=a.budget,
+                budget=(a.capacity, a.budget) if a.budget else a.capacity,
+                kernel=a.kernel, pooling=a.pool, gqa="group",
+                protect=[(0, P)] if P else (),
                 fallback_below=a.fallback_below, **out))
         return [r.wait() for r in reqs]
 
