@@ -361,6 +361,22 @@ static bool session_ended(const struct snapkvd_job *j)
 	       (j->cancel && __atomic_load_n(j->cancel, __ATOMIC_ACQUIRE));
 }
 
+/* Whether a parked member has ended (its reason then in fail_msg): the
+ * arrival and the sweep ask the same. */
+static bool member_ended(struct snapkvd_group *grp)
+{
+	for (unsigned i = 0; i < grp->arrived; i++)
+		if (session_ended(grp->parked[i])) {
+			snprintf(
+			    grp->fail_msg, sizeof(grp->fail_msg),
+			    "decision group '%s': a member's session ended or it was cancelled; "
+			    "nothing kept",
+			    grp->key);
+			return true;
+		}
+	return false;
+}
+
 static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkvd_job *j,
 					 uint64_t now_ns)
 {
@@ -389,15 +405,8 @@ static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkv
 	g->st.parked++;
 	/* a member whose session ended fails the group now, not at the next
 	 * sweep: a group is never decided with a dead member */
-	for (unsigned i = 0; i < grp->arrived; i++)
-		if (session_ended(grp->parked[i])) {
-			snprintf(
-			    grp->fail_msg, sizeof(grp->fail_msg),
-			    "decision group '%s': a member's session ended or it was cancelled; "
-			    "nothing kept",
-			    grp->key);
-			return fail_group(g, grp, -ECANCELED, false);
-		}
+	if (member_ended(grp))
+		return fail_group(g, grp, -ECANCELED, false);
 	if (grp->arrived < grp->size)
 		return NULL;
 	return decide(g, grp, now_ns);
@@ -423,15 +432,8 @@ static int sweep_reason(struct snapkvd_group *grp, uint64_t now_ns, bool all)
 			 grp->key);
 		return -ESHUTDOWN;
 	}
-	for (unsigned i = 0; i < grp->arrived; i++)
-		if (session_ended(grp->parked[i])) {
-			snprintf(
-			    grp->fail_msg, sizeof(grp->fail_msg),
-			    "decision group '%s': a member's session ended or it was cancelled; "
-			    "nothing kept",
-			    grp->key);
-			return -ECANCELED;
-		}
+	if (member_ended(grp))
+		return -ECANCELED;
 	if (now_ns >= grp->deadline_ns) {
 		snprintf(grp->fail_msg, sizeof(grp->fail_msg),
 			 "decision group '%s': %u of %u members arrived before its timeout "
