@@ -71,38 +71,37 @@ allowed() { # lines allowed for a flood of S seconds: one per 10 s window, + the
 	echo $(( ${1%.*} / 10 + 2 ))
 }
 
+# judge WHAT NEEDLE SECS WANT [ALL]: the log of a flood of WHAT lasting SECS:
+# at least one line naming NEEDLE and at most one per 10 s window (+ the
+# shutdown summary), their counts adding up to WANT; ALL: under 20 lines in all
+judge() {
+	local what=$1 needle=$2 secs=$3 want=$4 all=${5:-} n c max
+	n=$(lines "$needle")
+	max=$(allowed "$secs")
+	echo "$what in ${secs}s: $n log lines (allowed $max)"
+	[ "$n" -ge 1 ] && [ "$n" -le "$max" ] || { cat "$tmp/log"; fail "$n lines for $what"; }
+	c=$(counted "$needle")
+	[ "$c" -eq "$want" ] || { cat "$tmp/log"; fail "the lines count $c, not $want, for $what"; }
+	[ -z "$all" ] || [ "$(wc -l <"$tmp/log")" -lt 20 ] ||
+		{ cat "$tmp/log"; fail "$(wc -l <"$tmp/log") lines in all"; }
+}
+
 # 1. silent connections past max_handshakes
 run "max_handshakes = 8"
 secs=$("$PYTHON" "$tmp/flood.py" "$sock" 1500 silent)
 stop
-n=$(lines "before they held a session")
-max=$(allowed "$secs")
-echo "1500 silent connections in ${secs}s: $n log lines (allowed $max)"
-[ "$n" -ge 1 ] && [ "$n" -le "$max" ] || { cat "$tmp/log"; fail "$n lines for 1500 connections"; }
-c=$(counted "before they held a session")
-[ "$c" -eq 1500 ] || { cat "$tmp/log"; fail "the lines count $c connections, not 1500"; }
-[ "$(wc -l <"$tmp/log")" -lt 20 ] || { cat "$tmp/log"; fail "$(wc -l <"$tmp/log") lines in all"; }
+judge "1500 silent connections" "before they held a session" "$secs" 1500 all
 
 # 2. bad frames (each closes its session)
 run "max_handshakes = 8"
 secs=$("$PYTHON" "$tmp/flood.py" "$sock" 300 bad)
 stop
-n=$(lines "bad frame")
-max=$(allowed "$secs")
-echo "300 bad frames in ${secs}s: $n log lines (allowed $max)"
-[ "$n" -ge 1 ] && [ "$n" -le "$max" ] || { cat "$tmp/log"; fail "$n lines for 300 bad frames"; }
-c=$(counted "bad frame")
-[ "$c" -eq 300 ] || { cat "$tmp/log"; fail "the lines count $c bad frames, not 300"; }
-[ "$(wc -l <"$tmp/log")" -lt 20 ] || { cat "$tmp/log"; fail "$(wc -l <"$tmp/log") lines in all"; }
+judge "300 bad frames" "bad frame" "$secs" 300 all
 
 # 3. refused at connect (uid not allowed), then closed
 run "allow_uids = 4000000"
 secs=$("$PYTHON" "$tmp/flood.py" "$sock" 300 silent)
 stop refused
-n=$(lines "not allowed")
-max=$(allowed "$secs")
-echo "300 refused connections in ${secs}s: $n log lines (allowed $max)"
-[ "$n" -ge 1 ] && [ "$n" -le "$max" ] || { cat "$tmp/log"; fail "$n lines for 300 refusals"; }
-c=$(counted "not allowed")
-[ "$c" -eq 301 ] || { cat "$tmp/log"; fail "the lines count $c refusals, not 300 + snapkvctl's"; }
+# 300 refusals and snapkvctl's own
+judge "300 refused connections" "not allowed" "$secs" 301
 echo "test-daemon-logflood: ok"
