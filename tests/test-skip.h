@@ -111,4 +111,20 @@ static inline int t_exit(unsigned fails)
 	return t_skipped ? 77 : 0;
 }
 
+/*
+ * Run the registered suites with the verbose summary scripts/run-tests.sh
+ * reads, then free the registry: main's exit status (1 when a test or a
+ * suite's init or cleanup failed, 77 when tests were skipped).
+ */
+static inline int t_run(void)
+{
+	unsigned fails;
+
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
+	CU_cleanup_registry();
+	return t_exit(fails);
+}
+
 #endif

@@ -530,13 +530,7 @@ static inline int h_wait_pool(const char *sock, long long want, int ms)
  */
 static inline int h_run_tests(void)
 {
-	unsigned fails;
-
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
-	return t_exit(fails);
+	return t_run();
 }
 
 /*

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon/snapkvd-buffer.c"
+#include "tests/test-skip.h"
 
 /* ------------------------------------------------- the fake device */
 
@@ -282,7 +283,6 @@ static void test_cuda(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -294,9 +294,5 @@ int main(void)
 	CU_add_test(su, "max_buffers", test_limit);
 	CU_add_test(su, "the tenant's charge before the mapping", test_charge);
 	CU_add_test(su, "a CUDA buffer: imported once, released last", test_cuda);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

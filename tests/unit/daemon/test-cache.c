@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "daemon/snapkvd-cache.c"
+#include "tests/test-skip.h"
 #include "kernels/cuda/skv-cuda.h"
 
 static void test_geometry(void)
@@ -409,7 +410,6 @@ static void test_grow_ragged_copies(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -426,9 +426,5 @@ int main(void)
 		    test_settle_moves);
 	CU_add_test(s, "GROW of a ragged cache in the GPU arena: per-head copies",
 		    test_grow_ragged_copies);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "daemon/snapkvd-control.c"
+#include "tests/test-skip.h"
 
 /* ------------------------------------------------------------- the fakes */
 
@@ -354,7 +355,6 @@ static void test_bad_frame(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -364,9 +364,5 @@ int main(void)
 	CU_add_test(su, "REGISTER/UNREGISTER and the fd guard", test_register);
 	CU_add_test(su, "unknown, CUDA_ARENA, REQUEST, ADMIN", test_routing);
 	CU_add_test(su, "a bad frame closes the session", test_bad_frame);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

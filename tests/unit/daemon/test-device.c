@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon/snapkvd-device.c"
+#include "tests/test-skip.h"
 
 static const char *emu_plugin(void)
 {
@@ -177,7 +178,6 @@ static void test_waiter(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -187,9 +187,5 @@ int main(void)
 	CU_add_test(su, "cuda without its plugin: refused with a reason", test_no_plugin);
 	CU_add_test(su, "emulator: a GPU arena, exported twice", test_arena);
 	CU_add_test(su, "emulator: the waiter releases late flags only", test_waiter);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

@@ -14,6 +14,7 @@
 
 #include "daemon/snapkvd-dispatch.c"
 #include "daemon/snapkvd-session.c"
+#include "tests/test-skip.h"
 
 /* ------------------------------------------------------------- the fakes */
 
@@ -451,7 +452,6 @@ static void test_corrupt(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -464,9 +464,5 @@ int main(void)
 	CU_add_test(su, "pressure events", test_events);
 	CU_add_test(su, "requests in argument slots", test_requests);
 	CU_add_test(su, "a corrupt ring closes the session", test_corrupt);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

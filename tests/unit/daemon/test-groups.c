@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "daemon/snapkvd-group.c"
+#include "tests/test-skip.h"
 
 /* ---------------------------------------------- the fake first step */
 
@@ -295,7 +296,6 @@ static void test_sweep(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -305,9 +305,5 @@ int main(void)
 	CU_add_test(su, "an arrival fails a group with an ended member", test_arrival_sees_ended);
 	CU_add_test(su, "a member's failure fails the group", test_member_fails);
 	CU_add_test(su, "the sweep: deadline, ended session, shutdown", test_sweep);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

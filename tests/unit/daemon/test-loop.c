@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "daemon/snapkvd-loop.c"
+#include "tests/test-skip.h"
 
 /* The fake clock: each reading advances it by tick_ns. */
 static uint64_t fake_ns, tick_ns;
@@ -160,7 +161,6 @@ static void test_sleep_waits(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -169,9 +169,5 @@ int main(void)
 	CU_add_test(s, "busy rounds never sleep", test_busy);
 	CU_add_test(s, "spin for spin_ns, then sleep", test_spin_then_sleep);
 	CU_add_test(s, "a sleep waits for a completion", test_sleep_waits);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "daemon/snapkvd-params.c"
+#include "tests/test-skip.h"
 
 /* ------------------------------------------------------------- the fakes */
 
@@ -223,7 +224,6 @@ static void test_scale(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -233,9 +233,5 @@ int main(void)
 	CU_add_test(su, "the decision group's fields", test_group);
 	CU_add_test(su, "a budget mode's layout and room", test_check_budget);
 	CU_add_test(su, "pressure scaling", test_scale);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

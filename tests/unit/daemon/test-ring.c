@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 
 #include "daemon/snapkvd-ring.c"
+#include "tests/test-skip.h"
 
 static struct snapkvd_ring *r;
 static struct skv_ring_q esq, ecq; /* the engine's ends */
@@ -236,7 +237,6 @@ static void test_corrupt(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -247,9 +247,5 @@ int main(void)
 	CU_add_test(su, "pressure events", test_events);
 	CU_add_test(su, "NEED_WAKEUP on both queues", test_wakeup);
 	CU_add_test(su, "corrupt indices", test_corrupt);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "daemon/snapkvd-session.c"
+#include "tests/test-skip.h"
 
 /* ------------------------------------------------------------- the fakes */
 
@@ -305,7 +306,6 @@ static void test_handshakes(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -314,9 +314,5 @@ int main(void)
 	CU_add_test(su, "HELLO: a Welcome with the ring's fds; admin without", test_welcome);
 	CU_add_test(su, "refused HELLOs, each with its reason", test_refusals);
 	CU_add_test(su, "handshakes: max_handshakes, hello_timeout_ms", test_handshakes);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "daemon/snapkvd-tally.c"
+#include "tests/test-skip.h"
 
 #define N 64
 
@@ -206,7 +207,6 @@ static void test_random(void)
 int main(void)
 {
 	CU_pSuite s;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -214,9 +214,5 @@ int main(void)
 	CU_add_test(s,
 		    "random commits, appends, lingers, evictions: sums = a walk, LRU order, pages",
 		    test_random);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }

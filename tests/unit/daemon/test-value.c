@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon/snapkvd-value.c"
+#include "tests/test-skip.h"
 
 static void test_size(void)
 {
@@ -132,7 +133,6 @@ static void test_fmt_size(void)
 int main(void)
 {
 	CU_pSuite su;
-	unsigned fails;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -143,9 +143,5 @@ int main(void)
 	CU_add_test(su, "id lists", test_idlist);
 	CU_add_test(su, "metrics_listen addresses", test_listen);
 	CU_add_test(su, "sizes formatted back", test_fmt_size);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return t_run();
 }
