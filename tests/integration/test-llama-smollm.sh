@@ -15,17 +15,13 @@ ENGINE=$BUILD/tiny-llama
 DAEMON=$BUILD/snapkvd
 here=$(cd "$(dirname "$0")/../.." && pwd)
 
+. "$here/tests/tally.sh"
+
 echo "test-llama-smollm: tiny-llama on SmolLM2-135M-Instruct"
-for b in "$ENGINE" "$DAEMON"; do
-	[ -x "$b" ] || { echo "FAIL: $b not built"; exit 1; }
-done
-if ! MODEL=$("$here/scripts/get-model.sh"); then
-	case ",${SNAPKV_REQUIRE:-}," in
-	*,model,*) echo "FAIL: SmolLM2 unavailable (scripts/get-model.sh) and SNAPKV_REQUIRE=model"; exit 1 ;;
-	esac
-	echo "SKIP: SmolLM2 unavailable (scripts/get-model.sh failed: offline?); stories260K is covered by test-llama"
-	exit 77
-fi
+need_built "$ENGINE" "$DAEMON"
+MODEL=$("$here/scripts/get-model.sh") ||
+	skip model "SmolLM2 unavailable (scripts/get-model.sh failed: offline?); stories260K is covered by test-llama"
+
 dir=$(mktemp -d /tmp/test-llama-smollm.XXXXXX)
 sock=$dir/snapkvd.sock
 pid=
