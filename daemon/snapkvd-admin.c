@@ -292,6 +292,8 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 			else
 				r->buffers_cuda_vmm_fd++;
 		}
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		r->kv_pools += x->kvpools.n;
 	r->cuda_imports = snapkvd_device_imports(srv->device);
 	r->mapped_bytes = snapkvd_pool_mapped(srv->pool);
 	r->max_mapped_bytes = srv->cfg.max_mapped_bytes;

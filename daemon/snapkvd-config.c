@@ -58,6 +58,8 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_mapped_bytes = 16ull << 40;
 	c->max_request_macs = 1ull << 44;
 	c->max_request_bytes = 256ull << 30;
+	c->max_session_pools = 16;
+	c->max_block_table = 1u << 22; /* 4M entries: a 4M-token page-size-1 prompt */
 	c->max_buffers = 256;
 	c->max_caches = 4096;
 	c->max_layers = 1024;
@@ -450,6 +452,8 @@ static const struct key keys[] = {
     U(group_timeout_ms, 1, 3600000),
     U(max_group_timeout_ms, 1, 3600000),
     U(max_tenant_groups, 1, 65536),
+    U(max_session_pools, 1, 4096),
+    U(max_block_table, 1, 1u << 28),
     /* the Prometheus listener's limits (snapkvd-http.h) */
     {"metrics_http_max_connections", set_uint, OFF(http.max_connections), 0, 1, 1024,
      DUMP_HTTP_UINT},

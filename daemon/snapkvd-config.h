@@ -122,6 +122,10 @@ struct snapkvd_config {
 	uint64_t max_mapped_bytes;	  /* bytes of buffers mapped, all tenants  */
 	uint64_t max_request_macs;	  /* work of one COMPACT (multiply-adds)   */
 	uint64_t max_request_bytes;	  /* K/V/Q bytes one COMPACT reads         */
+	/* registered KV pools (issue 20): pools of one session, and entries of
+	 * one block table (inline or in a registered buffer) */
+	unsigned max_session_pools;
+	unsigned max_block_table;
 	unsigned n_admin_uids;
 	uid_t admin_uids[SNAPKVD_MAX_ALLOW]; /* see every tenant in admin views */
 	unsigned n_allow_uids, n_allow_gids;

@@ -234,6 +234,51 @@ static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t le
 		snapkvd_session_close(s, 0);
 }
 
+/* ------------------------------------------------------ registered KV pools */
+
+/* MSG_TYPE_POOL: register a KV pool of the session's buffers, or
+ * unregister one (EBUSY while a request in flight names it). */
+static void on_pool(struct snapkvd_session *s, const uint8_t *p, size_t len)
+{
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	const struct snapkvd_kvpool_limits lim = {
+	    .max_session_pools = cfg->max_session_pools,
+	    .max_layers = cfg->max_layers,
+	    .max_heads = cfg->max_heads,
+	    .max_head_dim = cfg->max_head_dim,
+	    .max_block_table = cfg->max_block_table,
+	};
+	Snapkv__V1__PoolRequest *m = snapkv__v1__pool_request__unpack(NULL, len, p);
+	Snapkv__V1__PoolReply rr = SNAPKV__V1__POOL_REPLY__INIT;
+	const char *why = "";
+	char err[256] = "";
+
+	rr.error = err;
+	if (!m) {
+		rr.status = -EBADMSG;
+		snprintf(err, sizeof(err), "malformed PoolRequest");
+	} else if (s->admin || !s->arena) {
+		rr.status = -EPERM;
+		snprintf(err, sizeof(err), "admin sessions cannot register pools");
+	} else if (m->unregister) {
+		rr.status = snapkvd_kvpools_remove(&s->kvpools, m->pool_id, &why);
+		rr.pool_id = m->pool_id;
+		if (rr.status < 0)
+			snprintf(err, sizeof(err), "pool %llu: %s", (unsigned long long)m->pool_id,
+				 why);
+	} else {
+		rr.status = snapkvd_kvpools_add(&s->kvpools, &lim, s->buffers.list, m, &rr.pool_id,
+						err, sizeof(err));
+	}
+	if (m)
+		snapkv__v1__pool_request__free_unpacked(m, NULL);
+	if (rr.status < 0)
+		snapkvd_session_count_error(s);
+	if (snapkvd_session_send(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_POOL_REPLY, &rr.base, NULL, 0) <
+	    0)
+		snapkvd_session_close(s, 0);
+}
+
 /* ------------------------------------------------- GPU arena, admin, frames */
 
 /* The session's GPU arena, exported to the engine (created on first ask). */
@@ -332,6 +377,9 @@ static void on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
 		break;
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA:
 		on_cuda_arena(s);
+		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_POOL:
+		on_pool(s, payload, h->length);
 		break;
 	default:
 		on_unknown(s);

@@ -407,12 +407,43 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 	complete(s, o, -ENOENT, "no such cache", NULL);
 }
 
+/* The request with its registered pools and tables filled in
+ * (snapkvd-kvpool.h), validated into *ret; the job holds the pools busy. */
+static int compact_view(struct snapkvd_session *s, const struct snapkvd_origin *o,
+			const Snapkv__V1__CompactRequest *req, struct snapkvd_job **ret,
+			char *err, size_t errlen)
+{
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	const struct snapkvd_kvpool_limits lim = {
+	    .max_session_pools = cfg->max_session_pools,
+	    .max_layers = cfg->max_layers,
+	    .max_heads = cfg->max_heads,
+	    .max_head_dim = cfg->max_head_dim,
+	    .max_block_table = cfg->max_block_table,
+	};
+	struct snapkvd_request_env env = request_env(s);
+	struct snapkvd_kvpool_view v;
+	int r = snapkvd_kvpool_view(&s->kvpools, &lim, s->buffers.list, req, &v, err, errlen);
+
+	if (r < 0)
+		return r;
+	r = snapkvd_request_compact(&env, s, o, &v.req, ret, err, errlen);
+	if (r == 0) {
+		(*ret)->kvpool[0] = v.pool;
+		(*ret)->kvpool[1] = v.out_pool;
+		for (unsigned i = 0; i < 2; i++)
+			if ((*ret)->kvpool[i])
+				(*ret)->kvpool[i]->busy++;
+	}
+	snapkvd_kvpool_view_free(&v);
+	return r;
+}
+
 /* COMPACT: validated, then admitted, then queued; refused at either step,
  * it has changed nothing. */
 static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		       const Snapkv__V1__CompactRequest *req)
 {
-	struct snapkvd_request_env env = request_env(s);
 	struct snapkvd_job *j = NULL;
 	char err[256] = "";
 	int r;
@@ -425,7 +456,7 @@ static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o
 		complete(s, o, -EMFILE, "too many caches", NULL);
 		return;
 	}
-	r = snapkvd_request_compact(&env, s, o, req, &j, err, sizeof(err));
+	r = compact_view(s, o, req, &j, err, sizeof(err));
 	if (r == 0 && (r = reply_fits(s, o, j->cache, err, sizeof(err))) < 0)
 		snapkvd_job_free(j);
 	if (r == 0) {
@@ -480,6 +511,7 @@ static void do_stats(struct snapkvd_session *s, const struct snapkvd_origin *o)
 
 	st.caches = s->n_caches;
 	st.buffers = s->buffers.n;
+	st.kv_pools = s->kvpools.n;
 	st.arena_used = s->arena ? s->arena->used : 0;
 	st.arena_bytes = s->arena ? s->arena->size : 0;
 	st.requests = s->requests;

@@ -68,6 +68,10 @@ struct snapkvd_job {
 	int64_t wb_head_stride, wb_token_stride, wb_block_stride;
 	uint64_t *wb_k_off, *wb_v_off; /* [layers]: pool offsets in their buffers */
 	uint64_t wb_buffer_id;
+	/* the registered KV pools the request named (pool_id, out_pool_id):
+	 * each counted busy until the job is freed, so unregistering them is
+	 * refused while it is in flight (snapkvd-kvpool.h) */
+	struct snapkvd_kvpool *kvpool[2];
 	/* CompactRequest.prefill_wait CUDA_FLAG: the stream waits until the
 	 * word at device address wait_flag is >= wait_value (wait_flag NULL: no
 	 * wait); past wait_ms the device's waiter thread writes the value

@@ -242,7 +242,7 @@ static int check_pool(const struct snapkvd_request_env *env, struct snapkvd_job 
 
 /* The destination block table: long enough for the kept slots (a budget
  * mode: the most a head may keep, min(L, C_max) for mass, L with a
- * fallback), at most max_prompt_len entries, none negative; copied into
+ * fallback), at most max_block_table entries, none negative; copied into
  * the job. */
 static int read_out_table(const struct snapkvd_config *cfg, struct snapkvd_job *j,
 			  const Snapkv__V1__CompactRequest *req, uint32_t kept, char *err,
@@ -250,10 +250,10 @@ static int read_out_table(const struct snapkvd_config *cfg, struct snapkvd_job *
 {
 	uint64_t need = ((uint64_t)kept + j->out_block_size - 1) / j->out_block_size;
 
-	if (req->n_out_block_table > (size_t)cfg->max_prompt_len) {
+	if (req->n_out_block_table > (size_t)cfg->max_block_table) {
 		snprintf(err, errlen,
-			 "out_block_table of %zu entries exceeds the limit %u (max_prompt_len)",
-			 req->n_out_block_table, cfg->max_prompt_len);
+			 "out_block_table of %zu entries exceeds the limit %u (max_block_table)",
+			 req->n_out_block_table, cfg->max_block_table);
 		return -E2BIG;
 	}
 	if (req->n_out_block_table < need) {

@@ -74,8 +74,9 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 			 req->layers);
 		return -EINVAL;
 	}
-	if (req->n_block_table > (size_t)cfg->max_prompt_len) {
-		snprintf(err, errlen, "block table of %zu entries is too long", req->n_block_table);
+	if (req->n_block_table > (size_t)cfg->max_block_table) {
+		snprintf(err, errlen, "block table of %zu entries exceeds the limit %u (max_block_table)",
+			 req->n_block_table, cfg->max_block_table);
 		return -E2BIG;
 	}
 	if (req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_UNSPECIFIED &&

@@ -24,6 +24,7 @@
 #include <protobuf-c/protobuf-c.h>
 #include "snapkvd-buffer.h"
 #include "snapkvd-forward.h"
+#include "snapkvd-kvpool.h"
 #include "snapkvd-loop.h"
 
 struct skv_cuda_arena;
@@ -70,6 +71,8 @@ struct snapkvd_session {
 	 * shared with `arena` (a region placed there is the same in both) */
 	struct skv_cuda_arena *garena;
 	struct snapkvd_buffers buffers;
+	/* registered KV pools; freed with the session (jobs name them) */
+	struct snapkvd_kvpools kvpools;
 	struct snapkvd_cache *caches;
 	unsigned n_caches;
 	struct snapkvd_job *jobs; /* in flight, by ->s_next (snapkvd-dispatch.c) */

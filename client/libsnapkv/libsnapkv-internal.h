@@ -83,6 +83,9 @@ struct skv_client {
 	uint8_t *rbuf;
 	char err[256];
 	struct skv_pressure pressure; /* latest PRESSURE event */
+	/* skv_compact_submit_many (SNAPKV_1.9): skv__submit leaves the
+	 * doorbell to the caller, which rings it once if owed */
+	bool defer_doorbell, doorbell_owed;
 };
 
 struct skv_buffer {
@@ -126,6 +129,16 @@ struct skv_request {
 	bool cancel_sent; /* SKV_OP_CANCEL sent (a cancel timed out; again: wait) */
 	int sync_res;
 	Snapkv__V1__Response *sync_resp;
+};
+
+/* A registered KV pool (SNAPKV_1.9): its id in session session_id and a
+ * copy of its description (the writeback destination's mappings). */
+struct skv_pool {
+	struct skv_client *c;
+	uint64_t id, session_id;
+	uint32_t layers, h_kv, head_dim, block_size;
+	uint64_t n_blocks;
+	struct skv_layer_out_ref *layer; /* [layers] */
 };
 
 struct skv_cache {

@@ -66,6 +66,7 @@ struct skv_client;
 struct skv_buffer;
 struct skv_cache;
 struct skv_request;
+struct skv_pool;
 
 struct skv_client_opts {
 	uint32_t opts_size;  /* sizeof(struct skv_client_opts) */
@@ -337,6 +338,26 @@ struct skv_compact_desc {
 	 * not read otherwise. The compact cache holds the same bytes and dtype
 	 * and carries these scales (skv_cache_kv_scale). Host backend only. */
 	const float *kv_scales; /* [layers][2]: K, V; NULL: none */
+	/* since SNAPKV_1.9, read when desc_size covers them: registered pools
+	 * and block tables in buffers (see "Registered KV pools" below).
+	 * pool: K and V of every layer are the pool's (layers, shape.h_kv and
+	 * shape.head_dim 0 or the pool's; kv_scales unused: the pool's); layer
+	 * is then NULL, the window's queries at q_window (layer 0's; layer
+	 * l's at q_window.offset + l * q_layer_stride bytes of the same
+	 * buffer), or layer[] with only q filled in. table_buf: the block
+	 * table is n_blocks int32 at byte table_offset of that buffer (a host
+	 * buffer of this client) instead of block_table; out_table_buf
+	 * likewise for out_block_table (out_n_blocks entries). out_pool: the
+	 * writeback destination pools are that pool's (out_layer NULL;
+	 * out_block_size 0 or the pool's block_size). */
+	const struct skv_pool *pool;
+	struct skv_tensor_ref q_window;
+	uint64_t q_layer_stride;
+	const struct skv_buffer *table_buf;
+	uint64_t table_offset;
+	const struct skv_buffer *out_table_buf;
+	uint64_t out_table_offset;
+	const struct skv_pool *out_pool;
 };
 
 /* Fill the SNAPKV_1.3 wait fields of d for a CUDA_FLAG wait (desc_size must
@@ -501,6 +522,53 @@ int skv_request_cancel(struct skv_request *r, int timeout_ms, struct skv_cache *
 /* submit + wait */
 int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,
 		       struct skv_cache **ret_cache);
+
+/*
+ * Registered KV pools (SNAPKV_1.9). An engine's paged K/V pools (one K and
+ * one V pool per layer, [n_blocks][block_size][H_kv][D] or any strides, in
+ * buffers registered with this client: memfd, or CUDA buffers on
+ * --backend cuda) are described once; snapkvd validates the description
+ * (every buffer, dtype, strides, blocks 0 .. n_blocks - 1 inside their
+ * buffers) and returns a pool. A compaction then names the pool
+ * (skv_compact_desc.pool, .out_pool for a writeback destination) instead
+ * of every layer's tensors, and its block tables may live in a registered
+ * host buffer (.table_buf, .out_table_buf) instead of the message, up to
+ * snapkvd's max_block_table entries each (default 4M; like every input it
+ * must stay unchanged until the request completes or is cancelled: the
+ * daemon copies it when it takes the request from the ring). Limits: max_session_pools pools per session (-EMFILE, named).
+ * A pool belongs to the session it was registered in: after
+ * skv_client_reconnect() register it again (a request naming an old one
+ * fails with -ESTALE).
+ */
+struct skv_pool_desc {
+	uint32_t desc_size; /* sizeof(struct skv_pool_desc) */
+	uint32_t layers, h_kv, head_dim;
+	enum skv_dtype dtype;
+	uint32_t block_size; /* slots per block */
+	uint64_t n_blocks;   /* blocks of each pool */
+	/* [layers]: K and V pools (buffer, offset of block 0, strides in
+	 * elements; block_size 0 or the pool's; dtype the pool's) */
+	const struct skv_layer_out_ref *layer;
+	const float *kv_scales; /* fp8 dtypes: [layers][2] (K, V); else NULL */
+};
+/* Register d's pool with snapkvd. 0, or -errno (the daemon's reason in
+ * skv_client_error()). */
+int skv_pool_register(struct skv_client *c, const struct skv_pool_desc *d,
+		      struct skv_pool **ret_pool);
+uint64_t skv_pool_id(const struct skv_pool *p);
+/* Unregister and free the handle: 0; -EBUSY while a request naming it is
+ * in flight (the pool and the handle stay). Freed in any case when the
+ * session ends (skv_client_close). NULL is fine. */
+int skv_pool_unregister(struct skv_pool *p);
+/*
+ * Submit n compactions (SNAPKV_1.9): as n skv_compact_submit() calls under
+ * one lock, waking the daemon at most once (one doorbell) for all of them.
+ * ret_reqs[i] is the request of descs[i]. On failure (-errno) the requests
+ * submitted before the failing one are in ret_reqs[0 .. *ret_n - 1] (wait
+ * for or cancel them) and no later one was sent.
+ */
+int skv_compact_submit_many(struct skv_client *c, const struct skv_compact_desc *const *descs,
+			    uint32_t n, struct skv_request **ret_reqs, uint32_t *ret_n);
 
 struct skv_cache_info {
 	uint64_t id;
