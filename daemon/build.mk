@@ -57,6 +57,16 @@ $(BUILD)/tests/test-daemon-cancel: $(BUILD)/tests/integration/test-daemon-cancel
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
 TESTS += $(BUILD)/tests/test-daemon-cancel
+# Registered KV pools and tables in buffers (issue 20 point 4), vs the
+# inline path and libskv offline (a 1M-token page-size-1 table).
+DAEMON_ITESTS += $(BUILD)/tests/test-daemon-pools
+$(BUILD)/tests/integration/test-daemon-pools.o: | $(SKV_PB_H)
+OBJS += $(BUILD)/tests/integration/test-daemon-pools.o
+$(BUILD)/tests/test-daemon-pools: $(BUILD)/tests/integration/test-daemon-pools.o \
+		$(LIBSNAPKV) $(LIBSKVPROTO) $(LIBSKV) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
+		$(BLAS_LIBS) $(CUNIT_LIBS) -lm $(LDFLAGS)
+TESTS += $(BUILD)/tests/test-daemon-pools
 # Budget modes through snapkvd vs libskv's skv_compact_budget here.
 DAEMON_ITESTS += $(BUILD)/tests/test-daemon-budget
 $(BUILD)/tests/integration/test-daemon-budget.o: | $(SKV_PB_H)

@@ -410,8 +410,8 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 /* The request with its registered pools and tables filled in
  * (snapkvd-kvpool.h), validated into *ret; the job holds the pools busy. */
 static int compact_view(struct snapkvd_session *s, const struct snapkvd_origin *o,
-			const Snapkv__V1__CompactRequest *req, struct snapkvd_job **ret,
-			char *err, size_t errlen)
+			const Snapkv__V1__CompactRequest *req, struct snapkvd_job **ret, char *err,
+			size_t errlen)
 {
 	const struct snapkvd_config *cfg = &s->srv->cfg;
 	const struct snapkvd_kvpool_limits lim = {

@@ -11,6 +11,11 @@
 #include "skv.h"
 #include "snapkvd-buffer.h"
 
+/* Pool ids are unique in the daemon, not only in a session, so that a
+ * request naming another session's pool never finds one of its own by
+ * the same number (loop thread only). */
+static uint64_t last_pool_id;
+
 static void pool_free(struct snapkvd_kvpool *p)
 {
 	if (!p)
@@ -45,12 +50,14 @@ static int check_shape(const struct snapkvd_kvpool_limits *lim, const Snapkv__V1
 			 m->h_kv, m->head_dim, lim->max_heads, lim->max_head_dim);
 		return -EINVAL;
 	}
-	if (m->dtype < SNAPKV__V1__DTYPE__D_TYPE_F32 || m->dtype > SNAPKV__V1__DTYPE__D_TYPE_F8E5M2) {
+	if (m->dtype < SNAPKV__V1__DTYPE__D_TYPE_F32 ||
+	    m->dtype > SNAPKV__V1__DTYPE__D_TYPE_F8E5M2) {
 		snprintf(err, errlen, "pool: unknown dtype %d", (int)m->dtype);
 		return -EINVAL;
 	}
 	if (m->block_size < 1 || m->n_blocks < 1 || m->n_blocks > INT32_MAX) {
-		snprintf(err, errlen, "pool: block_size %u, n_blocks %llu (both >= 1, n_blocks <= %d)",
+		snprintf(err, errlen,
+			 "pool: block_size %u, n_blocks %llu (both >= 1, n_blocks <= %d)",
 			 m->block_size, (unsigned long long)m->n_blocks, INT32_MAX);
 		return -EINVAL;
 	}
@@ -87,7 +94,8 @@ static int check_tensor(const Snapkv__V1__PoolRequest *m, struct snapkvd_buffer 
 			 what);
 		return -EINVAL;
 	}
-	if (skv_dtype_is_fp8((enum skv_dtype)m->dtype) && !(t->scale > 0.0f && t->scale < INFINITY)) {
+	if (skv_dtype_is_fp8((enum skv_dtype)m->dtype) &&
+	    !(t->scale > 0.0f && t->scale < INFINITY)) {
 		snprintf(err, errlen, "pool: layer %u: %s: fp8 needs a finite scale above 0", l,
 			 what);
 		return -EINVAL;
@@ -163,7 +171,7 @@ int snapkvd_kvpools_add(struct snapkvd_kvpools *set, const struct snapkvd_kvpool
 		p->ol[l].v = &p->tr[2 * l + 1];
 		p->olp[l] = &p->ol[l];
 	}
-	p->id = ++set->last_id;
+	p->id = ++last_pool_id;
 	p->layers = m->layers;
 	p->h_kv = m->h_kv;
 	p->head_dim = m->head_dim;
@@ -216,8 +224,8 @@ void snapkvd_kvpools_clear(struct snapkvd_kvpools *set)
  * (the engine may write the buffer at any time: only the copy is used).
  */
 static int read_table(struct snapkvd_buffer *buffers, const struct snapkvd_kvpool_limits *lim,
-		      const Snapkv__V1__TableRef *t, const char *what, int32_t **ret,
-		      size_t *ret_n, char *err, size_t errlen)
+		      const Snapkv__V1__TableRef *t, const char *what, int32_t **ret, size_t *ret_n,
+		      char *err, size_t errlen)
 {
 	const struct snapkvd_buffer *b = snapkvd_buffer_find(buffers, t->buffer_id);
 	uint64_t bytes;
@@ -277,8 +285,9 @@ static int view_tables(struct snapkvd_buffer *buffers, const struct snapkvd_kvpo
 	}
 	if (q->n_block_table > lim->max_block_table ||
 	    q->n_out_block_table > lim->max_block_table) {
-		snprintf(err, errlen, "block table of %zu entries exceeds the limit %llu "
-				      "(max_block_table)",
+		snprintf(err, errlen,
+			 "block table of %zu entries exceeds the limit %llu "
+			 "(max_block_table)",
 			 q->n_block_table > q->n_out_block_table ? q->n_block_table
 								 : q->n_out_block_table,
 			 (unsigned long long)lim->max_block_table);

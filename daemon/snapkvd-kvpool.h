@@ -38,7 +38,6 @@ struct snapkvd_kvpool {
 struct snapkvd_kvpools {
 	struct snapkvd_kvpool *list;
 	unsigned n;
-	uint64_t last_id;
 };
 
 /* What registering or using a pool reads of the daemon. */

@@ -75,7 +75,8 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 		return -EINVAL;
 	}
 	if (req->n_block_table > (size_t)cfg->max_block_table) {
-		snprintf(err, errlen, "block table of %zu entries exceeds the limit %u (max_block_table)",
+		snprintf(err, errlen,
+			 "block table of %zu entries exceeds the limit %u (max_block_table)",
 			 req->n_block_table, cfg->max_block_table);
 		return -E2BIG;
 	}

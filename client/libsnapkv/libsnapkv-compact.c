@@ -49,8 +49,7 @@ static uint32_t desc_layers(const struct skv_compact_desc *d)
 }
 
 /* A table in a buffer: its reference, and its entries when mapped here. */
-static void table_ref(const struct skv_buffer *b, uint64_t off, uint32_t n,
-		      Snapkv__V1__TableRef *m)
+static void table_ref(const struct skv_buffer *b, uint64_t off, uint32_t n, Snapkv__V1__TableRef *m)
 {
 	snapkv__v1__table_ref__init(m);
 	m->buffer_id = b->id;
@@ -151,9 +150,10 @@ static int paged_fields(struct skv_client *c, const struct skv_compact_desc *d,
 	if (out_pool(d)) {
 		if (d->out_layer)
 			return skv__fail(c, -EINVAL, "out_layer and out_pool: one or the other");
-		if (out_pool(d)->session_id != c->session_id)
-			return skv__fail(c, -ESTALE, "out_pool was registered in an earlier "
-						     "session: register it again");
+		if (out_pool(d)->c == c && out_pool(d)->session_id != c->session_id)
+			return skv__fail(c, -ESTALE,
+					 "out_pool was registered in an earlier "
+					 "session: register it again");
 		cr->out_pool_id = out_pool(d)->id;
 		return wb_new(d, ret_wb) < 0 ? skv__fail(c, -ENOMEM, "out of memory") : 0;
 	}
@@ -193,7 +193,7 @@ struct compact_msgs {
 	Snapkv__V1__TensorRef *tr;
 	struct paged_msgs pgm;
 	Snapkv__V1__TensorRef qw; /* pool: q_window */
-	Snapkv__V1__TableRef btr;  /* table_buf */
+	Snapkv__V1__TableRef btr; /* table_buf */
 };
 
 static void compact_msgs_free(struct compact_msgs *m)
@@ -381,7 +381,7 @@ static int compact_submit(struct skv_client *c, const struct skv_compact_desc *d
 				 in_pool(d)->layers);
 	if ((!d->layer && !in_pool(d)) || !d->layers)
 		return skv__fail(c, -EINVAL, "compaction needs a description with layers");
-	if (in_pool(d) && in_pool(d)->session_id != c->session_id)
+	if (in_pool(d) && in_pool(d)->c == c && in_pool(d)->session_id != c->session_id)
 		return skv__fail(c, -ESTALE,
 				 "pool was registered in an earlier session: register it again");
 	if (has_pools(d) && d->table_buf && d->block_table)
@@ -458,7 +458,8 @@ SKV_EXPORT int skv_compact_submit_many(struct skv_client *c,
 	if (ret_n)
 		*ret_n = 0;
 	if (!c || (n && (!descs || !ret_reqs)))
-		return skv__fail(c, -EINVAL, "submit_many needs n descriptions and n request slots");
+		return skv__fail(c, -EINVAL,
+				 "submit_many needs n descriptions and n request slots");
 	pthread_mutex_lock(&c->mu);
 	c->defer_doorbell = true;
 	c->doorbell_owed = false;

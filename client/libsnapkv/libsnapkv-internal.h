@@ -86,6 +86,7 @@ struct skv_client {
 	/* skv_compact_submit_many (SNAPKV_1.9): skv__submit leaves the
 	 * doorbell to the caller, which rings it once if owed */
 	bool defer_doorbell, doorbell_owed;
+	struct skv_pool *pools; /* handles not yet unregistered */
 };
 
 struct skv_buffer {
@@ -139,6 +140,7 @@ struct skv_pool {
 	uint32_t layers, h_kv, head_dim, block_size;
 	uint64_t n_blocks;
 	struct skv_layer_out_ref *layer; /* [layers] */
+	struct skv_pool *next;		 /* the client's, c->pools */
 };
 
 struct skv_cache {
@@ -215,6 +217,12 @@ int skv__call(struct skv_client *c, Snapkv__V1__Request *req, Snapkv__V1__Respon
 
 /* REGISTER b (again, after a reconnect) by deadline dl. Locked. */
 int skv__buffer_register(struct skv_client *c, struct skv_buffer *b, uint64_t dl);
+
+/* ---- libsnapkv-pool.c */
+
+/* skv_client_close: the pool handles left are freed (the daemon frees the
+ * pools with the session). */
+void skv__pools_free(struct skv_client *c);
 
 /* ---- libsnapkv-desc.c */
 

@@ -92,8 +92,9 @@ SKV_EXPORT int skv_pool_register(struct skv_client *c, const struct skv_pool_des
 	int r;
 
 	if (!c || !d || !ret_pool || d->desc_size < sizeof(*d) || !d->layer || !d->layers)
-		return skv__fail(c, -EINVAL, "a pool needs a description (desc_size %zu) with "
-					     "layers",
+		return skv__fail(c, -EINVAL,
+				 "a pool needs a description (desc_size %zu) with "
+				 "layers",
 				 sizeof(*d));
 	if (pool_msg(d, &m, &ol, &olp, &tr) < 0 || !(p = pool_new(c, d))) {
 		r = skv__fail(c, -ENOMEM, "out of memory");
@@ -111,6 +112,10 @@ SKV_EXPORT int skv_pool_register(struct skv_client *c, const struct skv_pool_des
 				  rr->error && rr->error[0] ? rr->error : "failed");
 		p->id = rr->pool_id;
 		p->session_id = c->session_id;
+		if (r == 0) {
+			p->next = c->pools;
+			c->pools = p;
+		}
 		snapkv__v1__pool_reply__free_unpacked(rr, NULL);
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -157,9 +162,25 @@ SKV_EXPORT int skv_pool_unregister(struct skv_pool *p)
 			snapkv__v1__pool_reply__free_unpacked(rr, NULL);
 		}
 	}
+	if (r != -EBUSY)
+		for (struct skv_pool **pp = &c->pools; *pp; pp = &(*pp)->next)
+			if (*pp == p) {
+				*pp = p->next;
+				break;
+			}
 	pthread_mutex_unlock(&c->mu);
 	if (r == -EBUSY)
 		return r;
 	pool_free(p);
 	return r;
+}
+
+void skv__pools_free(struct skv_client *c)
+{
+	while (c->pools) {
+		struct skv_pool *p = c->pools;
+
+		c->pools = p->next;
+		pool_free(p);
+	}
 }

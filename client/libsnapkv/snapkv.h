@@ -506,11 +506,10 @@ void skv_request_abandon(struct skv_request *r);
  * or -errno: -EINVAL (NULL), -ETIMEDOUT (see above), -ENOTCONN/-ECONNRESET
  * (the session ended: snapkvd closed it or died; returned only once snapkvd
  * has hung up the socket, which it does after the session's last job has
- * stopped, so nothing of it is written any more), -EPROTO. A request that went over the socket (too large for a ring
- * slot) was complete when submitted: COMPLETED, or STOPPED if it failed (a
- * socket reply does not say where it failed). With a daemon older than
- * SKV_RING_F_CANCEL, cancel waits for the completion instead (the same
- * fence, without the early stop) and a failure counts as STOPPED.
+ * stopped, so nothing of it is written any more), -EPROTO. A request that went over the socket (too
+ * large for a ring slot) was complete when submitted: COMPLETED, or STOPPED if it failed (a socket
+ * reply does not say where it failed). With a daemon older than SKV_RING_F_CANCEL, cancel waits for
+ * the completion instead (the same fence, without the early stop) and a failure counts as STOPPED.
  */
 enum skv_cancel_result {
 	SKV_CANCEL_UNWRITTEN = 0,
@@ -535,8 +534,8 @@ int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,
  * host buffer (.table_buf, .out_table_buf) instead of the message, up to
  * snapkvd's max_block_table entries each (default 4M; like every input it
  * must stay unchanged until the request completes or is cancelled: the
- * daemon copies it when it takes the request from the ring). Limits: max_session_pools pools per session (-EMFILE, named).
- * A pool belongs to the session it was registered in: after
+ * daemon copies it when it takes the request from the ring). Limits: max_session_pools pools per
+ * session (-EMFILE, named). A pool belongs to the session it was registered in: after
  * skv_client_reconnect() register it again (a request naming an old one
  * fails with -ESTALE).
  */
@@ -557,8 +556,10 @@ int skv_pool_register(struct skv_client *c, const struct skv_pool_desc *d,
 		      struct skv_pool **ret_pool);
 uint64_t skv_pool_id(const struct skv_pool *p);
 /* Unregister and free the handle: 0; -EBUSY while a request naming it is
- * in flight (the pool and the handle stay). Freed in any case when the
- * session ends (skv_client_close). NULL is fine. */
+ * in flight (the pool and the handle stay). The daemon frees a session's
+ * pools when it ends; skv_client_close() frees the handles left (they are
+ * invalid after it). A pool of another client names nothing in this
+ * session: the daemon refuses it (-ENOENT). NULL is fine. */
 int skv_pool_unregister(struct skv_pool *p);
 /*
  * Submit n compactions (SNAPKV_1.9): as n skv_compact_submit() calls under

@@ -67,7 +67,8 @@ static int suite_init(void)
 {
 	uint64_t seed = 12;
 
-	if (h_start_config(&H, "snapkvd-paged", "max_prompt_len = 4096\n") < 0 ||
+	if (h_start_config(&H, "snapkvd-paged", "max_prompt_len = 4096\nmax_block_table = 4096\n") <
+		0 ||
 	    skv_client_connect(H.sock, NULL, &cl) < 0)
 		return -1;
 	if (skv_buffer_alloc_flags(cl, (size_t)LAYERS * 2 * POOL_EL * sizeof(float),
@@ -418,14 +419,14 @@ static void test_refusals(void)
 	desc_init(&d, BS);
 	d.out_layout = SKV_LAYOUT_HND;
 	CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
-	/* a table over max_prompt_len (4096 here) */
+	/* a table over max_block_table (4096 here) */
 	wb_desc(&d);
 	for (int i = 0; i < 5000; i++)
 		big[i] = 40 + i % 4;
 	d.out_block_table = big;
 	d.out_n_blocks = 5000;
 	CU_ASSERT_EQUAL(try_compact(&d), -E2BIG);
-	CU_ASSERT(strstr(skv_client_error(cl), "max_prompt_len") != NULL);
+	CU_ASSERT(strstr(skv_client_error(cl), "max_block_table") != NULL);
 	/* nothing half-applied: the pool as before, the pool's K/V unchanged */
 	CU_ASSERT_EQUAL(h_pool_used(H.sock), used);
 }

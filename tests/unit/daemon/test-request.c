@@ -233,7 +233,7 @@ static void test_limits(void)
 		 cfg.max_reserve + 1, cfg.max_reserve);
 	req.decode_reserve = cfg.max_reserve + 1, expect(-E2BIG, msg);
 	req.n_layer = 1, expect(-EINVAL, "1 layer descriptions for 2 layers");
-	req.n_block_table = (size_t)cfg.max_prompt_len + 1, expect(-E2BIG, "block table of");
+	req.n_block_table = (size_t)cfg.max_block_table + 1, expect(-E2BIG, "(max_block_table)");
 	req.out_layout = 9, expect(-EINVAL, "unknown output layout 9");
 }
 
