@@ -145,8 +145,12 @@ static int paged_fields(struct skv_client *c, const struct skv_compact_desc *d,
 					 "out_block_table and out_table_buf: one or the other");
 		table_ref(d->out_table_buf, d->out_table_offset, d->out_n_blocks, &m->otr);
 		cr->out_block_table_ref = &m->otr;
-	} else if (d->out_n_blocks && !d->out_block_table)
+	} else if (d->out_n_blocks && !d->out_block_table) {
 		return skv__fail(c, -EINVAL, "writeback needs out_block_table or out_table_buf");
+	} else {
+		cr->n_out_block_table = d->out_n_blocks;
+		cr->out_block_table = (int32_t *)d->out_block_table;
+	}
 	if (out_pool(d)) {
 		if (d->out_layer)
 			return skv__fail(c, -EINVAL, "out_layer and out_pool: one or the other");
@@ -174,10 +178,6 @@ static int paged_fields(struct skv_client *c, const struct skv_compact_desc *d,
 	}
 	cr->n_out_layer = d->layers;
 	cr->out_layer = m->olp;
-	if (!cr->out_block_table_ref) {
-		cr->n_out_block_table = d->out_n_blocks;
-		cr->out_block_table = (int32_t *)d->out_block_table;
-	}
 	return 0;
 }
 

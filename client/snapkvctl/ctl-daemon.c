@@ -136,6 +136,7 @@ static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
 				      "cuda-vmm-fd", (json_int_t)r->buffers_cuda_vmm_fd, "cuda-ipc",
 				      (json_int_t)r->buffers_cuda_ipc));
 	json_object_set_new(o, "cuda_imports", json_integer(r->cuda_imports));
+	json_object_set_new(o, "kv_pools", json_integer(r->kv_pools));
 	json_object_set_new(o, "arena_transport",
 			    ctl_json_str(r->arena_transport && r->arena_transport[0]
 					     ? r->arena_transport
@@ -219,6 +220,7 @@ int ctl_status(int argc, char **argv)
 		printf("  buffers   memfd %u, cuda-vmm-fd %u, cuda-ipc %u (%u CUDA imports live)\n",
 		       r->buffers_memfd, r->buffers_cuda_vmm_fd, r->buffers_cuda_ipc,
 		       r->cuda_imports);
+		printf("  kv pools  %u registered\n", r->kv_pools);
 		printf("  arena     %s\n", r->arena_transport && r->arena_transport[0]
 					       ? r->arena_transport
 					       : "host-memfd");
