@@ -453,6 +453,8 @@ static PyObject *client_submit(struct skvpy_client *cl, PyObject *args, PyObject
 
 static PyObject *client_register_pool(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
+	if (skvpy_client_check(cl) < 0)
+		return NULL;
 	return skvpy_pool_register(cl, args, kw);
 }
 

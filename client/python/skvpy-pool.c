@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "skvpy-array.h"
-#include "skvpy-client.h"
 #include "skvpy-session.h"
 #include "snapkv.h"
 
@@ -78,8 +77,7 @@ PyObject *skvpy_pool_register(struct skvpy_client *cl, PyObject *args, PyObject 
 	Py_ssize_t n = 0;
 	int r;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:register_pool", kwlist, &k, &v) ||
-	    skvpy_client_check(cl) < 0)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:register_pool", kwlist, &k, &v))
 		return NULL;
 	if (!(ks = PySequence_Fast(k, "k must be a list of pools, one per layer")) ||
 	    !(vs = PySequence_Fast(v, "v must be a list of pools, one per layer")))

@@ -30,7 +30,8 @@ struct skvpy_pool {
 extern PyTypeObject skvpy_pool_type;
 int skvpy_pool_init_type(PyObject *module);
 
-/* Client.register_pool(k, v): a new Pool or NULL with an exception. */
+/* Client.register_pool(k, v) of an open client: a new Pool or NULL with an
+ * exception. */
 PyObject *skvpy_pool_register(struct skvpy_client *cl, PyObject *args, PyObject *kw);
 /* The live libsnapkv pool of obj for client cl, or NULL with an exception
  * (not a Pool, another client's, unregistered, client closed). */
