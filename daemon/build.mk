@@ -115,7 +115,7 @@ TESTS += $(DAEMON_UNIT_BINS)
 # tests/unit/daemon/test-<object>.c: one per object without a live daemon
 # (device: the plugin loader, libskv-backend.a; its CUDA half runs on the
 # emulator's plugin where one is built)
-DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
+DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control kvpool \
 	value params tally
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/test-daemon-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
