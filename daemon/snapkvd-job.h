@@ -56,6 +56,9 @@ struct snapkvd_job {
 	int pressure_level;   /* the level C was scaled at (a group's: its first member's) */
 	int32_t *block_table; /* private copy, n_block_table entries */
 	uint32_t n_block_table;
+	/* validation: the first bt_scanned entries were checked, the largest
+	 * is bt_max (snapkvd-request.c) */
+	uint64_t bt_scanned, bt_max;
 	/* out_layout PAGED (snapkvd-paged.c): slots per block; the output
 	 * block table (arena: 0 .. n-1; writeback: the engine's, a private
 	 * copy); writeback: the destination pools' addresses, [2 * layers]

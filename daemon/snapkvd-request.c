@@ -167,11 +167,19 @@ static int check_work(const struct snapkvd_request_env *env, const struct snapkv
 	return 0;
 }
 
-/* The largest of the first nb block table entries; each must be >= 0. */
-static int block_table_max(const struct snapkvd_job *j, uint64_t nb, uint64_t *ret, char *err,
+/* The largest of the first nb block table entries; each must be >= 0.
+ * Every paged K and V of every layer asks for the same nb: the answer is
+ * kept, so a long table (up to max_block_table) is scanned once, not
+ * 2 x layers times. */
+static int block_table_max(struct snapkvd_job *j, uint64_t nb, uint64_t *ret, char *err,
 			   size_t errlen)
 {
 	uint64_t maxb = 0;
+
+	if (nb && nb == j->bt_scanned) {
+		*ret = j->bt_max;
+		return 0;
+	}
 
 	for (uint64_t i = 0; i < nb; i++) {
 		if (j->block_table[i] < 0) {
@@ -182,6 +190,8 @@ static int block_table_max(const struct snapkvd_job *j, uint64_t nb, uint64_t *r
 		if ((uint64_t)j->block_table[i] > maxb)
 			maxb = j->block_table[i];
 	}
+	j->bt_scanned = nb;
+	j->bt_max = maxb;
 	*ret = maxb;
 	return 0;
 }
@@ -194,7 +204,7 @@ struct tensor_want {
 };
 
 /* The largest element index the kernels can touch of t, as *ret_max. */
-static int tensor_extent(const struct snapkvd_job *j, const Snapkv__V1__TensorRef *t,
+static int tensor_extent(struct snapkvd_job *j, const Snapkv__V1__TensorRef *t,
 			 const struct tensor_want *w, uint64_t *ret_max, char *err, size_t errlen)
 {
 	uint64_t max_el = 0, tmp;
