@@ -9,7 +9,9 @@
  * refusals: unknown pool, another session's pool, table outside its buffer
  * or over max_block_table (named), a CUDA-less table kind, unregister while
  * a request uses the pool (EBUSY), max_session_pools (named); pools freed
- * at session end (admin STATUS kv_pools back to 0). And a 1M-token
+ * at session end (admin STATUS kv_pools back to 0); on the wire a POOL
+ * frame that is not protobuf (EBADMSG), an empty one, an unknown id and an
+ * admin session (EPERM), the session staying. And a 1M-token
  * page-size-1 prompt whose table (4 MiB, past the 1 MiB frame) is in a
  * buffer, against libskv's offline compaction of the same input.
  */
@@ -375,6 +377,74 @@ static void test_busy(void)
 	CU_ASSERT_EQUAL(skv_pool_unregister(NULL), 0);
 }
 
+/* ---- the wire: a PoolRequest that is not protobuf, an admin session ---- */
+
+/* One POOL frame of len bytes on fd; the reply's status (1: no reply). */
+static int raw_pool(int fd, const void *p, size_t len)
+{
+	static uint8_t buf[1 << 16];
+	struct skv_frame_hdr h;
+	Snapkv__V1__PoolReply *rr;
+	int st = 1;
+
+	if (skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_POOL, p, len, NULL, 0, 0) < 0 ||
+	    skv_frame_recv(fd, buf, sizeof(buf), &h, NULL, NULL, 0) < 0 ||
+	    h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_POOL_REPLY)
+		return 1;
+	rr = snapkv__v1__pool_reply__unpack(NULL, h.length, buf + SKV_FRAME_HDR_SIZE);
+	if (rr) {
+		st = rr->status;
+		snapkv__v1__pool_reply__free_unpacked(rr, NULL);
+	}
+	return st;
+}
+
+static void test_wire(void)
+{
+	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
+	Snapkv__V1__PoolRequest pr = SNAPKV__V1__POOL_REQUEST__INIT;
+	static uint8_t buf[1 << 16];
+	struct skv_frame_hdr h;
+	int fds[4] = {-1, -1, -1, -1}, fd;
+	unsigned nf = 4;
+	size_t n;
+
+	/* an engine session: garbage is EBADMSG, an unknown id ENOENT, and the
+	 * session stays (a NOP over the socket still answers) */
+	fd = h_connect_raw(H.sock);
+	CU_ASSERT_FATAL(fd >= 0);
+	hello.client_version = SKV_PROTO_VERSION;
+	n = snapkv__v1__hello__pack(&hello, buf);
+	CU_ASSERT_EQUAL_FATAL(
+	    skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0), 0);
+	CU_ASSERT_FATAL(skv_frame_recv(fd, buf, sizeof(buf), &h, fds, &nf, 0) >= 0);
+	CU_ASSERT_EQUAL(raw_pool(fd, "\xff\xff\xff", 3), -EBADMSG);
+	pr.unregister = true;
+	pr.pool_id = 123456;
+	n = snapkv__v1__pool_request__pack(&pr, buf);
+	CU_ASSERT_EQUAL(raw_pool(fd, buf, n), -ENOENT);
+	pr.unregister = false; /* a description of nothing */
+	n = snapkv__v1__pool_request__pack(&pr, buf);
+	CU_ASSERT_EQUAL(raw_pool(fd, buf, n), -EINVAL);
+	for (unsigned i = 0; i < nf; i++)
+		close(fds[i]);
+	close(fd);
+	/* an admin session registers nothing */
+	fd = h_connect_raw(H.sock);
+	CU_ASSERT_FATAL(fd >= 0);
+	hello.admin = true;
+	n = snapkv__v1__hello__pack(&hello, buf);
+	nf = 4;
+	CU_ASSERT_EQUAL_FATAL(
+	    skv_frame_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf, n, NULL, 0, 0), 0);
+	CU_ASSERT_FATAL(skv_frame_recv(fd, buf, sizeof(buf), &h, fds, &nf, 0) >= 0);
+	for (unsigned i = 0; i < nf; i++)
+		close(fds[i]);
+	CU_ASSERT_EQUAL(raw_pool(fd, buf, 0), -EPERM);
+	close(fd);
+	CU_ASSERT_EQUAL(skv_client_nop(cl), 0);
+}
+
 /* ---- 1M tokens, page size 1, the table in a buffer ---- */
 
 #define BIG_L  (1u << 20)
@@ -511,6 +581,7 @@ int main(void)
 		    test_refusals);
 	CU_add_test(s, "another session's pool; freed at session end", test_other_session);
 	CU_add_test(s, "unregister while in use: EBUSY", test_busy);
+	CU_add_test(s, "the wire: malformed, unknown id, empty, admin session", test_wire);
 	CU_add_test(s, "1M-token page-size-1 table in a buffer = libskv offline", test_million);
 	return h_run_tests();
 }
