@@ -7,7 +7,7 @@
  * requests and batches (skv_compact_submit_many); a writeback into the
  * pool's own blocks (out_pool, out_table_buf) equals the arena cache;
  * refusals: unknown pool, another session's pool, table outside its buffer
- * or over max_block_table (named), a CUDA-less table kind, unregister while
+ * or over max_block_table (named), unregister while
  * a request uses the pool (EBUSY), max_session_pools (named); pools freed
  * at session end (admin STATUS kv_pools back to 0); on the wire a POOL
  * frame that is not protobuf (EBADMSG), an empty one, an unknown id and an
