@@ -17,7 +17,7 @@
 
 #include "skv.h"
 
-#define SKVPY_MAX_DIMS 4
+#define SKVPY_MAX_DIMS 5
 
 /* Element types of arrays the module makes. */
 enum skvpy_elem {

@@ -18,7 +18,7 @@ struct args {
 	PyObject *reserve, *block_table, *out, *out_block_size, *out_block_table, *out_buffer;
 	PyObject *layout, *out_layout, *prompt_len, *evictable;
 	PyObject *budget, *fallback_below, *group, *min_window, *kv_dtype, *kv_scales, *after;
-	PyObject *pool;
+	PyObject *pool, *q_slot;
 };
 
 /* What layer 0 fixed; every other layer must match it. */
@@ -892,6 +892,33 @@ static int pool_q(struct skvpy_client *cl, const struct args *a, const struct sk
 	return 0;
 }
 
+/* No q: the pool's registered q (register_pool(q=...)), slot q_slot
+ * (default 0), located once at registration. */
+static int pool_slot(const struct args *a, const struct skvpy_pool *po, struct geom *g,
+		     struct skvpy_compact *p)
+{
+	uint32_t slot = 0;
+
+	if (a->q != Py_None) {
+		if (a->q_slot && a->q_slot != Py_None)
+			return bad("q_slot", "%s: %s", "q and q_slot: one or the other");
+		return 0;
+	}
+	if (!po->q_slots) {
+		if (a->q_slot && a->q_slot != Py_None)
+			return bad("q_slot", "%s: %s", "the pool has no q (register_pool(q=...))");
+		return 0;
+	}
+	if (u32_arg(a->q_slot, "q_slot", 0, po->q_slots - 1, &slot) < 0)
+		return -1;
+	p->d.q_window = po->q_ref;
+	p->d.q_window.offset += (uint64_t)slot * po->q_slot_stride;
+	p->d.q_layer_stride = po->q_layer_stride;
+	g->h_q = po->h_q;
+	g->n_q = po->n_q;
+	return 0;
+}
+
 /* A table argument of a pool request: by reference or copied. */
 static int pool_table(struct skvpy_client *cl, PyObject *o, const char *name, uint64_t blocks,
 		      const struct skv_buffer **buf, uint64_t *off, int32_t **copy, uint32_t *n)
@@ -943,7 +970,7 @@ static int pool_writeback(struct skvpy_client *cl, const struct args *a, struct 
 }
 
 /* compact(q, pool=..., ...): K/V of every layer are the pool's. */
-static int pool_parse(struct skvpy_client *cl, const struct args *a, struct skvpy_compact *p)
+static int pool_parse(struct skvpy_client *cl, struct args *a, struct skvpy_compact *p)
 {
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -954,6 +981,8 @@ static int pool_parse(struct skvpy_client *cl, const struct args *a, struct skvp
 
 	if (!po)
 		goto fail;
+	if (!a->q)
+		a->q = Py_None;
 	if ((a->k && a->k != Py_None) || (a->v && a->v != Py_None) ||
 	    (a->kv_scales && a->kv_scales != Py_None) || (a->kv_dtype && a->kv_dtype != Py_None)) {
 		PyErr_SetString(
@@ -963,7 +992,7 @@ static int pool_parse(struct skvpy_client *cl, const struct args *a, struct skvp
 	}
 	if (choice(a->layout, "layout", lay_n, lay_v, &g.nhd) < 0 ||
 	    parse_params(a, &p->d.params) < 0 || parse_group(a->group, p) < 0 ||
-	    output(a, p, &out) < 0 || pool_q(cl, a, po, &g, p) < 0)
+	    output(a, p, &out) < 0 || pool_q(cl, a, po, &g, p) < 0 || pool_slot(a, po, &g, p) < 0)
 		goto fail;
 	if (out == OUT_PAGED || (out == OUT_WRITEBACK && p->d.out_block_size != po->block_size)) {
 		PyErr_Format(PyExc_ValueError,
@@ -972,8 +1001,13 @@ static int pool_parse(struct skvpy_client *cl, const struct args *a, struct skvp
 			     po->block_size);
 		goto fail;
 	}
-	g.h_q = a->q == Py_None ? po->h_kv : (uint32_t)g.q_shape[g.nhd ? 1 : 0];
-	g.n_q = a->q == Py_None ? 0 : (uint32_t)g.q_shape[g.nhd ? 0 : 1];
+	if (a->q == Py_None && !po->q_slots) {
+		g.h_q = po->h_kv;
+		g.n_q = 0;
+	} else if (a->q != Py_None) {
+		g.h_q = (uint32_t)g.q_shape[g.nhd ? 1 : 0];
+		g.n_q = (uint32_t)g.q_shape[g.nhd ? 0 : 1];
+	}
 	if (a->q != Py_None && g.q_shape[2] != po->head_dim) {
 		PyErr_Format(PyExc_ValueError, "q has head_dim %lld, the pool %u",
 			     (long long)g.q_shape[2], po->head_dim);
@@ -1042,6 +1076,7 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "kv_scales",
 				 "after",
 				 "pool",
+				 "q_slot",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -1051,18 +1086,19 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "O|OO$OOOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
+		args, kw, "|OOO$OOOOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
 		&a.window, &a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks,
 		&a.protect, &a.reserve, &a.block_table, &a.out, &a.out_block_size,
 		&a.out_block_table, &a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len,
 		&a.evictable, &a.budget, &a.fallback_below, &a.group, &a.min_window, &a.kv_dtype,
-		&a.kv_scales, &a.after, &a.pool))
+		&a.kv_scales, &a.after, &a.pool, &a.q_slot))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
 	if (a.pool && a.pool != Py_None)
 		return pool_parse(cl, &a, p);
-	if (!a.k || !a.v) {
-		PyErr_SetString(PyExc_TypeError, "compact() needs q, k and v (or q and pool=)");
+	if (!a.q || !a.k || !a.v || (a.q_slot && a.q_slot != Py_None)) {
+		PyErr_SetString(PyExc_TypeError,
+				"compact() needs q, k and v (or pool=; q_slot is for pool=)");
 		return -1;
 	}
 	g.paged = a.block_table && a.block_table != Py_None;

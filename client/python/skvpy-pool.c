@@ -64,10 +64,49 @@ static int pool_layers(struct skvpy_client *cl, PyObject *ks, PyObject *vs, int6
 	return 0;
 }
 
+/* q=: [slots,] layers, H_q, n_q, D (nhd: n_q and H_q swapped), registered,
+ * the pool's layers and head_dim, f32/f16/bf16. */
+static int pool_q(struct skvpy_client *cl, PyObject *q, int nhd, struct skvpy_pool *po)
+{
+	struct skvpy_view v;
+	int s;
+
+	if (!q || q == Py_None)
+		return 0;
+	if (skvpy_view_of(q, "q", &v) < 0)
+		return -1;
+	s = v.ndim == 5;
+	if ((v.ndim != 4 && v.ndim != 5) || v.shape[s] != po->layers ||
+	    v.shape[s + 3] != po->head_dim || v.strides[s + 3] != 1 || v.strides[0] < 0 ||
+	    v.strides[s] < 0 || v.strides[s + 1] < 0 || v.strides[s + 2] < 0) {
+		PyErr_Format(PyExc_ValueError,
+			     "q: [slots,] layers (%u), H_q, n_q, D (%u) ('nhd': n_q before H_q) "
+			     "with a contiguous last dimension",
+			     po->layers, po->head_dim);
+		return -1;
+	}
+	if (v.dtype == SKVPY_DTYPE_U8 || skv_dtype_is_fp8(v.dtype)) {
+		PyErr_SetString(PyExc_ValueError, "q: queries stay f32, f16 or bf16");
+		return -1;
+	}
+	if (skvpy_session_locate(cl, &v, "q", &po->q_ref, NULL) < 0)
+		return -1;
+	po->q_ref.head_stride = v.strides[s + (nhd ? 2 : 1)];
+	po->q_ref.token_stride = v.strides[s + (nhd ? 1 : 2)];
+	po->h_q = (uint32_t)v.shape[s + (nhd ? 2 : 1)];
+	po->n_q = (uint32_t)v.shape[s + (nhd ? 1 : 2)];
+	po->q_layer_stride = (uint64_t)v.strides[s] * v.elsize;
+	po->q_slots = s ? (uint32_t)v.shape[0] : 1;
+	po->q_slot_stride = s ? (uint64_t)v.strides[0] * v.elsize : 0;
+	po->q = Py_NewRef(q);
+	return 0;
+}
+
 PyObject *skvpy_pool_register(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"k", "v", NULL};
-	PyObject *k, *v, *ks = NULL, *vs = NULL;
+	static char *kwlist[] = {"k", "v", "q", "layout", NULL};
+	PyObject *k, *v, *q = NULL, *layout = NULL, *ks = NULL, *vs = NULL;
+	int nhd = 0;
 	struct skv_layer_out_ref *refs = NULL;
 	struct skv_pool_desc d = {.desc_size = sizeof(d)};
 	struct skvpy_pool *po = NULL;
@@ -77,8 +116,17 @@ PyObject *skvpy_pool_register(struct skvpy_client *cl, PyObject *args, PyObject 
 	Py_ssize_t n = 0;
 	int r;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:register_pool", kwlist, &k, &v))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OO:register_pool", kwlist, &k, &v, &q,
+					 &layout))
 		return NULL;
+	if (layout && layout != Py_None) {
+		if (!PyUnicode_Check(layout) || (PyUnicode_CompareWithASCIIString(layout, "hnd") &&
+						 PyUnicode_CompareWithASCIIString(layout, "nhd"))) {
+			PyErr_SetString(PyExc_ValueError, "layout must be 'hnd' or 'nhd'");
+			return NULL;
+		}
+		nhd = !PyUnicode_CompareWithASCIIString(layout, "nhd");
+	}
 	if (!(ks = PySequence_Fast(k, "k must be a list of pools, one per layer")) ||
 	    !(vs = PySequence_Fast(v, "v must be a list of pools, one per layer")))
 		goto out;
@@ -114,6 +162,8 @@ PyObject *skvpy_pool_register(struct skvpy_client *cl, PyObject *args, PyObject 
 		(void)skv_pool_unregister(p);
 		goto out;
 	}
+	/* everything after the object header zeroed (q_ref's block fields too) */
+	memset((char *)po + sizeof(PyObject), 0, sizeof(*po) - sizeof(PyObject));
 	Py_INCREF(cl);
 	po->client = cl;
 	po->p = p;
@@ -125,8 +175,8 @@ PyObject *skvpy_pool_register(struct skvpy_client *cl, PyObject *args, PyObject 
 	po->dtype = dt;
 	po->k = PySequence_List(ks);
 	po->v = PySequence_List(vs);
-	if (!po->k || !po->v)
-		Py_CLEAR(po);
+	if (!po->k || !po->v || pool_q(cl, q, nhd, po) < 0)
+		Py_CLEAR(po); /* unregisters */
 out:
 	PyMem_Free(refs);
 	Py_XDECREF(ks);
@@ -191,6 +241,7 @@ static void pool_dealloc(struct skvpy_pool *po)
 		PyErr_Clear();
 	Py_XDECREF(po->k);
 	Py_XDECREF(po->v);
+	Py_XDECREF(po->q);
 	Py_XDECREF(po->client);
 	PyObject_Free(po);
 }
@@ -212,6 +263,7 @@ U32_GETTER(h_kv)
 U32_GETTER(head_dim)
 U32_GETTER(block_size)
 U32_GETTER(n_blocks)
+U32_GETTER(q_slots)
 
 static PyMethodDef pool_methods[] = {
     {"unregister", (PyCFunction)pool_unregister_m, METH_NOARGS,
@@ -227,6 +279,7 @@ static PyGetSetDef pool_getset[] = {
     {"head_dim", (getter)pool_get_head_dim, NULL, "head dimension", NULL},
     {"block_size", (getter)pool_get_block_size, NULL, "slots per block", NULL},
     {"n_blocks", (getter)pool_get_n_blocks, NULL, "blocks of each pool", NULL},
+    {"q_slots", (getter)pool_get_q_slots, NULL, "slots of register_pool(q=...) (0: none)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "skv.h"
+#include "snapkv.h"
 
 struct skv_pool;
 struct skvpy_client;
@@ -25,13 +26,19 @@ struct skvpy_pool {
 	uint64_t n_blocks;
 	enum skv_dtype dtype;
 	PyObject *k, *v; /* lists of the pools' tensors (a writeback Cache's) */
+	/* register_pool(q=...): the window's queries, slots x [layers, H_q, n_q,
+	 * D], located once; a request names a slot (compact(q_slot=i)) */
+	PyObject *q;
+	struct skv_tensor_ref q_ref;		/* slot 0, layer 0 */
+	uint64_t q_layer_stride, q_slot_stride; /* bytes */
+	uint32_t q_slots, h_q, n_q;
 };
 
 extern PyTypeObject skvpy_pool_type;
 int skvpy_pool_init_type(PyObject *module);
 
-/* Client.register_pool(k, v) of an open client: a new Pool or NULL with an
- * exception. */
+/* Client.register_pool(k, v, *, q=None, layout='hnd') of an open client: a
+ * new Pool or NULL with an exception. */
 PyObject *skvpy_pool_register(struct skvpy_client *cl, PyObject *args, PyObject *kw);
 /* The live libsnapkv pool of obj for client cl, or NULL with an exception
  * (not a Pool, another client's, unregistered, client closed). */

@@ -76,6 +76,42 @@ def test_pool_equals_inline(client, engine):
     pool.unregister()  # again: nothing
 
 
+def test_pool_q_slots(client, engine):
+    """register_pool(q=...): the window's queries located once, a request
+    names a slot; 'nhd' staging too."""
+    kv, qb, table = engine
+    slots = client.empty((3, LAYERS, H_Q, NQ, D), torch.float32)
+    slots.zero_()
+    slots[2].copy_(qb)
+    pool = client.register_pool(list(kv[0]), list(kv[1]), q=slots)
+    assert pool.q_slots == 3
+    nhd = client.empty((LAYERS, NQ, H_Q, D), torch.float32)
+    nhd.copy_(qb.transpose(1, 2))
+    pool1 = client.register_pool(list(kv[0]), list(kv[1]), q=nhd, layout="nhd")
+    assert pool1.q_slots == 1
+    with inline(client, kv, qb, table) as ref:
+        with client.compact(pool=pool, q_slot=2, **P, block_table=table, prompt_len=L) as c:
+            same(ref, c)
+        with client.compact(pool=pool1, **P, block_table=table, prompt_len=L) as c:
+            same(ref, c)
+        reqs = client.submit_many([dict(pool=pool, q_slot=2, **P, block_table=table,
+                                        prompt_len=L)] * 3)
+        for r in reqs:
+            with r.wait() as c:
+                same(ref, c)
+    with pytest.raises(ValueError):
+        client.compact(pool=pool, q_slot=3, **P, block_table=table, prompt_len=L)
+    with pytest.raises(ValueError, match="one or the other"):
+        client.compact(qb, pool=pool, q_slot=0, **P, block_table=table, prompt_len=L)
+    with pytest.raises(TypeError, match="q_slot is for pool"):
+        client.compact(list(qb), list(kv[0]), list(kv[1]), q_slot=0, **P, block_table=table,
+                       prompt_len=L)
+    with pytest.raises(ValueError, match=r"\[slots,\] layers"):
+        client.register_pool(list(kv[0]), list(kv[1]), q=qb[0])
+    pool.unregister()
+    pool1.unregister()
+
+
 def test_pool_writeback(client, engine):
     kv, qb, table = engine
     pool = client.register_pool(list(kv[0]), list(kv[1]))
