@@ -58,6 +58,15 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_mapped_bytes = 16ull << 40;
 	c->max_request_macs = 1ull << 44;
 	c->max_request_bytes = 256ull << 30;
+	/* admin answers (issue 20): a ledger page in slices of 32 caches, and
+	 * what one poller may ask (a full page is 512 caches) */
+	c->admin_slice_caches = 32;
+	c->admin_session_rate = 20;
+	c->admin_session_burst = 40;
+	c->admin_tenant_rate = 20;
+	c->admin_tenant_burst = 40;
+	c->admin_root_rate = 100;
+	c->admin_root_burst = 200;
 	c->max_buffers = 256;
 	c->max_caches = 4096;
 	c->max_layers = 1024;
@@ -78,6 +87,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->http.max_request = 8192;
 	c->http.max_connections = 16;
 	c->http.timeout_ms = 10000;
+	c->http.cache_ms = 1000;
 	c->http.tenants = SNAPKVD_METRICS_TENANTS_AGGREGATE;
 }
 
@@ -450,10 +460,19 @@ static const struct key keys[] = {
     U(group_timeout_ms, 1, 3600000),
     U(max_group_timeout_ms, 1, 3600000),
     U(max_tenant_groups, 1, 65536),
+    /* admin answers: slices and rate limits (snapkvd-adminq.h) */
+    U(admin_slice_caches, 1, 4096),
+    U(admin_session_rate, 0, 1000000),
+    U(admin_session_burst, 1, 1000000),
+    U(admin_tenant_rate, 0, 1000000),
+    U(admin_tenant_burst, 1, 1000000),
+    U(admin_root_rate, 0, 1000000),
+    U(admin_root_burst, 1, 1000000),
     /* the Prometheus listener's limits (snapkvd-http.h) */
     {"metrics_http_max_connections", set_uint, OFF(http.max_connections), 0, 1, 1024,
      DUMP_HTTP_UINT},
     {"metrics_http_timeout_ms", set_uint, OFF(http.timeout_ms), 0, 100, 600000, DUMP_HTTP_UINT},
+    {"metrics_http_cache_ms", set_uint, OFF(http.cache_ms), 0, 0, 60000, DUMP_HTTP_UINT},
     S(pool_bytes, 1 << 20),
     S(session_arena_bytes, 1 << 20),
     S(arena_cache_bytes, 0),

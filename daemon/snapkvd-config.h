@@ -122,6 +122,14 @@ struct snapkvd_config {
 	uint64_t max_mapped_bytes;	  /* bytes of buffers mapped, all tenants  */
 	uint64_t max_request_macs;	  /* work of one COMPACT (multiply-adds)   */
 	uint64_t max_request_bytes;	  /* K/V/Q bytes one COMPACT reads         */
+	/* admin answers off the loop's critical path (snapkvd-adminq.h): caches
+	 * a ledger page builds per loop round, and the admin requests a second
+	 * (burst: at most kept) of one admin session, of one uid, of root and
+	 * admin_uids (each uid its own bucket); rate 0: no limit */
+	unsigned admin_slice_caches;
+	unsigned admin_session_rate, admin_session_burst;
+	unsigned admin_tenant_rate, admin_tenant_burst;
+	unsigned admin_root_rate, admin_root_burst;
 	unsigned n_admin_uids;
 	uid_t admin_uids[SNAPKVD_MAX_ALLOW]; /* see every tenant in admin views */
 	unsigned n_allow_uids, n_allow_gids;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "snapkvd-admin.h"
+#include "snapkvd-adminq.h"
 #include "snapkvd-arena.h"
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
@@ -69,6 +70,9 @@ static unsigned on_round(void *data, bool *ret_spin)
 		work += snapkvd_dispatch_poll_ring(s, RING_BUDGET);
 	}
 	reap_jobs(srv);
+	/* one slice of a ledger page being built: between two slices, the
+	 * rings and completions above */
+	work += snapkvd_adminq_run(srv->adminq, srv);
 	/* pool changes of this round (commits, frees, closed sessions) */
 	snapkvd_policy_pool_changed(&srv->policy, snapkvd_pool_used(srv->pool),
 				    snapkvd_pool_total(srv->pool));
@@ -516,6 +520,10 @@ int snapkvd_server_new(const struct snapkvd_config *cfg, const char *config_path
 				    cfg->max_tenant_mapped_bytes, cfg->max_mapped_bytes);
 	if ((r = start_workers(srv)) < 0)
 		goto fail;
+	if ((r = snapkvd_adminq_new(&srv->adminq)) < 0) {
+		log_error_errno(r, "Failed to start");
+		goto fail;
+	}
 	r = snapkvd_loop_new(512, &srv->loop);
 	if (r < 0) {
 		log_error_errno(r, "Failed to set up io_uring");
@@ -588,6 +596,7 @@ void snapkvd_server_free(struct snapkvd_server *srv)
 	snapkvd_compactor_free(srv->compactor);
 	snapkvd_loop_free(srv->loop);
 	policy_fini(srv);
+	snapkvd_adminq_free(srv->adminq); /* before the sessions its answers name */
 	free_sessions(srv);
 	snapkvd_groups_free(srv->groups);
 	snapkvd_listener_free(srv->listener);
