@@ -18,9 +18,10 @@
  * the rest held.
  *
  *   bench-scale [--caches N] [--seconds T] [--pollers P] [--only-pollers]
- *               [--snapkvd PATH] [--snapkvctl PATH]
+ *               [--set KEY=VALUE ...] [--snapkvd PATH] [--snapkvctl PATH]
  *   (defaults: 250000 caches, 3 s per timed phase, 2 pollers, $BUILD/snapkvd
  *    and $BUILD/snapkvctl; --only-pollers stops after the pollers phase;
+ *    --set adds a line to the daemon's config, e.g. admin_root_rate=0;
  *    run it on a quiet machine if you can)
  */
 #include <errno.h>
@@ -174,7 +175,8 @@ static int admin_call(int fd, uint8_t *buf, size_t cap, Snapkv__V1__AdminRequest
 /*
  * A root poller: one admin session asking for LEDGER pages in a loop (the
  * whole listing by cursor, then again) until told to stop. A refused page
- * (a rate limit) is counted and retried after 1 ms.
+ * (a rate limit) is counted and asked again after the retry_after_ms the
+ * daemon gave (at least 1 ms), as snapkvctl does.
  */
 static int poller(const char *sock, struct shared *sh)
 {
@@ -211,7 +213,7 @@ static int poller(const char *sock, struct shared *sh)
 		if (rep->status < 0) {
 			if (!atomic_fetch_add(&sh->refused, 1))
 				snprintf(sh->refusal, sizeof(sh->refusal), "%s", rep->error);
-			usleep(1000);
+			usleep(rep->retry_after_ms ? rep->retry_after_ms * 1000u : 1000u);
 		} else {
 			atomic_fetch_add(&sh->pages, 1);
 			after = rep->next_page_after;
@@ -322,6 +324,7 @@ static void report(struct shared *sh, struct watch *w, const uint64_t *took)
 struct opts {
 	unsigned caches, seconds, pollers;
 	bool only_pollers;
+	char extra[1024]; /* --set KEY=VALUE lines for the config */
 	char snapkvd[512], snapkvctl[512];
 };
 
@@ -333,6 +336,7 @@ static int parse(int argc, char **argv, struct opts *o)
 					   {"snapkvctl", 1, 0, 'c'},
 					   {"pollers", 1, 0, 'p'},
 					   {"only-pollers", 0, 0, 'o'},
+					   {"set", 1, 0, 'x'},
 					   {0}};
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
 	int ch;
@@ -341,6 +345,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->seconds = 3;
 	o->pollers = 2;
 	o->only_pollers = false;
+	o->extra[0] = 0;
 	snprintf(o->snapkvd, sizeof(o->snapkvd), "%s/snapkvd", build);
 	snprintf(o->snapkvctl, sizeof(o->snapkvctl), "%s/snapkvctl", build);
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -363,6 +368,16 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'o':
 			o->only_pollers = true;
 			break;
+		case 'x': {
+			size_t n = strlen(o->extra);
+			const char *eq = strchr(optarg, '=');
+
+			if (!eq || n + strlen(optarg) + 4 >= sizeof(o->extra))
+				return -EINVAL;
+			snprintf(o->extra + n, sizeof(o->extra) - n, "%.*s = %s\n",
+				 (int)(eq - optarg), optarg, eq + 1);
+			break;
+		}
 		default:
 			return -EINVAL;
 		}
@@ -418,8 +433,8 @@ static pid_t start_daemon(const struct opts *o, const char *dir, int port, struc
 		"pool_bytes = %llu\npressure_high = 5%%\npressure_high_leave = 4%%\n"
 		"pressure_critical = 99%%\npressure_critical_leave = 98%%\n"
 		"hook_dir = %s/hooks\nhook_ledger_json = %s/ledger.json\n"
-		"metrics_listen = 127.0.0.1:%d\nlog_level = warning\n",
-		(unsigned long long)pool, dir, dir, port);
+		"metrics_listen = 127.0.0.1:%d\nlog_level = warning\n%s",
+		(unsigned long long)pool, dir, dir, port, o->extra);
 	fclose(f);
 	snprintf(nsock, sizeof(nsock), "%s/notify", dir);
 	snprintf(un.sun_path, sizeof(un.sun_path), "%s", nsock);
