@@ -49,3 +49,14 @@ $(TEST_LIBSNAPKV_THREADS): $(BUILD)/tests/integration/test-libsnapkv-threads.o $
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
 		-lm $(LDFLAGS)
 TESTS += $(TEST_LIBSNAPKV_THREADS)
+
+# admin answers without stalling the loop (issue 20): a sliced ledger under
+# churn, a session leaving midway, the admin rate limits
+TEST_DAEMON_ADMIN := $(BUILD)/tests/test-daemon-admin
+OBJS += $(BUILD)/tests/integration/test-daemon-admin.o
+$(BUILD)/tests/integration/test-daemon-admin.o: | $(SKV_PB_H)
+$(TEST_DAEMON_ADMIN): $(BUILD)/tests/integration/test-daemon-admin.o $(LIBSNAPKV) \
+		$(LIBSKVPROTO) $(SNAPKVD)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(SNAPKV_LINK) $(LIBSKVPROTO) $(PBC_LIBS) $(CUNIT_LIBS) \
+		-lm $(LDFLAGS)
+TESTS += $(TEST_DAEMON_ADMIN)
