@@ -330,14 +330,10 @@ struct opts {
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-	static const struct option lo[] = {{"caches", 1, 0, 'n'},
-					   {"seconds", 1, 0, 's'},
-					   {"snapkvd", 1, 0, 'd'},
-					   {"snapkvctl", 1, 0, 'c'},
-					   {"pollers", 1, 0, 'p'},
-					   {"only-pollers", 0, 0, 'o'},
-					   {"set", 1, 0, 'x'},
-					   {0}};
+	static const struct option lo[] = {{"caches", 1, 0, 'n'},  {"seconds", 1, 0, 's'},
+					   {"snapkvd", 1, 0, 'd'}, {"snapkvctl", 1, 0, 'c'},
+					   {"pollers", 1, 0, 'p'}, {"only-pollers", 0, 0, 'o'},
+					   {"set", 1, 0, 'x'},	   {0}};
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
 	int ch;
 
@@ -520,10 +516,10 @@ static int phase_pollers(const struct opts *o, const char *sock, struct shared *
 /* The phases after create that stop nothing: one after the other, each
  * timed into took[]. 0, or -1 (the phase failed: sh->phase says which). */
 static int run_phases(const struct opts *o, const char *dir, const char *sock, int port,
-		      struct shared *sh, struct holder *h, uint64_t *took, unsigned *released)
+		      struct shared *sh, struct holder *h, uint64_t *took, unsigned *released,
+		      size_t *bytes)
 {
 	char cmd[4096];
-	size_t bytes = 0;
 	uint64_t t0;
 
 	atomic_store(&sh->phase, P_HELD);
@@ -542,7 +538,7 @@ static int run_phases(const struct opts *o, const char *dir, const char *sock, i
 	atomic_store(&sh->phase, P_SCRAPE);
 	t0 = now_ns();
 	while (now_ns() - t0 < o->seconds * 1000000000ull)
-		if (http_get(port, &bytes) < 0)
+		if (http_get(port, bytes) < 0)
 			return -1;
 	took[P_SCRAPE] = now_ns() - t0;
 
@@ -576,7 +572,6 @@ static int run_phases(const struct opts *o, const char *dir, const char *sock, i
 		else if (skv_cache_release_linger(h->k[*released]) < 0)
 			return -1;
 	took[P_RELEASE] = now_ns() - t0;
-	printf("  last /metrics %zu bytes\n", bytes);
 	return 0;
 }
 
@@ -594,6 +589,7 @@ int main(int argc, char **argv)
 	pid_t dpid, bpid;
 	time_t tt = time(NULL);
 	unsigned released = 0;
+	size_t bytes = 0;
 	int st, port, r;
 
 	if (parse(argc, argv, &o) < 0)
@@ -633,7 +629,7 @@ int main(int argc, char **argv)
 	t0 = now_ns();
 	r = create(&h, sock, o.caches);
 	took[P_CREATE] = now_ns() - t0;
-	if (r < 0 || run_phases(&o, dir, sock, port, sh, &h, took, &released) < 0)
+	if (r < 0 || run_phases(&o, dir, sock, port, sh, &h, took, &released, &bytes) < 0)
 		goto fail;
 
 	atomic_store(&sh->stop, 1);
@@ -658,6 +654,8 @@ int main(int argc, char **argv)
 		       "refused%s%s\n",
 		       o.pollers, atomic_load(&sh->pages), atomic_load(&sh->listings),
 		       atomic_load(&sh->refused), sh->refused ? ": " : "", sh->refusal);
+	if (took[P_SCRAPE])
+		printf("  last /metrics %zu bytes\n", bytes);
 	if (took[P_RELEASE])
 		printf("  release: %u caches released with linger (evicted at once) in %.2f s\n",
 		       released, (double)took[P_RELEASE] / 1e9);
