@@ -86,12 +86,14 @@ static struct snapkvd_bucket *uid_bucket(struct snapkvd_adminq *q, const struct 
 		e = &q->uids[q->n_uids++];
 		*e = (struct uid_bucket){.uid = uid};
 	}
-	for (unsigned i = 0; !e && i < UID_BUCKETS; i++) {
-		struct limit li = uid_limit(c, q->uids[i].uid);
+	if (!e) { /* full: the fullest bucket forgets least */
+		for (unsigned i = 0; i < UID_BUCKETS; i++) {
+			struct limit li = uid_limit(c, q->uids[i].uid);
 
-		snapkvd_bucket_refill(&q->uids[i].b, li.rate, li.burst, now);
-		if (!e || q->uids[i].b.nano > e->b.nano)
-			e = &q->uids[i];
+			snapkvd_bucket_refill(&q->uids[i].b, li.rate, li.burst, now);
+			if (!e || q->uids[i].b.nano > e->b.nano)
+				e = &q->uids[i];
+		}
 	}
 	if (e->uid != uid)
 		*e = (struct uid_bucket){.uid = uid};
@@ -192,7 +194,8 @@ unsigned snapkvd_adminq_run(struct snapkvd_adminq *q, struct snapkvd_server *srv
 		drop(srv, p);
 		return 1;
 	}
-	r = snapkvd_admin_step(srv, p->a, srv->cfg.admin_slice_caches ? srv->cfg.admin_slice_caches : 1,
+	r = snapkvd_admin_step(srv, p->a,
+			       srv->cfg.admin_slice_caches ? srv->cfg.admin_slice_caches : 1,
 			       &built, &buf, &n);
 	srv->admin_slices++;
 	if (r == 0) { /* its turn again after the others' */
