@@ -4,8 +4,7 @@
 
 #define NANO 1000000000ull
 
-void snapkvd_bucket_refill(struct snapkvd_bucket *b, uint32_t rate, uint32_t burst,
-			   uint64_t now_ns)
+void snapkvd_bucket_refill(struct snapkvd_bucket *b, uint32_t rate, uint32_t burst, uint64_t now_ns)
 {
 	uint64_t cap = (uint64_t)burst * NANO, dt;
 
