@@ -1,76 +1,14 @@
 // SPDX-License-Identifier: MIT
-/* test-daemon-units: snapkvd's config parser, pool accounting and arena allocator (the
- * value parsers: tests/unit/daemon/test-value.c). */
+/* test-daemon-units: snapkvd's pool accounting and arena allocator (the config:
+ * tests/unit/daemon/test-config.c). */
 #include <CUnit/Basic.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "daemon/snapkvd-arena.c"
-#include "daemon/snapkvd-config.c"
 #include "daemon/snapkvd-log.c"
 #include "daemon/snapkvd-pool.c"
-
-static int parse(struct snapkvd_config *c, const char *text, char *err)
-{
-	snapkvd_config_defaults(c);
-	return snapkvd_config_parse(c, text, strlen(text), err, 256);
-}
-
-static void test_config(void)
-{
-	struct snapkvd_config c;
-	char err[256] = "";
-
-	CU_ASSERT_EQUAL(parse(&c,
-			      "# comment\n\n ; also\npool_bytes = 2G\nthreads=3\n"
-			      "allow_uids = 1000, 1001 7\nallow_gids=5\nlog_level = debug\n"
-			      "socket = /tmp/x.sock\nsq_entries = 128\n",
-			      err),
-			0);
-	CU_ASSERT_EQUAL(c.pool_bytes, 2ull << 30);
-	CU_ASSERT_EQUAL(c.threads, 3);
-	CU_ASSERT_EQUAL(c.n_allow_uids, 3);
-	CU_ASSERT_EQUAL(c.allow_uids[2], 7);
-	CU_ASSERT_EQUAL(c.log_level, SNAPKVD_LOG_DEBUG);
-	CU_ASSERT_STRING_EQUAL(c.socket_path, "/tmp/x.sock");
-	CU_ASSERT(snapkvd_config_allows(&c, 1001, 99));
-	CU_ASSERT(snapkvd_config_allows(&c, 42, 5));
-	CU_ASSERT(!snapkvd_config_allows(&c, 42, 6));
-	snapkvd_config_defaults(&c);
-	CU_ASSERT(snapkvd_config_allows(&c, 42, 6)); /* no lists: the socket mode decides */
-
-	/* errors name the line; nothing is applied from a bad file */
-	CU_ASSERT_EQUAL(parse(&c, "threads = 2\nthreads = -1\n", err), -EINVAL);
-	CU_ASSERT(strstr(err, "line 2") != NULL);
-	CU_ASSERT_EQUAL(c.threads, 0);
-	CU_ASSERT_EQUAL(parse(&c, "bogus = 1\n", err), -EINVAL);
-	CU_ASSERT(strstr(err, "unknown key") != NULL);
-	CU_ASSERT_EQUAL(parse(&c, "just words\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "sq_entries = 100\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "slot_bytes = 5000\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "pool_bytes = 1K\n", err), -EINVAL); /* below the minimum */
-	CU_ASSERT_EQUAL(parse(&c, "socket = relative.sock\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "backend = gpu\n", err), -EINVAL);
-	/* cuda is a valid name; whether the plugin loads is decided at start-up */
-	CU_ASSERT_EQUAL(parse(&c, "backend = cuda\n", err), 0);
-	CU_ASSERT_STRING_EQUAL(c.backend, "cuda");
-	CU_ASSERT_EQUAL(parse(&c, "backend = host\n", err), 0);
-	CU_ASSERT_EQUAL(parse(&c, "max_layers = 99999999\n", err), -EINVAL);
-	char ids[600] = "allow_uids =";
-	for (int i = 0; i < 70; i++)
-		strcat(ids, " 1");
-	CU_ASSERT_EQUAL(parse(&c, ids, err), -EINVAL);
-	char *line = malloc(2000);
-	memset(line, 'a', 1999);
-	line[1999] = 0;
-	CU_ASSERT_EQUAL(parse(&c, line, err), -EINVAL);
-	CU_ASSERT(strstr(err, "longer") != NULL);
-	free(line);
-	snapkvd_config_defaults(&c);
-	CU_ASSERT_EQUAL(snapkvd_config_parse(&c, "threads = 1\0x", 14, err, 256), -EINVAL);
-	CU_ASSERT_EQUAL(snapkvd_config_load(&c, "/nonexistent/snapkvd.conf", err, 256), -ENOENT);
-}
 
 static void test_pool(void)
 {
@@ -327,7 +265,6 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
 	s = CU_add_suite("daemon-units", NULL, NULL);
-	CU_add_test(s, "config", test_config);
 	CU_add_test(s, "pool", test_pool);
 	CU_add_test(s, "pool reserve race", test_pool_race);
 	CU_add_test(s, "arena", test_arena);
