@@ -102,15 +102,17 @@ $(DAEMON_UNIT_BINS): $(BUILD)/tests/test-%: $(BUILD)/tests/unit/test-%.o $(LIBSN
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(PBC_LIBS) \
 		$(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
 TESTS += $(DAEMON_UNIT_BINS)
-# tests/unit/daemon/test-<object>.c: one per object without a live daemon
+# tests/unit/daemon/test-<object>.c: one per object without a live daemon,
+# built as $(BUILD)/tests/unit/daemon/test-<object> (the integration programs
+# are $(BUILD)/tests/test-daemon-*)
 # (device: the plugin loader, libskv-backend.a; its CUDA half runs on the
 # emulator's plugin where one is built)
 DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
-	value params tally config pool arena
-DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/test-daemon-%)
+	value params tally config pool arena paged
+DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
-$(DAEMON_OBJECT_BINS): $(BUILD)/tests/test-daemon-%: $(BUILD)/tests/unit/daemon/test-%.o \
+$(DAEMON_OBJECT_BINS): $(BUILD)/tests/unit/daemon/test-%: $(BUILD)/tests/unit/daemon/test-%.o \
 		$(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(BUILD)/libskv-backend.a
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) \
 		$(BUILD)/libskv-backend.a $(URING_LIBS) $(PBC_LIBS) $(JSON_LIBS) $(CUNIT_LIBS) $(BLAS_LIBS) -lm \
