@@ -108,7 +108,7 @@ TESTS += $(DAEMON_UNIT_BINS)
 # (device: the plugin loader, libskv-backend.a; its CUDA half runs on the
 # emulator's plugin where one is built)
 DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
-	value params tally config pool arena paged ledger http compactor slots job clock admission
+	value params tally config pool arena paged ledger http compactor slots job clock admission log
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
