@@ -108,15 +108,16 @@ TESTS += $(DAEMON_UNIT_BINS)
 # (device: the plugin loader, libskv-backend.a; its CUDA half runs on the
 # emulator's plugin where one is built)
 DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
-	value params tally config pool arena paged ledger http compactor slots job clock admission log
+	value params tally config pool arena paged ledger http compactor slots job clock \
+	admission log listener
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
 $(DAEMON_OBJECT_BINS): $(BUILD)/tests/unit/daemon/test-%: $(BUILD)/tests/unit/daemon/test-%.o \
 		$(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) $(BUILD)/libskv-backend.a
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBSNAPKVD) $(LIBSKVPROTO) $(LIBSKV) \
-		$(BUILD)/libskv-backend.a $(URING_LIBS) $(PBC_LIBS) $(JSON_LIBS) $(CUNIT_LIBS) $(BLAS_LIBS) -lm \
-		$(LDFLAGS)
+		$(BUILD)/libskv-backend.a $(URING_LIBS) $(PBC_LIBS) $(JSON_LIBS) $(SYSTEMD_LIBS) \
+		$(CUNIT_LIBS) $(BLAS_LIBS) -lm $(LDFLAGS)
 TESTS += $(DAEMON_OBJECT_BINS)
 
 # snapkvctl's side of `top`/`pressure`: the Prometheus parser and the frame
