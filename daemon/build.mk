@@ -93,8 +93,7 @@ BENCHES += $(BENCH_RING)
 # Unit tests of the daemon's pieces, SPDX-style: each includes the .c it
 # tests, with fakes for the neighbours it calls, and takes the rest from
 # libsnapkvd.a.
-DAEMON_UNITS := ops-pressure ops-hooks ops-metrics ops-quota ops-config \
-	ops-runtime
+DAEMON_UNITS := ops-quota ops-config
 DAEMON_UNIT_BINS := $(DAEMON_UNITS:%=$(BUILD)/tests/test-%)
 OBJS += $(DAEMON_UNITS:%=$(BUILD)/tests/unit/test-%.o)
 $(DAEMON_UNITS:%=$(BUILD)/tests/unit/test-%.o): | $(SKV_PB_H)
@@ -109,7 +108,7 @@ TESTS += $(DAEMON_UNIT_BINS)
 # emulator's plugin where one is built)
 DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
 	value params tally config pool arena paged ledger http compactor slots job clock \
-	admission log listener
+	admission log listener pressure hooks metrics policy
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* test-ops-runtime: actions run in the configured order through the daemon's callbacks; hooks,
- * eviction, textfile. */
+/* test-policy (daemon/snapkvd-policy.c): actions run in the configured order through the daemon's
+ * callbacks; hooks, eviction, textfile. */
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 #define P_PIDFD 3
 #endif
 
-#include "daemon/snapkvd-policy.h"
+#include "daemon/snapkvd-policy.c"
 
 static char tmpdir[200];
 
