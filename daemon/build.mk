@@ -109,7 +109,7 @@ TESTS += $(DAEMON_UNIT_BINS)
 DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
 	value params tally config pool arena paged ledger http compactor slots job clock \
 	admission log listener pressure hooks metrics policy \
-	runner-host
+	runner-host server
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
