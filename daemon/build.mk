@@ -106,7 +106,7 @@ TESTS += $(DAEMON_UNIT_BINS)
 # are $(BUILD)/tests/test-daemon-*)
 # (device: the plugin loader, libskv-backend.a; its CUDA half runs on the
 # emulator's plugin where one is built)
-DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session groups control \
+DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session group control \
 	value params tally config pool arena paged ledger http compactor slots job clock \
 	admission log listener pressure hooks metrics policy \
 	runner-host server
