@@ -308,11 +308,13 @@ static const void *cfield_of(const struct key *k, const struct snapkvd_config *c
 	return (k->in == IN_POLICY ? (const char *)&c->policy : (const char *)c) + k->off;
 }
 
-/* The reason in err, with "prefix: " before it. */
+/* The reason in err (may be NULL), with "prefix: " before it; -EINVAL. */
 static int prefixed(struct skv_error *err, const char *prefix)
 {
 	char why[sizeof(err->msg)];
 
+	if (!err)
+		return -EINVAL;
 	snprintf(why, sizeof(why), "%s", err->msg);
 	return snapkvd_value_fail(err, "%s: %s", prefix, why);
 }
@@ -338,7 +340,7 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 	if (!k || k->in != IN_POLICY)
 		return -ENOENT;
 	r = k->type->parse(value, (char *)c + k->off, &k->spec, err);
-	if (r < 0 && err)
+	if (r < 0)
 		prefixed(err, key);
 	return r;
 }
@@ -431,7 +433,7 @@ int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len,
 	}
 	r = snapkvd_policy_config_check(&tmp.policy, err);
 	if (r < 0)
-		return err ? prefixed(err, "pressure") : r;
+		return prefixed(err, "pressure");
 	*c = tmp;
 	return 0;
 }
@@ -481,7 +483,7 @@ int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *va
 		return r;
 	r = snapkvd_policy_config_check(&tmp.policy, err);
 	if (r < 0)
-		return err ? prefixed(err, "pressure") : r;
+		return prefixed(err, "pressure");
 	*c = tmp;
 	return 0;
 }

@@ -140,6 +140,9 @@ static void test_refusals(void)
 	/* no err: the same answers */
 	CU_ASSERT_EQUAL(snapkvd_config_parse(&c, "threads = x\n", 12, NULL), -EINVAL);
 	CU_ASSERT_EQUAL(snapkvd_config_set(&c, "threads", "x", NULL), -EINVAL);
+	CU_ASSERT_EQUAL(snapkvd_config_set(&c, "pressure_high_leave", "85%", NULL), -EINVAL);
+	CU_ASSERT_EQUAL(snapkvd_config_parse(&c, "pressure_high_leave = 85%\n", 26, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c.policy, "hook_max", "0", NULL), -EINVAL);
 	CU_ASSERT_EQUAL(snapkvd_config_load(&c, "/nonexistent/snapkvd.conf", &err), -ENOENT);
 	CU_ASSERT_STRING_EQUAL(err.msg, strerror(ENOENT));
 }
