@@ -129,28 +129,29 @@ static int parse_port(const char *s, uint16_t *ret)
 }
 
 static int to_sockaddr(const char *v, struct sockaddr_storage *ss, socklen_t *ret_len,
-		       const char **why)
+		       struct skv_error *err)
 {
 	char host[SNAPKVD_HTTP_LISTEN_MAX];
 	const char *port_s, *colon;
 	bool v6 = *v == '[';
 	uint16_t port;
 
-	*why = "expected PORT, IPV4:PORT, [IPV6]:PORT or localhost:PORT (port 1..65535)";
+	static const char expect[] =
+	    "expected PORT, IPV4:PORT, [IPV6]:PORT or localhost:PORT (port 1..65535)";
+
 	if (strlen(v) >= sizeof(host))
-		return -EINVAL;
+		return snapkvd_value_fail(err, "%s", expect);
 	if (v6) {
 		const char *rb = strchr(v, ']');
 
 		if (!rb || rb[1] != ':')
-			return -EINVAL;
+			return snapkvd_value_fail(err, "%s", expect);
 		snprintf(host, sizeof(host), "%.*s", (int)(rb - v - 1), v + 1);
 		port_s = rb + 2;
 	} else if ((colon = strrchr(v, ':'))) {
-		if (memchr(v, ':', colon - v)) {
-			*why = "an IPv6 address goes in brackets: [::1]:9464";
-			return -EINVAL;
-		}
+		if (memchr(v, ':', colon - v))
+			return snapkvd_value_fail(err,
+						  "an IPv6 address goes in brackets: [::1]:9464");
 		snprintf(host, sizeof(host), "%.*s", (int)(colon - v), v);
 		port_s = colon + 1;
 	} else {
@@ -158,27 +159,24 @@ static int to_sockaddr(const char *v, struct sockaddr_storage *ss, socklen_t *re
 		port_s = v;
 	}
 	if (parse_port(port_s, &port) < 0)
-		return -EINVAL;
+		return snapkvd_value_fail(err, "%s", expect);
 	if (!v6 && !strcmp(host, "localhost"))
 		snprintf(host, sizeof(host), "127.0.0.1");
 	memset(ss, 0, sizeof(*ss));
 	if (!v6) {
 		struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
 
-		if (inet_pton(AF_INET, host, &in4->sin_addr) != 1) {
-			*why = "not a numeric IPv4 address (names are not resolved)";
-			return -EINVAL;
-		}
+		if (inet_pton(AF_INET, host, &in4->sin_addr) != 1)
+			return snapkvd_value_fail(
+			    err, "not a numeric IPv4 address (names are not resolved)");
 		in4->sin_family = AF_INET;
 		in4->sin_port = htons(port);
 		*ret_len = sizeof(*in4);
 	} else {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
 
-		if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1) {
-			*why = "not a numeric IPv6 address in brackets";
-			return -EINVAL;
-		}
+		if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1)
+			return snapkvd_value_fail(err, "not a numeric IPv6 address in brackets");
 		in6->sin6_family = AF_INET6;
 		in6->sin6_port = htons(port);
 		*ret_len = sizeof(*in6);
@@ -204,17 +202,17 @@ static void format_addr(const struct sockaddr_storage *ss, char out[SNAPKVD_HTTP
 }
 
 /* "" or "off"; PORT (loopback); IPV4:PORT; [IPV6]:PORT; localhost:PORT. */
-int snapkvd_value_listen(struct snapkvd_http_config *h, const char *value, const char **why)
+int snapkvd_value_listen(struct snapkvd_http_config *h, const char *value, struct skv_error *err)
 {
 	struct sockaddr_storage ss;
-	socklen_t len;
+	socklen_t len = 0;
 	int r;
 
 	if (!*value || !strcmp(value, "off")) {
 		h->listen[0] = 0;
 		return 0;
 	}
-	r = to_sockaddr(value, &ss, &len, why);
+	r = to_sockaddr(value, &ss, &len, err);
 	if (r < 0)
 		return r;
 	h->addr = ss;
@@ -431,12 +429,8 @@ const struct snapkvd_value_type snapkvd_value_ids_type = {parse_ids, dump_ids};
 static int parse_listen(const char *v, void *field, const struct snapkvd_value_spec *s,
 			struct skv_error *err)
 {
-	const char *why = "";
-
 	(void)s;
-	if (snapkvd_value_listen(field, v, &why) < 0)
-		return snapkvd_value_fail(err, "%s", why);
-	return 0;
+	return snapkvd_value_listen(field, v, err);
 }
 
 static void dump_listen(FILE *f, const char *key, const void *field,

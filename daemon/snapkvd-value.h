@@ -97,8 +97,9 @@ int snapkvd_value_fraction(const char *v, double *ret);
 /* Up to SNAPKVD_VALUE_MAX_IDS ids 0..INT_MAX separated by spaces or commas. */
 int snapkvd_value_idlist(const char *s, unsigned *n, uint32_t *ids);
 /* metrics_listen: "" or "off"; PORT (loopback); IPV4:PORT; [IPV6]:PORT;
- * localhost:PORT, normalised into h->listen. */
-int snapkvd_value_listen(struct snapkvd_http_config *h, const char *value, const char **why);
+ * localhost:PORT, normalised into h->listen (h unchanged on failure).
+ * -EINVAL with the reason in err (may be NULL). */
+int snapkvd_value_listen(struct snapkvd_http_config *h, const char *value, struct skv_error *err);
 /* 1048576 -> "1M": the largest suffix that says it exactly. */
 void snapkvd_value_fmt_size(uint64_t v, char *buf, size_t len);
 

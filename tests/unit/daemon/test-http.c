@@ -288,7 +288,7 @@ static void test_address_in_use(void)
 	struct sockaddr_in in;
 	socklen_t len = sizeof(in);
 	char where[64];
-	const char *why;
+	struct skv_error why = {{0}, -1, -1};
 
 	h = listener(256, 1);
 	CU_ASSERT_EQUAL_FATAL(getsockname(h->fd, (struct sockaddr *)&in, &len), 0);
