@@ -325,6 +325,9 @@ static int set_key(struct snapkvd_config *c, const char *name, const char *v, st
 
 	if (!k)
 		return snapkvd_value_fail(err, "unknown key");
+	/* a file's lines are bounded already; an option's value is not */
+	if (strlen(v) > SNAPKVD_VALUE_MAX)
+		return snapkvd_value_fail(err, "value longer than %d bytes", SNAPKVD_VALUE_MAX);
 	return k->type->parse(v, field_of(k, c), &k->spec, err);
 }
 
@@ -339,7 +342,9 @@ int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, 
 	k = find_key(key);
 	if (!k || k->in != IN_POLICY)
 		return -ENOENT;
-	r = k->type->parse(value, (char *)c + k->off, &k->spec, err);
+	r = strlen(value) > SNAPKVD_VALUE_MAX
+		? snapkvd_value_fail(err, "value longer than %d bytes", SNAPKVD_VALUE_MAX)
+		: k->type->parse(value, (char *)c + k->off, &k->spec, err);
 	if (r < 0)
 		prefixed(err, key);
 	return r;

@@ -160,6 +160,17 @@ static void test_set(void)
 	CU_ASSERT_STRING_EQUAL(err.msg, "64K is below the minimum 1M (1048576 bytes)");
 	CU_ASSERT_EQUAL(snapkvd_config_set(&c, "nope", "1", &err), -EINVAL);
 	CU_ASSERT_STRING_EQUAL(err.msg, "unknown key");
+	/* an option's value is bounded as a file's line is (SNAPKVD_VALUE_MAX) */
+	char *ids = malloc(2 * SNAPKVD_VALUE_MAX);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ids);
+	for (int i = 0; i < SNAPKVD_VALUE_MAX; i++)
+		memcpy(ids + 2 * i, "1 ", 2);
+	ids[2 * SNAPKVD_VALUE_MAX - 1] = 0;
+	CU_ASSERT_EQUAL(snapkvd_config_set(&c, "allow_uids", ids, &err), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(err.msg, "value longer than 1024 bytes");
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c.policy, "hook_dir", ids, &err), -EINVAL);
+	CU_ASSERT_STRING_EQUAL(err.msg, "hook_dir: value longer than 1024 bytes");
+	free(ids);
 	/* valid alone, contradicting the rest: refused whole */
 	CU_ASSERT_EQUAL(snapkvd_config_set(&c, "pressure_high_leave", "85%", &err), -EINVAL);
 	CU_ASSERT_NSTRING_EQUAL(err.msg, "pressure: ", 10);
