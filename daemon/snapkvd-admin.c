@@ -127,6 +127,7 @@ static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__Pressure
 			  char *err, size_t errlen)
 {
 	struct snapkvd_policy_config oc = srv->policy.cfg;
+	struct skv_error kerr = {{0}, -1, -1};
 	const struct {
 		const char *key, *val;
 	} kv[] = {
@@ -139,7 +140,7 @@ static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__Pressure
 	    {"pressure_scale_critical", ps->scale_critical},
 	    {"pressure_guaranteed_share", ps->guaranteed_share},
 	};
-	int r;
+	int r = 0;
 
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
 		if (!kv[i].val || !*kv[i].val)
@@ -154,16 +155,18 @@ static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__Pressure
 						      !strcmp(kv[i].val, "none")
 						  ? ""
 						  : kv[i].val,
-					      err, errlen);
+					      &kerr);
 		if (r < 0)
-			return r;
+			break;
 	}
-	r = snapkvd_policy_config_check(&oc, err, errlen);
-	if (r < 0)
+	if (r >= 0)
+		r = snapkvd_policy_config_check(&oc, &kerr);
+	if (r >= 0)
+		r = snapkvd_policy_set_pressure(&srv->policy, &oc.pressure, &kerr);
+	if (r < 0) {
+		snprintf(err, errlen, "%s", kerr.msg);
 		return r;
-	r = snapkvd_policy_set_pressure(&srv->policy, &oc.pressure, err, errlen);
-	if (r < 0)
-		return r;
+	}
 	/* a SIGHUP reload rereads the file; until then the change holds */
 	srv->cfg.policy.pressure = oc.pressure;
 	return 0;

@@ -145,25 +145,24 @@ static uint64_t tenant_quota(void *data, uid_t uid)
 static void reload(struct snapkvd_server *srv)
 {
 	struct snapkvd_config c = srv->cfg;
-	char err[256];
+	struct skv_error err = {{0}, -1, -1};
+	const char *kept[16];
+	size_t n_kept;
 
 	if (!srv->config_path) {
 		log_info("SIGHUP: no config file to reload");
 		return;
 	}
-	if (snapkvd_config_load(&c, srv->config_path, err, sizeof(err)) < 0) {
-		log_error("SIGHUP: keeping the old limits: %s", err);
+	if (snapkvd_config_load(&c, srv->config_path, &err) < 0) {
+		log_error("SIGHUP: keeping the old limits: %s: %s", srv->config_path, err.msg);
 		return;
 	}
-	/* limits only: socket, backend, threads and workers need a restart */
-	snprintf(c.socket_path, sizeof(c.socket_path), "%s", srv->cfg.socket_path);
-	snprintf(c.backend, sizeof(c.backend), "%s", srv->cfg.backend);
-	c.threads = srv->cfg.threads;
-	c.workers = srv->cfg.workers;
-	c.sq_entries = srv->cfg.sq_entries;
-	c.slot_bytes = srv->cfg.slot_bytes;
-	c.session_arena_bytes = srv->cfg.session_arena_bytes;
-	c.http = srv->cfg.http;
+	/* limits only: the keys that need a restart keep their running value */
+	n_kept = snapkvd_config_keep_running(&c, &srv->cfg, kept, 16);
+	for (size_t i = 0; i < n_kept && i < 16; i++)
+		log_warning(
+		    "SIGHUP: %s changed in %s: it needs a restart, the running value is kept",
+		    kept[i], srv->config_path);
 	srv->cfg = c;
 	snapkvd_log_max = c.log_level;
 	set_hooks(srv);
@@ -171,8 +170,8 @@ static void reload(struct snapkvd_server *srv)
 	snapkvd_arena_set_limit(&srv->arenas, c.arena_cache_bytes);
 	snapkvd_pool_set_map_limits(srv->pool, c.max_tenant_buffers, c.max_tenant_mapped_bytes,
 				    c.max_mapped_bytes);
-	if (snapkvd_policy_reconfigure(&srv->policy, &c.policy, err, sizeof(err)) < 0)
-		log_error("SIGHUP: keeping the old pressure policy: %s", err);
+	if (snapkvd_policy_reconfigure(&srv->policy, &c.policy, &err) < 0)
+		log_error("SIGHUP: keeping the old pressure policy: %s", err.msg);
 	/* per-tenant quotas (tenant_quota = UID:BYTES) of tenants already known */
 	snapkvd_pool_requota(srv->pool, tenant_quota, &srv->policy);
 	log_notice("SIGHUP: limits reloaded (pool %llu bytes)", (unsigned long long)c.pool_bytes);
