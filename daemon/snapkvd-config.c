@@ -365,6 +365,38 @@ static int set_backend(struct snapkvd_config *c, const struct key *k, const char
 	return 0;
 }
 
+/* "all", or up to SNAPKVD_CONFIG_MAX_DEVICES distinct CUDA ordinals separated
+ * by spaces or commas */
+static int set_devices(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
+		       size_t whylen)
+{
+	uint32_t ids[SNAPKVD_VALUE_MAX_IDS];
+	unsigned n = 0;
+
+	(void)k;
+	if (!strcmp(v, "all")) {
+		c->n_devices = 0;
+		return 0;
+	}
+	if (snapkvd_value_idlist(v, &n, ids) < 0 || n == 0 || n > SNAPKVD_CONFIG_MAX_DEVICES) {
+		snprintf(why, whylen,
+			 "devices must be all or up to %d CUDA device ordinals separated by "
+			 "spaces or commas",
+			 SNAPKVD_CONFIG_MAX_DEVICES);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < n; i++)
+		for (unsigned k2 = 0; k2 < i; k2++)
+			if (ids[k2] == ids[i]) {
+				snprintf(why, whylen, "devices names device %u twice", ids[i]);
+				return -EINVAL;
+			}
+	for (unsigned i = 0; i < n; i++)
+		c->devices[i] = (int)ids[i];
+	c->n_devices = n;
+	return 0;
+}
+
 static int set_log_level(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
 			 size_t whylen)
 {
@@ -469,6 +501,7 @@ static const struct key keys[] = {
     OWN(metrics_http_tenants, set_http_tenants),
     OWN(socket, set_socket),
     OWN(backend, set_backend),
+    OWN(devices, set_devices),
     OWN(log_level, set_log_level),
     IDS(admin_uids),
     IDS(allow_uids),
@@ -718,6 +751,10 @@ int snapkvd_config_dump(const struct snapkvd_config *c, char **ret)
 		if (snapkvd_log_parse_level(levels[i]) == c->log_level)
 			level = levels[i];
 	fprintf(f, "socket = %s\nbackend = %s\n", c->socket_path, c->backend);
+	fprintf(f, "devices = ");
+	for (unsigned i = 0; i < c->n_devices; i++)
+		fprintf(f, "%s%d", i ? "," : "", c->devices[i]);
+	fprintf(f, "%s\n", c->n_devices ? "" : "all");
 	for (size_t i = 0; i < N_KEYS; i++)
 		if (keys[i].dump == DUMP_SIZE)
 			dump_size(f, keys[i].name,
