@@ -374,10 +374,8 @@ static int set_devices(struct snapkvd_config *c, const struct key *k, const char
 	unsigned n = 0;
 
 	(void)k;
-	if (!strcmp(v, "all")) {
-		c->n_devices = 0;
-		return 0;
-	}
+	if (!strcmp(v, "all"))
+		return c->n_devices = 0, 0;
 	if (snapkvd_value_idlist(v, &n, ids) < 0 || n == 0 || n > SNAPKVD_CONFIG_MAX_DEVICES) {
 		snprintf(why, whylen,
 			 "devices must be all or up to %d CUDA device ordinals separated by "
@@ -385,14 +383,13 @@ static int set_devices(struct snapkvd_config *c, const struct key *k, const char
 			 SNAPKVD_CONFIG_MAX_DEVICES);
 		return -EINVAL;
 	}
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < n; i++) {
 		for (unsigned k2 = 0; k2 < i; k2++)
-			if (ids[k2] == ids[i]) {
-				snprintf(why, whylen, "devices names device %u twice", ids[i]);
-				return -EINVAL;
-			}
-	for (unsigned i = 0; i < n; i++)
+			if (ids[k2] == ids[i])
+				return snprintf(why, whylen, "devices names %u twice", ids[i]),
+				       -EINVAL;
 		c->devices[i] = (int)ids[i];
+	}
 	c->n_devices = n;
 	return 0;
 }

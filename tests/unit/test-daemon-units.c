@@ -56,6 +56,20 @@ static void test_config(void)
 	CU_ASSERT_EQUAL(parse(&c, "backend = cuda\n", err), 0);
 	CU_ASSERT_STRING_EQUAL(c.backend, "cuda");
 	CU_ASSERT_EQUAL(parse(&c, "backend = host\n", err), 0);
+	/* devices: all (the default), or a list of distinct CUDA ordinals */
+	CU_ASSERT_EQUAL(c.n_devices, 0);
+	CU_ASSERT_EQUAL(parse(&c, "devices = 1, 3\n", err), 0);
+	CU_ASSERT_EQUAL(c.n_devices, 2);
+	CU_ASSERT_EQUAL(c.devices[0] * 10 + c.devices[1], 13);
+	CU_ASSERT_EQUAL(parse(&c, "devices = 1,1\n", err), -EINVAL);
+	CU_ASSERT(strstr(err, "devices names 1 twice") != NULL);
+	CU_ASSERT_EQUAL(parse(&c, "devices = gpu0\n", err), -EINVAL);
+	CU_ASSERT(strstr(err, "devices must be all or up to 16") != NULL);
+	CU_ASSERT_EQUAL(parse(&c, "devices = 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n", err),
+			-EINVAL);
+	CU_ASSERT_EQUAL(c.n_devices, 0); /* parse() starts from the defaults */
+	CU_ASSERT_EQUAL(parse(&c, "devices = all\n", err), 0);
+	CU_ASSERT_EQUAL(c.n_devices, 0);
 	CU_ASSERT_EQUAL(parse(&c, "max_layers = 99999999\n", err), -EINVAL);
 	char ids[600] = "allow_uids =";
 	for (int i = 0; i < 70; i++)
