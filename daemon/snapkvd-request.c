@@ -600,6 +600,8 @@ static int place_on_device(const struct snapkvd_request_env *env, struct snapkvd
 		j->gpu = env->garena_gpu;
 	}
 	j->cache->gpu = j->gpu;
+	j->cache->device_ordinal =
+	    snapkvd_device_present(env->device) ? snapkvd_device_ordinal(env->device, j->gpu) : -1;
 	return 0;
 }
 

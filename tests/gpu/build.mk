@@ -90,6 +90,7 @@ TEST_SCRIPTS += tests/gpu/emu/test-budget-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-gpubuf-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-suites-cuda-emu.sh
+TEST_SCRIPTS += tests/gpu/emu/test-daemon-devices-emu.sh
 # tests/gpu/run.sh --dry-run lists every GPU-capable suite and compute-sanitizer run
 TEST_SCRIPTS += tests/gpu/test-run-dry.sh
 
