@@ -34,6 +34,7 @@
 #include "snapkvd-clock.h"
 #include "snapkvd-device-hostreg.h"
 #include "snapkvd-device.h"
+#include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-log.h"
 #include "snapkvd-runner.h"
@@ -338,6 +339,67 @@ static int budget_settle(struct snapkvd_runner_ctx *x, struct snapkvd_job *j,
 	return r;
 }
 
+/*
+ * The kernels of a job, enqueued: 1 when there are none to run. A
+ * decision-group member (snapkvd-group.h) runs a whole compaction for its
+ * own choice first (the group reads it from j->gm); once the group has
+ * decided, one for the group's C* and fallback, unless that is its own:
+ * then its first step's outputs and result stand.
+ */
+static int enqueue_kernels(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, bool budget,
+			   struct skv_budget_result *res, struct skv_error *kerr)
+{
+	const struct skv_backend_ops *o = ops_of(x->c);
+	const struct snapkvd_group_member *m = &j->gm;
+
+	if (m->group && m->decided) {
+		if (m->c_star == m->own_c_star && m->fallback == m->own_fallback) {
+			res->c_star = m->own_c_star;
+			res->fallback = m->own_fallback;
+			res->min_mass = m->own_min_mass;
+			return 1;
+		}
+		if (!o->compact_decided) {
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "decision group '%s': the CUDA plugin has no decided compaction",
+				 m->key);
+			return -EOPNOTSUPP;
+		}
+		return o->compact_decided(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out,
+					  m->c_star, m->fallback, res, kerr);
+	}
+	if (budget)
+		return o->compact_budget(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out,
+					 res, kerr);
+	return o->compact(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out, kerr);
+}
+
+/* A group member's first step is done: its own choice, for the group. */
+static void note_own_choice(struct snapkvd_job *j, bool budget, const struct skv_budget_result *res)
+{
+	j->gm.gpu_step = true;
+	/* not budgeted: uniform without a fallback, C for every member */
+	j->gm.own_c_star = budget ? res->c_star : j->params.capacity;
+	j->gm.own_fallback = budget && res->fallback;
+	j->gm.own_min_mass = budget ? res->min_mass : 1.0f;
+}
+
+/* The job's device, counted; -EXDEV on another device's worker (never:
+ * the compactor's queues). */
+static int on_device(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
+{
+	struct cuda_runner *c = x->c;
+
+	if (j->gpu != x->gpu) {
+		snprintf(kerr->msg, sizeof(kerr->msg), "a job of device %d on device %d's worker",
+			 snapkvd_device_ordinal(c->dev, j->gpu),
+			 snapkvd_device_ordinal(c->dev, x->gpu));
+		return -EXDEV;
+	}
+	snapkvd_device_job_ran(c->dev, x->gpu);
+	return 0;
+}
+
 static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
 	struct cuda_runner *c = x->c;
@@ -345,6 +407,9 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	unsigned n_done = 0;
 	struct snapkvd_cache *ca = j->cache;
 	const bool budget = ca && ca->budgeted;
+	const bool first_step = j->gm.group && !j->gm.decided;
+	/* a group's second step: the prefill was waited for in the first */
+	const bool waits = !(j->gm.group && j->gm.decided);
 	struct skv_budget_result res = {.result_size = sizeof(res), .kept = ca ? ca->hkept : NULL};
 	struct skv_cuda_copy *moves = NULL;
 	int r;
@@ -355,21 +420,16 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 			 skv_budget_name(j->params.budget_mode));
 		return -EOPNOTSUPP;
 	}
+	r = on_device(x, j, kerr);
+	if (r < 0)
+		return r;
 	/* K/V in the GPU arena: the heads' moves of the settle, before any work */
-	if (budget && ca->gpu_kv &&
+	if (budget && ca->gpu_kv && !first_step &&
 	    !(moves = calloc((size_t)ca->layers * ca->h_store * 2, sizeof(*moves)))) {
 		snprintf(kerr->msg, sizeof(kerr->msg), "out of memory");
 		return -ENOMEM;
 	}
-	if (j->gpu != x->gpu) { /* the compactor's queues: never */
-		snprintf(kerr->msg, sizeof(kerr->msg), "a job of device %d on device %d's worker",
-			 snapkvd_device_ordinal(c->dev, j->gpu),
-			 snapkvd_device_ordinal(c->dev, x->gpu));
-		free(moves);
-		return -EXDEV;
-	}
-	snapkvd_device_job_ran(c->dev, x->gpu);
-	if (j->has_event) { /* before anything is page-locked for the job */
+	if (waits && j->has_event) { /* before anything is page-locked for the job */
 		r = wait_event(x, j, kerr);
 		if (r < 0) {
 			free(moves);
@@ -379,25 +439,25 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 	r = register_ranges(x, j, done, &n_done, kerr);
 	if (r == 0 && (j->block_table || j->n_out_table))
 		r = upload_block_table(x, j, kerr);
-	if (r == 0 && j->wait_flag)
+	if (r == 0 && waits && j->wait_flag)
 		r = wait_flag(x, j, kerr);
 	/* from here the stream may write the output; the job completes only
 	 * after ctx_sync, so nothing of it lands after its completion */
 	if (r == 0)
 		snapkvd_job_mark_writing(j);
-	if (r == 0 && budget)
-		r = ops_of(c)->compact_budget(x->gctx, &j->shape, &j->params, j->layers, j->in,
-					      j->out, &res, kerr);
-	else if (r == 0)
-		r = ops_of(c)->compact(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out,
-				       kerr);
+	if (r == 0)
+		r = enqueue_kernels(x, j, budget, &res, kerr);
 	if (r == 0)
 		r = ops_of(c)->ctx_sync(x->gctx, kerr);
-	if (j->wait_flag)
+	else if (r == 1) /* nothing enqueued */
+		r = 0;
+	if (waits && j->wait_flag)
 		r = wait_flag_done(x, j, r, kerr);
 	while (n_done)
 		snapkvd_hostreg_release(c->hostreg, x->dev, done[--n_done]);
-	if (r == 0 && budget) /* res is filled once the stream is done */
+	if (r == 0 && first_step)
+		note_own_choice(j, budget, &res);
+	else if (r == 0 && budget) /* res is filled once the stream is done */
 		r = budget_settle(x, j, &res, moves, kerr);
 	free(moves);
 	return r;

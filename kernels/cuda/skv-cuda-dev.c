@@ -824,6 +824,7 @@ static const struct skv_backend_ops ops = {
     /* several devices */
     .dev_count = skv_cuda_dev_count,
     .locate = skv_cuda_locate,
+    .compact_decided = skv_cuda_compact_decided,
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

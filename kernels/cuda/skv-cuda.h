@@ -158,6 +158,20 @@ int skv_cuda_compact_budget(struct skv_cuda_ctx *ctx, const struct skv_shape *sh
 			    const struct skv_params *params, uint32_t n_layers,
 			    const struct skv_layer_in *in, const struct skv_layer_out *out,
 			    struct skv_budget_result *res, struct skv_error *err);
+/*
+ * A decision-group member's outputs for the group's choice (SPEC.md
+ * "Decision groups"; the host's skv_compact_end()): as
+ * skv_cuda_compact_budget() with C* = c_star (mass: the group's, never below
+ * this member's own; the other modes ignore it) and, when `fallback`, the
+ * full prompt kept (needs fallback_below > 0). With the member's own C* and
+ * fallback it writes exactly what skv_cuda_compact_budget() writes. res is
+ * required; res->min_mass is the choice's, before the fallback.
+ */
+int skv_cuda_compact_decided(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
+			     const struct skv_params *params, uint32_t n_layers,
+			     const struct skv_layer_in *in, const struct skv_layer_out *out,
+			     uint32_t c_star, int fallback, struct skv_budget_result *res,
+			     struct skv_error *err);
 /* Wait for the last compaction: 0, -EDOM, -EIO (a CUDA error, named in err). */
 int skv_cuda_ctx_sync(struct skv_cuda_ctx *ctx, struct skv_error *err);
 /* As sync, but -EAGAIN while it still runs. */

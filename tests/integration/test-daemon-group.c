@@ -12,6 +12,11 @@
  * a member whose session ends makes the others fail at once. Bad groups are
  * refused before any work with a message naming the field or limit, nothing
  * left behind. No timing assertion but generous upper bounds.
+ * With SNAPKVD_TEST_BACKEND=cuda-emu (test-daemon-suites-cuda-emu.sh) all of
+ * it runs on --backend cuda: each member's first step a whole compaction on
+ * the GPU for its own choice, the group's choice (a larger C*, a fallback)
+ * then rerun there (masses within 1e-4 of libskv's: the GPU's scores are
+ * the host's within rounding); a mass fallback above tau is refused there.
  */
 #include <CUnit/Basic.h>
 #include <math.h>
@@ -240,9 +245,19 @@ static bool same_as(const struct skv_cache *k, const struct ref *r)
 			float m = skv_cache_retained_mass(k, l, h), rm = r->mass[l * H_Q + h];
 
 			if (skv_cache_head_kept(k, l, h) != kh ||
-			    memcmp(skv_cache_positions(k, l, h), r->pos + at, kh * 4) ||
-			    memcmp(&m, &rm, 4))
+			    memcmp(skv_cache_positions(k, l, h), r->pos + at, kh * 4)) {
+				fprintf(stderr,
+					"layer %u head %u: kept %u/%u or positions differ\n", l, h,
+					skv_cache_head_kept(k, l, h), kh);
 				return false;
+			}
+			/* the GPU's scores are the host's within rounding: so are masses */
+			if (h_backend_cuda() ? !(fabsf(m - rm) <= 1e-4f)
+					     : memcmp(&m, &rm, 4) != 0) {
+				fprintf(stderr, "layer %u head %u: mass %.9g, libskv %.9g\n", l, h,
+					(double)m, (double)rm);
+				return false;
+			}
 			for (uint32_t i = 0; i < kh; i++)
 				if (memcmp(skv_cache_k_slot(k, l, h, i), r->k + (at + i) * D,
 					   D * 4) ||
@@ -458,10 +473,12 @@ static int suite_init(void)
 {
 	char cfg[300];
 
+	/* the CPU emulator of CUDA runs a member's kernels in seconds, not ms */
 	snprintf(cfg, sizeof(cfg),
-		 "max_group_size = %d\ngroup_timeout_ms = 10000\nmax_group_timeout_ms = %d\n"
+		 "max_group_size = %d\ngroup_timeout_ms = %d\nmax_group_timeout_ms = %d\n"
 		 "max_tenant_groups = %d\n",
-		 MAX_GROUP_SIZE, MAX_GROUP_TIMEOUT_MS, MAX_TENANT_GROUPS);
+		 MAX_GROUP_SIZE, h_backend_cuda() ? MAX_GROUP_TIMEOUT_MS : 10000,
+		 MAX_GROUP_TIMEOUT_MS, MAX_TENANT_GROUPS);
 	if (h_start_config(&H, "snapkvd-group", cfg) < 0)
 		return -1;
 	/* uid 65534 may reach the socket (the other-tenant member) */
@@ -1017,18 +1034,25 @@ static void test_bad_dtype(void)
 	params_mass(&p, TAU, 0.0f);
 	CU_ASSERT_EQUAL_FATAL(eng_open(&a, 71), 0);
 	CU_ASSERT_EQUAL_FATAL(eng_open(&b, 72), 0);
-	desc_init(&d, &p, a.refs, "dtypes", 2, 1000);
+	/* the emulated GPU takes seconds for the first member's first step */
+	const uint32_t wait_ms = h_backend_cuda() ? 30000 : 1000;
+	desc_init(&d, &p, a.refs, "dtypes", 2, wait_ms);
 	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(a.c, &d, &ra), 0);
-	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1)); /* the f32 one is first */
+	/* the f32 one is first (its first step takes seconds on the CUDA emulator) */
+	for (int i = 0; i < 600 && metric("snapkvd_groups_parked_jobs") != 1; i++)
+		usleep(100000);
+	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1));
 	/* the second member's K/V read as bf16 (half the bytes: in range) */
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		bf[l] = b.refs[l];
 		bf[l].k.dtype = bf[l].v.dtype = SKV_DTYPE_BF16;
 	}
-	desc_init(&d, &p, bf, "dtypes", 2, 1000);
-	refused_desc(&b, &d, EINVAL, "dtype");
+	desc_init(&d, &p, bf, "dtypes", 2, wait_ms);
+	/* the CUDA kernels take one dtype for q, k and v: refused before the group */
+	refused_desc(&b, &d, h_backend_cuda() ? EOPNOTSUPP : EINVAL,
+		     h_backend_cuda() ? "q, k and v of one dtype" : "dtype");
 	/* the first member, alone, times out */
-	CU_ASSERT_EQUAL(skv_request_wait(ra, 30000, &ka), -ETIME);
+	CU_ASSERT_EQUAL(skv_request_wait(ra, 30000 + wait_ms, &ka), -ETIME);
 	CU_ASSERT_PTR_NULL(ka);
 	eng_close(&a);
 	eng_close(&b);
@@ -1085,16 +1109,18 @@ static void test_visible(void)
 	nothing_held("visible");
 }
 
-/* --backend cuda (SNAPKVD_TEST_BACKEND=cuda-emu): groups are refused by
- * name, at once, nothing held. */
+/* --backend cuda (SNAPKVD_TEST_BACKEND=cuda-emu): every test above runs
+ * there too (the members' first steps and the group's choice on the GPU);
+ * only a mass fallback threshold above tau is refused by name, at once,
+ * nothing held (a member knows its mass at its own C* only). */
 static void test_cuda_refused(void)
 {
 	struct skv_params p;
 	struct eng e;
 
 	CU_ASSERT_EQUAL_FATAL(eng_open(&e, 3), 0);
-	params_mass(&p, TAU, 0.0f);
-	refused(&e, &p, "k", 2, 0, EOPNOTSUPP, "decision groups run on the host backend only");
+	params_mass(&p, TAU, TAU + 0.01f);
+	refused(&e, &p, "k", 2, 0, EOPNOTSUPP, "fallback_below 0.61 above tau 0.6 (mass)");
 	eng_close(&e);
 	printf("\n");
 	nothing_held("cuda");
@@ -1107,12 +1133,11 @@ int main(void)
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
-	if (h_backend_cuda()) {
-		s = CU_add_suite("daemon-group-cuda", suite_init, suite_clean);
-		CU_add_test(s, "decision groups refused on --backend cuda", test_cuda_refused);
-		return h_run_tests();
-	}
-	s = CU_add_suite("daemon-group", suite_init, suite_clean);
+	s = CU_add_suite(h_backend_cuda() ? "daemon-group-cuda" : "daemon-group", suite_init,
+			 suite_clean);
+	if (h_backend_cuda())
+		CU_add_test(s, "cuda: a mass fallback above tau refused by name",
+			    test_cuda_refused);
 	CU_add_test(s, "a group of 2 engines: one C*, the largest own, = libskv at it",
 		    test_group_of_2);
 	CU_add_test(s, "a group of 4 engines: one C*, the largest own, = libskv at it",
