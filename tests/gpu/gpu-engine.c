@@ -47,6 +47,11 @@
  *                                daemon with several devices imports and
  *                                compacts it there)
  *   ... --quick                  the compactions only (no prefill waits)
+ *   ... --group KEY              then a mass-mode compaction in decision
+ *                                group KEY of 2 (the other member: another
+ *                                engine, e.g. on another device); its data
+ *                                seeded by --device, so the members' own C*
+ *                                may differ; prints the group's C*
  *   ... --mixed M                the query window on device M, the K/V on
  *                                --device: the compaction must be refused
  *                                (-EXDEV, "must all be on one device")
@@ -1394,6 +1399,37 @@ static int run_grow_paged(const char *sock, struct skv_cuda_dev *dev, bool fail_
 	return fails ? 1 : 0;
 }
 
+/* A mass-mode compaction in decision group `key` of 2: both members report
+ * the group's C* (the larger of their own), on whichever device each is. */
+static void engine_group(struct skv_client *c, const struct skv_compact_desc *d, const char *key)
+{
+	struct skv_compact_desc gd = *d;
+	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
+	struct skv_cache *gk = NULL;
+	int r;
+
+	skv_params_init(&gd.params); /* the budget modes' size */
+	gd.params.window = d->params.window;
+	gd.params.kernel = d->params.kernel;
+	gd.params.budget_mode = SKV_BUDGET_MASS;
+	gd.params.tau = 0.6f;
+	gd.params.c_min = 16;
+	gd.params.c_max = 64;
+	gd.params.c_step = 8;
+	gd.group_key = key;
+	gd.group_size = 2;
+	gd.group_timeout_ms = 120000; /* the emulated GPU takes seconds */
+	r = skv_client_compact(c, &gd, &gk);
+	EXPECT(r == 0, "group %s: %d (%s)", key, r, skv_client_error(c));
+	if (r < 0)
+		return;
+	EXPECT(skv_cache_budget(gk, &cb) == 0 && cb.group_size == 2, "group %s: group_size %u", key,
+	       cb.group_size);
+	printf("engine: group %s: C* %u, fallback %d, group of %u\n", key, cb.c_star, cb.fallback,
+	       cb.group_size);
+	skv_cache_release(gk);
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = argc > 1 ? argv[1] : NULL, *hold = NULL;
@@ -1401,6 +1437,7 @@ int main(int argc, char **argv)
 	bool enotsup = false, generations = false, grow_paged = false, grow_fail = false;
 	bool quick = false;
 	int device = -1, mixed = -1;
+	const char *group = NULL;
 	struct skv_cuda_dev *dev = NULL;
 	struct skv_cuda_arena *kvmem = NULL;
 	struct skv_error err = {0};
@@ -1427,6 +1464,8 @@ int main(int argc, char **argv)
 			mixed = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--quick"))
 			quick = true;
+		else if (!strcmp(argv[i], "--group") && i + 1 < argc)
+			group = argv[++i];
 		else
 			sock = NULL;
 	}
@@ -1434,6 +1473,7 @@ int main(int argc, char **argv)
 		fprintf(stderr,
 			"usage: gpu-engine SOCKET [--enotsup | --generations | --grow-paged | "
 			"--grow-fail | --event-hang DIR] [--device N] [--quick] [--mixed M] "
+			"[--group KEY] "
 			"[--hold DIR]\n");
 		return 2;
 	}
@@ -1466,7 +1506,8 @@ int main(int argc, char **argv)
 	cudaIpcMemHandle_t mh;
 	CK(cudaIpcGetMemHandle(&mh, dq));
 
-	struct rng rg = {4242};
+	/* a group member's data differs with its device (its own C* too) */
+	struct rng rg = {4242 + (group && device > 0 ? (uint64_t)device : 0)};
 	float *hkv = rand_tensor(&rg, SKV_DTYPE_F32, 2 * kv_elems, 1.0f);
 	float *hq = rand_tensor(&rg, SKV_DTYPE_F32, q_elems, 1.0f);
 	CK(cudaMemcpy(dkv, hkv, kv_bytes, cudaMemcpyHostToDevice));
@@ -1611,6 +1652,8 @@ int main(int argc, char **argv)
 	mism = check_cache(cache, NULL, &pl, ok, ov, om, op);
 	printf("engine: host arena: %u layers x %u heads, kept %u of %u: %s\n", LAYERS, pl.h_store,
 	       pl.kept, LEN, mism ? "DIFFERENT" : "equal to the host result");
+	if (group)
+		engine_group(c, &d, group);
 	/* the flag: the first word after the K/V, inside the registered VMM buffer */
 	if (!quick) {
 		prefill_waits(c, &d, bkv, kv_bytes, dkv + kv_bytes, &pl, ok, ov, om, op);

@@ -1048,9 +1048,7 @@ static void test_bad_dtype(void)
 		bf[l].k.dtype = bf[l].v.dtype = SKV_DTYPE_BF16;
 	}
 	desc_init(&d, &p, bf, "dtypes", 2, wait_ms);
-	/* the CUDA kernels take one dtype for q, k and v: refused before the group */
-	refused_desc(&b, &d, h_backend_cuda() ? EOPNOTSUPP : EINVAL,
-		     h_backend_cuda() ? "q, k and v of one dtype" : "dtype");
+	refused_desc(&b, &d, EINVAL, "dtype");
 	/* the first member, alone, times out */
 	CU_ASSERT_EQUAL(skv_request_wait(ra, 30000 + wait_ms, &ka), -ETIME);
 	CU_ASSERT_PTR_NULL(ka);

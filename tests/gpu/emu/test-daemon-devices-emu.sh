@@ -15,7 +15,10 @@
 # are on device 0 and whose window is on device 1 is refused (-EXDEV, "must
 # all be on one device"). devices = 1: buffers on device 0 are refused by
 # name; devices = 0,15: the daemon does not start, naming the key. The same
-# engines run concurrently on one daemon, each on its device.
+# engines run concurrently on one daemon, each on its device, and as the two
+# tensor-parallel ranks of one decision group (mass mode, their data and so
+# their own C* differ): both report the group's C*, each member's kernels
+# ran on its own device.
 # PLUGIN=build/libskv-cuda.so ENGINE=build/tests/gpu/gpu-engine runs it on a
 # machine with two GPUs or more (tests/gpu/run.sh), without the launch log
 # checks; with one GPU it skips (exit 77, "multigpu"; a failure where
@@ -148,6 +151,26 @@ wait $e0
 r0=$?
 [ $r0 -eq 0 ] && [ $r1 -eq 0 ] && ok "engines on devices 0 and 1 together: both == host" ||
 	not_ok "together: device 0 rc $r0 $(tail -n 3 "$tmp/e0.out"), device 1 rc $r1 $(tail -n 3 "$tmp/e1.out")"
+
+echo "== a decision group across devices"
+g0=$(launches 0)
+g1=$(launches 1)
+"$ENGINE" "$sock" --quick --device 0 --group tp >"$tmp/e0.out" 2>&1 &
+e0=$!
+"$ENGINE" "$sock" --quick --device 1 --group tp >"$tmp/e1.out" 2>&1
+r1=$?
+wait $e0
+r0=$?
+c0=$(grep -o 'group tp: C\* [0-9]*' "$tmp/e0.out")
+c1=$(grep -o 'group tp: C\* [0-9]*' "$tmp/e1.out")
+[ $r0 -eq 0 ] && [ $r1 -eq 0 ] && [ -n "$c0" ] && [ "$c0" = "$c1" ] &&
+	ok "ranks on devices 0 and 1, one group: both $c0" ||
+	not_ok "group across devices: rc $r0/$r1, '$c0' / '$c1': $(tail -n 3 "$tmp/e0.out" "$tmp/e1.out")"
+if [ $emulated -eq 1 ]; then
+	[ "$(launches 0)" -gt "$g0" ] && [ "$(launches 1)" -gt "$g1" ] &&
+		ok "each rank's kernels on its own device ($(($(launches 0) - g0)) on 0, $(($(launches 1) - g1)) on 1)" ||
+		not_ok "group launches: device 0 $g0 -> $(launches 0), device 1 $g1 -> $(launches 1)"
+fi
 stop_daemon
 
 echo "== devices = 1"
