@@ -239,6 +239,12 @@ int ctl_status(int argc, char **argv)
 			transport_json(o, r);
 			limits_json(o, r);
 			devices_json(o, r);
+			/* issue 20: admin answers in slices, admin rate limits */
+			json_object_set_new(o, "admin",
+					    json_pack("{s:I, s:I, s:I}", "slices",
+						      (json_int_t)r->admin_slices, "refused",
+						      (json_int_t)r->admin_refused, "pending",
+						      (json_int_t)r->admin_pending));
 		}
 		rc = ctl_json_print("status", o);
 	} else {
@@ -259,6 +265,9 @@ int ctl_status(int argc, char **argv)
 					       : "host-memfd");
 		devices_text(r);
 		limits_text(r);
+		printf("  admin     %" PRIu64 " page slices built, %" PRIu64
+		       " requests refused by a rate limit, %u pages being built\n",
+		       r->admin_slices, r->admin_refused, r->admin_pending);
 	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return rc;
