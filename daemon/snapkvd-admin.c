@@ -99,6 +99,16 @@ char *snapkvd_admin_metrics_text(struct snapkvd_server *srv, enum snapkvd_metric
 		};
 	st.tenants = tn;
 	st.n_tenants = tn ? nt : 0;
+	struct snapkvd_stats_device dv[SNAPKVD_DEVICES_MAX];
+	st.n_devices = snapkvd_device_count(srv->device);
+	for (unsigned i = 0; i < st.n_devices; i++) {
+		struct snapkvd_device_stats ds;
+
+		snapkvd_device_stats(srv->device, i, &ds);
+		dv[i] = (struct snapkvd_stats_device){ds.ordinal, ds.imports,	  ds.import_bytes,
+						      ds.arenas,  ds.arena_bytes, ds.jobs};
+	}
+	st.devices = dv;
 	if (tn)
 		snapkvd_metrics_format(&st, &text, &len);
 	free(tn);
