@@ -454,6 +454,14 @@ static bool metric_is(const char *name, double want)
 
 /* Nothing left behind: no cache, the pool and the fds where they were, no
  * group pending, no member parked. */
+/* Until n jobs are parked in groups: a member's first step takes seconds on
+ * the CUDA emulator, ms on the host (a bound, not a timing check). */
+static void wait_parked(double n)
+{
+	for (int i = 0; i < 600 && metric("snapkvd_groups_parked_jobs") != n; i++)
+		usleep(100000);
+}
+
 static void nothing_held(const char *what)
 {
 	int nc = n_caches(), f = h_fds_settled(H.pid, base_fds);
@@ -661,6 +669,7 @@ static void test_session_ends(void)
 		kids[i] = spawn(&m[i]);
 	for (int i = 1; i < 3; i++)
 		submitted(&kids[i]);
+	wait_parked(3);
 	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 3)); /* all scored, waiting */
 	failed = metric("snapkvd_groups_failed_total");
 	kill(kids[0].pid, SIGKILL);
@@ -786,6 +795,7 @@ static void mismatch(const struct skv_params *bad, uint32_t prompt_len, const ch
 	CU_ASSERT_EQUAL_FATAL(eng_open(&c2, 63), 0);
 	desc_init(&d, &p, a.refs, "mismatch", 2, 30000);
 	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(a.c, &d, &ra), 0);
+	wait_parked(1);
 	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1)); /* a is the group's first */
 	desc_init(&db, bad, b.refs, "mismatch", 2, 30000);
 	db.shape.prompt_len = prompt_len;
@@ -929,6 +939,7 @@ static void test_bad_other_uid(void)
 	CU_ASSERT_EQUAL_FATAL(eng_open(&a, 81), 0);
 	desc_init(&d, &p, a.refs, "root-group", 2, 30000);
 	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(a.c, &d, &ra), 0);
+	wait_parked(1);
 	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1));
 	CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0);
 	fflush(stdout);
@@ -983,11 +994,13 @@ static void test_bad_other_uid(void)
 static void test_dead_member_arrival(void)
 {
 	int cancelled = 0;
+	/* the emulated GPU takes seconds for a member's first step */
+	const uint32_t wait_ms = h_backend_cuda() ? 20000 : 2000;
 
 	for (int t = 0; t < 5; t++) {
 		struct member m = {.data = {90 + (uint64_t)t, 2.0f, false},
 				   .size = 2,
-				   .timeout_ms = 2000,
+				   .timeout_ms = wait_ms,
 				   .hold = true};
 		struct skv_params p;
 		struct skv_compact_desc d;
@@ -1004,11 +1017,12 @@ static void test_dead_member_arrival(void)
 		 * session ends without a cancel (no close, no fence) */
 		struct kid kid = spawn(&m);
 		submitted(&kid);
+		wait_parked(1);
 		CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1));
 		kill(kid.pid, SIGKILL);
 		collect(kid);
 		CU_ASSERT(metric_is("snapkvd_sessions", sessions));
-		desc_init(&d, &p, b.refs, m.key, 2, 2000);
+		desc_init(&d, &p, b.refs, m.key, 2, wait_ms);
 		int rc = skv_client_compact(b.c, &d, &kb);
 		printf("\n  trial %d: rc %d: %s", t, rc, rc ? skv_client_error(b.c) : "decided");
 		CU_ASSERT(rc == -ECANCELED || rc == -ETIME);
@@ -1039,8 +1053,7 @@ static void test_bad_dtype(void)
 	desc_init(&d, &p, a.refs, "dtypes", 2, wait_ms);
 	CU_ASSERT_EQUAL_FATAL(skv_compact_submit(a.c, &d, &ra), 0);
 	/* the f32 one is first (its first step takes seconds on the CUDA emulator) */
-	for (int i = 0; i < 600 && metric("snapkvd_groups_parked_jobs") != 1; i++)
-		usleep(100000);
+	wait_parked(1);
 	CU_ASSERT(metric_is("snapkvd_groups_parked_jobs", 1));
 	/* the second member's K/V read as bf16 (half the bytes: in range) */
 	for (uint32_t l = 0; l < LAYERS; l++) {
