@@ -6,7 +6,7 @@ SNAPKVD := $(BUILD)/snapkvd
 # each unit test takes from it only what its file under test calls.
 LIBSNAPKVD := $(BUILD)/libsnapkvd.a
 LIBSNAPKVD_OBJS := $(addprefix $(BUILD)/daemon/snapkvd-, server.o loop.o listener.o \
-	session.o control.o ring.o dispatch.o slots.o device.o request.o params.o paged.o admission.o job.o group.o compactor.o runner.o runner-host.o \
+	session.o control.o ring.o dispatch.o slots.o device.o device-hostreg.o request.o params.o paged.o admission.o job.o group.o compactor.o runner.o runner-host.o \
 	runner-cuda.o buffer.o cache.o arena.o pool.o ledger.o admin.o policy.o \
 	pressure.o hooks.o metrics.o config.o value.o log.o clock.o http.o tally.o \
 	adminq.o bucket.o)

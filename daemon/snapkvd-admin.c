@@ -99,6 +99,16 @@ char *snapkvd_admin_metrics_text(struct snapkvd_server *srv, enum snapkvd_metric
 		};
 	st.tenants = tn;
 	st.n_tenants = tn ? nt : 0;
+	struct snapkvd_stats_device dv[SNAPKVD_DEVICES_MAX];
+	st.n_devices = snapkvd_device_count(srv->device);
+	for (unsigned i = 0; i < st.n_devices; i++) {
+		struct snapkvd_device_stats ds;
+
+		snapkvd_device_stats(srv->device, i, &ds);
+		dv[i] = (struct snapkvd_stats_device){ds.ordinal, ds.imports,	  ds.import_bytes,
+						      ds.arenas,  ds.arena_bytes, ds.jobs};
+	}
+	st.devices = dv;
 	if (tn)
 		snapkvd_metrics_format(&st, &text, &len);
 	free(tn);
@@ -271,6 +281,28 @@ static void answer_pressure(struct snapkvd_server *srv, const struct snapkvd_ses
 }
 
 /* ----------------------------------------------------------------- status */
+
+/* Every opened CUDA device and what it holds: into ds[], pointed to by r. */
+static void fill_devices(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			 Snapkv__V1__DeviceStatus *ds, Snapkv__V1__DeviceStatus **dp)
+{
+	r->n_devices = snapkvd_device_count(srv->device);
+	r->devices = dp;
+	for (unsigned i = 0; i < r->n_devices; i++) {
+		struct snapkvd_device_stats st;
+
+		snapkvd_device_stats(srv->device, i, &st);
+		snapkv__v1__device_status__init(&ds[i]);
+		ds[i].ordinal = st.ordinal;
+		ds[i].name = (char *)st.name;
+		ds[i].imports = st.imports;
+		ds[i].import_bytes = st.import_bytes;
+		ds[i].arenas = st.arenas;
+		ds[i].arena_bytes = st.arena_bytes;
+		ds[i].compactions = st.jobs;
+		dp[i] = &ds[i];
+	}
+}
 
 static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 {
@@ -464,6 +496,8 @@ int snapkvd_admin_start(struct snapkvd_server *srv, const struct snapkvd_session
 		break;
 	}
 	fill_status(srv, &r);
+	Snapkv__V1__DeviceStatus ds[SNAPKVD_DEVICES_MAX], *dp[SNAPKVD_DEVICES_MAX];
+	fill_devices(srv, &r, ds, dp);
 	e = pack(&r, ret_buf, ret_len);
 	snapkv__v1__admin_request__free_unpacked(req, NULL);
 	free(text);
@@ -480,8 +514,11 @@ static int pack_page(struct snapkvd_server *srv, struct snapkvd_admin_answer *a,
 	size_t n;
 	uint8_t *buf;
 
+	Snapkv__V1__DeviceStatus ds[SNAPKVD_DEVICES_MAX], *dp[SNAPKVD_DEVICES_MAX];
+
 	reply_init(srv, &r);
 	fill_status(srv, &r);
+	fill_devices(srv, &r, ds, dp); /* per-device totals with every ledger page */
 	if (snapkvd_ledger_finish(srv, &r, &lbuf, &a->cur) < 0)
 		return -ENOMEM;
 	n = snapkv__v1__admin_reply__get_packed_size(&r);

@@ -179,6 +179,13 @@ static const struct key keys[] = {
      D_OFF(backend),
      {.size = D_SIZE(backend), .names = backends, .expect = "backend must be host or cuda"},
      RESTART},
+    /* --backend cuda: the devices opened (all: every one visible) */
+    {"devices",
+     &snapkvd_value_devices_type,
+     IN_DAEMON,
+     D_OFF(devices),
+     {.size = D_SIZE(devices), .count = D_OFF(n_devices) - D_OFF(devices)},
+     RESTART},
     SIZE(pool_bytes, 1 << 20, RELOAD),
     SIZE(session_arena_bytes, 1 << 20, RESTART),
     SIZE(arena_cache_bytes, 0, RELOAD),

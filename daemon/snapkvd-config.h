@@ -69,9 +69,11 @@ int snapkvd_policy_config_check(const struct snapkvd_policy_config *c, struct sk
 const struct snapkvd_tenant_quota *
 snapkvd_policy_config_quota(const struct snapkvd_policy_config *c, uid_t uid);
 
-#define SNAPKVD_MAX_ALLOW	 SNAPKVD_VALUE_MAX_IDS
-#define SNAPKVD_CONFIG_MAX_BYTES (64 * 1024)
-#define SNAPKVD_CONFIG_MAX_LINE	 SNAPKVD_VALUE_MAX
+#define SNAPKVD_MAX_ALLOW SNAPKVD_VALUE_MAX_IDS
+/* CUDA devices one daemon opens (`devices`; SNAPKVD_DEVICES_MAX) */
+#define SNAPKVD_CONFIG_MAX_DEVICES 16
+#define SNAPKVD_CONFIG_MAX_BYTES   (64 * 1024)
+#define SNAPKVD_CONFIG_MAX_LINE	   SNAPKVD_VALUE_MAX
 
 /* Default scratch bound per compaction thread. One thread needs about
  * L * (4 G + 100) bytes at long L (column sums per query head, at least 16
@@ -127,6 +129,10 @@ struct snapkvd_config {
 	unsigned admin_root_rate, admin_root_burst;
 	unsigned n_admin_uids;
 	uid_t admin_uids[SNAPKVD_MAX_ALLOW]; /* see every tenant in admin views */
+	/* --backend cuda: the devices opened, CUDA ordinals (n_devices 0:
+	 * every device visible, "all"); read at start only */
+	unsigned n_devices;
+	int devices[SNAPKVD_CONFIG_MAX_DEVICES];
 	unsigned n_allow_uids, n_allow_gids;
 	uid_t allow_uids[SNAPKVD_MAX_ALLOW];
 	gid_t allow_gids[SNAPKVD_MAX_ALLOW];

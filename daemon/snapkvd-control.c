@@ -236,6 +236,20 @@ static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t le
 
 /* ------------------------------------------------- GPU arena, admin, frames */
 
+/*
+ * The device of a session's GPU arena, chosen when it is created: the one
+ * holding the session's CUDA buffers (an engine rank's device), else the
+ * first the daemon opened. Compactions into it run there, so a session
+ * whose buffers are on another device cannot use it (refused by name).
+ */
+static unsigned arena_gpu(const struct snapkvd_session *s)
+{
+	for (const struct snapkvd_buffer *b = s->buffers.list; b; b = b->next)
+		if (b->imp)
+			return b->gpu;
+	return 0;
+}
+
 /* The session's GPU arena, exported to the engine (created on first ask). */
 static void on_cuda_arena(struct snapkvd_session *s)
 {
@@ -254,8 +268,11 @@ static void on_cuda_arena(struct snapkvd_session *s)
 		snprintf(err, sizeof(err), "admin sessions have no arena");
 		r = -EPERM;
 	} else {
-		r = snapkvd_device_arena_export(s->srv->device, &s->garena, s->arena->size, s->id,
-						&fd, &size, &dev, err, sizeof(err));
+		if (!s->garena)
+			s->garena_gpu = arena_gpu(s);
+		r = snapkvd_device_arena_export(s->srv->device, s->garena_gpu, &s->garena,
+						s->arena->size, s->id, &fd, &size, &dev, err,
+						sizeof(err));
 	}
 	a.status = r;
 	a.error = err;

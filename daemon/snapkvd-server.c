@@ -469,7 +469,8 @@ static void policy_fini(struct snapkvd_server *srv)
 static int start_workers(struct snapkvd_server *srv)
 {
 	struct skv_error kerr = {.msg = "", .layer = -1, .head = -1};
-	int r = snapkvd_device_new(srv->cfg.backend, &srv->device, &kerr);
+	int r = snapkvd_device_new(srv->cfg.backend, srv->cfg.devices, srv->cfg.n_devices,
+				   &srv->device, &kerr);
 
 	if (r == 0)
 		r = snapkvd_runner_new(srv->device, &srv->runner, &kerr);

@@ -70,6 +70,7 @@ struct snapkvd_session {
 	/* --backend cuda, on request: the GPU arena (the device's), offsets
 	 * shared with `arena` (a region placed there is the same in both) */
 	struct skv_cuda_arena *garena;
+	unsigned garena_gpu; /* the device it is on (an index of the device object's) */
 	struct snapkvd_buffers buffers;
 	struct snapkvd_cache *caches;
 	unsigned n_caches;

@@ -426,6 +426,45 @@ static void dump_ids(FILE *f, const char *key, const void *field,
 
 const struct snapkvd_value_type snapkvd_value_ids_type = {parse_ids, dump_ids};
 
+/* devices: "all" (count 0) or distinct CUDA ordinals, as many as the int
+ * field holds */
+static int parse_devices(const char *v, void *field, const struct snapkvd_value_spec *s,
+			 struct skv_error *err)
+{
+	uint32_t ids[SNAPKVD_VALUE_MAX_IDS];
+	const unsigned most = (unsigned)(s->size / sizeof(int));
+	unsigned n = 0;
+
+	if (!strcmp(v, "all")) {
+		*count_of(field, s) = 0;
+		return 0;
+	}
+	if (snapkvd_value_idlist(v, &n, ids) < 0 || n == 0 || n > most)
+		return snapkvd_value_fail(err,
+					  "devices must be all or up to %u CUDA device ordinals "
+					  "separated by spaces or commas",
+					  most);
+	for (unsigned i = 0; i < n; i++)
+		for (unsigned k = 0; k < i; k++)
+			if (ids[k] == ids[i])
+				return snapkvd_value_fail(err, "devices names %u twice", ids[i]);
+	for (unsigned i = 0; i < n; i++)
+		((int *)field)[i] = (int)ids[i];
+	*count_of(field, s) = n;
+	return 0;
+}
+
+static void dump_devices(FILE *f, const char *key, const void *field,
+			 const struct snapkvd_value_spec *s)
+{
+	fprintf(f, "%s = ", key);
+	for (unsigned i = 0; i < count_at(field, s); i++)
+		fprintf(f, "%s%d", i ? "," : "", ((const int *)field)[i]);
+	fprintf(f, "%s\n", count_at(field, s) ? "" : "all");
+}
+
+const struct snapkvd_value_type snapkvd_value_devices_type = {parse_devices, dump_devices};
+
 static int parse_listen(const char *v, void *field, const struct snapkvd_value_spec *s,
 			struct skv_error *err)
 {

@@ -64,6 +64,9 @@ extern const struct snapkvd_value_type snapkvd_value_size_type;
 extern const struct snapkvd_value_type snapkvd_value_fraction_type;
 /* uint32_t[SNAPKVD_VALUE_MAX_IDS], its count at spec count: "1 2,3". */
 extern const struct snapkvd_value_type snapkvd_value_ids_type;
+/* Fields: int[] (spec size) with an unsigned count (spec count): "all"
+ * (count 0) or distinct CUDA device ordinals (the config's devices). */
+extern const struct snapkvd_value_type snapkvd_value_devices_type;
 /* struct snapkvd_http_config (listen, addr, addr_len): metrics_listen. */
 extern const struct snapkvd_value_type snapkvd_value_listen_type;
 /* char[spec size]: "" (spec lo 0) or an absolute path. */

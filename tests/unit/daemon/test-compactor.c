@@ -29,10 +29,11 @@ static bool gate_open = true;
 static unsigned running, ran, ctx_made, ctx_freed, stops;
 static int ctx_fail_at = -1; /* the ctx_new call that fails */
 
-static int fake_ctx_new(struct snapkvd_runner *r, unsigned threads, struct snapkvd_runner_ctx **ret,
-			struct skv_error *err)
+static int fake_ctx_new(struct snapkvd_runner *r, unsigned threads, unsigned gpu,
+			struct snapkvd_runner_ctx **ret, struct skv_error *err)
 {
 	(void)r;
+	(void)gpu;
 	if ((int)ctx_made == ctx_fail_at) {
 		snprintf(err->msg, sizeof(err->msg), "no context for you");
 		return -ENODEV;
@@ -200,12 +201,12 @@ static void test_refusals(void)
 	struct snapkvd_compactor *c = NULL;
 	struct snapkvd_device *dev = NULL;
 
-	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", &dev, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", NULL, 0, &dev, &err), 0);
 	runner.dev = dev;
 	ops.max_workers = 1;
 	CU_ASSERT_EQUAL(snapkvd_compactor_new(&runner, 8, 2, &err, &c), -EINVAL);
-	CU_ASSERT_STRING_EQUAL(err.msg,
-			       "workers = 2 is over the host backend's maximum of 1 (one stream)");
+	CU_ASSERT_STRING_EQUAL(err.msg, "workers = 2 is over the host backend's maximum of 1 (one "
+					"stream per device, 1 device)");
 	CU_ASSERT_PTR_NULL(c);
 	/* the default only lowered to it */
 	CU_ASSERT_EQUAL_FATAL(snapkvd_compactor_new(&runner, 64, 0, &err, &c), 0);

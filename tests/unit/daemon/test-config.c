@@ -80,6 +80,11 @@ static void test_refusals(void)
 	    {"socket =\n",
 	     "line 1: socket: socket must be an absolute path shorter than 108 bytes"},
 	    {"backend = gpu\n", "line 1: backend: backend must be host or cuda"},
+	    {"devices = 1,1\n", "line 1: devices: devices names 1 twice"},
+	    {"devices = gpu0\n",
+	     "line 1: devices: devices must be all or up to 16 CUDA device ordinals"},
+	    {"devices = 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n",
+	     "line 1: devices: devices must be all or up to 16 CUDA device ordinals"},
 	    {"log_level = loud\n",
 	     "line 1: log_level: log_level must be error, warning, notice, info or debug"},
 	    {"metrics_http_tenants = some\n",
@@ -242,6 +247,34 @@ static void test_table(void)
 	CU_ASSERT(N_KEYS >= 60);
 }
 
+/* devices: all (the default) or distinct CUDA ordinals; restart only */
+static void test_devices(void)
+{
+	struct snapkvd_config c, cur;
+	const char *kept[2];
+	char *a = NULL;
+
+	CU_ASSERT_EQUAL(parse(&c, ""), 0);
+	CU_ASSERT_EQUAL(c.n_devices, 0);
+	CU_ASSERT_EQUAL(parse(&c, "devices = 1, 3\n"), 0);
+	CU_ASSERT_EQUAL(c.n_devices, 2);
+	CU_ASSERT(c.devices[0] == 1 && c.devices[1] == 3);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_config_dump(&c, &a), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(a, "\ndevices = 1,3\n"));
+	free(a);
+	CU_ASSERT_EQUAL(parse(&c, "devices = all\n"), 0);
+	CU_ASSERT_EQUAL(c.n_devices, 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_config_dump(&c, &a), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(a, "\ndevices = all\n"));
+	free(a);
+	/* a reload keeps the devices the daemon opened */
+	CU_ASSERT_EQUAL(parse(&cur, "devices = 0\n"), 0);
+	CU_ASSERT_EQUAL(parse(&c, "devices = all\n"), 0);
+	CU_ASSERT_EQUAL(snapkvd_config_keep_running(&c, &cur, kept, 2), 1);
+	CU_ASSERT_STRING_EQUAL(kept[0], "devices");
+	CU_ASSERT(c.n_devices == 1 && c.devices[0] == 0);
+}
+
 /* --check-config's text parses back into the same configuration. */
 static void test_dump(void)
 {
@@ -333,6 +366,7 @@ int main(void)
 	CU_add_test(su, "the policy's keys alone", test_policy_keys);
 	CU_add_test(su, "the table's rows", test_table);
 	CU_add_test(su, "the dump reads back", test_dump);
+	CU_add_test(su, "devices: all or distinct ordinals", test_devices);
 	CU_add_test(su, "reload keeps the restart keys", test_reload);
 	return t_run();
 }

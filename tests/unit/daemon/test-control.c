@@ -120,7 +120,7 @@ static void open_session(void)
 		    (struct snapkvd_log_cause){.what = "test events", .level = SNAPKVD_LOG_NOTICE};
 	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_new(1 << 30, 0, &srv.pool), 0);
 	snapkvd_pool_set_map_limits(srv.pool, 64, 1ull << 30, 1ull << 30);
-	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", &srv.device, &kerr), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", NULL, 0, &srv.device, &kerr), 0);
 	CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 	peer = sv[1];
 	CU_ASSERT_EQUAL_FATAL(snapkvd_session_new(&srv, sv[0], &s), 0);

@@ -74,7 +74,7 @@ static int setup(void)
 	}
 	if (snapkvd_runner_host_new(&runner, NULL) < 0)
 		return 1;
-	return runner.ops->ctx_new(&runner, 2, &x, NULL) < 0;
+	return runner.ops->ctx_new(&runner, 2, 0, &x, NULL) < 0;
 }
 
 static int cleanup(void)
@@ -179,7 +179,7 @@ static void test_runner_new(void)
 	struct snapkvd_device *dev = NULL;
 	struct snapkvd_runner *r = NULL;
 
-	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", &dev, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", NULL, 0, &dev, &err), 0);
 	CU_ASSERT_EQUAL_FATAL(snapkvd_runner_new(dev, &r, &err), 0);
 	CU_ASSERT_PTR_EQUAL(r->ops, &host_ops);
 	CU_ASSERT_PTR_EQUAL(r->dev, dev);
