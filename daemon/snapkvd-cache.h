@@ -60,6 +60,8 @@ struct snapkvd_cache {
 	int pressure_level;	   /* snapkvd_pressure_level at admission */
 	char transport[48];	   /* of its inputs: "memfd", "cuda-vmm-fd+cuda-ipc", ... */
 	bool gpu_kv;		   /* K/V in the session's GPU arena (positions stay on host) */
+	unsigned gpu;		   /* --backend cuda: the device its compaction ran on (index) */
+	int device_ordinal;	   /* and its CUDA ordinal (-1: host backend), for the ledger */
 	/* PAGED: slots per block, blocks per (layer, K/V) (arena: the run's;
 	 * writeback: the destination table's), elements between blocks, bytes of
 	 * each arena run. writeback: K/V in the engine's buffer (k_off/v_off are

@@ -225,6 +225,7 @@ static struct snapkvd_request_env request_env(struct snapkvd_session *s)
 	    .buffers = s->buffers.list,
 	    .arena_bytes = s->arena ? s->arena->size : 0,
 	    .has_garena = s->garena != NULL,
+	    .garena_gpu = s->garena_gpu,
 	    .device = srv->device,
 	    .threads = snapkvd_compactor_threads(srv->compactor),
 	    .ops = &srv->policy,
@@ -256,6 +257,7 @@ static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	j->target = c;
 	j->g.geom = *geom;
 	j->g.gpu = c->gpu_kv;
+	j->gpu = c->gpu; /* where its compaction ran: its arena's device */
 	j->g.kv_base = kv_base;
 	j->g.slots = slots;
 	j->g.old_slots = c->slots;

@@ -91,7 +91,9 @@ struct snapkvd_job {
 	/* GROW */
 	struct snapkvd_cache *target; /* the loop thread's; never read by the worker */
 	struct snapkvd_grow g;
-	/* both */
+	/* both: the device it runs on (an index of the device object's; the
+	 * one holding its CUDA buffers or its cache's GPU arena) */
+	unsigned gpu;
 	struct snapkvd_resv resv;
 	int status;
 	char err[256];

@@ -568,6 +568,55 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 	return 0;
 }
 
+/*
+ * Owns the device a job runs on (--backend cuda): the one holding its CUDA
+ * buffers, which must all be on one (each device has its own context and
+ * work queue, and no kernel reads another device's memory), and the
+ * session's GPU arena's for a cache placed there, which must be the same.
+ * A job with no CUDA buffer and its cache on the host runs on the first.
+ */
+static int place_on_device(const struct snapkvd_request_env *env, struct snapkvd_job *j, char *err,
+			   size_t errlen)
+{
+	const struct snapkvd_buffer *first = NULL;
+
+	for (unsigned i = 0; i < j->n_bufs; i++) {
+		const struct snapkvd_buffer *b = j->bufs[i];
+
+		if (!b->imp)
+			continue;
+		if (first && b->gpu != first->gpu) {
+			snprintf(err, errlen,
+				 "buffer %llu is on CUDA device %d and buffer %llu on device %d: a "
+				 "request's buffers must all be on one device",
+				 (unsigned long long)first->id,
+				 snapkvd_device_ordinal(env->device, first->gpu),
+				 (unsigned long long)b->id,
+				 snapkvd_device_ordinal(env->device, b->gpu));
+			return -EXDEV;
+		}
+		if (!first)
+			first = b;
+	}
+	j->gpu = first ? first->gpu : 0;
+	if (j->cache->gpu_kv) {
+		if (first && first->gpu != env->garena_gpu) {
+			snprintf(err, errlen,
+				 "out_arena CUDA_VMM: the session's GPU arena is on CUDA device "
+				 "%d, buffer %llu on device %d",
+				 snapkvd_device_ordinal(env->device, env->garena_gpu),
+				 (unsigned long long)first->id,
+				 snapkvd_device_ordinal(env->device, first->gpu));
+			return -EXDEV;
+		}
+		j->gpu = env->garena_gpu;
+	}
+	j->cache->gpu = j->gpu;
+	j->cache->device_ordinal =
+	    snapkvd_device_present(env->device) ? snapkvd_device_ordinal(env->device, j->gpu) : -1;
+	return 0;
+}
+
 /* The job's private copies and arrays (no check owned). */
 static int job_arrays(struct snapkvd_job *j, const Snapkv__V1__CompactRequest *req)
 {
@@ -642,7 +691,8 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	    (r = check_work(env, j, &plan, odt, err, errlen)) ||
 	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||
 	    (r = snapkvd_paged_check(env, j, req, &plan, odt, err, errlen)) ||
-	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)))
+	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)) ||
+	    (r = place_on_device(env, j, err, errlen)))
 		goto fail;
 	j->cache->requested_budget = requested_c;
 	j->cache->region_bytes = geom.region;

@@ -477,6 +477,19 @@ int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *shape,
  *
  * heads and mass-heads are refused (-EINVAL): their counts differ per head,
  * so no group can share them.
+ *
+ * The CUDA backend (snapkvd's CUDA runner; issue 20) has no pending state:
+ * a member's first step is a whole compaction for its own choice, which
+ * gives its C* and its smallest mass there (res->c_star, res->min_mass);
+ * the decision is the same host arithmetic on those, and the second step
+ * (skv_cuda_compact_decided()) reruns only a member whose own choice is not
+ * the group's. A member knows its mass at its own C* only. SPEC.md is
+ * silent on what a backend may refuse here; the choice made: where the
+ * group's C* is above a member's own (mass mode), that member met tau at its
+ * own C* and its curves are non-decreasing, so its mass at C* is >= tau,
+ * which decides "below fallback_below" exactly when fallback_below <= tau;
+ * a mass-mode group with fallback_below > tau is refused on the CUDA
+ * backend (-EOPNOTSUPP, naming both), never decided on a guess.
  */
 struct skv_pending;
 int skv_compact_begin(struct skv_ctx *ctx, const struct skv_shape *shape,

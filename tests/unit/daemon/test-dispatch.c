@@ -117,9 +117,9 @@ uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_are
 	return NULL;
 }
 
-void snapkvd_device_arena_free(struct snapkvd_device *d, struct skv_cuda_arena *a)
+void snapkvd_device_arena_free(struct snapkvd_device *d, unsigned gpu, struct skv_cuda_arena *a)
 {
-	(void)d, (void)a;
+	(void)d, (void)gpu, (void)a;
 }
 
 void snapkvd_device_wait_poke(struct snapkvd_device *d)

@@ -31,6 +31,12 @@ const char *snapkvd_device_backend(const struct snapkvd_device *d)
 	return fake_device ? "cuda" : "host";
 }
 
+int snapkvd_device_ordinal(const struct snapkvd_device *d, unsigned gpu)
+{
+	(void)d;
+	return (int)gpu;
+}
+
 uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
 	(void)d;
