@@ -278,12 +278,6 @@ static inline uint64_t skv_in_place_blocks(const struct skv_tensor *t, uint64_t 
 	return b;
 }
 /*
- * The longest prefix [0, P) of positions every stored head keeps whatever
- * the scores say: covered by the protected ranges (and, for streamingllm,
- * the sinks). In-place output blocks must lie in it.
- */
-uint32_t skv_kept_prefix(const struct skv_shape *sh, const struct skv_params *p);
-/*
  * One tensor of one layer: data, dtype, strides, and its block table when
  * paged (length, entries >= 0; for a tensor of output `out` (NULL for an
  * input) entries below out->pool_blocks and a block geometry in which no two

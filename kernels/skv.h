@@ -311,6 +311,13 @@ struct skv_tensor {
 /* A paged output block table entry: the block is already in place, not
  * written (see struct skv_layer_out). */
 #define SKV_BLOCK_IN_PLACE (-1)
+/*
+ * The longest prefix [0, P) of positions every stored head keeps whatever
+ * the scores say, in slots 0 .. P - 1: covered by the protected ranges
+ * (and, for streamingllm, the sinks), at most L. In-place output blocks
+ * must lie in it.
+ */
+uint32_t skv_kept_prefix(const struct skv_shape *sh, const struct skv_params *p);
 
 /* Inputs of one layer. q rows are positions L-n_q .. L-1, token index 0..n_q-1. */
 struct skv_layer_in {

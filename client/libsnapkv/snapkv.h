@@ -337,6 +337,13 @@ struct skv_compact_desc {
 	 * not read otherwise. The compact cache holds the same bytes and dtype
 	 * and carries these scales (skv_cache_kv_scale). Host backend only. */
 	const float *kv_scales; /* [layers][2]: K, V; NULL: none */
+	/* since SNAPKV_1.9, read when desc_size covers them; writeback only
+	 * (see "Writeback without copies" below):
+	 * out_in_place_blocks: the first n compact blocks are the input's
+	 * block_table[0 .. n - 1], already in place, never written;
+	 * max_decode: the most tokens the engine will append (0: none). */
+	uint32_t out_in_place_blocks;
+	uint32_t max_decode;
 };
 
 /* Fill the SNAPKV_1.3 wait fields of d for a CUDA_FLAG wait (desc_size must
@@ -485,11 +492,10 @@ void skv_request_abandon(struct skv_request *r);
  * or -errno: -EINVAL (NULL), -ETIMEDOUT (see above), -ENOTCONN/-ECONNRESET
  * (the session ended: snapkvd closed it or died; returned only once snapkvd
  * has hung up the socket, which it does after the session's last job has
- * stopped, so nothing of it is written any more), -EPROTO. A request that went over the socket (too large for a ring
- * slot) was complete when submitted: COMPLETED, or STOPPED if it failed (a
- * socket reply does not say where it failed). With a daemon older than
- * SKV_RING_F_CANCEL, cancel waits for the completion instead (the same
- * fence, without the early stop) and a failure counts as STOPPED.
+ * stopped, so nothing of it is written any more), -EPROTO. A request that went over the socket (too
+ * large for a ring slot) was complete when submitted: COMPLETED, or STOPPED if it failed (a socket
+ * reply does not say where it failed). With a daemon older than SKV_RING_F_CANCEL, cancel waits for
+ * the completion instead (the same fence, without the early stop) and a failure counts as STOPPED.
  */
 enum skv_cancel_result {
 	SKV_CANCEL_UNWRITTEN = 0,
@@ -529,6 +535,13 @@ struct skv_cache_info {
 	uint32_t n_blocks;
 	int64_t block_stride;
 	enum skv_out_dest out_dest;
+	/* since SNAPKV_1.9, writeback only (else 0): the first in_place_blocks
+	 * of the n_blocks are the input's blocks in place; max_decode the
+	 * declared most appended tokens (0: none), decode_limit the most g may
+	 * reach: max(capacity - kept, max_decode) */
+	uint32_t in_place_blocks;
+	uint32_t max_decode;
+	uint32_t decode_limit;
 };
 
 /* Valid until the next grow/release of this cache. */
@@ -594,14 +607,39 @@ uint32_t skv_cache_next_slot(const struct skv_cache *k);
 uint32_t skv_cache_next_position(const struct skv_cache *k);
 /* Report `tokens` K/V rows written at the next slots. -ENOSPC: grow first. */
 int skv_cache_append(struct skv_cache *k, uint32_t tokens);
-/* More decode headroom: the daemon copies into a larger region; pointers move. */
+/* More decode headroom: the daemon copies into a larger region; pointers move.
+ * A writeback cache: skv_cache_grow_blocks() with no new blocks. */
 int skv_cache_grow(struct skv_cache *k, uint32_t extra);
+/*
+ * GROW of a writeback cache into the engine's new destination blocks
+ * (SNAPKV_1.9): capacity grows by extra slots per head (position rows in
+ * the arena; nothing of the K/V is copied or written), and table[n] are the
+ * engine's blocks for the slots past the cache's n_blocks: exactly
+ * ceil((capacity + extra) / block_size) - n_blocks of them (0 when the last
+ * block has room). Each must lie inside every layer's K and V pool and
+ * meet none of the cache's blocks nor each other (-EINVAL; a pool no longer
+ * registered: -ENOENT). capacity - kept may reach the cache's max_decode
+ * when it declared one (beyond: -E2BIG, "GROW beyond the declared
+ * maximum"), else the daemon's max_reserve. On success the blocks are the
+ * cache's (skv_cache_block_offset() and skv_cache_k_slot() find them) and
+ * the daemon never writes them (the engine's decode does); on any failure
+ * nothing changed. Any other cache: table NULL and n 0, as skv_cache_grow().
+ */
+int skv_cache_grow_blocks(struct skv_cache *k, uint32_t extra, const int32_t *table, uint32_t n);
 /* Free the cache in the daemon and the handle. NULL is fine. */
 int skv_cache_release(struct skv_cache *k);
 /* Release the handle but let the daemon keep the cache (still counted in
  * the ledger) until memory pressure evicts it, least recently used first,
  * or the session ends. Since SNAPKV_1.1. */
 int skv_cache_release_linger(struct skv_cache *k);
+/*
+ * Release (linger != 0: as skv_cache_release_linger) reporting the engine's
+ * g at that point (SNAPKV_1.9), so a writeback cache needs no APPEND per
+ * decode step: the daemon counts the cache with it while it lingers. It
+ * must lie from the cache's reported g (info->appended) to its decode_limit;
+ * else -EINVAL, nothing released, and the handle stays valid.
+ */
+int skv_cache_release_appended(struct skv_cache *k, uint32_t appended, int linger);
 
 /*
  * Budget modes (SNAPKV_1.6; SPEC.md "Budgets beyond one C"). A description
