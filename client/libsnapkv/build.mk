@@ -5,7 +5,7 @@
 
 # 1.MINOR.PATCH: MINOR is the newest SNAPKV_1.MINOR node of libsnapkv.map
 # (tests/integration/test-libsnapkv-abi.sh checks it).
-LIBSNAPKV_VER := 1.8.0
+LIBSNAPKV_VER := 1.9.0
 LIBSNAPKV_MAP := client/libsnapkv/libsnapkv.map
 LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
 LIBSNAPKV_SRCS := $(addprefix client/libsnapkv/libsnapkv-,rpc.c ring.c buffer.c client.c desc.c \
