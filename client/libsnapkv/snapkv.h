@@ -251,9 +251,34 @@ enum skv_layout {
  *   it as engine-held. skv_cache_k/v() are NULL; use skv_cache_k_slot() or
  *   skv_cache_k_block_offset(). APPEND advances g as usual (the engine
  *   writes decode K/V into blocks it manages itself, up to capacity =
- *   kept + decode_reserve slots); GROW is refused with -EOPNOTSUPP (the
- *   engine owns the blocks: it adds blocks itself and asks for enough
- *   decode_reserve up front); RELEASE frees the index tables only.
+ *   kept + decode_reserve slots, or max_decode below); GROW takes the
+ *   engine's new blocks (skv_cache_grow_blocks(), SNAPKV_1.9; before it,
+ *   -EOPNOTSUPP); RELEASE frees the index tables only.
+ *
+ * Writeback without copies or per-token traffic (SNAPKV_1.9, desc fields
+ * out_in_place_blocks and max_decode; docs/engines.md):
+ * - out_in_place_blocks n: compact slots 0 .. n * out_block_size - 1 are
+ *   the input's blocks block_table[0 .. n - 1], already in place (a shared,
+ *   prefix-cached prompt): never written. Those positions must be
+ *   protected (params.protected_ranges from 0; streamingllm's sinks
+ *   count), every layer's K and V read paged from the destination pools
+ *   themselves (same buffer, offset, strides, dtype, block_size
+ *   out_block_size), and n at most the input table's length; else -EINVAL
+ *   before any work. out_block_table then covers the rest only: slot i >=
+ *   n * out_block_size goes to out_block_table[i / out_block_size - n], so
+ *   it needs ceil(kept / out_block_size) - n entries. The positions table
+ *   has every slot (slot i < n * out_block_size holds position i);
+ *   info->in_place_blocks says n, info->n_blocks counts them, and
+ *   skv_cache_block_offset()/skv_cache_k_slot() give the input's blocks for
+ *   them. Arena output refuses it.
+ * - max_decode M (1 .. the daemon's max_decode; 0: none): the most tokens
+ *   the engine will append. The ledger counts the cache at kept +
+ *   max(decode_reserve, M) slots per head from the start; APPEND is
+ *   optional up to info->decode_limit; decode slots past capacity have no
+ *   position row (slot kept + i holds position L + i); GROW may take
+ *   capacity - kept up to M (beyond: -E2BIG). Arena output refuses it.
+ * - Without max_decode, skv_cache_release_appended() reports g once at
+ *   release instead of an APPEND per step.
  */
 #define SKV_MAX_OUT_BLOCK_SIZE 4096u
 
