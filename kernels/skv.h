@@ -241,6 +241,14 @@ struct skv_error {
  *   and protected ranges are kept, the rest of C goes to the most recent
  *   other positions (plan.w_keep = C - |sinks U protected|); S > C or
  *   |sinks U protected| > C is rejected.
+ * - In-place output blocks (SKV_BLOCK_IN_PLACE, issue 20 point 5; SPEC.md
+ *   is silent on where slots live): only the prefix [0, skv_kept_prefix())
+ *   may be left in place, since only there is slot i position i in every
+ *   head whatever the scores; the window and a bypass (L < C) are not
+ *   counted even where they would reach position 0, so the rule never
+ *   depends on the scores or on the budget mode. The positions table still
+ *   lists every slot, in-place ones included (slot i: position i), so a
+ *   cache's positions are the same with or without in-place blocks.
  * - Bypass (L < C), any policy: all L kept, nothing read from q, retained
  *   mass 1; plan.sinks = plan.w_obs = 0, plan.w_keep = L.
  * - Retained mass: (1/W_obs) * sum over rows of the weights of kept keys;
