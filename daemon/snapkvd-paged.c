@@ -695,6 +695,8 @@ void snapkvd_paged_outputs(struct snapkvd_job *j, uint8_t *kv_base)
 		j->out[l].k.data = kb + c->k_off[l];
 		j->out[l].v = t;
 		j->out[l].v.data = vb + c->v_off[l];
-		j->out[l].pool_blocks = pool;
+		/* every block in place (a bypass over a protected prompt): no
+		 * entry to bound, but a pool of 0 reads as no pool */
+		j->out[l].pool_blocks = pool || !j->in_place ? pool : 1;
 	}
 }
