@@ -75,6 +75,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_head_dim = 1024;
 	c->max_prompt_len = 1u << 21;
 	c->max_reserve = 1u << 20;
+	c->max_decode = 1u << 20;
 	c->sq_entries = 64;
 	c->slot_bytes = 64 * 1024;
 	c->poll_idle_us = 50;
@@ -210,6 +211,7 @@ static const struct key keys[] = {
     UINT(max_head_dim, 1, 4096, RELOAD),
     UINT(max_prompt_len, 1, 1u << 24, RELOAD),
     UINT(max_reserve, 0, 1u << 24, RELOAD),
+    UINT(max_decode, 0, 1u << 24, RELOAD),
     /* the ring's indices are masked: a power of two */
     {"sq_entries",
      &snapkvd_value_uint_type,

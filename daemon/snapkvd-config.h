@@ -98,6 +98,8 @@ struct snapkvd_config {
 	unsigned max_buffers; /* per session */
 	unsigned max_caches;  /* per session */
 	unsigned max_layers, max_heads, max_head_dim, max_prompt_len, max_reserve;
+	/* writeback: the most decode tokens a cache may declare (max_decode) */
+	unsigned max_decode;
 	unsigned sq_entries;	      /* per session ring, power of two */
 	unsigned slot_bytes;	      /* argument slot per SQ entry     */
 	unsigned poll_idle_us;	      /* spin on the rings this long before sleeping */

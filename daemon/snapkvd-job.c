@@ -37,6 +37,8 @@ void snapkvd_job_free(struct snapkvd_job *j)
 	free(j->out);
 	free(j->block_table);
 	free(j->out_table);
+	free(j->wb_table);
+	free(j->wb_pools);
 	free(j->wb_base);
 	free(j->wb_k_off);
 	free(j->wb_v_off);

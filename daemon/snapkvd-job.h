@@ -67,6 +67,14 @@ struct snapkvd_job {
 	uint32_t out_block_size;
 	int32_t *out_table;
 	uint32_t n_out_table;
+	/* writeback: the table's first in_place entries are SKV_BLOCK_IN_PLACE
+	 * (CompactRequest.out_in_place_blocks: the input's blocks, not written) */
+	uint32_t in_place;
+	/* writeback, for the cache (snapkvd_paged_cache takes them): the
+	 * table's copy, the pools' buffer ids [2 * layers], max_decode */
+	int32_t *wb_table;
+	uint64_t *wb_pools;
+	uint32_t max_decode;
 	uint8_t **wb_base;
 	int64_t wb_head_stride, wb_token_stride, wb_block_stride;
 	uint64_t *wb_k_off, *wb_v_off; /* [layers]: pool offsets in their buffers */

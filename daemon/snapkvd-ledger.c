@@ -119,6 +119,7 @@ static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cac
 	cl->arena_transport = c->writeback ? "engine" : c->gpu_kv ? "cuda-vmm" : "host-memfd";
 	cl->engine_held = c->writeback;
 	cl->device = c->device_ordinal;
+	cl->max_decode = c->max_decode;
 	cl->layout = c->layout == SNAPKVD_LAYOUT_PAGED ? SNAPKV__V1__LAYOUT__LAYOUT_PAGED
 		     : c->layout == SNAPKVD_LAYOUT_NHD ? SNAPKV__V1__LAYOUT__LAYOUT_NHD
 						       : SNAPKV__V1__LAYOUT__LAYOUT_HND;

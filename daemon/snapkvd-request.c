@@ -67,7 +67,9 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 		       errlen)) ||
 	    (r = limit(req->n_q, 0, req->prompt_len, "n_q", NULL, err, errlen)) ||
 	    (r = limit(req->decode_reserve, 0, cfg->max_reserve, "decode_reserve", "max_reserve",
-		       err, errlen)))
+		       err, errlen)) ||
+	    (r = limit(req->max_decode, 0, cfg->max_decode, "max_decode", "max_decode", err,
+		       errlen)))
 		return r == -E2BIG && !strncmp(err, "n_q", 3) ? -EINVAL : r;
 	if (req->n_layer != req->layers) {
 		snprintf(err, errlen, "%zu layer descriptions for %u layers", req->n_layer,
@@ -712,9 +714,26 @@ int snapkvd_request_grow(const struct snapkvd_request_env *env, const struct sna
 	uint32_t max = env->cfg->max_reserve;
 
 	if (c->writeback) {
-		*err = "GROW of a writeback cache: the engine owns its K/V blocks (add blocks in "
-		       "the engine; ask for decode_reserve when compacting)";
-		return -EOPNOTSUPP;
+		/* more position rows and the engine's new blocks; no K/V moves */
+		uint64_t dec = (uint64_t)c->slots - c->kept + extra;
+
+		if (extra == 0 || dec > (c->max_decode ? c->max_decode : max)) {
+			*err = !extra ? "extra must be at least 1"
+			       : c->max_decode
+				   ? "GROW beyond the declared maximum: capacity - kept + extra "
+				     "exceeds the cache's max_decode"
+				   : "extra must be 1..max_reserve in all (declare max_decode "
+				     "when compacting for more)";
+			return extra ? -E2BIG : -EINVAL;
+		}
+		if (snapkvd_cache_geometry_paged(c->layers, c->h_store, c->slots + extra,
+						 c->head_dim, c->dtype_bytes, c->block_size, true,
+						 env->arena_bytes, ret_geom) < 0) {
+			*err = "grown cache does not fit the arena";
+			return -E2BIG;
+		}
+		*ret_slots = c->slots + extra;
+		return 0;
 	}
 	if (c->layout == SNAPKVD_LAYOUT_PAGED) {
 		if (extra == 0 || extra > max || c->slots - c->kept + (uint64_t)extra > max) {

@@ -64,6 +64,15 @@ static const int32_t *table_in(const struct skv_buffer *b, uint64_t off, uint32_
 	return (const int32_t *)((const uint8_t *)b->data + off);
 }
 
+/* The input's block table where this process can read it: inline, or in a
+ * mapped host buffer (SNAPKV_1.9); NULL otherwise. */
+static const int32_t *in_table(const struct skv_compact_desc *d)
+{
+	if (has_pools(d) && d->table_buf)
+		return table_in(d->table_buf, d->table_offset, d->n_blocks);
+	return d->block_table;
+}
+
 void skv__request_free(struct skv_request *rq)
 {
 	if (!rq)
@@ -87,7 +96,7 @@ static void paged_msgs_free(struct paged_msgs *m)
 }
 
 /* The writeback destination as the cache will need it: each pool's mapping. */
-static int wb_new(const struct skv_compact_desc *d, struct skv_wb **ret)
+static int wb_new(const struct skv_compact_desc *d, uint32_t n_in, struct skv_wb **ret)
 {
 	struct skv_wb *w = calloc(1, sizeof(*w));
 	const struct skv_layer_out_ref *ol = out_pool(d) ? out_pool(d)->layer : d->out_layer;
@@ -99,17 +108,22 @@ static int wb_new(const struct skv_compact_desc *d, struct skv_wb **ret)
 	if (!w)
 		return -ENOMEM;
 	w->layers = layers;
-	w->n_table = d->out_n_blocks;
+	w->n_table = n_in + d->out_n_blocks;
 	w->data = calloc((size_t)layers * 2, sizeof(*w->data));
 	w->size = calloc((size_t)layers * 2, sizeof(*w->size));
-	w->table = calloc((size_t)d->out_n_blocks + 1, sizeof(int32_t));
+	w->table = calloc((size_t)w->n_table + 1, sizeof(int32_t));
 	if (!w->data || !w->size || !w->table) {
 		skv__wb_free(w);
 		return -ENOMEM;
 	}
+	/* in-place blocks: the input's, where those slots are (the daemon
+	 * checks they are the destination pools' blocks; paged_fields that the
+	 * input table is readable here) */
+	if (n_in)
+		memcpy(w->table, in_table(d), n_in * sizeof(int32_t));
 	/* a table in an unmapped buffer: the cache's block offsets unknown here */
 	if (d->out_n_blocks && tab)
-		memcpy(w->table, tab, d->out_n_blocks * sizeof(int32_t));
+		memcpy(w->table + n_in, tab, d->out_n_blocks * sizeof(int32_t));
 	for (uint32_t l = 0; l < layers; l++)
 		for (unsigned t = 0; t < 2; t++) {
 			const struct skv_buffer *b = t ? ol[l].v.buf : ol[l].k.buf;
@@ -130,10 +144,24 @@ static int paged_fields(struct skv_client *c, const struct skv_compact_desc *d,
 			Snapkv__V1__CompactRequest *cr, struct paged_msgs *m,
 			struct skv_wb **ret_wb)
 {
+	uint32_t n_in = 0;
+
 	if (d->desc_size <
 	    offsetof(struct skv_compact_desc, out_n_blocks) + sizeof(d->out_n_blocks))
 		return 0;
 	cr->out_block_size = d->out_block_size;
+	/* SNAPKV_1.9: in-place blocks (the first entries of the input's table)
+	 * and max_decode; the daemon refuses them without writeback */
+	if (d->desc_size >= offsetof(struct skv_compact_desc, max_decode) + sizeof(d->max_decode)) {
+		n_in = d->out_in_place_blocks;
+		if (n_in && (!in_table(d) || n_in > d->n_blocks))
+			return skv__fail(c, -EINVAL,
+					 "out_in_place_blocks %u: the input block_table has %u "
+					 "entries readable here",
+					 n_in, in_table(d) ? d->n_blocks : 0);
+		cr->out_in_place_blocks = n_in;
+		cr->max_decode = d->max_decode;
+	}
 	if (d->out_dest == SKV_OUT_ARENA)
 		return 0;
 	if (d->out_dest != SKV_OUT_WRITEBACK)
@@ -159,14 +187,14 @@ static int paged_fields(struct skv_client *c, const struct skv_compact_desc *d,
 					 "out_pool was registered in an earlier "
 					 "session: register it again");
 		cr->out_pool_id = out_pool(d)->id;
-		return wb_new(d, ret_wb) < 0 ? skv__fail(c, -ENOMEM, "out of memory") : 0;
+		return wb_new(d, n_in, ret_wb) < 0 ? skv__fail(c, -ENOMEM, "out of memory") : 0;
 	}
 	if (!d->out_layer)
 		return skv__fail(c, -EINVAL, "writeback needs out_layer[layers] or out_pool");
 	m->ol = calloc(d->layers, sizeof(*m->ol));
 	m->olp = calloc(d->layers, sizeof(*m->olp));
 	m->tr = calloc((size_t)d->layers * 2, sizeof(*m->tr));
-	if (!m->ol || !m->olp || !m->tr || wb_new(d, ret_wb) < 0)
+	if (!m->ol || !m->olp || !m->tr || wb_new(d, n_in, ret_wb) < 0)
 		return skv__fail(c, -ENOMEM, "out of memory");
 	for (uint32_t l = 0; l < d->layers; l++) {
 		snapkv__v1__out_layer_ref__init(&m->ol[l]);

@@ -252,9 +252,34 @@ enum skv_layout {
  *   it as engine-held. skv_cache_k/v() are NULL; use skv_cache_k_slot() or
  *   skv_cache_k_block_offset(). APPEND advances g as usual (the engine
  *   writes decode K/V into blocks it manages itself, up to capacity =
- *   kept + decode_reserve slots); GROW is refused with -EOPNOTSUPP (the
- *   engine owns the blocks: it adds blocks itself and asks for enough
- *   decode_reserve up front); RELEASE frees the index tables only.
+ *   kept + decode_reserve slots, or max_decode below); GROW takes the
+ *   engine's new blocks (skv_cache_grow_blocks(), SNAPKV_1.9; before it,
+ *   -EOPNOTSUPP); RELEASE frees the index tables only.
+ *
+ * Writeback without copies or per-token traffic (SNAPKV_1.9, desc fields
+ * out_in_place_blocks and max_decode; docs/engines.md):
+ * - out_in_place_blocks n: compact slots 0 .. n * out_block_size - 1 are
+ *   the input's blocks block_table[0 .. n - 1], already in place (a shared,
+ *   prefix-cached prompt): never written. Those positions must be
+ *   protected (params.protected_ranges from 0; streamingllm's sinks
+ *   count), every layer's K and V read paged from the destination pools
+ *   themselves (same buffer, offset, strides, dtype, block_size
+ *   out_block_size), and n at most the input table's length; else -EINVAL
+ *   before any work. out_block_table then covers the rest only: slot i >=
+ *   n * out_block_size goes to out_block_table[i / out_block_size - n], so
+ *   it needs ceil(kept / out_block_size) - n entries. The positions table
+ *   has every slot (slot i < n * out_block_size holds position i);
+ *   info->in_place_blocks says n, info->n_blocks counts them, and
+ *   skv_cache_block_offset()/skv_cache_k_slot() give the input's blocks for
+ *   them. Arena output refuses it.
+ * - max_decode M (1 .. the daemon's max_decode; 0: none): the most tokens
+ *   the engine will append. The ledger counts the cache at kept +
+ *   max(decode_reserve, M) slots per head from the start; APPEND is
+ *   optional up to info->decode_limit; decode slots past capacity have no
+ *   position row (slot kept + i holds position L + i); GROW may take
+ *   capacity - kept up to M (beyond: -E2BIG). Arena output refuses it.
+ * - Without max_decode, skv_cache_release_appended() reports g once at
+ *   release instead of an APPEND per step.
  */
 #define SKV_MAX_OUT_BLOCK_SIZE 4096u
 
@@ -358,6 +383,13 @@ struct skv_compact_desc {
 	const struct skv_buffer *out_table_buf;
 	uint64_t out_table_offset;
 	const struct skv_pool *out_pool;
+	/* since SNAPKV_1.9, read when desc_size covers them; writeback only
+	 * (see "Writeback without copies" below):
+	 * out_in_place_blocks: the first n compact blocks are the input's
+	 * block_table[0 .. n - 1], already in place, never written;
+	 * max_decode: the most tokens the engine will append (0: none). */
+	uint32_t out_in_place_blocks;
+	uint32_t max_decode;
 };
 
 /* Fill the SNAPKV_1.3 wait fields of d for a CUDA_FLAG wait (desc_size must
@@ -598,6 +630,13 @@ struct skv_cache_info {
 	uint32_t n_blocks;
 	int64_t block_stride;
 	enum skv_out_dest out_dest;
+	/* since SNAPKV_1.9, writeback only (else 0): the first in_place_blocks
+	 * of the n_blocks are the input's blocks in place; max_decode the
+	 * declared most appended tokens (0: none), decode_limit the most g may
+	 * reach: max(capacity - kept, max_decode) */
+	uint32_t in_place_blocks;
+	uint32_t max_decode;
+	uint32_t decode_limit;
 };
 
 /* Valid until the next grow/release of this cache. */
@@ -663,14 +702,39 @@ uint32_t skv_cache_next_slot(const struct skv_cache *k);
 uint32_t skv_cache_next_position(const struct skv_cache *k);
 /* Report `tokens` K/V rows written at the next slots. -ENOSPC: grow first. */
 int skv_cache_append(struct skv_cache *k, uint32_t tokens);
-/* More decode headroom: the daemon copies into a larger region; pointers move. */
+/* More decode headroom: the daemon copies into a larger region; pointers move.
+ * A writeback cache: skv_cache_grow_blocks() with no new blocks. */
 int skv_cache_grow(struct skv_cache *k, uint32_t extra);
+/*
+ * GROW of a writeback cache into the engine's new destination blocks
+ * (SNAPKV_1.9): capacity grows by extra slots per head (position rows in
+ * the arena; nothing of the K/V is copied or written), and table[n] are the
+ * engine's blocks for the slots past the cache's n_blocks: exactly
+ * ceil((capacity + extra) / block_size) - n_blocks of them (0 when the last
+ * block has room). Each must lie inside every layer's K and V pool and
+ * meet none of the cache's blocks nor each other (-EINVAL; a pool no longer
+ * registered: -ENOENT). capacity - kept may reach the cache's max_decode
+ * when it declared one (beyond: -E2BIG, "GROW beyond the declared
+ * maximum"), else the daemon's max_reserve. On success the blocks are the
+ * cache's (skv_cache_block_offset() and skv_cache_k_slot() find them) and
+ * the daemon never writes them (the engine's decode does); on any failure
+ * nothing changed. Any other cache: table NULL and n 0, as skv_cache_grow().
+ */
+int skv_cache_grow_blocks(struct skv_cache *k, uint32_t extra, const int32_t *table, uint32_t n);
 /* Free the cache in the daemon and the handle. NULL is fine. */
 int skv_cache_release(struct skv_cache *k);
 /* Release the handle but let the daemon keep the cache (still counted in
  * the ledger) until memory pressure evicts it, least recently used first,
  * or the session ends. Since SNAPKV_1.1. */
 int skv_cache_release_linger(struct skv_cache *k);
+/*
+ * Release (linger != 0: as skv_cache_release_linger) reporting the engine's
+ * g at that point (SNAPKV_1.9), so a writeback cache needs no APPEND per
+ * decode step: the daemon counts the cache with it while it lingers. It
+ * must lie from the cache's reported g (info->appended) to its decode_limit;
+ * else -EINVAL, nothing released, and the handle stays valid.
+ */
+int skv_cache_release_appended(struct skv_cache *k, uint32_t appended, int linger);
 
 /*
  * Budget modes (SNAPKV_1.6; SPEC.md "Budgets beyond one C"). A description

@@ -19,6 +19,7 @@ struct args {
 	PyObject *layout, *out_layout, *prompt_len, *evictable;
 	PyObject *budget, *fallback_below, *group, *min_window, *kv_dtype, *kv_scales, *after;
 	PyObject *pool, *q_slot;
+	PyObject *in_place_blocks, *max_decode;
 };
 
 /* What layer 0 fixed; every other layer must match it. */
@@ -589,6 +590,11 @@ static int parse_table(PyObject *o, uint32_t pool_blocks, int32_t **ret, uint32_
 	return 0;
 }
 
+int skvpy_block_table(PyObject *o, uint32_t pool_blocks, int32_t **ret, uint32_t *ret_n)
+{
+	return parse_table(o, pool_blocks, ret, ret_n);
+}
+
 /* The problem shape from layer 0; L from prompt_len or the tensors. */
 static int shape(const struct args *a, struct geom *g, struct skvpy_compact *p)
 {
@@ -778,9 +784,18 @@ static int writeback(struct skvpy_client *cl, const struct args *a, const struct
 	}
 	if (parse_table(a->out_block_table, blocks, &p->out_table, &p->d.out_n_blocks) < 0)
 		goto out;
-	tab = PyTuple_New(p->d.out_n_blocks);
-	for (uint32_t i = 0; tab && i < p->d.out_n_blocks; i++) {
-		PyObject *x = PyLong_FromLong(p->out_table[i]);
+	/* in_place_blocks: the input's first blocks hold those slots (Cache.block_table
+	 * is then where every slot is) */
+	uint32_t n_in = p->d.out_in_place_blocks;
+	if (n_in && (!p->table || n_in > p->d.n_blocks)) {
+		PyErr_Format(PyExc_ValueError,
+			     "in_place_blocks %u: the input block_table has %u entries", n_in,
+			     p->table ? p->d.n_blocks : 0);
+		goto out;
+	}
+	tab = PyTuple_New(n_in + p->d.out_n_blocks);
+	for (uint32_t i = 0; tab && i < n_in + p->d.out_n_blocks; i++) {
+		PyObject *x = PyLong_FromLong(i < n_in ? p->table[i] : p->out_table[i - n_in]);
 		if (!x)
 			Py_CLEAR(tab);
 		else
@@ -940,7 +955,8 @@ static int pool_writeback(struct skvpy_client *cl, const struct args *a, struct 
 			  struct skvpy_compact *p)
 {
 	PyObject *tab;
-	const int32_t *t;
+	const int32_t *t, *in;
+	uint32_t n_in;
 
 	if (a->out_buffer && a->out_buffer != Py_None) {
 		PyErr_SetString(PyExc_ValueError,
@@ -952,12 +968,24 @@ static int pool_writeback(struct skvpy_client *cl, const struct args *a, struct 
 		return -1;
 	p->d.out_block_table = p->out_table;
 	p->d.out_pool = po->p;
+	/* in_place_blocks: the input's first blocks hold those slots, so the
+	 * cache's block_table starts with them */
+	n_in = p->d.out_in_place_blocks;
+	in = p->table ? p->table
+		      : (const int32_t *)((const uint8_t *)skv_buffer_data(p->d.table_buf) +
+					  p->d.table_offset);
+	if (n_in > p->d.n_blocks) {
+		PyErr_Format(PyExc_ValueError,
+			     "in_place_blocks %u: the input block_table has %u entries", n_in,
+			     p->d.n_blocks);
+		return -1;
+	}
 	t = p->out_table ? p->out_table
 			 : (const int32_t *)((const uint8_t *)skv_buffer_data(p->d.out_table_buf) +
 					     p->d.out_table_offset);
-	tab = PyTuple_New(p->d.out_n_blocks);
-	for (uint32_t i = 0; tab && i < p->d.out_n_blocks; i++) {
-		PyObject *x = PyLong_FromLong(t[i]);
+	tab = PyTuple_New(n_in + p->d.out_n_blocks);
+	for (uint32_t i = 0; tab && i < n_in + p->d.out_n_blocks; i++) {
+		PyObject *x = PyLong_FromLong(i < n_in ? in[i] : t[i - n_in]);
 		if (!x)
 			Py_CLEAR(tab);
 		else
@@ -1035,6 +1063,11 @@ static int pool_parse(struct skvpy_client *cl, struct args *a, struct skvpy_comp
 	p->d.layers = po->layers;
 	p->d.pool = po->p;
 	p->d.block_table = p->table;
+	/* writeback only: libsnapkv and the daemon refuse them with out='arena' */
+	if (u32_arg(a->in_place_blocks, "in_place_blocks", 0, 1u << 22, &p->d.out_in_place_blocks) <
+		0 ||
+	    u32_arg(a->max_decode, "max_decode", 0, 1u << 31, &p->d.max_decode) < 0)
+		goto fail;
 	if ((out == OUT_WRITEBACK && pool_writeback(cl, a, po, p) < 0) ||
 	    skvpy_after_parse(cl, a->after, &p->d) < 0)
 		goto fail;
@@ -1077,6 +1110,8 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "after",
 				 "pool",
 				 "q_slot",
+				 "in_place_blocks",
+				 "max_decode",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -1086,12 +1121,12 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "|OOO$OOOOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
+		args, kw, "|OOO$OOOOOOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
 		&a.window, &a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks,
 		&a.protect, &a.reserve, &a.block_table, &a.out, &a.out_block_size,
 		&a.out_block_table, &a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len,
 		&a.evictable, &a.budget, &a.fallback_below, &a.group, &a.min_window, &a.kv_dtype,
-		&a.kv_scales, &a.after, &a.pool, &a.q_slot))
+		&a.kv_scales, &a.after, &a.pool, &a.q_slot, &a.in_place_blocks, &a.max_decode))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
 	if (a.pool && a.pool != Py_None)
@@ -1104,7 +1139,10 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 	g.paged = a.block_table && a.block_table != Py_None;
 	if (choice(a.layout, "layout", lay_n, lay_v, &g.nhd) < 0 ||
 	    parse_params(&a, &p->d.params) < 0 || parse_group(a.group, p) < 0 ||
-	    output(&a, p, &out) < 0 || layers(cl, &a, &g, p) < 0)
+	    output(&a, p, &out) < 0 || layers(cl, &a, &g, p) < 0 ||
+	    u32_arg(a.in_place_blocks, "in_place_blocks", 0, 1u << 22, &p->d.out_in_place_blocks) <
+		0 ||
+	    u32_arg(a.max_decode, "max_decode", 0, 1u << 31, &p->d.max_decode) < 0)
 		goto fail;
 	if (g.paged &&
 	    parse_table(a.block_table, (uint32_t)g.k_shape[0], &p->table, &p->d.n_blocks) < 0)

@@ -46,6 +46,21 @@ int snapkvd_request_grow(const struct snapkvd_request_env *env, const struct sna
 	return -EINVAL;
 }
 
+int snapkvd_paged_grow_blocks(const struct snapkvd_request_env *env, const struct snapkvd_cache *c,
+			      uint32_t slots, const int32_t *tab, size_t n, int32_t **ret_table,
+			      char *err, size_t errlen)
+{
+	(void)env, (void)c, (void)slots, (void)tab, (void)n, (void)err, (void)errlen;
+	*ret_table = NULL;
+	return 0;
+}
+
+void snapkvd_paged_grow_done(struct snapkvd_cache *c, struct snapkvd_job *j, uint8_t *host_base,
+			     uint32_t old_slots)
+{
+	(void)c, (void)j, (void)host_base, (void)old_slots;
+}
+
 int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session *s,
 			      struct snapkvd_job *j, char *err, size_t errlen)
 {

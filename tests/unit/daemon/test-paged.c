@@ -181,7 +181,7 @@ static void test_paged_fields(void)
 	refused(-EINVAL, "out_arena must be unset");
 	/* the arena: no destination of its own */
 	req.out_dest = SNAPKV__V1__OUT_DEST__OUT_DEST_ARENA;
-	refused(-EINVAL, "out_layer and out_block_table are for out_dest WRITEBACK");
+	refused(-EINVAL, "out_layer, out_block_table, out_in_place_blocks and max_decode are for out_dest WRITEBACK");
 	req.out_dest = SNAPKV__V1__OUT_DEST__OUT_DEST_ARENA;
 	req.n_out_layer = 0;
 	req.n_out_block_table = 0;
@@ -211,8 +211,8 @@ static void test_writeback_refusals(void)
 	j->params.fallback_below = 0.5f;
 	req.n_out_block_table = 3;
 	refused(-EINVAL, "(fallback_below: a fallback keeps every prompt row)");
-	cfg.max_prompt_len = 3;
-	refused(-E2BIG, "out_block_table of 4 entries exceeds the limit 3 (max_prompt_len)");
+	cfg.max_block_table = 3;
+	refused(-E2BIG, "out_block_table of 4 entries exceeds the limit 3 (max_block_table)");
 	table[2] = -1;
 	refused(-EINVAL, "out_block_table entry 2 is negative");
 	olp[1] = NULL;
