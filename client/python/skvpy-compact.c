@@ -950,6 +950,31 @@ static int pool_table(struct skvpy_client *cl, PyObject *o, const char *name, ui
 	return parse_table(o, blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks, copy, n);
 }
 
+/* The input table given in registered storage, copied into p->table and
+ * sent inline instead. */
+static int inline_table(struct skvpy_client *cl, struct skvpy_compact *p)
+{
+	for (size_t i = 0; i < cl->n_regs; i++) {
+		const struct skvpy_reg *g = &cl->regs[i];
+
+		if (g->b != p->d.table_buf)
+			continue;
+		p->table = PyMem_Malloc((size_t)p->d.n_blocks * sizeof(int32_t));
+		if (!p->table) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		memcpy(p->table, (const uint8_t *)g->base + p->d.table_offset,
+		       (size_t)p->d.n_blocks * sizeof(int32_t));
+		p->d.block_table = p->table;
+		p->d.table_buf = NULL;
+		p->d.table_offset = 0;
+		return 0;
+	}
+	PyErr_SetString(PyExc_ValueError, "block_table: its storage is no longer registered");
+	return -1;
+}
+
 /* writeback into the pool's own blocks: the Cache's (k, v, table) */
 static int pool_writeback(struct skvpy_client *cl, const struct args *a, struct skvpy_pool *po,
 			  struct skvpy_compact *p)
@@ -971,15 +996,19 @@ static int pool_writeback(struct skvpy_client *cl, const struct args *a, struct 
 	/* in_place_blocks: the input's first blocks hold those slots, so the
 	 * cache's block_table starts with them */
 	n_in = p->d.out_in_place_blocks;
-	in = p->table ? p->table
-		      : (const int32_t *)((const uint8_t *)skv_buffer_data(p->d.table_buf) +
-					  p->d.table_offset);
 	if (n_in > p->d.n_blocks) {
 		PyErr_Format(PyExc_ValueError,
 			     "in_place_blocks %u: the input block_table has %u entries", n_in,
 			     p->d.n_blocks);
 		return -1;
 	}
+	/* libsnapkv builds the cache's table from the input's first entries,
+	 * and cannot read a table in storage it did not map: with in-place
+	 * blocks such a table travels inline (max_block_table and the frame
+	 * limit apply) */
+	if (n_in && !p->table && inline_table(cl, p) < 0)
+		return -1;
+	in = p->table;
 	t = p->out_table ? p->out_table
 			 : (const int32_t *)((const uint8_t *)skv_buffer_data(p->d.out_table_buf) +
 					     p->d.out_table_offset);

@@ -69,6 +69,46 @@ def test_in_place_prefix(client, dtype):
         assert torch.equal(pool[:, :, mask], before[:, :, mask])
 
 
+def test_in_place_through_a_pool(client):
+    """The same in-place compaction with the pools registered once (pool=):
+    the same slots, positions and untouched blocks as the described layers,
+    the table from a list or from registered storage, max_decode carried."""
+    q, k, v = random_inputs(dtype=torch.float32, seed=5, **SHAPE)
+    qs = client.empty(tuple(q.shape), torch.float32)
+    qs.copy_(q)
+    ref_pool = pool_with_prompt(client, k, v)
+    dest = [19]
+    with client.compact(list(qs), list(ref_pool[0]), list(ref_pool[1]), **P, block_table=TABLE,
+                        prompt_len=90, out="writeback", out_block_size=BS,
+                        out_block_table=dest, in_place_blocks=PROT) as ref:
+        want = slots(ref_pool, list(ref.block_table), ref.kept).clone()
+        want_pos = [ref.positions(l)[:, :ref.kept].clone() for l in range(2)]
+    for table in ("list", "storage"):
+        pool = pool_with_prompt(client, k, v)
+        reg = client.register_pool(list(pool[0]), list(pool[1]))
+        tab = TABLE
+        if table == "storage":
+            tab = client.empty((len(TABLE),), torch.float32).view(torch.int32)
+            tab.copy_(torch.tensor(TABLE, dtype=torch.int32))
+        before = pool.clone()
+        with client.compact(qs, pool=reg, **P, block_table=tab, prompt_len=90,
+                            out="writeback", out_block_size=BS, out_block_table=dest,
+                            in_place_blocks=PROT, max_decode=32) as c:
+            assert c.in_place_blocks == PROT and c.max_decode == 32
+            assert c.block_table == tuple(TABLE[:PROT] + dest)
+            assert torch.equal(slots(pool, list(c.block_table), c.kept), want)
+            for l in range(2):
+                assert torch.equal(c.positions(l)[:, :c.kept], want_pos[l])
+            mask = torch.ones(24, dtype=torch.bool)
+            mask[19] = False
+            assert torch.equal(pool[:, :, mask], before[:, :, mask])
+        with pytest.raises(ValueError, match="in_place_blocks 7"):
+            client.compact(qs, pool=reg, **P, block_table=TABLE, prompt_len=90,
+                           out="writeback", out_block_size=BS, out_block_table=dest,
+                           in_place_blocks=7)
+        reg.unregister()
+
+
 def test_in_place_refusals(client, snapkv):
     q, k, v = random_inputs(dtype=torch.float32, seed=6, **SHAPE)
     qs = client.empty(tuple(q.shape), torch.float32)
