@@ -58,6 +58,13 @@ const char *snapkvd_device_backend(const struct snapkvd_device *d)
 	return "host";
 }
 
+/* no GPU is ever open here: every buffer is host memory */
+int snapkvd_device_ordinal(const struct snapkvd_device *d, unsigned gpu)
+{
+	(void)d, (void)gpu;
+	return -1;
+}
+
 uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
 	(void)d;
