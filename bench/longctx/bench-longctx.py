@@ -89,6 +89,11 @@ def main():
                     help="multi-key: N door codes, one asked (make-prompt.py --keys)")
     ap.add_argument("--plain", action="store_true",
                     help="the prompt without its framing (make-prompt.py --plain)")
+    ap.add_argument("--text", action="store_true",
+                    help="natural text: licence text continued without the chat template; "
+                         "per compaction the teacher-forced top-1 agreement and "
+                         "KL(full || compact) over --steps tokens of the full cache's "
+                         "greedy continuation")
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--jsonl", help="append one line per prompt and compaction here")
     a = ap.parse_args()
@@ -127,13 +132,15 @@ def main():
                             str(L * 1000 + seed), "--tokens", str(L), "--out", pdir,
                             "--engine", engine, "--model", a.model] +
                            (["--keys", str(a.keys)] if a.keys else []) +
-                           (["--plain"] if a.plain else []),
+                           (["--plain"] if a.plain else []) +
+                           (["--text"] if a.text else []),
                            check=True)
             key = open(os.path.join(pdir, "key.txt")).read().strip()
             q = open(os.path.join(pdir, "question.txt")).read().strip()
             v0 = variants[0]
-            cmd = [engine, "-m", a.model, "--socket", sock, "-f", os.path.join(pdir, "doc.txt"),
-                   "--question", q, "-n", str(a.steps), "--policy", "snapkv", "-C",
+            cmd = [engine, "-m", a.model, "--socket", sock, "-f", os.path.join(pdir, "doc.txt")]
+            cmd += [] if a.text else ["--question", q]
+            cmd += ["-n", str(a.steps), "--policy", "snapkv", "-C",
                    "%d%%" % v0[1], "-W", v0[0], "--compare", "--reserve", "16"]
             if v0[2] is not None:
                 cmd += ["-k", str(v0[2])]
@@ -154,28 +161,38 @@ def main():
             if not m:
                 sys.exit("bench-longctx: no timing line:\n" + p.stderr)
             Lt, pre = int(m.group(1)), float(m.group(2))
+            tf0 = re.search(r"--- teacher-forced on the full text: (\d+) of (\d+) next-token "
+                            r"predictions agree, mean KL\(full \|\| compact\) ([\d.]+)",
+                            p.stdout)
             got = [(variants[0], int(m.group(5)), int(m.group(4)), float(m.group(3)),
-                    out[0] if out else "")]
-            also = [re.match(r"--- window (\d+) \(C (\d+), compaction ([\d.]+) ms\): (.*)", l)
+                    out[0] if out else "",
+                    (int(tf0.group(1)), int(tf0.group(2)), float(tf0.group(3))) if tf0 else None)]
+            also = [re.match(r"--- window (\d+) \(C (\d+), compaction ([\d.]+) ms"
+                             r"(?:, teacher-forced (\d+)/(\d+), KL ([\d.]+))?\): (.*)", l)
                     for l in out if l.startswith("--- window ")]
             for v, mm in zip(variants[1:], also):
                 got.append((v, int(mm.group(1)), int(mm.group(2)), float(mm.group(3)),
-                            mm.group(4)))
+                            mm.group(7),
+                            (int(mm.group(4)), int(mm.group(5)), float(mm.group(6)))
+                            if mm.group(4) else None))
             if len(got) != len(variants):
                 sys.exit("bench-longctx: %d of %d compactions reported:\n%s" %
                          (len(got), len(variants), p.stdout))
-            for v, wv, C, cms, text in got:
+            for v, wv, C, cms, text, tf in got:
                 if a.jsonl:
                     with open(a.jsonl, "a") as jf:
                         jf.write(json.dumps({"L": L, "Lt": Lt, "seed": seed, "variant": list(v),
                                              "W": wv, "C": C, "key": key,
                                              "full": key in full, "compact": key in text,
                                              "prefill_ms": pre, "compact_ms": cms,
+                                             "tf": tf,
                                              "text": text.strip()[:40]}) + "\n")
                 w, k = v[0], v[1]
                 r = res.setdefault((L,) + tuple(v), {"full": 0, "compact": 0, "n": 0, "pre": [],
                                             "cmp": [], "L": [], "C": [], "W": []})
                 r["n"] += 1
+                r.setdefault("kl", []).append(tf[2] if tf else float("nan"))
+                r.setdefault("agree", []).append(tf[0] / tf[1] if tf else float("nan"))
                 r["full"] += key in full
                 r["compact"] += key in text
                 r["L"].append(Lt)
@@ -188,6 +205,18 @@ def main():
                       (Lt, seed, k, vname(v), wv, key, full.strip()[:24], text.strip()[:24],
                        pre, cms), flush=True)
         print("\nbench-longctx: %.0f s (estimated %.0f s)\n" % (time.time() - t_start, est))
+        if a.text:
+            print("| L (tokens) | kept | W | k | span | C (per head) | texts | teacher-forced "
+                  "top-1 | KL(full || compact), mean ± s.e. over texts |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            for (L, w, k, ker, sp), r in sorted(res.items(), key=lambda x: (x[0][0], -x[0][2])):
+                kl = r["kl"]
+                se = statistics.stdev(kl) / math.sqrt(len(kl)) if len(kl) > 1 else float("nan")
+                print("| %d-%d | %d %% | %s | %s | %s | %d-%d | %d | %.1f %% | %.4f ± %.4f |" % (
+                    min(r["L"]), max(r["L"]), k, w, 5 if ker is None else ker,
+                    0 if sp is None else sp, min(r["C"]), max(r["C"]), r["n"],
+                    100 * statistics.mean(r["agree"]), statistics.mean(kl), se))
+            return
         print("| L (tokens) | kept | W | k | span | C (per head) | prompts | full cache | "
               "snapkv (95 % interval) | prefill ms | compaction ms | compaction / prefill |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")

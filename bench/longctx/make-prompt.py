@@ -62,6 +62,9 @@ def main():
     ap.add_argument("--keys", type=int, default=0,
                     help="multi-key: this many 'The code for the C door is N.' lines "
                          "(at seeded depths), one of them asked; 0: the pass key")
+    ap.add_argument("--text", action="store_true",
+                    help="natural text: the licence paragraphs alone (no key, no framing, "
+                         "no question), for a teacher-forced continuation")
     ap.add_argument("--plain", action="store_true",
                     help="without the framing (issue 26's first version)")
     a = ap.parse_args()
@@ -81,7 +84,7 @@ def main():
             out = subprocess.run([a.engine, "-m", a.model, "--tokenize-lines", f.name],
                                  capture_output=True, text=True, check=True).stdout
         counts = [len(l.split()) + 1 for l in out.split("\n")[: len(cand)]]
-        left = a.tokens - OVERHEAD_TOKENS
+        left = a.tokens - (8 if a.text else OVERHEAD_TOKENS)
         for p, n in zip(cand, counts):
             if left - n < 0 and doc:
                 break
@@ -96,7 +99,9 @@ def main():
             size += len(p) + 2
             i += 1
     question = QUESTION
-    if a.keys:
+    if a.text:
+        key, question = "", ""
+    elif a.keys:
         doors = rng.sample(COLOURS, a.keys)
         codes = [key] + ["%05d" % rng.randrange(10000, 100000) for _ in doors[1:]]
         depths = sorted(rng.uniform(0.1, 0.9) for _ in doors)
@@ -110,7 +115,7 @@ def main():
     else:
         needle = "The pass key is %s. Remember it. %s is the pass key." % (key, key)
         doc.insert(round(depth * len(doc)), needle)
-    if not a.plain:
+    if not a.plain and not a.text:
         doc = [INTRO] + doc + [OUTRO]
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "doc.txt"), "w") as f:

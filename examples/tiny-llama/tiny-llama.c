@@ -920,8 +920,43 @@ static int parse_also(const struct opts *o, uint32_t L, struct also *out, uint32
  * (the last W of the captured query rows) and the same C, decoded greedily
  * from the first token on; its text and compaction time are printed.
  */
+/* The full cache's greedy tokens and the logits after each (--compare). */
+struct tf_ref {
+	const uint32_t *toks;
+	const float *logits; /* [n][V] */
+	uint32_t n, V;
+	struct tl_state *st; /* scratch state for the teacher-forced lane */
+};
+
+/*
+ * Teacher-forced on the full cache's text from a fresh compaction with
+ * cp->params: top-1 agreements and the summed KL(full || compact).
+ */
+static int also_tf(const struct compactor *cp, const struct tf_ref *tf, uint32_t *agree, double *kl,
+		   const char **why)
+{
+	struct lane lt = {.st = tf->st, .grow = cp->o->grow};
+	int r = compact_lane(cp, &lt, why);
+
+	*agree = 0;
+	*kl = 0;
+	for (uint32_t i = 0; r == 0 && i < tf->n; i++) {
+		if ((r = lane_forward(cp->m, &lt, tf->toks[i], why)) < 0)
+			break;
+		const float *a = tl_state_logits(lt.st), *b = tf->logits + (size_t)i * tf->V;
+		*agree += tl_argmax(a, tf->V) == tl_argmax(b, tf->V);
+		*kl += kl_div(b, a, tf->V);
+	}
+	if (lt.cache && skv_cache_release(lt.cache) < 0 && r == 0) {
+		r = -EIO;
+		*why = "RELEASE";
+	}
+	tl_kv_free(lt.kv);
+	return r;
+}
+
 static int also_window(struct compactor *cp, const struct also *a, uint32_t first_tok,
-		       uint32_t prev, float *probs, const char **why)
+		       uint32_t prev, float *probs, const struct tf_ref *tf, const char **why)
 {
 	const struct opts *o = cp->o;
 	struct skv_params p = o->params;
@@ -950,7 +985,16 @@ static int also_window(struct compactor *cp, const struct also *a, uint32_t firs
 	double t1 = now_ms();
 	for (uint32_t i = 0; r >= 0 && i < o->steps && !ln.done; i++)
 		r = lane_step(cp->m, &ln, i + 1 == o->steps, 0.0f, probs, why);
-	if (r >= 0)
+	uint32_t tf_agree = 0;
+	double tf_kl = 0;
+	if (r >= 0 && tf && tf->n)
+		r = also_tf(cp, tf, &tf_agree, &tf_kl, why);
+	if (r >= 0 && tf && tf->n)
+		printf("--- window %u (C %u, compaction %.1f ms, teacher-forced %u/%u, KL %.4f): "
+		       "%s\n",
+		       W, p.capacity, t1 - t0, tf_agree, tf->n, tf_kl / tf->n,
+		       ln.g.text ? ln.g.text : "");
+	else if (r >= 0)
 		printf("--- window %u (C %u, compaction %.1f ms): %s\n", W, p.capacity, t1 - t0,
 		       ln.g.text ? ln.g.text : "");
 	if (ln.cache && skv_cache_release(ln.cache) < 0 && r >= 0) {
@@ -1273,8 +1317,10 @@ int main(int argc, char **argv)
 		    "mean KL(full || compact) %.4f\n",
 		    tf_agree, nfull, nfull ? tf_kl / nfull : 0.0);
 	}
+	const struct tf_ref tf = {lf.g.toks, full_logits, compare ? nfull : 0, V, lf.st};
 	for (uint32_t i = 0; i < n_also; i++)
-		if ((r = also_window(&cp, &also[i], first_tok, prompt[L - 1], probs, &why)) < 0)
+		if ((r = also_window(&cp, &also[i], first_tok, prompt[L - 1], probs, &tf, &why)) <
+		    0)
 			goto out;
 	if (lc.cache) {
 		const struct skv_cache_info *in = skv_cache_info(lc.cache);
