@@ -51,11 +51,13 @@ def wilson(k, n, z=1.96):
 
 
 def parse_variant(v):
-    """W/N%[/kK][/sS] -> (W, keep %, kernel or None, span or None)."""
+    """W/N%[/kK][/sS][/group] -> (W, keep %, kernel or None, span or None[, "group"])."""
     parts = v.split("/")
-    w, k, ker, sp = parts[0], None, None, None
+    w, k, ker, sp, g = parts[0], None, None, None, None
     for x in parts[1:]:
-        if x.endswith("%"):
+        if x in ("group", "expand"):
+            g = x
+        elif x.endswith("%"):
             k = int(x[:-1])
         elif x[0] == "k":
             ker = int(x[1:])
@@ -65,12 +67,13 @@ def parse_variant(v):
             sys.exit("bench-longctx: bad variant " + v)
     if k is None:
         sys.exit("bench-longctx: variant %s needs a keep %%" % v)
-    return (w, k, ker, sp)
+    return (w, k, ker, sp) + ((g,) if g else ())
 
 
 def vname(v):
-    w, k, ker, sp = v
-    return "W %s, k %s, span %s" % (w, 5 if ker is None else ker, 0 if sp is None else sp)
+    w, k, ker, sp = v[:4]
+    return "W %s, k %s, span %s%s" % (w, 5 if ker is None else ker, 0 if sp is None else sp,
+                                      ", " + v[4] if len(v) > 4 else "")
 
 
 def main():
@@ -146,11 +149,13 @@ def main():
                 cmd += ["-k", str(v0[2])]
             if v0[3] is not None:
                 cmd += ["--span", str(v0[3])]
+            if len(v0) > 4:
+                cmd += ["--gqa", v0[4]]
             if len(variants) > 1:
                 cmd += ["--also-window", ",".join(
-                    "%s/%d%%" % (w, k) + ("/k%d" % ker if ker is not None else "") +
-                    ("/s%d" % sp if sp is not None else "")
-                    for w, k, ker, sp in variants[1:])]
+                    "%s/%d%%" % v[:2] + ("/k%d" % v[2] if v[2] is not None else "") +
+                    ("/s%d" % v[3] if v[3] is not None else "") +
+                    ("/" + v[4] if len(v) > 4 else "") for v in variants[1:])]
             p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 sys.exit("bench-longctx: %s failed:\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
@@ -209,7 +214,8 @@ def main():
             print("| L (tokens) | kept | W | k | span | C (per head) | texts | teacher-forced "
                   "top-1 | KL(full || compact), mean ± s.e. over texts |")
             print("|---|---|---|---|---|---|---|---|---|")
-            for (L, w, k, ker, sp), r in sorted(res.items(), key=lambda x: (x[0][0], -x[0][2])):
+            for (L, w, k, ker, sp, *_), r in sorted(res.items(),
+                                                    key=lambda x: (x[0][0], -x[0][2])):
                 kl = r["kl"]
                 se = statistics.stdev(kl) / math.sqrt(len(kl)) if len(kl) > 1 else float("nan")
                 print("| %d-%d | %d %% | %s | %s | %s | %d-%d | %d | %.1f %% | %.4f ± %.4f |" % (
@@ -220,7 +226,7 @@ def main():
         print("| L (tokens) | kept | W | k | span | C (per head) | prompts | full cache | "
               "snapkv (95 % interval) | prefill ms | compaction ms | compaction / prefill |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for (L, w, k, ker, sp), r in sorted(res.items(), key=lambda x: (x[0][0], -x[0][2])):
+        for (L, w, k, ker, sp, *_), r in sorted(res.items(), key=lambda x: (x[0][0], -x[0][2])):
             pre, cmpt = statistics.median(r["pre"]), statistics.median(r["cmp"])
             wv = "question (%d-%d)" % (min(r["W"]), max(r["W"])) if w == "question" else w
             lo, hi = wilson(r["compact"], r["n"])

@@ -98,7 +98,8 @@ static void usage(FILE *f)
 	       "score, until the budget is used (kernels/skv.h; 0 = top-k).\n"
 	       "--also-window W[/N%%][/kK][/sS],.. (snapkv, daemon): after the first, one\n"
 	       "more compaction of the same prefill per window (a number or question; /N%%:\n"
-	       "C = N %% of the prompt; /kK, /sS: its kernel and span), each decoded greedily from "
+	       "C = N %% of the prompt; /kK, /sS, /group: its kernel, span, gqa), each decoded "
+	       "greedily from "
 	       "its compact cache and\n"
 	       "printed as '--- window W (C c, ...): text'.\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
@@ -847,9 +848,11 @@ static int tokenize_lines(const struct tl_tok *tok, const char *path)
 
 /* At most this many --also-window entries. */
 #define MAX_ALSO 32
-/* One --also-window entry: W, C (0: -C's), kernel and span (UINT32_MAX: -k's, --span's). */
+/* One --also-window entry: W, C (0: -C's), kernel and span (UINT32_MAX: -k's, --span's),
+ * gqa (0: --gqa's). */
 struct also {
 	uint32_t w, cap, kernel, span;
+	enum skv_gqa gqa;
 };
 
 /* An --also-window option after W: N% (C), kK (pooling width) or sS (span). */
@@ -865,6 +868,10 @@ static int parse_also_opt(char *t, uint32_t L, struct also *a)
 		a->cap = (uint32_t)(((uint64_t)L * v + 50) / 100);
 		return 0;
 	}
+	if (!strcmp(t, "group") || !strcmp(t, "expand")) {
+		a->gqa = t[0] == 'g' ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+		return 0;
+	}
 	if ((t[0] != 'k' && t[0] != 's') || parse_u32(t + 1, &v) < 0)
 		return -EINVAL;
 	*(t[0] == 'k' ? &a->kernel : &a->span) = v;
@@ -874,7 +881,7 @@ static int parse_also_opt(char *t, uint32_t L, struct also *a)
 /*
  * --also-window's list: W (a number, or question: the question's W), each
  * optionally /N% (C = N % of L, at least W + 1; else -C's), /kK (pooling
- * width) and /sS (span); the kernels check k and s.
+ * width), /sS (span) and /group or /expand; the kernels check k and s.
  */
 static int parse_also(const struct opts *o, uint32_t L, struct also *out, uint32_t *ret_n)
 {
@@ -888,7 +895,7 @@ static int parse_also(const struct opts *o, uint32_t L, struct also *out, uint32
 		return -EINVAL;
 	strcpy(buf, o->also);
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		struct also a = {0, 0, UINT32_MAX, UINT32_MAX};
+		struct also a = {0, 0, UINT32_MAX, UINT32_MAX, 0};
 		char *slash = strchr(t, '/');
 		uint32_t v;
 		if (*ret_n == MAX_ALSO)
@@ -969,6 +976,8 @@ static int also_window(struct compactor *cp, const struct also *a, uint32_t firs
 		p.kernel = a->kernel;
 	if (a->span != UINT32_MAX)
 		p.span = a->span;
+	if (a->gqa)
+		p.gqa = a->gqa;
 	if (cap)
 		p.capacity = cap;
 	if (o->keep_pct || cap)
