@@ -73,9 +73,10 @@ def main():
                 d = [r["tf"][2] - base[r["seed"]] for r in rs if r["seed"] in base]
                 dse = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
                 Ls = [r["Lt"] for r in rs]
-                print("| %d-%d | %d %% | %s | %d | %.1f %% | %.4f ± %.4f | %+.4f ± %.4f |" % (
+                paired = "%+.4f ± %.4f" % (statistics.mean(d), dse) if len(d) > 1 else "-"
+                print("| %d-%d | %d %% | %s | %d | %.1f %% | %.4f ± %.4f | %s |" % (
                     min(Ls), max(Ls), key[1], m, len(rs), 100 * statistics.mean(ag),
-                    statistics.mean(kl), se, statistics.mean(d) if d else float("nan"), dse))
+                    statistics.mean(kl), se, paired))
         return
     print("| L (tokens) | kept | full cache | " + " | ".join(order) + " |")
     print("|---|---|---|" + "---|" * len(order))
