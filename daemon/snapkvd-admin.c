@@ -99,6 +99,16 @@ char *snapkvd_admin_metrics_text(struct snapkvd_server *srv, enum snapkvd_metric
 		};
 	st.tenants = tn;
 	st.n_tenants = tn ? nt : 0;
+	struct snapkvd_stats_device dv[SNAPKVD_DEVICES_MAX];
+	st.n_devices = snapkvd_device_count(srv->device);
+	for (unsigned i = 0; i < st.n_devices; i++) {
+		struct snapkvd_device_stats ds;
+
+		snapkvd_device_stats(srv->device, i, &ds);
+		dv[i] = (struct snapkvd_stats_device){ds.ordinal, ds.imports,	  ds.import_bytes,
+						      ds.arenas,  ds.arena_bytes, ds.jobs};
+	}
+	st.devices = dv;
 	if (tn)
 		snapkvd_metrics_format(&st, &text, &len);
 	free(tn);
@@ -127,6 +137,7 @@ static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__Pressure
 			  char *err, size_t errlen)
 {
 	struct snapkvd_policy_config oc = srv->policy.cfg;
+	struct skv_error kerr = {{0}, -1, -1};
 	const struct {
 		const char *key, *val;
 	} kv[] = {
@@ -139,7 +150,7 @@ static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__Pressure
 	    {"pressure_scale_critical", ps->scale_critical},
 	    {"pressure_guaranteed_share", ps->guaranteed_share},
 	};
-	int r;
+	int r = 0;
 
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
 		if (!kv[i].val || !*kv[i].val)
@@ -154,16 +165,18 @@ static int apply_settings(struct snapkvd_server *srv, const Snapkv__V1__Pressure
 						      !strcmp(kv[i].val, "none")
 						  ? ""
 						  : kv[i].val,
-					      err, errlen);
+					      &kerr);
 		if (r < 0)
-			return r;
+			break;
 	}
-	r = snapkvd_policy_config_check(&oc, err, errlen);
-	if (r < 0)
+	if (r >= 0)
+		r = snapkvd_policy_config_check(&oc, &kerr);
+	if (r >= 0)
+		r = snapkvd_policy_set_pressure(&srv->policy, &oc.pressure, &kerr);
+	if (r < 0) {
+		snprintf(err, errlen, "%s", kerr.msg);
 		return r;
-	r = snapkvd_policy_set_pressure(&srv->policy, &oc.pressure, err, errlen);
-	if (r < 0)
-		return r;
+	}
 	/* a SIGHUP reload rereads the file; until then the change holds */
 	srv->cfg.policy.pressure = oc.pressure;
 	return 0;
@@ -269,6 +282,28 @@ static void answer_pressure(struct snapkvd_server *srv, const struct snapkvd_ses
 
 /* ----------------------------------------------------------------- status */
 
+/* Every opened CUDA device and what it holds: into ds[], pointed to by r. */
+static void fill_devices(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			 Snapkv__V1__DeviceStatus *ds, Snapkv__V1__DeviceStatus **dp)
+{
+	r->n_devices = snapkvd_device_count(srv->device);
+	r->devices = dp;
+	for (unsigned i = 0; i < r->n_devices; i++) {
+		struct snapkvd_device_stats st;
+
+		snapkvd_device_stats(srv->device, i, &st);
+		snapkv__v1__device_status__init(&ds[i]);
+		ds[i].ordinal = st.ordinal;
+		ds[i].name = (char *)st.name;
+		ds[i].imports = st.imports;
+		ds[i].import_bytes = st.import_bytes;
+		ds[i].arenas = st.arenas;
+		ds[i].arena_bytes = st.arena_bytes;
+		ds[i].compactions = st.jobs;
+		dp[i] = &ds[i];
+	}
+}
+
 static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 {
 	r->uptime_ms = (snapkvd_now_ns() - srv->start_ns) / 1000000;
@@ -292,6 +327,8 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 			else
 				r->buffers_cuda_vmm_fd++;
 		}
+	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
+		r->kv_pools += x->kvpools.n;
 	r->cuda_imports = snapkvd_device_imports(srv->device);
 	r->mapped_bytes = snapkvd_pool_mapped(srv->pool);
 	r->max_mapped_bytes = srv->cfg.max_mapped_bytes;
@@ -308,6 +345,9 @@ static void fill_status(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
 	r->pressure_transitions = snapkvd_pressure_transitions_total(srv->policy.pressure);
 	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
 		r->events_coalesced += x->ring ? x->ring->events_coalesced : 0;
+	r->admin_slices = srv->admin_slices;
+	r->admin_refused = srv->admin_refused;
+	r->admin_pending = srv->admin_pending;
 	r->arena_transport = "host-memfd";
 	for (struct snapkvd_session *x = srv->sessions; x; x = x->next)
 		if (x->garena)
@@ -361,55 +401,86 @@ static int pack(const Snapkv__V1__AdminReply *r, uint8_t **ret_buf, size_t *ret_
 	return 0;
 }
 
-int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_session *s,
-			 const uint8_t *payload, size_t len, uint8_t **ret_buf, size_t *ret_len)
+/* The fields every answer carries. */
+static void reply_init(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r)
+{
+	r->error = "";
+	r->version = SKV_VERSION;
+	r->backend = srv->runner->desc;
+	r->pid = (uint32_t)getpid();
+}
+
+struct snapkvd_admin_answer {
+	struct snapkvd_ledger_cursor cur;
+};
+
+/* The caller's view of the ledger: every tenant for root and admin_uids;
+ * every page fits a frame, whatever was asked. */
+static struct snapkvd_ledger_view ledger_view(struct snapkvd_server *srv,
+					      const struct snapkvd_session *s,
+					      const Snapkv__V1__AdminRequest *req)
+{
+	return (struct snapkvd_ledger_view){
+	    .all = snapkvd_config_is_admin(&srv->cfg, s->uid),
+	    .uid = s->uid,
+	    .after = req->page_after,
+	    .page = req->page_size && req->page_size < SNAPKVD_LEDGER_PAGE ? req->page_size
+									   : SNAPKVD_LEDGER_PAGE,
+	};
+}
+
+/* METRICS: the caller's own tenant lines unless it sees all; r->text set
+ * (the caller frees *ret_text). */
+static void answer_metrics(struct snapkvd_server *srv, const struct snapkvd_session *s,
+			   Snapkv__V1__AdminReply *r, char **ret_text)
+{
+	char *text = snapkvd_admin_metrics_text(srv, SNAPKVD_METRICS_TENANTS_ALL);
+
+	if (text && !snapkvd_config_is_admin(&srv->cfg, s->uid))
+		own_tenant_lines(text, s->tenant ? snapkvd_tenant_name(s->tenant) : "");
+	if (!text) {
+		r->status = -ENOMEM;
+		r->error = "out of memory";
+	}
+	r->text = text ? text : "";
+	*ret_text = text;
+}
+
+int snapkvd_admin_start(struct snapkvd_server *srv, const struct snapkvd_session *s,
+			const uint8_t *payload, size_t len, uint8_t **ret_buf, size_t *ret_len,
+			struct snapkvd_admin_answer **ret_a)
 {
 	Snapkv__V1__AdminRequest *req = snapkv__v1__admin_request__unpack(NULL, len, payload);
 	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
-	struct snapkvd_ledger_buf lbuf = {0};
-	struct snapkvd_ledger_view view;
 	struct pressure_buf *pb = NULL;
 	char *text = NULL;
 	int e;
 
-	r.error = "";
-	r.version = SKV_VERSION;
-	r.backend = srv->runner->desc;
-	r.pid = (uint32_t)getpid();
+	*ret_buf = NULL;
+	*ret_a = NULL;
+	reply_init(srv, &r);
 	if (!req) {
 		r.status = -EBADMSG;
 		r.error = "malformed AdminRequest";
 		return pack(&r, ret_buf, ret_len);
 	}
-	fill_status(srv, &r);
-	view = (struct snapkvd_ledger_view){
-	    .all = snapkvd_config_is_admin(&srv->cfg, s->uid),
-	    .uid = s->uid,
-	    .after = req->page_after,
-	    /* every page fits a frame, whatever was asked */
-	    .page = req->page_size && req->page_size < SNAPKVD_LEDGER_PAGE ? req->page_size
-									   : SNAPKVD_LEDGER_PAGE,
-	};
 	switch (req->kind) {
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_STATUS:
 		break;
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_CACHES:
-	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER:
-		if (snapkvd_ledger_reply(srv, &r, &lbuf, &view) < 0) {
-			r.status = -ENOMEM;
-			r.error = "out of memory";
-		}
-		break;
+	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER: {
+		/* built in slices (snapkvd_admin_step), the status at the end */
+		struct snapkvd_ledger_view v = ledger_view(srv, s, req);
+
+		snapkv__v1__admin_request__free_unpacked(req, NULL);
+		*ret_a = calloc(1, sizeof(**ret_a));
+		if (!*ret_a)
+			return -ENOMEM;
+		snapkvd_ledger_cursor_init(&(*ret_a)->cur, &v);
+		return 0;
+	}
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_METRICS:
-		/* the caller's own tenant lines are filtered below */
-		text = snapkvd_admin_metrics_text(srv, SNAPKVD_METRICS_TENANTS_ALL);
-		if (text && !view.all)
-			own_tenant_lines(text, s->tenant ? snapkvd_tenant_name(s->tenant) : "");
-		if (!text) {
-			r.status = -ENOMEM;
-			r.error = "out of memory";
-		}
-		r.text = text ? text : "";
+		answer_metrics(srv, s, &r, &text);
 		break;
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE:
 	case SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_PRESSURE_SET:
@@ -426,10 +497,85 @@ int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_sessio
 		r.error = "unknown admin request";
 		break;
 	}
+	fill_status(srv, &r);
+	Snapkv__V1__DeviceStatus ds[SNAPKVD_DEVICES_MAX], *dp[SNAPKVD_DEVICES_MAX];
+	fill_devices(srv, &r, ds, dp);
 	e = pack(&r, ret_buf, ret_len);
 	snapkv__v1__admin_request__free_unpacked(req, NULL);
-	snapkvd_ledger_reply_free(&lbuf);
 	free(text);
 	free(pb);
 	return e;
+}
+
+/* The rest of the reply packed, the slices' caches after it. */
+static int pack_page(struct snapkvd_server *srv, struct snapkvd_admin_answer *a, uint8_t **ret_buf,
+		     size_t *ret_len)
+{
+	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
+	struct snapkvd_ledger_buf lbuf;
+	size_t n;
+	uint8_t *buf;
+
+	Snapkv__V1__DeviceStatus ds[SNAPKVD_DEVICES_MAX], *dp[SNAPKVD_DEVICES_MAX];
+
+	reply_init(srv, &r);
+	fill_status(srv, &r);
+	fill_devices(srv, &r, ds, dp); /* per-device totals with every ledger page */
+	if (snapkvd_ledger_finish(srv, &r, &lbuf, &a->cur) < 0)
+		return -ENOMEM;
+	n = snapkv__v1__admin_reply__get_packed_size(&r);
+	if (n + a->cur.len > SKV_FRAME_MAX_PAYLOAD) {
+		snapkvd_ledger_reply_free(&lbuf);
+		memset(&r, 0, sizeof(r));
+		snapkv__v1__admin_reply__init(&r);
+		r.status = -EMSGSIZE;
+		r.error = "reply too large";
+		return pack(&r, ret_buf, ret_len);
+	}
+	buf = malloc(n + a->cur.len ? n + a->cur.len : 1);
+	if (buf) {
+		snapkv__v1__admin_reply__pack(&r, buf);
+		if (a->cur.len)
+			memcpy(buf + n, a->cur.bytes, a->cur.len);
+	}
+	snapkvd_ledger_reply_free(&lbuf);
+	if (!buf)
+		return -ENOMEM;
+	*ret_buf = buf;
+	*ret_len = n + a->cur.len;
+	return 0;
+}
+
+int snapkvd_admin_step(struct snapkvd_server *srv, struct snapkvd_admin_answer *a, unsigned max,
+		       unsigned *ret_built, uint8_t **ret_buf, size_t *ret_len)
+{
+	int n = snapkvd_ledger_slice(srv, &a->cur, max);
+
+	*ret_built = n > 0 ? (unsigned)n : 0;
+	if (n < 0)
+		return n;
+	if (!a->cur.done)
+		return 0;
+	n = pack_page(srv, a, ret_buf, ret_len);
+	return n < 0 ? n : 1;
+}
+
+void snapkvd_admin_answer_free(struct snapkvd_admin_answer *a)
+{
+	if (!a)
+		return;
+	snapkvd_ledger_cursor_fini(&a->cur);
+	free(a);
+}
+
+int snapkvd_admin_refusal(struct snapkvd_server *srv, int status, const char *err,
+			  uint32_t retry_ms, uint8_t **ret_buf, size_t *ret_len)
+{
+	Snapkv__V1__AdminReply r = SNAPKV__V1__ADMIN_REPLY__INIT;
+
+	reply_init(srv, &r);
+	r.status = status;
+	r.error = (char *)err;
+	r.retry_after_ms = retry_ms;
+	return pack(&r, ret_buf, ret_len);
 }

@@ -169,7 +169,7 @@ int snapkvd_buffer_cuda_new(struct snapkvd_device *d, uint64_t session_id, uint6
 	e = cuda_check(d, m, fd, max_bytes, err, errlen);
 	if (e == 0)
 		e = snapkvd_device_import(d, session_id, key, vmm ? fd : -1, m->size, m->ipc_handle,
-					  &imp, err, errlen);
+					  m->device, &imp, err, errlen);
 	if (e == 0 && (off > imp.size || m->size > imp.size - off)) {
 		snprintf(err, errlen, "[%llu, +%llu) is outside the allocation (%llu bytes)",
 			 (unsigned long long)off, (unsigned long long)m->size,
@@ -185,7 +185,7 @@ int snapkvd_buffer_cuda_new(struct snapkvd_device *d, uint64_t session_id, uint6
 		close(fd);
 	if (e < 0) {
 		if (imp.imp)
-			snapkvd_device_import_release(d, imp.imp);
+			snapkvd_device_import_release(d, &imp);
 		return e;
 	}
 	b->map = imp.ptr + off;
@@ -193,15 +193,18 @@ int snapkvd_buffer_cuda_new(struct snapkvd_device *d, uint64_t session_id, uint6
 	b->generation = m->generation;
 	b->imp = imp.imp;
 	b->device = d;
+	b->gpu = imp.gpu;
+	b->imp_size = imp.size;
 	b->transport = imp.transport;
 	b->refs = 1;
 	b->regs = 1;
 	b->kind = m->kind;
 	b->ipc_off = off;
 	log_info("session %llu: %s buffer, generation %llu, %llu bytes (engine device %d), "
-		 "imported; %u CUDA imports live",
+		 "imported on device %d; %u CUDA imports live",
 		 (unsigned long long)session_id, b->transport, (unsigned long long)b->generation,
-		 (unsigned long long)b->size, m->device, snapkvd_device_imports(d));
+		 (unsigned long long)b->size, m->device, snapkvd_device_ordinal(d, b->gpu),
+		 snapkvd_device_imports(d));
 	*ret = b;
 	return 0;
 }
@@ -212,7 +215,9 @@ void snapkvd_buffer_unref(struct snapkvd_buffer *b)
 		return;
 	if (b->imp) {
 		/* the plugin synchronises the device before the last reference unmaps */
-		snapkvd_device_import_release(b->device, b->imp);
+		struct snapkvd_import imp = {.imp = b->imp, .gpu = b->gpu, .size = b->imp_size};
+
+		snapkvd_device_import_release(b->device, &imp);
 		log_info("%s buffer, generation %llu, released; %u CUDA imports live", b->transport,
 			 (unsigned long long)b->generation, snapkvd_device_imports(b->device));
 	} else if (b->map) {

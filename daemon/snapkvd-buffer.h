@@ -36,6 +36,8 @@ struct snapkvd_buffer {
 	/* CUDA buffers: the device's import, dropped with the last reference */
 	void *imp;
 	struct snapkvd_device *device; /* imp != NULL */
+	unsigned gpu;		       /* imp != NULL: index of the device holding it */
+	uint64_t imp_size;	       /* imp != NULL: the imported allocation's bytes */
 	const char *transport;	       /* "memfd", "cuda-vmm-fd", "cuda-ipc" */
 	int kind;		       /* Snapkv__V1__BufferKind of a CUDA buffer */
 	uint64_t ipc_off;	       /* CUDA_IPC: offset in the allocation */
@@ -78,7 +80,7 @@ struct snapkvd_buffer_cuda {
 	uint64_t size, offset, generation;
 	const void *ipc_handle;
 	size_t ipc_handle_len;
-	int device; /* the engine's, for the log */
+	int device; /* the engine's ordinal, for messages (the import asks the memory) */
 };
 /*
  * Import a CUDA buffer on the device, keyed by (session_id, key); fd (or

@@ -122,6 +122,8 @@ void snapkvd_cache_free(struct snapkvd_cache *c)
 	free(c->layer_mass);
 	free(c->layer_kept);
 	free(c->tallied);
+	free(c->wb_table);
+	free(c->wb_pools);
 	free(c);
 }
 

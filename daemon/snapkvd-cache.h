@@ -60,6 +60,8 @@ struct snapkvd_cache {
 	int pressure_level;	   /* snapkvd_pressure_level at admission */
 	char transport[48];	   /* of its inputs: "memfd", "cuda-vmm-fd+cuda-ipc", ... */
 	bool gpu_kv;		   /* K/V in the session's GPU arena (positions stay on host) */
+	unsigned gpu;		   /* --backend cuda: the device its compaction ran on (index) */
+	int device_ordinal;	   /* and its CUDA ordinal (-1: host backend), for the ledger */
 	/* PAGED: slots per block, blocks per (layer, K/V) (arena: the run's;
 	 * writeback: the destination table's), elements between blocks, bytes of
 	 * each arena run. writeback: K/V in the engine's buffer (k_off/v_off are
@@ -70,6 +72,16 @@ struct snapkvd_cache {
 	uint64_t run_bytes;
 	bool writeback;
 	uint64_t out_buffer_id;
+	/* writeback: the first in_place_blocks of its n_blocks are the input's
+	 * blocks in place (never written by the daemon); wb_table the n_blocks
+	 * entries (SKV_BLOCK_IN_PLACE for those), wb_pools the buffer ids of
+	 * each layer's K and V pool [2 * layers] (a GROW's new blocks are
+	 * checked against them); max_decode the declared most appended tokens
+	 * (0: none), see snapkvd_cache_decode_limit() */
+	uint32_t in_place_blocks;
+	int32_t *wb_table;
+	uint64_t *wb_pools;
+	uint32_t max_decode;
 	/* Budget modes (SPEC.md "Budgets beyond one C"). budgeted: the request
 	 * named a mode other than uniform or a fallback; then hkept holds the
 	 * rows each (layer, head) kept, [layers * h_store], c_star the mass
@@ -204,6 +216,20 @@ void snapkvd_cache_freep(struct snapkvd_cache **c);
 
 /* Fill layer_mass and layer_kept from mass and the kept counts. */
 void snapkvd_cache_summarise(struct snapkvd_cache *c);
+
+/*
+ * The most tokens c may have appended (g): its decode slots (slots - kept),
+ * or for a writeback cache the declared max_decode when larger. The ledger
+ * counts the cache at kept + this many slots per head; a writeback cache's
+ * decode slots past `slots` have no position rows (slot kept + i holds
+ * position L + i).
+ */
+static inline uint32_t snapkvd_cache_decode_limit(const struct snapkvd_cache *c)
+{
+	uint32_t r = c->slots - c->kept;
+
+	return c->writeback && c->max_decode > r ? c->max_decode : r;
+}
 
 /* Rows (layer l, head h) kept: hkept for a budgeted cache, else kept. */
 uint32_t snapkvd_cache_head_kept(const struct snapkvd_cache *c, uint32_t l, uint32_t h);

@@ -9,6 +9,10 @@
  * using every thread: the lowest latency per request. Results do not depend
  * on the thread count (the kernels reduce in a fixed order), so which worker
  * ran a job never shows in its output.
+ *
+ * On a runner with one stream per device (CUDA), there is one worker per
+ * device, and each takes only its device's jobs (j->gpu): one FIFO queue
+ * per device, interleaved in one list.
  */
 #include "snapkvd-compactor.h"
 
@@ -29,6 +33,7 @@
 struct snapkvd_worker {
 	struct snapkvd_compactor *c;
 	struct snapkvd_runner_ctx *x;
+	int gpu; /* the device whose jobs it takes (an index); -1: any */
 	pthread_t thread;
 	bool started;
 };
@@ -127,8 +132,25 @@ static void route_released(struct snapkvd_compactor *c, struct snapkvd_job *list
 			c->queue_tail = &j->next;
 		c->queue = j;
 		c->queued++;
-		pthread_cond_signal(&c->cond);
+		pthread_cond_broadcast(&c->cond); /* its device's worker, whichever */
 	}
+}
+
+/* The first queued job worker w takes (c->mu held), off the queue; NULL: none. */
+static struct snapkvd_job *take(struct snapkvd_compactor *c, const struct snapkvd_worker *w)
+{
+	for (struct snapkvd_job **pp = &c->queue; *pp; pp = &(*pp)->next) {
+		struct snapkvd_job *j = *pp;
+
+		if (w->gpu >= 0 && j->gpu != (unsigned)w->gpu)
+			continue;
+		*pp = j->next;
+		if (c->queue_tail == &j->next)
+			c->queue_tail = pp;
+		c->queued--;
+		return j;
+	}
+	return NULL;
 }
 
 static void *worker(void *arg)
@@ -140,15 +162,10 @@ static void *worker(void *arg)
 	for (;;) {
 		struct snapkvd_job *j;
 
-		while (!c->queue && !c->stop)
+		while (!(j = take(c, w)) && !c->stop)
 			pthread_cond_wait(&c->cond, &c->mu);
-		if (!c->queue)
-			break; /* stop, and every queued job taken: drain is complete */
-		j = c->queue;
-		c->queue = j->next;
-		if (!c->queue)
-			c->queue_tail = &c->queue;
-		c->queued--;
+		if (!j)
+			break; /* stop, and every job of its device taken: drain is complete */
 		pthread_mutex_unlock(&c->mu);
 		bool first_step = j->kind == SNAPKVD_JOB_COMPACT && j->gm.group && !j->gm.decided;
 		run_job(w, j);
@@ -180,16 +197,20 @@ static unsigned default_workers(unsigned threads)
 	return n < 1 ? 1 : n > 4 ? 4 : n;
 }
 
-static int start_workers(struct snapkvd_compactor *c, unsigned total, struct skv_error *err)
+static int start_workers(struct snapkvd_compactor *c, unsigned total, unsigned n_dev,
+			 struct skv_error *err)
 {
 	unsigned workers = c->n_workers;
 	int r;
 
 	for (unsigned i = 0; i < workers; i++) {
 		c->w[i].c = c;
+		/* a stream per device: worker i is device i's */
+		c->w[i].gpu = c->runner->ops->max_workers ? (int)(i % n_dev) : -1;
 		/* the remainder goes to the first workers: w[0] has the most */
 		r = c->runner->ops->ctx_new(c->runner, total / workers + (i < total % workers),
-					    &c->w[i].x, err);
+					    c->w[i].gpu < 0 ? 0 : (unsigned)c->w[i].gpu, &c->w[i].x,
+					    err);
 		if (r < 0)
 			return r;
 	}
@@ -207,7 +228,8 @@ int snapkvd_compactor_new(struct snapkvd_runner *runner, unsigned threads, unsig
 {
 	struct snapkvd_compactor *c = calloc(1, sizeof(*c));
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned total, max = runner->ops->max_workers;
+	unsigned n_dev = snapkvd_device_count(runner->dev) ? snapkvd_device_count(runner->dev) : 1;
+	unsigned total, max = runner->ops->max_workers * n_dev;
 	int r;
 
 	if (!c)
@@ -222,14 +244,24 @@ int snapkvd_compactor_new(struct snapkvd_runner *runner, unsigned threads, unsig
 	 * clamped without a word; the default is only ever lowered */
 	if (max && workers > max) {
 		snprintf(err->msg, sizeof(err->msg),
-			 "workers = %u is over the %s backend's maximum of %u (one stream)",
-			 workers, snapkvd_device_backend(runner->dev), max);
+			 "workers = %u is over the %s backend's maximum of %u (one stream per "
+			 "device, %u device%s)",
+			 workers, snapkvd_device_backend(runner->dev), max, n_dev,
+			 n_dev > 1 ? "s" : "");
+		r = -EINVAL;
+		goto fail;
+	}
+	if (max && workers && workers < n_dev) {
+		snprintf(err->msg, sizeof(err->msg),
+			 "workers = %u is below the %s backend's one worker per device (%u "
+			 "devices)",
+			 workers, snapkvd_device_backend(runner->dev), n_dev);
 		r = -EINVAL;
 		goto fail;
 	}
 	if (!workers)
 		workers = default_workers(total);
-	if (max && workers > max)
+	if (max) /* one per device, whatever the default says */
 		workers = max;
 	if (workers > total) /* asked for explicitly: every worker gets one thread */
 		total = workers;
@@ -239,7 +271,7 @@ int snapkvd_compactor_new(struct snapkvd_runner *runner, unsigned threads, unsig
 		goto fail;
 	}
 	c->n_workers = workers;
-	r = start_workers(c, total, err);
+	r = start_workers(c, total, n_dev, err);
 	if (r < 0)
 		goto fail;
 	*ret = c;
@@ -280,7 +312,7 @@ void snapkvd_compactor_submit(struct snapkvd_compactor *c, struct snapkvd_job *j
 	c->queue_tail = &j->next;
 	c->pending++;
 	c->queued++;
-	pthread_cond_signal(&c->cond);
+	pthread_cond_broadcast(&c->cond); /* its device's worker, whichever */
 	pthread_mutex_unlock(&c->mu);
 }
 

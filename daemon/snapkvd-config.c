@@ -4,7 +4,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -58,6 +57,17 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_mapped_bytes = 16ull << 40;
 	c->max_request_macs = 1ull << 44;
 	c->max_request_bytes = 256ull << 30;
+	c->max_session_pools = 16;
+	c->max_block_table = 1u << 22; /* 4M entries: a 4M-token page-size-1 prompt */
+	/* admin answers (issue 20): a ledger page in slices of 32 caches, and
+	 * what one poller may ask (a full page is 512 caches) */
+	c->admin_slice_caches = 32;
+	c->admin_session_rate = 20;
+	c->admin_session_burst = 40;
+	c->admin_tenant_rate = 20;
+	c->admin_tenant_burst = 40;
+	c->admin_root_rate = 100;
+	c->admin_root_burst = 200;
 	c->max_buffers = 256;
 	c->max_caches = 4096;
 	c->max_layers = 1024;
@@ -65,6 +75,7 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_head_dim = 1024;
 	c->max_prompt_len = 1u << 21;
 	c->max_reserve = 1u << 20;
+	c->max_decode = 1u << 20;
 	c->sq_entries = 64;
 	c->slot_bytes = 64 * 1024;
 	c->poll_idle_us = 50;
@@ -78,23 +89,8 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->http.max_request = 8192;
 	c->http.max_connections = 16;
 	c->http.timeout_ms = 10000;
+	c->http.cache_ms = 1000;
 	c->http.tenants = SNAPKVD_METRICS_TENANTS_AGGREGATE;
-}
-
-/* ------------------------------------------- the pressure policy's keys */
-
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
 }
 
 void snapkvd_policy_config_init(struct snapkvd_policy_config *c)
@@ -106,148 +102,300 @@ void snapkvd_policy_config_init(struct snapkvd_policy_config *c)
 	c->hook_ledger_max_caches = 4096;
 }
 
-static int set_path(char *dst, size_t cap, const char *v, const char *key, char *err, size_t errlen)
+/* ------------------------------------------------------------ the table */
+
+/*
+ * Every key, the pressure policy's too, is one row: its name, its value
+ * type (snapkvd-value.c: the parser and the dump), where its field is (in
+ * struct snapkvd_config, or in struct snapkvd_policy_config, which
+ * snapkvctl's runtime changes set on their own), the bounds and the words
+ * the type checks against, and whether a SIGHUP reload applies it (RESTART:
+ * the running value is kept and the reload says so,
+ * snapkvd_config_keep_running()). The rows are in the order of
+ * systemd/snapkvd.conf, the order --check-config prints them in.
+ */
+enum where { IN_DAEMON, IN_POLICY };
+struct key {
+	const char *name;
+	const struct snapkvd_value_type *type;
+	enum where in;
+	size_t off;
+	struct snapkvd_value_spec spec;
+	bool reloadable;
+};
+
+#define RELOAD	  true
+#define RESTART	  false
+#define D_OFF(m)  offsetof(struct snapkvd_config, m)
+#define P_OFF(m)  offsetof(struct snapkvd_policy_config, m)
+#define D_SIZE(m) sizeof(((struct snapkvd_config *)0)->m)
+#define P_SIZE(m) sizeof(((struct snapkvd_policy_config *)0)->m)
+/* an unsigned in lo..hi, a size in lo..hi, in the daemon's struct */
+#define UINT(n, l, h, rl)                                                                          \
+	{                                                                                          \
+#n, &snapkvd_value_uint_type, IN_DAEMON, D_OFF(n),                                 \
+		    {.lo = l, .hi = h, .size = D_SIZE(n) }, rl                                     \
+	}
+#define SIZE(n, l, rl)                                                                             \
+	{                                                                                          \
+#n, &snapkvd_value_size_type, IN_DAEMON, D_OFF(n),                                 \
+		    {.lo = l, .hi = UINT64_MAX, .size = D_SIZE(n) }, rl                            \
+	}
+#define IDS(n)                                                                                     \
+	{                                                                                          \
+#n, &snapkvd_value_ids_type, IN_DAEMON, D_OFF(n),                                  \
+		    {.size = D_SIZE(n), .count = D_OFF(n_##n) - D_OFF(n) }, RELOAD                 \
+	}
+/* the same in the pressure policy's struct, named by key and field */
+#define P_UINT(k, m, l, h)                                                                         \
+	{                                                                                          \
+		k, &snapkvd_value_uint_type, IN_POLICY, P_OFF(m),                                  \
+		    {.lo = l, .hi = h, .size = P_SIZE(m)}, RELOAD                                  \
+	}
+#define P_TYPE(k, t, m)                                                                            \
+	{                                                                                          \
+		k, &snapkvd_value_##t##_type, IN_POLICY, P_OFF(m), {.size = P_SIZE(m)}, RELOAD     \
+	}
+
+static const char *const backends[] = {"host", "cuda", NULL};
+/* metrics_http_tenants, indexed by enum snapkvd_metrics_tenants */
+static const char *const http_tenants[] = {"all", "aggregate", "none", NULL};
+
+/* metrics_listen's field: listen, addr and addr_len, the first of http */
+_Static_assert(offsetof(struct snapkvd_http_config, listen) == 0 &&
+		   offsetof(struct snapkvd_http_config, addr_len) <
+		       offsetof(struct snapkvd_http_config, max_request),
+	       "metrics_listen's field is the start of struct snapkvd_http_config");
+
+static const struct key keys[] = {
+    {"socket",
+     &snapkvd_value_path_type,
+     IN_DAEMON,
+     D_OFF(socket_path),
+     {.lo = 1,
+      .size = D_SIZE(socket_path),
+      .expect = "socket must be an absolute path shorter than 108 bytes"},
+     RESTART},
+    {"backend",
+     &snapkvd_value_word_type,
+     IN_DAEMON,
+     D_OFF(backend),
+     {.size = D_SIZE(backend), .names = backends, .expect = "backend must be host or cuda"},
+     RESTART},
+    /* --backend cuda: the devices opened (all: every one visible) */
+    {"devices",
+     &snapkvd_value_devices_type,
+     IN_DAEMON,
+     D_OFF(devices),
+     {.size = D_SIZE(devices), .count = D_OFF(n_devices) - D_OFF(devices)},
+     RESTART},
+    SIZE(pool_bytes, 1 << 20, RELOAD),
+    SIZE(session_arena_bytes, 1 << 20, RESTART),
+    SIZE(arena_cache_bytes, 0, RELOAD),
+    SIZE(tenant_quota_bytes, 0, RELOAD),
+    SIZE(max_buffer_bytes, 4096, RELOAD),
+    SIZE(max_scratch_bytes, 0, RELOAD),
+    SIZE(max_tenant_mapped_bytes, 4096, RELOAD),
+    SIZE(max_mapped_bytes, 4096, RELOAD),
+    SIZE(max_request_macs, 1 << 20, RELOAD),
+    SIZE(max_request_bytes, 1 << 20, RELOAD),
+    IDS(allow_uids),
+    IDS(allow_gids),
+    IDS(admin_uids),
+    UINT(threads, 0, 1024, RESTART),
+    UINT(max_sessions, 1, 65536, RELOAD),
+    UINT(max_buffers, 1, 65536, RELOAD),
+    UINT(max_caches, 1, 1u << 20, RELOAD),
+    UINT(max_layers, 1, 4096, RELOAD),
+    UINT(max_heads, 1, 4096, RELOAD),
+    UINT(max_head_dim, 1, 4096, RELOAD),
+    UINT(max_prompt_len, 1, 1u << 24, RELOAD),
+    UINT(max_reserve, 0, 1u << 24, RELOAD),
+    UINT(max_decode, 0, 1u << 24, RELOAD),
+    /* the ring's indices are masked: a power of two */
+    {"sq_entries",
+     &snapkvd_value_uint_type,
+     IN_DAEMON,
+     D_OFF(sq_entries),
+     {.lo = 2, .hi = 4096, .pow2 = true, .size = D_SIZE(sq_entries)},
+     RESTART},
+    /* argument slots start on cache lines */
+    {"slot_bytes",
+     &snapkvd_value_uint_type,
+     IN_DAEMON,
+     D_OFF(slot_bytes),
+     {.lo = 4096, .hi = 1u << 20, .multiple = 64, .size = D_SIZE(slot_bytes)},
+     RESTART},
+    UINT(poll_idle_us, 0, 1000000, RELOAD),
+    UINT(watchdog_ms, 10, 60000, RELOAD),
+    UINT(workers, 0, 64, RESTART),
+    UINT(prefill_wait_max_ms, 1, 600000, RELOAD),
+    UINT(max_sessions_per_tenant, 1, 65536, RELOAD),
+    UINT(max_admin_sessions, 1, 4096, RELOAD),
+    UINT(max_handshakes, 1, 65536, RELOAD),
+    UINT(hello_timeout_ms, 100, 60000, RELOAD),
+    UINT(max_tenant_buffers, 1, 1u << 20, RELOAD),
+    UINT(max_group_size, 1, 4096, RELOAD),
+    UINT(min_window, 1, 1u << 22, RELOAD),
+    UINT(group_timeout_ms, 1, 3600000, RELOAD),
+    UINT(max_group_timeout_ms, 1, 3600000, RELOAD),
+    UINT(max_tenant_groups, 1, 65536, RELOAD),
+    /* registered KV pools and block tables (snapkvd-kvpool.h) */
+    UINT(max_session_pools, 1, 4096, RELOAD),
+    UINT(max_block_table, 1, 1u << 28, RELOAD),
+    /* admin answers: slices and rate limits (snapkvd-adminq.h) */
+    UINT(admin_slice_caches, 1, 4096, RELOAD),
+    UINT(admin_session_rate, 0, 1000000, RELOAD),
+    UINT(admin_session_burst, 1, 1000000, RELOAD),
+    UINT(admin_tenant_rate, 0, 1000000, RELOAD),
+    UINT(admin_tenant_burst, 1, 1000000, RELOAD),
+    UINT(admin_root_rate, 0, 1000000, RELOAD),
+    UINT(admin_root_burst, 1, 1000000, RELOAD),
+    {"log_level",
+     &snapkvd_value_level_type,
+     IN_DAEMON,
+     D_OFF(log_level),
+     {.size = D_SIZE(log_level)},
+     RELOAD},
+    /* the pressure policy */
+    P_TYPE("pressure_high", watermark, pressure.high_enter),
+    P_TYPE("pressure_high_leave", watermark, pressure.high_leave),
+    P_TYPE("pressure_critical", watermark, pressure.critical_enter),
+    P_TYPE("pressure_critical_leave", watermark, pressure.critical_leave),
+    P_TYPE("pressure_actions", actions, pressure),
+    P_TYPE("pressure_scale_high", fraction, pressure.scale_high),
+    P_TYPE("pressure_scale_critical", fraction, pressure.scale_critical),
+    P_TYPE("pressure_guaranteed_share", fraction, pressure.guaranteed_share),
+    P_UINT("pressure_min_dwell_ms", pressure.min_dwell_ms, 0, 3600 * 1000),
+    P_TYPE("hook_dir", path, hook_dir),
+    P_UINT("hook_timeout_ms", hooks.timeout_ms, 1, 3600 * 1000),
+    P_UINT("hook_max", hooks.max_hooks, 1, SNAPKVD_HOOKS_MAX_LIMIT),
+    {"hook_max_output",
+     &snapkvd_value_size_type,
+     IN_POLICY,
+     P_OFF(hooks.max_output),
+     {.hi = SNAPKVD_HOOK_OUTPUT_LIMIT, .size = P_SIZE(hooks.max_output)},
+     RELOAD},
+    P_TYPE("hook_ledger_json", path, hook_ledger_json),
+    P_UINT("hook_ledger_max_caches", hook_ledger_max_caches, 1, 1u << 20),
+    {"tenant_quota",
+     &snapkvd_value_quota_type,
+     IN_POLICY,
+     P_OFF(quotas),
+     {.size = P_SIZE(quotas), .count = P_OFF(n_quotas) - P_OFF(quotas)},
+     RELOAD},
+    P_TYPE("metrics_textfile", path, metrics_textfile),
+    P_UINT("metrics_interval_s", metrics_interval_s, 1, 86400),
+    /* the Prometheus listener (snapkvd-http.h): bound at start-up */
+    {"metrics_listen",
+     &snapkvd_value_listen_type,
+     IN_DAEMON,
+     D_OFF(http),
+     {.size = offsetof(struct snapkvd_http_config, max_request)},
+     RESTART},
+    {"metrics_http_max_request",
+     &snapkvd_value_size_type,
+     IN_DAEMON,
+     D_OFF(http.max_request),
+     {.lo = 256, .hi = 65536, .size = D_SIZE(http.max_request)},
+     RESTART},
+    {"metrics_http_tenants",
+     &snapkvd_value_choice_type,
+     IN_DAEMON,
+     D_OFF(http.tenants),
+     {.size = D_SIZE(http.tenants),
+      .names = http_tenants,
+      .expect = "metrics_http_tenants must be none, aggregate or all"},
+     RESTART},
+    {"metrics_http_max_connections",
+     &snapkvd_value_uint_type,
+     IN_DAEMON,
+     D_OFF(http.max_connections),
+     {.lo = 1, .hi = 1024, .size = D_SIZE(http.max_connections)},
+     RESTART},
+    {"metrics_http_timeout_ms",
+     &snapkvd_value_uint_type,
+     IN_DAEMON,
+     D_OFF(http.timeout_ms),
+     {.lo = 100, .hi = 600000, .size = D_SIZE(http.timeout_ms)},
+     RESTART},
+    {"metrics_http_cache_ms",
+     &snapkvd_value_uint_type,
+     IN_DAEMON,
+     D_OFF(http.cache_ms),
+     {.hi = 60000, .size = D_SIZE(http.cache_ms)},
+     RESTART},
+};
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+static const struct key *find_key(const char *name)
 {
-	if (strlen(v) >= cap)
-		return bad(err, errlen, "%s: path too long", key);
-	if (*v && *v != '/')
-		return bad(err, errlen, "%s: must be an absolute path", key);
-	snprintf(dst, cap, "%s", v);
-	return 0;
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (!strcmp(name, keys[i].name))
+			return &keys[i];
+	return NULL;
 }
 
-/* UID:BYTES[:SHARE] */
-static int parse_quota(struct snapkvd_policy_config *c, const char *v, char *err, size_t errlen)
+static void *field_of(const struct key *k, struct snapkvd_config *c)
 {
-	char buf[128], *uid_s, *bytes_s, *share_s, *save = NULL;
-	struct snapkvd_tenant_quota q = {.guaranteed_share = -1.0};
-	uint32_t uid;
+	return (k->in == IN_POLICY ? (char *)&c->policy : (char *)c) + k->off;
+}
 
-	if (strlen(v) >= sizeof(buf))
-		return bad(err, errlen, "tenant_quota: too long");
-	snprintf(buf, sizeof(buf), "%s", v);
-	uid_s = strtok_r(buf, ":", &save);
-	bytes_s = strtok_r(NULL, ":", &save);
-	share_s = strtok_r(NULL, ":", &save);
-	if (!uid_s || !bytes_s || strtok_r(NULL, ":", &save))
-		return bad(err, errlen, "tenant_quota: expected UID:BYTES[:SHARE], got '%s'", v);
-	if (snapkvd_value_u32(uid_s, 0, UINT32_MAX - 1, &uid) < 0)
-		return bad(err, errlen, "tenant_quota: bad uid '%s'", uid_s);
-	if (snapkvd_parse_size(bytes_s, &q.quota_bytes) < 0)
-		return bad(err, errlen, "tenant_quota: bad size '%s'", bytes_s);
-	if (share_s && snapkvd_value_fraction(share_s, &q.guaranteed_share) < 0)
-		return bad(err, errlen, "tenant_quota: bad share '%s' (0..1 or 0%%..100%%)",
-			   share_s);
-	q.uid = (uid_t)uid;
-	for (unsigned i = 0; i < c->n_quotas; i++) {
-		if (c->quotas[i].uid == q.uid) {
-			c->quotas[i] = q; /* a later line wins, as for every key */
-			return 0;
-		}
-	}
-	if (c->n_quotas == SNAPKVD_POLICY_MAX_TENANT_QUOTAS)
-		return bad(err, errlen, "tenant_quota: at most %d tenants",
-			   SNAPKVD_POLICY_MAX_TENANT_QUOTAS);
-	c->quotas[c->n_quotas++] = q;
-	return 0;
+static const void *cfield_of(const struct key *k, const struct snapkvd_config *c)
+{
+	return (k->in == IN_POLICY ? (const char *)&c->policy : (const char *)c) + k->off;
+}
+
+/* The reason in err (may be NULL), with "prefix: " before it; -EINVAL. */
+static int prefixed(struct skv_error *err, const char *prefix)
+{
+	char why[sizeof(err->msg)];
+
+	if (!err)
+		return -EINVAL;
+	snprintf(why, sizeof(why), "%s", err->msg);
+	return snapkvd_value_fail(err, "%s: %s", prefix, why);
+}
+
+static int set_key(struct snapkvd_config *c, const char *name, const char *v, struct skv_error *err)
+{
+	const struct key *k = find_key(name);
+
+	if (!k)
+		return snapkvd_value_fail(err, "unknown key");
+	/* a file's lines are bounded already; an option's value is not */
+	if (strlen(v) > SNAPKVD_VALUE_MAX)
+		return snapkvd_value_fail(err, "value longer than %d bytes", SNAPKVD_VALUE_MAX);
+	return k->type->parse(v, field_of(k, c), &k->spec, err);
 }
 
 int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, const char *value,
-			      char *err, size_t errlen)
+			      struct skv_error *err)
 {
-	struct snapkvd_pressure_config *p = &c->pressure;
-	struct snapkvd_watermark *wm = NULL;
-	double *frac = NULL;
-	uint32_t u;
-	uint64_t b;
+	const struct key *k;
+	int r;
 
 	if (!key || !value)
-		return -EINVAL;
-	if (strcmp(key, "pressure_high") == 0)
-		wm = &p->high_enter;
-	else if (strcmp(key, "pressure_high_leave") == 0)
-		wm = &p->high_leave;
-	else if (strcmp(key, "pressure_critical") == 0)
-		wm = &p->critical_enter;
-	else if (strcmp(key, "pressure_critical_leave") == 0)
-		wm = &p->critical_leave;
-	if (wm) {
-		if (snapkvd_watermark_parse(value, wm) < 0)
-			return bad(err, errlen, "%s: expected a percentage, a fraction or bytes",
-				   key);
-		return 0;
-	}
-	if (strcmp(key, "pressure_actions") == 0) {
-		if (snapkvd_pressure_order_parse(value, p) < 0)
-			return bad(
-			    err, errlen,
-			    "%s: comma-separated notify, hooks, scale, evict, refuse; each once",
-			    key);
-		return 0;
-	}
-	if (strcmp(key, "pressure_scale_high") == 0)
-		frac = &p->scale_high;
-	else if (strcmp(key, "pressure_scale_critical") == 0)
-		frac = &p->scale_critical;
-	else if (strcmp(key, "pressure_guaranteed_share") == 0)
-		frac = &p->guaranteed_share;
-	if (frac) {
-		if (snapkvd_value_fraction(value, frac) < 0)
-			return bad(err, errlen, "%s: expected 0..1 or 0%%..100%%", key);
-		return 0;
-	}
-	if (strcmp(key, "hook_dir") == 0)
-		return set_path(c->hook_dir, sizeof(c->hook_dir), value, key, err, errlen);
-	if (strcmp(key, "hook_ledger_json") == 0)
-		return set_path(c->hook_ledger_json, sizeof(c->hook_ledger_json), value, key, err,
-				errlen);
-	if (strcmp(key, "hook_ledger_max_caches") == 0) {
-		if (snapkvd_value_u32(value, 1, 1u << 20, &u) < 0)
-			return bad(err, errlen, "%s: 1..1048576", key);
-		c->hook_ledger_max_caches = u;
-		return 0;
-	}
-	if (strcmp(key, "metrics_textfile") == 0)
-		return set_path(c->metrics_textfile, sizeof(c->metrics_textfile), value, key, err,
-				errlen);
-	if (strcmp(key, "pressure_min_dwell_ms") == 0) {
-		if (snapkvd_value_u32(value, 0, 3600 * 1000, &u) < 0)
-			return bad(err, errlen, "%s: 0..3600000", key);
-		p->min_dwell_ms = u;
-		return 0;
-	}
-	if (strcmp(key, "hook_timeout_ms") == 0) {
-		if (snapkvd_value_u32(value, 1, 3600 * 1000, &u) < 0)
-			return bad(err, errlen, "%s: 1..3600000", key);
-		c->hooks.timeout_ms = u;
-		return 0;
-	}
-	if (strcmp(key, "hook_max") == 0) {
-		if (snapkvd_value_u32(value, 1, SNAPKVD_HOOKS_MAX_LIMIT, &u) < 0)
-			return bad(err, errlen, "%s: 1..%d", key, SNAPKVD_HOOKS_MAX_LIMIT);
-		c->hooks.max_hooks = u;
-		return 0;
-	}
-	if (strcmp(key, "hook_max_output") == 0) {
-		if (snapkvd_parse_size(value, &b) < 0 || b > SNAPKVD_HOOK_OUTPUT_LIMIT)
-			return bad(err, errlen, "%s: 0..%d bytes", key, SNAPKVD_HOOK_OUTPUT_LIMIT);
-		c->hooks.max_output = (uint32_t)b;
-		return 0;
-	}
-	if (strcmp(key, "metrics_interval_s") == 0) {
-		if (snapkvd_value_u32(value, 1, 86400, &u) < 0)
-			return bad(err, errlen, "%s: 1..86400", key);
-		c->metrics_interval_s = u;
-		return 0;
-	}
-	if (strcmp(key, "tenant_quota") == 0)
-		return parse_quota(c, value, err, errlen);
-	return -ENOENT;
+		return snapkvd_value_fail(err, "no key or no value");
+	k = find_key(key);
+	if (!k || k->in != IN_POLICY)
+		return -ENOENT;
+	r = strlen(value) > SNAPKVD_VALUE_MAX
+		? snapkvd_value_fail(err, "value longer than %d bytes", SNAPKVD_VALUE_MAX)
+		: k->type->parse(value, (char *)c + k->off, &k->spec, err);
+	if (r < 0)
+		prefixed(err, key);
+	return r;
 }
 
-int snapkvd_policy_config_check(const struct snapkvd_policy_config *c, char *err, size_t errlen)
+int snapkvd_policy_config_check(const struct snapkvd_policy_config *c, struct skv_error *err)
 {
-	return snapkvd_pressure_config_check(&c->pressure, err, errlen);
+	char why[sizeof(err->msg)] = "";
+	int r = snapkvd_pressure_config_check(&c->pressure, why, sizeof(why));
+
+	if (r < 0)
+		snapkvd_value_fail(err, "%s", why);
+	return r;
 }
 
 const struct snapkvd_tenant_quota *
@@ -259,238 +407,7 @@ snapkvd_policy_config_quota(const struct snapkvd_policy_config *c, uid_t uid)
 	return NULL;
 }
 
-/* ------------------------------------------------------ the daemon's keys */
-
-/*
- * One table of every daemon key: its name, the parser that sets it (into
- * the field at `off`, its count at `n_off` for a list), the bounds the
- * parser checks, and which part of --check-config's dump it belongs to.
- * The pressure policy's keys (pressure_*, hook_*, metrics_textfile,
- * metrics_interval_s, tenant_quota) are snapkvd_policy_config_set()'s, as
- * snapkvctl's runtime changes set them on their own.
- */
-struct key;
-typedef int key_set_fn(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-		       size_t whylen);
-enum key_dump { DUMP_UINT, DUMP_SIZE, DUMP_HTTP_UINT, DUMP_OWN };
-struct key {
-	const char *name;
-	key_set_fn *set;
-	size_t off, n_off;
-	uint64_t lo, hi;
-	enum key_dump dump;
-};
-
-/* An integer in the key's bounds, and for sq_entries (the ring's masks) a
- * power of two, for slot_bytes (cache-line aligned slots) a multiple of 64. */
-static int set_uint(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-		    size_t whylen)
-{
-	unsigned x;
-
-	if (snapkvd_value_uint(v, (unsigned)k->lo, (unsigned)k->hi, &x) < 0) {
-		snprintf(why, whylen, "not an integer in %u..%u", (unsigned)k->lo, (unsigned)k->hi);
-		return -EINVAL;
-	}
-	if (k->off == offsetof(struct snapkvd_config, sq_entries) && (x & (x - 1))) {
-		snprintf(why, whylen, "not a power of two");
-		return -EINVAL;
-	}
-	if (k->off == offsetof(struct snapkvd_config, slot_bytes) && x % 64) {
-		snprintf(why, whylen, "not a multiple of 64");
-		return -EINVAL;
-	}
-	*(unsigned *)((char *)c + k->off) = x;
-	return 0;
-}
-
-static int set_size(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-		    size_t whylen)
-{
-	char lo[24], hi[24];
-	uint64_t x;
-
-	snapkvd_value_fmt_size(k->lo, lo, sizeof(lo));
-	snapkvd_value_fmt_size(k->hi, hi, sizeof(hi));
-	if (snapkvd_parse_size(v, &x) < 0) {
-		snprintf(why, whylen, "not a size (4096, 64K, 1M, 2G; at least %s)", lo);
-		return -EINVAL;
-	}
-	if (x < k->lo || x > k->hi) {
-		if (k->hi == UINT64_MAX)
-			snprintf(why, whylen, "%s is below the minimum %s (%llu bytes)", v, lo,
-				 (unsigned long long)k->lo);
-		else
-			snprintf(why, whylen, "%s is outside %s..%s (%llu..%llu bytes)", v, lo, hi,
-				 (unsigned long long)k->lo, (unsigned long long)k->hi);
-		return -EINVAL;
-	}
-	*(uint64_t *)((char *)c + k->off) = x;
-	return 0;
-}
-
-static int set_listen(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-		      size_t whylen)
-{
-	const char *w = "";
-	int r = snapkvd_value_listen(&c->http, v, &w);
-
-	(void)k;
-	if (r < 0)
-		snprintf(why, whylen, "%s", w);
-	return r;
-}
-
-static int set_socket(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-		      size_t whylen)
-{
-	(void)k;
-	if (*v != '/' || strlen(v) >= sizeof(c->socket_path)) {
-		snprintf(why, whylen, "socket must be an absolute path shorter than 108 bytes");
-		return -EINVAL;
-	}
-	snprintf(c->socket_path, sizeof(c->socket_path), "%s", v);
-	return 0;
-}
-
-static int set_backend(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-		       size_t whylen)
-{
-	(void)k;
-	if (strcmp(v, "host") && strcmp(v, "cuda")) {
-		snprintf(why, whylen, "backend must be host or cuda");
-		return -EINVAL;
-	}
-	snprintf(c->backend, sizeof(c->backend), "%s", v);
-	return 0;
-}
-
-static int set_log_level(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-			 size_t whylen)
-{
-	int r = snapkvd_log_parse_level(v);
-
-	(void)k;
-	if (r < 0) {
-		snprintf(why, whylen, "log_level must be error, warning, notice, info or debug");
-		return r;
-	}
-	c->log_level = r;
-	return 0;
-}
-
-/* metrics_http_tenants, indexed by enum snapkvd_metrics_tenants */
-static const char *const http_tenants[] = {"all", "aggregate", "none"};
-
-static int set_http_tenants(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-			    size_t whylen)
-{
-	(void)k;
-	for (int i = 0; i < (int)(sizeof(http_tenants) / sizeof(http_tenants[0])); i++)
-		if (!strcmp(v, http_tenants[i])) {
-			c->http.tenants = i;
-			return 0;
-		}
-	snprintf(why, whylen, "metrics_http_tenants must be none, aggregate or all");
-	return -EINVAL;
-}
-
-static int set_ids(struct snapkvd_config *c, const struct key *k, const char *v, char *why,
-		   size_t whylen)
-{
-	if (snapkvd_value_idlist(v, (unsigned *)((char *)c + k->n_off),
-				 (uint32_t *)((char *)c + k->off)) < 0) {
-		snprintf(why, whylen,
-			 "expected up to 64 numeric ids separated by spaces or commas");
-		return -EINVAL;
-	}
-	return 0;
-}
-
-#define OFF(n) offsetof(struct snapkvd_config, n)
-#define U(n, lo, hi)                                                                               \
-	{                                                                                          \
-#n, set_uint, OFF(n), 0, lo, hi, DUMP_UINT                                         \
-	}
-#define S(n, lo)                                                                                   \
-	{                                                                                          \
-#n, set_size, OFF(n), 0, lo, UINT64_MAX, DUMP_SIZE                                 \
-	}
-#define IDS(n)                                                                                     \
-	{                                                                                          \
-#n, set_ids, OFF(n), OFF(n_##n), 0, 0, DUMP_OWN                                    \
-	}
-#define OWN(n, fn)                                                                                 \
-	{                                                                                          \
-#n, fn, 0, 0, 0, 0, DUMP_OWN                                                       \
-	}
-static const struct key keys[] = {
-    U(threads, 0, 1024),
-    U(max_sessions, 1, 65536),
-    U(max_buffers, 1, 65536),
-    U(max_caches, 1, 1u << 20),
-    U(max_layers, 1, 4096),
-    U(max_heads, 1, 4096),
-    U(max_head_dim, 1, 4096),
-    U(max_prompt_len, 1, 1u << 24),
-    U(max_reserve, 0, 1u << 24),
-    U(sq_entries, 2, 4096),
-    U(slot_bytes, 4096, 1u << 20),
-    U(poll_idle_us, 0, 1000000),
-    U(watchdog_ms, 10, 60000),
-    U(workers, 0, 64),
-    U(prefill_wait_max_ms, 1, 600000),
-    U(max_sessions_per_tenant, 1, 65536),
-    U(max_admin_sessions, 1, 4096),
-    U(max_handshakes, 1, 65536),
-    U(hello_timeout_ms, 100, 60000),
-    U(max_tenant_buffers, 1, 1u << 20),
-    U(max_group_size, 1, 4096),
-    U(min_window, 1, 1u << 22),
-    U(group_timeout_ms, 1, 3600000),
-    U(max_group_timeout_ms, 1, 3600000),
-    U(max_tenant_groups, 1, 65536),
-    /* the Prometheus listener's limits (snapkvd-http.h) */
-    {"metrics_http_max_connections", set_uint, OFF(http.max_connections), 0, 1, 1024,
-     DUMP_HTTP_UINT},
-    {"metrics_http_timeout_ms", set_uint, OFF(http.timeout_ms), 0, 100, 600000, DUMP_HTTP_UINT},
-    S(pool_bytes, 1 << 20),
-    S(session_arena_bytes, 1 << 20),
-    S(arena_cache_bytes, 0),
-    S(tenant_quota_bytes, 0),
-    S(max_buffer_bytes, 4096),
-    S(max_scratch_bytes, 0),
-    S(max_tenant_mapped_bytes, 4096),
-    S(max_mapped_bytes, 4096),
-    S(max_request_macs, 1 << 20),
-    S(max_request_bytes, 1 << 20),
-    {"metrics_http_max_request", set_size, OFF(http.max_request), 0, 256, 65536, DUMP_OWN},
-    OWN(metrics_listen, set_listen),
-    OWN(metrics_http_tenants, set_http_tenants),
-    OWN(socket, set_socket),
-    OWN(backend, set_backend),
-    OWN(log_level, set_log_level),
-    IDS(admin_uids),
-    IDS(allow_uids),
-    IDS(allow_gids),
-};
-#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
-
-static int set_key(struct snapkvd_config *c, const char *name, const char *v, char *why,
-		   size_t whylen)
-{
-	int r;
-
-	for (size_t i = 0; i < N_KEYS; i++)
-		if (!strcmp(name, keys[i].name))
-			return keys[i].set(c, &keys[i], v, why, whylen);
-	/* the operations keys (pressure_*, hook_*, metrics_*, tenant_quota) */
-	r = snapkvd_policy_config_set(&c->policy, name, v, why, whylen);
-	if (r != -ENOENT)
-		return r;
-	snprintf(why, whylen, "unknown key");
-	return -EINVAL;
-}
+/* ------------------------------------------------------ the file format */
 
 static char *trim(char *s)
 {
@@ -504,66 +421,67 @@ static char *trim(char *s)
 	return s;
 }
 
-int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len, char *err,
-			 size_t errlen)
+/* One line (NUL-terminated, trimmed or not) into c. */
+static int parse_line(struct snapkvd_config *c, char *line, unsigned lineno, struct skv_error *err)
+{
+	char *l = trim(line), *eq, *k;
+
+	if (!*l || *l == '#' || *l == ';')
+		return 0;
+	eq = strchr(l, '=');
+	if (!eq)
+		return snapkvd_value_fail(err, "line %u: expected key = value", lineno);
+	*eq = 0;
+	k = trim(l);
+	if (set_key(c, k, trim(eq + 1), err) < 0) {
+		char where[64 + 24];
+
+		snprintf(where, sizeof(where), "line %u: %.64s", lineno, k);
+		return prefixed(err, where);
+	}
+	return 0;
+}
+
+int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len,
+			 struct skv_error *err)
 {
 	struct snapkvd_config tmp = *c;
 	char line[SNAPKVD_CONFIG_MAX_LINE + 1];
 	size_t pos = 0;
 	unsigned lineno = 0;
+	int r;
 
 	if (len > SNAPKVD_CONFIG_MAX_BYTES) {
-		snprintf(err, errlen, "config larger than %u bytes", SNAPKVD_CONFIG_MAX_BYTES);
+		snapkvd_value_fail(err, "config larger than %u bytes", SNAPKVD_CONFIG_MAX_BYTES);
 		return -EFBIG;
 	}
 	while (pos < len) {
 		size_t end = pos, n;
-		char *l, *eq, *k, *v;
-		char why[256] = "";
-		int r;
 
 		while (end < len && text[end] != '\n')
 			end++;
 		n = end - pos;
 		lineno++;
-		if (n > SNAPKVD_CONFIG_MAX_LINE) {
-			snprintf(err, errlen, "line %u: longer than %u bytes", lineno,
-				 SNAPKVD_CONFIG_MAX_LINE);
-			return -EINVAL;
-		}
+		if (n > SNAPKVD_CONFIG_MAX_LINE)
+			return snapkvd_value_fail(err, "line %u: longer than %u bytes", lineno,
+						  SNAPKVD_CONFIG_MAX_LINE);
 		memcpy(line, text + pos, n);
 		line[n] = 0;
 		pos = end + 1;
-		if (memchr(line, 0, n)) {
-			snprintf(err, errlen, "line %u: NUL byte", lineno);
-			return -EINVAL;
-		}
-		l = trim(line);
-		if (!*l || *l == '#' || *l == ';')
-			continue;
-		eq = strchr(l, '=');
-		if (!eq) {
-			snprintf(err, errlen, "line %u: expected key = value", lineno);
-			return -EINVAL;
-		}
-		*eq = 0;
-		k = trim(l);
-		v = trim(eq + 1);
-		r = set_key(&tmp, k, v, why, sizeof(why));
-		if (r < 0) {
-			snprintf(err, errlen, "line %u: %s: %s", lineno, k, why);
-			return -EINVAL;
-		}
+		if (memchr(line, 0, n))
+			return snapkvd_value_fail(err, "line %u: NUL byte", lineno);
+		r = parse_line(&tmp, line, lineno, err);
+		if (r < 0)
+			return r;
 	}
-	if (snapkvd_policy_config_check(&tmp.policy, line, sizeof(line)) < 0) {
-		snprintf(err, errlen, "pressure: %s", line);
-		return -EINVAL;
-	}
+	r = snapkvd_policy_config_check(&tmp.policy, err);
+	if (r < 0)
+		return prefixed(err, "pressure");
 	*c = tmp;
 	return 0;
 }
 
-int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, size_t errlen)
+int snapkvd_config_load(struct snapkvd_config *c, const char *path, struct skv_error *err)
 {
 	char *buf;
 	ssize_t n;
@@ -573,12 +491,13 @@ int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, s
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		r = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		snapkvd_value_fail(err, "%s", strerror(-r));
 		return r;
 	}
 	buf = malloc(SNAPKVD_CONFIG_MAX_BYTES + 1);
 	if (!buf) {
 		close(fd);
+		snapkvd_value_fail(err, "%s", strerror(ENOMEM));
 		return -ENOMEM;
 	}
 	while ((n = read(fd, buf + have, SNAPKVD_CONFIG_MAX_BYTES + 1 - have)) > 0) {
@@ -588,156 +507,92 @@ int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, s
 	}
 	r = n < 0 ? -errno : 0;
 	close(fd);
-	if (r == 0) {
-		char why[SNAPKVD_CONFIG_MAX_LINE + 64] = "";
-
-		r = snapkvd_config_parse(c, buf, have, why, sizeof(why));
-		if (r < 0)
-			snprintf(err, errlen, "%s: %s", path, why);
-	} else {
-		snprintf(err, errlen, "%s: read: %s", path, strerror(-r));
-	}
+	if (r == 0)
+		r = snapkvd_config_parse(c, buf, have, err);
+	else
+		snapkvd_value_fail(err, "read: %s", strerror(-r));
 	free(buf);
 	return r;
 }
 
-int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *value, char *err,
-		       size_t errlen)
+int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *value,
+		       struct skv_error *err)
 {
 	struct snapkvd_config tmp = *c;
-	char why[256] = "";
-	char msg[256];
+	int r;
 
-	if (set_key(&tmp, key, value, why, sizeof(why)) < 0) {
-		snprintf(err, errlen, "%s", why);
-		return -EINVAL;
-	}
-	if (snapkvd_policy_config_check(&tmp.policy, msg, sizeof(msg)) < 0) {
-		snprintf(err, errlen, "pressure: %s", msg);
-		return -EINVAL;
-	}
+	r = set_key(&tmp, key, value, err);
+	if (r < 0)
+		return r;
+	r = snapkvd_policy_config_check(&tmp.policy, err);
+	if (r < 0)
+		return prefixed(err, "pressure");
 	*c = tmp;
 	return 0;
 }
 
 /* ------------------------------------------------- the effective config */
 
-static void dump_size(FILE *f, const char *key, uint64_t v)
-{
-	char b[24];
-
-	snapkvd_value_fmt_size(v, b, sizeof(b));
-	fprintf(f, "%s = %s\n", key, b);
-}
-
-static void dump_uints(FILE *f, const struct snapkvd_config *c, enum key_dump which)
-{
-	for (size_t i = 0; i < N_KEYS; i++)
-		if (keys[i].dump == which)
-			fprintf(f, "%s = %u\n", keys[i].name,
-				*(const unsigned *)((const char *)c + keys[i].off));
-}
-
-static void dump_ids(FILE *f, const char *key, const uint32_t *ids, unsigned n)
-{
-	fprintf(f, "%s =", key);
-	for (unsigned i = 0; i < n; i++)
-		fprintf(f, " %u", ids[i]);
-	fputc('\n', f);
-}
-
-/* The shortest of %.15g and %.17g that reads back as the same double. */
-static const char *fmt_double(double d, char b[40])
-{
-	snprintf(b, 40, "%.15g", d);
-	if (strtod(b, NULL) != d)
-		snprintf(b, 40, "%.17g", d);
-	return b;
-}
-
-static void dump_double(FILE *f, const char *key, double d)
-{
-	char b[40];
-
-	fprintf(f, "%s = %s\n", key, fmt_double(d, b));
-}
-
-static void dump_policy(FILE *f, const struct snapkvd_policy_config *p)
-{
-	const struct {
-		const char *key;
-		const struct snapkvd_watermark *wm;
-	} wms[] = {
-	    {"pressure_high", &p->pressure.high_enter},
-	    {"pressure_high_leave", &p->pressure.high_leave},
-	    {"pressure_critical", &p->pressure.critical_enter},
-	    {"pressure_critical_leave", &p->pressure.critical_leave},
-	};
-	char b[128];
-
-	for (size_t i = 0; i < sizeof(wms) / sizeof(wms[0]); i++) {
-		snapkvd_watermark_format(wms[i].wm, b, sizeof(b));
-		fprintf(f, "%s = %s\n", wms[i].key, b);
-	}
-	snapkvd_pressure_order_format(&p->pressure, b, sizeof(b));
-	fprintf(f, "pressure_actions = %s\n", b);
-	dump_double(f, "pressure_scale_high", p->pressure.scale_high);
-	dump_double(f, "pressure_scale_critical", p->pressure.scale_critical);
-	dump_double(f, "pressure_guaranteed_share", p->pressure.guaranteed_share);
-	fprintf(f, "pressure_min_dwell_ms = %u\n", p->pressure.min_dwell_ms);
-	fprintf(f, "hook_dir = %s\n", p->hook_dir);
-	fprintf(f, "hook_timeout_ms = %u\n", p->hooks.timeout_ms);
-	fprintf(f, "hook_max = %u\n", p->hooks.max_hooks);
-	dump_size(f, "hook_max_output", p->hooks.max_output);
-	fprintf(f, "hook_ledger_json = %s\n", p->hook_ledger_json);
-	fprintf(f, "hook_ledger_max_caches = %u\n", p->hook_ledger_max_caches);
-	if (!p->n_quotas)
-		fprintf(f, "# tenant_quota: none\n");
-	for (unsigned i = 0; i < p->n_quotas; i++) {
-		snapkvd_value_fmt_size(p->quotas[i].quota_bytes, b, sizeof(b));
-		fprintf(f, "tenant_quota = %u:%s", (unsigned)p->quotas[i].uid, b);
-		if (p->quotas[i].guaranteed_share >= 0)
-			fprintf(f, ":%s", fmt_double(p->quotas[i].guaranteed_share, b));
-		fputc('\n', f);
-	}
-	fprintf(f, "metrics_textfile = %s\n", p->metrics_textfile);
-	fprintf(f, "metrics_interval_s = %u\n", p->metrics_interval_s);
-}
-
 int snapkvd_config_dump(const struct snapkvd_config *c, char **ret)
 {
-	static const char *const levels[] = {"error", "warning", "notice", "info", "debug"};
-	const char *level = "info";
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
 
 	if (!f)
 		return -ENOMEM;
-	for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
-		if (snapkvd_log_parse_level(levels[i]) == c->log_level)
-			level = levels[i];
-	fprintf(f, "socket = %s\nbackend = %s\n", c->socket_path, c->backend);
 	for (size_t i = 0; i < N_KEYS; i++)
-		if (keys[i].dump == DUMP_SIZE)
-			dump_size(f, keys[i].name,
-				  *(const uint64_t *)((const char *)c + keys[i].off));
-	dump_ids(f, "allow_uids", (const uint32_t *)c->allow_uids, c->n_allow_uids);
-	dump_ids(f, "allow_gids", (const uint32_t *)c->allow_gids, c->n_allow_gids);
-	dump_ids(f, "admin_uids", (const uint32_t *)c->admin_uids, c->n_admin_uids);
-	dump_uints(f, c, DUMP_UINT);
-	fprintf(f, "log_level = %s\n", level);
-	dump_policy(f, &c->policy);
-	fprintf(f, "metrics_listen = %s\n", c->http.listen);
-	dump_size(f, "metrics_http_max_request", c->http.max_request);
-	fprintf(f, "metrics_http_tenants = %s\n", http_tenants[c->http.tenants]);
-	dump_uints(f, c, DUMP_HTTP_UINT);
+		keys[i].type->dump(f, keys[i].name, cfield_of(&keys[i], c), &keys[i].spec);
 	if (fclose(f) != 0 || !buf) {
 		free(buf);
 		return -ENOMEM;
 	}
 	*ret = buf;
 	return 0;
+}
+
+/* A key's line(s) as --check-config prints them; NULL without memory. */
+static char *key_text(const struct key *k, const struct snapkvd_config *c)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return NULL;
+	k->type->dump(f, k->name, cfield_of(k, c), &k->spec);
+	if (fclose(f) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+size_t snapkvd_config_keep_running(struct snapkvd_config *next, const struct snapkvd_config *cur,
+				   const char **ret_kept, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct key *k = &keys[i];
+		char *a, *b;
+		bool same;
+
+		if (k->reloadable)
+			continue;
+		a = key_text(k, next);
+		b = key_text(k, cur);
+		same = a && b && !strcmp(a, b);
+		free(a);
+		free(b);
+		memcpy(field_of(k, next), cfield_of(k, cur), k->spec.size);
+		if (k->spec.count)
+			memcpy((char *)field_of(k, next) + k->spec.count,
+			       (const char *)cfield_of(k, cur) + k->spec.count, sizeof(unsigned));
+		if (!same && n++ < max)
+			ret_kept[n - 1] = k->name;
+	}
+	return n;
 }
 
 int snapkvd_config_allows(const struct snapkvd_config *c, uid_t uid, gid_t gid)

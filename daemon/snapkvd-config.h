@@ -37,15 +37,7 @@
 #include "snapkvd-hooks.h"
 #include "snapkvd-http.h"
 #include "snapkvd-pressure.h"
-#include "snapkvd-value.h" /* snapkvd_parse_size */
-
-#define SNAPKVD_POLICY_MAX_TENANT_QUOTAS 64
-
-struct snapkvd_tenant_quota {
-	uid_t uid;
-	uint64_t quota_bytes;	 /* 0: none                          */
-	double guaranteed_share; /* < 0: the pressure config's share */
-};
+#include "snapkvd-value.h" /* the value types, struct snapkvd_tenant_quota */
 
 struct snapkvd_policy_config {
 	struct snapkvd_pressure_config pressure;
@@ -63,20 +55,25 @@ struct snapkvd_policy_config {
 
 void snapkvd_policy_config_init(struct snapkvd_policy_config *c);
 /*
- * Apply one key. 0; -ENOENT for a key that is not an ops key; -EINVAL with
- * a reason in err for a bad value. Cross-key consistency (leave <= enter,
- * ...) is checked by snapkvd_policy_config_check() once the file is read.
+ * Apply one of the policy's keys (the rows of the config table in struct
+ * snapkvd_policy_config). 0; -ENOENT for a key that is not one of them;
+ * -EINVAL with "KEY: why" in err (may be NULL) for a bad value, c unchanged.
+ * Cross-key consistency (leave <= enter, ...) is checked by
+ * snapkvd_policy_config_check() once every key is set.
  */
 int snapkvd_policy_config_set(struct snapkvd_policy_config *c, const char *key, const char *value,
-			      char *err, size_t errlen);
-int snapkvd_policy_config_check(const struct snapkvd_policy_config *c, char *err, size_t errlen);
+			      struct skv_error *err);
+/* 0, or -EINVAL with the reason in err (may be NULL). */
+int snapkvd_policy_config_check(const struct snapkvd_policy_config *c, struct skv_error *err);
 /* The tenant's entry, or NULL. */
 const struct snapkvd_tenant_quota *
 snapkvd_policy_config_quota(const struct snapkvd_policy_config *c, uid_t uid);
 
-#define SNAPKVD_MAX_ALLOW	 SNAPKVD_VALUE_MAX_IDS
-#define SNAPKVD_CONFIG_MAX_BYTES (64 * 1024)
-#define SNAPKVD_CONFIG_MAX_LINE	 SNAPKVD_VALUE_MAX
+#define SNAPKVD_MAX_ALLOW SNAPKVD_VALUE_MAX_IDS
+/* CUDA devices one daemon opens (`devices`; SNAPKVD_DEVICES_MAX) */
+#define SNAPKVD_CONFIG_MAX_DEVICES 16
+#define SNAPKVD_CONFIG_MAX_BYTES   (64 * 1024)
+#define SNAPKVD_CONFIG_MAX_LINE	   SNAPKVD_VALUE_MAX
 
 /* Default scratch bound per compaction thread. One thread needs about
  * L * (4 G + 100) bytes at long L (column sums per query head, at least 16
@@ -101,6 +98,8 @@ struct snapkvd_config {
 	unsigned max_buffers; /* per session */
 	unsigned max_caches;  /* per session */
 	unsigned max_layers, max_heads, max_head_dim, max_prompt_len, max_reserve;
+	/* writeback: the most decode tokens a cache may declare (max_decode) */
+	unsigned max_decode;
 	unsigned sq_entries;	      /* per session ring, power of two */
 	unsigned slot_bytes;	      /* argument slot per SQ entry     */
 	unsigned poll_idle_us;	      /* spin on the rings this long before sleeping */
@@ -122,8 +121,24 @@ struct snapkvd_config {
 	uint64_t max_mapped_bytes;	  /* bytes of buffers mapped, all tenants  */
 	uint64_t max_request_macs;	  /* work of one COMPACT (multiply-adds)   */
 	uint64_t max_request_bytes;	  /* K/V/Q bytes one COMPACT reads         */
+	/* registered KV pools (issue 20): pools of one session, and entries of
+	 * one block table (inline or in a registered buffer) */
+	unsigned max_session_pools;
+	unsigned max_block_table;
+	/* admin answers off the loop's critical path (snapkvd-adminq.h): caches
+	 * a ledger page builds per loop round, and the admin requests a second
+	 * (burst: at most kept) of one admin session, of one uid, of root and
+	 * admin_uids (each uid its own bucket); rate 0: no limit */
+	unsigned admin_slice_caches;
+	unsigned admin_session_rate, admin_session_burst;
+	unsigned admin_tenant_rate, admin_tenant_burst;
+	unsigned admin_root_rate, admin_root_burst;
 	unsigned n_admin_uids;
 	uid_t admin_uids[SNAPKVD_MAX_ALLOW]; /* see every tenant in admin views */
+	/* --backend cuda: the devices opened, CUDA ordinals (n_devices 0:
+	 * every device visible, "all"); read at start only */
+	unsigned n_devices;
+	int devices[SNAPKVD_CONFIG_MAX_DEVICES];
 	unsigned n_allow_uids, n_allow_gids;
 	uid_t allow_uids[SNAPKVD_MAX_ALLOW];
 	gid_t allow_gids[SNAPKVD_MAX_ALLOW];
@@ -137,17 +152,30 @@ void snapkvd_config_defaults(struct snapkvd_config *c);
 
 /*
  * Parse a config file's text into c (which holds defaults or earlier
- * values). Every line is `key = value`, `# comment` or blank. Unknown keys,
- * bad values, overlong lines or files: -EINVAL with line and reason in err.
+ * values), all or nothing. Every line is `key = value`, `# comment` or
+ * blank. Unknown keys, bad values, overlong lines: -EINVAL with "line N:
+ * KEY: why" in err (may be NULL); a text over SNAPKVD_CONFIG_MAX_BYTES:
+ * -EFBIG; keys that contradict each other: -EINVAL, "pressure: why".
  */
-int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len, char *err,
-			 size_t errlen);
-/* The same for a file; an error names it: "PATH: line N: KEY: why". */
-int snapkvd_config_load(struct snapkvd_config *c, const char *path, char *err, size_t errlen);
+int snapkvd_config_parse(struct snapkvd_config *c, const char *text, size_t len,
+			 struct skv_error *err);
+/* The same for a file; -errno of open or read with strerror's text in err.
+ * err does not name the file: the caller says "PATH: why". */
+int snapkvd_config_load(struct snapkvd_config *c, const char *path, struct skv_error *err);
 /* One key, as a command-line option sets it: the same checks as in a file,
  * all or nothing. 0 or -EINVAL with "why" (no line, no key) in err. */
-int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *value, char *err,
-		       size_t errlen);
+int snapkvd_config_set(struct snapkvd_config *c, const char *key, const char *value,
+		       struct skv_error *err);
+/*
+ * A reload (SIGHUP) from next (the file read again) while cur runs: every
+ * key a reload does not apply (the table's RESTART rows: socket, backend,
+ * threads, workers, sq_entries, slot_bytes, session_arena_bytes,
+ * metrics_listen and metrics_http_*) keeps cur's value in next. Returns how
+ * many of those the file changed, the first max of their names in
+ * ret_kept: the daemon logs each, and applies the rest of the file.
+ */
+size_t snapkvd_config_keep_running(struct snapkvd_config *next, const struct snapkvd_config *cur,
+				   const char **ret_kept, size_t max);
 /*
  * The effective configuration as a config file: every key with its value,
  * one per line, in the order of systemd/snapkvd.conf (tenant_quota once per

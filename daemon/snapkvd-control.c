@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "proto/snapkv.pb-c.h"
-#include "snapkvd-admin.h"
+#include "snapkvd-adminq.h"
 #include "snapkvd-arena.h"
 #include "snapkvd-buffer.h"
 #include "snapkvd-cleanup.h"
@@ -234,7 +234,66 @@ static void on_unregister(struct snapkvd_session *s, const uint8_t *p, size_t le
 		snapkvd_session_close(s, 0);
 }
 
+/* ------------------------------------------------------ registered KV pools */
+
+/* MSG_TYPE_POOL: register a KV pool of the session's buffers, or
+ * unregister one (EBUSY while a request in flight names it). */
+static void on_pool(struct snapkvd_session *s, const uint8_t *p, size_t len)
+{
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	const struct snapkvd_kvpool_limits lim = {
+	    .max_session_pools = cfg->max_session_pools,
+	    .max_layers = cfg->max_layers,
+	    .max_heads = cfg->max_heads,
+	    .max_head_dim = cfg->max_head_dim,
+	    .max_block_table = cfg->max_block_table,
+	};
+	Snapkv__V1__PoolRequest *m = snapkv__v1__pool_request__unpack(NULL, len, p);
+	Snapkv__V1__PoolReply rr = SNAPKV__V1__POOL_REPLY__INIT;
+	const char *why = "";
+	char err[256] = "";
+
+	rr.error = err;
+	if (!m) {
+		rr.status = -EBADMSG;
+		snprintf(err, sizeof(err), "malformed PoolRequest");
+	} else if (s->admin || !s->arena) {
+		rr.status = -EPERM;
+		snprintf(err, sizeof(err), "admin sessions cannot register pools");
+	} else if (m->unregister) {
+		rr.status = snapkvd_kvpools_remove(&s->kvpools, m->pool_id, &why);
+		rr.pool_id = m->pool_id;
+		if (rr.status < 0)
+			snprintf(err, sizeof(err), "pool %llu: %s", (unsigned long long)m->pool_id,
+				 why);
+	} else {
+		rr.status = snapkvd_kvpools_add(&s->kvpools, &lim, s->buffers.list, m, &rr.pool_id,
+						err, sizeof(err));
+	}
+	if (m)
+		snapkv__v1__pool_request__free_unpacked(m, NULL);
+	if (rr.status < 0)
+		snapkvd_session_count_error(s);
+	if (snapkvd_session_send(s, SNAPKV__V1__MSG_TYPE__MSG_TYPE_POOL_REPLY, &rr.base, NULL, 0) <
+	    0)
+		snapkvd_session_close(s, 0);
+}
+
 /* ------------------------------------------------- GPU arena, admin, frames */
+
+/*
+ * The device of a session's GPU arena, chosen when it is created: the one
+ * holding the session's CUDA buffers (an engine rank's device), else the
+ * first the daemon opened. Compactions into it run there, so a session
+ * whose buffers are on another device cannot use it (refused by name).
+ */
+static unsigned arena_gpu(const struct snapkvd_session *s)
+{
+	for (const struct snapkvd_buffer *b = s->buffers.list; b; b = b->next)
+		if (b->imp)
+			return b->gpu;
+	return 0;
+}
 
 /* The session's GPU arena, exported to the engine (created on first ask). */
 static void on_cuda_arena(struct snapkvd_session *s)
@@ -254,8 +313,11 @@ static void on_cuda_arena(struct snapkvd_session *s)
 		snprintf(err, sizeof(err), "admin sessions have no arena");
 		r = -EPERM;
 	} else {
-		r = snapkvd_device_arena_export(s->srv->device, &s->garena, s->arena->size, s->id,
-						&fd, &size, &dev, err, sizeof(err));
+		if (!s->garena)
+			s->garena_gpu = arena_gpu(s);
+		r = snapkvd_device_arena_export(s->srv->device, s->garena_gpu, &s->garena,
+						s->arena->size, s->id, &fd, &size, &dev, err,
+						sizeof(err));
 	}
 	a.status = r;
 	a.error = err;
@@ -271,22 +333,39 @@ static void on_cuda_arena(struct snapkvd_session *s)
 		close(fd);
 }
 
-/* snapkvctl's questions: answered by snapkvd-admin.c, sent from here. */
+/* An admin answer on the socket; false: the session is closed. */
+static bool admin_send(struct snapkvd_session *s, const uint8_t *buf, size_t len)
+{
+	if (skv_frame_send(s->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY, buf, len, NULL, 0,
+			   MSG_DONTWAIT) < 0) {
+		snapkvd_session_close(s, 0);
+		return false;
+	}
+	return true;
+}
+
+/* A sliced answer is built (snapkvd-adminq.h): sent, then the session's
+ * next frame read (on_recv left it unarmed meanwhile). */
+static void admin_done(struct snapkvd_session *s, const uint8_t *buf, size_t len)
+{
+	if (!s->closing && admin_send(s, buf, len) && arm_recv(s) < 0)
+		snapkvd_session_close(s, -EBUSY);
+}
+
+/* snapkvctl's questions: rate-limited and answered through
+ * snapkvd-adminq.c, at once or by admin_done. */
 static void on_admin(struct snapkvd_session *s, const uint8_t *payload, size_t len)
 {
 	uint8_t *buf = NULL;
 	size_t n = 0;
-	int r = snapkvd_admin_answer(s->srv, s, payload, len, &buf, &n);
+	int r =
+	    snapkvd_adminq_request(s->srv->adminq, s->srv, s, payload, len, admin_done, &buf, &n);
 
-	if (r < 0) {
-		snapkvd_session_close(s, r);
-		return;
-	}
-	r = skv_frame_send(s->fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY, buf, n, NULL, 0,
-			   MSG_DONTWAIT);
-	free(buf);
 	if (r < 0)
-		snapkvd_session_close(s, 0);
+		snapkvd_session_close(s, r);
+	else if (r == 0)
+		admin_send(s, buf, n);
+	free(buf);
 }
 
 /* not fatal: the peer may speak a newer minor revision */
@@ -333,6 +412,9 @@ static void on_frame(struct snapkvd_session *s, const struct skv_frame_hdr *h,
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA:
 		on_cuda_arena(s);
 		break;
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_POOL:
+		on_pool(s, payload, h->length);
+		break;
 	default:
 		on_unknown(s);
 		break;
@@ -365,7 +447,8 @@ static void on_recv(void *data, int res)
 		snapkvd_session_close(s, r == -ECONNRESET ? 0 : r);
 	} else {
 		on_frame(s, &h, s->recv.buf + SKV_FRAME_HDR_SIZE, &fds);
-		if (!s->closing && arm_recv(s) < 0)
+		/* an admin answer being built: read on once it is sent */
+		if (!s->closing && !s->admin_pending && arm_recv(s) < 0)
 			snapkvd_session_close(s, -EBUSY);
 	}
 	snapkvd_session_unref(s);

@@ -21,6 +21,7 @@
 #include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-log.h"
+#include "snapkvd-paged.h"
 #include "snapkvd-policy.h"
 #include "snapkvd-pool.h"
 #include "snapkvd-request.h"
@@ -46,6 +47,8 @@ static void fill_paged_info(const struct snapkvd_cache *c, Snapkv__V1__CacheInfo
 	ci->layout = SNAPKV__V1__LAYOUT__LAYOUT_PAGED;
 	ci->block_size = c->block_size;
 	ci->n_blocks = c->n_blocks;
+	ci->in_place_blocks = c->in_place_blocks;
+	ci->max_decode = c->max_decode;
 	ci->block_stride = c->block_stride;
 	ci->out_dest = c->writeback ? SNAPKV__V1__OUT_DEST__OUT_DEST_WRITEBACK
 				    : SNAPKV__V1__OUT_DEST__OUT_DEST_ARENA;
@@ -190,22 +193,28 @@ static void do_append(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
 		return;
 	}
-	if (a->tokens > c->slots - c->kept - c->appended) {
-		snprintf(err, sizeof(err), "%u tokens but %u decode slots left: GROW first",
-			 a->tokens, c->slots - c->kept - c->appended);
+	if (a->tokens > snapkvd_cache_decode_limit(c) - c->appended) {
+		snprintf(err, sizeof(err), "%u tokens but %u decode slots left%s", a->tokens,
+			 snapkvd_cache_decode_limit(c) - c->appended,
+			 c->max_decode ? " (the cache's declared max_decode)" : ": GROW first");
 		complete(s, o, -ENOSPC, err, NULL);
 		return;
 	}
-	/* Logical positions continue at L + g, whatever slot they sit in. */
+	/* Logical positions continue at L + g, whatever slot they sit in; a
+	 * writeback cache's slots past its position rows have none (its
+	 * max_decode: slot kept + i is position L + i). */
 	for (uint32_t l = 0; l < c->layers; l++) {
 		int32_t *pos = (int32_t *)(s->arena->base + c->pos_off[l]);
 
 		for (uint32_t h = 0; h < c->h_store; h++) {
-			uint64_t at = snapkvd_cache_pos_index(
-			    c, l, h, snapkvd_cache_head_kept(c, l, h) + c->appended);
+			uint32_t first = snapkvd_cache_head_kept(c, l, h) + c->appended;
+			uint64_t at = snapkvd_cache_pos_index(c, l, h, first);
 
-			for (uint32_t i = 0; i < a->tokens; i++)
+			for (uint32_t i = 0; i < a->tokens; i++) {
+				if (c->writeback && first + i >= c->slots)
+					break;
 				pos[at + i] = (int32_t)(c->prompt_len + c->appended + i);
+			}
 		}
 	}
 	c->appended += a->tokens;
@@ -225,6 +234,7 @@ static struct snapkvd_request_env request_env(struct snapkvd_session *s)
 	    .buffers = s->buffers.list,
 	    .arena_bytes = s->arena ? s->arena->size : 0,
 	    .has_garena = s->garena != NULL,
+	    .garena_gpu = s->garena_gpu,
 	    .device = srv->device,
 	    .threads = snapkvd_compactor_threads(srv->compactor),
 	    .ops = &srv->policy,
@@ -256,6 +266,7 @@ static int grow_job(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	j->target = c;
 	j->g.geom = *geom;
 	j->g.gpu = c->gpu_kv;
+	j->gpu = c->gpu; /* where its compaction ran: its arena's device */
 	j->g.kv_base = kv_base;
 	j->g.slots = slots;
 	j->g.old_slots = c->slots;
@@ -302,6 +313,7 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 	const char *why = NULL;
 	char err[256];
 	uint8_t *kv_base = NULL;
+	int32_t *table = NULL;
 	uint32_t slots;
 	int r;
 
@@ -319,6 +331,9 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		return;
 	}
 	r = reply_fits(s, o, c, err, sizeof(err));
+	if (r == 0)
+		r = snapkvd_paged_grow_blocks(&env, c, slots, g->out_block_table,
+					      g->n_out_block_table, &table, err, sizeof(err));
 	if (r < 0) {
 		complete(s, o, r, err, NULL);
 		return;
@@ -329,9 +344,15 @@ static void do_grow(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		return;
 	}
 	if (grow_job(s, o, c, slots, &geom, kv_base, &j) < 0) {
+		free(table);
 		complete(s, o, -ENOMEM, "out of memory", NULL);
 		return;
 	}
+	/* writeback: the grown table, the cache's at grow_done */
+	j->out_table = table;
+	j->n_out_table = table ? c->n_blocks + (uint32_t)g->n_out_block_table : 0;
+	if (c->writeback && j->g.used > c->slots)
+		j->g.used = c->slots; /* g past the position rows (max_decode) */
 	r = snapkvd_admission_grow(s->srv, s, j, err, sizeof(err));
 	if (r < 0) {
 		snapkvd_job_free(j);
@@ -368,16 +389,39 @@ static void grow_done(struct snapkvd_job *j)
 	snapkvd_pool_give_back(pool, s->tenant, c->region_bytes);
 	snapkvd_pool_commit(pool, &j->resv);
 	snapkvd_cache_place(c, j->g.off, j->g.slots, &j->g.geom);
+	if (c->writeback)
+		snapkvd_paged_grow_done(c, j, s->arena->base, j->g.old_slots);
 	c->busy = false;
 	c->last_use_ns = snapkvd_now_ns();
 	(void)snapkvd_tally_update(&s->srv->tally, s, s->tenant, c);
 	complete_cache(s, &j->origin, c);
 }
 
-static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o, uint64_t id,
-		       bool linger)
+/* RELEASE's reported g (ReleaseRequest.appended): from the cache's g to
+ * its decode limit; set before the cache lingers or goes. 0 or -EINVAL. */
+static int release_appended(struct snapkvd_cache *c, const Snapkv__V1__ReleaseRequest *rl,
+			    char *err, size_t errlen)
+{
+	if (!rl->appended_given)
+		return 0;
+	if (rl->appended < c->appended || rl->appended > snapkvd_cache_decode_limit(c)) {
+		snprintf(err, errlen,
+			 "appended %u: must be from the cache's g %u to its decode limit %u "
+			 "(capacity - kept, or max_decode); nothing released",
+			 rl->appended, c->appended, snapkvd_cache_decode_limit(c));
+		return -EINVAL;
+	}
+	c->appended = rl->appended;
+	return 0;
+}
+
+static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o,
+		       const Snapkv__V1__ReleaseRequest *rl)
 {
 	struct snapkvd_cache **pp;
+	uint64_t id = rl->cache_id;
+	bool linger = rl->linger;
+	char err[192];
 
 	for (pp = &s->caches; *pp; pp = &(*pp)->next) {
 		if ((*pp)->id != id || (*pp)->lingering)
@@ -386,6 +430,10 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 
 		if (c->busy) {
 			complete(s, o, -EBUSY, "a GROW of this cache is in progress", NULL);
+			return;
+		}
+		if (release_appended(c, rl, err, sizeof(err)) < 0) {
+			complete(s, o, -EINVAL, err, NULL);
 			return;
 		}
 		if (linger || c->evictable) {
@@ -407,12 +455,43 @@ static void do_release(struct snapkvd_session *s, const struct snapkvd_origin *o
 	complete(s, o, -ENOENT, "no such cache", NULL);
 }
 
+/* The request with its registered pools and tables filled in
+ * (snapkvd-kvpool.h), validated into *ret; the job holds the pools busy. */
+static int compact_view(struct snapkvd_session *s, const struct snapkvd_origin *o,
+			const Snapkv__V1__CompactRequest *req, struct snapkvd_job **ret, char *err,
+			size_t errlen)
+{
+	const struct snapkvd_config *cfg = &s->srv->cfg;
+	const struct snapkvd_kvpool_limits lim = {
+	    .max_session_pools = cfg->max_session_pools,
+	    .max_layers = cfg->max_layers,
+	    .max_heads = cfg->max_heads,
+	    .max_head_dim = cfg->max_head_dim,
+	    .max_block_table = cfg->max_block_table,
+	};
+	struct snapkvd_request_env env = request_env(s);
+	struct snapkvd_kvpool_view v;
+	int r = snapkvd_kvpool_view(&s->kvpools, &lim, s->buffers.list, req, &v, err, errlen);
+
+	if (r < 0)
+		return r;
+	r = snapkvd_request_compact(&env, s, o, &v.req, ret, err, errlen);
+	if (r == 0) {
+		(*ret)->kvpool[0] = v.pool;
+		(*ret)->kvpool[1] = v.out_pool;
+		for (unsigned i = 0; i < 2; i++)
+			if ((*ret)->kvpool[i])
+				(*ret)->kvpool[i]->busy++;
+	}
+	snapkvd_kvpool_view_free(&v);
+	return r;
+}
+
 /* COMPACT: validated, then admitted, then queued; refused at either step,
  * it has changed nothing. */
 static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o,
 		       const Snapkv__V1__CompactRequest *req)
 {
-	struct snapkvd_request_env env = request_env(s);
 	struct snapkvd_job *j = NULL;
 	char err[256] = "";
 	int r;
@@ -425,7 +504,7 @@ static void do_compact(struct snapkvd_session *s, const struct snapkvd_origin *o
 		complete(s, o, -EMFILE, "too many caches", NULL);
 		return;
 	}
-	r = snapkvd_request_compact(&env, s, o, req, &j, err, sizeof(err));
+	r = compact_view(s, o, req, &j, err, sizeof(err));
 	if (r == 0 && (r = reply_fits(s, o, j->cache, err, sizeof(err))) < 0)
 		snapkvd_job_free(j);
 	if (r == 0) {
@@ -480,6 +559,7 @@ static void do_stats(struct snapkvd_session *s, const struct snapkvd_origin *o)
 
 	st.caches = s->n_caches;
 	st.buffers = s->buffers.n;
+	st.kv_pools = s->kvpools.n;
 	st.arena_used = s->arena ? s->arena->used : 0;
 	st.arena_bytes = s->arena ? s->arena->size : 0;
 	st.requests = s->requests;
@@ -523,7 +603,7 @@ void snapkvd_dispatch_request(struct snapkvd_session *s, const struct snapkvd_or
 		do_grow(s, &o, req->grow);
 		break;
 	case SNAPKV__V1__REQUEST__OP_RELEASE:
-		do_release(s, &o, req->release->cache_id, req->release->linger);
+		do_release(s, &o, req->release);
 		break;
 	case SNAPKV__V1__REQUEST__OP_STATS:
 		do_stats(s, &o);

@@ -25,5 +25,6 @@ struct snapkvd_pool;	  /* snapkvd-pool.h */
 struct snapkvd_tenant;	  /* snapkvd-pool.h */
 struct snapkvd_policy;	  /* snapkvd-policy.h */
 struct snapkvd_config;	  /* snapkvd-config.h */
+struct snapkvd_adminq;	  /* snapkvd-adminq.h */
 
 #endif

@@ -321,6 +321,27 @@ static struct snapkvd_job *fail_group(struct snapkvd_groups *g, struct snapkvd_g
 	return release(g, grp);
 }
 
+/* A member's own C* (mass: its smallest ladder C meeting tau; uniform: C;
+ * layers: 0). */
+static uint32_t member_c_star(const struct snapkvd_job *j)
+{
+	return j->gm.gpu_step ? j->gm.own_c_star : skv_pending_c_star(j->gm.pending);
+}
+
+/*
+ * Whether a member's smallest retained mass at the group's C* is below
+ * tau_f. A CUDA member knows it at its own C* only: there when C* is its own;
+ * above its own C* (mass mode; its own C* is then below C_max, so it met
+ * tau there) the curves are non-decreasing, so its mass there is >= tau >=
+ * tau_f (snapkvd-params.c refuses tau_f > tau for such groups): not below.
+ */
+static bool member_below(const struct snapkvd_job *j, uint32_t c, float tau_f)
+{
+	if (!j->gm.gpu_step)
+		return skv_pending_min_mass(j->gm.pending, c) < tau_f;
+	return c == j->gm.own_c_star && j->gm.own_min_mass < tau_f;
+}
+
 /* C* and the fallback for every member, all parked. */
 static struct snapkvd_job *decide(struct snapkvd_groups *g, struct snapkvd_group *grp,
 				  uint64_t now_ns)
@@ -330,11 +351,11 @@ static struct snapkvd_job *decide(struct snapkvd_groups *g, struct snapkvd_group
 	bool fall = false;
 
 	for (unsigned i = 0; i < grp->arrived; i++) {
-		uint32_t own = skv_pending_c_star(grp->parked[i]->gm.pending);
+		uint32_t own = member_c_star(grp->parked[i]);
 		c = own > c ? own : c;
 	}
 	for (unsigned i = 0; tau_f > 0.0f && !fall && i < grp->arrived; i++)
-		fall = skv_pending_min_mass(grp->parked[i]->gm.pending, c) < tau_f;
+		fall = member_below(grp->parked[i], c, tau_f);
 	uint64_t waited = now_ns - grp->first_arrival_ns;
 	for (unsigned i = 0; i < grp->arrived; i++) {
 		struct snapkvd_job *j = grp->parked[i];
@@ -387,7 +408,7 @@ static struct snapkvd_job *arrive_locked(struct snapkvd_groups *g, struct snapkv
 		fail_job(j, grp);
 		return j;
 	}
-	if (j->status < 0 || !j->gm.pending) {
+	if (j->status < 0 || (!j->gm.pending && !j->gm.gpu_step)) {
 		snprintf(grp->fail_msg, sizeof(grp->fail_msg),
 			 "decision group '%s': another member failed (%.100s); nothing kept",
 			 grp->key, j->status < 0 ? j->err : "no pending compaction");

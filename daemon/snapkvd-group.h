@@ -8,9 +8,12 @@
  * member), and the fallback applies to every member when one member's mass
  * at C* is below fallback_below.
  *
- * A member's job runs in two steps (skv_compact_begin/_end). After the
- * first it arrives at its group and is parked; the last member to arrive
- * decides for all and releases them to their second step. A group whose
+ * A member's job runs in two steps (skv_compact_begin/_end on the host;
+ * on the CUDA backend a whole compaction for its own choice, then one for
+ * the group's where that differs). After the first it arrives at its group
+ * and is parked; the last member to arrive decides for all (host-side
+ * arithmetic on the members' results) and releases them to their second
+ * step. A group whose
  * members do not all arrive by its deadline, one of whose members failed
  * or whose session ended, fails every member (nothing is kept) and leaves
  * the registry at once, so the key may be used again.
@@ -48,6 +51,11 @@ struct snapkvd_group_member {
 	uint32_t size, timeout_ms;
 	struct snapkvd_group *group;
 	struct skv_pending *pending;
+	/* the CUDA backend's first step (no pending): the member's own choice
+	 * and the smallest retained mass at it (gpu_step set by its runner) */
+	bool gpu_step, own_fallback;
+	uint32_t own_c_star;
+	float own_min_mass;
 	bool decided, fallback;
 	uint32_t c_star;
 	uint64_t wait_ns; /* first scored member to the last */

@@ -55,7 +55,28 @@ struct snapkvd_http {
 	struct conn *conns;
 	unsigned n_conns;
 	unsigned n_refused; /* connections being answered 503 (at most max_connections) */
+	/* the last exposition, served again for metrics_http_cache_ms: a scrape
+	 * loop costs the daemon one rendering per interval */
+	char *cached;
+	uint64_t cached_ns;
 };
+
+/* The exposition to serve now (owned by h), or NULL: out of memory. */
+static const char *metrics_text(struct snapkvd_http *h)
+{
+	uint64_t now = snapkvd_now_ns();
+	char *text;
+
+	if (h->cached && now - h->cached_ns < (uint64_t)h->cfg.cache_ms * 1000000u)
+		return h->cached;
+	text = h->cb.metrics ? h->cb.metrics(h->cb.data) : NULL;
+	if (!text)
+		return NULL;
+	free(h->cached);
+	h->cached = text;
+	h->cached_ns = now;
+	return text;
+}
 
 /* ----------------------------------------------------------- connections */
 
@@ -149,16 +170,13 @@ static int route(struct conn *c, const char *path, size_t path_len, bool head)
 	struct snapkvd_http_cb *cb = &c->h->cb;
 
 	if (path_len == 8 && !memcmp(path, "/metrics", 8)) {
-		char *text = cb->metrics ? cb->metrics(cb->data) : NULL;
-		int r;
+		const char *text = metrics_text(c->h);
 
 		if (!text)
 			return answer_text(c, 503, "Service Unavailable", "", "out of memory\n",
 					   head);
-		r = answer(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", "", text,
-			   strlen(text), head);
-		free(text);
-		return r;
+		return answer(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", "", text,
+			      strlen(text), head);
 	}
 	if (path_len == 8 && !memcmp(path, "/healthz", 8)) {
 		if (cb->healthy && !cb->healthy(cb->data))
@@ -446,9 +464,9 @@ int snapkvd_http_new(struct snapkvd_loop *loop, const struct snapkvd_http_config
 		return log_error_errno(-EBUSY, "Failed to accept on %s", cfg->listen);
 	}
 	log_info("metrics on http://%s/metrics (at most %u connections, %llu-byte requests, "
-		 "%u ms each)",
+		 "%u ms each, rendered at most every %u ms)",
 		 cfg->listen, cfg->max_connections, (unsigned long long)cfg->max_request,
-		 cfg->timeout_ms);
+		 cfg->timeout_ms, cfg->cache_ms);
 	*ret = h;
 	return 0;
 }
@@ -461,5 +479,6 @@ void snapkvd_http_free(struct snapkvd_http *h)
 		conn_free(h->conns);
 	if (h->fd >= 0)
 		close(h->fd);
+	free(h->cached);
 	free(h);
 }

@@ -14,6 +14,9 @@
  *   metrics_http_max_connections  open at once; one more is answered 503
  *   metrics_http_timeout_ms       from accept to the last byte, after
  *                                 which the connection is shut down
+ * and the exposition, once rendered, is served again to every scrape for
+ * metrics_http_cache_ms (0: rendered for each), so a scrape loop costs the
+ * loop one rendering per interval.
  */
 #ifndef SNAPKVD_HTTP_H
 #define SNAPKVD_HTTP_H
@@ -38,7 +41,8 @@ struct snapkvd_http_config {
 	uint64_t max_request; /* request line + headers, bytes */
 	unsigned max_connections;
 	unsigned timeout_ms;
-	int tenants; /* metrics_http_tenants: enum snapkvd_metrics_tenants */
+	unsigned cache_ms; /* metrics_http_cache_ms: a rendered exposition served again this long */
+	int tenants;	   /* metrics_http_tenants: enum snapkvd_metrics_tenants */
 };
 
 struct snapkvd_http_cb {

@@ -7,6 +7,7 @@
 #include "snapkvd-buffer.h"
 #include "snapkvd-clock.h"
 #include "snapkvd-group.h"
+#include "snapkvd-kvpool.h"
 
 struct snapkvd_job *snapkvd_job_new(enum snapkvd_job_kind kind, struct snapkvd_session *s,
 				    const struct snapkvd_origin *o)
@@ -29,10 +30,15 @@ void snapkvd_job_free(struct snapkvd_job *j)
 	for (unsigned i = 0; i < j->n_bufs; i++)
 		snapkvd_buffer_unref(j->bufs[i]);
 	free(j->bufs);
+	for (unsigned i = 0; i < 2; i++)
+		if (j->kvpool[i])
+			j->kvpool[i]->busy--;
 	free(j->in);
 	free(j->out);
 	free(j->block_table);
 	free(j->out_table);
+	free(j->wb_table);
+	free(j->wb_pools);
 	free(j->wb_base);
 	free(j->wb_k_off);
 	free(j->wb_v_off);

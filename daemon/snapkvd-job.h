@@ -56,6 +56,9 @@ struct snapkvd_job {
 	int pressure_level;   /* the level C was scaled at (a group's: its first member's) */
 	int32_t *block_table; /* private copy, n_block_table entries */
 	uint32_t n_block_table;
+	/* validation: the first bt_scanned entries were checked, the largest
+	 * is bt_max (snapkvd-request.c) */
+	uint64_t bt_scanned, bt_max;
 	/* out_layout PAGED (snapkvd-paged.c): slots per block; the output
 	 * block table (arena: 0 .. n-1; writeback: the engine's, a private
 	 * copy); writeback: the destination pools' addresses, [2 * layers]
@@ -64,10 +67,22 @@ struct snapkvd_job {
 	uint32_t out_block_size;
 	int32_t *out_table;
 	uint32_t n_out_table;
+	/* writeback: the table's first in_place entries are SKV_BLOCK_IN_PLACE
+	 * (CompactRequest.out_in_place_blocks: the input's blocks, not written) */
+	uint32_t in_place;
+	/* writeback, for the cache (snapkvd_paged_cache takes them): the
+	 * table's copy, the pools' buffer ids [2 * layers], max_decode */
+	int32_t *wb_table;
+	uint64_t *wb_pools;
+	uint32_t max_decode;
 	uint8_t **wb_base;
 	int64_t wb_head_stride, wb_token_stride, wb_block_stride;
 	uint64_t *wb_k_off, *wb_v_off; /* [layers]: pool offsets in their buffers */
 	uint64_t wb_buffer_id;
+	/* the registered KV pools the request named (pool_id, out_pool_id):
+	 * each counted busy until the job is freed, so unregistering them is
+	 * refused while it is in flight (snapkvd-kvpool.h) */
+	struct snapkvd_kvpool *kvpool[2];
 	/* CompactRequest.prefill_wait CUDA_FLAG: the stream waits until the
 	 * word at device address wait_flag is >= wait_value (wait_flag NULL: no
 	 * wait); past wait_ms the device's waiter thread writes the value
@@ -84,7 +99,9 @@ struct snapkvd_job {
 	/* GROW */
 	struct snapkvd_cache *target; /* the loop thread's; never read by the worker */
 	struct snapkvd_grow g;
-	/* both */
+	/* both: the device it runs on (an index of the device object's; the
+	 * one holding its CUDA buffers or its cache's GPU arena) */
+	unsigned gpu;
 	struct snapkvd_resv resv;
 	int status;
 	char err[256];

@@ -118,6 +118,8 @@ static void fill_cache(const struct snapkvd_session *x, const struct snapkvd_cac
 	cl->transport = (char *)c->transport;
 	cl->arena_transport = c->writeback ? "engine" : c->gpu_kv ? "cuda-vmm" : "host-memfd";
 	cl->engine_held = c->writeback;
+	cl->device = c->device_ordinal;
+	cl->max_decode = c->max_decode;
 	cl->layout = c->layout == SNAPKVD_LAYOUT_PAGED ? SNAPKV__V1__LAYOUT__LAYOUT_PAGED
 		     : c->layout == SNAPKVD_LAYOUT_NHD ? SNAPKV__V1__LAYOUT__LAYOUT_NHD
 						       : SNAPKV__V1__LAYOUT__LAYOUT_HND;
@@ -168,33 +170,23 @@ static int pick_caches(struct snapkvd_server *srv, const struct snapkvd_ledger_v
 	return 0;
 }
 
-int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
-			 struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_view *v)
+/* The reply's tenants (those v may see) and pool lines; arrays in *b. */
+static int fill_header(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+		       struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_view *v)
 {
 	struct snapkvd_pool_stats ps;
 	const struct snapkvd_ledger_total *pt = &srv->tally.pool;
-	size_t nt = 0, nc = 0, i = 0, k = 0;
-	uint64_t visible = 0, next = 0;
+	size_t nt = 0, k = 0;
 
-	memset(b, 0, sizeof(*b));
 	if (snapkvd_pool_snapshot(srv->pool, &ps, &b->ts, &nt) < 0)
 		return -ENOMEM;
-	if (pick_caches(srv, v, b, &nc, &visible, &next) < 0) {
-		snapkvd_ledger_reply_free(b);
-		return -ENOMEM;
-	}
 	b->ti = calloc(nt ? nt : 1, sizeof(*b->ti));
 	b->tip = calloc(nt ? nt : 1, sizeof(*b->tip));
 	b->tb = calloc(nt ? nt : 1, sizeof(*b->tb));
-	b->cl = calloc(nc ? nc : 1, sizeof(*b->cl));
-	b->clp = calloc(nc ? nc : 1, sizeof(*b->clp));
-	b->lb = calloc(nc ? nc : 1, sizeof(*b->lb));
-	if (!b->ti || !b->tip || !b->tb || !b->cl || !b->clp || !b->lb) {
-		snapkvd_ledger_reply_free(b);
+	if (!b->ti || !b->tip || !b->tb)
 		return -ENOMEM;
-	}
 	/* a tenant sees its own line only; root and admin_uids see every one */
-	for (i = 0; i < nt; i++) {
+	for (size_t i = 0; i < nt; i++) {
 		if (v && !v->all && b->ts[i].uid != v->uid)
 			continue;
 		fill_tenant(&srv->tally, &b->ts[i], &b->ti[k], &b->tb[k]);
@@ -211,7 +203,29 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 	r->lingering_caches = pt->lingering;
 	r->n_tenants = k;
 	r->tenants = b->tip;
-	for (i = 0; i < nc; i++) {
+	r->all_tenants = !v || v->all;
+	return 0;
+}
+
+int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			 struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_view *v)
+{
+	size_t nc = 0;
+	uint64_t visible = 0, next = 0;
+
+	memset(b, 0, sizeof(*b));
+	if (fill_header(srv, r, b, v) < 0 || pick_caches(srv, v, b, &nc, &visible, &next) < 0) {
+		snapkvd_ledger_reply_free(b);
+		return -ENOMEM;
+	}
+	b->cl = calloc(nc ? nc : 1, sizeof(*b->cl));
+	b->clp = calloc(nc ? nc : 1, sizeof(*b->clp));
+	b->lb = calloc(nc ? nc : 1, sizeof(*b->lb));
+	if (!b->cl || !b->clp || !b->lb) {
+		snapkvd_ledger_reply_free(b);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < nc; i++) {
 		fill_cache(b->pick[i].x, b->pick[i].c, &b->cl[i], &b->lb[i]);
 		b->clp[i] = &b->cl[i];
 	}
@@ -219,8 +233,99 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 	r->caches = b->clp;
 	r->next_page_after = next;
 	r->caches_visible = visible;
-	r->all_tenants = !v || v->all;
 	return 0;
+}
+
+/* ------------------------------------------------------- sliced pages */
+
+void snapkvd_ledger_cursor_init(struct snapkvd_ledger_cursor *cur,
+				const struct snapkvd_ledger_view *v)
+{
+	memset(cur, 0, sizeof(*cur));
+	cur->v = *v;
+	cur->after = v->after;
+	cur->left = v->page ? v->page : SNAPKVD_LEDGER_PAGE;
+}
+
+/* c packed as an AdminReply holding only it, appended to cur's bytes. */
+static int pack_one(struct snapkvd_ledger_cursor *cur, const struct snapkvd_cache *c)
+{
+	Snapkv__V1__AdminReply one = SNAPKV__V1__ADMIN_REPLY__INIT;
+	Snapkv__V1__CacheLedger cl, *clp = &cl;
+	Snapkv__V1__LedgerBytes lb;
+	size_t n;
+
+	fill_cache(c->tally_session, c, &cl, &lb);
+	one.n_caches = 1;
+	one.caches = &clp;
+	n = snapkv__v1__admin_reply__get_packed_size(&one);
+	if (cur->len + n > cur->cap) {
+		size_t nc = cur->cap ? 2 * cur->cap : 4096;
+		void *p;
+
+		while (nc < cur->len + n)
+			nc *= 2;
+		p = realloc(cur->bytes, nc);
+		if (!p)
+			return -ENOMEM;
+		cur->bytes = p;
+		cur->cap = nc;
+	}
+	cur->len += snapkv__v1__admin_reply__pack(&one, cur->bytes + cur->len);
+	return 0;
+}
+
+int snapkvd_ledger_slice(struct snapkvd_server *srv, struct snapkvd_ledger_cursor *cur, size_t max)
+{
+	struct snapkvd_cache *cs[64];
+	size_t want = max < cur->left ? max : cur->left, got, done = 0;
+	size_t len0 = cur->len;
+	uint64_t visible;
+	bool more = false;
+
+	while (!cur->done && done < want) {
+		size_t k = want - done < 64 ? want - done : 64;
+
+		got = snapkvd_tally_page(&srv->tally, cur->v.all, cur->v.uid, cur->after, k, cs,
+					 &more, &visible);
+		for (size_t i = 0; i < got; i++)
+			if (pack_one(cur, cs[i]) < 0) {
+				cur->len = len0; /* as it was: the caller may retry */
+				return -ENOMEM;
+			}
+		if (got)
+			cur->after = cs[got - 1]->id;
+		cur->n += got;
+		cur->left -= got;
+		done += got;
+		cur->done = !more || !cur->left;
+	}
+	return (int)done;
+}
+
+int snapkvd_ledger_finish(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			  struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_cursor *cur)
+{
+	struct snapkvd_cache *none[1];
+	uint64_t visible = 0;
+	bool more = false;
+
+	memset(b, 0, sizeof(*b));
+	if (fill_header(srv, r, b, &cur->v) < 0) {
+		snapkvd_ledger_reply_free(b);
+		return -ENOMEM;
+	}
+	snapkvd_tally_page(&srv->tally, cur->v.all, cur->v.uid, cur->after, 0, none, &more,
+			   &visible);
+	r->next_page_after = more && cur->n ? cur->after : 0;
+	r->caches_visible = visible;
+	return 0;
+}
+
+void snapkvd_ledger_cursor_fini(struct snapkvd_ledger_cursor *cur)
+{
+	free(cur->bytes);
+	memset(cur, 0, sizeof(*cur));
 }
 
 void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b)

@@ -66,6 +66,35 @@ int snapkvd_ledger_reply(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
 			 struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_view *v);
 void snapkvd_ledger_reply_free(struct snapkvd_ledger_buf *b);
 
+/*
+ * A page built in slices over several loop rounds (snapkvd-adminq.h): each
+ * slice packs the next caches by id after the last one packed, each as an
+ * AdminReply holding only that cache, so that the packed slices,
+ * concatenated after the rest of the reply, parse as its repeated `caches`
+ * field. Caches released between two slices are simply not reached; a
+ * cache is never packed twice (ids only grow along the page); one that
+ * lives through the whole listing is packed exactly once.
+ */
+struct snapkvd_ledger_cursor {
+	struct snapkvd_ledger_view v;
+	uint64_t after; /* the last id packed (v.after before the first) */
+	size_t left;	/* caches the page may still take */
+	bool done;	/* the page is full, or no visible cache follows */
+	uint8_t *bytes; /* the packed caches */
+	size_t len, cap, n;
+};
+void snapkvd_ledger_cursor_init(struct snapkvd_ledger_cursor *cur,
+				const struct snapkvd_ledger_view *v);
+/* Up to max more caches packed into cur: how many, or -ENOMEM (cur as it
+ * was). Sets cur->done. */
+int snapkvd_ledger_slice(struct snapkvd_server *srv, struct snapkvd_ledger_cursor *cur, size_t max);
+/* The rest of the page's reply as things are now: pool, tenants, totals,
+ * caches_visible and next_page_after (n_caches 0: the caches are cur's
+ * bytes). Arrays in *b as for snapkvd_ledger_reply. 0 or -ENOMEM. */
+int snapkvd_ledger_finish(struct snapkvd_server *srv, Snapkv__V1__AdminReply *r,
+			  struct snapkvd_ledger_buf *b, const struct snapkvd_ledger_cursor *cur);
+void snapkvd_ledger_cursor_fini(struct snapkvd_ledger_cursor *cur);
+
 /* The hooks' ledger snapshot: the LEDGER reply as `snapkvctl ledger --json`
  * prints it (every tenant, the pool and tenant totals over every cache),
  * listing the max_caches caches of lowest id, plus "pressure" (level_name)

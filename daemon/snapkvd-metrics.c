@@ -6,6 +6,7 @@
 #include "snapkvd-metrics.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -340,6 +341,35 @@ static void write_work(FILE *f, const struct snapkvd_stats *s)
 	}
 }
 
+/* One gauge or counter per CUDA device, labelled device="ORDINAL". */
+static void device_series(FILE *f, const struct snapkvd_stats *s, const char *name,
+			  const char *type, const char *help, size_t off)
+{
+	head(f, name, type, help);
+	for (size_t i = 0; i < s->n_devices; i++)
+		fprintf(f, "%s{device=\"%d\"} %" PRIu64 "\n", name, s->devices[i].ordinal,
+			*(const uint64_t *)((const char *)&s->devices[i] + off));
+}
+
+static void write_devices(FILE *f, const struct snapkvd_stats *s)
+{
+	device_series(f, s, "snapkvd_device_imports", "gauge",
+		      "Engine buffers imported on a CUDA device (one per session and generation).",
+		      offsetof(struct snapkvd_stats_device, imports));
+	device_series(f, s, "snapkvd_device_import_bytes", "gauge",
+		      "Bytes of the engine allocations imported on a CUDA device.",
+		      offsetof(struct snapkvd_stats_device, import_bytes));
+	device_series(f, s, "snapkvd_device_arenas", "gauge",
+		      "Sessions' GPU arenas on a CUDA device.",
+		      offsetof(struct snapkvd_stats_device, arenas));
+	device_series(f, s, "snapkvd_device_arena_bytes", "gauge",
+		      "Bytes of the sessions' GPU arenas on a CUDA device.",
+		      offsetof(struct snapkvd_stats_device, arena_bytes));
+	device_series(f, s, "snapkvd_device_compactions_total", "counter",
+		      "Compactions run on a CUDA device (by its worker).",
+		      offsetof(struct snapkvd_stats_device, jobs_total));
+}
+
 /* Pressure actions, hooks, histograms, start time. */
 /* Decision groups: how many were decided, timed out or failed, and how
  * long the first member waited for the last. */
@@ -439,6 +469,8 @@ int snapkvd_metrics_format(const struct snapkvd_stats *s, char **ret_buf, size_t
 	write_actions(f, s);
 	if (s->groups)
 		write_groups(f, s->groups);
+	if (s->n_devices)
+		write_devices(f, s);
 	if (fclose(f) != 0 || !buf) {
 		free(buf);
 		return -ENOMEM;

@@ -71,6 +71,14 @@ struct snapkvd_stats_tenant {
 	uint64_t quota_rejections_total;
 };
 
+/* One CUDA device of --backend cuda (the label device="ORDINAL"). */
+struct snapkvd_stats_device {
+	int ordinal;
+	uint64_t imports, import_bytes; /* engine buffers imported there */
+	uint64_t arenas, arena_bytes;	/* sessions' GPU arenas there */
+	uint64_t jobs_total;		/* compactions run there */
+};
+
 struct snapkvd_stats_error {
 	const char *code; /* e.g. "EINVAL", "ENOSPC", "EDQUOT" */
 	uint64_t count;
@@ -133,6 +141,9 @@ struct snapkvd_stats {
 	double start_time_seconds; /* process start, Unix time; 0 omits it */
 	const char *version;	   /* snapkvd_build_info; NULL omits it */
 	const char *backend;	   /* its backend label (NULL: "") */
+	/* --backend cuda: every opened device (none: the series are omitted) */
+	size_t n_devices;
+	const struct snapkvd_stats_device *devices;
 };
 
 /*

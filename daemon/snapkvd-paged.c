@@ -20,6 +20,7 @@
 
 #include "snapkvd-buffer.h"
 #include "snapkvd-cache.h"
+#include "snapkvd-cleanup.h"
 #include "snapkvd-config.h"
 #include "snapkvd-job.h"
 #include "snapkvd-request.h"
@@ -223,7 +224,7 @@ static int check_pool(const struct snapkvd_request_env *env, struct snapkvd_job 
 	}
 	blk = extent(t->head_stride, t->token_stride, h_store, j->out_block_size, j->shape.head_dim,
 		     es);
-	for (uint32_t i = 0; i < j->n_out_table; i++)
+	for (uint32_t i = j->in_place; i < j->n_out_table; i++)
 		if ((uint64_t)j->out_table[i] > maxe)
 			maxe = (uint64_t)j->out_table[i];
 	if (__builtin_mul_overflow(maxe, (uint64_t)t->block_stride * es, &end) ||
@@ -242,7 +243,7 @@ static int check_pool(const struct snapkvd_request_env *env, struct snapkvd_job 
 
 /* The destination block table: long enough for the kept slots (a budget
  * mode: the most a head may keep, min(L, C_max) for mass, L with a
- * fallback), at most max_prompt_len entries, none negative; copied into
+ * fallback), at most max_block_table entries, none negative; copied into
  * the job. */
 static int read_out_table(const struct snapkvd_config *cfg, struct snapkvd_job *j,
 			  const Snapkv__V1__CompactRequest *req, uint32_t kept, char *err,
@@ -250,17 +251,21 @@ static int read_out_table(const struct snapkvd_config *cfg, struct snapkvd_job *
 {
 	uint64_t need = ((uint64_t)kept + j->out_block_size - 1) / j->out_block_size;
 
-	if (req->n_out_block_table > (size_t)cfg->max_prompt_len) {
+	/* in-place blocks (checked first) stand for the table's first entries */
+	need = need > j->in_place ? need - j->in_place : 0;
+
+	if (req->n_out_block_table > (size_t)cfg->max_block_table) {
 		snprintf(err, errlen,
-			 "out_block_table of %zu entries exceeds the limit %u (max_prompt_len)",
-			 req->n_out_block_table, cfg->max_prompt_len);
+			 "out_block_table of %zu entries exceeds the limit %u (max_block_table)",
+			 req->n_out_block_table, cfg->max_block_table);
 		return -E2BIG;
 	}
 	if (req->n_out_block_table < need) {
 		snprintf(err, errlen,
 			 "writeback: out_block_table has %zu blocks, the %u kept slots need %llu "
-			 "of %u%s",
+			 "of %u%s%s",
 			 req->n_out_block_table, kept, (unsigned long long)need, j->out_block_size,
+			 j->in_place ? " beyond the out_in_place_blocks" : "",
 			 j->params.fallback_below != 0.0f
 			     ? " (fallback_below: a fallback keeps every prompt row)"
 			 : j->params.budget_mode == SKV_BUDGET_MASS
@@ -274,11 +279,68 @@ static int read_out_table(const struct snapkvd_config *cfg, struct snapkvd_job *
 				 i);
 			return -EINVAL;
 		}
-	j->out_table = malloc(req->n_out_block_table * sizeof(int32_t));
+	j->out_table = malloc(((size_t)j->in_place + req->n_out_block_table + 1) * sizeof(int32_t));
 	if (!j->out_table)
 		return -ENOMEM;
-	memcpy(j->out_table, req->out_block_table, req->n_out_block_table * sizeof(int32_t));
-	j->n_out_table = (uint32_t)req->n_out_block_table;
+	for (uint32_t i = 0; i < j->in_place; i++)
+		j->out_table[i] = SKV_BLOCK_IN_PLACE;
+	if (req->n_out_block_table)
+		memcpy(j->out_table + j->in_place, req->out_block_table,
+		       req->n_out_block_table * sizeof(int32_t));
+	j->n_out_table = j->in_place + (uint32_t)req->n_out_block_table;
+	return 0;
+}
+
+/* Whether a destination pool is exactly where the layer's input lives. */
+static bool same_pool(const Snapkv__V1__TensorRef *in, const Snapkv__V1__TensorRef *out,
+		      uint32_t bs)
+{
+	return in && out && in->buffer_id == out->buffer_id && in->offset == out->offset &&
+	       in->dtype == out->dtype && in->head_stride == out->head_stride &&
+	       in->token_stride == out->token_stride && in->block_stride == out->block_stride &&
+	       in->block_size == bs;
+}
+
+/*
+ * out_in_place_blocks n (CompactRequest field 220): the first n compact
+ * blocks are the input's blocks block_table[0 .. n - 1], in place. They must
+ * hold protected positions only (every head keeps positions 0 .. n * bs - 1
+ * in slots of the same index), and every layer's K and V must be read from
+ * the destination pools themselves, so the bytes there are what the
+ * compaction would write.
+ */
+static int check_in_place(struct snapkvd_job *j, const Snapkv__V1__CompactRequest *req,
+			  enum skv_dtype odt, char *err, size_t errlen)
+{
+	uint64_t n = req->out_in_place_blocks, bs = j->out_block_size;
+	uint32_t prefix = skv_kept_prefix(&j->shape, &j->params);
+
+	if (!n)
+		return 0;
+	if (n * bs > prefix) {
+		snprintf(err, errlen,
+			 "writeback: out_in_place_blocks %llu of %llu slots cover positions 0 .. "
+			 "%llu, but only the first %u are protected (protected_ranges from 0)",
+			 (unsigned long long)n, (unsigned long long)bs,
+			 (unsigned long long)(n * bs - 1), prefix);
+		return -EINVAL;
+	}
+	for (uint32_t l = 0; l < req->layers; l++) {
+		const Snapkv__V1__LayerRef *in = req->layer[l];
+		const Snapkv__V1__OutLayerRef *o = req->out_layer[l];
+
+		if (!in || !o || !same_pool(in->k, o->k, req->out_block_size) ||
+		    !same_pool(in->v, o->v, req->out_block_size) ||
+		    (enum skv_dtype)in->k->dtype != odt) {
+			snprintf(err, errlen,
+				 "writeback: out_in_place_blocks needs layer %u's K and V read "
+				 "from its destination pools (same buffer, offset, strides, dtype "
+				 "and block_size %u as out_block_size)",
+				 l, req->out_block_size);
+			return -EINVAL;
+		}
+	}
+	j->in_place = (uint32_t)n;
 	return 0;
 }
 
@@ -301,7 +363,7 @@ static int check_overlap(struct snapkvd_job *j, uint32_t h_store, enum skv_dtype
 		for (unsigned t = 0; t < 2 && !r; t++) {
 			uint64_t base = t ? j->wb_v_off[l] : j->wb_k_off[l];
 
-			for (uint32_t i = 0; i < j->n_out_table && !r; i++)
+			for (uint32_t i = j->in_place; i < j->n_out_table && !r; i++)
 				r = spans_add(&s, pools[2 * l + t],
 					      base + (uint64_t)j->out_table[i] *
 							 (uint64_t)j->wb_block_stride * es,
@@ -340,7 +402,9 @@ static int paged_writeback(const struct snapkvd_request_env *env, struct snapkvd
 			 "head/token stride < 2^31, block_stride < 2^40");
 		return -EINVAL;
 	}
-	r = read_out_table(env->cfg, j, req, plan->kept, err, errlen);
+	r = check_in_place(j, req, odt, err, errlen);
+	if (r == 0)
+		r = read_out_table(env->cfg, j, req, plan->kept, err, errlen);
 	if (r < 0)
 		return r;
 	j->wb_base = calloc((size_t)req->layers * 2, sizeof(*j->wb_base));
@@ -371,12 +435,22 @@ static int paged_writeback(const struct snapkvd_request_env *env, struct snapkvd
 	}
 	if (!r)
 		r = check_overlap(j, plan->h_store, odt, pools, err, errlen);
+	if (!r) {
+		j->wb_table = malloc(((size_t)j->n_out_table + 1) * sizeof(int32_t));
+		j->wb_pools = calloc((size_t)req->layers * 2, sizeof(uint64_t));
+		if (!j->wb_table || !j->wb_pools)
+			r = -ENOMEM;
+	}
 	for (uint32_t i = 0; !r && i < req->layers * 2; i++) {
 		snapkvd_job_hold(j, pools[i]);
 		j->wb_base[i] = (uint8_t *)pools[i]->map;
+		j->wb_pools[i] = pools[i]->id;
 	}
-	if (!r)
+	if (!r) {
+		memcpy(j->wb_table, j->out_table, (size_t)j->n_out_table * sizeof(int32_t));
 		j->wb_buffer_id = pools[0]->id;
+		j->max_decode = req->max_decode;
+	}
 	free(pools);
 	return r;
 }
@@ -388,10 +462,11 @@ int snapkvd_paged_check(const struct snapkvd_request_env *env, struct snapkvd_jo
 	bool wb = req->out_dest == SNAPKV__V1__OUT_DEST__OUT_DEST_WRITEBACK;
 
 	if (req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_PAGED) {
-		if (req->out_block_size || wb || req->n_out_layer || req->n_out_block_table) {
+		if (req->out_block_size || wb || req->n_out_layer || req->n_out_block_table ||
+		    req->out_in_place_blocks || req->max_decode) {
 			snprintf(err, errlen,
-				 "out_block_size, out_dest, out_layer and out_block_table need "
-				 "out_layout PAGED");
+				 "out_block_size, out_dest, out_layer, out_block_table, "
+				 "out_in_place_blocks and max_decode need out_layout PAGED");
 			return -EINVAL;
 		}
 		return 0;
@@ -427,14 +502,125 @@ int snapkvd_paged_check(const struct snapkvd_request_env *env, struct snapkvd_jo
 	j->writeback = wb;
 	j->out_block_size = req->out_block_size;
 	if (!wb) {
-		if (req->n_out_layer || req->n_out_block_table) {
+		if (req->n_out_layer || req->n_out_block_table || req->out_in_place_blocks ||
+		    req->max_decode) {
 			snprintf(err, errlen,
-				 "out_layer and out_block_table are for out_dest WRITEBACK");
+				 "out_layer, out_block_table, out_in_place_blocks and max_decode "
+				 "are for out_dest WRITEBACK");
 			return -EINVAL;
 		}
 		return 0;
 	}
 	return paged_writeback(env, j, req, plan, odt, err, errlen);
+}
+
+/* The grown table's blocks of every layer's K and V pool as write spans. */
+static int grow_spans(const struct snapkvd_request_env *env, const struct snapkvd_cache *c,
+		      const int32_t *all, uint32_t n_all, struct spans *s, char *err, size_t errlen)
+{
+	uint64_t es = c->dtype_bytes;
+	uint64_t blk =
+	    extent(c->head_stride, c->token_stride, c->h_store, c->block_size, c->head_dim, es);
+
+	for (uint32_t l = 0; l < c->layers; l++)
+		for (unsigned t = 0; t < 2; t++) {
+			struct snapkvd_buffer *b =
+			    snapkvd_buffer_find(env->buffers, c->wb_pools[2 * l + t]);
+			uint64_t base = t ? c->v_off[l] : c->k_off[l], end;
+
+			if (!b) {
+				snprintf(err, errlen,
+					 "GROW: layer %u's %s pool (buffer %llu) is no longer "
+					 "registered",
+					 l, t ? "V" : "K",
+					 (unsigned long long)c->wb_pools[2 * l + t]);
+				return -ENOENT;
+			}
+			for (uint32_t i = c->in_place_blocks; i < n_all; i++) {
+				uint64_t at =
+				    base + (uint64_t)all[i] * (uint64_t)c->block_stride * es;
+
+				if (__builtin_add_overflow(at, blk, &end) || end > b->size) {
+					snprintf(err, errlen,
+						 "GROW: destination block %d is outside layer %u's "
+						 "%s pool (buffer %llu, %llu bytes)",
+						 all[i], l, t ? "V" : "K",
+						 (unsigned long long)b->id,
+						 (unsigned long long)b->size);
+					return -EINVAL;
+				}
+				if (spans_add(s, b, at, blk, true, l) < 0)
+					return -ENOMEM;
+			}
+		}
+	return 0;
+}
+
+int snapkvd_paged_grow_blocks(const struct snapkvd_request_env *env, const struct snapkvd_cache *c,
+			      uint32_t slots, const int32_t *tab, size_t n, int32_t **ret_table,
+			      char *err, size_t errlen)
+{
+	uint64_t want = ((uint64_t)slots + c->block_size - 1) / c->block_size;
+	uint64_t need = c->writeback && want > c->n_blocks ? want - c->n_blocks : 0;
+	struct spans s = {0};
+	int32_t *all;
+	int r;
+
+	*ret_table = NULL;
+	if (!c->writeback && n) {
+		snprintf(err, errlen, "out_block_table is for GROW of a writeback cache");
+		return -EINVAL;
+	}
+	if (!c->writeback)
+		return 0;
+	if (n != need) {
+		snprintf(err, errlen,
+			 "GROW of a writeback cache to %u slots needs %llu new destination blocks "
+			 "(out_block_table) past its %u, got %zu",
+			 slots, (unsigned long long)need, c->n_blocks, n);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (tab[i] < 0) {
+			snprintf(err, errlen, "GROW: out_block_table entry %zu is negative", i);
+			return -EINVAL;
+		}
+	all = malloc(((size_t)c->n_blocks + n + 1) * sizeof(int32_t));
+	if (!all)
+		return -ENOMEM;
+	memcpy(all, c->wb_table, (size_t)c->n_blocks * sizeof(int32_t));
+	if (n)
+		memcpy(all + c->n_blocks, tab, n * sizeof(int32_t));
+	r = grow_spans(env, c, all, c->n_blocks + (uint32_t)n, &s, err, errlen);
+	if (r == 0)
+		r = check_spans(&s, err, errlen);
+	free(s.v);
+	if (r < 0) {
+		free(all);
+		return r;
+	}
+	*ret_table = all;
+	return 0;
+}
+
+void snapkvd_paged_grow_done(struct snapkvd_cache *c, struct snapkvd_job *j, uint8_t *host_base,
+			     uint32_t old_slots)
+{
+	uint64_t used = (uint64_t)c->kept + c->appended;
+
+	if (j->out_table) {
+		free(c->wb_table);
+		c->wb_table = TAKE_PTR(j->out_table);
+		c->n_blocks = j->n_out_table;
+	}
+	for (uint32_t l = 0; l < c->layers; l++) {
+		int32_t *pos = (int32_t *)(host_base + c->pos_off[l]);
+
+		for (uint32_t h = 0; h < c->h_store; h++)
+			for (uint64_t i = old_slots; i < used && i < c->slots; i++)
+				pos[(uint64_t)h * c->slots + i] =
+				    (int32_t)(c->prompt_len + (i - c->kept));
+	}
 }
 
 int snapkvd_paged_geometry(const struct snapkvd_request_env *env, const struct snapkvd_job *j,
@@ -459,7 +645,11 @@ void snapkvd_paged_cache(struct snapkvd_job *j)
 	c->token_stride = j->wb_token_stride;
 	c->block_stride = j->wb_block_stride;
 	c->n_blocks = j->n_out_table;
+	c->in_place_blocks = j->in_place;
+	c->max_decode = j->max_decode;
 	c->out_buffer_id = j->wb_buffer_id;
+	c->wb_table = TAKE_PTR(j->wb_table);
+	c->wb_pools = TAKE_PTR(j->wb_pools);
 	memcpy(c->k_off, j->wb_k_off, c->layers * sizeof(uint64_t));
 	memcpy(c->v_off, j->wb_v_off, c->layers * sizeof(uint64_t));
 }
@@ -498,13 +688,15 @@ void snapkvd_paged_outputs(struct snapkvd_job *j, uint8_t *kv_base)
 		};
 		uint32_t pool = 0;
 
-		for (uint32_t i = 0; i < j->n_out_table; i++)
+		for (uint32_t i = j->in_place; i < j->n_out_table; i++)
 			if ((uint32_t)j->out_table[i] + 1 > pool)
 				pool = (uint32_t)j->out_table[i] + 1;
 		j->out[l].k = t;
 		j->out[l].k.data = kb + c->k_off[l];
 		j->out[l].v = t;
 		j->out[l].v.data = vb + c->v_off[l];
-		j->out[l].pool_blocks = pool;
+		/* every block in place (a bypass over a protected prompt): no
+		 * entry to bound, but a pool of 0 reads as no pool */
+		j->out[l].pool_blocks = pool || !j->in_place ? pool : 1;
 	}
 }

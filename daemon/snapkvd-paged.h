@@ -39,6 +39,25 @@ int snapkvd_paged_geometry(const struct snapkvd_request_env *env, const struct s
 			   uint32_t h_store, uint32_t slots, uint32_t dtype_bytes,
 			   struct snapkvd_cache_geom *ret);
 
+/*
+ * GROW of a writeback cache c to `slots` slots per head: the engine's new
+ * blocks (GrowRequest.out_block_table, n entries) must be exactly those the
+ * grown capacity needs past c's n_blocks, each inside every layer's K and V
+ * pool (buffers still registered) and meeting none of c's blocks nor each
+ * other. *ret_table: c's table with them appended (n_blocks + n entries).
+ * Any other cache: n must be 0 (*ret_table NULL). 0, or -errno with the
+ * reason in err; nothing of c changed.
+ */
+int snapkvd_paged_grow_blocks(const struct snapkvd_request_env *env, const struct snapkvd_cache *c,
+			      uint32_t slots, const int32_t *tab, size_t n, int32_t **ret_table,
+			      char *err, size_t errlen);
+
+/* A writeback cache's GROW job j done (c placed at its new slots): c takes
+ * the grown table from j, and its slots from old_slots up to kept + g get
+ * their positions L + i (appended past the old rows under max_decode). */
+void snapkvd_paged_grow_done(struct snapkvd_cache *c, struct snapkvd_job *j, uint8_t *host_base,
+			     uint32_t old_slots);
+
 /* Copy what the cache keeps of a checked paged request into j->cache. */
 void snapkvd_paged_cache(struct snapkvd_job *j);
 

@@ -104,7 +104,8 @@ int snapkvd_params_read_budget(const Snapkv__V1__CompactRequest *req, struct skv
  * Owns: the decision-group fields (CompactRequest 130-132): a key of 1..64
  * printable ASCII bytes with a size of 1..max_group_size, a wait of at most
  * max_group_timeout_ms (0: group_timeout_ms), a mode whose counts a group
- * can share (not heads, mass-heads), the host backend. The registry
+ * can share (not heads, mass-heads), on the CUDA backend no mass fallback
+ * above tau. The registry
  * (snapkvd-group.c) judges the members against each other at admission.
  */
 int snapkvd_params_read_group(const struct snapkvd_request_env *env,
@@ -150,9 +151,16 @@ int snapkvd_params_read_group(const struct snapkvd_request_env *env,
 			 skv_budget_name(j->params.budget_mode));
 		return -EINVAL;
 	}
-	if (snapkvd_device_present(env->device)) {
-		snprintf(err, errlen, "decision groups run on the host backend only (backend %s)",
-			 snapkvd_device_backend(env->device));
+	/* on the GPU a member knows its smallest mass at its own C* only: a
+	 * larger group C* is above tau there, so a fallback threshold above
+	 * tau could not be judged (snapkvd-group.c, member_below) */
+	if (snapkvd_device_present(env->device) && j->params.budget_mode == SKV_BUDGET_MASS &&
+	    j->params.fallback_below > j->params.tau) {
+		snprintf(err, errlen,
+			 "decision groups on the CUDA backend: fallback_below %g above tau %g "
+			 "(mass) cannot be decided from the members' own choices; use "
+			 "fallback_below <= tau or the host backend",
+			 (double)j->params.fallback_below, (double)j->params.tau);
 		return -EOPNOTSUPP;
 	}
 	memcpy(j->gm.key, key, n + 1);

@@ -54,7 +54,7 @@ int snapkvd_policy_init(struct snapkvd_policy *ops, const struct snapkvd_policy_
 	int r;
 
 	memset(ops, 0, sizeof(*ops));
-	r = snapkvd_policy_config_check(cfg, NULL, 0);
+	r = snapkvd_policy_config_check(cfg, NULL);
 	if (r < 0)
 		return r;
 	ops->cfg = *cfg;
@@ -84,14 +84,26 @@ void snapkvd_policy_fini(struct snapkvd_policy *ops)
 	pthread_mutex_destroy(&ops->mu);
 }
 
+/* snapkvd_pressure_set_config() with its reason in err. */
+static int set_pressure_config(struct snapkvd_policy *ops, const struct snapkvd_pressure_config *pc,
+			       struct skv_error *err)
+{
+	char why[sizeof(err->msg)] = "";
+	int r = snapkvd_pressure_set_config(ops->pressure, pc, why, sizeof(why));
+
+	if (r < 0)
+		snapkvd_value_fail(err, "%s", why);
+	return r;
+}
+
 int snapkvd_policy_reconfigure(struct snapkvd_policy *ops, const struct snapkvd_policy_config *cfg,
-			       char *err, size_t errlen)
+			       struct skv_error *err)
 {
 	struct snapkvd_policy_config c = *cfg;
 	int r;
 
 	default_ledger_path(&c);
-	r = snapkvd_pressure_set_config(ops->pressure, &c.pressure, err, errlen);
+	r = set_pressure_config(ops, &c.pressure, err);
 	if (r < 0)
 		return r;
 	ops->cfg = c;
@@ -102,9 +114,9 @@ int snapkvd_policy_reconfigure(struct snapkvd_policy *ops, const struct snapkvd_
 }
 
 int snapkvd_policy_set_pressure(struct snapkvd_policy *ops,
-				const struct snapkvd_pressure_config *pc, char *err, size_t errlen)
+				const struct snapkvd_pressure_config *pc, struct skv_error *err)
 {
-	int r = snapkvd_pressure_set_config(ops->pressure, pc, err, errlen);
+	int r = set_pressure_config(ops, pc, err);
 
 	if (r < 0)
 		return r;

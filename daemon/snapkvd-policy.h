@@ -103,12 +103,13 @@ int snapkvd_policy_init(struct snapkvd_policy *ops, const struct snapkvd_policy_
 void snapkvd_policy_fini(struct snapkvd_policy *ops);
 
 /* SIGHUP: new config (the level is kept, re-evaluated against the new
- * marks at once). 0 or -EINVAL with a reason in err (old config kept). */
+ * marks at once). 0 or -EINVAL with a reason in err (may be NULL; the old
+ * config kept). */
 int snapkvd_policy_reconfigure(struct snapkvd_policy *ops, const struct snapkvd_policy_config *cfg,
-			       char *err, size_t errlen);
-/* `snapkvctl pressure set`: replace only the pressure part. */
+			       struct skv_error *err);
+/* `snapkvctl pressure set`: replace only the pressure part; the same. */
 int snapkvd_policy_set_pressure(struct snapkvd_policy *ops,
-				const struct snapkvd_pressure_config *pc, char *err, size_t errlen);
+				const struct snapkvd_pressure_config *pc, struct skv_error *err);
 
 /* Evaluate pressure; on a change run the actions in order. Returns 1 when
  * the level changed, 0 otherwise. Cheap when nothing moved since the last

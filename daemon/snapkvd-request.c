@@ -67,15 +67,19 @@ static int check_limits(const struct snapkvd_config *cfg, const Snapkv__V1__Comp
 		       errlen)) ||
 	    (r = limit(req->n_q, 0, req->prompt_len, "n_q", NULL, err, errlen)) ||
 	    (r = limit(req->decode_reserve, 0, cfg->max_reserve, "decode_reserve", "max_reserve",
-		       err, errlen)))
+		       err, errlen)) ||
+	    (r = limit(req->max_decode, 0, cfg->max_decode, "max_decode", "max_decode", err,
+		       errlen)))
 		return r == -E2BIG && !strncmp(err, "n_q", 3) ? -EINVAL : r;
 	if (req->n_layer != req->layers) {
 		snprintf(err, errlen, "%zu layer descriptions for %u layers", req->n_layer,
 			 req->layers);
 		return -EINVAL;
 	}
-	if (req->n_block_table > (size_t)cfg->max_prompt_len) {
-		snprintf(err, errlen, "block table of %zu entries is too long", req->n_block_table);
+	if (req->n_block_table > (size_t)cfg->max_block_table) {
+		snprintf(err, errlen,
+			 "block table of %zu entries exceeds the limit %u (max_block_table)",
+			 req->n_block_table, cfg->max_block_table);
 		return -E2BIG;
 	}
 	if (req->out_layout != SNAPKV__V1__LAYOUT__LAYOUT_UNSPECIFIED &&
@@ -165,11 +169,19 @@ static int check_work(const struct snapkvd_request_env *env, const struct snapkv
 	return 0;
 }
 
-/* The largest of the first nb block table entries; each must be >= 0. */
-static int block_table_max(const struct snapkvd_job *j, uint64_t nb, uint64_t *ret, char *err,
+/* The largest of the first nb block table entries; each must be >= 0.
+ * Every paged K and V of every layer asks for the same nb: the answer is
+ * kept, so a long table (up to max_block_table) is scanned once, not
+ * 2 x layers times. */
+static int block_table_max(struct snapkvd_job *j, uint64_t nb, uint64_t *ret, char *err,
 			   size_t errlen)
 {
 	uint64_t maxb = 0;
+
+	if (nb && nb == j->bt_scanned) {
+		*ret = j->bt_max;
+		return 0;
+	}
 
 	for (uint64_t i = 0; i < nb; i++) {
 		if (j->block_table[i] < 0) {
@@ -180,6 +192,8 @@ static int block_table_max(const struct snapkvd_job *j, uint64_t nb, uint64_t *r
 		if ((uint64_t)j->block_table[i] > maxb)
 			maxb = j->block_table[i];
 	}
+	j->bt_scanned = nb;
+	j->bt_max = maxb;
 	*ret = maxb;
 	return 0;
 }
@@ -192,7 +206,7 @@ struct tensor_want {
 };
 
 /* The largest element index the kernels can touch of t, as *ret_max. */
-static int tensor_extent(const struct snapkvd_job *j, const Snapkv__V1__TensorRef *t,
+static int tensor_extent(struct snapkvd_job *j, const Snapkv__V1__TensorRef *t,
 			 const struct tensor_want *w, uint64_t *ret_max, char *err, size_t errlen)
 {
 	uint64_t max_el = 0, tmp;
@@ -556,6 +570,55 @@ static int build_cache(const struct snapkvd_request_env *env, struct snapkvd_job
 	return 0;
 }
 
+/*
+ * Owns the device a job runs on (--backend cuda): the one holding its CUDA
+ * buffers, which must all be on one (each device has its own context and
+ * work queue, and no kernel reads another device's memory), and the
+ * session's GPU arena's for a cache placed there, which must be the same.
+ * A job with no CUDA buffer and its cache on the host runs on the first.
+ */
+static int place_on_device(const struct snapkvd_request_env *env, struct snapkvd_job *j, char *err,
+			   size_t errlen)
+{
+	const struct snapkvd_buffer *first = NULL;
+
+	for (unsigned i = 0; i < j->n_bufs; i++) {
+		const struct snapkvd_buffer *b = j->bufs[i];
+
+		if (!b->imp)
+			continue;
+		if (first && b->gpu != first->gpu) {
+			snprintf(err, errlen,
+				 "buffer %llu is on CUDA device %d and buffer %llu on device %d: a "
+				 "request's buffers must all be on one device",
+				 (unsigned long long)first->id,
+				 snapkvd_device_ordinal(env->device, first->gpu),
+				 (unsigned long long)b->id,
+				 snapkvd_device_ordinal(env->device, b->gpu));
+			return -EXDEV;
+		}
+		if (!first)
+			first = b;
+	}
+	j->gpu = first ? first->gpu : 0;
+	if (j->cache->gpu_kv) {
+		if (first && first->gpu != env->garena_gpu) {
+			snprintf(err, errlen,
+				 "out_arena CUDA_VMM: the session's GPU arena is on CUDA device "
+				 "%d, buffer %llu on device %d",
+				 snapkvd_device_ordinal(env->device, env->garena_gpu),
+				 (unsigned long long)first->id,
+				 snapkvd_device_ordinal(env->device, first->gpu));
+			return -EXDEV;
+		}
+		j->gpu = env->garena_gpu;
+	}
+	j->cache->gpu = j->gpu;
+	j->cache->device_ordinal =
+	    snapkvd_device_present(env->device) ? snapkvd_device_ordinal(env->device, j->gpu) : -1;
+	return 0;
+}
+
 /* The job's private copies and arrays (no check owned). */
 static int job_arrays(struct snapkvd_job *j, const Snapkv__V1__CompactRequest *req)
 {
@@ -630,7 +693,8 @@ int snapkvd_request_compact(const struct snapkvd_request_env *env, struct snapkv
 	    (r = check_work(env, j, &plan, odt, err, errlen)) ||
 	    (wait_given(req) && (r = resolve_wait(env, j, req->prefill_wait, err, errlen))) ||
 	    (r = snapkvd_paged_check(env, j, req, &plan, odt, err, errlen)) ||
-	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)))
+	    (r = build_cache(env, j, req, &plan, odt, &geom, err, errlen)) ||
+	    (r = place_on_device(env, j, err, errlen)))
 		goto fail;
 	j->cache->requested_budget = requested_c;
 	j->cache->region_bytes = geom.region;
@@ -650,9 +714,26 @@ int snapkvd_request_grow(const struct snapkvd_request_env *env, const struct sna
 	uint32_t max = env->cfg->max_reserve;
 
 	if (c->writeback) {
-		*err = "GROW of a writeback cache: the engine owns its K/V blocks (add blocks in "
-		       "the engine; ask for decode_reserve when compacting)";
-		return -EOPNOTSUPP;
+		/* more position rows and the engine's new blocks; no K/V moves */
+		uint64_t dec = (uint64_t)c->slots - c->kept + extra;
+
+		if (extra == 0 || dec > (c->max_decode ? c->max_decode : max)) {
+			*err = !extra ? "extra must be at least 1"
+			       : c->max_decode
+				   ? "GROW beyond the declared maximum: capacity - kept + extra "
+				     "exceeds the cache's max_decode"
+				   : "extra must be 1..max_reserve in all (declare max_decode "
+				     "when compacting for more)";
+			return extra ? -E2BIG : -EINVAL;
+		}
+		if (snapkvd_cache_geometry_paged(c->layers, c->h_store, c->slots + extra,
+						 c->head_dim, c->dtype_bytes, c->block_size, true,
+						 env->arena_bytes, ret_geom) < 0) {
+			*err = "grown cache does not fit the arena";
+			return -E2BIG;
+		}
+		*ret_slots = c->slots + extra;
+		return 0;
 	}
 	if (c->layout == SNAPKVD_LAYOUT_PAGED) {
 		if (extra == 0 || extra > max || c->slots - c->kept + (uint64_t)extra > max) {

@@ -24,6 +24,7 @@ struct snapkvd_request_env {
 	struct snapkvd_buffer *buffers; /* the session's registered buffers */
 	uint64_t arena_bytes;		/* the session's host arena */
 	bool has_garena;		/* the session has a GPU arena */
+	unsigned garena_gpu;		/* on this device (an index) */
 	const struct snapkvd_device *device;
 	unsigned threads;		  /* of the largest worker: the scratch bound */
 	const struct snapkvd_policy *ops; /* the pressure level: C scaling */

@@ -6,8 +6,11 @@
  *
  * A job's memfd buffers, its output region and its mass array are
  * page-locked and mapped for the GPU for the job's duration (zero-copy over
- * the bus; transport "memfd, cuda host-mapped"), one stream per worker,
- * synchronised before the completion is posted. A paged job's block table is
+ * the bus; transport "memfd, cuda host-mapped"; the registrations are
+ * shared by the devices' workers, snapkvd-device-hostreg.h), one worker and
+ * stream per device, each running the jobs of its device (the one holding
+ * their buffers: snapkvd-request.c), synchronised before the completion is
+ * posted. A paged job's block table is
  * copied into device memory of the worker's context, and a GROW of a cache
  * in the GPU arena copies its rows device to device on the worker's stream,
  * as a budget mode's settle there moves its heads.
@@ -29,19 +32,24 @@
 #include "kernels/cuda/skv-cuda.h"
 #include "snapkvd-buffer.h"
 #include "snapkvd-clock.h"
+#include "snapkvd-device-hostreg.h"
 #include "snapkvd-device.h"
+#include "snapkvd-group.h"
 #include "snapkvd-job.h"
 #include "snapkvd-log.h"
 #include "snapkvd-runner.h"
 
 struct cuda_runner {
 	struct snapkvd_device *dev;
-	char isa[320];
+	struct snapkvd_hostreg *hostreg; /* every device's workers' */
+	char isa[1100];
 };
 
 struct snapkvd_runner_ctx {
 	struct cuda_runner *c;
-	struct skv_ctx *ctx; /* for the thread count shown in status */
+	unsigned gpu;		  /* the device its stream is on (an index) */
+	struct skv_cuda_dev *dev; /* that device's handle */
+	struct skv_ctx *ctx;	  /* for the thread count shown in status */
 	struct skv_cuda_ctx *gctx;
 	/* a prefill flag wait in progress: the device's waiter releases it
 	 * at its deadline */
@@ -53,13 +61,8 @@ static const struct skv_backend_ops *ops_of(const struct cuda_runner *c)
 	return snapkvd_device_ops(c->dev);
 }
 
-static struct skv_cuda_dev *gdev(const struct cuda_runner *c)
-{
-	return snapkvd_device_dev(c->dev);
-}
-
-static int cuda_ctx_new(struct snapkvd_runner *r, unsigned threads, struct snapkvd_runner_ctx **ret,
-			struct skv_error *err)
+static int cuda_ctx_new(struct snapkvd_runner *r, unsigned threads, unsigned gpu,
+			struct snapkvd_runner_ctx **ret, struct skv_error *err)
 {
 	struct cuda_runner *c = r->priv;
 	struct snapkvd_runner_ctx *x = calloc(1, sizeof(*x));
@@ -68,9 +71,12 @@ static int cuda_ctx_new(struct snapkvd_runner *r, unsigned threads, struct snapk
 	if (!x)
 		return -ENOMEM;
 	x->c = c;
+	x->gpu = gpu;
+	x->dev = snapkvd_device_dev(c->dev, gpu);
+	x->wait.gpu = gpu;
 	e = skv_ctx_new(threads, &x->ctx);
 	if (e == 0)
-		e = ops_of(c)->ctx_new(gdev(c), &x->gctx, err);
+		e = ops_of(c)->ctx_new(x->dev, &x->gctx, err);
 	if (e < 0) {
 		skv_ctx_free(x->ctx);
 		free(x);
@@ -163,14 +169,15 @@ static int event_poll(struct cuda_runner *c, struct skv_cuda_event *ev, const st
  * launched afterwards, so no stream wait follows either (one would also wait
  * for a later record of the same event, an engine's next prefill).
  */
-static int wait_event(struct cuda_runner *c, struct snapkvd_job *j, struct skv_error *kerr)
+static int wait_event(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
+	struct cuda_runner *c = x->c;
 	const uint64_t deadline = wait_deadline(j);
 	struct skv_cuda_event *ev = NULL;
 	uint64_t nap_ns = 50000, polls = 0;
 	int r;
 
-	r = ops_of(c)->event_open(gdev(c), j->wait_event, &ev, kerr);
+	r = ops_of(c)->event_open(x->dev, j->wait_event, &ev, kerr);
 	if (r < 0) {
 		wait_msg_prefix(kerr);
 		return r;
@@ -192,11 +199,12 @@ static int wait_event(struct cuda_runner *c, struct snapkvd_job *j, struct skv_e
 
 /*
  * Every host range the kernels touch (input buffers, the output region, the
- * mass array) registered for the job; under unified addressing the kernels
- * use the host addresses. The ones registered go into done[].
+ * mass array) held registered for the job; under unified addressing the
+ * kernels use the host addresses. The holds go into done[].
  */
-static int register_ranges(struct cuda_runner *c, struct snapkvd_job *j, void **done,
-			   unsigned *n_done, struct skv_error *kerr)
+static int register_ranges(struct snapkvd_runner_ctx *x, struct snapkvd_job *j,
+			   struct snapkvd_hostreg_hold **done, unsigned *n_done,
+			   struct skv_error *kerr)
 {
 	struct snapkvd_cache *ca = j->cache;
 	struct {
@@ -216,20 +224,10 @@ static int register_ranges(struct cuda_runner *c, struct snapkvd_job *j, void **
 		rg[n_rg++] = (typeof(rg[0])){j->host_base + ca->region_off, ca->region_bytes};
 	rg[n_rg++] = (typeof(rg[0])){ca->mass, (uint64_t)ca->layers * ca->h_store * sizeof(float)};
 	for (unsigned i = 0; i < n_rg && r == 0; i++) {
-		void *d = NULL;
-
-		r = ops_of(c)->host_register(gdev(c), rg[i].p, rg[i].n, &d, kerr);
-		if (r == -EEXIST) { /* shares pages with a range registered above */
-			r = 0;
-			continue;
-		}
+		r = snapkvd_hostreg_hold(x->c->hostreg, x->dev, rg[i].p, rg[i].n, &done[*n_done],
+					 kerr);
 		if (r == 0)
-			done[(*n_done)++] = rg[i].p;
-		if (r == 0 && d != rg[i].p) {
-			snprintf(kerr->msg, sizeof(kerr->msg),
-				 "the GPU does not see host memory at its host address");
-			r = -ENOTSUP;
-		}
+			(*n_done)++;
 	}
 	return r;
 }
@@ -341,13 +339,77 @@ static int budget_settle(struct snapkvd_runner_ctx *x, struct snapkvd_job *j,
 	return r;
 }
 
+/*
+ * The kernels of a job, enqueued: 1 when there are none to run. A
+ * decision-group member (snapkvd-group.h) runs a whole compaction for its
+ * own choice first (the group reads it from j->gm); once the group has
+ * decided, one for the group's C* and fallback, unless that is its own:
+ * then its first step's outputs and result stand.
+ */
+static int enqueue_kernels(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, bool budget,
+			   struct skv_budget_result *res, struct skv_error *kerr)
+{
+	const struct skv_backend_ops *o = ops_of(x->c);
+	const struct snapkvd_group_member *m = &j->gm;
+
+	if (m->group && m->decided) {
+		if (m->c_star == m->own_c_star && m->fallback == m->own_fallback) {
+			res->c_star = m->own_c_star;
+			res->fallback = m->own_fallback;
+			res->min_mass = m->own_min_mass;
+			return 1;
+		}
+		if (!o->compact_decided) {
+			snprintf(kerr->msg, sizeof(kerr->msg),
+				 "decision group '%s': the CUDA plugin has no decided compaction",
+				 m->key);
+			return -EOPNOTSUPP;
+		}
+		return o->compact_decided(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out,
+					  m->c_star, m->fallback, res, kerr);
+	}
+	if (budget)
+		return o->compact_budget(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out,
+					 res, kerr);
+	return o->compact(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out, kerr);
+}
+
+/* A group member's first step is done: its own choice, for the group. */
+static void note_own_choice(struct snapkvd_job *j, bool budget, const struct skv_budget_result *res)
+{
+	j->gm.gpu_step = true;
+	/* not budgeted: uniform without a fallback, C for every member */
+	j->gm.own_c_star = budget ? res->c_star : j->params.capacity;
+	j->gm.own_fallback = budget && res->fallback;
+	j->gm.own_min_mass = budget ? res->min_mass : 1.0f;
+}
+
+/* The job's device, counted; -EXDEV on another device's worker (never:
+ * the compactor's queues). */
+static int on_device(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
+{
+	struct cuda_runner *c = x->c;
+
+	if (j->gpu != x->gpu) {
+		snprintf(kerr->msg, sizeof(kerr->msg), "a job of device %d on device %d's worker",
+			 snapkvd_device_ordinal(c->dev, j->gpu),
+			 snapkvd_device_ordinal(c->dev, x->gpu));
+		return -EXDEV;
+	}
+	snapkvd_device_job_ran(c->dev, x->gpu);
+	return 0;
+}
+
 static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, struct skv_error *kerr)
 {
 	struct cuda_runner *c = x->c;
-	void *done[j->n_bufs + 2];
+	struct snapkvd_hostreg_hold *done[j->n_bufs + 2];
 	unsigned n_done = 0;
 	struct snapkvd_cache *ca = j->cache;
 	const bool budget = ca && ca->budgeted;
+	const bool first_step = j->gm.group && !j->gm.decided;
+	/* a group's second step: the prefill was waited for in the first */
+	const bool waits = !(j->gm.group && j->gm.decided);
 	struct skv_budget_result res = {.result_size = sizeof(res), .kept = ca ? ca->hkept : NULL};
 	struct skv_cuda_copy *moves = NULL;
 	int r;
@@ -358,41 +420,44 @@ static int cuda_compact(struct snapkvd_runner_ctx *x, struct snapkvd_job *j, str
 			 skv_budget_name(j->params.budget_mode));
 		return -EOPNOTSUPP;
 	}
+	r = on_device(x, j, kerr);
+	if (r < 0)
+		return r;
 	/* K/V in the GPU arena: the heads' moves of the settle, before any work */
-	if (budget && ca->gpu_kv &&
+	if (budget && ca->gpu_kv && !first_step &&
 	    !(moves = calloc((size_t)ca->layers * ca->h_store * 2, sizeof(*moves)))) {
 		snprintf(kerr->msg, sizeof(kerr->msg), "out of memory");
 		return -ENOMEM;
 	}
-	if (j->has_event) { /* before anything is page-locked for the job */
-		r = wait_event(c, j, kerr);
+	if (waits && j->has_event) { /* before anything is page-locked for the job */
+		r = wait_event(x, j, kerr);
 		if (r < 0) {
 			free(moves);
 			return r;
 		}
 	}
-	r = register_ranges(c, j, done, &n_done, kerr);
+	r = register_ranges(x, j, done, &n_done, kerr);
 	if (r == 0 && (j->block_table || j->n_out_table))
 		r = upload_block_table(x, j, kerr);
-	if (r == 0 && j->wait_flag)
+	if (r == 0 && waits && j->wait_flag)
 		r = wait_flag(x, j, kerr);
 	/* from here the stream may write the output; the job completes only
 	 * after ctx_sync, so nothing of it lands after its completion */
 	if (r == 0)
 		snapkvd_job_mark_writing(j);
-	if (r == 0 && budget)
-		r = ops_of(c)->compact_budget(x->gctx, &j->shape, &j->params, j->layers, j->in,
-					      j->out, &res, kerr);
-	else if (r == 0)
-		r = ops_of(c)->compact(x->gctx, &j->shape, &j->params, j->layers, j->in, j->out,
-				       kerr);
+	if (r == 0)
+		r = enqueue_kernels(x, j, budget, &res, kerr);
 	if (r == 0)
 		r = ops_of(c)->ctx_sync(x->gctx, kerr);
-	if (j->wait_flag)
+	else if (r == 1) /* nothing enqueued */
+		r = 0;
+	if (waits && j->wait_flag)
 		r = wait_flag_done(x, j, r, kerr);
 	while (n_done)
-		ops_of(c)->host_unregister(gdev(c), done[--n_done]);
-	if (r == 0 && budget) /* res is filled once the stream is done */
+		snapkvd_hostreg_release(c->hostreg, x->dev, done[--n_done]);
+	if (r == 0 && first_step)
+		note_own_choice(j, budget, &res);
+	else if (r == 0 && budget) /* res is filled once the stream is done */
 		r = budget_settle(x, j, &res, moves, kerr);
 	free(moves);
 	return r;
@@ -439,7 +504,11 @@ static void cuda_stop(struct snapkvd_runner *r)
 
 static void cuda_free(struct snapkvd_runner *r)
 {
-	free(r->priv);
+	struct cuda_runner *c = r->priv;
+
+	if (c)
+		snapkvd_hostreg_free(c->hostreg);
+	free(c);
 	r->priv = NULL;
 }
 
@@ -460,8 +529,10 @@ int snapkvd_runner_cuda_new(struct snapkvd_runner *r, struct skv_error *kerr)
 	struct cuda_runner *c = calloc(1, sizeof(*c));
 
 	(void)kerr;
-	if (!c)
+	if (!c || snapkvd_hostreg_new(snapkvd_device_ops(r->dev), &c->hostreg) < 0) {
+		free(c);
 		return -ENOMEM;
+	}
 	c->dev = r->dev;
 	snprintf(c->isa, sizeof(c->isa), "%s, memfd cuda host-mapped", snapkvd_device_desc(c->dev));
 	snprintf(r->desc, sizeof(r->desc), "cuda: %s", c->isa);

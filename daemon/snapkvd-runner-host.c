@@ -14,13 +14,14 @@ struct snapkvd_runner_ctx {
 	struct skv_ctx *ctx;
 };
 
-static int host_ctx_new(struct snapkvd_runner *r, unsigned threads, struct snapkvd_runner_ctx **ret,
-			struct skv_error *err)
+static int host_ctx_new(struct snapkvd_runner *r, unsigned threads, unsigned gpu,
+			struct snapkvd_runner_ctx **ret, struct skv_error *err)
 {
 	struct snapkvd_runner_ctx *x = calloc(1, sizeof(*x));
 	int e;
 
 	(void)r;
+	(void)gpu; /* one kind of worker: every job runs anywhere */
 	(void)err;
 	if (!x)
 		return -ENOMEM;

@@ -23,12 +23,13 @@ struct snapkvd_runner_ctx;
 struct snapkvd_device;
 
 struct snapkvd_runner_ops {
-	/* the most workers it can serve (0: any): CUDA host registrations are
-	 * per range, and two jobs sharing a buffer on two workers would
-	 * unregister it under each other */
+	/* the most workers it can serve per device (0: any): one CUDA stream
+	 * per device, each worker the only one taking that device's jobs */
 	unsigned max_workers;
-	int (*ctx_new)(struct snapkvd_runner *r, unsigned threads, struct snapkvd_runner_ctx **ret,
-		       struct skv_error *err);
+	/* a worker's context on opened device `gpu` (CUDA: its stream
+	 * there; the host ignores it) */
+	int (*ctx_new)(struct snapkvd_runner *r, unsigned threads, unsigned gpu,
+		       struct snapkvd_runner_ctx **ret, struct skv_error *err);
 	void (*ctx_free)(struct snapkvd_runner_ctx *x);
 	unsigned (*ctx_threads)(const struct snapkvd_runner_ctx *x);
 	const char *(*ctx_isa)(const struct snapkvd_runner_ctx *x);
@@ -43,7 +44,7 @@ struct snapkvd_runner_ops {
 struct snapkvd_runner {
 	const struct snapkvd_runner_ops *ops;
 	struct snapkvd_device *dev; /* what it runs jobs on (not owned) */
-	char desc[400];		    /* status: backend, device, transport */
+	char desc[1200];	    /* status: backend, devices, transport */
 	void *priv;		    /* the implementation's */
 };
 

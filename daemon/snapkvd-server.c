@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "snapkvd-admin.h"
+#include "snapkvd-adminq.h"
 #include "snapkvd-arena.h"
 #include "snapkvd-cache.h"
 #include "snapkvd-clock.h"
@@ -69,6 +70,9 @@ static unsigned on_round(void *data, bool *ret_spin)
 		work += snapkvd_dispatch_poll_ring(s, RING_BUDGET);
 	}
 	reap_jobs(srv);
+	/* one slice of a ledger page being built: between two slices, the
+	 * rings and completions above */
+	work += snapkvd_adminq_run(srv->adminq, srv);
 	/* pool changes of this round (commits, frees, closed sessions) */
 	snapkvd_policy_pool_changed(&srv->policy, snapkvd_pool_used(srv->pool),
 				    snapkvd_pool_total(srv->pool));
@@ -141,25 +145,24 @@ static uint64_t tenant_quota(void *data, uid_t uid)
 static void reload(struct snapkvd_server *srv)
 {
 	struct snapkvd_config c = srv->cfg;
-	char err[256];
+	struct skv_error err = {{0}, -1, -1};
+	const char *kept[16];
+	size_t n_kept;
 
 	if (!srv->config_path) {
 		log_info("SIGHUP: no config file to reload");
 		return;
 	}
-	if (snapkvd_config_load(&c, srv->config_path, err, sizeof(err)) < 0) {
-		log_error("SIGHUP: keeping the old limits: %s", err);
+	if (snapkvd_config_load(&c, srv->config_path, &err) < 0) {
+		log_error("SIGHUP: keeping the old limits: %s: %s", srv->config_path, err.msg);
 		return;
 	}
-	/* limits only: socket, backend, threads and workers need a restart */
-	snprintf(c.socket_path, sizeof(c.socket_path), "%s", srv->cfg.socket_path);
-	snprintf(c.backend, sizeof(c.backend), "%s", srv->cfg.backend);
-	c.threads = srv->cfg.threads;
-	c.workers = srv->cfg.workers;
-	c.sq_entries = srv->cfg.sq_entries;
-	c.slot_bytes = srv->cfg.slot_bytes;
-	c.session_arena_bytes = srv->cfg.session_arena_bytes;
-	c.http = srv->cfg.http;
+	/* limits only: the keys that need a restart keep their running value */
+	n_kept = snapkvd_config_keep_running(&c, &srv->cfg, kept, 16);
+	for (size_t i = 0; i < n_kept && i < 16; i++)
+		log_warning(
+		    "SIGHUP: %s changed in %s: it needs a restart, the running value is kept",
+		    kept[i], srv->config_path);
 	srv->cfg = c;
 	snapkvd_log_max = c.log_level;
 	set_hooks(srv);
@@ -167,8 +170,8 @@ static void reload(struct snapkvd_server *srv)
 	snapkvd_arena_set_limit(&srv->arenas, c.arena_cache_bytes);
 	snapkvd_pool_set_map_limits(srv->pool, c.max_tenant_buffers, c.max_tenant_mapped_bytes,
 				    c.max_mapped_bytes);
-	if (snapkvd_policy_reconfigure(&srv->policy, &c.policy, err, sizeof(err)) < 0)
-		log_error("SIGHUP: keeping the old pressure policy: %s", err);
+	if (snapkvd_policy_reconfigure(&srv->policy, &c.policy, &err) < 0)
+		log_error("SIGHUP: keeping the old pressure policy: %s", err.msg);
 	/* per-tenant quotas (tenant_quota = UID:BYTES) of tenants already known */
 	snapkvd_pool_requota(srv->pool, tenant_quota, &srv->policy);
 	log_notice("SIGHUP: limits reloaded (pool %llu bytes)", (unsigned long long)c.pool_bytes);
@@ -466,7 +469,8 @@ static void policy_fini(struct snapkvd_server *srv)
 static int start_workers(struct snapkvd_server *srv)
 {
 	struct skv_error kerr = {.msg = "", .layer = -1, .head = -1};
-	int r = snapkvd_device_new(srv->cfg.backend, &srv->device, &kerr);
+	int r = snapkvd_device_new(srv->cfg.backend, srv->cfg.devices, srv->cfg.n_devices,
+				   &srv->device, &kerr);
 
 	if (r == 0)
 		r = snapkvd_runner_new(srv->device, &srv->runner, &kerr);
@@ -516,6 +520,10 @@ int snapkvd_server_new(const struct snapkvd_config *cfg, const char *config_path
 				    cfg->max_tenant_mapped_bytes, cfg->max_mapped_bytes);
 	if ((r = start_workers(srv)) < 0)
 		goto fail;
+	if ((r = snapkvd_adminq_new(&srv->adminq)) < 0) {
+		log_error_errno(r, "Failed to start");
+		goto fail;
+	}
 	r = snapkvd_loop_new(512, &srv->loop);
 	if (r < 0) {
 		log_error_errno(r, "Failed to set up io_uring");
@@ -588,6 +596,7 @@ void snapkvd_server_free(struct snapkvd_server *srv)
 	snapkvd_compactor_free(srv->compactor);
 	snapkvd_loop_free(srv->loop);
 	policy_fini(srv);
+	snapkvd_adminq_free(srv->adminq); /* before the sessions its answers name */
 	free_sessions(srv);
 	snapkvd_groups_free(srv->groups);
 	snapkvd_listener_free(srv->listener);

@@ -61,6 +61,11 @@ struct snapkvd_server {
 	double start_realtime_s;
 	uint64_t requests, errors, compactions, sessions_total;
 	uint64_t jobs_cancelled; /* not run, or stopped, because their session ended */
+	/* admin answers (snapkvd-adminq.h): the queue, slices built, requests
+	 * refused by a rate limit, answers being built now */
+	struct snapkvd_adminq *adminq;
+	uint64_t admin_slices, admin_refused;
+	unsigned admin_pending;
 	/* signals, housekeeping, finished jobs (snapkvd-server.c) */
 	int signal_fd, timer_fd;
 	struct snapkvd_loop_ev ev_signal, ev_timer, ev_jobs;

@@ -223,7 +223,8 @@ static void session_free(struct snapkvd_session *s)
 	if (s->fd >= 0)
 		close(s->fd);
 	/* no job runs any more: the last one held a session reference */
-	snapkvd_device_arena_free(s->srv->device, s->garena);
+	snapkvd_kvpools_clear(&s->kvpools);
+	snapkvd_device_arena_free(s->srv->device, s->garena_gpu, s->garena);
 	snapkvd_arena_free(s->arena);
 	snapkvd_pool_tenant_put(s->srv->pool, s->tenant);
 	log_debug("session %llu freed", (unsigned long long)s->id);

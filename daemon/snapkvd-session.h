@@ -22,8 +22,10 @@
 
 #include "proto/skv-frame.h"
 #include <protobuf-c/protobuf-c.h>
+#include "snapkvd-bucket.h"
 #include "snapkvd-buffer.h"
 #include "snapkvd-forward.h"
+#include "snapkvd-kvpool.h"
 #include "snapkvd-loop.h"
 
 struct skv_cuda_arena;
@@ -69,11 +71,18 @@ struct snapkvd_session {
 	/* --backend cuda, on request: the GPU arena (the device's), offsets
 	 * shared with `arena` (a region placed there is the same in both) */
 	struct skv_cuda_arena *garena;
+	unsigned garena_gpu; /* the device it is on (an index of the device object's) */
 	struct snapkvd_buffers buffers;
+	/* registered KV pools; freed with the session (jobs name them) */
+	struct snapkvd_kvpools kvpools;
 	struct snapkvd_cache *caches;
 	unsigned n_caches;
 	struct snapkvd_job *jobs; /* in flight, by ->s_next (snapkvd-dispatch.c) */
 	struct snapkvd_session_recv recv;
+	/* admin sessions (snapkvd-adminq.h): the session's rate bucket, and an
+	 * answer being built (its next frame is read once it is sent) */
+	struct snapkvd_bucket admin_bucket;
+	bool admin_pending;
 	uint64_t requests, errors;
 	struct snapkvd_session *next;
 };

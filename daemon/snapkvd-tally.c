@@ -22,7 +22,7 @@ int snapkvd_tally_cache_ledger(const struct snapkvd_cache *c, struct skv_ledger 
 	    .prompt_len = c->prompt_len,
 	    .capacity = c->budget,
 	    .appended = c->appended,
-	    .reserve = c->slots - c->kept,
+	    .reserve = snapkvd_cache_decode_limit(c),
 	    .gqa = c->gqa,
 	};
 

@@ -122,17 +122,16 @@ static int load_config(const struct args *a, struct snapkvd_config *cfg)
 	} ov[] = {{"socket", "socket", a->socket},	 {"backend", "backend", a->backend},
 		  {"pool-bytes", "pool_bytes", a->pool}, {"threads", "threads", a->threads},
 		  {"workers", "workers", a->workers},	 {"log-level", "log_level", a->level}};
-	char err[SNAPKVD_CONFIG_MAX_LINE + PATH_MAX];
+	struct skv_error err = {{0}, -1, -1};
 
 	snapkvd_config_defaults(cfg);
-	if (a->config_path && snapkvd_config_load(cfg, a->config_path, err, sizeof(err)) < 0) {
-		log_error("config: %s", err);
+	if (a->config_path && snapkvd_config_load(cfg, a->config_path, &err) < 0) {
+		log_error("config: %s: %s", a->config_path, err.msg);
 		return 1;
 	}
 	for (size_t i = 0; i < sizeof(ov) / sizeof(ov[0]); i++) {
-		if (ov[i].val &&
-		    snapkvd_config_set(cfg, ov[i].key, ov[i].val, err, sizeof(err)) < 0) {
-			log_error("--%s %s: %s", ov[i].opt, ov[i].val, err);
+		if (ov[i].val && snapkvd_config_set(cfg, ov[i].key, ov[i].val, &err) < 0) {
+			log_error("--%s %s: %s", ov[i].opt, ov[i].val, err.msg);
 			return 1;
 		}
 	}

@@ -394,6 +394,37 @@ static int check_fp8(const struct skv_layer_in *in, const struct skv_layer_out *
 	return 0;
 }
 
+/* A paged output's leading SKV_BLOCK_IN_PLACE blocks: K and V alike, and
+ * only over positions every head keeps in slots of the same index. */
+static int check_in_place(const struct skv_job *jb, const struct skv_layer_out *o, uint32_t l,
+			  uint32_t rows, struct skv_error *err)
+{
+	uint64_t nk = 0, nv = 0, bs = 0;
+
+	if (o->k.block_table)
+		nk = skv_in_place_blocks(&o->k,
+					 (rows + (uint64_t)o->k.block_size - 1) / o->k.block_size);
+	if (o->v.block_table)
+		nv = skv_in_place_blocks(&o->v,
+					 (rows + (uint64_t)o->v.block_size - 1) / o->v.block_size);
+	if (!nk && !nv)
+		return 0;
+	if (nk != nv || o->k.block_size != o->v.block_size)
+		return skv_fail(err, (int32_t)l, -1,
+				"layer %u: output k has %llu in-place blocks, output v %llu: "
+				"they must agree",
+				l, (unsigned long long)nk, (unsigned long long)nv);
+	bs = o->k.block_size;
+	if (nk * bs > skv_kept_prefix(jb->sh, jb->p))
+		return skv_fail(err, (int32_t)l, -1,
+				"layer %u: %llu in-place blocks of %llu slots cover positions 0 .. "
+				"%llu, but only the first %u positions are protected (kept in "
+				"place by every head)",
+				l, (unsigned long long)nk, (unsigned long long)bs,
+				(unsigned long long)(nk * bs - 1), skv_kept_prefix(jb->sh, jb->p));
+	return 0;
+}
+
 /* Every layer's tensors against the shape and the rows[l] each stored head
  * of its output must hold; paged outputs must not overlap. */
 static int check_io(const struct skv_job *jb, uint32_t n_layers, const uint32_t *rows,
@@ -428,6 +459,9 @@ static int check_io(const struct skv_job *jb, uint32_t n_layers, const uint32_t 
 			return r;
 		if (!o->positions)
 			return skv_fail(err, (int32_t)l, -1, "layer %u: no positions output", l);
+		r = check_in_place(jb, o, l, rows[l], err);
+		if (r < 0)
+			return r;
 		if (o->pos_stride < rows[l] && hs > 1)
 			return skv_fail(err, (int32_t)l, -1,
 					"layer %u: pos_stride %u is below the kept count %u", l,

@@ -267,6 +267,16 @@ static inline const void *skv_elem(const struct skv_tensor *t, uint32_t h, uint3
 	return (const char *)t->data + off * (int64_t)esz;
 }
 
+/* Leading SKV_BLOCK_IN_PLACE entries among the first `need` of a paged
+ * output's table. */
+static inline uint64_t skv_in_place_blocks(const struct skv_tensor *t, uint64_t need)
+{
+	uint64_t b = 0;
+
+	while (b < need && t->block_table[b] == SKV_BLOCK_IN_PLACE)
+		b++;
+	return b;
+}
 /*
  * One tensor of one layer: data, dtype, strides, and its block table when
  * paged (length, entries >= 0; for a tensor of output `out` (NULL for an

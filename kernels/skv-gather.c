@@ -33,7 +33,7 @@ static int check_paged_out(const struct skv_tensor *t, const char *what, uint32_
 	if (pool_blocks == 0)
 		return skv_fail(err, lay, -1, "layer %u: %s is paged but pool_blocks is 0", layer,
 				what);
-	for (uint64_t b = 0; b < need; b++)
+	for (uint64_t b = skv_in_place_blocks(t, need); b < need; b++)
 		if ((uint32_t)t->block_table[b] >= pool_blocks)
 			return skv_fail(err, lay, -1,
 					"layer %u: %s block_table[%llu] = %d is outside the pool "
@@ -100,11 +100,15 @@ int skv_check_tensor(const struct skv_tensor *t, const char *what, uint32_t laye
 		return skv_fail(err, (int32_t)layer, -1,
 				"layer %u: %s needs %llu blocks for %u tokens, table has %u", layer,
 				what, (unsigned long long)need, tokens, t->n_blocks);
-	for (uint64_t b = 0; b < need; b++)
+	/* an output's leading SKV_BLOCK_IN_PLACE entries are not written */
+	for (uint64_t b = out ? skv_in_place_blocks(t, need) : 0; b < need; b++)
 		if (t->block_table[b] < 0)
 			return skv_fail(err, (int32_t)layer, -1,
-					"layer %u: %s block_table[%llu] = %d is negative", layer,
-					what, (unsigned long long)b, t->block_table[b]);
+					"layer %u: %s block_table[%llu] = %d is negative%s", layer,
+					what, (unsigned long long)b, t->block_table[b],
+					out && t->block_table[b] == SKV_BLOCK_IN_PLACE
+					    ? " (in-place blocks only lead the table)"
+					    : "");
 	if (out)
 		return check_paged_out(t, what, layer, heads, D, need, out->pool_blocks, err);
 	return 0;
@@ -152,7 +156,7 @@ int skv_check_paged_disjoint(uint32_t n_layers, const struct skv_layer_out *out,
 			size_t es = skv_dtype_size(t->dtype);
 			uint64_t ext = block_extent(t, heads, D) * es;
 			uint64_t need = ((uint64_t)rows[l] + t->block_size - 1) / t->block_size;
-			for (uint64_t b = 0; b < need; b++) {
+			for (uint64_t b = skv_in_place_blocks(t, need); b < need; b++) {
 				uintptr_t a =
 				    (uintptr_t)t->data + (uintptr_t)((int64_t)t->block_table[b] *
 								     t->block_stride * (int64_t)es);
@@ -221,6 +225,9 @@ void skv_emit(const struct skv_job *jb, struct skv_ws *w, uint32_t layer, uint32
 				__builtin_prefetch(va + b, 0, 0);
 		}
 		out->positions[(size_t)h * out->pos_stride + i] = pos[i];
+		/* a paged output's in-place block: its rows are there already */
+		if (out->k.block_table && out->k.block_table[i / out->k.block_size] < 0)
+			continue;
 		copy_row(jb->isa, w->rowbuf, skv_elem(&in->k, kvh, t, kes), in->k.dtype,
 			 (void *)skv_elem(&out->k, h, i, oks), out->k.dtype, D);
 		copy_row(jb->isa, w->rowbuf, skv_elem(&in->v, kvh, t, ves), in->v.dtype,

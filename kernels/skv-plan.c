@@ -169,6 +169,28 @@ static int plan_at(const struct skv_shape *sh, const struct skv_params *p, uint3
 	return 0;
 }
 
+uint32_t skv_kept_prefix(const struct skv_shape *sh, const struct skv_params *p)
+{
+	uint32_t L = sh->prompt_len, end = 0;
+	bool grew = true;
+
+	if (p->policy == SKV_POLICY_STREAMINGLLM)
+		end = p->sinks < L ? p->sinks : L;
+	/* ranges may come in any order and overlap: extend until none does */
+	while (grew) {
+		grew = false;
+		for (uint32_t i = 0; i < p->n_protected && i < SKV_MAX_PROTECTED; i++) {
+			const struct skv_range *r = &p->protected_ranges[i];
+
+			if (r->begin <= end && r->end > end) {
+				end = r->end < L ? r->end : L;
+				grew = true;
+			}
+		}
+	}
+	return end;
+}
+
 /* |window U protected| (scoring) or |sinks U protected| (the others): the
  * positions kept whatever the budget, the same for every layer and head. */
 uint32_t skv_forced_count(const struct skv_shape *sh, const struct skv_params *p)

@@ -253,6 +253,14 @@ struct skv_error {
  *   and protected ranges are kept, the rest of C goes to the most recent
  *   other positions (plan.w_keep = C - |sinks U protected|); S > C or
  *   |sinks U protected| > C is rejected.
+ * - In-place output blocks (SKV_BLOCK_IN_PLACE, issue 20 point 5; SPEC.md
+ *   is silent on where slots live): only the prefix [0, skv_kept_prefix())
+ *   may be left in place, since only there is slot i position i in every
+ *   head whatever the scores; the window and a bypass (L < C) are not
+ *   counted even where they would reach position 0, so the rule never
+ *   depends on the scores or on the budget mode. The positions table still
+ *   lists every slot, in-place ones included (slot i: position i), so a
+ *   cache's positions are the same with or without in-place blocks.
  * - Bypass (L < C), any policy: all L kept, nothing read from q, retained
  *   mass 1; plan.sinks = plan.w_obs = 0, plan.w_keep = L.
  * - Retained mass: (1/W_obs) * sum over rows of the weights of kept keys;
@@ -339,6 +347,17 @@ struct skv_tensor {
 	float scale;
 };
 
+/* A paged output block table entry: the block is already in place, not
+ * written (see struct skv_layer_out). */
+#define SKV_BLOCK_IN_PLACE (-1)
+/*
+ * The longest prefix [0, P) of positions every stored head keeps whatever
+ * the scores say, in slots 0 .. P - 1: covered by the protected ranges
+ * (and, for streamingllm, the sinks), at most L. In-place output blocks
+ * must lie in it.
+ */
+uint32_t skv_kept_prefix(const struct skv_shape *sh, const struct skv_params *p);
+
 /* Inputs of one layer. q rows are positions L-n_q .. L-1, token index 0..n_q-1. */
 struct skv_layer_in {
 	struct skv_tensor q; /* [H_q, n_q, D]  */
@@ -357,7 +376,25 @@ struct skv_layer_in {
  * entry in [0, pool_blocks), strides non-negative with no two (row, head)
  * slots of a block meeting, and no two blocks written by the call (K and V,
  * all layers) overlapping. positions[h * pos_stride + i] receives the i-th
- * kept original position of stored head h, ascending. retained_mass may be
+ * kept original position of stored head h, ascending.
+ *
+ * In-place blocks (paged outputs): the table may start with entries
+ * SKV_BLOCK_IN_PLACE (-1), the same number for K and V; those blocks are not
+ * written at all (neither checked against the pool nor against other
+ * blocks), the slots they stand for are [0, n * block_size) and their
+ * positions are still written (slot i holds position i). Allowed only when
+ * every position of [0, n * block_size) is kept by every head whatever the
+ * scores, i.e. lies in the union of the protected ranges (and, for
+ * streamingllm, the sinks) counted from position 0; else -EINVAL before
+ * any work. What those slots hold is then the input's rows 0 .. n *
+ * block_size - 1 unchanged: a caller whose input is paged in the same pool
+ * (a shared, prefix-cached system prompt) leaves those blocks where they are
+ * and points the compact sequence's first n blocks at them. Any other
+ * negative entry, or -1 after a non-negative one, is -EINVAL. The CUDA
+ * backend does not read the table on the host: it skips the same leading
+ * entries and leaves the check to its caller (the daemon makes it).
+ *
+ * retained_mass may be
  * NULL; otherwise [h_store] floats (NaN when no rows vote and none were
  * given).
  */
@@ -508,6 +545,19 @@ int skv_compact_budget(struct skv_ctx *ctx, const struct skv_shape *shape,
  *
  * heads and mass-heads are refused (-EINVAL): their counts differ per head,
  * so no group can share them.
+ *
+ * The CUDA backend (snapkvd's CUDA runner; issue 20) has no pending state:
+ * a member's first step is a whole compaction for its own choice, which
+ * gives its C* and its smallest mass there (res->c_star, res->min_mass);
+ * the decision is the same host arithmetic on those, and the second step
+ * (skv_cuda_compact_decided()) reruns only a member whose own choice is not
+ * the group's. A member knows its mass at its own C* only. SPEC.md is
+ * silent on what a backend may refuse here; the choice made: where the
+ * group's C* is above a member's own (mass mode), that member met tau at its
+ * own C* and its curves are non-decreasing, so its mass at C* is >= tau,
+ * which decides "below fallback_below" exactly when fallback_below <= tau;
+ * a mass-mode group with fallback_below > tau is refused on the CUDA
+ * backend (-EOPNOTSUPP, naming both), never decided on a guess.
  */
 struct skv_pending;
 int skv_compact_begin(struct skv_ctx *ctx, const struct skv_shape *shape,

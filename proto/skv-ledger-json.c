@@ -179,6 +179,7 @@ json_t *skv_ledger_json(const Snapkv__V1__AdminReply *r)
 		json_object_set_new(e, "engine_held", json_boolean(c->engine_held));
 		json_object_set_new(e, "engine_held_bytes",
 				    json_integer(c->bytes ? (json_int_t)c->bytes->engine_held : 0));
+		json_object_set_new(e, "max_decode", json_integer((json_int_t)c->max_decode));
 		json_array_append_new(caches, e);
 	}
 	json_t *out = json_pack(

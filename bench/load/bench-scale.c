@@ -6,22 +6,30 @@
  * phase, the bystander's compaction latency (p50, p99, max, count) and the
  * longest gap between the daemon's watchdog pings (it runs with
  * NOTIFY_SOCKET and WATCHDOG_USEC pointing here); then SIGTERM's time.
- * Phases: create (the N caches), scrape (GET /metrics in a loop), ledger
+ * The bystander also times a ring NOP after each compaction.
+ * Phases: create (the N caches), held (nothing but the bystander: its idle
+ * figures with N caches held), pollers (P root admin sessions each asking
+ * for LEDGER pages in a loop, cursor to the end and again, for T seconds;
+ * issue 20 point 9), scrape (GET /metrics in a loop), ledger
  * (`snapkvctl ledger --json`, all pages), transition (watermarks moved so
  * the level falls to normal and comes back to high: hooks run, with the
  * ledger snapshot), release (half the caches, released with linger at high
  * pressure: each is evicted at once; stopped after 10 T), then SIGTERM with
  * the rest held.
  *
- *   bench-scale [--caches N] [--seconds T] [--snapkvd PATH] [--snapkvctl PATH]
- *   (defaults: 250000 caches, 3 s per timed phase, $BUILD/snapkvd and
- *    $BUILD/snapkvctl; run it under nice, on a quiet machine if you can)
+ *   bench-scale [--caches N] [--seconds T] [--pollers P] [--only-pollers]
+ *               [--set KEY=VALUE ...] [--snapkvd PATH] [--snapkvctl PATH]
+ *   (defaults: 250000 caches, 3 s per timed phase, 2 pollers, $BUILD/snapkvd
+ *    and $BUILD/snapkvctl; --only-pollers stops after the pollers phase;
+ *    --set adds a line to the daemon's config, e.g. admin_root_rate=0;
+ *    run it on a quiet machine if you can)
  */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,21 +44,29 @@
 #include <unistd.h>
 
 #include "../bench-host.h"
+#include "proto/skv-frame.h"
+#include "proto/skv-io.h"
+#include "proto/snapkv.pb-c.h"
 #include "snapkv.h"
 
 #define PER_SESSION 4096
 #define MAX_LAT	    (1u << 22)
-#define PHASES	    6
+#define MAX_POLLERS 16
 
-static const char *const phase_name[PHASES] = {"idle",	 "create",     "scrape",
-					       "ledger", "transition", "release"};
+enum { P_IDLE, P_CREATE, P_HELD, P_POLLERS, P_SCRAPE, P_LEDGER, P_TRANSITION, P_RELEASE, PHASES };
+static const char *const phase_name[PHASES] = {"idle",	 "create", "held",	 "pollers",
+					       "scrape", "ledger", "transition", "release"};
 
-/* Shared with the bystander: the phase now, its latencies tagged by phase. */
+/* Shared with the bystander and the pollers: the phase now, the
+ * bystander's compaction and ring NOP latencies tagged by phase, what the
+ * pollers got. */
 struct shared {
-	_Atomic int phase, stop, ready, failed;
+	_Atomic int phase, stop, ready, failed, pollers_stop;
 	_Atomic unsigned n;
-	uint64_t lat_ns[MAX_LAT];
+	uint64_t lat_ns[MAX_LAT], nop_ns[MAX_LAT];
 	unsigned char lat_phase[MAX_LAT];
+	_Atomic unsigned long pages, refused, listings;
+	char refusal[256];
 };
 
 static uint64_t now_ns(void)
@@ -118,6 +134,11 @@ static int bystander(const char *sock, struct shared *sh)
 		}
 		if ((r = skv_cache_release(k)) < 0)
 			goto out;
+		t0 = now_ns();
+		if ((r = skv_client_nop(c)) < 0)
+			goto out;
+		if (i < MAX_LAT)
+			sh->nop_ns[i] = now_ns() - t0;
 		usleep(500);
 	}
 out:
@@ -129,6 +150,82 @@ out:
 	}
 	skv_buffer_free(b);
 	skv_client_close(c);
+	return r < 0;
+}
+
+/* One admin round trip on an open admin session: 0 and *ret, or -errno. */
+static int admin_call(int fd, uint8_t *buf, size_t cap, Snapkv__V1__AdminRequest *req,
+		      Snapkv__V1__AdminReply **ret)
+{
+	uint64_t dl = skv_io_deadline(30000);
+	struct skv_frame_hdr h;
+	int r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, buf,
+			    snapkv__v1__admin_request__pack(req, buf), NULL, 0, dl);
+
+	if (r >= 0)
+		r = skv_io_recv(fd, buf, cap, &h, NULL, NULL, dl);
+	if (r < 0)
+		return r;
+	if (h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY)
+		return -EPROTO;
+	*ret = snapkv__v1__admin_reply__unpack(NULL, h.length, buf + SKV_FRAME_HDR_SIZE);
+	return *ret ? 0 : -EBADMSG;
+}
+
+/*
+ * A root poller: one admin session asking for LEDGER pages in a loop (the
+ * whole listing by cursor, then again) until told to stop. A refused page
+ * (a rate limit) is counted and asked again after the retry_after_ms the
+ * daemon gave (at least 1 ms), as snapkvctl does.
+ */
+static int poller(const char *sock, struct shared *sh)
+{
+	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
+	uint64_t dl = skv_io_deadline(30000), after = 0;
+	struct skv_frame_hdr h;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r;
+
+	if (strlen(sock) >= sizeof(sa.sun_path))
+		return 1;
+	memcpy(sa.sun_path, sock, strlen(sock) + 1);
+	hello.client_version = SKV_PROTO_VERSION;
+	hello.admin = 1;
+	hello.name = "poller";
+	r = fd < 0 ? -errno : skv_io_connect(fd, &sa, dl);
+	if (r >= 0)
+		r = skv_io_send(fd, SNAPKV__V1__MSG_TYPE__MSG_TYPE_HELLO, buf,
+				snapkv__v1__hello__pack(&hello, buf), NULL, 0, dl);
+	if (r >= 0)
+		r = skv_io_recv(fd, buf, sizeof(buf), &h, NULL, NULL, dl);
+	if (r >= 0 && h.type != SNAPKV__V1__MSG_TYPE__MSG_TYPE_WELCOME)
+		r = -EPROTO;
+	while (r >= 0 && !atomic_load(&sh->pollers_stop)) {
+		Snapkv__V1__AdminRequest req = SNAPKV__V1__ADMIN_REQUEST__INIT;
+		Snapkv__V1__AdminReply *rep = NULL;
+
+		req.kind = SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER;
+		req.page_after = after;
+		r = admin_call(fd, buf, sizeof(buf), &req, &rep);
+		if (r < 0)
+			break;
+		if (rep->status < 0) {
+			if (!atomic_fetch_add(&sh->refused, 1))
+				snprintf(sh->refusal, sizeof(sh->refusal), "%s", rep->error);
+			usleep(rep->retry_after_ms ? rep->retry_after_ms * 1000u : 1000u);
+		} else {
+			atomic_fetch_add(&sh->pages, 1);
+			after = rep->next_page_after;
+			if (!after)
+				atomic_fetch_add(&sh->listings, 1);
+		}
+		snapkv__v1__admin_reply__free_unpacked(rep, NULL);
+	}
+	if (r < 0)
+		fprintf(stderr, "bench-scale poller: %s\n", strerror(-r));
+	if (fd >= 0)
+		close(fd);
 	return r < 0;
 }
 
@@ -196,40 +293,55 @@ static void report(struct shared *sh, struct watch *w, const uint64_t *took)
 	unsigned n = atomic_load(&sh->n);
 	uint64_t *v = malloc(sizeof(uint64_t) * (n ? n : 1));
 
-	printf("  %-10s %9s %9s %9s %9s %8s %12s\n", "phase", "took s", "p50 ms", "p99 ms",
-	       "max ms", "count", "watchdog gap");
-	for (int p = 1; p < PHASES && v; p++) {
+	uint64_t *u = malloc(sizeof(uint64_t) * (n ? n : 1));
+
+	printf("  %-10s %7s | %-29s | %-23s | %s\n", "", "", "bystander compaction",
+	       "bystander ring NOP", "");
+	printf("  %-10s %7s | %7s %7s %7s %6s | %7s %7s %7s | %s\n", "phase", "took s", "p50 ms",
+	       "p99 ms", "max ms", "count", "p50 ms", "p99 ms", "max ms", "watchdog gap");
+	for (int p = 1; p < PHASES && v && u; p++) {
 		size_t m = 0;
 
+		if (!took[p])
+			continue;
 		for (unsigned i = 0; i < n && i < MAX_LAT; i++)
-			if (sh->lat_phase[i] == p)
+			if (sh->lat_phase[i] == p) {
+				u[m] = sh->nop_ns[i];
 				v[m++] = sh->lat_ns[i];
+			}
 		qsort(v, m, sizeof(*v), cmp);
-		printf("  %-10s %9.2f %9.3f %9.3f %9.3f %8zu %10.3f s\n", phase_name[p],
-		       (double)took[p] / 1e9, m ? (double)v[m / 2] / 1e6 : 0.0,
+		qsort(u, m, sizeof(*u), cmp);
+		printf("  %-10s %7.2f | %7.3f %7.3f %7.3f %6zu | %7.3f %7.3f %7.3f | %7.3f s\n",
+		       phase_name[p], (double)took[p] / 1e9, m ? (double)v[m / 2] / 1e6 : 0.0,
 		       m ? (double)v[m * 99 / 100] / 1e6 : 0.0, m ? (double)v[m - 1] / 1e6 : 0.0, m,
-		       (double)w->gap[p] / 1e9);
+		       m ? (double)u[m / 2] / 1e6 : 0.0, m ? (double)u[m * 99 / 100] / 1e6 : 0.0,
+		       m ? (double)u[m - 1] / 1e6 : 0.0, (double)w->gap[p] / 1e9);
 	}
 	free(v);
+	free(u);
 }
 
 struct opts {
-	unsigned caches, seconds;
+	unsigned caches, seconds, pollers;
+	bool only_pollers;
+	char extra[1024]; /* --set KEY=VALUE lines for the config */
 	char snapkvd[512], snapkvctl[512];
 };
 
 static int parse(int argc, char **argv, struct opts *o)
 {
-	static const struct option lo[] = {{"caches", 1, 0, 'n'},
-					   {"seconds", 1, 0, 's'},
-					   {"snapkvd", 1, 0, 'd'},
-					   {"snapkvctl", 1, 0, 'c'},
-					   {0}};
+	static const struct option lo[] = {{"caches", 1, 0, 'n'},  {"seconds", 1, 0, 's'},
+					   {"snapkvd", 1, 0, 'd'}, {"snapkvctl", 1, 0, 'c'},
+					   {"pollers", 1, 0, 'p'}, {"only-pollers", 0, 0, 'o'},
+					   {"set", 1, 0, 'x'},	   {0}};
 	const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
 	int ch;
 
 	o->caches = 250000;
 	o->seconds = 3;
+	o->pollers = 2;
+	o->only_pollers = false;
+	o->extra[0] = 0;
 	snprintf(o->snapkvd, sizeof(o->snapkvd), "%s/snapkvd", build);
 	snprintf(o->snapkvctl, sizeof(o->snapkvctl), "%s/snapkvctl", build);
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -246,12 +358,30 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'c':
 			snprintf(o->snapkvctl, sizeof(o->snapkvctl), "%s", optarg);
 			break;
+		case 'p':
+			o->pollers = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'o':
+			o->only_pollers = true;
+			break;
+		case 'x': {
+			size_t n = strlen(o->extra);
+			const char *eq = strchr(optarg, '=');
+
+			if (!eq || n + strlen(optarg) + 4 >= sizeof(o->extra))
+				return -EINVAL;
+			snprintf(o->extra + n, sizeof(o->extra) - n, "%.*s = %s\n",
+				 (int)(eq - optarg), optarg, eq + 1);
+			break;
+		}
 		default:
 			return -EINVAL;
 		}
 	}
-	if (!o->caches || o->caches > 63u * PER_SESSION || !o->seconds) {
-		fprintf(stderr, "bench-scale: --caches 1..%u, --seconds >= 1\n", 63u * PER_SESSION);
+	if (!o->caches || o->caches > 63u * PER_SESSION || !o->seconds ||
+	    o->pollers > MAX_POLLERS) {
+		fprintf(stderr, "bench-scale: --caches 1..%u, --seconds >= 1, --pollers 0..%d\n",
+			63u * PER_SESSION, MAX_POLLERS);
 		return -EINVAL;
 	}
 	return 0;
@@ -299,8 +429,8 @@ static pid_t start_daemon(const struct opts *o, const char *dir, int port, struc
 		"pool_bytes = %llu\npressure_high = 5%%\npressure_high_leave = 4%%\n"
 		"pressure_critical = 99%%\npressure_critical_leave = 98%%\n"
 		"hook_dir = %s/hooks\nhook_ledger_json = %s/ledger.json\n"
-		"metrics_listen = 127.0.0.1:%d\nlog_level = warning\n",
-		(unsigned long long)pool, dir, dir, port);
+		"metrics_listen = 127.0.0.1:%d\nlog_level = warning\n%s",
+		(unsigned long long)pool, dir, dir, port, o->extra);
 	fclose(f);
 	snprintf(nsock, sizeof(nsock), "%s/notify", dir);
 	snprintf(un.sun_path, sizeof(un.sun_path), "%s", nsock);
@@ -361,6 +491,90 @@ static int create(struct holder *h, const char *sock, unsigned n)
 	return 0;
 }
 
+/* pollers: P root admin sessions asking for ledger pages for T seconds. */
+static int phase_pollers(const struct opts *o, const char *sock, struct shared *sh)
+{
+	pid_t pid[MAX_POLLERS];
+	int st, bad = 0;
+
+	atomic_store(&sh->pollers_stop, 0);
+	for (unsigned p = 0; p < o->pollers; p++) {
+		pid[p] = fork();
+		if (pid[p] == 0)
+			_exit(poller(sock, sh));
+		if (pid[p] < 0)
+			return -1;
+	}
+	usleep(o->seconds * 1000000u);
+	atomic_store(&sh->pollers_stop, 1);
+	for (unsigned p = 0; p < o->pollers; p++)
+		if (waitpid(pid[p], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+			bad = 1;
+	return bad ? -1 : 0;
+}
+
+/* The phases after create that stop nothing: one after the other, each
+ * timed into took[]. 0, or -1 (the phase failed: sh->phase says which). */
+static int run_phases(const struct opts *o, const char *dir, const char *sock, int port,
+		      struct shared *sh, struct holder *h, uint64_t *took, unsigned *released,
+		      size_t *bytes)
+{
+	char cmd[4096];
+	uint64_t t0;
+
+	atomic_store(&sh->phase, P_HELD);
+	t0 = now_ns();
+	usleep(o->seconds * 1000000u);
+	took[P_HELD] = now_ns() - t0;
+
+	atomic_store(&sh->phase, P_POLLERS);
+	t0 = now_ns();
+	if (o->pollers && phase_pollers(o, sock, sh) < 0)
+		return -1;
+	took[P_POLLERS] = o->pollers ? now_ns() - t0 : 0;
+	if (o->only_pollers)
+		return 0;
+
+	atomic_store(&sh->phase, P_SCRAPE);
+	t0 = now_ns();
+	while (now_ns() - t0 < o->seconds * 1000000000ull)
+		if (http_get(port, bytes) < 0)
+			return -1;
+	took[P_SCRAPE] = now_ns() - t0;
+
+	atomic_store(&sh->phase, P_LEDGER);
+	snprintf(cmd, sizeof(cmd), "%s --socket %s ledger --json > %s/ledger.out", o->snapkvctl,
+		 sock, dir);
+	t0 = now_ns();
+	if (run(cmd) != 0)
+		return -1;
+	took[P_LEDGER] = now_ns() - t0;
+
+	atomic_store(&sh->phase, P_TRANSITION);
+	t0 = now_ns();
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "%s --socket %s pressure set --high 99%% --high-leave 98%% >/dev/null && sleep 1.5 "
+	    "&& %s --socket %s pressure set --high 5%% --high-leave 4%% >/dev/null",
+	    o->snapkvctl, sock, o->snapkvctl, sock);
+	if (run(cmd) != 0)
+		return -1;
+	usleep(o->seconds * 1000000u);
+	took[P_TRANSITION] = now_ns() - t0;
+
+	/* at most 10 T: on a daemon where each release walks every cache
+	 * this phase alone could take many minutes */
+	atomic_store(&sh->phase, P_RELEASE);
+	t0 = now_ns();
+	for (*released = 0; *released < h->n / 2; (*released)++)
+		if (now_ns() - t0 > o->seconds * 10000000000ull)
+			break;
+		else if (skv_cache_release_linger(h->k[*released]) < 0)
+			return -1;
+	took[P_RELEASE] = now_ns() - t0;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	char dir[] = "/tmp/bench-scale-XXXXXX", sock[128], cmd[4096], la0[64], la1[64], cpu[128];
@@ -374,8 +588,8 @@ int main(int argc, char **argv)
 	pthread_t wt;
 	pid_t dpid, bpid;
 	time_t tt = time(NULL);
-	size_t bytes = 0;
 	unsigned released = 0;
+	size_t bytes = 0;
 	int st, port, r;
 
 	if (parse(argc, argv, &o) < 0)
@@ -411,50 +625,12 @@ int main(int argc, char **argv)
 	if (atomic_load(&sh->failed))
 		goto fail;
 
-	atomic_store(&sh->phase, 1);
+	atomic_store(&sh->phase, P_CREATE);
 	t0 = now_ns();
 	r = create(&h, sock, o.caches);
-	took[1] = now_ns() - t0;
-	if (r < 0)
+	took[P_CREATE] = now_ns() - t0;
+	if (r < 0 || run_phases(&o, dir, sock, port, sh, &h, took, &released, &bytes) < 0)
 		goto fail;
-
-	atomic_store(&sh->phase, 2);
-	t0 = now_ns();
-	for (unsigned i = 0; now_ns() - t0 < o.seconds * 1000000000ull; i++)
-		if (http_get(port, &bytes) < 0)
-			goto fail;
-	took[2] = now_ns() - t0;
-
-	atomic_store(&sh->phase, 3);
-	snprintf(cmd, sizeof(cmd), "%s --socket %s ledger --json > %s/ledger.out", o.snapkvctl,
-		 sock, dir);
-	t0 = now_ns();
-	if (run(cmd) != 0)
-		goto fail;
-	took[3] = now_ns() - t0;
-
-	atomic_store(&sh->phase, 4);
-	t0 = now_ns();
-	snprintf(
-	    cmd, sizeof(cmd),
-	    "%s --socket %s pressure set --high 99%% --high-leave 98%% >/dev/null && sleep 1.5 "
-	    "&& %s --socket %s pressure set --high 5%% --high-leave 4%% >/dev/null",
-	    o.snapkvctl, sock, o.snapkvctl, sock);
-	if (run(cmd) != 0)
-		goto fail;
-	usleep(o.seconds * 1000000u);
-	took[4] = now_ns() - t0;
-
-	/* at most 10 T: on a daemon where each release walks every cache
-	 * this phase alone could take many minutes */
-	atomic_store(&sh->phase, 5);
-	t0 = now_ns();
-	for (released = 0; released < h.n / 2; released++)
-		if (now_ns() - t0 > o.seconds * 10000000000ull)
-			break;
-		else if (skv_cache_release_linger(h.k[released]) < 0)
-			goto fail;
-	took[5] = now_ns() - t0;
 
 	atomic_store(&sh->stop, 1);
 	waitpid(bpid, &st, 0);
@@ -473,10 +649,18 @@ int main(int argc, char **argv)
 	printf("  machine: %s, %ld cores; load average %s before, %s after; %s\n", cpu,
 	       sysconf(_SC_NPROCESSORS_ONLN), la0, la1, when);
 	report(sh, &w, took);
-	printf("  release: %u caches released with linger (evicted at once) in %.2f s\n", released,
-	       (double)took[5] / 1e9);
-	printf("  last /metrics %zu bytes; SIGTERM with %u caches held: %.2f s (exit %d)\n", bytes,
-	       h.n - released, (double)term_ns / 1e9, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	if (o.pollers)
+		printf("  pollers: %u root sessions, %lu ledger pages (%lu full listings), %lu "
+		       "refused%s%s\n",
+		       o.pollers, atomic_load(&sh->pages), atomic_load(&sh->listings),
+		       atomic_load(&sh->refused), sh->refused ? ": " : "", sh->refusal);
+	if (took[P_SCRAPE])
+		printf("  last /metrics %zu bytes\n", bytes);
+	if (took[P_RELEASE])
+		printf("  release: %u caches released with linger (evicted at once) in %.2f s\n",
+		       released, (double)took[P_RELEASE] / 1e9);
+	printf("  SIGTERM with %u caches held: %.2f s (exit %d)\n", h.n - released,
+	       (double)term_ns / 1e9, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	run(cmd);
 	return 0;

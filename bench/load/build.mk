@@ -9,11 +9,12 @@ $(BENCH_LOAD): $(BUILD)/bench/load/bench-load.o $(BUILD)/libsnapkv.so $(BUILD)/s
 		$(PBC_LIBS) $(LDFLAGS)
 BENCHES += $(BENCH_LOAD)
 # bench-scale: issue 24's scenario, one tenant holding N caches at high
-# pressure, a bystander's latency per phase, watchdog gaps, SIGTERM time
+# pressure, a bystander's latency per phase (and under root ledger pollers), watchdog gaps, SIGTERM time
 # (run by hand: bench/README.md, "Many caches").
 BENCH_SCALE := $(BUILD)/bench/bench-scale
 OBJS += $(BUILD)/bench/load/bench-scale.o
-$(BENCH_SCALE): $(BUILD)/bench/load/bench-scale.o $(BUILD)/libsnapkv.so $(BUILD)/snapkvd
+$(BENCH_SCALE): $(BUILD)/bench/load/bench-scale.o $(BUILD)/libsnapkv.so $(BUILD)/snapkvd \
+		$(BUILD)/libskvproto.a
 	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lsnapkv -Wl,-rpath,$(abspath $(BUILD)) \
-		$(PBC_LIBS) $(LDFLAGS)
+		$(BUILD)/libskvproto.a $(PBC_LIBS) $(LDFLAGS)
 BINS += $(BENCH_SCALE)

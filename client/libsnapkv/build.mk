@@ -5,10 +5,10 @@
 
 # 1.MINOR.PATCH: MINOR is the newest SNAPKV_1.MINOR node of libsnapkv.map
 # (tests/integration/test-libsnapkv-abi.sh checks it).
-LIBSNAPKV_VER := 1.8.0
+LIBSNAPKV_VER := 1.9.0
 LIBSNAPKV_MAP := client/libsnapkv/libsnapkv.map
 LIBSNAPKV_REAL := $(BUILD)/libsnapkv.so.$(LIBSNAPKV_VER)
-LIBSNAPKV_SRCS := $(addprefix client/libsnapkv/libsnapkv-,rpc.c ring.c buffer.c client.c desc.c \
+LIBSNAPKV_SRCS := $(addprefix client/libsnapkv/libsnapkv-,rpc.c ring.c buffer.c pool.c client.c desc.c \
 	compact.c request.c cache.c layout.c)
 LIBSNAPKV_OBJS := $(LIBSNAPKV_SRCS:%.c=$(BUILD)/%.o)
 OBJS += $(LIBSNAPKV_OBJS)

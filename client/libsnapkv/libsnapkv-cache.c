@@ -225,6 +225,11 @@ int skv__cache_from_info(struct skv_client *c, const Snapkv__V1__CacheInfo *ci, 
 		k->info.block_stride = ci->block_stride;
 		k->info.out_dest = wb ? SKV_OUT_WRITEBACK : SKV_OUT_ARENA;
 		k->run_bytes = wb ? 0 : ci->run_bytes;
+		k->info.in_place_blocks = wb ? ci->in_place_blocks : 0;
+		k->info.max_decode = wb ? ci->max_decode : 0;
+		k->info.decode_limit = k->info.capacity - k->info.kept;
+		if (k->info.max_decode > k->info.decode_limit)
+			k->info.decode_limit = k->info.max_decode;
 	}
 	return 0;
 }
@@ -269,17 +274,41 @@ SKV_EXPORT int skv_cache_append(struct skv_cache *k, uint32_t tokens)
 	return r;
 }
 
-SKV_EXPORT int skv_cache_grow(struct skv_cache *k, uint32_t extra)
+/* A writeback cache's table with n more entries (a GROW's new blocks),
+ * installed only once the daemon has said yes. */
+static int wb_grow_table(struct skv_cache *k, const int32_t *table, uint32_t n, int32_t **ret)
+{
+	*ret = NULL;
+	if (!n)
+		return 0;
+	if (!k->wb || !table)
+		return skv__fail(k->c, -EINVAL,
+				 "new destination blocks are for a writeback cache (and not NULL)");
+	*ret = malloc(((size_t)k->wb->n_table + n) * sizeof(int32_t));
+	if (!*ret)
+		return skv__fail(k->c, -ENOMEM, "out of memory");
+	memcpy(*ret, k->wb->table, (size_t)k->wb->n_table * sizeof(int32_t));
+	memcpy(*ret + k->wb->n_table, table, (size_t)n * sizeof(int32_t));
+	return 0;
+}
+
+SKV_EXPORT int skv_cache_grow_blocks(struct skv_cache *k, uint32_t extra, const int32_t *table,
+				     uint32_t n)
 {
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
 	Snapkv__V1__GrowRequest g = SNAPKV__V1__GROW_REQUEST__INIT;
 	Snapkv__V1__Response *resp = NULL;
+	int32_t *grown = NULL;
 	int r = cache_check(k);
 
+	if (r == 0)
+		r = wb_grow_table(k, table, n, &grown);
 	if (r < 0)
 		return r;
 	g.cache_id = k->info.id;
 	g.extra = extra;
+	g.n_out_block_table = n;
+	g.out_block_table = (int32_t *)table;
 	req.op_case = SNAPKV__V1__REQUEST__OP_GROW;
 	req.grow = &g;
 	pthread_mutex_lock(&k->c->mu);
@@ -291,11 +320,24 @@ SKV_EXPORT int skv_cache_grow(struct skv_cache *k, uint32_t extra)
 			r = skv__fail(k->c, -EPROTO, "unexpected reply to GROW");
 		snapkv__v1__response__free_unpacked(resp, NULL);
 	}
+	if (r == 0 && grown) {
+		free(k->wb->table);
+		k->wb->table = grown;
+		k->wb->n_table += n;
+		grown = NULL;
+	}
 	pthread_mutex_unlock(&k->c->mu);
+	free(grown);
 	return r;
 }
 
-static int release(struct skv_cache *k, bool linger)
+SKV_EXPORT int skv_cache_grow(struct skv_cache *k, uint32_t extra)
+{
+	return skv_cache_grow_blocks(k, extra, NULL, 0);
+}
+
+/* appended < 0: not reported */
+static int release(struct skv_cache *k, bool linger, int64_t appended)
 {
 	Snapkv__V1__Request req = SNAPKV__V1__REQUEST__INIT;
 	Snapkv__V1__ReleaseRequest rl = SNAPKV__V1__RELEASE_REQUEST__INIT;
@@ -307,11 +349,16 @@ static int release(struct skv_cache *k, bool linger)
 	if (r == 0 && !k->c->dead) {
 		rl.cache_id = k->info.id;
 		rl.linger = linger;
+		rl.appended_given = appended >= 0;
+		rl.appended = appended >= 0 ? (uint32_t)appended : 0;
 		req.op_case = SNAPKV__V1__REQUEST__OP_RELEASE;
 		req.release = &rl;
 		pthread_mutex_lock(&k->c->mu);
 		r = skv__call(k->c, &req, NULL);
 		pthread_mutex_unlock(&k->c->mu);
+		/* a refused report released nothing: the handle stays */
+		if (r == -EINVAL && appended >= 0)
+			return r;
 	} else if (r == 0) {
 		r = k->c->dead;
 	}
@@ -321,10 +368,15 @@ static int release(struct skv_cache *k, bool linger)
 
 SKV_EXPORT int skv_cache_release(struct skv_cache *k)
 {
-	return release(k, false);
+	return release(k, false, -1);
 }
 
 SKV_EXPORT int skv_cache_release_linger(struct skv_cache *k)
 {
-	return release(k, true);
+	return release(k, true, -1);
+}
+
+SKV_EXPORT int skv_cache_release_appended(struct skv_cache *k, uint32_t appended, int linger)
+{
+	return release(k, linger != 0, appended);
 }

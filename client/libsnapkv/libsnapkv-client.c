@@ -245,6 +245,7 @@ SKV_EXPORT void skv_client_close(struct skv_client *c)
 		munmap(o->p, o->len);
 		free(o);
 	}
+	skv__pools_free(c);
 	free(c->rbuf);
 	pthread_mutex_destroy(&c->mu);
 	free(c);

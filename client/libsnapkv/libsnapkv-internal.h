@@ -83,6 +83,10 @@ struct skv_client {
 	uint8_t *rbuf;
 	char err[256];
 	struct skv_pressure pressure; /* latest PRESSURE event */
+	/* skv_compact_submit_many (SNAPKV_1.9): skv__submit leaves the
+	 * doorbell to the caller, which rings it once if owed */
+	bool defer_doorbell, doorbell_owed;
+	struct skv_pool *pools; /* handles not yet unregistered */
 };
 
 struct skv_buffer {
@@ -126,6 +130,17 @@ struct skv_request {
 	bool cancel_sent; /* SKV_OP_CANCEL sent (a cancel timed out; again: wait) */
 	int sync_res;
 	Snapkv__V1__Response *sync_resp;
+};
+
+/* A registered KV pool (SNAPKV_1.9): its id in session session_id and a
+ * copy of its description (the writeback destination's mappings). */
+struct skv_pool {
+	struct skv_client *c;
+	uint64_t id, session_id;
+	uint32_t layers, h_kv, head_dim, block_size;
+	uint64_t n_blocks;
+	struct skv_layer_out_ref *layer; /* [layers] */
+	struct skv_pool *next;		 /* the client's, c->pools */
 };
 
 struct skv_cache {
@@ -202,6 +217,12 @@ int skv__call(struct skv_client *c, Snapkv__V1__Request *req, Snapkv__V1__Respon
 
 /* REGISTER b (again, after a reconnect) by deadline dl. Locked. */
 int skv__buffer_register(struct skv_client *c, struct skv_buffer *b, uint64_t dl);
+
+/* ---- libsnapkv-pool.c */
+
+/* skv_client_close: the pool handles left are freed (the daemon frees the
+ * pools with the session). */
+void skv__pools_free(struct skv_client *c);
 
 /* ---- libsnapkv-desc.c */
 

@@ -404,8 +404,11 @@ int skv__submit(struct skv_client *c, uint8_t op, Snapkv__V1__Request *req, uint
 		c->slots[i] = (struct slot){0};
 		return skv__fail(c, r == -EBADMSG ? -EPROTO : r, "submission ring unusable");
 	}
-	/* W2 on the SQ: ring the doorbell only when the daemon sleeps */
-	if (skv_ring_needs_wakeup(&c->sq))
+	/* W2 on the SQ: ring the doorbell only when the daemon sleeps (a
+	 * batch rings it once, after its last entry) */
+	if (c->defer_doorbell)
+		c->doorbell_owed = true;
+	else if (skv_ring_needs_wakeup(&c->sq))
 		(void)!eventfd_write(c->sq_efd, 1);
 	*ret_slot = i;
 	return 0;

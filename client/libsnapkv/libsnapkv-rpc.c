@@ -197,6 +197,8 @@ static ProtobufCMessage *reply_unpack(struct skv_client *c, uint16_t want, size_
 		return (ProtobufCMessage *)snapkv__v1__response__unpack(NULL, len, p);
 	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_CUDA_ARENA_REPLY:
 		return (ProtobufCMessage *)snapkv__v1__cuda_arena__unpack(NULL, len, p);
+	case SNAPKV__V1__MSG_TYPE__MSG_TYPE_POOL_REPLY:
+		return (ProtobufCMessage *)snapkv__v1__pool_reply__unpack(NULL, len, p);
 	default:
 		return NULL;
 	}

@@ -66,6 +66,7 @@ struct skv_client;
 struct skv_buffer;
 struct skv_cache;
 struct skv_request;
+struct skv_pool;
 
 struct skv_client_opts {
 	uint32_t opts_size;  /* sizeof(struct skv_client_opts) */
@@ -251,9 +252,34 @@ enum skv_layout {
  *   it as engine-held. skv_cache_k/v() are NULL; use skv_cache_k_slot() or
  *   skv_cache_k_block_offset(). APPEND advances g as usual (the engine
  *   writes decode K/V into blocks it manages itself, up to capacity =
- *   kept + decode_reserve slots); GROW is refused with -EOPNOTSUPP (the
- *   engine owns the blocks: it adds blocks itself and asks for enough
- *   decode_reserve up front); RELEASE frees the index tables only.
+ *   kept + decode_reserve slots, or max_decode below); GROW takes the
+ *   engine's new blocks (skv_cache_grow_blocks(), SNAPKV_1.9; before it,
+ *   -EOPNOTSUPP); RELEASE frees the index tables only.
+ *
+ * Writeback without copies or per-token traffic (SNAPKV_1.9, desc fields
+ * out_in_place_blocks and max_decode; docs/engines.md):
+ * - out_in_place_blocks n: compact slots 0 .. n * out_block_size - 1 are
+ *   the input's blocks block_table[0 .. n - 1], already in place (a shared,
+ *   prefix-cached prompt): never written. Those positions must be
+ *   protected (params.protected_ranges from 0; streamingllm's sinks
+ *   count), every layer's K and V read paged from the destination pools
+ *   themselves (same buffer, offset, strides, dtype, block_size
+ *   out_block_size), and n at most the input table's length; else -EINVAL
+ *   before any work. out_block_table then covers the rest only: slot i >=
+ *   n * out_block_size goes to out_block_table[i / out_block_size - n], so
+ *   it needs ceil(kept / out_block_size) - n entries. The positions table
+ *   has every slot (slot i < n * out_block_size holds position i);
+ *   info->in_place_blocks says n, info->n_blocks counts them, and
+ *   skv_cache_block_offset()/skv_cache_k_slot() give the input's blocks for
+ *   them. Arena output refuses it.
+ * - max_decode M (1 .. the daemon's max_decode; 0: none): the most tokens
+ *   the engine will append. The ledger counts the cache at kept +
+ *   max(decode_reserve, M) slots per head from the start; APPEND is
+ *   optional up to info->decode_limit; decode slots past capacity have no
+ *   position row (slot kept + i holds position L + i); GROW may take
+ *   capacity - kept up to M (beyond: -E2BIG). Arena output refuses it.
+ * - Without max_decode, skv_cache_release_appended() reports g once at
+ *   release instead of an APPEND per step.
  */
 #define SKV_MAX_OUT_BLOCK_SIZE 4096u
 
@@ -337,6 +363,33 @@ struct skv_compact_desc {
 	 * not read otherwise. The compact cache holds the same bytes and dtype
 	 * and carries these scales (skv_cache_kv_scale). Host backend only. */
 	const float *kv_scales; /* [layers][2]: K, V; NULL: none */
+	/* since SNAPKV_1.9, read when desc_size covers them: registered pools
+	 * and block tables in buffers (see "Registered KV pools" below).
+	 * pool: K and V of every layer are the pool's (layers, shape.h_kv and
+	 * shape.head_dim 0 or the pool's; kv_scales unused: the pool's); layer
+	 * is then NULL, the window's queries at q_window (layer 0's; layer
+	 * l's at q_window.offset + l * q_layer_stride bytes of the same
+	 * buffer), or layer[] with only q filled in. table_buf: the block
+	 * table is n_blocks int32 at byte table_offset of that buffer (a host
+	 * buffer of this client) instead of block_table; out_table_buf
+	 * likewise for out_block_table (out_n_blocks entries). out_pool: the
+	 * writeback destination pools are that pool's (out_layer NULL;
+	 * out_block_size 0 or the pool's block_size). */
+	const struct skv_pool *pool;
+	struct skv_tensor_ref q_window;
+	uint64_t q_layer_stride;
+	const struct skv_buffer *table_buf;
+	uint64_t table_offset;
+	const struct skv_buffer *out_table_buf;
+	uint64_t out_table_offset;
+	const struct skv_pool *out_pool;
+	/* since SNAPKV_1.9, read when desc_size covers them; writeback only
+	 * (see "Writeback without copies" below):
+	 * out_in_place_blocks: the first n compact blocks are the input's
+	 * block_table[0 .. n - 1], already in place, never written;
+	 * max_decode: the most tokens the engine will append (0: none). */
+	uint32_t out_in_place_blocks;
+	uint32_t max_decode;
 };
 
 /* Fill the SNAPKV_1.3 wait fields of d for a CUDA_FLAG wait (desc_size must
@@ -485,11 +538,10 @@ void skv_request_abandon(struct skv_request *r);
  * or -errno: -EINVAL (NULL), -ETIMEDOUT (see above), -ENOTCONN/-ECONNRESET
  * (the session ended: snapkvd closed it or died; returned only once snapkvd
  * has hung up the socket, which it does after the session's last job has
- * stopped, so nothing of it is written any more), -EPROTO. A request that went over the socket (too large for a ring
- * slot) was complete when submitted: COMPLETED, or STOPPED if it failed (a
- * socket reply does not say where it failed). With a daemon older than
- * SKV_RING_F_CANCEL, cancel waits for the completion instead (the same
- * fence, without the early stop) and a failure counts as STOPPED.
+ * stopped, so nothing of it is written any more), -EPROTO. A request that went over the socket (too
+ * large for a ring slot) was complete when submitted: COMPLETED, or STOPPED if it failed (a socket
+ * reply does not say where it failed). With a daemon older than SKV_RING_F_CANCEL, cancel waits for
+ * the completion instead (the same fence, without the early stop) and a failure counts as STOPPED.
  */
 enum skv_cancel_result {
 	SKV_CANCEL_UNWRITTEN = 0,
@@ -501,6 +553,55 @@ int skv_request_cancel(struct skv_request *r, int timeout_ms, struct skv_cache *
 /* submit + wait */
 int skv_client_compact(struct skv_client *c, const struct skv_compact_desc *d,
 		       struct skv_cache **ret_cache);
+
+/*
+ * Registered KV pools (SNAPKV_1.9). An engine's paged K/V pools (one K and
+ * one V pool per layer, [n_blocks][block_size][H_kv][D] or any strides, in
+ * buffers registered with this client: memfd, or CUDA buffers on
+ * --backend cuda) are described once; snapkvd validates the description
+ * (every buffer, dtype, strides, blocks 0 .. n_blocks - 1 inside their
+ * buffers) and returns a pool. A compaction then names the pool
+ * (skv_compact_desc.pool, .out_pool for a writeback destination) instead
+ * of every layer's tensors, and its block tables may live in a registered
+ * host buffer (.table_buf, .out_table_buf) instead of the message, up to
+ * snapkvd's max_block_table entries each (default 4M; like every input it
+ * must stay unchanged until the request completes or is cancelled: the
+ * daemon copies it when it takes the request from the ring). Limits: max_session_pools pools per
+ * session (-EMFILE, named). A pool belongs to the session it was registered in: after
+ * skv_client_reconnect() register it again (a request naming an old one
+ * fails with -ESTALE).
+ */
+struct skv_pool_desc {
+	uint32_t desc_size; /* sizeof(struct skv_pool_desc) */
+	uint32_t layers, h_kv, head_dim;
+	enum skv_dtype dtype;
+	uint32_t block_size; /* slots per block */
+	uint64_t n_blocks;   /* blocks of each pool */
+	/* [layers]: K and V pools (buffer, offset of block 0, strides in
+	 * elements; block_size 0 or the pool's; dtype the pool's) */
+	const struct skv_layer_out_ref *layer;
+	const float *kv_scales; /* fp8 dtypes: [layers][2] (K, V); else NULL */
+};
+/* Register d's pool with snapkvd. 0, or -errno (the daemon's reason in
+ * skv_client_error()). */
+int skv_pool_register(struct skv_client *c, const struct skv_pool_desc *d,
+		      struct skv_pool **ret_pool);
+uint64_t skv_pool_id(const struct skv_pool *p);
+/* Unregister and free the handle: 0; -EBUSY while a request naming it is
+ * in flight (the pool and the handle stay). The daemon frees a session's
+ * pools when it ends; skv_client_close() frees the handles left (they are
+ * invalid after it). A pool of another client names nothing in this
+ * session: the daemon refuses it (-ENOENT). NULL is fine. */
+int skv_pool_unregister(struct skv_pool *p);
+/*
+ * Submit n compactions (SNAPKV_1.9): as n skv_compact_submit() calls under
+ * one lock, waking the daemon at most once (one doorbell) for all of them.
+ * ret_reqs[i] is the request of descs[i]. On failure (-errno) the requests
+ * submitted before the failing one are in ret_reqs[0 .. *ret_n - 1] (wait
+ * for or cancel them) and no later one was sent.
+ */
+int skv_compact_submit_many(struct skv_client *c, const struct skv_compact_desc *const *descs,
+			    uint32_t n, struct skv_request **ret_reqs, uint32_t *ret_n);
 
 struct skv_cache_info {
 	uint64_t id;
@@ -529,6 +630,13 @@ struct skv_cache_info {
 	uint32_t n_blocks;
 	int64_t block_stride;
 	enum skv_out_dest out_dest;
+	/* since SNAPKV_1.9, writeback only (else 0): the first in_place_blocks
+	 * of the n_blocks are the input's blocks in place; max_decode the
+	 * declared most appended tokens (0: none), decode_limit the most g may
+	 * reach: max(capacity - kept, max_decode) */
+	uint32_t in_place_blocks;
+	uint32_t max_decode;
+	uint32_t decode_limit;
 };
 
 /* Valid until the next grow/release of this cache. */
@@ -594,14 +702,39 @@ uint32_t skv_cache_next_slot(const struct skv_cache *k);
 uint32_t skv_cache_next_position(const struct skv_cache *k);
 /* Report `tokens` K/V rows written at the next slots. -ENOSPC: grow first. */
 int skv_cache_append(struct skv_cache *k, uint32_t tokens);
-/* More decode headroom: the daemon copies into a larger region; pointers move. */
+/* More decode headroom: the daemon copies into a larger region; pointers move.
+ * A writeback cache: skv_cache_grow_blocks() with no new blocks. */
 int skv_cache_grow(struct skv_cache *k, uint32_t extra);
+/*
+ * GROW of a writeback cache into the engine's new destination blocks
+ * (SNAPKV_1.9): capacity grows by extra slots per head (position rows in
+ * the arena; nothing of the K/V is copied or written), and table[n] are the
+ * engine's blocks for the slots past the cache's n_blocks: exactly
+ * ceil((capacity + extra) / block_size) - n_blocks of them (0 when the last
+ * block has room). Each must lie inside every layer's K and V pool and
+ * meet none of the cache's blocks nor each other (-EINVAL; a pool no longer
+ * registered: -ENOENT). capacity - kept may reach the cache's max_decode
+ * when it declared one (beyond: -E2BIG, "GROW beyond the declared
+ * maximum"), else the daemon's max_reserve. On success the blocks are the
+ * cache's (skv_cache_block_offset() and skv_cache_k_slot() find them) and
+ * the daemon never writes them (the engine's decode does); on any failure
+ * nothing changed. Any other cache: table NULL and n 0, as skv_cache_grow().
+ */
+int skv_cache_grow_blocks(struct skv_cache *k, uint32_t extra, const int32_t *table, uint32_t n);
 /* Free the cache in the daemon and the handle. NULL is fine. */
 int skv_cache_release(struct skv_cache *k);
 /* Release the handle but let the daemon keep the cache (still counted in
  * the ledger) until memory pressure evicts it, least recently used first,
  * or the session ends. Since SNAPKV_1.1. */
 int skv_cache_release_linger(struct skv_cache *k);
+/*
+ * Release (linger != 0: as skv_cache_release_linger) reporting the engine's
+ * g at that point (SNAPKV_1.9), so a writeback cache needs no APPEND per
+ * decode step: the daemon counts the cache with it while it lingers. It
+ * must lie from the cache's reported g (info->appended) to its decode_limit;
+ * else -EINVAL, nothing released, and the handle stays valid.
+ */
+int skv_cache_release_appended(struct skv_cache *k, uint32_t appended, int linger);
 
 /*
  * Budget modes (SNAPKV_1.6; SPEC.md "Budgets beyond one C"). A description

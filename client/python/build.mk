@@ -26,7 +26,7 @@ PY_DIR  := client/python
 PY_SRCS := $(PY_DIR)/skvpy-module.c $(PY_DIR)/skvpy-error.c $(PY_DIR)/skvpy-mapping.c \
 	$(PY_DIR)/skvpy-array.c $(PY_DIR)/skvpy-session.c $(PY_DIR)/skvpy-client.c $(PY_DIR)/skvpy-compact.c \
 	$(PY_DIR)/skvpy-cache.c $(PY_DIR)/skvpy-blockmap.c $(PY_DIR)/skvpy-request.c \
-	$(PY_DIR)/skvpy-after.c
+	$(PY_DIR)/skvpy-after.c $(PY_DIR)/skvpy-pool.c
 PY_OBJS := $(PY_SRCS:%.c=$(BUILD)/%.o)
 SNAPKV_PY := $(BUILD)/python/snapkv$(PY_EXT_SUFFIX)
 

@@ -295,6 +295,78 @@ int skvpy_view_of(PyObject *obj, const char *what, struct skvpy_view *v)
 	return 0;
 }
 
+/* A numpy int32 array (or any 1-D buffer of 4-byte ints). */
+static int table_buffer(PyObject *obj, uintptr_t *ret_ptr, int64_t *ret_n)
+{
+	Py_buffer b;
+	int r = 0;
+
+	if (PyObject_GetBuffer(obj, &b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+		PyErr_Clear();
+		return 0;
+	}
+	if (b.ndim == 1 && b.itemsize == 4 && b.format &&
+	    strchr("il", b.format[strlen(b.format) - 1]) &&
+	    (b.format[0] != '>' && b.format[0] != '!')) {
+		*ret_ptr = (uintptr_t)b.buf;
+		*ret_n = b.shape ? b.shape[0] : (int64_t)(b.len / 4);
+		r = 1;
+	}
+	PyBuffer_Release(&b);
+	return r;
+}
+
+int skvpy_table_view(PyObject *obj, uintptr_t *ret_ptr, int64_t *ret_n, int *ret_cuda)
+{
+	struct skvpy_view v;
+	PyObject *dt;
+	int r, contig;
+
+	*ret_cuda = 0;
+	if (PyObject_CheckBuffer(obj))
+		return table_buffer(obj, ret_ptr, ret_n);
+	if (!torch_load() || !PyObject_TypeCheck(obj, (PyTypeObject *)torch.tensor_type) ||
+	    strings() < 0)
+		return 0;
+	if (!(dt = PyObject_GetAttr(obj, s_dtype)))
+		return -1;
+	r = PyObject_RichCompareBool(dt, torch.i32, Py_EQ);
+	Py_DECREF(dt);
+	if (r <= 0)
+		return r;
+	/* the shape, strides and address as for any tensor, dtype aside */
+	memset(&v, 0, sizeof(v));
+	{
+		PyObject *shape = PyObject_GetAttr(obj, s_shape),
+			 *stride = PyObject_CallMethodNoArgs(obj, s_stride),
+			 *ptr = PyObject_CallMethodNoArgs(obj, s_data_ptr),
+			 *cuda = PyObject_GetAttr(obj, s_is_cuda);
+		int ns = 0;
+
+		r = -1;
+		if (shape && stride && ptr && cuda &&
+		    int_tuple(shape, "block_table", "shape", v.shape, &v.ndim) == 0 &&
+		    int_tuple(stride, "block_table", "stride", v.strides, &ns) == 0) {
+			v.ptr = (uintptr_t)PyLong_AsUnsignedLongLong(ptr);
+			v.cuda = PyObject_IsTrue(cuda) == 1;
+			r = PyErr_Occurred() ? -1 : 0;
+		}
+		Py_XDECREF(shape);
+		Py_XDECREF(stride);
+		Py_XDECREF(ptr);
+		Py_XDECREF(cuda);
+	}
+	if (r < 0)
+		return -1;
+	contig = v.ndim == 1 && (v.shape[0] == 1 || v.strides[0] == 1);
+	if (!contig)
+		return 0;
+	*ret_ptr = v.ptr;
+	*ret_n = v.shape[0];
+	*ret_cuda = v.cuda;
+	return 1;
+}
+
 void skvpy_view_extent(const struct skvpy_view *v, uintptr_t *ret_lo, uintptr_t *ret_hi)
 {
 	int64_t lo = 0, hi = 0;

@@ -17,7 +17,7 @@
 
 #include "skv.h"
 
-#define SKVPY_MAX_DIMS 4
+#define SKVPY_MAX_DIMS 5
 
 /* Element types of arrays the module makes. */
 enum skvpy_elem {
@@ -62,6 +62,13 @@ struct skvpy_view {
  * names the argument in messages ("k[3]").
  */
 int skvpy_view_of(PyObject *obj, const char *what, struct skvpy_view *v);
+/*
+ * A block table by reference (registered pools): 1 with its address, entry
+ * count and whether it is on a GPU when obj is a one-dimensional contiguous
+ * int32 torch tensor or buffer-protocol array; 0 for anything else (the
+ * caller copies it as a list); -1 with an exception.
+ */
+int skvpy_table_view(PyObject *obj, uintptr_t *ret_ptr, int64_t *ret_n, int *ret_cuda);
 /* The bytes [lo, hi) every element of v lies in. */
 void skvpy_view_extent(const struct skvpy_view *v, uintptr_t *ret_lo, uintptr_t *ret_hi);
 

@@ -8,6 +8,7 @@
 
 #include "snapkv.h"
 #include "skvpy-array.h"
+#include "skvpy-compact.h"
 #include "skvpy-session.h"
 #include "skvpy-error.h"
 #include "skvpy-mapping.h"
@@ -48,17 +49,23 @@ PyObject *skvpy_cache_new(struct skvpy_client *cl, struct skv_cache *k, PyObject
 	return (PyObject *)c;
 }
 
-/* Release (linger or not) without the GIL. */
-static int release(struct skvpy_cache *c, int linger)
+/* Release (linger or not; appended >= 0: the engine's g reported) without
+ * the GIL. A refused report (-EINVAL) leaves the cache the caller's. */
+static int release(struct skvpy_cache *c, int linger, long long appended)
 {
 	struct skv_cache *k = c->k;
 	int r;
 
+	c->client->busy++;
+	Py_BEGIN_ALLOW_THREADS r = appended >= 0
+				       ? skv_cache_release_appended(k, (uint32_t)appended, linger)
+				   : linger ? skv_cache_release_linger(k)
+					    : skv_cache_release(k);
+	Py_END_ALLOW_THREADS c->client->busy--;
+	if (r == -EINVAL && appended >= 0)
+		return r;
 	c->k = NULL;
 	unlink_cache(c);
-	c->client->busy++;
-	Py_BEGIN_ALLOW_THREADS r = linger ? skv_cache_release_linger(k) : skv_cache_release(k);
-	Py_END_ALLOW_THREADS c->client->busy--;
 	return r;
 }
 
@@ -69,7 +76,7 @@ static void release_unmapped(struct skvpy_cache *c)
 {
 	(void)skvpy_blockmap_restore(&c->mapped);
 	if (c->k)
-		release(c, 0);
+		release(c, 0, -1);
 }
 
 void skvpy_cache_drop(struct skvpy_cache *c)
@@ -433,18 +440,96 @@ static PyObject *cache_append(struct skvpy_cache *c, PyObject *args)
 	return r;
 }
 
-static PyObject *cache_grow(struct skvpy_cache *c, PyObject *o)
+/* A writeback cache's block_table after a GROW took `n` more blocks. */
+static int grown_table(struct skvpy_cache *c, const int32_t *t, uint32_t n)
 {
-	return ring_call(c, o, 1);
+	PyObject *old = PyTuple_GET_ITEM(c->out, 2), *tab, *out;
+	Py_ssize_t m = PyTuple_GET_SIZE(old);
+
+	tab = PyTuple_New(m + n);
+	for (Py_ssize_t i = 0; tab && i < m + n; i++) {
+		PyObject *x = i < m ? PyTuple_GET_ITEM(old, i) : PyLong_FromLong(t[i - m]);
+
+		if (i < m)
+			Py_INCREF(x);
+		if (!x)
+			Py_CLEAR(tab);
+		else
+			PyTuple_SET_ITEM(tab, i, x);
+	}
+	if (!tab)
+		return -1;
+	out = Py_BuildValue("(OON)", PyTuple_GET_ITEM(c->out, 0), PyTuple_GET_ITEM(c->out, 1), tab);
+	if (!out)
+		return -1;
+	Py_SETREF(c->out, out);
+	return 0;
+}
+
+static PyObject *cache_grow(struct skvpy_cache *c, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"extra", "blocks", NULL};
+	PyObject *extra, *blocks = NULL;
+	int32_t *t = NULL;
+	uint32_t n = 0;
+	long x;
+	int r;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$O:grow", kwlist, &extra, &blocks))
+		return NULL;
+	if (!blocks || blocks == Py_None)
+		return ring_call(c, extra, 1);
+	if (live(c) < 0)
+		return NULL;
+	if (!c->out)
+		return skvpy_error(EINVAL, "grow(blocks=...) is for a writeback cache");
+	x = PyLong_AsLong(extra);
+	if (x == -1 && PyErr_Occurred())
+		return NULL;
+	if (x < 1 || x > (1l << 22)) {
+		PyErr_Format(PyExc_ValueError, "grow %ld: 1 .. %ld", x, 1l << 22);
+		return NULL;
+	}
+	if (skvpy_block_table(blocks, 1u << 31, &t, &n) < 0)
+		return NULL;
+	if (c->busy) {
+		PyMem_Free(t);
+		return skvpy_error(EBUSY, "another thread is appending to or growing this cache");
+	}
+	c->busy = 1;
+	c->client->busy++;
+	Py_BEGIN_ALLOW_THREADS r = skv_cache_grow_blocks(c->k, (uint32_t)x, t, n);
+	Py_END_ALLOW_THREADS c->client->busy--;
+	c->busy = 0;
+	if (r == 0 && grown_table(c, t, n) < 0) {
+		PyMem_Free(t);
+		return NULL;
+	}
+	PyMem_Free(t);
+	if (r < 0)
+		return skvpy_session_fail(c->client, r, "grow");
+	Py_RETURN_NONE;
 }
 
 static PyObject *cache_release(struct skvpy_cache *c, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"linger", NULL};
+	static char *kwlist[] = {"linger", "appended", NULL};
+	PyObject *app = NULL;
+	long long appended = -1;
 	int linger = 0, r;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:release", kwlist, &linger))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p$O:release", kwlist, &linger, &app))
 		return NULL;
+	if (app && app != Py_None) {
+		appended = PyLong_AsLongLong(app);
+		if (appended == -1 && PyErr_Occurred())
+			return NULL;
+		if (appended < 0 || appended > UINT32_MAX) {
+			PyErr_Format(PyExc_ValueError, "appended %lld: 0 .. %u", appended,
+				     UINT32_MAX);
+			return NULL;
+		}
+	}
 	if (live(c) < 0)
 		return NULL;
 	if (c->busy)
@@ -457,7 +542,7 @@ static PyObject *cache_release(struct skvpy_cache *c, PyObject *args, PyObject *
 				   "later cache in the same arena pages would be written through "
 				   "them",
 				   c->mapped.n);
-	r = release(c, linger);
+	r = release(c, linger, appended);
 	if (r < 0)
 		return skvpy_error(r, "release: %s",
 				   c->client->c ? skv_client_error(c->client->c) : "failed");
@@ -685,7 +770,16 @@ static PyGetSetDef cache_getset[] = {
     {"n_blocks", (getter)cache_u32, NULL, "paged: blocks per layer in each of K and V",
      FIELD(n_blocks)},
     {"block_table", (getter)cache_block_table, NULL,
-     "writeback: the destination blocks (slot i in block_table[i // block_size]); else None", NULL},
+     "writeback: the destination blocks (slot i in block_table[i // block_size]), the\n"
+     "first in_place_blocks of them the input's blocks in place; else None",
+     NULL},
+    {"in_place_blocks", (getter)cache_u32, NULL,
+     "writeback: leading blocks left in place (the input's, never written)",
+     FIELD(in_place_blocks)},
+    {"max_decode", (getter)cache_u32, NULL, "writeback: the declared most decode tokens (0: none)",
+     FIELD(max_decode)},
+    {"decode_limit", (getter)cache_u32, NULL,
+     "the most g may reach: capacity - kept, or max_decode when larger", FIELD(decode_limit)},
     {"retained_mass", (getter)cache_mass, NULL, "[layers, h_store] float32 (a copy)", NULL},
     {"kv_scales", (getter)cache_kv_scales, NULL,
      "fp8 caches: [(k_scale, v_scale)] per layer (K/V are the input's bytes); else None", NULL},
@@ -733,12 +827,18 @@ static PyMethodDef cache_methods[] = {
     {"append", (PyCFunction)cache_append, METH_VARARGS,
      "append(n=1): report n decode tokens written at slots next_slot.. (positions\n"
      "next_position..)."},
-    {"grow", (PyCFunction)cache_grow, METH_O,
-     "grow(extra): more decode headroom (the cache moves: take k()/v() again)."},
+    {"grow", (PyCFunction)(void (*)(void))cache_grow, METH_VARARGS | METH_KEYWORDS,
+     "grow(extra, *, blocks=None): more decode headroom (the cache moves: take k()/v()\n"
+     "again). A writeback cache: blocks are the engine's new destination blocks for the\n"
+     "grown slots past n_blocks, exactly ceil((capacity + extra) / block_size) - n_blocks\n"
+     "of them (none: leave blocks out); nothing is copied; up to max_decode when the\n"
+     "cache declared one (beyond: snapkv.Error E2BIG). block_table then lists them."},
     {"release", (PyCFunction)(void (*)(void))cache_release, METH_VARARGS | METH_KEYWORDS,
-     "release(linger=False): free the cache in the daemon (linger: keep it counted until\n"
-     "pressure evicts it or the session ends). Refused (snapkv.Error EBUSY) while its\n"
-     "blocks are mapped over an engine buffer: unmap_blocks() first."},
+     "release(linger=False, *, appended=None): free the cache in the daemon (linger: keep\n"
+     "it counted until pressure evicts it or the session ends). appended: the engine's g\n"
+     "now (from appended to decode_limit), so a writeback cache needs no append() per\n"
+     "token; a bad one is snapkv.Error EINVAL and the cache stays. Refused (snapkv.Error\n"
+     "EBUSY) while its blocks are mapped over an engine buffer: unmap_blocks() first."},
     {"__enter__", (PyCFunction)cache_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)cache_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -7,6 +7,7 @@
 #include "snapkv.h"
 #include "skvpy-cache.h"
 #include "skvpy-compact.h"
+#include "skvpy-pool.h"
 #include "skvpy-error.h"
 #include "skvpy-mapping.h"
 #include "skvpy-request.h"
@@ -450,6 +451,101 @@ static PyObject *client_submit(struct skvpy_client *cl, PyObject *args, PyObject
 	return skvpy_request_new(cl, req, out);
 }
 
+static PyObject *client_register_pool(struct skvpy_client *cl, PyObject *args, PyObject *kw)
+{
+	if (skvpy_client_check(cl) < 0)
+		return NULL;
+	return skvpy_pool_register(cl, args, kw);
+}
+
+/* The descriptions of submit_many's items (each a dict of submit()'s
+ * keywords, q among them), parsed before anything is sent. */
+static int many_parse(struct skvpy_client *cl, PyObject *seq, struct skvpy_compact *ps,
+		      Py_ssize_t n)
+{
+	PyObject *empty = PyTuple_New(0);
+	Py_ssize_t i;
+
+	if (!empty)
+		return -1;
+	for (i = 0; i < n; i++) {
+		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+
+		if (!PyDict_Check(it)) {
+			PyErr_Format(PyExc_TypeError,
+				     "submit_many: item %zd must be a dict of submit()'s keywords",
+				     i);
+			break;
+		}
+		if (skvpy_compact_parse(cl, empty, it, &ps[i]) < 0)
+			break;
+	}
+	Py_DECREF(empty);
+	if (i == n)
+		return 0;
+	while (i-- > 0)
+		skvpy_compact_free(&ps[i]);
+	return -1;
+}
+
+/* submit_many([kw, ...]) -> [Request, ...]: one libsnapkv call, one
+ * doorbell (skv_compact_submit_many). */
+static PyObject *client_submit_many(struct skvpy_client *cl, PyObject *arg)
+{
+	struct skvpy_compact *ps = NULL;
+	const struct skv_compact_desc **ds = NULL;
+	struct skv_request **rq = NULL;
+	PyObject *seq, *ret = NULL;
+	uint32_t done = 0;
+	Py_ssize_t n;
+	int r;
+
+	if (skvpy_client_check(cl) < 0 ||
+	    !(seq = PySequence_Fast(arg, "submit_many takes a list of dicts")))
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n > 4096) {
+		PyErr_Format(PyExc_ValueError, "submit_many: %zd requests (at most 4096)", n);
+		goto out;
+	}
+	ps = PyMem_Calloc((size_t)n + 1, sizeof(*ps));
+	ds = PyMem_Calloc((size_t)n + 1, sizeof(*ds));
+	rq = PyMem_Calloc((size_t)n + 1, sizeof(*rq));
+	if (!ps || !ds || !rq) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	if (many_parse(cl, seq, ps, n) < 0)
+		goto out;
+	for (Py_ssize_t i = 0; i < n; i++)
+		ds[i] = &ps[i].d;
+	cl->busy++;
+	Py_BEGIN_ALLOW_THREADS r = skv_compact_submit_many(cl->c, ds, (uint32_t)n, rq, &done);
+	Py_END_ALLOW_THREADS cl->busy--;
+	ret = PyList_New(0);
+	for (uint32_t i = 0; i < done; i++) {
+		PyObject *q = skvpy_request_new(cl, rq[i], ps[i].out);
+
+		ps[i].out = NULL;
+		if (!q || !ret || PyList_Append(ret, q) < 0)
+			Py_CLEAR(ret);
+		Py_XDECREF(q);
+	}
+	if (r < 0) {
+		/* the ones submitted are dropped (a Request dropped cancels) */
+		Py_CLEAR(ret);
+		skvpy_session_fail(cl, r, "submit_many");
+	}
+	for (Py_ssize_t i = 0; i < n; i++)
+		skvpy_compact_free(&ps[i]);
+out:
+	PyMem_Free(ps);
+	PyMem_Free(ds);
+	PyMem_Free(rq);
+	Py_DECREF(seq);
+	return ret;
+}
+
 static PyObject *client_compact(struct skvpy_client *cl, PyObject *args, PyObject *kw)
 {
 	struct skv_request *req;
@@ -571,8 +667,10 @@ static PyMethodDef client_methods[] = {
      "        out='arena', out_block_size=None, out_block_table=None, out_buffer=None,\n"
      "        layout='hnd', out_layout='hnd', prompt_len=None, evictable=False,\n"
      "        fallback_below=None, group=None, min_window=None, kv_dtype=None,\n"
-     "        kv_scales=None, after=None, span=None) -> Cache\n"
+     "        kv_scales=None, after=None, pool=None, span=None) -> Cache\n"
      "q, k, v: lists, one tensor per layer, views of registered storage.\n"
+     "pool: a Pool (register_pool) instead of k and v: compact(q, pool=pool,\n"
+     "block_table=..., prompt_len=...), q one [layers, H_q, n_q, D] tensor or a list.\n"
      "span: keep up to span neighbours on either side of each position picked by\n"
      "score until the budget is used (kernels/skv.h; None or 0: top-k; at most 64).\n"
      "A q of n_q < window rows is a partial window: n_q >= min_window rows vote\n"
@@ -590,6 +688,18 @@ static PyMethodDef client_methods[] = {
      "ETIME past it; 0: the daemon's prefill_wait_max_ms)."},
     {"submit", (PyCFunction)(void (*)(void))client_submit, METH_VARARGS | METH_KEYWORDS,
      "submit(...) -> Request: compact() without waiting."},
+    {"register_pool", (PyCFunction)(void (*)(void))client_register_pool,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_pool(k, v) -> Pool: the engine's paged K and V pools, one per layer\n"
+     "([n_blocks, block_size, H_kv, D] views of registered storage), validated once by\n"
+     "the daemon. Then compact(q, pool=pool, block_table=..., prompt_len=...): q one\n"
+     "tensor [layers, H_q, n_q, D] ([layers, n_q, H_q, D] with layout='nhd') or a list;\n"
+     "block_table a list, or a 1-D int32 tensor/array in registered storage (read there\n"
+     "by the daemon, up to its max_block_table entries); out='writeback' writes into the\n"
+     "pool's own blocks (out_block_table). The daemon's max_session_pools bounds them."},
+    {"submit_many", (PyCFunction)client_submit_many, METH_O,
+     "submit_many([kw, ...]) -> [Request, ...]: several submit(**kw) (q among the\n"
+     "keywords) in one call and one doorbell. All are checked before any is sent."},
     {"stats", (PyCFunction)client_stats, METH_NOARGS, "stats() -> dict of session counters"},
     {"nop", (PyCFunction)client_nop, METH_NOARGS, "nop(): a no-op round trip over the ring"},
     {NULL, NULL, 0, NULL},

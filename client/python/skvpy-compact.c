@@ -10,6 +10,7 @@
 #include "skvpy-array.h"
 #include "skvpy-session.h"
 #include "skvpy-error.h"
+#include "skvpy-pool.h"
 
 struct args {
 	PyObject *q, *k, *v;
@@ -17,6 +18,8 @@ struct args {
 	PyObject *reserve, *block_table, *out, *out_block_size, *out_block_table, *out_buffer;
 	PyObject *layout, *out_layout, *prompt_len, *evictable;
 	PyObject *budget, *fallback_below, *group, *min_window, *kv_dtype, *kv_scales, *after;
+	PyObject *pool, *q_slot;
+	PyObject *in_place_blocks, *max_decode;
 	PyObject *span;
 };
 
@@ -608,6 +611,11 @@ static int parse_table(PyObject *o, uint32_t pool_blocks, int32_t **ret, uint32_
 	return 0;
 }
 
+int skvpy_block_table(PyObject *o, uint32_t pool_blocks, int32_t **ret, uint32_t *ret_n)
+{
+	return parse_table(o, pool_blocks, ret, ret_n);
+}
+
 /* The problem shape from layer 0; L from prompt_len or the tensors. */
 static int shape(const struct args *a, struct geom *g, struct skvpy_compact *p)
 {
@@ -797,9 +805,18 @@ static int writeback(struct skvpy_client *cl, const struct args *a, const struct
 	}
 	if (parse_table(a->out_block_table, blocks, &p->out_table, &p->d.out_n_blocks) < 0)
 		goto out;
-	tab = PyTuple_New(p->d.out_n_blocks);
-	for (uint32_t i = 0; tab && i < p->d.out_n_blocks; i++) {
-		PyObject *x = PyLong_FromLong(p->out_table[i]);
+	/* in_place_blocks: the input's first blocks hold those slots (Cache.block_table
+	 * is then where every slot is) */
+	uint32_t n_in = p->d.out_in_place_blocks;
+	if (n_in && (!p->table || n_in > p->d.n_blocks)) {
+		PyErr_Format(PyExc_ValueError,
+			     "in_place_blocks %u: the input block_table has %u entries", n_in,
+			     p->table ? p->d.n_blocks : 0);
+		goto out;
+	}
+	tab = PyTuple_New(n_in + p->d.out_n_blocks);
+	for (uint32_t i = 0; tab && i < n_in + p->d.out_n_blocks; i++) {
+		PyObject *x = PyLong_FromLong(i < n_in ? p->table[i] : p->out_table[i - n_in]);
 		if (!x)
 			Py_CLEAR(tab);
 		else
@@ -819,6 +836,295 @@ out:
 	Py_XDECREF(vs);
 	Py_XDECREF(tab);
 	return r;
+}
+
+/* ----------------------------------------------------- registered pools */
+
+/* A block table in storage registered with this client (host): by
+ * reference, 1; anything else, 0 (copied as a list); -1 with an exception. */
+static int table_ref(struct skvpy_client *cl, PyObject *o, const struct skv_buffer **ret_buf,
+		     uint64_t *ret_off, uint32_t *ret_n)
+{
+	uintptr_t ptr;
+	int64_t n;
+	int cuda, r = skvpy_table_view(o, &ptr, &n, &cuda);
+
+	if (r <= 0)
+		return r;
+	if (cuda) {
+		PyErr_SetString(PyExc_ValueError,
+				"block_table on a GPU: the daemon reads tables from host storage "
+				"(client.empty((n,), torch.float32).view(torch.int32))");
+		return -1;
+	}
+	if (n < 1 || n > (1ll << 30)) {
+		PyErr_Format(PyExc_ValueError, "block_table has %lld entries", (long long)n);
+		return -1;
+	}
+	for (size_t i = 0; i < cl->n_regs; i++) {
+		const struct skvpy_reg *g = &cl->regs[i];
+
+		if (!g->cuda && ptr >= g->base && ptr + (uint64_t)n * 4 <= g->base + g->size) {
+			*ret_buf = g->b;
+			*ret_off = ptr - g->base;
+			*ret_n = (uint32_t)n;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* q for a pool: one tensor [layers, H_q, n_q, D] (nhd: [layers, n_q, H_q,
+ * D]) as q_window, or a list of per-layer tensors (q-only layer refs). */
+static int pool_q(struct skvpy_client *cl, const struct args *a, const struct skvpy_pool *po,
+		  struct geom *g, struct skvpy_compact *p)
+{
+	struct skvpy_view v;
+	struct skv_tensor_ref *ref = &p->d.q_window;
+	char what[32];
+
+	if (a->q == Py_None)
+		return 0;
+	if (PyList_Check(a->q) || PyTuple_Check(a->q)) {
+		Py_ssize_t n;
+		PyObject *seq = layer_list(a->q, "q", &n);
+		int r = 0;
+
+		if (!seq)
+			return -1;
+		if (n != po->layers) {
+			PyErr_Format(PyExc_ValueError, "q has %zd layers, the pool %u", n,
+				     po->layers);
+			r = -1;
+		} else if (!(p->refs = PyMem_Calloc((size_t)n, sizeof(*p->refs)))) {
+			PyErr_NoMemory();
+			r = -1;
+		}
+		for (Py_ssize_t l = 0; r == 0 && l < n; l++) {
+			snprintf(what, sizeof(what), "q[%zd]", l);
+			r = q_ref(cl, PySequence_Fast_GET_ITEM(seq, l), what, l == 0, g,
+				  &p->refs[l].q);
+		}
+		Py_DECREF(seq);
+		p->d.layer = p->refs;
+		return r;
+	}
+	if (skvpy_view_of(a->q, "q", &v) < 0)
+		return -1;
+	if (v.ndim != 4 || v.shape[0] != po->layers || v.strides[3] != 1 || v.strides[0] < 0 ||
+	    v.strides[1] < 0 || v.strides[2] < 0)
+		return bad("q", "%s: %s",
+			   "with a pool, q is one tensor [layers, H_q, n_q, D] (layout 'nhd': "
+			   "[layers, n_q, H_q, D]) with a contiguous last dimension, or a list");
+	if (v.dtype == SKVPY_DTYPE_U8 || skv_dtype_is_fp8(v.dtype))
+		return bad("q", "%s: %s", "queries stay f32, f16 or bf16");
+	if (skvpy_session_locate(cl, &v, "q", ref, NULL) < 0)
+		return -1;
+	memcpy(g->q_shape, v.shape + 1, sizeof(g->q_shape));
+	g->q_dtype = v.dtype;
+	ref->head_stride = v.strides[g->nhd ? 2 : 1];
+	ref->token_stride = v.strides[g->nhd ? 1 : 2];
+	p->d.q_layer_stride = (uint64_t)v.strides[0] * v.elsize;
+	return 0;
+}
+
+/* No q: the pool's registered q (register_pool(q=...)), slot q_slot
+ * (default 0), located once at registration. */
+static int pool_slot(const struct args *a, const struct skvpy_pool *po, struct geom *g,
+		     struct skvpy_compact *p)
+{
+	uint32_t slot = 0;
+
+	if (a->q != Py_None) {
+		if (a->q_slot && a->q_slot != Py_None)
+			return bad("q_slot", "%s: %s", "q and q_slot: one or the other");
+		return 0;
+	}
+	if (!po->q_slots) {
+		if (a->q_slot && a->q_slot != Py_None)
+			return bad("q_slot", "%s: %s", "the pool has no q (register_pool(q=...))");
+		return 0;
+	}
+	if (u32_arg(a->q_slot, "q_slot", 0, po->q_slots - 1, &slot) < 0)
+		return -1;
+	p->d.q_window = po->q_ref;
+	p->d.q_window.offset += (uint64_t)slot * po->q_slot_stride;
+	p->d.q_layer_stride = po->q_layer_stride;
+	g->h_q = po->h_q;
+	g->n_q = po->n_q;
+	return 0;
+}
+
+/* A table argument of a pool request: by reference or copied. */
+static int pool_table(struct skvpy_client *cl, PyObject *o, const char *name, uint64_t blocks,
+		      const struct skv_buffer **buf, uint64_t *off, int32_t **copy, uint32_t *n)
+{
+	int r;
+
+	if (!o || o == Py_None) {
+		PyErr_Format(PyExc_ValueError, "%s is needed with pool=", name);
+		return -1;
+	}
+	r = table_ref(cl, o, buf, off, n);
+	if (r != 0)
+		return r < 0 ? -1 : 0;
+	return parse_table(o, blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks, copy, n);
+}
+
+/* The input table given in registered storage, copied into p->table and
+ * sent inline instead. */
+static int inline_table(struct skvpy_client *cl, struct skvpy_compact *p)
+{
+	for (size_t i = 0; i < cl->n_regs; i++) {
+		const struct skvpy_reg *g = &cl->regs[i];
+
+		if (g->b != p->d.table_buf)
+			continue;
+		p->table = PyMem_Malloc((size_t)p->d.n_blocks * sizeof(int32_t));
+		if (!p->table) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		memcpy(p->table, (const uint8_t *)g->base + p->d.table_offset,
+		       (size_t)p->d.n_blocks * sizeof(int32_t));
+		p->d.block_table = p->table;
+		p->d.table_buf = NULL;
+		p->d.table_offset = 0;
+		return 0;
+	}
+	PyErr_SetString(PyExc_ValueError, "block_table: its storage is no longer registered");
+	return -1;
+}
+
+/* writeback into the pool's own blocks: the Cache's (k, v, table) */
+static int pool_writeback(struct skvpy_client *cl, const struct args *a, struct skvpy_pool *po,
+			  struct skvpy_compact *p)
+{
+	PyObject *tab;
+	const int32_t *t, *in;
+	uint32_t n_in;
+
+	if (a->out_buffer && a->out_buffer != Py_None) {
+		PyErr_SetString(PyExc_ValueError,
+				"with pool=, out='writeback' writes into the pool (no out_buffer)");
+		return -1;
+	}
+	if (pool_table(cl, a->out_block_table, "out_block_table", po->n_blocks, &p->d.out_table_buf,
+		       &p->d.out_table_offset, &p->out_table, &p->d.out_n_blocks) < 0)
+		return -1;
+	p->d.out_block_table = p->out_table;
+	p->d.out_pool = po->p;
+	/* in_place_blocks: the input's first blocks hold those slots, so the
+	 * cache's block_table starts with them */
+	n_in = p->d.out_in_place_blocks;
+	if (n_in > p->d.n_blocks) {
+		PyErr_Format(PyExc_ValueError,
+			     "in_place_blocks %u: the input block_table has %u entries", n_in,
+			     p->d.n_blocks);
+		return -1;
+	}
+	/* libsnapkv builds the cache's table from the input's first entries,
+	 * and cannot read a table in storage it did not map: with in-place
+	 * blocks such a table travels inline (max_block_table and the frame
+	 * limit apply) */
+	if (n_in && !p->table && inline_table(cl, p) < 0)
+		return -1;
+	in = p->table;
+	t = p->out_table ? p->out_table
+			 : (const int32_t *)((const uint8_t *)skv_buffer_data(p->d.out_table_buf) +
+					     p->d.out_table_offset);
+	tab = PyTuple_New(n_in + p->d.out_n_blocks);
+	for (uint32_t i = 0; tab && i < n_in + p->d.out_n_blocks; i++) {
+		PyObject *x = PyLong_FromLong(i < n_in ? in[i] : t[i - n_in]);
+		if (!x)
+			Py_CLEAR(tab);
+		else
+			PyTuple_SET_ITEM(tab, i, x);
+	}
+	if (!tab)
+		return -1;
+	p->out = Py_BuildValue("(OON)", po->k, po->v, tab);
+	return p->out ? 0 : -1;
+}
+
+/* compact(q, pool=..., ...): K/V of every layer are the pool's. */
+static int pool_parse(struct skvpy_client *cl, struct args *a, struct skvpy_compact *p)
+{
+	static const char *const lay_n[] = {"hnd", "nhd", NULL};
+	static const int lay_v[] = {0, 1};
+	struct skvpy_pool *po = skvpy_pool_of(cl, a->pool);
+	struct geom g = {0};
+	uint32_t L = 0;
+	int out = OUT_ARENA;
+
+	if (!po)
+		goto fail;
+	if (!a->q)
+		a->q = Py_None;
+	if ((a->k && a->k != Py_None) || (a->v && a->v != Py_None) ||
+	    (a->kv_scales && a->kv_scales != Py_None) || (a->kv_dtype && a->kv_dtype != Py_None)) {
+		PyErr_SetString(
+		    PyExc_ValueError,
+		    "pool= replaces k, v (and their dtype and scales): give q and pool");
+		goto fail;
+	}
+	if (choice(a->layout, "layout", lay_n, lay_v, &g.nhd) < 0 ||
+	    parse_params(a, &p->d.params) < 0 || parse_group(a->group, p) < 0 ||
+	    output(a, p, &out) < 0 || pool_q(cl, a, po, &g, p) < 0 || pool_slot(a, po, &g, p) < 0)
+		goto fail;
+	if (out == OUT_PAGED || (out == OUT_WRITEBACK && p->d.out_block_size != po->block_size)) {
+		PyErr_Format(PyExc_ValueError,
+			     "with pool=, out is 'arena' or 'writeback' (into the pool: "
+			     "out_block_size %u, the pool's)",
+			     po->block_size);
+		goto fail;
+	}
+	if (a->q == Py_None && !po->q_slots) {
+		g.h_q = po->h_kv;
+		g.n_q = 0;
+	} else if (a->q != Py_None) {
+		g.h_q = (uint32_t)g.q_shape[g.nhd ? 1 : 0];
+		g.n_q = (uint32_t)g.q_shape[g.nhd ? 0 : 1];
+	}
+	if (a->q != Py_None && g.q_shape[2] != po->head_dim) {
+		PyErr_Format(PyExc_ValueError, "q has head_dim %lld, the pool %u",
+			     (long long)g.q_shape[2], po->head_dim);
+		goto fail;
+	}
+	if (!a->prompt_len || a->prompt_len == Py_None) {
+		PyErr_SetString(PyExc_ValueError, "prompt_len is needed with pool=");
+		goto fail;
+	}
+	if (u32_arg(a->prompt_len, "prompt_len", 1, 1u << 24, &L) < 0 ||
+	    pool_table(cl, a->block_table, "block_table", po->n_blocks, &p->d.table_buf,
+		       &p->d.table_offset, &p->table, &p->d.n_blocks) < 0)
+		goto fail;
+	if ((uint64_t)p->d.n_blocks * po->block_size < L) {
+		PyErr_Format(PyExc_ValueError,
+			     "block_table has %u blocks of %u tokens: fewer than prompt_len %u",
+			     p->d.n_blocks, po->block_size, L);
+		goto fail;
+	}
+	p->d.shape = (struct skv_shape){.prompt_len = L,
+					.head_dim = po->head_dim,
+					.h_q = g.h_q,
+					.h_kv = po->h_kv,
+					.n_q = g.n_q};
+	p->d.layers = po->layers;
+	p->d.pool = po->p;
+	p->d.block_table = p->table;
+	/* writeback only: libsnapkv and the daemon refuse them with out='arena' */
+	if (u32_arg(a->in_place_blocks, "in_place_blocks", 0, 1u << 22, &p->d.out_in_place_blocks) <
+		0 ||
+	    u32_arg(a->max_decode, "max_decode", 0, 1u << 31, &p->d.max_decode) < 0)
+		goto fail;
+	if ((out == OUT_WRITEBACK && pool_writeback(cl, a, po, p) < 0) ||
+	    skvpy_after_parse(cl, a->after, &p->d) < 0)
+		goto fail;
+	return 0;
+fail:
+	skvpy_compact_free(p);
+	return -1;
 }
 
 int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
@@ -852,6 +1158,10 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "kv_dtype",
 				 "kv_scales",
 				 "after",
+				 "pool",
+				 "q_slot",
+				 "in_place_blocks",
+				 "max_decode",
 				 "span",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
@@ -862,18 +1172,29 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "OOO|$OOOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
+		args, kw, "|OOO$OOOOOOOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
 		&a.window, &a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks,
 		&a.protect, &a.reserve, &a.block_table, &a.out, &a.out_block_size,
 		&a.out_block_table, &a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len,
 		&a.evictable, &a.budget, &a.fallback_below, &a.group, &a.min_window, &a.kv_dtype,
-		&a.kv_scales, &a.after, &a.span))
+		&a.kv_scales, &a.after, &a.pool, &a.q_slot, &a.in_place_blocks, &a.max_decode,
+		&a.span))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
+	if (a.pool && a.pool != Py_None)
+		return pool_parse(cl, &a, p);
+	if (!a.q || !a.k || !a.v || (a.q_slot && a.q_slot != Py_None)) {
+		PyErr_SetString(PyExc_TypeError,
+				"compact() needs q, k and v (or pool=; q_slot is for pool=)");
+		return -1;
+	}
 	g.paged = a.block_table && a.block_table != Py_None;
 	if (choice(a.layout, "layout", lay_n, lay_v, &g.nhd) < 0 ||
 	    parse_params(&a, &p->d.params) < 0 || parse_group(a.group, p) < 0 ||
-	    output(&a, p, &out) < 0 || layers(cl, &a, &g, p) < 0)
+	    output(&a, p, &out) < 0 || layers(cl, &a, &g, p) < 0 ||
+	    u32_arg(a.in_place_blocks, "in_place_blocks", 0, 1u << 22, &p->d.out_in_place_blocks) <
+		0 ||
+	    u32_arg(a.max_decode, "max_decode", 0, 1u << 31, &p->d.max_decode) < 0)
 		goto fail;
 	if (g.paged &&
 	    parse_table(a.block_table, (uint32_t)g.k_shape[0], &p->table, &p->d.n_blocks) < 0)

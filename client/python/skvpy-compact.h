@@ -38,5 +38,9 @@ struct skvpy_compact {
 int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 			struct skvpy_compact *ret);
 void skvpy_compact_free(struct skvpy_compact *p);
+/* A block table (list, tuple, numpy array or tensor of ints in 0 ..
+ * pool_blocks - 1) into *ret (PyMem_Malloc'd), *ret_n entries. -1 with an
+ * exception. */
+int skvpy_block_table(PyObject *o, uint32_t pool_blocks, int32_t **ret, uint32_t *ret_n);
 
 #endif

@@ -10,6 +10,7 @@
 #include "skvpy-client.h"
 #include "skvpy-error.h"
 #include "skvpy-mapping.h"
+#include "skvpy-pool.h"
 #include "skvpy-request.h"
 
 static struct PyModuleDef snapkv_module = {
@@ -43,6 +44,7 @@ PyMODINIT_FUNC PyInit_snapkv(void)
 		return NULL;
 	if (skvpy_error_init(m) < 0 || skvpy_mapping_init(m) < 0 || skvpy_client_init_type(m) < 0 ||
 	    skvpy_cache_init_type(m) < 0 || skvpy_request_init_type(m) < 0 ||
+	    skvpy_pool_init_type(m) < 0 ||
 	    PyModule_AddStringConstant(m, "__version__", SKV_VERSION) < 0) {
 		Py_DECREF(m);
 		return NULL;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl-admin.h"
@@ -65,8 +66,10 @@ void ctl_admin_unreachable(const struct skv_socket_search *s, int r, char *err, 
 		snprintf(err, errlen, "cannot reach snapkvd: tried %s", tried);
 }
 
-int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__AdminReply **ret,
-		   char *used, char *err, size_t errlen)
+/* One connection, one request: ctl_admin_call's try. *ret_retry_ms: what
+ * the daemon said to wait when it refused the request for a rate limit. */
+static int call_once(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__AdminReply **ret,
+		     char *used, char *err, size_t errlen, uint32_t *ret_retry_ms)
 {
 	static uint8_t buf[SKV_FRAME_HDR_SIZE + SKV_FRAME_MAX_PAYLOAD];
 	Snapkv__V1__Hello hello = SNAPKV__V1__HELLO__INIT;
@@ -143,10 +146,30 @@ int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__
 	}
 	if (rep->status < 0) {
 		r = rep->status;
+		*ret_retry_ms = r == -EAGAIN ? rep->retry_after_ms : 0;
 		snprintf(err, errlen, "%s", rep->error && *rep->error ? rep->error : strerror(-r));
 		snapkv__v1__admin_reply__free_unpacked(rep, NULL);
 		return r;
 	}
 	*ret = rep;
 	return 0;
+}
+
+/* A request refused by one of the daemon's admin rate limits (-EAGAIN with
+ * retry_after_ms) is asked again after that wait, until the deadline; a
+ * long listing, page after page, then goes at the pace the daemon allows. */
+int ctl_admin_call(const char *sock, Snapkv__V1__AdminRequest *req, Snapkv__V1__AdminReply **ret,
+		   char *used, char *err, size_t errlen)
+{
+	uint64_t dl = ctl_admin_deadline();
+
+	for (;;) {
+		uint32_t retry_ms = 0;
+		int r = call_once(sock, req, ret, used, err, errlen, &retry_ms);
+		struct timespec ts = {retry_ms / 1000, (long)(retry_ms % 1000) * 1000000L};
+
+		if (r != -EAGAIN || !retry_ms || (dl && skv_io_deadline(retry_ms) >= dl))
+			return r;
+		nanosleep(&ts, NULL);
+	}
 }

@@ -136,10 +136,45 @@ static void transport_json(json_t *o, const Snapkv__V1__AdminReply *r)
 				      "cuda-vmm-fd", (json_int_t)r->buffers_cuda_vmm_fd, "cuda-ipc",
 				      (json_int_t)r->buffers_cuda_ipc));
 	json_object_set_new(o, "cuda_imports", json_integer(r->cuda_imports));
+	json_object_set_new(o, "kv_pools", json_integer(r->kv_pools));
 	json_object_set_new(o, "arena_transport",
 			    ctl_json_str(r->arena_transport && r->arena_transport[0]
 					     ? r->arena_transport
 					     : "host-memfd"));
+}
+
+/* --backend cuda: every device the daemon opened and what it holds there. */
+static void devices_json(json_t *o, const Snapkv__V1__AdminReply *r)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < r->n_devices; i++) {
+		const Snapkv__V1__DeviceStatus *d = r->devices[i];
+
+		json_array_append_new(
+		    a, json_pack("{s:i, s:o, s:I, s:I, s:I, s:I, s:I}", "device", d->ordinal,
+				 "name", ctl_json_str(d->name), "imports", (json_int_t)d->imports,
+				 "import_bytes", (json_int_t)d->import_bytes, "arenas",
+				 (json_int_t)d->arenas, "arena_bytes", (json_int_t)d->arena_bytes,
+				 "compactions", (json_int_t)d->compactions));
+	}
+	if (a)
+		json_object_set_new(o, "devices", a);
+}
+
+static void devices_text(const Snapkv__V1__AdminReply *r)
+{
+	char a[32], b[32];
+
+	for (size_t i = 0; i < r->n_devices; i++) {
+		const Snapkv__V1__DeviceStatus *d = r->devices[i];
+
+		printf("  device %d  %s: %u imports (%s), %u GPU arenas (%s), %" PRIu64
+		       " compactions\n",
+		       d->ordinal, d->name, d->imports,
+		       ctl_fmt_iec_fixed(d->import_bytes, a, sizeof(a)), d->arenas,
+		       ctl_fmt_iec_fixed(d->arena_bytes, b, sizeof(b)), d->compactions);
+	}
 }
 
 /* What clients may claim and what they hold (a daemon that says: 150+). */
@@ -204,6 +239,13 @@ int ctl_status(int argc, char **argv)
 		if (o) {
 			transport_json(o, r);
 			limits_json(o, r);
+			devices_json(o, r);
+			/* issue 20: admin answers in slices, admin rate limits */
+			json_object_set_new(o, "admin",
+					    json_pack("{s:I, s:I, s:I}", "slices",
+						      (json_int_t)r->admin_slices, "refused",
+						      (json_int_t)r->admin_refused, "pending",
+						      (json_int_t)r->admin_pending));
 		}
 		rc = ctl_json_print("status", o);
 	} else {
@@ -219,10 +261,15 @@ int ctl_status(int argc, char **argv)
 		printf("  buffers   memfd %u, cuda-vmm-fd %u, cuda-ipc %u (%u CUDA imports live)\n",
 		       r->buffers_memfd, r->buffers_cuda_vmm_fd, r->buffers_cuda_ipc,
 		       r->cuda_imports);
+		printf("  kv pools  %u registered\n", r->kv_pools);
 		printf("  arena     %s\n", r->arena_transport && r->arena_transport[0]
 					       ? r->arena_transport
 					       : "host-memfd");
+		devices_text(r);
 		limits_text(r);
+		printf("  admin     %" PRIu64 " page slices built, %" PRIu64
+		       " requests refused by a rate limit, %u pages being built\n",
+		       r->admin_slices, r->admin_refused, r->admin_pending);
 	}
 	snapkv__v1__admin_reply__free_unpacked(r, NULL);
 	return rc;

@@ -7,8 +7,8 @@ shared. Each sequence's prompt is prefilled into its own blocks of a paged KV
 pool that lives in a registered memfd (client.empty), the last W post-RoPE
 queries per layer are captured into a registered staging tensor, and the
 daemon compacts every prompt (submitted together, compacted concurrently)
-with the shared prefix protected. The compact K/V go into fresh blocks, the
-old ones are freed, and all sequences decode together through the same
+with the shared prefix protected. The compact K/V go into fresh blocks (the
+shared prefix's blocks stay in place), the old ones are freed, and all sequences decode together through the same
 paged attention (gather the sequence's blocks) as before, each with its
 logical length (next position L + g, for RoPE) and physical length (kept +
 g slots). With --compare (default) each sequence is checked against its own
@@ -133,11 +133,13 @@ class Engine:
         reqs, self.dest = [], []
         for i, s in enumerate(seqs):
             out = {}
-            if a.out == "writeback":  # fresh blocks for every slot it may keep
-                n = kv.blocks_for(room(a, s.n_phys))
+            if a.out == "writeback":  # fresh blocks for every slot past the shared prefix
+                n = kv.blocks_for(room(a, s.n_phys)) - P // kv.bs
                 self.dest.append([kv.bm.alloc() for _ in range(n)])
+                # the shared blocks stay where they are (in_place_blocks), and the
+                # ledger counts the decode tokens up front (max_decode): no append()
                 out = dict(out="writeback", out_block_size=kv.bs, out_block_table=self.dest[-1],
-                           decode_reserve=a.steps)  # index slots for the decode tokens
+                           in_place_blocks=P // kv.bs, max_decode=a.steps)
             elif a.out == "paged":
                 out = dict(out="paged", out_block_size=kv.bs, decode_reserve=a.steps)
             reqs.append(self.client.submit(
@@ -152,20 +154,16 @@ class Engine:
         return [r.wait() for r in reqs]
 
     def adopt_writeback(self, s, cache, dest, P):
-        """The daemon wrote the kept slots into dest. Its first P/bs blocks are
-        the protected prefix: byte-identical to the shared blocks (checked),
-        so the table keeps the shared ones and those copies are freed."""
+        """The daemon wrote the kept slots past the protected prefix into dest;
+        the prefix's P/bs shared blocks were left in place (in_place_blocks), so
+        the table keeps them and no copy of them exists to free."""
         kv, np_ = self.kv, P // self.kv.bs
-        for l in range(self.layers):
-            for j in range(np_):
-                for kvi in (0, 1):
-                    if not same_bytes(kv.pool[l, kvi, dest[j]], kv.pool[l, kvi, s.table[j]]):
-                        raise RuntimeError(f"{s.name}: compact prefix differs from the shared "
-                                           "blocks")
-        used = kv.blocks_for(cache.kept)  # mass: C* may need fewer than the table
-        kv.free_blocks(dest[:np_] + dest[used:])
+        if cache.in_place_blocks != np_ or list(cache.block_table[:np_]) != s.table[:np_]:
+            raise RuntimeError(f"{s.name}: the shared blocks are not the cache's first ones")
+        used = kv.blocks_for(cache.kept) - np_  # mass: C* may need fewer than the table
+        kv.free_blocks(dest[used:])
         old = s.table[s.shared:]
-        s.table = s.table[:s.shared] + dest[np_:used]
+        s.table = s.table[:s.shared] + dest[:used]
         s.n_phys = cache.kept
         return old
 
@@ -304,7 +302,9 @@ def run(args):
             lc = m.forward(kv, seqs, [[t] for t in toks])
             tc += time.perf_counter() - t0
             for s, c in zip(seqs, caches):
-                if not c.released:  # the daemon's index tables follow: g += 1
+                # the daemon's index tables follow: g += 1 (writeback declared
+                # max_decode instead and reports g once, at release)
+                if not c.released and args.out != "writeback":
                     c.append(1)
                     assert c.next_position == s.next_pos and c.next_slot == s.n_phys
             if args.compare:
@@ -328,7 +328,7 @@ def run(args):
             if args.out == "paged":
                 e.unmap(s)  # before the daemon reuses the region
             if not c.released:
-                c.release()
+                c.release(appended=steps if args.out == "writeback" else None)
         for i, s in enumerate(seqs):
             text, prev = b"", ids[i][-1]
             for t in out[i]:

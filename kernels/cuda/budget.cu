@@ -251,7 +251,8 @@ __global__ void __launch_bounds__(SEL_THREADS)
     bcstar_kernel(const __grid_constant__ launch_params p)
 {
 	__shared__ uint32_t mx[SEL_THREADS];
-	uint32_t m = p.b.c_min;
+	/* a group's C* is the largest of its members': at least this one's */
+	uint32_t m = p.b.c_min > p.b.c_force ? p.b.c_min : p.b.c_force;
 	for (uint32_t i = threadIdx.x; i < p.b.n_heads; i += SEL_THREADS)
 		m = p.b.aux[i] > m ? p.b.aux[i] : m;
 	mx[threadIdx.x] = m;
@@ -382,13 +383,14 @@ __global__ void __launch_bounds__(SEL_THREADS)
 			lo = lo_s[i] < lo ? lo_s[i] : lo;
 			f |= fall_s[i];
 		}
+		f |= p.b.force_fallback; /* a group's: some member fell below */
 		budget_res *r = p.b.res;
 		r->fallback = (int32_t)f;
 		r->min_mass = n ? lo : NAN;
 		if (p.b.mode == SKV_BUDGET_UNIFORM)
 			r->c_star = p.b.c_uniform;
 		else if (p.b.mode == SKV_BUDGET_MASS && !p.b.select)
-			r->c_star = p.b.c_min;
+			r->c_star = p.b.c_min > p.b.c_force ? p.b.c_min : p.b.c_force;
 		else if (p.b.mode != SKV_BUDGET_MASS)
 			r->c_star = 0;
 		fall = f;

@@ -32,6 +32,14 @@ __device__ __forceinline__ void load_positions(const dlayer &ly, uint32_t h, uin
 	__syncthreads();
 }
 
+/* Slot i of a paged output whose block is SKV_BLOCK_IN_PLACE (a leading
+ * entry of the table, skv.h): its rows are there already, never written.
+ * The daemon checked that such blocks cover protected positions only. */
+__device__ __forceinline__ bool slot_in_place(const dten &t, uint32_t i)
+{
+	return t.block_table && t.block_table[i / t.block_size] < 0;
+}
+
 /*
  * grid:  x = slot block (GATHER_ROWS slots), y = stored head, z = layer in launch
  * in:    layers[].k, .v [H_kv, L, D]; layers[].positions [H_store][pos_stride]
@@ -57,7 +65,8 @@ __global__ void __launch_bounds__(GATHER_THREADS)
 	for (uint32_t idx = threadIdx.x; idx < n * row_units; idx += GATHER_THREADS) {
 		const uint32_t i = idx / row_units, u = idx % row_units;
 		const uint32_t pos = (uint32_t)spos[i];
-		if (pos >= c.L) /* never after a good selection; keeps a bad one in bounds */
+		if (pos >= c.L || /* never after a good selection; keeps a bad one in bounds */
+		    slot_in_place(ly.ok, i0 + i))
 			continue;
 		const U *sk = (const U *)(ly.k.data + dten_off(ly.k, kvh, pos) * es) + u;
 		const U *sv = (const U *)(ly.v.data + dten_off(ly.v, kvh, pos) * es) + u;
@@ -88,7 +97,7 @@ __global__ void __launch_bounds__(GATHER_THREADS)
 	for (uint32_t idx = threadIdx.x; idx < n * c.D; idx += GATHER_THREADS) {
 		const uint32_t i = idx / c.D, d = idx % c.D;
 		const uint32_t pos = (uint32_t)spos[i];
-		if (pos >= c.L)
+		if (pos >= c.L || slot_in_place(ly.ok, i0 + i))
 			continue;
 		float k = to_f32<TI>(((const TI *)ly.k.data)[dten_off(ly.k, kvh, pos) + d]);
 		float v = to_f32<TI>(((const TI *)ly.v.data)[dten_off(ly.v, kvh, pos) + d]);

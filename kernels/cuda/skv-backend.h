@@ -99,6 +99,17 @@ struct skv_backend_ops {
 			      const struct skv_params *params, uint32_t n_layers,
 			      const struct skv_layer_in *in, const struct skv_layer_out *out,
 			      struct skv_budget_result *res, struct skv_error *err);
+	/* several devices: how many there are, and which one an engine's
+	 * memory lives on (one context per device, each import on its own) */
+	int (*dev_count)(int *ret_n, struct skv_error *err);
+	int (*locate)(struct skv_cuda_dev *dev, int fd, const void *handle64, int *ret_device,
+		      struct skv_error *err);
+	/* decision groups: a member's outputs for the group's C* and fallback */
+	int (*compact_decided)(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
+			       const struct skv_params *params, uint32_t n_layers,
+			       const struct skv_layer_in *in, const struct skv_layer_out *out,
+			       uint32_t c_star, int fallback, struct skv_budget_result *res,
+			       struct skv_error *err);
 };
 
 /* The one symbol the loader looks up in the plugin. */

@@ -159,6 +159,9 @@ struct budget_consts {
 	uint32_t n_heads;   /* N x H_store of the whole call                   */
 	float tau;
 	float fallback_below;
+	/* a decision group's choice (skv_cuda_compact_decided): C* at least
+	 * c_force (mass), the fallback when force_fallback; 0: the call's own */
+	uint32_t c_force, force_fallback;
 	uint32_t *kept;	  /* [N][H_store] rows kept per head (gather reads it) */
 	float *mass;	  /* [N][H_store] retained mass                        */
 	uint32_t *aux;	  /* [N][H_store] mass: the smallest ladder C          */

@@ -188,6 +188,8 @@ struct call_plan {
 	uint32_t max_rows;    /* most rows one head's output needs                */
 	const uint32_t *caps; /* [n_layers] C_l (mass modes: C_max)             */
 	const uint32_t *rows; /* [n_layers] skv_budget_rows()                   */
+	uint32_t c_force;     /* a decision group's C* (mass; 0: the call's own) */
+	bool force_fallback;  /* a decision group's fallback                    */
 };
 
 /* Every layer's tensors against the shape and rows[l]; *ret_gvec: 16-byte gathers. */
@@ -410,8 +412,11 @@ static void call_constants(const struct skv_cuda_ctx *c, const struct skv_shape 
 	k.bypass_mass = 1.0f;
 	base->vec16 = kvec;
 	base->wait_limit_ns = c->wait_limit_ns;
-	if (ck.want_res)
+	if (ck.want_res) {
 		budget_setup(sh, p, pl, ck.select, n_layers, &base->b);
+		base->b.c_force = cp.c_force;
+		base->b.force_fallback = cp.force_fallback;
+	}
 }
 
 /* Scratch regions of a call, in the order they lie in its one allocation. */
@@ -772,7 +777,8 @@ static int compact_call(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 static int compact_entry(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 			 const struct skv_params *params, uint32_t n_layers,
 			 const struct skv_layer_in *in, const struct skv_layer_out *out,
-			 struct skv_budget_result *res, struct skv_error *err)
+			 struct skv_budget_result *res, uint32_t c_force, bool force_fallback,
+			 struct skv_error *err)
 {
 	struct skv_params pr;
 	struct skv_plan pl;
@@ -819,14 +825,18 @@ static int compact_entry(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 	cp.caps = caps;
 	cp.rows = caps + n_layers;
 	cp.budget = mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f;
-	if (p->span && cp.budget) {
-		free(caps);
-		return skv_cuda_fail(err, -ENOTSUP, -1, -1,
-				     "span %u on the CUDA backend: budget mode uniform without a "
-				     "fallback only (the host backend also takes layers)",
-				     p->span);
-	}
-	r = skv_budget_rows(sh, p, n_layers, caps + n_layers, err);
+	cp.c_force = mode == SKV_BUDGET_MASS ? c_force : 0;
+	cp.force_fallback = force_fallback;
+	if (p->span && cp.budget)
+		r = skv_cuda_fail(err, -ENOTSUP, -1, -1,
+				  "span %u on the CUDA backend: budget mode uniform without a "
+				  "fallback only (the host backend also takes layers)",
+				  p->span);
+	if (r == 0 && force_fallback && !(p->fallback_below > 0.0f))
+		r = skv_cuda_fail(err, -EINVAL, -1, -1,
+				  "a group's fallback needs fallback_below > 0 (room for L)");
+	if (r == 0)
+		r = skv_budget_rows(sh, p, n_layers, caps + n_layers, err);
 	if (r == 0)
 		r = skv_layer_caps(p, n_layers, caps, err);
 	for (uint32_t l = 0; r == 0 && l < n_layers; l++) {
@@ -844,7 +854,7 @@ extern "C" int skv_cuda_compact(struct skv_cuda_ctx *c, const struct skv_shape *
 				const struct skv_layer_in *in, const struct skv_layer_out *out,
 				struct skv_error *err)
 {
-	return compact_entry(c, sh, p, n_layers, in, out, NULL, err);
+	return compact_entry(c, sh, p, n_layers, in, out, NULL, 0, false, err);
 }
 
 extern "C" int skv_cuda_compact_budget(struct skv_cuda_ctx *c, const struct skv_shape *sh,
@@ -853,5 +863,17 @@ extern "C" int skv_cuda_compact_budget(struct skv_cuda_ctx *c, const struct skv_
 				       const struct skv_layer_out *out,
 				       struct skv_budget_result *res, struct skv_error *err)
 {
-	return compact_entry(c, sh, p, n_layers, in, out, res, err);
+	return compact_entry(c, sh, p, n_layers, in, out, res, 0, false, err);
+}
+
+extern "C" int skv_cuda_compact_decided(struct skv_cuda_ctx *c, const struct skv_shape *sh,
+					const struct skv_params *p, uint32_t n_layers,
+					const struct skv_layer_in *in,
+					const struct skv_layer_out *out, uint32_t c_star,
+					int fallback, struct skv_budget_result *res,
+					struct skv_error *err)
+{
+	if (!res)
+		return skv_cuda_fail(err, -EINVAL, -1, -1, "a decided compaction needs a result");
+	return compact_entry(c, sh, p, n_layers, in, out, res, c_star, fallback != 0, err);
 }

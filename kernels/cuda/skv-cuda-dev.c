@@ -94,6 +94,8 @@ static int load_driver(struct skv_cuda_dev *dev, struct skv_error *err)
 	r = r ? r : ENTRY(dev, MemImportFromShareableHandle, err);
 	r = r ? r : ENTRY(dev, MemGetAddressRange, err);
 	r = r ? r : ENTRY(dev, StreamWaitValue32, err);
+	r = r ? r : ENTRY(dev, MemGetAllocationPropertiesFromHandle, err);
+	r = r ? r : ENTRY(dev, PointerGetAttribute, err);
 	return r;
 }
 
@@ -107,6 +109,20 @@ static CUmemAllocationProp vmm_prop(int device)
 	p.location.id = device;
 	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	return p;
+}
+
+int skv_cuda_dev_count(int *ret_n, struct skv_error *err)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+
+	if (e != cudaSuccess)
+		return skv_cuda_fail(err, -ENODEV, -1, -1, "no CUDA device: %s (%s)",
+				     cudaGetErrorString(e), cudaGetErrorName(e));
+	if (n == 0)
+		return skv_cuda_fail(err, -ENODEV, -1, -1, "no CUDA device");
+	*ret_n = n;
+	return 0;
 }
 
 int skv_cuda_dev_open(int device, struct skv_cuda_dev **ret_dev, struct skv_error *err)
@@ -244,6 +260,29 @@ static CUresult grant_rw(const struct skv_cuda_dev *dev, CUdeviceptr ptr, size_t
 	return cr;
 }
 
+/* The device a VMM allocation lives on (-1: unknown). */
+static int vmm_device(const struct skv_cuda_dev *dev, CUmemGenericAllocationHandle h)
+{
+	CUmemAllocationProp p;
+
+	memset(&p, 0, sizeof(p));
+	if (dev->drv.MemGetAllocationPropertiesFromHandle(&p, h) != CUDA_SUCCESS ||
+	    p.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return -1;
+	return p.location.id;
+}
+
+/* The device an opened pointer's memory lives on (-1: unknown). */
+static int ptr_device(const struct skv_cuda_dev *dev, const void *p)
+{
+	int d = -1;
+
+	if (dev->drv.PointerGetAttribute(&d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+					 (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+		return -1;
+	return d;
+}
+
 static int map_fd(struct skv_cuda_dev *dev, int fd, uint64_t size, void **ret_ptr,
 		  struct skv_error *err)
 {
@@ -257,6 +296,14 @@ static int map_fd(struct skv_cuda_dev *dev, int fd, uint64_t size, void **ret_pt
 		return skv_cuda_fail(err, -EINVAL, -1, -1,
 				     "cuMemImportFromShareableHandle(fd %d): %s", fd,
 				     cu_name(dev, cr));
+	int where = vmm_device(dev, h);
+	if (where != dev->device) {
+		dev->drv.MemRelease(h);
+		return skv_cuda_fail(err, -EXDEV, -1, -1,
+				     "the VMM allocation lives on device %d, not on device %d: "
+				     "import it there",
+				     where, dev->device);
+	}
 	cr = dev->drv.MemAddressReserve(&ptr, size, 0, 0, 0);
 	if (cr != CUDA_SUCCESS) {
 		dev->drv.MemRelease(h);
@@ -332,6 +379,15 @@ static int import_common(struct skv_cuda_dev *dev, uint64_t tenant, uint64_t gen
 		if (e != cudaSuccess) {
 			r = skv_cuda_fail(err, -EINVAL, -1, -1, "cudaIpcOpenMemHandle: %s",
 					  cudaGetErrorString(e));
+			goto out;
+		}
+		int where = ptr_device(dev, imp->ptr);
+		if (where != dev->device) {
+			cudaIpcCloseMemHandle(imp->ptr);
+			r = skv_cuda_fail(err, -EXDEV, -1, -1,
+					  "the IPC buffer lives on device %d, not on device %d: "
+					  "import it there",
+					  where, dev->device);
 			goto out;
 		}
 		CUdeviceptr base = 0;
@@ -428,6 +484,48 @@ unsigned skv_cuda_release_tenant(struct skv_cuda_dev *dev, uint64_t tenant)
 	}
 	pthread_mutex_unlock(&dev->mu);
 	return n;
+}
+
+int skv_cuda_locate(struct skv_cuda_dev *dev, int fd, const void *handle64, int *ret_device,
+		    struct skv_error *err)
+{
+	CUmemGenericAllocationHandle h;
+	cudaIpcMemHandle_t ih;
+	void *p = NULL;
+	int r, d;
+
+	if (!dev || !ret_device || (fd < 0 && !handle64))
+		return skv_cuda_fail(err, -EINVAL, -1, -1,
+				     "device, an fd or handle and "
+				     "ret_device are required");
+	r = skv_cuda_dev_enter(dev, err);
+	if (r < 0)
+		return r;
+	if (fd >= 0) {
+		CUresult cr = dev->drv.MemImportFromShareableHandle(
+		    &h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (cr != CUDA_SUCCESS)
+			return skv_cuda_fail(err, -EINVAL, -1, -1,
+					     "cuMemImportFromShareableHandle(fd %d): %s", fd,
+					     cu_name(dev, cr));
+		d = vmm_device(dev, h);
+		dev->drv.MemRelease(h);
+	} else {
+		memcpy(&ih, handle64, sizeof(ih));
+		cudaError_t e = cudaIpcOpenMemHandle(&p, ih, cudaIpcMemLazyEnablePeerAccess);
+		if (e != cudaSuccess) {
+			cudaGetLastError();
+			return skv_cuda_fail(err, -EINVAL, -1, -1, "cudaIpcOpenMemHandle: %s",
+					     cudaGetErrorString(e));
+		}
+		d = ptr_device(dev, p);
+		cudaIpcCloseMemHandle(p);
+	}
+	if (d < 0)
+		return skv_cuda_fail(err, -EIO, -1, -1,
+				     "the driver does not say which device the memory is on");
+	*ret_device = d;
+	return 0;
 }
 
 /* ------------------------------------------------------------- arenas */
@@ -723,6 +821,10 @@ static const struct skv_backend_ops ops = {
     .read_value = skv_cuda_read_value,
     /* budget modes */
     .compact_budget = skv_cuda_compact_budget,
+    /* several devices */
+    .dev_count = skv_cuda_dev_count,
+    .locate = skv_cuda_locate,
+    .compact_decided = skv_cuda_compact_decided,
 };
 
 const struct skv_backend_ops *skv_cuda_backend_ops(void)

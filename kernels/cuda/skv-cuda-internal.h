@@ -43,6 +43,10 @@ struct skv_cuda_drv {
 						 CUmemAllocationHandleType);
 	CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
 	CUresult (*StreamWaitValue32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+	/* where an engine's memory lives (skv_cuda_locate, imports' checks) */
+	CUresult (*MemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *,
+							 CUmemGenericAllocationHandle);
+	CUresult (*PointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
 };
 
 struct skv_cuda_import {

@@ -55,6 +55,17 @@ struct skv_cuda_info {
  * driver or no such device, -ENOSYS when a driver entry point is missing.
  */
 int skv_cuda_dev_open(int device, struct skv_cuda_dev **ret_dev, struct skv_error *err);
+/* The CUDA devices this process sees: 0, or -ENODEV (no driver or none). */
+int skv_cuda_dev_count(int *ret_n, struct skv_error *err);
+/*
+ * The device (ordinal in this process) an engine's memory lives on: a VMM
+ * POSIX fd (fd >= 0; not consumed) or the 64 bytes of a cudaIpcMemHandle_t
+ * (opened on dev and closed again to ask). The engine's own ordinal may
+ * differ (CUDA_VISIBLE_DEVICES): this one names the same GPU in this
+ * process. 0, -EINVAL (not a valid fd or handle), -EIO.
+ */
+int skv_cuda_locate(struct skv_cuda_dev *dev, int fd, const void *handle64, int *ret_device,
+		    struct skv_error *err);
 /* Frees everything still imported or allocated on it. NULL is fine. */
 void skv_cuda_dev_close(struct skv_cuda_dev *dev);
 int skv_cuda_dev_info(const struct skv_cuda_dev *dev, struct skv_cuda_info *ret_info);
@@ -147,6 +158,20 @@ int skv_cuda_compact_budget(struct skv_cuda_ctx *ctx, const struct skv_shape *sh
 			    const struct skv_params *params, uint32_t n_layers,
 			    const struct skv_layer_in *in, const struct skv_layer_out *out,
 			    struct skv_budget_result *res, struct skv_error *err);
+/*
+ * A decision-group member's outputs for the group's choice (SPEC.md
+ * "Decision groups"; the host's skv_compact_end()): as
+ * skv_cuda_compact_budget() with C* = c_star (mass: the group's, never below
+ * this member's own; the other modes ignore it) and, when `fallback`, the
+ * full prompt kept (needs fallback_below > 0). With the member's own C* and
+ * fallback it writes exactly what skv_cuda_compact_budget() writes. res is
+ * required; res->min_mass is the choice's, before the fallback.
+ */
+int skv_cuda_compact_decided(struct skv_cuda_ctx *ctx, const struct skv_shape *shape,
+			     const struct skv_params *params, uint32_t n_layers,
+			     const struct skv_layer_in *in, const struct skv_layer_out *out,
+			     uint32_t c_star, int fallback, struct skv_budget_result *res,
+			     struct skv_error *err);
 /* Wait for the last compaction: 0, -EDOM, -EIO (a CUDA error, named in err). */
 int skv_cuda_ctx_sync(struct skv_cuda_ctx *ctx, struct skv_error *err);
 /* As sync, but -EAGAIN while it still runs. */
@@ -195,7 +220,10 @@ int skv_cuda_ctx_upload(struct skv_cuda_ctx *ctx, const void *host, uint64_t byt
  * or handle of that call is not used). The fd is not consumed; the caller
  * closes it. size must be the exported allocation's size (a multiple of the
  * allocation granularity). -EINVAL for a bad fd/handle or size, -ENOTSUP
- * where the device cannot import VMM fds, -ENOMEM.
+ * where the device cannot import VMM fds, -EXDEV for memory of another
+ * device (import it on that device: skv_cuda_locate() says which; peer
+ * access is never used, so every read stays on the device holding the
+ * memory), -ENOMEM.
  */
 int skv_cuda_import_fd(struct skv_cuda_dev *dev, uint64_t tenant, uint64_t generation, int fd,
 		       uint64_t size, struct skv_cuda_import **ret_imp, struct skv_error *err);

@@ -28,7 +28,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct snapkvd_config defaults, c, c2;
-	char err[256], *text = malloc(size ? size : 1);
+	struct skv_error err;
+	char *text = malloc(size ? size : 1);
 	uint64_t bytes;
 	int r;
 
@@ -36,11 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(text, data, size);
 	snapkvd_config_defaults(&defaults);
 	c = defaults;
-	memset(err, 'x', sizeof(err));
-	r = snapkvd_config_parse(&c, text, size, err, sizeof(err));
+	memset(&err, 'x', sizeof(err));
+	r = snapkvd_config_parse(&c, text, size, &err);
 	if (r < 0) {
-		REQUIRE(memchr(err, 0, sizeof(err)));
-		REQUIRE(err[0]);
+		REQUIRE(memchr(err.msg, 0, sizeof(err.msg)));
+		REQUIRE(err.msg[0]);
 		REQUIRE(!memcmp(&c, &defaults, sizeof(c)));
 	} else {
 		REQUIRE(c.n_allow_uids <= SNAPKVD_MAX_ALLOW && c.n_allow_gids <= SNAPKVD_MAX_ALLOW);
@@ -49,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		(void)snapkvd_config_allows(&c, 0, 0);
 		(void)snapkvd_config_allows(&c, 1000, 1000);
 		c2 = defaults;
-		REQUIRE(snapkvd_config_parse(&c2, text, size, err, sizeof(err)) == 0);
+		REQUIRE(snapkvd_config_parse(&c2, text, size, &err) == 0);
 		REQUIRE(!memcmp(&c, &c2, sizeof(c)));
 	}
 	/* the size syntax the file uses, on the first line */

@@ -165,5 +165,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (answer)
 		check_answer(answer, answer_len, data + 3, size - 3, h.cfg.max_request);
 	free(answer);
+	free(h.cached); /* the exposition kept for metrics_http_cache_ms */
 	return 0;
 }

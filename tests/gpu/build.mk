@@ -78,13 +78,19 @@ EMU_BUDGET := $(EMU_DIR)/gpu-budget-emu
 EMU_ERRORS := $(EMU_DIR)/test-emu-errors
 $(EMU_ERRORS): tests/gpu/emu/test-emu-errors.cpp $(EMU_DIR)/cuda-emu.o
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ -lm -pthread $(LDFLAGS)
-BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN) $(EMU_ENGINE) $(EMU_BUDGET) $(EMU_ERRORS)
+# several devices: current device, memory that remembers its device, peer access (run-emu.sh)
+EMU_DEVICES := $(EMU_DIR)/test-emu-devices
+$(EMU_DEVICES): tests/gpu/emu/test-emu-devices.cpp $(EMU_DIR)/cuda-emu.o
+	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ -lm -pthread $(LDFLAGS)
+BINS += $(EMU_AGREE) $(EMU_IPC) $(EMU_PLUGIN) $(EMU_ENGINE) $(EMU_BUDGET) $(EMU_ERRORS) \
+	$(EMU_DEVICES)
 endif
 TEST_SCRIPTS += tests/gpu/emu/run-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-budget-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-cuda-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-gpubuf-emu.sh
 TEST_SCRIPTS += tests/gpu/emu/test-daemon-suites-cuda-emu.sh
+TEST_SCRIPTS += tests/gpu/emu/test-daemon-devices-emu.sh
 # tests/gpu/run.sh --dry-run lists every GPU-capable suite and compute-sanitizer run
 TEST_SCRIPTS += tests/gpu/test-run-dry.sh
 

@@ -43,6 +43,18 @@
  *                                SKV_EMU_FAIL_COPY2D in the daemon): -EIO,
  *                                the cache intact and usable, pool at its
  *                                baseline.
+ *   ... --device N               the engine's memory on CUDA device N (a
+ *                                daemon with several devices imports and
+ *                                compacts it there)
+ *   ... --quick                  the compactions only (no prefill waits)
+ *   ... --group KEY              then a mass-mode compaction in decision
+ *                                group KEY of 2 (the other member: another
+ *                                engine, e.g. on another device); its data
+ *                                seeded by --device, so the members' own C*
+ *                                may differ; prints the group's C*
+ *   ... --mixed M                the query window on device M, the K/V on
+ *                                --device: the compaction must be refused
+ *                                (-EXDEV, "must all be on one device")
  *   ... --hold DIR               after the check, unregister the IPC buffer,
  *                                create DIR/ready and wait for DIR/go (the
  *                                script looks at snapkvctl status meanwhile);
@@ -1387,11 +1399,45 @@ static int run_grow_paged(const char *sock, struct skv_cuda_dev *dev, bool fail_
 	return fails ? 1 : 0;
 }
 
+/* A mass-mode compaction in decision group `key` of 2: both members report
+ * the group's C* (the larger of their own), on whichever device each is. */
+static void engine_group(struct skv_client *c, const struct skv_compact_desc *d, const char *key)
+{
+	struct skv_compact_desc gd = *d;
+	struct skv_cache_budget cb = {.budget_size = sizeof(cb)};
+	struct skv_cache *gk = NULL;
+	int r;
+
+	skv_params_init(&gd.params); /* the budget modes' size */
+	gd.params.window = d->params.window;
+	gd.params.kernel = d->params.kernel;
+	gd.params.budget_mode = SKV_BUDGET_MASS;
+	gd.params.tau = 0.6f;
+	gd.params.c_min = 16;
+	gd.params.c_max = 64;
+	gd.params.c_step = 8;
+	gd.group_key = key;
+	gd.group_size = 2;
+	gd.group_timeout_ms = 120000; /* the emulated GPU takes seconds */
+	r = skv_client_compact(c, &gd, &gk);
+	EXPECT(r == 0, "group %s: %d (%s)", key, r, skv_client_error(c));
+	if (r < 0)
+		return;
+	EXPECT(skv_cache_budget(gk, &cb) == 0 && cb.group_size == 2, "group %s: group_size %u", key,
+	       cb.group_size);
+	printf("engine: group %s: C* %u, fallback %d, group of %u\n", key, cb.c_star, cb.fallback,
+	       cb.group_size);
+	skv_cache_release(gk);
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = argc > 1 ? argv[1] : NULL, *hold = NULL;
 	const char *hang = NULL;
 	bool enotsup = false, generations = false, grow_paged = false, grow_fail = false;
+	bool quick = false;
+	int device = -1, mixed = -1;
+	const char *group = NULL;
 	struct skv_cuda_dev *dev = NULL;
 	struct skv_cuda_arena *kvmem = NULL;
 	struct skv_error err = {0};
@@ -1412,17 +1458,27 @@ int main(int argc, char **argv)
 			hold = argv[++i];
 		else if (!strcmp(argv[i], "--event-hang") && i + 1 < argc)
 			hang = argv[++i];
+		else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+			device = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--mixed") && i + 1 < argc)
+			mixed = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--quick"))
+			quick = true;
+		else if (!strcmp(argv[i], "--group") && i + 1 < argc)
+			group = argv[++i];
 		else
 			sock = NULL;
 	}
 	if (!sock) {
 		fprintf(stderr,
 			"usage: gpu-engine SOCKET [--enotsup | --generations | --grow-paged | "
-			"--grow-fail | --event-hang DIR] [--hold DIR]\n");
+			"--grow-fail | --event-hang DIR] [--device N] [--quick] [--mixed M] "
+			"[--group KEY] "
+			"[--hold DIR]\n");
 		return 2;
 	}
 	/* the engine's own device memory, through the plugin's VMM allocator */
-	if (skv_cuda_dev_open(-1, &dev, &err) < 0) {
+	if (skv_cuda_dev_open(device, &dev, &err) < 0) {
 		fprintf(stderr, "engine: %s\n", err.msg);
 		return 1;
 	}
@@ -1439,12 +1495,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	char *dkv = skv_cuda_arena_ptr(kvmem), *dq = NULL;
+	struct skv_cuda_info info;
+	skv_cuda_dev_info(dev, &info);
+	device = info.device;
+	/* --mixed: the window on another device than the K/V */
+	CK(cudaSetDevice(mixed >= 0 ? mixed : device));
 	/* 64 KiB at least: the emulator exports only memfd-backed allocations */
 	CK(cudaMalloc((void **)&dq, Q_OFF + q_bytes < (64u << 10) ? (64u << 10) : Q_OFF + q_bytes));
+	CK(cudaSetDevice(device));
 	cudaIpcMemHandle_t mh;
 	CK(cudaIpcGetMemHandle(&mh, dq));
 
-	struct rng rg = {4242};
+	/* a group member's data differs with its device (its own C* too) */
+	struct rng rg = {4242 + (group && device > 0 ? (uint64_t)device : 0)};
 	float *hkv = rand_tensor(&rg, SKV_DTYPE_F32, 2 * kv_elems, 1.0f);
 	float *hq = rand_tensor(&rg, SKV_DTYPE_F32, q_elems, 1.0f);
 	CK(cudaMemcpy(dkv, hkv, kv_bytes, cudaMemcpyHostToDevice));
@@ -1456,7 +1519,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "engine: connect %s: %s\n", sock, strerror(-r));
 		return 1;
 	}
-	r = skv_buffer_register_cuda_fd(c, fd, skv_cuda_arena_size(kvmem), 0, &bkv);
+	r = skv_buffer_register_cuda_fd(c, fd, skv_cuda_arena_size(kvmem), device, &bkv);
 	if (enotsup) {
 		EXPECT(r == -ENOTSUP, "VMM registration on the host backend: %d (%s)", r,
 		       skv_client_error(c));
@@ -1511,7 +1574,7 @@ int main(int argc, char **argv)
 	EXPECT(r == -ERANGE, "IPC window past its allocation: %d (%s)", r, skv_client_error(c));
 	r = skv_buffer_register_cuda_ipc(c, &mh, 0, (size_t)1 << 40, 0, &bad);
 	EXPECT(r == -E2BIG, "IPC window over max_buffer_bytes: %d (%s)", r, skv_client_error(c));
-	r = skv_buffer_register_cuda_ipc(c, &mh, Q_OFF, q_bytes, 0, &bq);
+	r = skv_buffer_register_cuda_ipc(c, &mh, Q_OFF, q_bytes, mixed >= 0 ? mixed : device, &bq);
 	if (r < 0) {
 		fprintf(stderr, "engine: register IPC handle: %s\n", skv_client_error(c));
 		return 1;
@@ -1528,6 +1591,17 @@ int main(int argc, char **argv)
 	fill_desc(&d, lr, bkv, bq, 0);
 	if (hang)
 		return event_hang(c, &d, dev, dkv, kv_bytes, hkv, hang);
+	if (mixed >= 0) {
+		struct skv_cache *mc = NULL;
+
+		r = skv_client_compact(c, &d, &mc);
+		EXPECT(r == -EXDEV && strstr(skv_client_error(c), "must all be on one device"),
+		       "K/V on device %d, window on device %d: %d (%s)", device, mixed, r,
+		       skv_client_error(c));
+		printf("engine: K/V on device %d, window on device %d: %s\n", device, mixed,
+		       skv_client_error(c));
+		goto out;
+	}
 	for (int l = 0; l < LAYERS; l++) {
 		size_t ko = (size_t)l * HKV * LEN * HD, vo = kv_elems + ko,
 		       qo = (size_t)l * HQ * WIN * HD;
@@ -1578,9 +1652,13 @@ int main(int argc, char **argv)
 	mism = check_cache(cache, NULL, &pl, ok, ov, om, op);
 	printf("engine: host arena: %u layers x %u heads, kept %u of %u: %s\n", LAYERS, pl.h_store,
 	       pl.kept, LEN, mism ? "DIFFERENT" : "equal to the host result");
+	if (group)
+		engine_group(c, &d, group);
 	/* the flag: the first word after the K/V, inside the registered VMM buffer */
-	prefill_waits(c, &d, bkv, kv_bytes, dkv + kv_bytes, &pl, ok, ov, om, op);
-	event_waits(c, &d, dev, dkv, kv_bytes, hkv, &pl, ok, ov, om, op);
+	if (!quick) {
+		prefill_waits(c, &d, bkv, kv_bytes, dkv + kv_bytes, &pl, ok, ov, om, op);
+		event_waits(c, &d, dev, dkv, kv_bytes, hkv, &pl, ok, ov, om, op);
+	}
 
 	/* again with the K/V in the daemon's GPU arena, imported here once */
 	int afd = -1, adev = -1;

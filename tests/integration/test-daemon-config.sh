@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # test-daemon-config: snapkvd as a service. A bad config is refused with its
 # file, line number and limit, a bad option value with the same exit code;
-# --check-config prints every key and reads back; SIGHUP reloads limits; sd_notify sends READY, STATUS,
+# --check-config prints every key and reads back; SIGHUP reloads limits
+# and names the keys it keeps until a restart; sd_notify sends READY, STATUS,
 # WATCHDOG and STOPPING; a socket passed by systemd (sd_listen_fds) is used;
 # SIGTERM exits 0 every time.
 set -euo pipefail
@@ -101,10 +102,14 @@ printf 'pool_bytes = 64M\nlog_level = notice\n' >"$tmp/good.conf"
 "$D" --config "$tmp/good.conf" --socket "$tmp/a.sock" 2>"$tmp/log" &
 pids+=($!)
 wait_sock "$tmp/a.sock" || fail "did not start"
-printf 'pool_bytes = 128M\nlog_level = notice\n' >"$tmp/good.conf"
+# a key that needs a restart (threads): kept, and the log names it
+printf 'pool_bytes = 128M\nlog_level = notice\nthreads = 3\n' >"$tmp/good.conf"
 kill -HUP "${pids[-1]}"
 for _ in $(seq 200); do grep -q "limits reloaded (pool 134217728" "$tmp/log" && break; sleep 0.01; done
 grep -q "limits reloaded (pool 134217728" "$tmp/log" || fail "SIGHUP did not reload"
+grep -q "SIGHUP: threads changed in $tmp/good.conf: it needs a restart, the running value is kept" \
+	"$tmp/log" || fail "a restart-only key changed on reload was not named: $(cat "$tmp/log")"
+grep -q "SIGHUP: pool_bytes changed" "$tmp/log" && fail "a reloadable key was reported as kept"
 printf 'pool_bytes = banana\n' >"$tmp/good.conf"
 kill -HUP "${pids[-1]}"
 for _ in $(seq 200); do grep -q "keeping the old limits" "$tmp/log" && break; sleep 0.01; done

@@ -67,7 +67,8 @@ static int suite_init(void)
 {
 	uint64_t seed = 12;
 
-	if (h_start_config(&H, "snapkvd-paged", "max_prompt_len = 4096\n") < 0 ||
+	if (h_start_config(&H, "snapkvd-paged", "max_prompt_len = 4096\nmax_block_table = 4096\n") <
+		0 ||
 	    skv_client_connect(H.sock, NULL, &cl) < 0)
 		return -1;
 	if (skv_buffer_alloc_flags(cl, (size_t)LAYERS * 2 * POOL_EL * sizeof(float),
@@ -353,9 +354,10 @@ static void test_writeback(void)
 	       (unsigned long long)a->caches[0]->bytes->allocated,
 	       (unsigned long long)a->caches[0]->bytes->engine_held);
 	snapkv__v1__admin_reply__free_unpacked(a, NULL);
-	/* APPEND works, GROW is refused: the engine owns the blocks */
+	/* APPEND works; GROW takes more slots in the blocks the table has */
 	CU_ASSERT_EQUAL(skv_cache_append(k, 2), 0);
-	CU_ASSERT_EQUAL(skv_cache_grow(k, 8), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(skv_cache_grow(k, 8), 0);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->capacity, KEPT + RESERVE + 8);
 	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
 	/* restore the pool for later tests */
 	memcpy(skv_buffer_data(pool), before, n * sizeof(float));
@@ -418,14 +420,14 @@ static void test_refusals(void)
 	desc_init(&d, BS);
 	d.out_layout = SKV_LAYOUT_HND;
 	CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
-	/* a table over max_prompt_len (4096 here) */
+	/* a table over max_block_table (4096 here) */
 	wb_desc(&d);
 	for (int i = 0; i < 5000; i++)
 		big[i] = 40 + i % 4;
 	d.out_block_table = big;
 	d.out_n_blocks = 5000;
 	CU_ASSERT_EQUAL(try_compact(&d), -E2BIG);
-	CU_ASSERT(strstr(skv_client_error(cl), "max_prompt_len") != NULL);
+	CU_ASSERT(strstr(skv_client_error(cl), "max_block_table") != NULL);
 	/* nothing half-applied: the pool as before, the pool's K/V unchanged */
 	CU_ASSERT_EQUAL(h_pool_used(H.sock), used);
 }
@@ -809,6 +811,249 @@ static void test_writable_registration(void)
 	close(fd);
 }
 
+/* ---- writeback without thrown-away copies, without per-token traffic ---- */
+
+#define PROT_BLOCKS 2 /* positions 0 .. 31 protected: a shared system prompt */
+
+/* A writeback request with the first PROT_BLOCKS blocks' positions protected. */
+static void prot_desc(struct skv_compact_desc *d)
+{
+	wb_desc(d);
+	d->params.n_protected = 1;
+	d->params.protected_ranges[0] = (struct skv_range){0, PROT_BLOCKS * BS};
+}
+
+/* The bytes of every kept slot and the positions, K then V, of cache k. */
+static void slot_bytes(const struct skv_cache *k, float *kv, int32_t *pos)
+{
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (uint32_t h = 0; h < H_KV; h++) {
+			memcpy(pos + ((size_t)l * H_KV + h) * KEPT, skv_cache_positions(k, l, h),
+			       KEPT * 4);
+			for (uint32_t s = 0; s < KEPT; s++) {
+				size_t at = (((size_t)l * H_KV + h) * KEPT + s) * 2 * D;
+
+				memcpy(kv + at, skv_cache_k_slot(k, l, h, s), D * 4);
+				memcpy(kv + at + D, skv_cache_v_slot(k, l, h, s), D * 4);
+			}
+		}
+}
+
+/*
+ * The protected prefix's blocks (the input's in_table[0..1], shared with
+ * other sequences) hold a poison the compaction reads as keys; with
+ * out_in_place_blocks they are not written, the destination table covers
+ * the rest only, and every slot (in place or written) and position equals
+ * what the old path (a full destination table) produced.
+ */
+static void test_writeback_in_place(void)
+{
+	size_t n = (size_t)LAYERS * 2 * POOL_EL, per = (size_t)LAYERS * H_KV * KEPT;
+	float *before = malloc(n * sizeof(float)), *old_kv = malloc(per * 2 * D * 4);
+	float *new_kv = malloc(per * 2 * D * 4);
+	int32_t *old_pos = malloc(per * 4), *new_pos = malloc(per * 4);
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	size_t changed = 0;
+
+	CU_ASSERT_FATAL(before && old_kv && new_kv && old_pos && new_pos);
+	memcpy(before, skv_buffer_data(pool), n * sizeof(float));
+	for (uint32_t l = 0; l < LAYERS; l++)
+		for (int v = 0; v < 2; v++)
+			for (int b = 0; b < PROT_BLOCKS; b++) {
+				float *blk =
+				    (v ? pool_v(l) : pool_k(l)) + (size_t)in_table[b] * BLOCK_EL;
+
+				for (size_t i = 0; i < BLOCK_EL; i++)
+					blk[i] = 0.25f + (float)(i % 7) / 8;
+			}
+	float *poisoned = malloc(n * sizeof(float));
+	CU_ASSERT_FATAL(poisoned != NULL);
+	memcpy(poisoned, skv_buffer_data(pool), n * sizeof(float));
+	/* the old path: every kept slot written into the destination */
+	prot_desc(&d);
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	slot_bytes(k, old_kv, old_pos);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	memcpy(skv_buffer_data(pool), poisoned, n * sizeof(float));
+	/* in place: the destination table starts at slot 32 */
+	prot_desc(&d);
+	d.out_in_place_blocks = PROT_BLOCKS;
+	d.out_block_table = wb_table + PROT_BLOCKS;
+	d.out_n_blocks = OUT_BLOCKS - PROT_BLOCKS;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->in_place_blocks, PROT_BLOCKS);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->n_blocks, OUT_BLOCKS);
+	/* which physical block holds slot 0: the input's shared block */
+	CU_ASSERT_EQUAL(skv_cache_block_offset(k, 1, SKV_KV_V, 1),
+			(int64_t)(pool_off(1, 1) + (uint64_t)in_table[1] * BLOCK_EL * 4));
+	CU_ASSERT_EQUAL(skv_cache_block_offset(k, 1, SKV_KV_V, PROT_BLOCKS),
+			(int64_t)(pool_off(1, 1) + (uint64_t)wb_table[PROT_BLOCKS] * BLOCK_EL * 4));
+	slot_bytes(k, new_kv, new_pos);
+	CU_ASSERT_EQUAL(memcmp(old_pos, new_pos, per * 4), 0);
+	CU_ASSERT_EQUAL(memcmp(old_kv, new_kv, per * 2 * D * 4), 0);
+	/* written: the destination blocks only; the shared blocks untouched */
+	for (size_t i = 0; i < n; i++) {
+		size_t blk = (i % POOL_EL) / BLOCK_EL;
+
+		if ((blk < 40 + PROT_BLOCKS || blk >= 40 + OUT_BLOCKS) &&
+		    poisoned[i] != ((float *)skv_buffer_data(pool))[i])
+			changed++;
+	}
+	CU_ASSERT_EQUAL(changed, 0);
+	CU_ASSERT_EQUAL(skv_cache_release(k), 0);
+	memcpy(skv_buffer_data(pool), before, n * sizeof(float));
+	free(poisoned);
+	free(before);
+	free(old_kv);
+	free(new_kv);
+	free(old_pos);
+	free(new_pos);
+}
+
+static void test_writeback_in_place_refused(void)
+{
+	struct skv_compact_desc d;
+	struct skv_layer_ref other[LAYERS];
+	long long used = h_pool_used(H.sock);
+	size_t n = (size_t)LAYERS * 2 * POOL_EL;
+	float *before = malloc(n * sizeof(float));
+
+	CU_ASSERT_FATAL(before != NULL);
+	memcpy(before, skv_buffer_data(pool), n * sizeof(float));
+	/* in-place blocks past the protected prefix */
+	prot_desc(&d);
+	d.out_in_place_blocks = PROT_BLOCKS + 1;
+	CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(cl), "protected") != NULL);
+	/* a destination table too short for the unprotected part */
+	prot_desc(&d);
+	d.out_in_place_blocks = PROT_BLOCKS;
+	d.out_block_table = wb_table + PROT_BLOCKS;
+	d.out_n_blocks = OUT_BLOCKS - PROT_BLOCKS - 1;
+	CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(cl), "out_in_place_blocks") != NULL);
+	/* the input read from another buffer: the bytes are not in place */
+	prot_desc(&d);
+	d.out_in_place_blocks = PROT_BLOCKS;
+	memcpy(other, layers_in, sizeof(other));
+	other[1].v = pool_ref(ro_pool, 1, 1);
+	d.layer = other;
+	CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(cl), "destination pools") != NULL);
+	/* more in-place blocks than the input table has (libsnapkv) */
+	prot_desc(&d);
+	d.out_in_place_blocks = IN_BLOCKS + 1;
+	CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
+	/* arena output: nothing is in place there */
+	desc_init(&d, BS);
+	d.params.n_protected = 1;
+	d.params.protected_ranges[0] = (struct skv_range){0, PROT_BLOCKS * BS};
+	d.out_in_place_blocks = 1;
+	CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(cl), "WRITEBACK") != NULL);
+	/* nothing half-applied */
+	CU_ASSERT_EQUAL(h_pool_used(H.sock), used);
+	CU_ASSERT_EQUAL(memcmp(before, skv_buffer_data(pool), n * sizeof(float)), 0);
+	free(before);
+}
+
+#define MAX_DECODE 64
+
+/* The one cache's ledger line: its appended g, engine-held bytes, max_decode. */
+static void ledger_line(uint32_t *g, uint64_t *held, uint32_t *maxd, bool *lingering)
+{
+	Snapkv__V1__AdminReply *a = h_admin(H.sock, SNAPKV__V1__ADMIN_KIND__ADMIN_KIND_LEDGER);
+
+	CU_ASSERT_FATAL(a != NULL && a->n_caches == 1);
+	*g = a->caches[0]->appended;
+	*held = a->caches[0]->bytes->engine_held;
+	*maxd = a->caches[0]->max_decode;
+	*lingering = a->caches[0]->lingering;
+	snapkv__v1__admin_reply__free_unpacked(a, NULL);
+}
+
+/*
+ * max_decode: the ledger counts the writeback cache at kept + max_decode
+ * from the start; APPEND is optional up to that; GROW takes the engine's
+ * new blocks, up to max_decode; RELEASE reports g.
+ */
+static void test_writeback_max_decode(void)
+{
+	const uint64_t slot = (uint64_t)LAYERS * 2 * H_KV * D * 4;
+	struct skv_compact_desc d;
+	struct skv_cache *k = NULL;
+	uint64_t held;
+	uint32_t g, maxd;
+	bool ling;
+	int32_t nb[2];
+
+	wb_desc(&d);
+	d.max_decode = MAX_DECODE;
+	CU_ASSERT_EQUAL_FATAL(skv_client_compact(cl, &d, &k), 0);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->max_decode, MAX_DECODE);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->decode_limit, MAX_DECODE);
+	ledger_line(&g, &held, &maxd, &ling);
+	CU_ASSERT_EQUAL(g, 0);
+	CU_ASSERT_EQUAL(maxd, MAX_DECODE);
+	CU_ASSERT_EQUAL(held, slot * (KEPT + MAX_DECODE));
+	/* no APPEND needed; one past the reserve is fine, past max_decode not */
+	CU_ASSERT_EQUAL(skv_cache_append(k, 20), 0);
+	CU_ASSERT_EQUAL(skv_cache_append(k, MAX_DECODE - 19), -ENOSPC);
+	CU_ASSERT(strstr(skv_client_error(cl), "max_decode") != NULL);
+	ledger_line(&g, &held, &maxd, &ling);
+	CU_ASSERT_EQUAL(g, 20);
+	CU_ASSERT_EQUAL(held, slot * (KEPT + MAX_DECODE));
+	/* GROW to 140 slots: 9 blocks, the table has 8: one new block */
+	CU_ASSERT_EQUAL(skv_cache_grow(k, 30), -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(cl), "needs 1 new destination blocks") != NULL);
+	nb[0] = wb_table[2]; /* one of the cache's own */
+	CU_ASSERT_EQUAL(skv_cache_grow_blocks(k, 30, nb, 1), -EINVAL);
+	nb[0] = NB; /* outside the pools */
+	CU_ASSERT_EQUAL(skv_cache_grow_blocks(k, 30, nb, 1), -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(cl), "outside") != NULL);
+	nb[0] = 50;
+	nb[1] = 51;
+	CU_ASSERT_EQUAL(skv_cache_grow_blocks(k, 30, nb, 2), -EINVAL); /* one too many */
+	CU_ASSERT_EQUAL(skv_cache_info(k)->capacity, KEPT + RESERVE);
+	CU_ASSERT_EQUAL_FATAL(skv_cache_grow_blocks(k, 30, nb, 1), 0);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->capacity, KEPT + RESERVE + 30);
+	CU_ASSERT_EQUAL(skv_cache_info(k)->n_blocks, OUT_BLOCKS + 2);
+	CU_ASSERT_EQUAL(skv_cache_block_offset(k, 0, SKV_KV_K, OUT_BLOCKS + 1),
+			(int64_t)(pool_off(0, 0) + 50ull * BLOCK_EL * 4));
+	/* the appended slots past the old rows got their positions */
+	CU_ASSERT_EQUAL(skv_cache_positions(k, 1, 1)[KEPT + 15], L + 15);
+	CU_ASSERT_EQUAL(skv_cache_positions(k, 1, 1)[KEPT + 20], -1);
+	check_exact(k);
+	/* beyond the declared maximum */
+	CU_ASSERT_EQUAL(skv_cache_grow(k, MAX_DECODE - 40 + 1), -E2BIG);
+	CU_ASSERT(strstr(skv_client_error(cl), "declared maximum") != NULL);
+	/* the engine reports g at release: below its g or past the limit refused */
+	CU_ASSERT_EQUAL(skv_cache_release_appended(k, 19, 1), -EINVAL);
+	CU_ASSERT_EQUAL(skv_cache_release_appended(k, MAX_DECODE + 1, 1), -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(cl), "nothing released") != NULL);
+	CU_ASSERT_EQUAL(skv_cache_release_appended(k, 50, 1), 0);
+	ledger_line(&g, &held, &maxd, &ling);
+	CU_ASSERT(ling);
+	CU_ASSERT_EQUAL(g, 50);
+	CU_ASSERT_EQUAL(held, slot * (KEPT + MAX_DECODE));
+}
+
+/* max_decode with arena output, or over the config's limit: refused. */
+static void test_max_decode_refused(void)
+{
+	struct skv_compact_desc d;
+
+	desc_init(&d, BS);
+	d.max_decode = 8;
+	CU_ASSERT_EQUAL(try_compact(&d), -EINVAL);
+	CU_ASSERT(strstr(skv_client_error(cl), "max_decode") != NULL);
+	wb_desc(&d);
+	d.max_decode = (1u << 20) + 1;
+	CU_ASSERT_EQUAL(try_compact(&d), -E2BIG);
+	CU_ASSERT(strstr(skv_client_error(cl), "max_decode") != NULL);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -829,5 +1074,13 @@ int main(void)
 	CU_add_test(s, "fallback: all L with room, refused untouched without", test_fallback);
 	CU_add_test(s, "heads, mass-heads, layers refused with paged output", test_budget_refusals);
 	CU_add_test(s, "writable registration", test_writable_registration);
+	CU_add_test(s, "writeback in place: protected blocks untouched, the rest as before",
+		    test_writeback_in_place);
+	CU_add_test(s, "writeback in place: refusals, nothing half-applied",
+		    test_writeback_in_place_refused);
+	CU_add_test(s, "max_decode refusals", test_max_decode_refused);
+	/* last: it leaves a lingering cache */
+	CU_add_test(s, "writeback max_decode: ledger, optional APPEND, GROW blocks, RELEASE g",
+		    test_writeback_max_decode);
 	return h_run_tests();
 }

@@ -62,6 +62,11 @@ echo "$lib_syms" | grep -qx "skv_compact_desc_group@@SNAPKV_1.7" &&
 echo "$lib_syms" | grep -qx "skv_cache_kv_scale@@SNAPKV_1.8" &&
 	ok "skv_cache_kv_scale@@SNAPKV_1.8" ||
 	not_ok "skv_cache_kv_scale is not exported at SNAPKV_1.8"
+# Writeback without copies or per-token traffic (SNAPKV_1.9).
+for f in skv_cache_grow_blocks skv_cache_release_appended; do
+	echo "$lib_syms" | grep -qx "$f@@SNAPKV_1.9" && ok "$f@@SNAPKV_1.9" ||
+		not_ok "$f is not exported at SNAPKV_1.9"
+done
 # Nodes chain: SNAPKV_1.N inherits SNAPKV_1.(N-1), none skipped.
 chain=$(awk '/^} SNAPKV_1\.[0-9]+;/ {gsub(/[};]/, ""); print $1}' client/libsnapkv/libsnapkv.map |
 	sed 's/SNAPKV_1\.//' | tr '\n' ' ')

@@ -19,6 +19,11 @@
 #    prints it and refuses another value, naming the key;
 #  - metrics_http_timeout_ms: a client that trickles its request (slowloris)
 #    or never reads is disconnected, and others are still served;
+#  - metrics_http_cache_ms: a scrape loop (300 GETs, engines compacting
+#    meanwhile) gets 200 and a well-formed exposition every time, counters
+#    never going back, and promtool accepts the last one; within the
+#    interval a scrape is served the same rendering (snapkvctl metrics is
+#    not cached), after it a fresh one; 0 renders each scrape;
 #  - a port in use: start-up fails with exit 1 naming the address and errno;
 #  - SIGTERM with connections open exits 0.
 # Timings are printed (curl's time_total), never asserted.
@@ -95,7 +100,7 @@ stop $pid off
 
 # ---- on: /metrics through curl, checked by promtool ----
 port=$(free_port)
-start on "metrics_listen = $port" "metrics_http_max_request = 1K"
+start on "metrics_listen = $port" "metrics_http_max_request = 1K" "metrics_http_cache_ms = 0"
 grep -q "metrics on http://127.0.0.1:$port/metrics" "$tmp/on.log" &&
 	ok "a port alone listens on loopback (127.0.0.1:$port)" || not_ok "log: $(cat "$tmp/on.log")"
 "$BUILD/snapkvctl" --socket "$tmp/on.sock" metrics >"$tmp/ctl.prom" 2>&1 ||
@@ -193,6 +198,78 @@ printf 'metrics_http_tenants = some\n' >"$tmp/cc.conf"
 	{ grep -q 'metrics_http_tenants must be none, aggregate or all' "$tmp/cc.out" &&
 		ok "metrics_http_tenants = some refused, naming the key"; } ||
 	not_ok "metrics_http_tenants = some: $(cat "$tmp/cc.out")"
+
+# ---- a scrape loop, and the rendering served again for metrics_http_cache_ms ----
+port=$(free_port)
+start cache "metrics_listen = $port" "metrics_http_cache_ms = 200"
+( for _ in 1 2 3; do "$BUILD/snapkv-engine" --socket "$tmp/cache.sock" --layers 1 --prompt 128 \
+	--capacity 64 --decode 2 >/dev/null 2>&1; done ) &
+eng=$!
+python3 - "$port" "$tmp/last.prom" >"$tmp/loop.out" 2>&1 <<'PY'
+import re, socket, sys
+port, last = int(sys.argv[1]), sys.argv[2]
+sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})? (-?[0-9.e+-]+|NaN|[+-]Inf)$')
+bad, prev, body = [], {}, b""
+for i in range(300):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200 OK"):
+        bad.append("scrape %d: %r" % (i, head[:40]))
+        continue
+    clen = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+    if clen != len(body):
+        bad.append("scrape %d: %d bytes, Content-Length %d" % (i, len(body), clen))
+    for line in body.decode().splitlines():
+        if line.startswith("#") or not line:
+            continue
+        if not sample.match(line):
+            bad.append("scrape %d: %r" % (i, line))
+            continue
+        name, value = line.rsplit(" ", 1)
+        if name.split("{")[0].endswith("_total"):
+            if float(value) < prev.get(name, 0):
+                bad.append("scrape %d: %s went back to %s" % (i, name, value))
+            prev[name] = float(value)
+open(last, "wb").write(body)
+print("scrapes: 300, bad: %d" % len(bad))
+for b in bad[:5]:
+    print(b)
+PY
+wait $eng
+grep -q '^scrapes: 300, bad: 0$' "$tmp/loop.out" &&
+	ok "a scrape loop of 300 while engines compact: 200, well formed, counters monotonic" ||
+	not_ok "scrape loop: $(head -6 "$tmp/loop.out")"
+if [ -x "$PROMTOOL" ]; then
+	"$PROMTOOL" check metrics <"$tmp/last.prom" >/dev/null 2>&1 &&
+		ok "promtool accepts the loop's last scrape" || not_ok "promtool: the loop's last scrape"
+fi
+sleep 0.3 # past metrics_http_cache_ms: the next scrape is rendered now
+curl -s "http://127.0.0.1:$port/metrics" | grep -q '^snapkvd_compactions_total 3$' &&
+	ok "past metrics_http_cache_ms: a fresh rendering (3 compactions)" ||
+	not_ok "not fresh after the interval: $(curl -s "http://127.0.0.1:$port/metrics" | grep compactions_total)"
+stop $pid cache
+port=$(free_port)
+start cache60 "metrics_listen = $port" "metrics_http_cache_ms = 60000"
+curl -s "http://127.0.0.1:$port/metrics" >"$tmp/c1.prom"
+"$BUILD/snapkv-engine" --socket "$tmp/cache60.sock" --layers 1 --prompt 128 --capacity 64 \
+	--decode 2 >/dev/null 2>&1 || not_ok "engine (cache60)"
+curl -s "http://127.0.0.1:$port/metrics" >"$tmp/c2.prom"
+"$BUILD/snapkvctl" --socket "$tmp/cache60.sock" metrics >"$tmp/c3.prom" 2>&1
+if cmp -s "$tmp/c1.prom" "$tmp/c2.prom" && grep -q '^snapkvd_compactions_total 0$' "$tmp/c2.prom" &&
+	grep -q '^snapkvd_compactions_total 1$' "$tmp/c3.prom"; then
+	ok "within metrics_http_cache_ms the same rendering is served (snapkvctl metrics is fresh)"
+else
+	not_ok "cache: $(grep compactions_total "$tmp/c1.prom" "$tmp/c2.prom" "$tmp/c3.prom")"
+fi
+stop $pid cache60
 
 # ---- the connection limit ----
 port=$(free_port)

@@ -103,9 +103,12 @@ def test_writeback(client, setup, dtype):
         assert torch.equal(pool[:, :, 19, 8:], before[:, :, 19, 8:])
         c.append(2)
         assert c.next_position == L + 2
+        # GROW past the table's blocks takes the engine's new ones
         with pytest.raises(snapkv_error(client)) as e:
             c.grow(4)
-        assert e.value.errno in (errno.EOPNOTSUPP, errno.ENOTSUP)
+        assert e.value.errno == errno.EINVAL and "new destination blocks" in str(e.value)
+        c.grow(4, blocks=[7])
+        assert c.capacity == 50 and c.block_table == tuple(dest) + (7,)
 
 
 def test_writeback_refusals(client, snapkv, setup):

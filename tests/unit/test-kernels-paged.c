@@ -250,6 +250,113 @@ static void test_paged_interleaved_pool(void)
 	prob_free(&ref);
 }
 
+/* A problem with positions 0 .. 8 protected (a shared prompt prefix). */
+static void build_protected(struct prob *pb, uint32_t protect, uint64_t seed)
+{
+	build(pb, LAY_PAGED, 4, SKV_GQA_GROUP, SKV_DTYPE_BF16, seed);
+	pb->p.n_protected = 1;
+	pb->p.protected_ranges[0] = (struct skv_range){0, protect};
+}
+
+/* In-place blocks (SKV_BLOCK_IN_PLACE): the leading blocks of protected
+ * positions are not written at all (their poison stays), every other slot
+ * and every position is what the plain paged output holds. */
+static void test_paged_in_place(void)
+{
+	const uint32_t bs = 4, skip = 2, kept = 29, H = 2, D = 16;
+	struct prob a, b;
+	int32_t was[3][2][2];
+
+	build_protected(&a, 9, 31);
+	build_protected(&b, 9, 31);
+	for (uint32_t l = 0; l < 3; l++)
+		for (int kv = 0; kv < 2; kv++) {
+			struct skv_tensor *t = kv ? &b.out[l].v : &b.out[l].k;
+			int32_t *tab = (int32_t *)t->block_table;
+			for (uint32_t i = 0; i < skip; i++) {
+				was[l][kv][i] = tab[i];
+				memset((uint16_t *)t->data + (size_t)tab[i] * t->block_stride, 0x5a,
+				       (size_t)t->block_stride * 2);
+				tab[i] = SKV_BLOCK_IN_PLACE;
+			}
+		}
+	CU_ASSERT_EQUAL_FATAL(prob_run(&a, 2, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(prob_run(&b, 2, NULL), 0);
+	int diff = 0, touched = 0;
+	for (uint32_t l = 0; l < 3; l++) {
+		const struct skv_layer_out *oa = &a.out[l], *ob = &b.out[l];
+		for (uint32_t h = 0; h < H; h++) {
+			diff += memcmp(oa->positions + h * oa->pos_stride,
+				       ob->positions + h * ob->pos_stride, kept * 4) != 0;
+			for (uint32_t i = 0; i < skip * bs; i++)
+				diff += ob->positions[h * ob->pos_stride + i] != (int32_t)i;
+			for (uint32_t i = skip * bs; i < kept; i++) {
+				diff += memcmp((const uint16_t *)oa->k.data + toff(&oa->k, h, i, 0),
+					       (const uint16_t *)ob->k.data + toff(&ob->k, h, i, 0),
+					       D * 2) != 0;
+				diff += memcmp((const uint16_t *)oa->v.data + toff(&oa->v, h, i, 0),
+					       (const uint16_t *)ob->v.data + toff(&ob->v, h, i, 0),
+					       D * 2) != 0;
+			}
+		}
+		for (int kv = 0; kv < 2; kv++) {
+			const struct skv_tensor *t = kv ? &ob->v : &ob->k;
+			for (uint32_t i = 0; i < skip; i++) {
+				const uint8_t *blk = (const uint8_t *)t->data +
+						     (size_t)was[l][kv][i] * t->block_stride * 2;
+				for (size_t x = 0; x < (size_t)t->block_stride * 2; x++)
+					touched += blk[x] != 0x5a;
+			}
+		}
+	}
+	CU_ASSERT_EQUAL(diff, 0);
+	CU_ASSERT_EQUAL(touched, 0);
+	prob_free(&a);
+	prob_free(&b);
+}
+
+/* In-place blocks the rules do not allow: -EINVAL, nothing written. */
+static void test_paged_in_place_refused(void)
+{
+	for (int c = 0; c < 4; c++) {
+		struct prob pb;
+		struct skv_error e = {0};
+		const char *needle = "";
+
+		build_protected(&pb, c == 0 ? 7 : 9, 41);
+		for (uint32_t l = 0; l < 3; l++) {
+			int32_t *tk = (int32_t *)pb.out[l].k.block_table;
+			int32_t *tv = (int32_t *)pb.out[l].v.block_table;
+			switch (c) {
+			case 0: /* 2 blocks of 4 = positions 0 .. 7, only 0 .. 6 protected */
+				tk[0] = tk[1] = tv[0] = tv[1] = SKV_BLOCK_IN_PLACE;
+				needle = "protected";
+				break;
+			case 1: /* not leading */
+				tk[1] = tv[1] = SKV_BLOCK_IN_PLACE;
+				needle = "only lead";
+				break;
+			case 2: /* K in place, V not */
+				tk[0] = SKV_BLOCK_IN_PLACE;
+				needle = "agree";
+				break;
+			case 3: /* no protected range at all */
+				pb.p.n_protected = 0;
+				tk[0] = tv[0] = SKV_BLOCK_IN_PLACE;
+				needle = "protected";
+				break;
+			}
+		}
+		int r = prob_run(&pb, 2, &e);
+		if (r != -EINVAL || !strstr(e.msg, needle) || !canary_intact(&pb)) {
+			fprintf(stderr, "\n  case %d: rc %d msg '%s' canary %d\n", c, r, e.msg,
+				canary_intact(&pb));
+			CU_FAIL("bad in-place blocks accepted, unclear, or output written");
+		}
+		prob_free(&pb);
+	}
+}
+
 int main(void)
 {
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -259,6 +366,9 @@ int main(void)
 	CU_add_test(s, "paged output writes nothing else", test_paged_writes_nothing_else);
 	CU_add_test(s, "bad block tables: -EINVAL, nothing written", test_paged_bad_tables);
 	CU_add_test(s, "interleaved K/V pool accepted", test_paged_interleaved_pool);
+	CU_add_test(s, "in-place blocks: untouched, the rest as before", test_paged_in_place);
+	CU_add_test(s, "in-place blocks: refused outside the protected prefix",
+		    test_paged_in_place_refused);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned f = CU_get_number_of_failures();

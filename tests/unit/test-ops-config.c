@@ -10,58 +10,48 @@ static void test_keys(void)
 {
 	struct snapkvd_policy_config c;
 	const struct snapkvd_tenant_quota *q;
-	char err[256];
+	struct skv_error err;
 
 	snapkvd_policy_config_init(&c);
 	CU_ASSERT_EQUAL(c.metrics_interval_s, 15);
 	CU_ASSERT_EQUAL(c.hooks.timeout_ms, 5000);
 	CU_ASSERT_EQUAL(c.pressure.n_order, 5);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_check(&c, err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_check(&c, &err), 0);
 
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_high", "70%", err, sizeof(err)), 0);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_high_leave", "0.6", err, sizeof(err)),
-			0);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_critical", "3G", err, sizeof(err)), 0);
-	CU_ASSERT_EQUAL(
-	    snapkvd_policy_config_set(&c, "pressure_critical_leave", "2GiB", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_high", "70%", &err), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_high_leave", "0.6", &err), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_critical", "3G", &err), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_critical_leave", "2GiB", &err), 0);
 	CU_ASSERT_DOUBLE_EQUAL(c.pressure.high_enter.fraction, 0.70, 1e-12);
 	CU_ASSERT_DOUBLE_EQUAL(c.pressure.high_leave.fraction, 0.60, 1e-12);
 	CU_ASSERT_EQUAL(c.pressure.critical_enter.bytes, 3ull << 30);
 	CU_ASSERT_EQUAL(c.pressure.critical_leave.bytes, 2ull << 30);
-	CU_ASSERT_EQUAL(
-	    snapkvd_policy_config_set(&c, "pressure_actions", "hooks,refuse", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_actions", "hooks,refuse", &err), 0);
 	CU_ASSERT_EQUAL(c.pressure.n_order, 2);
 	CU_ASSERT_EQUAL(c.pressure.order[0], SNAPKVD_ACTION_HOOKS);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_scale_high", "60%", err, sizeof(err)),
-			0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_scale_high", "60%", &err), 0);
 	CU_ASSERT_DOUBLE_EQUAL(c.pressure.scale_high, 0.6, 1e-12);
-	CU_ASSERT_EQUAL(
-	    snapkvd_policy_config_set(&c, "pressure_scale_critical", "0.3", err, sizeof(err)), 0);
-	CU_ASSERT_EQUAL(
-	    snapkvd_policy_config_set(&c, "pressure_guaranteed_share", "5%", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_scale_critical", "0.3", &err), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_guaranteed_share", "5%", &err), 0);
 	CU_ASSERT_DOUBLE_EQUAL(c.pressure.guaranteed_share, 0.05, 1e-12);
-	CU_ASSERT_EQUAL(
-	    snapkvd_policy_config_set(&c, "hook_dir", "/etc/snapkvd/hooks.d", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "hook_dir", "/etc/snapkvd/hooks.d", &err), 0);
 	CU_ASSERT_STRING_EQUAL(c.hook_dir, "/etc/snapkvd/hooks.d");
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "hook_timeout_ms", "250", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "hook_timeout_ms", "250", &err), 0);
 	CU_ASSERT_EQUAL(c.hooks.timeout_ms, 250);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "hook_max", "4", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "hook_max", "4", &err), 0);
 	CU_ASSERT_EQUAL(c.hooks.max_hooks, 4);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "hook_max_output", "4K", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "hook_max_output", "4K", &err), 0);
 	CU_ASSERT_EQUAL(c.hooks.max_output, 4096);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "hook_ledger_json", "/run/snapkvd/ledger.json",
-					       err, sizeof(err)),
-			0);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "metrics_textfile", "/var/lib/prom/snapkvd.prom",
-					       err, sizeof(err)),
-			0);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "metrics_interval_s", "5", err, sizeof(err)), 0);
-	CU_ASSERT_EQUAL(c.metrics_interval_s, 5);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", "1000:2G", err, sizeof(err)), 0);
 	CU_ASSERT_EQUAL(
-	    snapkvd_policy_config_set(&c, "tenant_quota", "1001:512M:25%", err, sizeof(err)), 0);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", "1000:1G:0.1", err, sizeof(err)),
-			0);
+	    snapkvd_policy_config_set(&c, "hook_ledger_json", "/run/snapkvd/ledger.json", &err), 0);
+	CU_ASSERT_EQUAL(
+	    snapkvd_policy_config_set(&c, "metrics_textfile", "/var/lib/prom/snapkvd.prom", &err),
+	    0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "metrics_interval_s", "5", &err), 0);
+	CU_ASSERT_EQUAL(c.metrics_interval_s, 5);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", "1000:2G", &err), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", "1001:512M:25%", &err), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", "1000:1G:0.1", &err), 0);
 	CU_ASSERT_EQUAL(c.n_quotas, 2);
 	q = snapkvd_policy_config_quota(&c, 1000);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(q);
@@ -72,13 +62,13 @@ static void test_keys(void)
 	CU_ASSERT_EQUAL(q->quota_bytes, 512ull << 20);
 	CU_ASSERT_DOUBLE_EQUAL(q->guaranteed_share, 0.25, 1e-12);
 	CU_ASSERT_PTR_NULL(snapkvd_policy_config_quota(&c, 1002));
-	CU_ASSERT_EQUAL(snapkvd_policy_config_check(&c, err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_check(&c, &err), 0);
 }
 
 static void test_bad_values(void)
 {
 	struct snapkvd_policy_config c;
-	char err[256];
+	struct skv_error err;
 	const char *bad[][2] = {
 	    {"pressure_high", "120%"},
 	    {"pressure_high", "high"},
@@ -100,27 +90,24 @@ static void test_bad_values(void)
 
 	snapkvd_policy_config_init(&c);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		err[0] = '\0';
-		CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, bad[i][0], bad[i][1], err, sizeof(err)),
-				-EINVAL);
-		CU_ASSERT(strlen(err) > 0);
+		err.msg[0] = '\0';
+		CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, bad[i][0], bad[i][1], &err), -EINVAL);
+		CU_ASSERT(strlen(err.msg) > 0);
 	}
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pool_bytes", "1G", err, sizeof(err)), -ENOENT);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pool_bytes", "1G", &err), -ENOENT);
 	/* Per-key values fine, the combination not: leave above enter. */
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_high_leave", "85%", err, sizeof(err)),
-			0);
-	CU_ASSERT_EQUAL(snapkvd_policy_config_check(&c, err, sizeof(err)), -EINVAL);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err, "leave"));
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_high_leave", "85%", &err), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_check(&c, &err), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "leave"));
 	/* Too many tenants. */
 	snapkvd_policy_config_init(&c);
 	for (int i = 0; i < SNAPKVD_POLICY_MAX_TENANT_QUOTAS; i++) {
 		char v[32];
 
 		snprintf(v, sizeof(v), "%d:1M", 2000 + i);
-		CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", v, err, sizeof(err)), 0);
+		CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", v, &err), 0);
 	}
-	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", "9:1M", err, sizeof(err)),
-			-EINVAL);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", "9:1M", &err), -EINVAL);
 }
 
 int main(void)

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include <vector>
@@ -337,11 +338,21 @@ static bool refused(dim3 grid, dim3 block, size_t smem_bytes)
 	return false;
 }
 
+/*
+ * The scheduler's state (threads, blocks, stacks) is one per process: a launch
+ * from another host thread (a second device's worker) waits for the one in
+ * progress, as if both devices were busy in turn.
+ */
+static std::mutex launch_mu;
+void launch_ran(); /* "Devices" below: counts the launch on its device */
+
 /* An ordinary launch: blocks one after another (static __shared__ is one per process here). */
 void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &fn)
 {
 	if (refused(grid, block, smem_bytes))
 		return;
+	std::lock_guard<std::mutex> one_at_a_time(launch_mu);
+	launch_ran();
 	const unsigned n = block_threads(block);
 	stacks_for(n);
 	body = &fn;
@@ -365,6 +376,8 @@ void launch_resident(dim3 grid, dim3 block, size_t smem_bytes, const std::functi
 {
 	if (refused(grid, block, smem_bytes))
 		return;
+	std::lock_guard<std::mutex> one_at_a_time(launch_mu);
+	launch_ran();
 	const unsigned n = block_threads(block), nb = grid.x * grid.y * grid.z;
 	if (nb == 0 || nb > MAX_RESIDENT) {
 		fprintf(stderr, "emu: a persistent grid of %u blocks (at most %u resident)\n", nb,
@@ -384,6 +397,251 @@ void launch_resident(dim3 grid, dim3 block, size_t smem_bytes, const std::functi
 }
 } /* namespace emu */
 
+/* ------------------------------------------------------------ devices */
+
+/*
+ * Devices. $SKV_EMU_DEVICES (default 1, at most 16) devices, all of them
+ * this CPU; each host thread has a current device (cudaSetDevice, 0 at
+ * first). What a GPU would tell apart is remembered:
+ * - every range of device memory (cudaMalloc, a VMM mapping, an opened IPC
+ *   handle) has the device it lives on and the devices that may reach it:
+ *   its own and the peers that enabled access (cudaDeviceEnablePeerAccess,
+ *   or an IPC handle opened with cudaIpcMemLazyEnablePeerAccess on another
+ *   device) for memory of cudaMalloc, the devices cuMemSetAccess granted
+ *   for a VMM mapping; host memory reaches every device;
+ * - a VMM allocation's memfd is named after its device (emu-vmm-dN), so an
+ *   exported fd still says where it lives (cuMemGetAllocationPropertiesFromHandle)
+ *   and an IPC memory handle carries its device (cuPointerGetAttribute of
+ *   the opened pointer answers it);
+ * - a stream belongs to the device current at its creation.
+ * A launch runs on the current device: on a stream of another device, or
+ * naming (in the bytes of its arguments) device memory that device cannot
+ * reach, it runs no block and leaves cudaErrorInvalidResourceHandle /
+ * cudaErrorIllegalAddress for cudaGetLastError, with a line on stderr (a
+ * GPU would fault in the kernel). Peer access is possible between every two
+ * devices unless $SKV_EMU_NO_PEER is set. Each launch is counted on its
+ * device (cuda_emu_launches()) and, with $SKV_EMU_LAUNCH_LOG set, appended
+ * to that file as "pid P device D" (tests of a daemon in another process).
+ */
+namespace emu
+{
+static const int MAX_DEVICES = 16;
+
+int device_count()
+{
+	const char *v = getenv("SKV_EMU_DEVICES");
+	int n = v ? atoi(v) : 1;
+	return n < 1 ? 1 : n > MAX_DEVICES ? MAX_DEVICES : n;
+}
+
+static bool device_valid(int d)
+{
+	return d >= 0 && d < device_count();
+}
+
+thread_local int cur_device = 0;
+
+struct dev_range {
+	size_t size;
+	int dev;
+	unsigned reach; /* devices granted access besides its own (bit d) */
+	bool vmm;	/* a VMM mapping: only cuMemSetAccess grants access */
+};
+static std::mutex dev_mu; /* the ranges, peer access, the counters */
+static std::map<uintptr_t, dev_range> dev_ranges;
+static bool peer_on[MAX_DEVICES][MAX_DEVICES]; /* [from][to] */
+static unsigned long long dev_launches[MAX_DEVICES];
+static int launch_log = -2; /* -2: not opened yet; -1: none */
+
+void range_add(const void *p, size_t n, int dev, unsigned reach, bool vmm)
+{
+	std::lock_guard<std::mutex> g(dev_mu);
+	dev_ranges[(uintptr_t)p] = dev_range{n, dev, reach, vmm};
+}
+
+void range_del(const void *p)
+{
+	std::lock_guard<std::mutex> g(dev_mu);
+	dev_ranges.erase((uintptr_t)p);
+}
+
+/* dev_mu held: the range holding address a, or NULL */
+static const dev_range *range_at(uintptr_t a, uintptr_t *base)
+{
+	auto it = dev_ranges.upper_bound(a);
+	if (it == dev_ranges.begin())
+		return NULL;
+	--it;
+	if (a >= it->first + it->second.size)
+		return NULL;
+	if (base)
+		*base = it->first;
+	return &it->second;
+}
+
+/* cuMemSetAccess: the devices of the descriptors may reach [p, p + n) */
+bool range_grant(uintptr_t p, size_t n, const CUmemAccessDesc *d, size_t count)
+{
+	std::lock_guard<std::mutex> g(dev_mu);
+	auto it = dev_ranges.find(p);
+	if (it == dev_ranges.end() || it->second.size != n)
+		return false;
+	for (size_t i = 0; i < count; i++) {
+		if (!device_valid(d[i].location.id))
+			return false;
+		if (d[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE)
+			it->second.reach &= ~(1u << d[i].location.id);
+		else
+			it->second.reach |= 1u << d[i].location.id;
+	}
+	return true;
+}
+
+/* The device of device memory at a; -1 for host memory. */
+int range_device(uintptr_t a)
+{
+	std::lock_guard<std::mutex> g(dev_mu);
+	const dev_range *r = range_at(a, NULL);
+	return r ? r->dev : -1;
+}
+
+/* dev_mu held */
+static bool reaches(int from, const dev_range &r)
+{
+	if (r.reach & (1u << from))
+		return true;
+	if (r.vmm)
+		return false; /* a VMM mapping nobody granted this device */
+	return r.dev == from || peer_on[from][r.dev];
+}
+
+/* streams: a word of the device they belong to after a magic word */
+static const uint32_t STREAM_MAGIC = 0x454d5553u; /* "EMUS" */
+
+int stream_device(const void *s)
+{
+	const uint32_t *w = (const uint32_t *)s;
+	return w && w[0] == STREAM_MAGIC ? (int)w[1] : -1;
+}
+
+bool launch_device_ok(const void *stream, const std::vector<arg_span> &args)
+{
+	const int d = cur_device, sd = stream_device(stream);
+
+	if (sd >= 0 && sd != d) {
+		fprintf(stderr, "emu: a launch on device %d into a stream of device %d\n", d, sd);
+		last_error = cudaErrorInvalidResourceHandle;
+		return false;
+	}
+	std::lock_guard<std::mutex> g(dev_mu);
+	for (const arg_span &a : args)
+		for (size_t off = 0; off + sizeof(uintptr_t) <= a.n; off += sizeof(uintptr_t)) {
+			uintptr_t w, base = 0;
+			memcpy(&w, (const char *)a.p + off, sizeof(w));
+			const dev_range *r = range_at(w, &base);
+			if (!r || reaches(d, *r))
+				continue;
+			fprintf(stderr,
+				"emu: a kernel on device %d names %p, memory of device %d it has "
+				"no access to (%s)\n",
+				d, (void *)w, r->dev,
+				r->vmm ? "cuMemSetAccess did not grant it" : "no peer access");
+			last_error = cudaErrorIllegalAddress;
+			return false;
+		}
+	return true;
+}
+
+void launch_ran()
+{
+	std::lock_guard<std::mutex> g(dev_mu);
+	dev_launches[cur_device]++;
+	if (launch_log == -2) {
+		const char *p = getenv("SKV_EMU_LAUNCH_LOG");
+		launch_log =
+		    p && *p ? open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644) : -1;
+	}
+	if (launch_log >= 0) {
+		char line[64];
+		int n =
+		    snprintf(line, sizeof(line), "pid %d device %d\n", (int)getpid(), cur_device);
+		(void)!write(launch_log, line, (size_t)n);
+	}
+}
+
+/* The device a memfd of this emulator was made for: its name's "-dN" (0 without). */
+int memfd_device(int fd)
+{
+	char path[64], link[128];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ssize_t k = readlink(path, link, sizeof(link) - 1);
+	if (k < 0)
+		return -1;
+	link[k] = 0;
+	const char *m = strstr(link, "-d");
+	return m ? atoi(m + 2) : 0;
+}
+} /* namespace emu */
+
+extern "C" {
+cudaError_t CUDARTAPI cudaGetDeviceCount(int *n)
+{
+	*n = emu::device_count();
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaSetDevice(int d)
+{
+	if (!emu::device_valid(d))
+		return cudaErrorInvalidDevice;
+	emu::cur_device = d;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDevice(int *d)
+{
+	*d = emu::cur_device;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int *can, int d, int peer)
+{
+	if (!emu::device_valid(d) || !emu::device_valid(peer))
+		return cudaErrorInvalidDevice;
+	*can = d != peer && !getenv("SKV_EMU_NO_PEER");
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceEnablePeerAccess(int peer, unsigned int)
+{
+	const int d = emu::cur_device;
+	if (!emu::device_valid(peer) || peer == d)
+		return cudaErrorInvalidDevice;
+	if (getenv("SKV_EMU_NO_PEER"))
+		return cudaErrorPeerAccessUnsupported;
+	std::lock_guard<std::mutex> g(emu::dev_mu);
+	if (emu::peer_on[d][peer])
+		return cudaErrorPeerAccessAlreadyEnabled;
+	emu::peer_on[d][peer] = true;
+	return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceDisablePeerAccess(int peer)
+{
+	const int d = emu::cur_device;
+	if (!emu::device_valid(peer) || peer == d)
+		return cudaErrorInvalidDevice;
+	std::lock_guard<std::mutex> g(emu::dev_mu);
+	if (!emu::peer_on[d][peer])
+		return cudaErrorPeerAccessNotEnabled;
+	emu::peer_on[d][peer] = false;
+	return cudaSuccess;
+}
+/* Launches that ran on device d in this process (test hook, emulator only). */
+unsigned long long cuda_emu_launches(int d)
+{
+	if (d < 0 || d >= emu::MAX_DEVICES)
+		return 0;
+	std::lock_guard<std::mutex> g(emu::dev_mu);
+	return emu::dev_launches[d];
+}
+} /* extern "C" */
+
 /* ------------------------------------------------------------- driver */
 
 static CUresult CUDAAPI emu_cuGetErrorName(CUresult, const char **s)
@@ -393,6 +651,8 @@ static CUresult CUDAAPI emu_cuGetErrorName(CUresult, const char **s)
 }
 static CUresult CUDAAPI emu_cuDeviceGet(CUdevice *d, int o)
 {
+	if (!emu::device_valid(o))
+		return CUDA_ERROR_INVALID_DEVICE;
 	*d = o;
 	return CUDA_SUCCESS;
 }
@@ -423,11 +683,17 @@ static CUresult CUDAAPI emu_cuMemGetAllocationGranularity(size_t *g, const CUmem
 	return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI emu_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
-					const CUmemAllocationProp *, unsigned long long)
+					const CUmemAllocationProp *prop, unsigned long long)
 {
+	char name[32];
+
 	if (size == 0 || size % EMU_GRANULARITY)
 		return CUDA_ERROR_INVALID_VALUE;
-	int fd = memfd_create("emu-vmm", MFD_CLOEXEC);
+	if (!emu::device_valid(prop->location.id))
+		return CUDA_ERROR_INVALID_DEVICE;
+	/* the name says the device, also to a process the fd is exported to */
+	snprintf(name, sizeof(name), "emu-vmm-d%d", prop->location.id);
+	int fd = memfd_create(name, MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*h = (CUmemGenericAllocationHandle)fd + 1;
@@ -459,16 +725,47 @@ static CUresult CUDAAPI emu_cuMemMap(CUdeviceptr p, size_t size, size_t off,
 		return CUDA_ERROR_INVALID_VALUE;
 	void *a = mmap((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
 		       fd, (off_t)off);
-	return a == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	if (a == MAP_FAILED)
+		return CUDA_ERROR_INVALID_VALUE;
+	emu::range_add(a, size, emu::memfd_device(fd), 0, true); /* no access until granted */
+	return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI emu_cuMemUnmap(CUdeviceptr p, size_t size)
 {
 	void *a = mmap((void *)(uintptr_t)p, size, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-	return a == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	if (a == MAP_FAILED)
+		return CUDA_ERROR_INVALID_VALUE;
+	emu::range_del(a);
+	return CUDA_SUCCESS;
 }
-static CUresult CUDAAPI emu_cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)
+static CUresult CUDAAPI emu_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d,
+					   size_t count)
 {
+	return emu::range_grant((uintptr_t)p, size, d, count) ? CUDA_SUCCESS
+							      : CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI emu_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+								   CUmemGenericAllocationHandle h)
+{
+	int dev = emu::memfd_device((int)(h - 1));
+	if (dev < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(prop, 0, sizeof(*prop));
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = dev;
+	prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI emu_cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p)
+{
+	int dev = emu::range_device((uintptr_t)p);
+	if (a != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (dev < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*(int *)data = dev;
 	return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI emu_cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
@@ -497,6 +794,7 @@ struct emu_buf {
 	int fd; /* -1: plain malloc */
 };
 static std::map<uintptr_t, emu_buf> emu_bufs;
+static std::mutex emu_bufs_mu; /* workers of several devices allocate at once */
 struct emu_ipc_handle {
 	uint32_t magic, pid;
 	int32_t fd;
@@ -506,6 +804,7 @@ struct emu_ipc_handle {
 
 static CUresult CUDAAPI emu_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
+	std::lock_guard<std::mutex> g(emu_bufs_mu);
 	auto it = emu_bufs.upper_bound((uintptr_t)p);
 	if (it == emu_bufs.begin())
 		return CUDA_ERROR_INVALID_VALUE;
@@ -546,6 +845,9 @@ cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char *sym, void **f
 	    {"cuMemExportToShareableHandle", (void *)emu_cuMemExportToShareableHandle},
 	    {"cuMemImportFromShareableHandle", (void *)emu_cuMemImportFromShareableHandle},
 	    {"cuMemGetAddressRange", (void *)emu_cuMemGetAddressRange},
+	    {"cuMemGetAllocationPropertiesFromHandle",
+	     (void *)emu_cuMemGetAllocationPropertiesFromHandle},
+	    {"cuPointerGetAttribute", (void *)emu_cuPointerGetAttribute},
 	};
 	*fn = (void *)emu_cuNotSupported;
 	for (const auto &t : tab)
@@ -597,21 +899,14 @@ cudaError_t CUDARTAPI cudaGetLastError(void)
 	emu::last_error = cudaSuccess;
 	return e;
 }
-cudaError_t CUDARTAPI cudaGetDeviceCount(int *n)
-{
-	*n = 1;
-	return cudaSuccess;
-}
-cudaError_t CUDARTAPI cudaSetDevice(int)
-{
-	return cudaSuccess;
-}
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void)
 {
 	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *p, int)
+cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 {
+	if (!emu::device_valid(d))
+		return cudaErrorInvalidDevice;
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "CUDA CPU emulator");
 	p->major = 9;
@@ -649,7 +944,9 @@ cudaError_t CUDARTAPI cudaMalloc(void **p, size_t n)
 		*p = dev_alloc(n);
 		if (!*p)
 			return cudaErrorMemoryAllocation;
+		std::lock_guard<std::mutex> g(emu_bufs_mu);
 		emu_bufs[(uintptr_t)*p] = emu_buf{n, -1};
+		emu::range_add(*p, n ? n : 1, emu::cur_device, 0, false);
 		return cudaSuccess;
 	}
 	int fd = memfd_create("emu-malloc", MFD_CLOEXEC);
@@ -661,12 +958,15 @@ cudaError_t CUDARTAPI cudaMalloc(void **p, size_t n)
 		return cudaErrorMemoryAllocation;
 	}
 	memset(a, 0xff, n);
+	std::lock_guard<std::mutex> g(emu_bufs_mu);
 	emu_bufs[(uintptr_t)a] = emu_buf{n, fd};
+	emu::range_add(a, n, emu::cur_device, 0, false);
 	*p = a;
 	return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaFree(void *p)
 {
+	std::lock_guard<std::mutex> g(emu_bufs_mu);
 	auto it = emu_bufs.find((uintptr_t)p);
 	if (it == emu_bufs.end())
 		return p ? cudaErrorInvalidValue : cudaSuccess;
@@ -677,6 +977,7 @@ cudaError_t CUDARTAPI cudaFree(void *p)
 		close(it->second.fd);
 	}
 	emu_bufs.erase(it);
+	emu::range_del(p);
 	return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMallocHost(void **p, size_t n)
@@ -755,7 +1056,12 @@ cudaError_t CUDARTAPI cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t)
 }
 cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int)
 {
-	*s = (cudaStream_t)dev_alloc(64);
+	uint32_t *w = (uint32_t *)dev_alloc(64);
+	if (!w)
+		return cudaErrorMemoryAllocation;
+	w[0] = emu::STREAM_MAGIC; /* the device it belongs to (launches check it) */
+	w[1] = (uint32_t)emu::cur_device;
+	*s = (cudaStream_t)w;
 	return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s)
@@ -909,11 +1215,17 @@ cudaError_t CUDARTAPI cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 	size_t size;
 	if (emu_cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
 		return cudaErrorInvalidValue;
-	const emu_buf &b = emu_bufs[(uintptr_t)base];
-	if (b.fd < 0)
+	int fd;
+	{
+		std::lock_guard<std::mutex> g(emu_bufs_mu);
+		fd = emu_bufs[(uintptr_t)base].fd;
+	}
+	if (fd < 0)
 		return cudaErrorNotSupported; /* small buffers are plain malloc here */
-	emu_ipc_handle e = {
-	    0x454d5531u, (uint32_t)getpid(), b.fd, 0, size, (uint64_t)((uintptr_t)p - base)};
+	/* pad: the device the memory lives on */
+	emu_ipc_handle e = {0x454d5531u, (uint32_t)getpid(),
+			    fd,		 (uint32_t)emu::range_device(base),
+			    size,	 (uint64_t)((uintptr_t)p - base)};
 	static_assert(sizeof(e) <= sizeof(*h), "handle size");
 	memset(h, 0, sizeof(*h));
 	memcpy(h, &e, sizeof(e));
@@ -945,11 +1257,12 @@ static int emu_open_handle_fd(uint32_t pid, int32_t hfd, const char *name, uint6
 	}
 	return fd;
 }
-cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int)
+cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int flags)
 {
 	emu_ipc_handle e;
 	memcpy(&e, &h, sizeof(e));
-	if (e.magic != 0x454d5531u || e.size == 0 || e.offset >= e.size)
+	if (e.magic != 0x454d5531u || e.size == 0 || e.offset >= e.size ||
+	    !emu::device_valid((int)e.pad))
 		return cudaErrorInvalidValue;
 	int fd = emu_open_handle_fd(e.pid, e.fd, "/memfd:emu-malloc", e.size);
 	if (fd < 0)
@@ -959,7 +1272,17 @@ cudaError_t CUDARTAPI cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsig
 		close(fd);
 		return cudaErrorMemoryAllocation;
 	}
+	std::lock_guard<std::mutex> g(emu_bufs_mu);
 	emu_bufs[(uintptr_t)a] = emu_buf{e.size, fd};
+	/* opened on another device: that device reaches it only through the
+	 * peer access the lazy flag enables */
+	const int owner = (int)e.pad, me = emu::cur_device;
+	emu::range_add(a, e.size, owner,
+		       owner != me && (flags & cudaIpcMemLazyEnablePeerAccess) &&
+			       !getenv("SKV_EMU_NO_PEER")
+			   ? 1u << me
+			   : 0,
+		       false);
 	*p = (char *)a + e.offset;
 	return cudaSuccess;
 }

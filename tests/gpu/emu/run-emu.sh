@@ -8,9 +8,11 @@
 set -u
 dir="${BUILD:-build}/tests/gpu/emu"
 . "$(dirname "$0")/../../tally.sh"
-need_cuda "$dir/gpu-agree-emu" "$dir/gpu-ipc-emu" "$dir/test-emu-errors"
+need_cuda "$dir/gpu-agree-emu" "$dir/gpu-ipc-emu" "$dir/test-emu-errors" "$dir/test-emu-devices"
 # the emulator reports refused launches as a GPU does
 "$dir/test-emu-errors" || exit 1
+# and several devices as a multi-GPU node does (current device, peer access)
+"$dir/test-emu-devices" || exit 1
 # the engine/daemon pair: VMM fds and IPC handles are memfds on the emulator
 "$dir/gpu-ipc-emu" || exit 1
 # both scoring paths (fused bit-identical to two-pass) where the fused kernel

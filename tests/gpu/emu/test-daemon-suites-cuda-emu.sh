@@ -7,8 +7,9 @@
 # queued on the one worker stream the CUDA runner has: more workers are
 # refused, test-daemon-cuda-emu.sh), paged K/V, and the
 # budget modes on the CUDA kernels, into the host and the GPU arena, with
-# APPEND and GROW there (test-daemon-budget), and decision groups refused
-# by name (test-daemon-group), a partial window and fp8 K/V refused by
+# APPEND and GROW there (test-daemon-budget), decision groups on the GPU
+# (test-daemon-group: the members' own choices, the group's C* and
+# fallback rerun where they differ), a partial window and fp8 K/V refused by
 # name (test-daemon-window), and cancel as a fence after the stream
 # (test-daemon-cancel). Skipped (exit 77)
 # where the emulated plugin is not built (CUDA=0). PLUGIN=build/libskv-cuda.so

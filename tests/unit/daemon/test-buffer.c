@@ -38,10 +38,11 @@ const char *snapkvd_device_backend(const struct snapkvd_device *d)
 }
 
 int snapkvd_device_import(struct snapkvd_device *d, uint64_t session_id, uint64_t key, int fd,
-			  uint64_t size, const void *ipc_handle, struct snapkvd_import *ret,
-			  char *err, size_t errlen)
+			  uint64_t size, const void *ipc_handle, int engine_device,
+			  struct snapkvd_import *ret, char *err, size_t errlen)
 {
 	(void)d, (void)session_id, (void)key, (void)fd, (void)size, (void)ipc_handle;
+	(void)engine_device;
 	(void)err, (void)errlen;
 	*ret = (struct snapkvd_import){.imp = &fake_imports,
 				       .ptr = fake_gpu,
@@ -51,10 +52,10 @@ int snapkvd_device_import(struct snapkvd_device *d, uint64_t session_id, uint64_
 	return 0;
 }
 
-void snapkvd_device_import_release(struct snapkvd_device *d, void *imp)
+void snapkvd_device_import_release(struct snapkvd_device *d, const struct snapkvd_import *imp)
 {
 	(void)d;
-	CU_ASSERT_PTR_EQUAL(imp, &fake_imports);
+	CU_ASSERT_PTR_EQUAL(imp->imp, &fake_imports);
 	fake_imports--;
 	fake_released++;
 }
@@ -63,6 +64,12 @@ unsigned snapkvd_device_imports(const struct snapkvd_device *d)
 {
 	(void)d;
 	return fake_imports;
+}
+
+int snapkvd_device_ordinal(const struct snapkvd_device *d, unsigned gpu)
+{
+	(void)d;
+	return (int)gpu;
 }
 
 /* ------------------------------------------------------------ helpers */

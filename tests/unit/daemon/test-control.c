@@ -51,12 +51,23 @@ void snapkvd_dispatch_request(struct snapkvd_session *s, const struct snapkvd_or
 	requests++;
 }
 
-int snapkvd_admin_answer(struct snapkvd_server *srv, const struct snapkvd_session *s,
-			 const uint8_t *payload, size_t len, uint8_t **ret_buf, size_t *ret_len)
+/* 'x': cannot be answered; 'p': queued (its done kept in queued_done);
+ * else answered at once with "ok!" */
+static snapkvd_adminq_done_fn *queued_done;
+
+int snapkvd_adminq_request(struct snapkvd_adminq *q, struct snapkvd_server *srv,
+			   struct snapkvd_session *s, const uint8_t *payload, size_t len,
+			   snapkvd_adminq_done_fn *done, uint8_t **ret_buf, size_t *ret_len)
 {
-	(void)srv, (void)s;
+	(void)q, (void)srv;
+	*ret_buf = NULL;
 	if (len && payload[0] == 'x')
-		return -EBADMSG;
+		return -ENOMEM;
+	if (len && payload[0] == 'p') {
+		queued_done = done;
+		s->admin_pending = true;
+		return 1;
+	}
 	*ret_buf = malloc(3);
 	memcpy(*ret_buf, "ok!", 3);
 	*ret_len = 3;
@@ -109,7 +120,7 @@ static void open_session(void)
 		    (struct snapkvd_log_cause){.what = "test events", .level = SNAPKVD_LOG_NOTICE};
 	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_new(1 << 30, 0, &srv.pool), 0);
 	snapkvd_pool_set_map_limits(srv.pool, 64, 1ull << 30, 1ull << 30);
-	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", &srv.device, &kerr), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", NULL, 0, &srv.device, &kerr), 0);
 	CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 	peer = sv[1];
 	CU_ASSERT_EQUAL_FATAL(snapkvd_session_new(&srv, sv[0], &s), 0);
@@ -331,6 +342,20 @@ static void test_routing(void)
 	CU_ASSERT_EQUAL(type, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY);
 	CU_ASSERT_EQUAL(n, 3);
 	CU_ASSERT_EQUAL(memcmp(buf + SKV_FRAME_HDR_SIZE, "ok!", 3), 0);
+	/* an answer built in slices: the next frame is not read until it is
+	 * sent, then it is */
+	armed = 0;
+	deliver(SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, "p", 1, NULL, 0);
+	CU_ASSERT_FALSE(s->closing);
+	CU_ASSERT_EQUAL(armed, 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(queued_done);
+	s->admin_pending = false;
+	queued_done(s, (const uint8_t *)"pg!", 3);
+	CU_ASSERT_EQUAL(armed, 1);
+	n = next_frame(&type, buf, sizeof(buf));
+	CU_ASSERT_EQUAL(type, SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN_REPLY);
+	CU_ASSERT_EQUAL(n, 3);
+	CU_ASSERT_EQUAL(memcmp(buf + SKV_FRAME_HDR_SIZE, "pg!", 3), 0);
 	/* an admin request it cannot answer closes the session */
 	deliver(SNAPKV__V1__MSG_TYPE__MSG_TYPE_ADMIN, "x", 1, NULL, 0);
 	CU_ASSERT_TRUE(s->closing);

@@ -46,6 +46,21 @@ int snapkvd_request_grow(const struct snapkvd_request_env *env, const struct sna
 	return -EINVAL;
 }
 
+int snapkvd_paged_grow_blocks(const struct snapkvd_request_env *env, const struct snapkvd_cache *c,
+			      uint32_t slots, const int32_t *tab, size_t n, int32_t **ret_table,
+			      char *err, size_t errlen)
+{
+	(void)env, (void)c, (void)slots, (void)tab, (void)n, (void)err, (void)errlen;
+	*ret_table = NULL;
+	return 0;
+}
+
+void snapkvd_paged_grow_done(struct snapkvd_cache *c, struct snapkvd_job *j, uint8_t *host_base,
+			     uint32_t old_slots)
+{
+	(void)c, (void)j, (void)host_base, (void)old_slots;
+}
+
 int snapkvd_admission_compact(struct snapkvd_server *srv, struct snapkvd_session *s,
 			      struct snapkvd_job *j, char *err, size_t errlen)
 {
@@ -103,15 +118,23 @@ void snapkvd_buffer_unref(struct snapkvd_buffer *b)
 	(void)b;
 }
 
+/* snapkvd-kvpool.c's only neighbour: no buffers here (tables by reference
+ * are judged in test-daemon-pools) */
+struct snapkvd_buffer *snapkvd_buffer_find(struct snapkvd_buffer *list, uint64_t id)
+{
+	(void)list, (void)id;
+	return NULL;
+}
+
 uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
 	(void)d, (void)a;
 	return NULL;
 }
 
-void snapkvd_device_arena_free(struct snapkvd_device *d, struct skv_cuda_arena *a)
+void snapkvd_device_arena_free(struct snapkvd_device *d, unsigned gpu, struct skv_cuda_arena *a)
 {
-	(void)d, (void)a;
+	(void)d, (void)gpu, (void)a;
 }
 
 void snapkvd_device_wait_poke(struct snapkvd_device *d)

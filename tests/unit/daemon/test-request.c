@@ -31,6 +31,12 @@ const char *snapkvd_device_backend(const struct snapkvd_device *d)
 	return fake_device ? "cuda" : "host";
 }
 
+int snapkvd_device_ordinal(const struct snapkvd_device *d, unsigned gpu)
+{
+	(void)d;
+	return (int)gpu;
+}
+
 uint8_t *snapkvd_device_arena_base(struct snapkvd_device *d, struct skv_cuda_arena *a)
 {
 	(void)d;
@@ -233,7 +239,7 @@ static void test_limits(void)
 		 cfg.max_reserve + 1, cfg.max_reserve);
 	req.decode_reserve = cfg.max_reserve + 1, expect(-E2BIG, msg);
 	req.n_layer = 1, expect(-EINVAL, "1 layer descriptions for 2 layers");
-	req.n_block_table = (size_t)cfg.max_prompt_len + 1, expect(-E2BIG, "block table of");
+	req.n_block_table = (size_t)cfg.max_block_table + 1, expect(-E2BIG, "(max_block_table)");
 	req.out_layout = 9, expect(-EINVAL, "unknown output layout 9");
 }
 
@@ -473,6 +479,38 @@ static void test_grow(void)
 	CU_ASSERT_EQUAL(g.kv_bytes, 2 * 32 * D * 4);
 }
 
+/* GROW of a writeback cache: position rows only (no K/V in the region), up
+ * to its declared max_decode, else max_reserve. */
+static void test_grow_writeback(void)
+{
+	struct snapkvd_cache c = {.layers = 2,
+				  .h_store = 2,
+				  .head_dim = D,
+				  .dtype_bytes = 4,
+				  .kept = 16,
+				  .slots = 20,
+				  .layout = SNAPKVD_LAYOUT_PAGED,
+				  .block_size = 8,
+				  .writeback = true,
+				  .max_decode = 10};
+	struct snapkvd_cache_geom g;
+	const char *why = NULL;
+	uint32_t slots = 0;
+
+	env.arena_bytes = 1 << 20;
+	CU_ASSERT_EQUAL(snapkvd_cache_decode_limit(&c), 10);
+	CU_ASSERT_EQUAL(snapkvd_request_grow(&env, &c, 0, &slots, &g, &why), -EINVAL);
+	CU_ASSERT_EQUAL(snapkvd_request_grow(&env, &c, 7, &slots, &g, &why), -E2BIG);
+	CU_ASSERT(why && strstr(why, "declared maximum") != NULL);
+	CU_ASSERT_EQUAL(snapkvd_request_grow(&env, &c, 6, &slots, &g, &why), 0);
+	CU_ASSERT_EQUAL(slots, 26);
+	CU_ASSERT_EQUAL(g.kv_bytes, 0);
+	c.max_decode = 0;
+	CU_ASSERT_EQUAL(snapkvd_cache_decode_limit(&c), 4);
+	CU_ASSERT_EQUAL(snapkvd_request_grow(&env, &c, cfg.max_reserve, &slots, &g, &why), -E2BIG);
+	CU_ASSERT(why && strstr(why, "max_reserve") != NULL);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -496,6 +534,7 @@ int main(void)
 	CU_add_test(s, "admission after validation", test_admission);
 	CU_add_test(s, "a released region is reused; quotas still refuse", test_reuse);
 	CU_add_test(s, "GROW limits", test_grow);
+	CU_add_test(s, "GROW of a writeback cache: up to max_decode, no K/V", test_grow_writeback);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();

@@ -55,7 +55,7 @@ static void open_server(void)
 	snapkvd_config_defaults(&srv.cfg);
 	srv.cfg.session_arena_bytes = 1 << 20;
 	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_new(1 << 30, 0, &srv.pool), 0);
-	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", &srv.device, &kerr), 0);
+	CU_ASSERT_EQUAL_FATAL(snapkvd_device_new("host", NULL, 0, &srv.device, &kerr), 0);
 	doorbells = 0;
 }
 

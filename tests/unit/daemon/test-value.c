@@ -93,7 +93,7 @@ static void test_idlist(void)
 static void test_listen(void)
 {
 	struct snapkvd_http_config h;
-	const char *why = NULL;
+	struct skv_error why = {{0}, -1, -1};
 
 	memset(&h, 0, sizeof(h));
 	CU_ASSERT_EQUAL(snapkvd_value_listen(&h, "9464", &why), 0);
@@ -106,9 +106,9 @@ static void test_listen(void)
 	CU_ASSERT_EQUAL(snapkvd_value_listen(&h, "off", &why), 0);
 	CU_ASSERT_STRING_EQUAL(h.listen, "");
 	CU_ASSERT_EQUAL(snapkvd_value_listen(&h, "::1:80", &why), -EINVAL);
-	CU_ASSERT_STRING_EQUAL(why, "an IPv6 address goes in brackets: [::1]:9464");
+	CU_ASSERT_STRING_EQUAL(why.msg, "an IPv6 address goes in brackets: [::1]:9464");
 	CU_ASSERT_EQUAL(snapkvd_value_listen(&h, "example.org:80", &why), -EINVAL);
-	CU_ASSERT_STRING_EQUAL(why, "not a numeric IPv4 address (names are not resolved)");
+	CU_ASSERT_STRING_EQUAL(why.msg, "not a numeric IPv4 address (names are not resolved)");
 	CU_ASSERT_EQUAL(snapkvd_value_listen(&h, "1.2.3.4:0", &why), -EINVAL);
 	CU_ASSERT_EQUAL(snapkvd_value_listen(&h, "1.2.3.4:65536", &why), -EINVAL);
 	CU_ASSERT_EQUAL(snapkvd_value_listen(&h, "[::1", &why), -EINVAL);

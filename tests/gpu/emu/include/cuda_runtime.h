@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <functional>
+#include <vector>
 
 #undef __host__
 #undef __device__
@@ -172,11 +173,36 @@ static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, 
 	return cudaSuccess;
 }
 
+/*
+ * Several devices: a launch runs on the calling thread's current device
+ * (cudaSetDevice), on a stream of that device, and may reach only memory that
+ * device can (its own, another's with peer access, host memory): the bytes of
+ * its arguments are scanned for addresses of device memory, and a launch that
+ * names memory its device cannot reach is refused as a GPU would fault
+ * (cuda-emu.cpp, "Devices").
+ */
+namespace emu
+{
+struct arg_span {
+	const void *p;
+	size_t n;
+};
+template <typename... A> static inline std::vector<arg_span> arg_spans(const A &...a)
+{
+	return std::vector<arg_span>{arg_span{(const void *)&a, sizeof(a)}...};
+}
+/* false: refused (the error is left for cudaGetLastError) */
+bool launch_device_ok(const void *stream, const std::vector<arg_span> &args);
+} /* namespace emu */
+
 #define SKV_LAUNCH(kern, grid, block, smem, stream, ...)                                           \
-	(emu::launch(dim3(grid), dim3(block), (smem), [&]() { kern(__VA_ARGS__); }), (void)(stream))
+	(emu::launch_device_ok((const void *)(stream), emu::arg_spans(__VA_ARGS__))                \
+	     ? emu::launch(dim3(grid), dim3(block), (smem), [&]() { kern(__VA_ARGS__); })          \
+	     : (void)0)
 #define SKV_LAUNCH_PERSISTENT(kern, grid, block, smem, stream, ...)                                \
-	(emu::launch_resident(dim3(grid), dim3(block), (smem), [&]() { kern(__VA_ARGS__); }),      \
-	 (void)(stream))
+	(emu::launch_device_ok((const void *)(stream), emu::arg_spans(__VA_ARGS__))                \
+	     ? emu::launch_resident(dim3(grid), dim3(block), (smem), [&]() { kern(__VA_ARGS__); }) \
+	     : (void)0)
 #define SKV_DYNAMIC_SMEM(name) unsigned char *name = emu::dyn_smem()
 
 #endif /* SKV_CUDA_EMU_RUNTIME_H */

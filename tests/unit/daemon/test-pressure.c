@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-/* test-ops-pressure: levels, hysteresis, action order, scaling, admission, LRU eviction. */
+/* test-pressure (daemon/snapkvd-pressure.c): levels, hysteresis, action order, scaling, admission,
+ * LRU eviction. */
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/snapkvd-pressure.h"
+#include "daemon/snapkvd-pressure.c"
 
 struct fake_clock {
 	uint64_t now;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* test-ops-runtime: actions run in the configured order through the daemon's callbacks; hooks,
- * eviction, textfile. */
+/* test-policy (daemon/snapkvd-policy.c): actions run in the configured order through the daemon's
+ * callbacks; hooks, eviction, textfile. */
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 #define P_PIDFD 3
 #endif
 
-#include "daemon/snapkvd-policy.h"
+#include "daemon/snapkvd-policy.c"
 
 static char tmpdir[200];
 
@@ -130,7 +130,6 @@ static void write_hook(const char *name, const char *body, mode_t mode)
 static void setup(struct snapkvd_policy *ops, struct snapkvd_policy_config *c, const char *order)
 {
 	char cmd[600];
-	char err[128];
 
 	memset(&F, 0, sizeof(F));
 	F.ops = ops;
@@ -142,8 +141,7 @@ static void setup(struct snapkvd_policy *ops, struct snapkvd_policy_config *c, c
 	snprintf(c->hook_ledger_json, sizeof(c->hook_ledger_json), "%s/ledger.json", tmpdir);
 	c->hooks.timeout_ms = 20000;
 	if (order)
-		CU_ASSERT_EQUAL(
-		    snapkvd_policy_config_set(c, "pressure_actions", order, err, sizeof(err)), 0);
+		CU_ASSERT_EQUAL(snapkvd_policy_config_set(c, "pressure_actions", order, NULL), 0);
 }
 
 static void wait_all(struct snapkvd_policy *ops)
@@ -309,15 +307,13 @@ static void test_admission_scaling_stats(void)
 	struct snapkvd_stats st = {0};
 	struct snapkvd_policy_snapshot snap;
 	const float mass[] = {0.5f, 0.97f, 0.97f, NAN};
-	char err[128], msg[256];
+	char msg[256];
 	int scaled;
 
 	setup(&ops, &c, NULL);
 	c.hook_dir[0] = '\0'; /* no hooks */
-	CU_ASSERT_EQUAL(
-	    snapkvd_policy_config_set(&c, "pressure_guaranteed_share", "10%", err, sizeof(err)), 0);
-	CU_ASSERT_EQUAL(
-	    snapkvd_policy_config_set(&c, "tenant_quota", "1001:500:30%", err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "pressure_guaranteed_share", "10%", NULL), 0);
+	CU_ASSERT_EQUAL(snapkvd_policy_config_set(&c, "tenant_quota", "1001:500:30%", NULL), 0);
 	CU_ASSERT_EQUAL_FATAL(snapkvd_policy_init(&ops, &c, &CB, fake_clock, NULL), 0);
 	CU_ASSERT_EQUAL(snapkvd_policy_tenant_quota(&ops, 1001), 500);
 	CU_ASSERT_EQUAL(snapkvd_policy_tenant_quota(&ops, 1000), 0);

@@ -1,155 +1,19 @@
 // SPDX-License-Identifier: MIT
-/* test-daemon-units: snapkvd's config parser, pool accounting and arena allocator (the
- * value parsers: tests/unit/daemon/test-value.c). */
+/*
+ * test-arena: a session's arena (daemon/snapkvd-arena.c): a sealed memfd,
+ * first-fit regions whose released pages read as zero, holes merged back,
+ * sizes it cannot hold refused, and the set of arenas that keeps released
+ * pages for reuse within its limit, punching them under pressure.
+ */
 #include <CUnit/Basic.h>
-#include <pthread.h>
+#include <errno.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "daemon/snapkvd-arena.c"
-#include "daemon/snapkvd-config.c"
-#include "daemon/snapkvd-log.c"
-#include "daemon/snapkvd-pool.c"
-
-static int parse(struct snapkvd_config *c, const char *text, char *err)
-{
-	snapkvd_config_defaults(c);
-	return snapkvd_config_parse(c, text, strlen(text), err, 256);
-}
-
-static void test_config(void)
-{
-	struct snapkvd_config c;
-	char err[256] = "";
-
-	CU_ASSERT_EQUAL(parse(&c,
-			      "# comment\n\n ; also\npool_bytes = 2G\nthreads=3\n"
-			      "allow_uids = 1000, 1001 7\nallow_gids=5\nlog_level = debug\n"
-			      "socket = /tmp/x.sock\nsq_entries = 128\n",
-			      err),
-			0);
-	CU_ASSERT_EQUAL(c.pool_bytes, 2ull << 30);
-	CU_ASSERT_EQUAL(c.threads, 3);
-	CU_ASSERT_EQUAL(c.n_allow_uids, 3);
-	CU_ASSERT_EQUAL(c.allow_uids[2], 7);
-	CU_ASSERT_EQUAL(c.log_level, SNAPKVD_LOG_DEBUG);
-	CU_ASSERT_STRING_EQUAL(c.socket_path, "/tmp/x.sock");
-	CU_ASSERT(snapkvd_config_allows(&c, 1001, 99));
-	CU_ASSERT(snapkvd_config_allows(&c, 42, 5));
-	CU_ASSERT(!snapkvd_config_allows(&c, 42, 6));
-	snapkvd_config_defaults(&c);
-	CU_ASSERT(snapkvd_config_allows(&c, 42, 6)); /* no lists: the socket mode decides */
-
-	/* errors name the line; nothing is applied from a bad file */
-	CU_ASSERT_EQUAL(parse(&c, "threads = 2\nthreads = -1\n", err), -EINVAL);
-	CU_ASSERT(strstr(err, "line 2") != NULL);
-	CU_ASSERT_EQUAL(c.threads, 0);
-	CU_ASSERT_EQUAL(parse(&c, "bogus = 1\n", err), -EINVAL);
-	CU_ASSERT(strstr(err, "unknown key") != NULL);
-	CU_ASSERT_EQUAL(parse(&c, "just words\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "sq_entries = 100\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "slot_bytes = 5000\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "pool_bytes = 1K\n", err), -EINVAL); /* below the minimum */
-	CU_ASSERT_EQUAL(parse(&c, "socket = relative.sock\n", err), -EINVAL);
-	CU_ASSERT_EQUAL(parse(&c, "backend = gpu\n", err), -EINVAL);
-	/* cuda is a valid name; whether the plugin loads is decided at start-up */
-	CU_ASSERT_EQUAL(parse(&c, "backend = cuda\n", err), 0);
-	CU_ASSERT_STRING_EQUAL(c.backend, "cuda");
-	CU_ASSERT_EQUAL(parse(&c, "backend = host\n", err), 0);
-	CU_ASSERT_EQUAL(parse(&c, "max_layers = 99999999\n", err), -EINVAL);
-	char ids[600] = "allow_uids =";
-	for (int i = 0; i < 70; i++)
-		strcat(ids, " 1");
-	CU_ASSERT_EQUAL(parse(&c, ids, err), -EINVAL);
-	char *line = malloc(2000);
-	memset(line, 'a', 1999);
-	line[1999] = 0;
-	CU_ASSERT_EQUAL(parse(&c, line, err), -EINVAL);
-	CU_ASSERT(strstr(err, "longer") != NULL);
-	free(line);
-	snapkvd_config_defaults(&c);
-	CU_ASSERT_EQUAL(snapkvd_config_parse(&c, "threads = 1\0x", 14, err, 256), -EINVAL);
-	CU_ASSERT_EQUAL(snapkvd_config_load(&c, "/nonexistent/snapkvd.conf", err, 256), -ENOENT);
-}
-
-static void test_pool(void)
-{
-	struct snapkvd_pool p;
-	struct snapkvd_tenant *a, *b, *a2;
-	struct snapkvd_resv r1, r2, r3;
-
-	CU_ASSERT_EQUAL_FATAL(snapkvd_pool_init(&p, 1000, 600), 0);
-	CU_ASSERT_EQUAL(snapkvd_pool_tenant_get(&p, 1000, &a), 0);
-	CU_ASSERT_EQUAL(snapkvd_pool_tenant_get(&p, 1001, &b), 0);
-	CU_ASSERT_EQUAL(snapkvd_pool_tenant_get(&p, 1000, &a2), 0);
-	CU_ASSERT_PTR_EQUAL(a, a2);
-	CU_ASSERT_EQUAL(a->sessions, 2);
-	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 500, &r1), 0);
-	CU_ASSERT_EQUAL(snapkvd_pool_used(&p), 500); /* a reservation counts at once */
-	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 200, &r2), -EDQUOT); /* a's quota */
-	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, 501, &r2), -ENOSPC); /* the pool */
-	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, 500, &r2), 0);
-	snapkvd_pool_commit(&p, &r1);
-	CU_ASSERT_EQUAL(a->used, 500);
-	CU_ASSERT_EQUAL(a->reserved, 0);
-	snapkvd_pool_cancel(&p, &r2);
-	CU_ASSERT_EQUAL(snapkvd_pool_used(&p), 500);
-	snapkvd_pool_cancel(&p, &r2); /* twice is harmless */
-	CU_ASSERT_EQUAL(snapkvd_pool_used(&p), 500);
-	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, UINT64_MAX, &r3), -ENOSPC);
-	snapkvd_pool_give_back(&p, a, 500);
-	CU_ASSERT_EQUAL(snapkvd_pool_used(&p), 0);
-	/* a lower limit while in use: allowed, new work refused until it drains */
-	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, b, 400, &r3), 0);
-	snapkvd_pool_commit(&p, &r3);
-	snapkvd_pool_set_limits(&p, 100, 0);
-	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 1, &r1), -ENOSPC);
-	snapkvd_pool_give_back(&p, b, 400);
-	CU_ASSERT_EQUAL(snapkvd_pool_reserve(&p, a, 100, &r1), 0);
-	snapkvd_pool_cancel(&p, &r1);
-	snapkvd_pool_tenant_put(&p, a);
-	snapkvd_pool_tenant_put(&p, a);
-	CU_ASSERT_EQUAL(a->sessions, 0);
-	snapkvd_pool_destroy(&p);
-}
-
-static struct snapkvd_pool race_pool;
-static struct snapkvd_tenant *race_tenant;
-static int race_ok[4];
-
-static void *racer(void *arg)
-{
-	int id = (int)(intptr_t)arg;
-
-	for (int i = 0; i < 10000; i++) {
-		struct snapkvd_resv r;
-
-		if (snapkvd_pool_reserve(&race_pool, race_tenant, 7, &r) == 0) {
-			race_ok[id]++;
-			snapkvd_pool_commit(&race_pool, &r);
-		}
-	}
-	return NULL;
-}
-
-static void test_pool_race(void)
-{
-	pthread_t t[4];
-	int total = 0;
-
-	snapkvd_pool_init(&race_pool, 7 * 1000, 0);
-	snapkvd_pool_tenant_get(&race_pool, 1, &race_tenant);
-	for (int i = 0; i < 4; i++)
-		pthread_create(&t[i], NULL, racer, (void *)(intptr_t)i);
-	for (int i = 0; i < 4; i++) {
-		pthread_join(t[i], NULL);
-		total += race_ok[i];
-	}
-	/* reserve-then-commit: exactly the budget, never more */
-	CU_ASSERT_EQUAL(total, 1000);
-	CU_ASSERT_EQUAL(snapkvd_pool_used(&race_pool), 7000);
-	snapkvd_pool_destroy(&race_pool);
-}
+#include "tests/test-skip.h"
 
 static void test_arena(void)
 {
@@ -321,20 +185,12 @@ static void test_arena_reuse(void)
 
 int main(void)
 {
-	CU_pSuite s;
-	unsigned fails;
+	CU_pSuite su;
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
-		return 2;
-	s = CU_add_suite("daemon-units", NULL, NULL);
-	CU_add_test(s, "config", test_config);
-	CU_add_test(s, "pool", test_pool);
-	CU_add_test(s, "pool reserve race", test_pool_race);
-	CU_add_test(s, "arena", test_arena);
-	CU_add_test(s, "arena: released regions reused, limit and pressure", test_arena_reuse);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+		return 1;
+	su = CU_add_suite("arena", NULL, NULL);
+	CU_add_test(su, "regions, holes, refusals", test_arena);
+	CU_add_test(su, "released regions reused, limit and pressure", test_arena_reuse);
+	return t_run();
 }

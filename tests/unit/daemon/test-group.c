@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * test-groups (the binary test-daemon-group is the integration suite):
+ * test-group (build/tests/test-daemon-group is the integration suite):
  * the decision-group registry (daemon/snapkvd-group.c) with
  * jobs built here and a fake first step (struct skv_pending holds the
  * member's own C* and its mass at any C): joining (same tenant, size,

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* test-ops-metrics: the exposition parses back under the text-format grammar, values round-trip. */
+/* test-metrics (daemon/snapkvd-metrics.c): the exposition parses back under the text-format
+ * grammar, values round-trip. */
 #include <CUnit/Basic.h>
 #include <ctype.h>
 #include <dirent.h>
@@ -12,7 +13,7 @@
 #include <unistd.h>
 
 #include "daemon/snapkvd-group.h"
-#include "daemon/snapkvd-metrics.h"
+#include "daemon/snapkvd-metrics.c"
 
 /* ---- a small, strict parser of the Prometheus text format 0.0.4 ---- */
 

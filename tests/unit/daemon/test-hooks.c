@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* test-ops-hooks: hook discovery, environment, timeout kill, failure, bounded output. */
+/* test-hooks (daemon/snapkvd-hooks.c): hook discovery, environment, timeout kill, failure, bounded
+ * output. */
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/snapkvd-hooks.h"
+#include "daemon/snapkvd-hooks.c"
 
 static char tmpdir[200];
 
