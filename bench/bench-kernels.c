@@ -237,6 +237,7 @@ int main(int argc, char **argv)
 {
 	unsigned threads = 0;
 	int reps = 5, n_layers = 1;
+	uint32_t span = 0; /* --span S: span-aware selection (kernels/skv.h) */
 	uint32_t lens[8] = {4096, 16384, 32768};
 	int n_lens = 3;
 	int do_sgemm = 1, only_dt = -1; /* for profiling the kernels alone */
@@ -248,6 +249,8 @@ int main(int argc, char **argv)
 			threads = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--span") && i + 1 < argc)
+			span = (uint32_t)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--cpu"))
 			clock_id = CLOCK_PROCESS_CPUTIME_ID;
 		else if (!strcmp(argv[i], "--no-sgemm"))
@@ -266,7 +269,7 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--threads N] [--reps N] [--lens L1,L2] [--layers N] "
-				"[--no-sgemm] [--f32 | --bf16] [--cpu]\n",
+				"[--no-sgemm] [--f32 | --bf16] [--cpu] [--span S]\n",
 				argv[0]);
 			return 2;
 		}
@@ -327,6 +330,7 @@ int main(int argc, char **argv)
 		    .prompt_len = L, .head_dim = D, .h_q = HQ, .h_kv = HKV, .n_q = W};
 		struct skv_params p;
 		skv_params_init(&p);
+		p.span = span;
 		double ts[3][1000];
 		/*
 		 * Repetitions interleave sgemm, f32 and bf16 so that all three see the

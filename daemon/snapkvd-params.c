@@ -49,6 +49,7 @@ int snapkvd_params_read(const Snapkv__V1__Params *p, struct skv_params *ret, cha
 	if (param_given(p, 7, p->sinks))
 		ret->sinks = p->sinks;
 	ret->min_window = p->min_window; /* 0: the config's, snapkvd_request_compact */
+	ret->span = p->span;		 /* skv_plan() judges it (at most SKV_MAX_SPAN) */
 	if (p->n_protected_ranges > SKV_MAX_PROTECTED) {
 		snprintf(err, errlen, "%zu protected ranges, at most %d", p->n_protected_ranges,
 			 SKV_MAX_PROTECTED);

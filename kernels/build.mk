@@ -20,7 +20,7 @@ $(LIBSKV): $(SKV_OBJS)
 # Kernel tests (tests/unit/test-kernels*.c) against the scalar reference.
 SKV_TEST_REF := $(BUILD)/tests/unit/ref-snapkv.o
 SKV_TESTS := $(addprefix $(BUILD)/tests/unit/,test-kernels test-kernels-random test-kernels-paged \
-	test-kernels-budget)
+	test-kernels-budget test-kernels-span)
 TESTS += $(SKV_TESTS)
 OBJS += $(SKV_TEST_REF) $(SKV_TESTS:%=%.o)
 

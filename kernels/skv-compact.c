@@ -190,6 +190,7 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	const size_t sc = j->score ? 1 : 0, se = j->select ? 1 : 0;
 	const size_t hl = j->mode == SKV_BUDGET_HEADS && j->select ? (size_t)j->h_store * L : 0;
 	const size_t rk = j->mode == SKV_BUDGET_MASS || j->mode == SKV_BUDGET_MASS_HEADS ? se : 0;
+	const size_t sp = j->p->span ? se : 0; /* span's ranking sort buffer */
 	size_t n = 0;
 
 #define T(field, type, count)                                                                      \
@@ -217,7 +218,7 @@ static size_t ws_layout(struct skv_ws *w, const struct skv_job *j, char *base)
 	T(pos, int32_t, (L));			  /* kept positions                */
 	T(segs, struct skv_seg, (sc * (G + rb))); /* rows of each head         */
 	T(rpos, uint32_t, (rk * L));		  /* ranked positions (mass)   */
-	T(rtmp, uint64_t, (rk * L));		  /* ranking sort buffer (mass) */
+	T(rtmp, uint64_t, ((rk | sp) * L));	  /* ranking sort buffer (mass, span) */
 	T(hpool, float, (hl));			  /* heads: pooled, per head   */
 	T(hvote, float, (hl));			  /* heads: votes, per head    */
 	T(hkeep, uint8_t, (hl));		  /* heads: kept flags         */

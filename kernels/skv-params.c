@@ -94,11 +94,19 @@ int skv_params_resolve(const struct skv_params *p, struct skv_params *ret, struc
 		ret->params_size = sizeof(*ret);
 		return 0;
 	}
+	if (p->params_size == SKV_PARAMS_SIZE_V3) {
+		/* a caller built before span-aware selection: span 0 (top-k) */
+		memcpy(ret, &d, sizeof(*ret));
+		memcpy(ret, p, SKV_PARAMS_SIZE_V3);
+		ret->params_size = sizeof(*ret);
+		return 0;
+	}
 	if (p->params_size != sizeof(*p))
 		return skv_fail(err, -1, -1,
-				"params_size is %u, expected %zu, %zu or %zu (use skv_params_init)",
-				p->params_size, sizeof(*p), (size_t)SKV_PARAMS_SIZE_V2,
-				(size_t)SKV_PARAMS_SIZE_V1);
+				"params_size is %u, expected %zu, %zu, %zu or %zu (use "
+				"skv_params_init)",
+				p->params_size, sizeof(*p), (size_t)SKV_PARAMS_SIZE_V3,
+				(size_t)SKV_PARAMS_SIZE_V2, (size_t)SKV_PARAMS_SIZE_V1);
 	memcpy(ret, p, sizeof(*ret));
 	return 0;
 }

@@ -280,9 +280,10 @@ int skv_layer_caps(const struct skv_params *p, uint32_t n_layers, uint32_t *caps
 		return 0;
 	}
 	if (p->budget_mode != SKV_BUDGET_LAYERS) {
-		uint32_t c = p->budget_mode == SKV_BUDGET_MASS || p->budget_mode == SKV_BUDGET_MASS_HEADS
-				 ? p->c_max
-				 : p->capacity;
+		uint32_t c =
+		    p->budget_mode == SKV_BUDGET_MASS || p->budget_mode == SKV_BUDGET_MASS_HEADS
+			? p->c_max
+			: p->capacity;
 		for (uint32_t l = 0; l < n_layers; l++)
 			caps[l] = c;
 		return 0;
@@ -373,8 +374,8 @@ static int budget_plan(const struct skv_shape *sh, const struct skv_params *p,
 		if (r < 0 && err) {
 			char m[sizeof(err->msg)];
 			snprintf(m, sizeof(m), "%s", err->msg);
-			skv_fail(err, -1, -1, "%s: at C_min = %u: %s", skv_budget_name(p->budget_mode),
-				 p->c_min, m);
+			skv_fail(err, -1, -1, "%s: at C_min = %u: %s",
+				 skv_budget_name(p->budget_mode), p->c_min, m);
 		}
 		pl.kept = skv_rows_at(sh, p, p->c_max);
 		break;
@@ -457,6 +458,13 @@ int skv_plan(const struct skv_shape *sh, const struct skv_params *params, struct
 	if (p->kernel > SKV_MAX_KERNEL)
 		return skv_fail(err, -1, -1, "pooling kernel %u exceeds %u", p->kernel,
 				SKV_MAX_KERNEL);
+	if (p->span > SKV_MAX_SPAN)
+		return skv_fail(err, -1, -1, "span %u exceeds %u", p->span, SKV_MAX_SPAN);
+	if (p->span && p->budget_mode != SKV_BUDGET_UNIFORM && p->budget_mode != SKV_BUDGET_LAYERS)
+		return skv_fail(
+		    err, -1, -1, "span %u needs budget mode uniform or layers, not %s (skv.h)",
+		    p->span,
+		    skv_budget_name(p->budget_mode) ? skv_budget_name(p->budget_mode) : "unknown");
 	if (sh->prompt_len == 0)
 		return skv_fail(err, -1, -1, "prompt length L must be at least 1");
 	if (sh->prompt_len > SKV_MAX_L)

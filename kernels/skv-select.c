@@ -137,6 +137,46 @@ void skv_pool_votes(const struct skv_job *jb, const float *votes, float *out)
 	pool(jb->p, kernel, votes, out, jb->P);
 }
 
+static void sort_desc(uint64_t *a, uint64_t *tmp, uint32_t n);
+
+/* Walk ranked centres key[0..n) (best first): each keeps itself and its
+ * neighbours out to s, nearest first, until need more are kept. */
+static uint32_t span_walk(const uint64_t *key, uint32_t n, uint8_t *keep, uint32_t P, uint32_t s,
+			  uint32_t need)
+{
+	for (uint32_t i = 0; i < n && need; i++) {
+		const uint32_t c = ~(uint32_t)key[i];
+		for (uint32_t d = 0; d <= s && need; d++) {
+			if (d <= c && !keep[c - d]) { /* c - d, then c + d */
+				keep[c - d] = 1;
+				need--;
+			}
+			if (d && need && c + d < P && !keep[c + d]) {
+				keep[c + d] = 1;
+				need--;
+			}
+		}
+	}
+	return need;
+}
+
+/*
+ * Span-aware pick (skv.h): k of the n candidate keys w->key[0..n), k < n,
+ * by walking the ranking. The k best go first (quickselect, then sorted);
+ * the rest, sorted, only when their spans did not fill the budget (the
+ * walk never needs more than k centres unless spans overlap a lot).
+ */
+static void span_pick(struct skv_ws *w, uint32_t n, uint32_t k, uint32_t P, uint32_t s)
+{
+	select_top(w->key, n, k);
+	sort_desc(w->key, w->rtmp, k);
+	uint32_t need = span_walk(w->key, k, w->keep, P, s, k);
+	if (need) {
+		sort_desc(w->key + k, w->rtmp, n - k);
+		span_walk(w->key + k, n - k, w->keep, P, s, need);
+	}
+}
+
 /* Positions kept for one stored head into w->pos (ascending); returns count. */
 uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *votes, uint32_t k)
 {
@@ -153,10 +193,14 @@ uint32_t skv_choose(const struct skv_job *jb, struct skv_ws *w, const float *vot
 				w->key[n++] = skv_rank_key(w->pooled[j], j);
 		if (k > n)
 			k = n;
-		if (k < n)
-			select_top(w->key, n, k);
-		for (uint32_t i = 0; i < k; i++)
-			w->keep[~(uint32_t)w->key[i]] = 1;
+		if (jb->p->span && k < n) {
+			span_pick(w, n, k, P, jb->p->span);
+		} else {
+			if (k < n)
+				select_top(w->key, n, k);
+			for (uint32_t i = 0; i < k; i++)
+				w->keep[~(uint32_t)w->key[i]] = 1;
+		}
 	}
 	for (uint32_t j = 0; j < L; j++)
 		if (w->keep[j])

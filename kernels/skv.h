@@ -165,12 +165,24 @@ struct skv_params {
 	 * SKV_PARAMS_SIZE_V2 and gets the default.
 	 */
 	uint32_t min_window;
+	/*
+	 * Span-aware selection (issue 28; the rule is under "Decisions" below):
+	 * each position picked by score also keeps its neighbours up to span
+	 * on either side, until the head's budget is used. 0 (the default) is
+	 * SPEC.md's top-k. A caller built before it passes SKV_PARAMS_SIZE_V3
+	 * and gets 0.
+	 */
+	uint32_t span;
 };
 
 /* params_size of callers built before the budget modes. */
 #define SKV_PARAMS_SIZE_V1 offsetof(struct skv_params, budget_mode)
 /* params_size of callers built before the partial window (min_window). */
 #define SKV_PARAMS_SIZE_V2 offsetof(struct skv_params, min_window)
+/* params_size of callers built before span-aware selection (span). */
+#define SKV_PARAMS_SIZE_V3 offsetof(struct skv_params, span)
+/* The widest span (neighbours on either side of a picked position). */
+#define SKV_MAX_SPAN 64u
 /* The smallest partial window when min_window is 0 (SPEC.md: 8). */
 #define SKV_MIN_WINDOW_DEFAULT 8u
 
@@ -257,9 +269,28 @@ struct skv_error {
  * - Weights below exp(-87.3) of a row's maximum count as 0.
  * - -EDOM: err->head is the QUERY head (kv_head * G + g) of the lowest
  *   failing (layer, head); that item writes nothing, others may have.
- * - params_size must equal sizeof(struct skv_params), SKV_PARAMS_SIZE_V2
- *   (a caller built before min_window: the default 8) or SKV_PARAMS_SIZE_V1
- *   (a caller built before the budget modes: uniform, no fallback).
+ * - params_size must equal sizeof(struct skv_params), SKV_PARAMS_SIZE_V3
+ *   (a caller built before span: 0), SKV_PARAMS_SIZE_V2 (a caller built
+ *   before min_window: the default 8) or SKV_PARAMS_SIZE_V1 (a caller
+ *   built before the budget modes: uniform, no fallback).
+ * - Span-aware selection (span s, 1..SKV_MAX_SPAN; 0 = off, SPEC.md's
+ *   top-k; SPEC.md is silent, this is the project's rule until SPEC.md has
+ *   it). It replaces only the pick of the k = C_l - F prefix positions of
+ *   one stored head (F = |window U protected|, C_l the head's budget) in
+ *   budget modes uniform and layers, for snapkv and h2o; heads, mass and
+ *   mass-heads with span > 0 are rejected (-EINVAL), streamingllm and
+ *   window ignore it (as they do kernel). The rule: rank the prefix
+ *   positions [0, L - W) that are not forced (window, protected) by their
+ *   pooled vote, highest first, ties to the smaller position (the key of
+ *   top-k). Walk the ranking; each position c in turn is a centre (whether
+ *   or not an earlier centre already kept it) and visits c, c - 1, c + 1,
+ *   c - 2, c + 2, .., c - s, c + s, skipping those outside [0, L - W) and
+ *   those already kept (forced or picked); each visited position is kept,
+ *   and the walk stops the moment k are kept (so the last span may be cut
+ *   short, nearest the centre first). Memory is exactly that of top-k (k
+ *   picks); with k >= the candidates everything is kept, as top-k does.
+ *   Pooling (kernel) applies before the ranking, as for top-k; the
+ *   retained mass is computed over the kept set as usual.
  * - Output dtype may differ from the input's (converted, round to nearest
  *   even); rows are otherwise copied bit for bit.
  * - fp8 K/V (SPEC.md "Quantized K/V"): K and V may each be f8e4m3fn or
@@ -272,7 +303,7 @@ struct skv_error {
  *   the output carries the input's scale. A key byte that decodes to NaN
  *   or inf (or s * byte overflowing to inf) fails the item with -EDOM as
  *   a non-finite f32 key does; V bytes are copied unread.
- * - Limits: L <= 2^22, D <= 4096, h_q <= 4096, kernel <= 255.
+ * - Limits: L <= 2^22, D <= 4096, h_q <= 4096, kernel <= 255, span <= 64.
  * - The environment variable SKV_ISA=scalar|avx2|avx512 lowers the SIMD
  *   path a new context picks (for tests); SKV_ISA=avx512bf16 takes the
  *   vdpbf16ps path for bf16 x bf16 logits where the CPU has AVX512-BF16:

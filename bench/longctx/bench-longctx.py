@@ -17,6 +17,8 @@ once more per further window and budget from the same prefill
 (--also-window W/N%).
 """
 import argparse
+import json
+import math
 import os
 import re
 import signal
@@ -37,6 +39,43 @@ def est_seconds(L, nw):
     return 5 + 3 * (nw - 1) + L * 0.009 * (1 + L / 4096)
 
 
+def wilson(k, n, z=1.96):
+    """95 % Wilson score interval of k successes in n, in percent."""
+    if n == 0:
+        return (0.0, 100.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (100 * max(0.0, c - h), 100 * min(1.0, c + h))
+
+
+def parse_variant(v):
+    """W/N%[/kK][/sS][/group] -> (W, keep %, kernel or None, span or None[, "group"])."""
+    parts = v.split("/")
+    w, k, ker, sp, g = parts[0], None, None, None, None
+    for x in parts[1:]:
+        if x in ("group", "expand"):
+            g = x
+        elif x.endswith("%"):
+            k = int(x[:-1])
+        elif x[0] == "k":
+            ker = int(x[1:])
+        elif x[0] == "s":
+            sp = int(x[1:])
+        else:
+            sys.exit("bench-longctx: bad variant " + v)
+    if k is None:
+        sys.exit("bench-longctx: variant %s needs a keep %%" % v)
+    return (w, k, ker, sp) + ((g,) if g else ())
+
+
+def vname(v):
+    w, k, ker, sp = v[:4]
+    return "W %s, k %s, span %s%s" % (w, 5 if ker is None else ker, 0 if sp is None else sp,
+                                      ", " + v[4] if len(v) > 4 else "")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -46,18 +85,35 @@ def main():
     ap.add_argument("--windows", default="8,question,64")
     ap.add_argument("--keeps", default="10,20", help="percents of the prompt kept per head")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--variants",
+                    help="W/N%%[/kK][/sS],..: each compaction's window, keep, pooling width "
+                         "and span (replaces --windows x --keeps)")
+    ap.add_argument("--keys", type=int, default=0,
+                    help="multi-key: N door codes, one asked (make-prompt.py --keys)")
+    ap.add_argument("--plain", action="store_true",
+                    help="the prompt without its framing (make-prompt.py --plain)")
+    ap.add_argument("--text", action="store_true",
+                    help="natural text: licence text continued without the chat template; "
+                         "per compaction the teacher-forced top-1 agreement and "
+                         "KL(full || compact) over --steps tokens of the full cache's "
+                         "greedy continuation")
+    ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--jsonl", help="append one line per prompt and compaction here")
     a = ap.parse_args()
     lengths = [int(x) for x in a.lengths.split(",")]
-    windows = a.windows.split(",")
-    keeps = [int(x) for x in a.keeps.split(",")]
-    variants = [(w, k) for k in keeps for w in windows]
+    if a.variants:
+        variants = [parse_variant(v) for v in a.variants.split(",")]
+    else:
+        variants = [(w, int(k), None, None) for k in a.keeps.split(",")
+                    for w in a.windows.split(",")]
     engine = os.path.join(a.build, "tiny-llama")
     daemon = os.path.join(a.build, "snapkvd")
-    runs = [(L, s) for L in lengths for s in range(1, a.prompts + 1)]
+    runs = [(L, s) for L in lengths for s in range(a.first_seed, a.first_seed + a.prompts)]
     est = sum(est_seconds(L, len(variants)) for L, _ in runs)
     print("bench-longctx: %d prompts (%s tokens x %d), each prefilled once and compacted "
-          "with W %s at C = %s %% of L; estimated %.0f s on 2 loaded cores" %
-          (len(runs), a.lengths, a.prompts, a.windows, a.keeps, est), flush=True)
+          "%d ways (%s); estimated %.0f s on 2 loaded cores" %
+          (len(runs), a.lengths, a.prompts, len(variants), "; ".join(map(vname, variants)),
+           est), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench-longctx: terminated"))
     tmp = tempfile.mkdtemp(prefix="bench-longctx.")
     sock = os.path.join(tmp, "snapkvd.sock")
@@ -77,15 +133,29 @@ def main():
             pdir = os.path.join(tmp, "p%d-%d" % (L, seed))
             subprocess.run([sys.executable, os.path.join(HERE, "make-prompt.py"), "--seed",
                             str(L * 1000 + seed), "--tokens", str(L), "--out", pdir,
-                            "--engine", engine, "--model", a.model],
+                            "--engine", engine, "--model", a.model] +
+                           (["--keys", str(a.keys)] if a.keys else []) +
+                           (["--plain"] if a.plain else []) +
+                           (["--text"] if a.text else []),
                            check=True)
             key = open(os.path.join(pdir, "key.txt")).read().strip()
             q = open(os.path.join(pdir, "question.txt")).read().strip()
-            cmd = [engine, "-m", a.model, "--socket", sock, "-f", os.path.join(pdir, "doc.txt"),
-                   "--question", q, "-n", str(a.steps), "--policy", "snapkv", "-C",
-                   "%d%%" % variants[0][1], "-W", variants[0][0], "--compare", "--reserve", "16"]
+            v0 = variants[0]
+            cmd = [engine, "-m", a.model, "--socket", sock, "-f", os.path.join(pdir, "doc.txt")]
+            cmd += [] if a.text else ["--question", q]
+            cmd += ["-n", str(a.steps), "--policy", "snapkv", "-C",
+                   "%d%%" % v0[1], "-W", v0[0], "--compare", "--reserve", "16"]
+            if v0[2] is not None:
+                cmd += ["-k", str(v0[2])]
+            if v0[3] is not None:
+                cmd += ["--span", str(v0[3])]
+            if len(v0) > 4:
+                cmd += ["--gqa", v0[4]]
             if len(variants) > 1:
-                cmd += ["--also-window", ",".join("%s/%d%%" % v for v in variants[1:])]
+                cmd += ["--also-window", ",".join(
+                    "%s/%d%%" % v[:2] + ("/k%d" % v[2] if v[2] is not None else "") +
+                    ("/s%d" % v[3] if v[3] is not None else "") +
+                    ("/" + v[4] if len(v) > 4 else "") for v in variants[1:])]
             p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 sys.exit("bench-longctx: %s failed:\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
@@ -96,20 +166,38 @@ def main():
             if not m:
                 sys.exit("bench-longctx: no timing line:\n" + p.stderr)
             Lt, pre = int(m.group(1)), float(m.group(2))
+            tf0 = re.search(r"--- teacher-forced on the full text: (\d+) of (\d+) next-token "
+                            r"predictions agree, mean KL\(full \|\| compact\) ([\d.]+)",
+                            p.stdout)
             got = [(variants[0], int(m.group(5)), int(m.group(4)), float(m.group(3)),
-                    out[0] if out else "")]
-            also = [re.match(r"--- window (\d+) \(C (\d+), compaction ([\d.]+) ms\): (.*)", l)
+                    out[0] if out else "",
+                    (int(tf0.group(1)), int(tf0.group(2)), float(tf0.group(3))) if tf0 else None)]
+            also = [re.match(r"--- window (\d+) \(C (\d+), compaction ([\d.]+) ms"
+                             r"(?:, teacher-forced (\d+)/(\d+), KL ([\d.]+))?\): (.*)", l)
                     for l in out if l.startswith("--- window ")]
             for v, mm in zip(variants[1:], also):
                 got.append((v, int(mm.group(1)), int(mm.group(2)), float(mm.group(3)),
-                            mm.group(4)))
+                            mm.group(7),
+                            (int(mm.group(4)), int(mm.group(5)), float(mm.group(6)))
+                            if mm.group(4) else None))
             if len(got) != len(variants):
                 sys.exit("bench-longctx: %d of %d compactions reported:\n%s" %
                          (len(got), len(variants), p.stdout))
-            for (w, k), wv, C, cms, text in got:
-                r = res.setdefault((L, k, w), {"full": 0, "compact": 0, "n": 0, "pre": [],
+            for v, wv, C, cms, text, tf in got:
+                if a.jsonl:
+                    with open(a.jsonl, "a") as jf:
+                        jf.write(json.dumps({"L": L, "Lt": Lt, "seed": seed, "variant": list(v),
+                                             "W": wv, "C": C, "key": key,
+                                             "full": key in full, "compact": key in text,
+                                             "prefill_ms": pre, "compact_ms": cms,
+                                             "tf": tf,
+                                             "text": text.strip()[:40]}) + "\n")
+                w, k = v[0], v[1]
+                r = res.setdefault((L,) + tuple(v), {"full": 0, "compact": 0, "n": 0, "pre": [],
                                             "cmp": [], "L": [], "C": [], "W": []})
                 r["n"] += 1
+                r.setdefault("kl", []).append(tf[2] if tf else float("nan"))
+                r.setdefault("agree", []).append(tf[0] / tf[1] if tf else float("nan"))
                 r["full"] += key in full
                 r["compact"] += key in text
                 r["L"].append(Lt)
@@ -117,20 +205,36 @@ def main():
                 r["cmp"].append(cms)
                 r["C"].append(C)
                 r["W"].append(wv)
-                print("  L %d seed %d C %d %% W %s (%d): key %s | full: %s | compact: %s | "
+                print("  L %d seed %d C %d %% %s (W %d): key %s | full: %s | compact: %s | "
                       "prefill %.0f ms, compaction %.1f ms" %
-                      (Lt, seed, k, w, wv, key, full.strip()[:24], text.strip()[:24], pre, cms),
-                      flush=True)
+                      (Lt, seed, k, vname(v), wv, key, full.strip()[:24], text.strip()[:24],
+                       pre, cms), flush=True)
         print("\nbench-longctx: %.0f s (estimated %.0f s)\n" % (time.time() - t_start, est))
-        print("| L (tokens) | kept | W | C (per head) | prompts | full cache | snapkv | "
-              "prefill ms | compaction ms | compaction / prefill |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for (L, k, w), r in sorted(res.items(), key=lambda x: (x[0][0], x[0][1])):
+        if a.text:
+            print("| L (tokens) | kept | W | k | span | C (per head) | texts | teacher-forced "
+                  "top-1 | KL(full || compact), mean ± s.e. over texts |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            for (L, w, k, ker, sp, *_), r in sorted(res.items(),
+                                                    key=lambda x: (x[0][0], -x[0][2])):
+                kl = r["kl"]
+                se = statistics.stdev(kl) / math.sqrt(len(kl)) if len(kl) > 1 else float("nan")
+                print("| %d-%d | %d %% | %s | %s | %s | %d-%d | %d | %.1f %% | %.4f ± %.4f |" % (
+                    min(r["L"]), max(r["L"]), k, w, 5 if ker is None else ker,
+                    0 if sp is None else sp, min(r["C"]), max(r["C"]), r["n"],
+                    100 * statistics.mean(r["agree"]), statistics.mean(kl), se))
+            return
+        print("| L (tokens) | kept | W | k | span | C (per head) | prompts | full cache | "
+              "snapkv (95 % interval) | prefill ms | compaction ms | compaction / prefill |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for (L, w, k, ker, sp, *_), r in sorted(res.items(), key=lambda x: (x[0][0], -x[0][2])):
             pre, cmpt = statistics.median(r["pre"]), statistics.median(r["cmp"])
             wv = "question (%d-%d)" % (min(r["W"]), max(r["W"])) if w == "question" else w
-            print("| %d-%d | %d %% | %s | %d-%d | %d | %d/%d | %d/%d | %.0f | %.1f | %.2f %% |" % (
-                min(r["L"]), max(r["L"]), k, wv, min(r["C"]), max(r["C"]), r["n"], r["full"],
-                r["n"], r["compact"], r["n"], pre, cmpt, 100 * cmpt / pre))
+            lo, hi = wilson(r["compact"], r["n"])
+            print("| %d-%d | %d %% | %s | %s | %s | %d-%d | %d | %d/%d | %d/%d (%.0f-%.0f %%) | "
+                  "%.0f | %.1f | %.2f %% |" % (
+                      min(r["L"]), max(r["L"]), k, wv, 5 if ker is None else ker,
+                      0 if sp is None else sp, min(r["C"]), max(r["C"]), r["n"], r["full"],
+                      r["n"], r["compact"], r["n"], lo, hi, pre, cmpt, 100 * cmpt / pre))
     finally:
         d.terminate()
         d.wait()

@@ -23,8 +23,17 @@ import tempfile
 LICENCES = "/usr/share/common-licenses"
 CHARS_PER_TOKEN = 3.8
 QUESTION = "What is the pass key? Answer with the number only."
-# the chat template, the question and the needle, in SmolLM2's tokens
-OVERHEAD_TOKENS = 96
+# The framing that brings the full cache to >= 90 % at 2K and 4K (issue
+# 28): an instruction before the text says a key is hidden in it, and a
+# marker closes the text, so the answer does not run on with the licence.
+INTRO = ("There is an important piece of information hidden inside a lot of "
+         "irrelevant text. Find it and memorize it. I will quiz you about it.")
+OUTRO = "That is the end of the text."
+# the chat template, the framing, the question and the needle(s), in
+# SmolLM2's tokens
+OVERHEAD_TOKENS = 130
+# multi-key (--keys N): N key/value lines of distinct colours, one asked
+COLOURS = ["blue", "red", "green", "yellow", "white", "black", "orange", "purple"]
 
 
 def paragraphs():
@@ -50,6 +59,14 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--engine", help="tiny-llama, to count tokens")
     ap.add_argument("--model", help="the GGUF whose tokenizer counts")
+    ap.add_argument("--keys", type=int, default=0,
+                    help="multi-key: this many 'The code for the C door is N.' lines "
+                         "(at seeded depths), one of them asked; 0: the pass key")
+    ap.add_argument("--text", action="store_true",
+                    help="natural text: the licence paragraphs alone (no key, no framing, "
+                         "no question), for a teacher-forced continuation")
+    ap.add_argument("--plain", action="store_true",
+                    help="without the framing (issue 26's first version)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     paras = paragraphs()
@@ -67,7 +84,7 @@ def main():
             out = subprocess.run([a.engine, "-m", a.model, "--tokenize-lines", f.name],
                                  capture_output=True, text=True, check=True).stdout
         counts = [len(l.split()) + 1 for l in out.split("\n")[: len(cand)]]
-        left = a.tokens - OVERHEAD_TOKENS
+        left = a.tokens - (8 if a.text else OVERHEAD_TOKENS)
         for p, n in zip(cand, counts):
             if left - n < 0 and doc:
                 break
@@ -81,13 +98,30 @@ def main():
             doc.append(p)
             size += len(p) + 2
             i += 1
-    needle = "The pass key is %s. Remember it. %s is the pass key." % (key, key)
-    doc.insert(round(depth * len(doc)), needle)
+    question = QUESTION
+    if a.text:
+        key, question = "", ""
+    elif a.keys:
+        doors = rng.sample(COLOURS, a.keys)
+        codes = [key] + ["%05d" % rng.randrange(10000, 100000) for _ in doors[1:]]
+        depths = sorted(rng.uniform(0.1, 0.9) for _ in doors)
+        asked = rng.randrange(a.keys)
+        # the asked code is the key; the lines go in at their depths, last first
+        codes[0], codes[asked] = codes[asked], codes[0]
+        for door, code, dp in reversed(list(zip(doors, codes, depths))):
+            doc.insert(round(dp * len(doc)), "The code for the %s door is %s." % (door, code))
+        key = codes[asked]
+        question = "What is the code for the %s door? Answer with the number only." % doors[asked]
+    else:
+        needle = "The pass key is %s. Remember it. %s is the pass key." % (key, key)
+        doc.insert(round(depth * len(doc)), needle)
+    if not a.plain and not a.text:
+        doc = [INTRO] + doc + [OUTRO]
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "doc.txt"), "w") as f:
         f.write("\n\n".join(doc))
     with open(os.path.join(a.out, "question.txt"), "w") as f:
-        f.write(QUESTION)
+        f.write(question)
     with open(os.path.join(a.out, "key.txt"), "w") as f:
         f.write(key)
 

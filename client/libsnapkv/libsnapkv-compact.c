@@ -246,7 +246,9 @@ static void params_fields(const struct skv_compact_desc *d, struct compact_msgs 
 	pm->sinks = d->params.sinks;
 	/* min_window only from params that have it: before it (params_size
 	 * V2) its bytes are the description's padding; 0 is the daemon's */
-	pm->min_window = d->params.params_size == sizeof(d->params) ? d->params.min_window : 0;
+	pm->min_window = d->params.params_size >= SKV_PARAMS_SIZE_V3 ? d->params.min_window : 0;
+	/* span only from params that have it (since SNAPKV_1.9); 0 is top-k */
+	pm->span = d->params.params_size == sizeof(d->params) ? d->params.span : 0;
 	/* The caller's params are complete (skv_client_params_init): a 0 is
 	 * meant, never "use the default". */
 	pm->explicit_fields = SKV_PARAMS_EXPLICIT_ALL;

@@ -22,50 +22,72 @@ SKV_EXPORT void skv_client_params_init(struct skv_params *p)
 }
 
 /*
- * Descriptions laid out before the budget modes grew struct skv_params: their
- * fields after `params` start at the old end of params, 8-aligned. Such a
- * description is shorter than where `layer` lies now (desc_size says so).
+ * Older description layouts. Before the budget modes grew struct
+ * skv_params (v1), and before span grew it past the padding that
+ * min_window had filled (SNAPKV_1.6 to 1.8, v8), the fields after `params`
+ * started at the old end of params, 8-aligned. desc_size tells them apart:
+ * a v1 description ends before the v8 tail starts, a v8 one at most at the
+ * end of kv_scales (the last SNAPKV_1.8 field) in that layout; anything
+ * longer is today's.
  */
 #define DESC_TAIL offsetof(struct skv_compact_desc, layer)
-#define DESC_V1_TAIL                                                                               \
-	((offsetof(struct skv_compact_desc, params) + SKV_PARAMS_SIZE_V1 + 7) & ~(size_t)7)
-#define DESC_V1_SHIFT (DESC_TAIL - DESC_V1_TAIL)
+#define DESC_OLD_TAIL(psize)                                                                       \
+	((offsetof(struct skv_compact_desc, params) + (psize) + 7) & ~(size_t)7)
+#define DESC_V1_TAIL DESC_OLD_TAIL(SKV_PARAMS_SIZE_V1)
+#define DESC_V8_TAIL DESC_OLD_TAIL(SKV_PARAMS_SIZE_V3)
+#define DESC_V8_END                                                                                \
+	(DESC_V8_TAIL + offsetof(struct skv_compact_desc, kv_scales) + sizeof(const float *) -     \
+	 DESC_TAIL)
 
-static bool desc_is_v1(const struct skv_compact_desc *d)
+struct desc_layout {
+	size_t params; /* bytes of params it holds */
+	size_t tail;   /* where its fields after params start */
+};
+
+/* d's layout when it is an old one (1), or today's (0). */
+static int desc_old(const struct skv_compact_desc *d, struct desc_layout *ret)
 {
-	return d->desc_size < DESC_TAIL;
+	if (d->desc_size < DESC_V8_TAIL)
+		*ret = (struct desc_layout){SKV_PARAMS_SIZE_V1, DESC_V1_TAIL};
+	else if (d->desc_size <= DESC_V8_END)
+		*ret = (struct desc_layout){SKV_PARAMS_SIZE_V3, DESC_V8_TAIL};
+	else
+		return 0;
+	return 1;
 }
 
 /* A caller's description in the current layout: d itself, or *tmp filled
- * from an old-layout one (its params take the budget defaults). */
+ * from an old-layout one (its params take the defaults past what it holds). */
 const struct skv_compact_desc *skv__desc_current(const struct skv_compact_desc *d,
 						 struct skv_compact_desc *tmp)
 {
 	static const struct skv_params dp = SKV_PARAMS_DEFAULTS;
+	struct desc_layout o;
 
-	if (!desc_is_v1(d))
+	if (!desc_old(d, &o))
 		return d;
 	memset(tmp, 0, sizeof(*tmp));
-	memcpy(tmp, d, offsetof(struct skv_compact_desc, params) + SKV_PARAMS_SIZE_V1);
-	memcpy((char *)&tmp->params + SKV_PARAMS_SIZE_V1, (const char *)&dp + SKV_PARAMS_SIZE_V1,
-	       sizeof(dp) - SKV_PARAMS_SIZE_V1);
-	if (d->desc_size > DESC_V1_TAIL) {
-		size_t n = d->desc_size - DESC_V1_TAIL;
+	memcpy(tmp, d, offsetof(struct skv_compact_desc, params) + o.params);
+	memcpy((char *)&tmp->params + o.params, (const char *)&dp + o.params,
+	       sizeof(dp) - o.params);
+	if (d->desc_size > o.tail) {
+		size_t n = d->desc_size - o.tail;
 		if (n > sizeof(*tmp) - DESC_TAIL)
 			n = sizeof(*tmp) - DESC_TAIL;
-		memcpy((char *)tmp + DESC_TAIL, (const char *)d + DESC_V1_TAIL, n);
+		memcpy((char *)tmp + DESC_TAIL, (const char *)d + o.tail, n);
 	}
-	tmp->desc_size = d->desc_size > DESC_V1_TAIL ? d->desc_size + (uint32_t)DESC_V1_SHIFT
-						     : (uint32_t)DESC_TAIL;
+	tmp->desc_size = d->desc_size > o.tail ? d->desc_size + (uint32_t)(DESC_TAIL - o.tail)
+					       : (uint32_t)DESC_TAIL;
 	return tmp;
 }
 
-/* Write back what the wait helpers set into an old-layout description. */
-static void desc_store_v1(struct skv_compact_desc *d, const struct skv_compact_desc *cur)
+/* Write back what the helpers set into an old-layout description. */
+static void desc_store_old(struct skv_compact_desc *d, const struct skv_compact_desc *cur)
 {
-	if (d->desc_size > DESC_V1_TAIL)
-		memcpy((char *)d + DESC_V1_TAIL, (const char *)cur + DESC_TAIL,
-		       d->desc_size - DESC_V1_TAIL);
+	struct desc_layout o;
+
+	if (desc_old(d, &o) && d->desc_size > o.tail)
+		memcpy((char *)d + o.tail, (const char *)cur + DESC_TAIL, d->desc_size - o.tail);
 }
 
 /* Today's single C: params from before the budget modes, or uniform with
@@ -167,11 +189,19 @@ static int group_check(struct skv_client *c, const char *key, uint32_t size)
 SKV_EXPORT int skv_compact_desc_group(struct skv_compact_desc *d, const char *key, uint32_t size,
 				      uint32_t timeout_ms)
 {
-	if (!d || !key || !key[0] || d->desc_size < DESC_GROUP_END || group_check(NULL, key, size))
+	struct skv_compact_desc tmp, *cur;
+
+	if (!d || !key || !key[0] || group_check(NULL, key, size))
 		return -EINVAL;
-	d->group_key = key;
-	d->group_size = size;
-	d->group_timeout_ms = timeout_ms;
+	/* an old-layout description (SNAPKV_1.7, 1.8) has them elsewhere */
+	cur = (struct skv_compact_desc *)skv__desc_current(d, &tmp);
+	if (cur->desc_size < DESC_GROUP_END)
+		return -EINVAL;
+	cur->group_key = key;
+	cur->group_size = size;
+	cur->group_timeout_ms = timeout_ms;
+	if (cur != d)
+		desc_store_old(d, cur);
 	return 0;
 }
 
@@ -215,12 +245,12 @@ SKV_EXPORT int skv_compact_desc_wait_flag(struct skv_compact_desc *d,
 	struct skv_compact_desc tmp;
 	int r;
 
-	if (!d || !desc_is_v1(d))
+	if (!d || !desc_old(d, &(struct desc_layout){0}))
 		return wait_flag(d, flag_buf, offset, value, timeout_ms);
 	r = wait_flag((struct skv_compact_desc *)skv__desc_current(d, &tmp), flag_buf, offset,
 		      value, timeout_ms);
 	if (r == 0)
-		desc_store_v1(d, &tmp);
+		desc_store_old(d, &tmp);
 	return r;
 }
 
@@ -230,11 +260,11 @@ SKV_EXPORT int skv_compact_desc_wait_event(struct skv_compact_desc *d, const voi
 	struct skv_compact_desc tmp;
 	int r;
 
-	if (!d || !desc_is_v1(d))
+	if (!d || !desc_old(d, &(struct desc_layout){0}))
 		return wait_event(d, ipc_handle, timeout_ms);
 	r = wait_event((struct skv_compact_desc *)skv__desc_current(d, &tmp), ipc_handle,
 		       timeout_ms);
 	if (r == 0)
-		desc_store_v1(d, &tmp);
+		desc_store_old(d, &tmp);
 	return r;
 }

@@ -20,6 +20,7 @@ struct args {
 	PyObject *budget, *fallback_below, *group, *min_window, *kv_dtype, *kv_scales, *after;
 	PyObject *pool, *q_slot;
 	PyObject *in_place_blocks, *max_decode;
+	PyObject *span;
 };
 
 /* What layer 0 fixed; every other layer must match it. */
@@ -187,6 +188,26 @@ static int parse_min_window(const struct args *a, struct skv_params *p)
 	return 0;
 }
 
+/* span=N: span-aware selection (kernels/skv.h), 0..SKV_MAX_SPAN; left out,
+ * 0 (top-k). The full struct, so that libsnapkv carries it. */
+static int parse_span(const struct args *a, struct skv_params *p)
+{
+	uint32_t s = 0;
+
+	if (!a->span || a->span == Py_None)
+		return 0;
+	if (u32_arg(a->span, "span", 0, SKV_MAX_SPAN, &s) < 0)
+		return -1;
+	if (p->params_size != sizeof(*p)) {
+		struct skv_params full = SKV_PARAMS_DEFAULTS;
+		memcpy(&full, p, SKV_PARAMS_SIZE_V1);
+		full.params_size = sizeof(full);
+		*p = full;
+	}
+	p->span = s;
+	return 0;
+}
+
 /* group=(key, size) or (key, size, timeout_ms): a decision group (the
  * daemon checks the mode, the members' agreement and its limits). */
 static int parse_group(PyObject *o, struct skvpy_compact *p)
@@ -272,7 +293,7 @@ static int parse_params(const struct args *a, struct skv_params *p)
 	p->pooling = pooling;
 	p->gqa = gqa;
 	p->policy = policy;
-	if (parse_budget(a, mode, p) < 0 || parse_min_window(a, p) < 0)
+	if (parse_budget(a, mode, p) < 0 || parse_min_window(a, p) < 0 || parse_span(a, p) < 0)
 		return -1;
 	if (!a->protect || a->protect == Py_None)
 		return 0;
@@ -1141,6 +1162,7 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 				 "q_slot",
 				 "in_place_blocks",
 				 "max_decode",
+				 "span",
 				 NULL};
 	static const char *const lay_n[] = {"hnd", "nhd", NULL};
 	static const int lay_v[] = {0, 1};
@@ -1150,12 +1172,13 @@ int skvpy_compact_parse(struct skvpy_client *cl, PyObject *args, PyObject *kw,
 
 	memset(p, 0, sizeof(*p));
 	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "|OOO$OOOOOOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
+		args, kw, "|OOO$OOOOOOOOOOOOOOOOOOOOOOOOOOOOOO:compact", kwlist, &a.q, &a.k, &a.v,
 		&a.window, &a.capacity, &a.kernel, &a.pooling, &a.gqa, &a.policy, &a.sinks,
 		&a.protect, &a.reserve, &a.block_table, &a.out, &a.out_block_size,
 		&a.out_block_table, &a.out_buffer, &a.layout, &a.out_layout, &a.prompt_len,
 		&a.evictable, &a.budget, &a.fallback_below, &a.group, &a.min_window, &a.kv_dtype,
-		&a.kv_scales, &a.after, &a.pool, &a.q_slot, &a.in_place_blocks, &a.max_decode))
+		&a.kv_scales, &a.after, &a.pool, &a.q_slot, &a.in_place_blocks, &a.max_decode,
+		&a.span))
 		return -1;
 	p->d.desc_size = sizeof(p->d);
 	if (a.pool && a.pool != Py_None)

@@ -70,6 +70,9 @@ static void usage(FILE *f)
 	    "  --pooling avg|max    pooling kind (default avg)\n"
 	    "  --gqa expand|group   store H_q heads (default) or H_kv heads\n"
 	    "  --sinks S            streamingllm sink positions (default 4)\n"
+	    "  --span S             keep up to S neighbours on either side of each position\n"
+	    "                       picked by score until the budget is used (kernels/skv.h;\n"
+	    "                       default 0 = top-k; at most 64; budget uniform or layers)\n"
 	    "  --protect A:B        always keep positions A..B-1 (half-open, like a Python\n"
 	    "                       slice); repeatable, at most %d ranges\n"
 	    "  --budget B           how many positions each head keeps (SPEC.md budget modes):\n"
@@ -139,7 +142,8 @@ enum {
 	OPT_OUT_LAYOUT,
 	OPT_BLOCK_SIZE,
 	OPT_GROUP,
-	OPT_LAST = OPT_GROUP,
+	OPT_SPAN,
+	OPT_LAST = OPT_SPAN,
 };
 
 static const struct option long_opts[] = {
@@ -160,6 +164,7 @@ static const struct option long_opts[] = {
     {"out-layout", required_argument, NULL, OPT_OUT_LAYOUT},
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"group", required_argument, NULL, OPT_GROUP},
+    {"span", required_argument, NULL, OPT_SPAN},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -287,6 +292,10 @@ static int param_opt(int c, const char *optname, struct opts *o)
 	case OPT_SINKS:
 		if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.sinks)) < 0)
 			return bad_int("--sinks", optarg, r);
+		return 0;
+	case OPT_SPAN: /* the kernels judge it (at most SKV_MAX_SPAN, uniform or layers) */
+		if ((r = ctl_parse_u32(optarg, 0, UINT32_MAX, &o->params.span)) < 0)
+			return bad_int("--span", optarg, r);
 		return 0;
 	case OPT_PROTECT:
 		return parse_protect(optarg, &o->params);
@@ -921,6 +930,8 @@ static void summary(const struct job *j, const struct skv_ledger *lg, double ms,
 	       skv_st_pooling_name(p->pooling), skv_st_gqa_name(p->gqa));
 	if (p->policy == SKV_POLICY_STREAMINGLLM)
 		printf(", sinks %" PRIu32, p->sinks);
+	if (p->span)
+		printf(", span %" PRIu32, p->span);
 	for (uint32_t i = 0; i < p->n_protected; i++)
 		printf("%s%" PRIu32 ":%" PRIu32, i ? ", " : ", protected ",
 		       p->protected_ranges[i].begin, p->protected_ranges[i].end);

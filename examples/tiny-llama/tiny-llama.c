@@ -94,9 +94,13 @@ static void usage(FILE *f)
 	       "-C N%% keeps N %% of the prompt per stored head (at least W + 1).\n"
 	       "--tokenize-lines FILE prints each line's token ids (no BOS) and exits;\n"
 	       "--dump-logits FILE writes the prefill's last logits (f32, vocab entries).\n"
-	       "--also-window W[/N%%],.. (snapkv through the daemon): after the first, one\n"
+	       "--span S keeps S neighbours on either side of each position picked by\n"
+	       "score, until the budget is used (kernels/skv.h; 0 = top-k).\n"
+	       "--also-window W[/N%%][/kK][/sS],.. (snapkv, daemon): after the first, one\n"
 	       "more compaction of the same prefill per window (a number or question; /N%%:\n"
-	       "C = N %% of the prompt), each decoded greedily from its compact cache and\n"
+	       "C = N %% of the prompt; /kK, /sS, /group: its kernel, span, gqa), each decoded "
+	       "greedily from "
+	       "its compact cache and\n"
 	       "printed as '--- window W (C c, ...): text'.\n"
 	       "Without --policy (or with none) the full cache is used. With a policy the\n"
 	       "cache is compacted by snapkvd at --socket (default: libsnapkv's search:\n"
@@ -172,6 +176,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 					   {"tokenize-lines", required_argument, NULL, 20},
 					   {"dump-logits", required_argument, NULL, 21},
 					   {"also-window", required_argument, NULL, 22},
+					   {"span", required_argument, NULL, 23},
 					   {"help", no_argument, NULL, 'h'},
 					   {0, 0, 0, 0}};
 	int c, bad = 0, policy = 0, local = 0;
@@ -270,6 +275,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 22:
 			o->also = optarg;
+			break;
+		case 23:
+			bad |= parse_u32(optarg, &o->params.span) < 0;
 			break;
 		case 'k':
 			bad |= parse_u32(optarg, &o->params.kernel) < 0;
@@ -838,11 +846,44 @@ static int tokenize_lines(const struct tl_tok *tok, const char *path)
 	return r;
 }
 
+/* At most this many --also-window entries. */
+#define MAX_ALSO 32
+/* One --also-window entry: W, C (0: -C's), kernel and span (UINT32_MAX: -k's, --span's),
+ * gqa (0: --gqa's). */
+struct also {
+	uint32_t w, cap, kernel, span;
+	enum skv_gqa gqa;
+};
+
+/* An --also-window option after W: N% (C), kK (pooling width) or sS (span). */
+static int parse_also_opt(char *t, uint32_t L, struct also *a)
+{
+	size_t n = strlen(t);
+	uint32_t v;
+
+	if (n >= 2 && t[n - 1] == '%') {
+		t[n - 1] = 0;
+		if (parse_u32(t, &v) < 0 || !v || v > 100)
+			return -EINVAL;
+		a->cap = (uint32_t)(((uint64_t)L * v + 50) / 100);
+		return 0;
+	}
+	if (!strcmp(t, "group") || !strcmp(t, "expand")) {
+		a->gqa = t[0] == 'g' ? SKV_GQA_GROUP : SKV_GQA_EXPAND;
+		return 0;
+	}
+	if ((t[0] != 'k' && t[0] != 's') || parse_u32(t + 1, &v) < 0)
+		return -EINVAL;
+	*(t[0] == 'k' ? &a->kernel : &a->span) = v;
+	return 0;
+}
+
 /*
  * --also-window's list: W (a number, or question: the question's W), each
- * optionally /N% (C = N % of L, at least W + 1; else -C's).
+ * optionally /N% (C = N % of L, at least W + 1; else -C's), /kK (pooling
+ * width), /sS (span) and /group or /expand; the kernels check k and s.
  */
-static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *cap, uint32_t *ret_n)
+static int parse_also(const struct opts *o, uint32_t L, struct also *out, uint32_t *ret_n)
 {
 	char buf[256], *save = NULL;
 
@@ -854,18 +895,19 @@ static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *c
 		return -EINVAL;
 	strcpy(buf, o->also);
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		struct also a = {0, 0, UINT32_MAX, UINT32_MAX, 0};
 		char *slash = strchr(t, '/');
-		uint32_t v, pct = 0;
-		if (*ret_n == 16)
+		uint32_t v;
+		if (*ret_n == MAX_ALSO)
 			return -EINVAL;
-		if (slash) {
-			size_t n = strlen(slash + 1);
-			if (n < 2 || slash[n] != '%')
-				return -EINVAL;
-			slash[n] = 0;
+		while (slash) {
+			char *next = strchr(slash + 1, '/');
+			if (next)
+				*next = 0;
 			*slash = 0;
-			if (parse_u32(slash + 1, &pct) < 0 || !pct || pct > 100)
+			if (parse_also_opt(slash + 1, L, &a) < 0)
 				return -EINVAL;
+			slash = next;
 		}
 		if (!strcmp(t, "question")) {
 			if (!o->chat)
@@ -874,8 +916,8 @@ static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *c
 		} else if (parse_u32(t, &v) < 0 || v == 0 || v >= L) {
 			return -EINVAL;
 		}
-		cap[*ret_n] = pct ? (uint32_t)(((uint64_t)L * pct + 50) / 100) : 0;
-		w[(*ret_n)++] = v;
+		a.w = v;
+		out[(*ret_n)++] = a;
 	}
 	return 0;
 }
@@ -885,15 +927,57 @@ static int parse_also(const struct opts *o, uint32_t L, uint32_t *w, uint32_t *c
  * (the last W of the captured query rows) and the same C, decoded greedily
  * from the first token on; its text and compaction time are printed.
  */
-static int also_window(struct compactor *cp, uint32_t W, uint32_t cap, uint32_t first_tok,
-		       uint32_t prev, float *probs, const char **why)
+/* The full cache's greedy tokens and the logits after each (--compare). */
+struct tf_ref {
+	const uint32_t *toks;
+	const float *logits; /* [n][V] */
+	uint32_t n, V;
+	struct tl_state *st; /* scratch state for the teacher-forced lane */
+};
+
+/*
+ * Teacher-forced on the full cache's text from a fresh compaction with
+ * cp->params: top-1 agreements and the summed KL(full || compact).
+ */
+static int also_tf(const struct compactor *cp, const struct tf_ref *tf, uint32_t *agree, double *kl,
+		   const char **why)
+{
+	struct lane lt = {.st = tf->st, .grow = cp->o->grow};
+	int r = compact_lane(cp, &lt, why);
+
+	*agree = 0;
+	*kl = 0;
+	for (uint32_t i = 0; r == 0 && i < tf->n; i++) {
+		if ((r = lane_forward(cp->m, &lt, tf->toks[i], why)) < 0)
+			break;
+		const float *a = tl_state_logits(lt.st), *b = tf->logits + (size_t)i * tf->V;
+		*agree += tl_argmax(a, tf->V) == tl_argmax(b, tf->V);
+		*kl += kl_div(b, a, tf->V);
+	}
+	if (lt.cache && skv_cache_release(lt.cache) < 0 && r == 0) {
+		r = -EIO;
+		*why = "RELEASE";
+	}
+	tl_kv_free(lt.kv);
+	return r;
+}
+
+static int also_window(struct compactor *cp, const struct also *a, uint32_t first_tok,
+		       uint32_t prev, float *probs, const struct tf_ref *tf, const char **why)
 {
 	const struct opts *o = cp->o;
 	struct skv_params p = o->params;
 	struct lane ln = {.grow = o->grow, .tok = first_tok, .prev = prev};
+	const uint32_t W = a->w, cap = a->cap;
 	int r;
 
 	p.window = W;
+	if (a->kernel != UINT32_MAX)
+		p.kernel = a->kernel;
+	if (a->span != UINT32_MAX)
+		p.span = a->span;
+	if (a->gqa)
+		p.gqa = a->gqa;
 	if (cap)
 		p.capacity = cap;
 	if (o->keep_pct || cap)
@@ -910,7 +994,16 @@ static int also_window(struct compactor *cp, uint32_t W, uint32_t cap, uint32_t 
 	double t1 = now_ms();
 	for (uint32_t i = 0; r >= 0 && i < o->steps && !ln.done; i++)
 		r = lane_step(cp->m, &ln, i + 1 == o->steps, 0.0f, probs, why);
-	if (r >= 0)
+	uint32_t tf_agree = 0;
+	double tf_kl = 0;
+	if (r >= 0 && tf && tf->n)
+		r = also_tf(cp, tf, &tf_agree, &tf_kl, why);
+	if (r >= 0 && tf && tf->n)
+		printf("--- window %u (C %u, compaction %.1f ms, teacher-forced %u/%u, KL %.4f): "
+		       "%s\n",
+		       W, p.capacity, t1 - t0, tf_agree, tf->n, tf_kl / tf->n,
+		       ln.g.text ? ln.g.text : "");
+	else if (r >= 0)
 		printf("--- window %u (C %u, compaction %.1f ms): %s\n", W, p.capacity, t1 - t0,
 		       ln.g.text ? ln.g.text : "");
 	if (ln.cache && skv_cache_release(ln.cache) < 0 && r >= 0) {
@@ -982,14 +1075,15 @@ int main(int argc, char **argv)
 		uint32_t cap = (uint32_t)(((uint64_t)L * o.keep_pct + 50) / 100);
 		o.params.capacity = cap > o.params.window ? cap : o.params.window + 1;
 	}
-	uint32_t also[16], also_cap[16], n_also = 0;
-	if ((r = parse_also(&o, L, also, also_cap, &n_also)) < 0) {
+	struct also also[MAX_ALSO];
+	uint32_t n_also = 0;
+	if ((r = parse_also(&o, L, also, &n_also)) < 0) {
 		why = "--also-window (snapkv through the daemon, with --chat for question)";
 		goto out;
 	}
 	uint32_t nq = o.backend == BK_FULL ? 0 : tl_compact_n_q(&o.params, L);
 	for (uint32_t i = 0; i < n_also; i++)
-		nq = also[i] > nq ? also[i] : nq;
+		nq = also[i].w > nq ? also[i].w : nq;
 	const uint32_t full_cap = L + o.steps + 1;
 	const uint64_t kv_bytes = tl_kv_bytes(c, c->n_kv_heads, full_cap);
 	const uint64_t q_bytes = (uint64_t)c->n_layers * c->n_heads * nq * D * sizeof(float);
@@ -1232,9 +1326,10 @@ int main(int argc, char **argv)
 		    "mean KL(full || compact) %.4f\n",
 		    tf_agree, nfull, nfull ? tf_kl / nfull : 0.0);
 	}
+	const struct tf_ref tf = {lf.g.toks, full_logits, compare ? nfull : 0, V, lf.st};
 	for (uint32_t i = 0; i < n_also; i++)
-		if ((r = also_window(&cp, also[i], also_cap[i], first_tok, prompt[L - 1], probs,
-				     &why)) < 0)
+		if ((r = also_window(&cp, &also[i], first_tok, prompt[L - 1], probs, &tf, &why)) <
+		    0)
 			goto out;
 	if (lc.cache) {
 		const struct skv_cache_info *in = skv_cache_info(lc.cache);

@@ -12,6 +12,13 @@
  * position order, so the result is the unique SPEC.md set. The
  * kept positions are emitted ascending through block-wide prefix sums, and
  * the retained mass (sum of the kept positions' votes / W_obs) comes along.
+ * With a span s (skv.h), the walk of the ranking is done as one top-k
+ * over a composite key, which picks the same set: a candidate x is first
+ * visited from its best centre b (the highest-ranked candidate within s of
+ * x), at offset order o (0, -1, +1, -2, +2, ..), so the kept set is the
+ * fill candidates with the greatest (key of b, then smallest b * (2s + 1)
+ * + o). span_keys holds the key of b; a second radix cut orders the ties
+ * at the first cut by b * (2s + 1) + o (unique).
  * Policies without scoring (streamingllm, window) force only sinks and
  * protected ranges and rank the other positions by recency, as the host does;
  * their votes (when query rows were given) only feed the retained mass.
@@ -20,6 +27,54 @@
 
 namespace skvcuda
 {
+
+/* span: the greatest key of the candidates within s of x in [0, P) (x's own
+ * included), and the smallest position holding it when bpos is given */
+__device__ __forceinline__ uint32_t span_best(const uint32_t *keys, uint32_t P, uint32_t s,
+					      uint32_t x, uint32_t *bpos)
+{
+	const uint32_t a = x > s ? x - s : 0, z = x + s < P ? x + s : P - 1;
+	uint32_t best = 0, at = x;
+	for (uint32_t c = a; c <= z; c++)
+		if (keys[c] > best) {
+			best = keys[c];
+			at = c;
+		}
+	if (bpos)
+		*bpos = at;
+	return best;
+}
+
+/*
+ * span: replaces keys by the composite order of the walk (see the top):
+ * returns the cut of fill over fin (= span_keys), where the candidates above
+ * the first cut hold 0xffffffff and its ties 0xfffffffe - (b (2s + 1) + o).
+ */
+__device__ cut span_cut(const sel_consts &c, const uint32_t *keys, uint32_t *fin, uint32_t L,
+			uint32_t fill, uint32_t n_cand, uint32_t *ws)
+{
+	const uint32_t P = c.P, s = c.span, tid = threadIdx.x;
+
+	for (uint32_t x = tid; x < L; x += SEL_THREADS)
+		fin[x] = x < P && keys[x] > MARK ? span_best(keys, P, s, x, nullptr) : 0;
+	__syncthreads();
+	const cut c1 = radix_cut(fin, L, fill, n_cand);
+	uint32_t n2 = 0;
+	for (uint32_t x = tid; x < L; x += SEL_THREADS) {
+		const uint32_t f = fin[x];
+		uint32_t v = 0;
+		if (f > MARK && (f > c1.thr || at_cut(f, c1))) {
+			uint32_t b;
+			span_best(keys, P, s, x, &b);
+			const uint32_t o = x == b ? 0 : x < b ? 2 * (b - x) - 1 : 2 * (x - b);
+			v = f > c1.thr ? 0xffffffffu : 0xfffffffeu - (b * (2 * s + 1) + o);
+		}
+		fin[x] = v;
+		n2 += v ? 1 : 0;
+	}
+	n2 = block_sum(n2, ws);
+	return radix_cut(fin, L, fill, n2);
+}
 
 /*
  * grid:  x = stored head, y = layer in launch
@@ -70,7 +125,12 @@ __global__ void __launch_bounds__(SEL_THREADS)
 	n_cand = block_sum(n_cand, ws);
 	const uint32_t fill = c.kept > n_forced ? min(c.kept - n_forced, n_cand) : 0;
 
-	const cut ct = radix_cut(keys, L, fill, n_cand);
+	const bool span = c.span && c.rank_votes && fill < n_cand;
+	if (span)
+		keys = p.span_keys + ((size_t)layer * c.h_store + h) * L;
+	const cut ct = span ? span_cut(c, p.keys + ((size_t)layer * c.h_store + h) * L, keys, L,
+				       fill, n_cand, ws)
+			    : radix_cut(keys, L, fill, n_cand);
 
 	/* emit ascending: forced, above the threshold, or among the first `need` ties */
 	uint32_t ties_before = 0, kept_before = 0;

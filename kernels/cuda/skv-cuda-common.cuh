@@ -134,6 +134,7 @@ struct sel_consts {
 	uint32_t prot_end[SKV_MAX_PROTECTED];
 	float scale_log2;  /* log2(e) / sqrt(D): logits in base 2 for exp2f     */
 	float bypass_mass; /* retained mass reported when nothing is scored (L < C) */
+	uint32_t span;	   /* span-aware selection (skv.h): neighbours per side; 0 = top-k */
 };
 
 /* What a budget-mode compaction hands back (device copy, then the caller's result). */
@@ -189,6 +190,7 @@ struct launch_params {
 	uint32_t *sync;		/* [n_launches] tickets, then per item sync_words()   */
 	uint64_t wait_limit_ns; /* fused: a block gives up waiting after this      */
 	uint32_t *keys;		/* [N][H_store][L] ordered selection keys            */
+	uint32_t *span_keys;	/* span: [N][H_store][L] best centre keys, then ranks  */
 	dev_status *status;
 	budget_consts b; /* budget modes (b.kept: per-head rows for the gather) */
 	dlayer layers[LPL];

@@ -400,6 +400,7 @@ static void call_constants(const struct skv_cuda_ctx *c, const struct skv_shape 
 	k.group = p->gqa == SKV_GQA_GROUP;
 	k.pooling = p->pooling;
 	k.kernel = p->policy == SKV_POLICY_H2O ? 1 : p->kernel;
+	k.span = ck.select && !cp.budget ? p->span : 0;
 	k.bypass = pl.bypass;
 	k.n_protected = p->n_protected;
 	for (uint32_t i = 0; i < p->n_protected; i++) {
@@ -492,7 +493,7 @@ static int plan_scratch(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 		sz[SCR_SYNC] = (base->n_launches + items * sync_words(base->chunks)) * 4;
 	}
 	if (ok && !pl.bypass)
-		ok = bytes_of(&sz[SCR_KEYS], 4, n_layers, pl.h_store, L);
+		ok = bytes_of(&sz[SCR_KEYS], base->c.span ? 8 : 4, n_layers, pl.h_store, L);
 	if (ok && ck.want_res) {
 		/* budget_res, then kept (4), fsum (8, aligned), mass (4) and aux (4) per head */
 		sz[SCR_BUDGET] = sizeof(budget_res) + nh * (4 + 4 + 4 + 8) + 64;
@@ -524,6 +525,7 @@ static void scratch_assign(const scratch_plan &sp, const call_kind &ck, uint64_t
 	base->row_stats = fused ? (float2 *)(s + sp.off[SCR_STATS]) : nullptr;
 	base->sync = fused ? (uint32_t *)(s + sp.off[SCR_SYNC]) : nullptr;
 	base->keys = sp.size[SCR_KEYS] ? (uint32_t *)(s + sp.off[SCR_KEYS]) : nullptr;
+	base->span_keys = base->keys && base->c.span ? base->keys + nh * base->c.L : nullptr;
 	if (ck.want_res) {
 		budget_consts &b = base->b;
 		b.res = (budget_res *)(s + sp.off[SCR_BUDGET]);
@@ -825,7 +827,12 @@ static int compact_entry(struct skv_cuda_ctx *c, const struct skv_shape *sh,
 	cp.budget = mode != SKV_BUDGET_UNIFORM || p->fallback_below > 0.0f;
 	cp.c_force = mode == SKV_BUDGET_MASS ? c_force : 0;
 	cp.force_fallback = force_fallback;
-	if (force_fallback && !(p->fallback_below > 0.0f))
+	if (p->span && cp.budget)
+		r = skv_cuda_fail(err, -ENOTSUP, -1, -1,
+				  "span %u on the CUDA backend: budget mode uniform without a "
+				  "fallback only (the host backend also takes layers)",
+				  p->span);
+	if (r == 0 && force_fallback && !(p->fallback_below > 0.0f))
 		r = skv_cuda_fail(err, -EINVAL, -1, -1,
 				  "a group's fallback needs fallback_below > 0 (room for L)");
 	if (r == 0)

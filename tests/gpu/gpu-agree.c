@@ -4,7 +4,7 @@
  * random tensors agree: kept sets equal in f32, >= 99% overlap in f16/bf16;
  * every gathered K/V row is the input row of the position the GPU reports;
  * retained masses match; NaN logits give -EDOM naming the same layer/head.
- * Covers every policy, both GQA modes, avg/max pooling, protected ranges,
+ * Covers every policy, both GQA modes, avg/max pooling, spans, protected ranges,
  * HND/NHD/paged inputs, strided outputs with headroom, dtype conversion in
  * the gather, more layers than one launch takes (> 96), and the bypass.
  */
@@ -26,6 +26,7 @@ struct cfg {
 	enum layout lay;
 	int protect;
 	int nan;
+	uint32_t span; /* span-aware selection (kernels/skv.h); 0 = top-k */
 };
 
 #define F32  SKV_DTYPE_F32
@@ -45,34 +46,40 @@ struct cfg {
 static const struct cfg cfgs[] = {
 	/* name, dtype in/out, policy, gqa, pooling, L, D, H_q, H_kv, W, C, k, S, n_q, layers,
 	 * layout, protected ranges, NaN injected */
-	{"snapkv-f32-expand", F32,F32,SNAP,EXP,AVG, 1000,64,8,2,32,256,5,0,32,3, HND,0,0},
-	{"snapkv-f32-grp-max7", F32,F32,SNAP,GRP,MAX, 3000,128,8,2,32,512,7,0,32,2, NHD,1,0},
-	{"snapkv-f32-mha-d80", F32,F32,SNAP,EXP,AVG, 777,80,4,4,16,100,3,0,16,2, HND,0,0},
-	{"snapkv-f32-paged", F32,F32,SNAP,EXP,AVG, 2050,128,8,4,32,300,5,0,32,2, PAGED,1,0},
-	{"snapkv-f32-14-layers", F32,F32,SNAP,GRP,AVG, 600,64,4,2,8,64,5,0,8,14, HND,0,0},
-	{"snapkv-f32-100-layers", F32,F32,SNAP,GRP,AVG, 100,16,2,1,4,20,3,0,4,100, NHD,0,0},
-	{"snapkv-f32-W64-G8", F32,F32,SNAP,EXP,AVG, 1500,64,16,2,64,400,5,0,64,1, HND,0,0},
-	{"h2o-f32", F32,F32,H2O,EXP,AVG, 700,64,4,2,16,128,5,0,700,2, HND,0,0},
-	{"streamingllm-f32", F32,F32,STRM,EXP,AVG, 1000,64,4,2,32,200,5,4,0,2, HND,1,0},
-	{"streaming-f32-rows", F32,F32,STRM,GRP,AVG, 1000,64,4,2,32,200,5,4,16,2, NHD,0,0},
-	{"window-f32", F32,F32,WNDW,EXP,AVG, 900,64,4,1,32,300,5,0,0,2, HND,0,0},
-	{"bypass-f32", F32,F32,SNAP,EXP,AVG, 500,64,4,2,32,2048,5,0,32,2, HND,0,0},
-	{"nan-f32", F32,F32,SNAP,EXP,AVG, 512,64,4,2,32,128,5,0,32,2, HND,0,1},
-	{"snapkv-bf16-llama", BF16,BF16,SNAP,EXP,AVG, 8192,128,32,8,32,2048,5,0,32,2, HND,0,0},
-	{"snapkv-bf16-group", BF16,BF16,SNAP,GRP,AVG, 4096,128,32,8,32,1024,5,0,32,2, NHD,1,0},
-	{"snapkv-f16-d64-paged", F16,F16,SNAP,EXP,MAX, 3000,64,8,2,32,700,7,0,32,2, PAGED,0,0},
-	{"snapkv-bf16-d256", BF16,BF16,SNAP,EXP,AVG, 2000,256,8,1,32,512,5,0,32,1, HND,0,0},
-	{"snapkv-bf16-d96", BF16,BF16,SNAP,EXP,AVG, 2000,96,8,2,32,512,5,0,32,1, HND,0,0},
-	{"snapkv-bf16-to-f32", BF16,F32,SNAP,EXP,AVG, 2000,128,8,2,32,512,5,0,32,1, HND,0,0},
-	{"h2o-bf16", BF16,BF16,H2O,GRP,AVG, 1024,128,8,2,32,256,5,0,1024,1, HND,0,0},
+	{"snapkv-f32-expand", F32,F32,SNAP,EXP,AVG, 1000,64,8,2,32,256,5,0,32,3, HND,0,0,0},
+	{"snapkv-f32-grp-max7", F32,F32,SNAP,GRP,MAX, 3000,128,8,2,32,512,7,0,32,2, NHD,1,0,0},
+	{"snapkv-f32-mha-d80", F32,F32,SNAP,EXP,AVG, 777,80,4,4,16,100,3,0,16,2, HND,0,0,0},
+	{"snapkv-f32-paged", F32,F32,SNAP,EXP,AVG, 2050,128,8,4,32,300,5,0,32,2, PAGED,1,0,0},
+	{"snapkv-f32-14-layers", F32,F32,SNAP,GRP,AVG, 600,64,4,2,8,64,5,0,8,14, HND,0,0,0},
+	{"snapkv-f32-100-layers", F32,F32,SNAP,GRP,AVG, 100,16,2,1,4,20,3,0,4,100, NHD,0,0,0},
+	{"snapkv-f32-W64-G8", F32,F32,SNAP,EXP,AVG, 1500,64,16,2,64,400,5,0,64,1, HND,0,0,0},
+	{"h2o-f32", F32,F32,H2O,EXP,AVG, 700,64,4,2,16,128,5,0,700,2, HND,0,0,0},
+	{"streamingllm-f32", F32,F32,STRM,EXP,AVG, 1000,64,4,2,32,200,5,4,0,2, HND,1,0,0},
+	{"streaming-f32-rows", F32,F32,STRM,GRP,AVG, 1000,64,4,2,32,200,5,4,16,2, NHD,0,0,0},
+	{"window-f32", F32,F32,WNDW,EXP,AVG, 900,64,4,1,32,300,5,0,0,2, HND,0,0,0},
+	{"bypass-f32", F32,F32,SNAP,EXP,AVG, 500,64,4,2,32,2048,5,0,32,2, HND,0,0,0},
+	{"nan-f32", F32,F32,SNAP,EXP,AVG, 512,64,4,2,32,128,5,0,32,2, HND,0,1,0},
+	{"snapkv-bf16-llama", BF16,BF16,SNAP,EXP,AVG, 8192,128,32,8,32,2048,5,0,32,2, HND,0,0,0},
+	{"snapkv-bf16-group", BF16,BF16,SNAP,GRP,AVG, 4096,128,32,8,32,1024,5,0,32,2, NHD,1,0,0},
+	{"snapkv-f16-d64-paged", F16,F16,SNAP,EXP,MAX, 3000,64,8,2,32,700,7,0,32,2, PAGED,0,0,0},
+	{"snapkv-bf16-d256", BF16,BF16,SNAP,EXP,AVG, 2000,256,8,1,32,512,5,0,32,1, HND,0,0,0},
+	{"snapkv-bf16-d96", BF16,BF16,SNAP,EXP,AVG, 2000,96,8,2,32,512,5,0,32,1, HND,0,0,0},
+	{"snapkv-bf16-to-f32", BF16,F32,SNAP,EXP,AVG, 2000,128,8,2,32,512,5,0,32,1, HND,0,0,0},
+	{"h2o-bf16", BF16,BF16,H2O,GRP,AVG, 1024,128,8,2,32,256,5,0,1024,1, HND,0,0,0},
 	/* a partial window (SPEC.md): n_q < W rows vote, W' = n_q */
-	{"partial-f32-grp", F32,F32,SNAP,GRP,AVG, 900,64,8,2,32,200,5,0,12,2, HND,1,0},
-	{"partial-bf16-1k", BF16,BF16,SNAP,EXP,MAX, 1000,128,8,2,32,256,7,0,9,1, NHD,0,0},
+	{"partial-f32-grp", F32,F32,SNAP,GRP,AVG, 900,64,8,2,32,200,5,0,12,2, HND,1,0,0},
+	{"partial-bf16-1k", BF16,BF16,SNAP,EXP,MAX, 1000,128,8,2,32,256,7,0,9,1, NHD,0,0,0},
 	/* one row tile, L <= 1024: the fused kernel runs on the emulator's 4 resident blocks */
-	{"snapkv-bf16-grp-1k", BF16,BF16,SNAP,GRP,AVG, 1000,128,8,2,32,256,5,0,32,2, NHD,1,0},
-	{"snapkv-f16-d64-1k", F16,F16,SNAP,EXP,MAX, 1024,64,8,2,32,300,7,0,32,1, PAGED,0,0},
+	{"snapkv-bf16-grp-1k", BF16,BF16,SNAP,GRP,AVG, 1000,128,8,2,32,256,5,0,32,2, NHD,1,0,0},
+	{"snapkv-f16-d64-1k", F16,F16,SNAP,EXP,MAX, 1024,64,8,2,32,300,7,0,32,1, PAGED,0,0,0},
+	/* span-aware selection (skv.h): the walk's set from the composite top-k */
+	{"span-f32-expand", F32,F32,SNAP,EXP,AVG, 1000,64,8,2,32,256,1,0,32,2, HND,0,0,3},
+	{"span-f32-grp-max-prot", F32,F32,SNAP,GRP,MAX, 900,64,8,2,16,120,5,0,16,2, NHD,1,0,2},
+	{"span-bf16-h2o", BF16,BF16,H2O,EXP,AVG, 700,64,4,2,16,128,1,0,700,1, HND,0,0,1},
+	{"span-f32-wide", F32,F32,SNAP,EXP,AVG, 3000,64,4,1,16,200,1,0,16,1, HND,0,0,64},
+	{"span-partial-bf16", BF16,BF16,SNAP,GRP,AVG, 1000,128,8,2,32,64,3,0,9,1, HND,1,0,3},
 	/* 157 sub-chunks per item: more than an H200 keeps resident, fused falls back */
-	{"snapkv-bf16-40k-d64", BF16,BF16,SNAP,EXP,AVG, 40000,64,8,2,32,2048,5,0,32,1, HND,0,0},
+	{"snapkv-bf16-40k-d64", BF16,BF16,SNAP,EXP,AVG, 40000,64,8,2,32,2048,5,0,32,1, HND,0,0,0},
 };
 /* clang-format on */
 
@@ -156,6 +163,7 @@ static void cfg_params(const struct cfg *c, struct skv_params *p)
 	p->pooling = c->pool;
 	p->gqa = c->gqa;
 	p->sinks = c->S;
+	p->span = c->span;
 	if (c->protect) {
 		p->n_protected = 2;
 		p->protected_ranges[0] = (struct skv_range){c->L / 4, c->L / 4 + 8};

@@ -3,7 +3,8 @@
  * test-libsnapkv-v1.c - libsnapkv against a program built before the budget
  * modes grew struct skv_params: its skv_compact_desc (replicated here field
  * by field as snapkv.h had it) is read and written at the old offsets, and
- * skv_client_params_init() writes no byte past the old params.
+ * skv_client_params_init() writes no byte past the old params; likewise a
+ * SNAPKV_1.8 description (before span grew params past min_window).
  */
 #include <CUnit/Basic.h>
 #include <stddef.h>
@@ -39,6 +40,42 @@ struct v1_desc {
 	uint32_t wait_value;
 	uint32_t wait_timeout_ms;
 	uint8_t wait_ipc_event[64];
+};
+
+/* SNAPKV_1.8's description: params up to min_window (SKV_PARAMS_SIZE_V3),
+ * then the same tail, 8 bytes earlier than today's (span grew params). */
+struct v8_desc {
+	uint32_t desc_size;
+	struct skv_shape shape;
+	uint32_t layers;
+	uint8_t params[SKV_PARAMS_SIZE_V3];
+	const struct skv_layer_ref *layer;
+	enum skv_layout out_layout;
+	uint32_t decode_reserve;
+	const int32_t *block_table;
+	uint32_t n_blocks;
+	int evictable;
+	enum skv_arena_kind out_arena;
+	enum skv_prefill_wait prefill_wait;
+	const struct skv_buffer *wait_buffer;
+	uint64_t wait_offset;
+	uint32_t wait_value;
+	uint32_t wait_timeout_ms;
+	uint8_t wait_ipc_event[64];
+	uint32_t out_block_size;
+	enum skv_out_dest out_dest;
+	const struct skv_layer_out_ref *out_layer;
+	const int32_t *out_block_table;
+	uint32_t out_n_blocks;
+	const char *group_key;
+	uint32_t group_size;
+	uint32_t group_timeout_ms;
+	const float *kv_scales;
+};
+
+struct guarded8 {
+	struct v8_desc d;
+	uint8_t after[2048];
 };
 
 struct guarded {
@@ -105,6 +142,36 @@ static void test_wait_helpers(void)
 			-EINVAL);
 }
 
+static void test_v8_helpers(void)
+{
+	struct guarded8 g;
+	uint8_t handle[64];
+
+	CU_ASSERT(offsetof(struct skv_compact_desc, layer) == offsetof(struct v8_desc, layer) + 8);
+	memset(&g, 0, sizeof(g));
+	memset(g.after, 0x5a, sizeof(g.after));
+	memset(handle, 7, sizeof(handle));
+	g.d.desc_size = sizeof(g.d);
+	skv_client_params_init((struct skv_params *)g.d.params);
+	g.d.decode_reserve = 77;
+	g.d.kv_scales = (const float *)handle;
+	CU_ASSERT_EQUAL(skv_compact_desc_wait_event((struct skv_compact_desc *)&g.d, handle, 5), 0);
+	CU_ASSERT_EQUAL(g.d.prefill_wait, SKV_WAIT_CUDA_IPC_EVENT);
+	CU_ASSERT_EQUAL(g.d.wait_timeout_ms, 5);
+	CU_ASSERT(memcmp(g.d.wait_ipc_event, handle, 64) == 0);
+	CU_ASSERT_EQUAL(skv_compact_desc_group((struct skv_compact_desc *)&g.d, "tenant", 2, 9), 0);
+	CU_ASSERT(g.d.group_key && strcmp(g.d.group_key, "tenant") == 0);
+	CU_ASSERT_EQUAL(g.d.group_size, 2);
+	CU_ASSERT_EQUAL(g.d.group_timeout_ms, 9);
+	CU_ASSERT_EQUAL(g.d.decode_reserve, 77);
+	CU_ASSERT(g.d.kv_scales == (const float *)handle);
+	for (size_t i = 0; i < sizeof(g.after); i++)
+		if (g.after[i] != 0x5a) {
+			CU_FAIL("a helper wrote past the SNAPKV_1.8 description");
+			break;
+		}
+}
+
 int main(void)
 {
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -113,6 +180,7 @@ int main(void)
 	CU_add_test(s, "the old layout as replicated here", test_layout);
 	CU_add_test(s, "params_init writes the old params only", test_params_init);
 	CU_add_test(s, "wait helpers on an old description", test_wait_helpers);
+	CU_add_test(s, "wait and group helpers on a SNAPKV_1.8 description", test_v8_helpers);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned f = CU_get_number_of_failures();

@@ -26,6 +26,9 @@ SKV_EMU_SCHED_SEED=${SKV_EMU_SCHED_SEED:-1} "$dir/gpu-agree-emu" --paths twopass
 # two-pass only for the rest
 "$dir/gpu-agree-emu" --paths twopass snapkv-f32-W64-G8 streamingllm-f32 window-f32 bypass-f32 \
 	snapkv-f16-d64-paged snapkv-bf16-d96 snapkv-bf16-to-f32 partial-f32-grp || exit 1
+# span-aware selection (kernels/skv.h): the composite top-k picks the walk's set
+"$dir/gpu-agree-emu" --paths twopass span-f32-expand span-f32-grp-max-prot span-bf16-h2o \
+	span-partial-bf16 || exit 1
 # a fused grid smaller than an item's sub-chunks can never finish an item:
 # its blocks give up after their bound (10 s of the emulator's virtual time)
 # and the request fails with -EIO instead of hanging; with the bound out of

@@ -65,6 +65,12 @@ static void test_read(void)
 	p.explicit_fields = SKV_PARAMS_EXPLICIT(7);
 	CU_ASSERT_EQUAL(snapkvd_params_read(&p, &out, err, sizeof(err)), 0);
 	CU_ASSERT_EQUAL(out.sinks, 0);
+	/* span (field 300): absent is 0 (top-k), sent is taken for skv_plan() to judge */
+	CU_ASSERT_EQUAL(out.span, 0);
+	p.span = 3;
+	CU_ASSERT_EQUAL(snapkvd_params_read(&p, &out, err, sizeof(err)), 0);
+	CU_ASSERT_EQUAL(out.span, 3);
+	p.span = 0;
 	/* protected ranges: present, and at most SKV_MAX_PROTECTED */
 	r0.begin = 2;
 	r0.end = 5;
