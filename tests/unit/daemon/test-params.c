@@ -158,10 +158,21 @@ static void test_group(void)
 	j.params.budget_mode = SKV_BUDGET_MASS_HEADS;
 	CU_ASSERT_EQUAL(snapkvd_params_read_group(&env, &req, &j, err, sizeof(err)), -EINVAL);
 	CU_ASSERT(strstr(err, "cannot be decided in a group") != NULL);
+	/* on the CUDA backend a mass group's fallback above tau is refused,
+	 * at or below tau taken */
 	j.params.budget_mode = SKV_BUDGET_MASS;
+	j.params.tau = 0.9f;
+	j.params.fallback_below = 0.95f;
 	fake_gpu = true;
 	CU_ASSERT_EQUAL(snapkvd_params_read_group(&env, &req, &j, err, sizeof(err)), -EOPNOTSUPP);
+	CU_ASSERT(strstr(err, "fallback_below") != NULL);
+	CU_ASSERT_EQUAL(j.gm.size, 0);
+	j.params.fallback_below = 0.9f;
+	CU_ASSERT_EQUAL(snapkvd_params_read_group(&env, &req, &j, err, sizeof(err)), 0);
+	snapkvd_group_member_clear(&j.gm);
+	memset(&j.gm, 0, sizeof(j.gm));
 	fake_gpu = false;
+	j.params.fallback_below = 0;
 	CU_ASSERT_EQUAL(j.gm.size, 0); /* nothing taken on a refusal */
 	CU_ASSERT_EQUAL(snapkvd_params_read_group(&env, &req, &j, err, sizeof(err)), 0);
 	CU_ASSERT_STRING_EQUAL(j.gm.key, "tp");
