@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: MIT
+"""check-vllm's plugin-on checks (integrations/vllm/check_vllm.py --mode on),
+run in the process of an in-process engine core: the scheduler-side
+connector (scheduler.connector), the worker-side one (patches), STATS."""
+import json
+import os
+import subprocess
+
+from . import connector as C
+from . import patches
+
+
+class Hooks:
+    def __init__(self, eng, sched, prompts, check):
+        self.eng, self.sched, self.prompts, self.check = eng, sched, prompts, check
+        self.aborted = None
+        self.abort_name = os.environ.get("SNAPKV_CHECK_ABORT", "r3")
+        self.ledger_max = 0  # most caches the daemon's ledger listed at once
+
+    def ledger(self):
+        ctl = os.environ.get("SNAPKVCTL")
+        if not ctl:
+            return None
+        out = subprocess.run([ctl, "--socket", self.sched.connector.socket, "ledger", "--json"],
+                             capture_output=True, text=True)
+        try:
+            return json.loads(out.stdout)
+        except ValueError:
+            return None
+
+    def after_step(self, eng, step):
+        w = patches._installed.get("connector")
+        if w is not None and w.caches:
+            led = self.ledger()
+            if led is not None:
+                self.ledger_max = max(self.ledger_max, len(led.get("caches", [])))
+        self.maybe_abort(eng, step)
+
+    def maybe_abort(self, eng, step):
+        """Abort one request (r3) in the step after its compaction was
+        submitted: the scheduler still counts it in flight, so vLLM must
+        keep its blocks until the worker has cancelled it."""
+        if self.aborted is not None:
+            return
+        st = self.sched.connector.state.get(self.abort_name)
+        if st and st["phase"] == "compacting":
+            eng.abort_request([self.abort_name])
+            self.aborted = self.abort_name
+            print(f"  (aborted {self.aborted} while its compaction was in flight, step {step})",
+                  flush=True)
+
+    def finish(self, res, compare):
+        fails = 0
+
+        def check(ok, what):
+            nonlocal fails
+            self.check(ok, what)
+            fails += 0 if ok else 1
+
+        sc = self.sched.connector
+        w = patches._installed.get("connector")
+        bs = sc.block_size
+        print("  per request: prompt L, blocks before, kept slots, blocks after (kept + "
+              "output of the daemon), status")
+        completed = 0
+        for name, ids, _, _ in self.prompts:
+            r = C.STATS["requests"].get(name)
+            if r is None:
+                print(f"    {name}: not compacted")
+                continue
+            kept = r.get("kept")
+            after = -(-kept // bs) if kept is not None else None
+            print(f"    {name}: L {r.get('L')}, W {r.get('n_q')}, blocks {r.get('blocks_before')} -> "
+                  f"{after} ({r.get('status')}{', cancel ' + r['cancel'] if 'cancel' in r else ''}"
+                  f"{', ' + format(r['ms'], '.0f') + ' ms' if 'ms' in r else ''}"
+                  f"{', slots match' if r.get('slots_match') else ''}"
+                  f"{', held at finish' if r.get('held_at_finish') else ''})")
+            if r.get("status") == "completed":
+                completed += 1
+                check(r.get("slots_match") is True,
+                      f"{name}: the daemon wrote the kept slots into vLLM's blocks "
+                      f"{'(equal to the pool rows at the kept positions)' if r.get('slots_match') else 'WRONG'}")
+            check(r.get("dest_freed") == r.get("dest"),
+                  f"{name}: its {r.get('dest')} output blocks back in the pool ({r.get('dest_freed')})")
+        check(completed >= 5, f"{completed} compactions completed through snapkvd (at least 5)")
+        for e in C.STATS["events"]:
+            print(f"    event: {e}")
+        if self.aborted:
+            r = C.STATS["requests"].get(self.aborted, {})
+            check(r.get("held_at_finish") is True and r.get("blocks_released_after_settle") is True,
+                  f"{self.aborted} aborted while compacting: blocks held by request_finished, "
+                  f"released after get_finished (cancel: {r.get('cancel', r.get('status'))})")
+        else:
+            check(False, f"{self.abort_name} was never aborted while compacting")
+        check(not sc.state or all(s["phase"] != "compacting" for s in sc.state.values()),
+              "no compaction left in flight (scheduler)")
+        check(w is not None and not w.inflight and not w.caches,
+              "worker: nothing in flight, every compact cache released")
+        check(bool(getattr(w, "pool_buffers", None)),
+              "vLLM's KV cache is a registered memfd (get_mem_pool_context)")
+        if compare:
+            with open(compare) as f:
+                off = json.load(f)["results"]
+            same = [n for n, *_ in self.prompts if n in res and res[n]["tokens"] == off[n]["tokens"]]
+            cmp_ = [n for n, *_ in self.prompts if n in res]
+            check(len(same) == len(cmp_),
+                  f"greedy tokens equal to the plugin-off run for {len(same)}/{len(cmp_)} requests "
+                  "(decoding stays on the full cache: the switch is not done)")
+        if os.environ.get("SNAPKVCTL"):
+            check(self.ledger_max >= 1,
+                  f"the daemon's ledger listed compacted requests while they ran "
+                  f"(up to {self.ledger_max} at once)")
+            led = self.ledger()
+            caches = led.get("caches") if isinstance(led, dict) else None
+            check(caches == [], f"daemon ledger empty at the end ({caches})")
+        return fails
