@@ -39,6 +39,8 @@ def fix_tokenizer(out, eos_id):
     c["eos_token"] = "<|im_end|>"
     c["eos_token_id"] = eos_id
     c["clean_up_tokenization_spaces"] = False
+    c["add_bos_token"] = False  # (transformers >= 5.1x rebuilds the post-processor from these)
+    c["add_eos_token"] = False
     # CodeLlama's infill tokens, which this vocabulary does not have (vLLM
     # would add them as new tokens)
     for k in ("legacy", "add_prefix_space", "eot_token", "fill_token", "middle_token",
@@ -67,6 +69,28 @@ def fix_config(out, eos_id):
             json.dump(c, f, indent=1)
 
 
+def save_model(model, out):
+    """The dequantized weights and the config. transformers >= 5.1x refuses
+    save_pretrained of a model loaded from a GGUF ("quantized with
+    QuantizationMethod.GGUF and is not serializable"), although the loaded
+    tensors are plain f32: written here with safetensors, the tied
+    lm_head left out (tie_word_embeddings), no quantization_config."""
+    from safetensors.torch import save_file
+
+    os.makedirs(out, exist_ok=True)
+    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        sd.pop("lm_head.weight", None)
+    save_file(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    c = model.config.to_dict()
+    c.pop("quantization_config", None)
+    c["architectures"] = [type(model).__name__]
+    with open(os.path.join(out, "config.json"), "w") as fh:
+        json.dump(c, fh, indent=1)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(out)
+
+
 def main(argv):
     if len(argv) != 3:
         print("usage: hf_model.py GGUF OUTDIR", file=sys.stderr)
@@ -80,7 +104,7 @@ def main(argv):
     shutil.rmtree(part, ignore_errors=True)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
-    model.save_pretrained(part)
+    save_model(model, part)
     tok.save_pretrained(part)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     fix_tokenizer(part, eos)
@@ -89,11 +113,13 @@ def main(argv):
     from transformers import PreTrainedTokenizerFast
     t2 = PreTrainedTokenizerFast.from_pretrained(part)
     text = "<|im_start|>user\nThe code for the blue door is 48213. Ünïcode, tabs\tand  spaces."
-    a, b = tok(text)["input_ids"], t2(text)["input_ids"]
-    if a[:1] == [tok.bos_token_id]:
-        a = a[1:]  # the GGUF tokenizer's BOS, which the saved one does not add
+    a = tok(text, add_special_tokens=False)["input_ids"]
+    b = t2(text, add_special_tokens=False)["input_ids"]
     if a != b:
         print(f"hf_model: the saved tokenizer encodes differently: {a} vs {b}", file=sys.stderr)
+        return 1
+    if t2(text)["input_ids"] != b:  # the text's own <|im_start|>, no BOS added
+        print("hf_model: the saved tokenizer adds special tokens", file=sys.stderr)
         return 1
     back = t2.decode(b, skip_special_tokens=False)
     if back != text:
