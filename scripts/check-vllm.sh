@@ -37,8 +37,11 @@ cleanup() {
 trap cleanup EXIT
 # the plugin, installed the way a user installs it, into a directory of its
 # own (the cached environment stays as its lock made it)
+# (from a copy: setuptools writes build/ and egg-info beside the sources)
+cp -r integrations/vllm "$dir/src"
+rm -rf "$dir/src/build" "$dir/src"/*.egg-info
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-	--no-build-isolation --target "$dir/plugin" integrations/vllm >"$dir/pip.log" 2>&1 ||
+	--no-build-isolation --target "$dir/plugin" "$dir/src" >"$dir/pip.log" 2>&1 ||
 	{ echo "FAIL: pip install integrations/vllm"; cat "$dir/pip.log"; exit 1; }
 export PYTHONPATH="$here/$BUILD/python:$dir/plugin"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-1}
