@@ -50,7 +50,7 @@ class Hooks:
         completed = 0
         byname = {}
         for rid, r in C.STATS["requests"].items():
-            byname.setdefault(rid.rsplit("-", 1)[0], []).append((rid, r))
+            byname.setdefault(rid.split("#")[0].rsplit("-", 1)[0], []).append((rid, r))
         for name in [p[0] for p in self.prompts] + ["again"]:
             if name not in byname:
                 print(f"    {name}: not compacted")

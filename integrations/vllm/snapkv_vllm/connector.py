@@ -170,6 +170,19 @@ class SnapKVConnector(KVConnectorBase_V1):
 
     def build_connector_meta(self, so):
         meta = SnapKVMeta()
+        # first the preempted (recompute): vLLM has freed their blocks
+        # already; a compaction in flight is cancelled before this step's
+        # forward writes anything, and the state goes (a request resumed in
+        # this same step starts afresh below)
+        for r in so.preempted_req_ids or ():
+            st = self.state.pop(r, None)
+            if st is None:
+                continue
+            if st["phase"] == "compacting":
+                meta.cancel.append(r)
+                if st.get("dest") is not None:
+                    self._dest_orphans[r] = st["dest"]
+            STATS["events"].append((r, f"preempted ({st['phase']}): state reset", ""))
         sched_reqs = self._requests_of(so)
         for req_id, (start, request) in sched_reqs.items():
             n = so.num_scheduled_tokens.get(req_id, 0)
@@ -208,17 +221,11 @@ class SnapKVConnector(KVConnectorBase_V1):
                 st.update(phase="compacting", dest=dest, submitted=time.time())
                 blocks = list(self._kv_cache_manager.get_block_ids(req_id)[0])
                 meta.submits.append(Submit(req_id, blocks, L, n_q, W, [b.block_id for b in dest]))
+                if req_id in STATS["requests"]:  # compacted before a preemption
+                    n = sum(k.startswith(req_id + "#") for k in STATS["requests"]) + 1
+                    STATS["requests"][f"{req_id}#{n}"] = STATS["requests"].pop(req_id)
                 STATS["requests"][req_id] = dict(L=L, W=W, n_q=n_q, blocks_before=-(-L // self.block_size),
                                                  dest=len(dest), phase="compacting")
-        if so.preempted_req_ids:
-            for r in so.preempted_req_ids:
-                st = self.state.get(r)
-                if st and st["phase"] == "compacting":
-                    meta.cancel.append(r)
-                    STATS["events"].append((r, "preempted while compacting", ""))
-                if st:
-                    st["phase"] = "preempted"
-                    self.state.pop(r, None)
         meta.settle = sorted(self.pending_settle)
         self.pending_settle.clear()
         return meta
