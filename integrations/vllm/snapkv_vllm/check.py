@@ -59,13 +59,15 @@ class Hooks:
             after = -(-kept // bs) if kept is not None else None
             print(f"    {rid}: L {r.get('L')}, W {r.get('n_q')}, blocks {r.get('blocks_before')} -> "
                   f"{after} ({r.get('status')}{', cancel ' + r['cancel'] if 'cancel' in r else ''}"
-                  f"{', ' + format(r['ms'], '.0f') + ' ms' if 'ms' in r else ''}"
+                  f"{', seen settled after ' + format(r['ms'], '.0f') + ' ms' if 'ms' in r else ''}"
+                  f"{', copy ' + format(r['copy_ms'], '.0f') + ' ms' if 'copy_ms' in r else ''}"
+                  f"{', ' + r['error'] if 'error' in r else ''}"
                   f"{', slots match' if r.get('slots_match') else ''}"
                   f"{', held at finish' if r.get('held_at_finish') else ''})")
             if r.get("status") == "completed":
                 completed += 1
                 check(r.get("slots_match") is True,
-                      f"{name}: the daemon wrote the kept slots into vLLM's blocks "
+                      f"{name}: the kept slots in vLLM's blocks "
                       f"{'(equal to the pool rows at the kept positions)' if r.get('slots_match') else 'WRONG'}")
             check(r.get("dest_freed") == r.get("dest"),
                   f"{name}: its {r.get('dest')} output blocks back in the pool ({r.get('dest_freed')})")

@@ -22,13 +22,15 @@ Worker side (the model runner's process):
   - the CPU attention backend's forward (patched: patches.py) copies the
     captured post-RoPE query rows by position into a registered staging
     tensor per request;
-  - wait_for_save (after the forward): client.submit(..., out="writeback")
-    for the requests whose prefill completed; bind_connector_metadata
+  - wait_for_save (after the forward): client.submit() for the requests
+    whose prefill completed (the kept slots come back in the daemon's arena
+    and are copied into the destination blocks: see wait_for_save for why
+    not out="writeback"); bind_connector_metadata
     (before the next forward) polls completions and cancels what the
     scheduler preempted or finished.
 
-What is NOT done (docs/vllm-sglang.md): the switch. The daemon writes the
-kept slots into the destination blocks and the connector checks them, but
+What is NOT done (docs/vllm-sglang.md): the switch. The kept slots land in
+the destination blocks and the connector checks them, but
 the request keeps decoding on its full block list; the destination blocks
 are returned to the pool. Decoding on the kept slots needs the scheduler /
 KV cache manager / model runner changes listed in the guide.
@@ -352,11 +354,24 @@ class SnapKVConnector(KVConnectorBase_V1):
             except OSError as e:
                 self.results[req_id] = dict(status="failed", error=str(e))
                 continue
-            res = dict(status="completed", kept=cache.kept, ms=(time.time() - t0) * 1e3,
-                       n_blocks=cache.n_blocks)
+            res = dict(status="completed", kept=cache.kept, ms=(time.time() - t0) * 1e3)
+            t1 = time.time()
+            self._adopt(cache, sub)
+            res["copy_ms"] = (time.time() - t1) * 1e3
             res["slots_match"] = self._verify(cache, sub)
             self.results[req_id] = res
             self.caches[req_id] = cache
+
+    def _adopt(self, cache, sub):
+        """The kept slots (the arena's dense [h_store, capacity, D] per layer)
+        into the destination blocks of vLLM's pool, slot s at block s // bs."""
+        bs, kept = self.block_size, cache.kept
+        s = torch.arange(kept)
+        blk = torch.tensor(sub.dest)[s // bs]
+        row = s % bs
+        for l, (k, v) in enumerate(self.layers):
+            k[blk, row] = cache.k(l)[:, :kept].transpose(0, 1)
+            v[blk, row] = cache.v(l)[:, :kept].transpose(0, 1)
 
     def _verify(self, cache, sub):
         """The kept slots the daemon wrote into the destination blocks are the
@@ -413,8 +428,15 @@ class SnapKVConnector(KVConnectorBase_V1):
                 req = self.connect().submit(
                     q, [k for k, _ in self.layers], [v for _, v in self.layers],
                     block_table=s.block_ids, prompt_len=s.L, window=s.n_q, budget=self.budget,
-                    gqa="group", out="writeback", out_block_size=self.block_size,
-                    out_block_table=s.dest, min_window=self.min_window)
+                    gqa="group", min_window=self.min_window)
+                # out="writeback" (the daemon writing the kept slots into
+                # s.dest itself) is refused for this pool: in the CPU
+                # layout K and V interleave per token, and snapkvd's
+                # destination-overlap check sees K's block b meet V's block
+                # b ("a destination block of layer 0 meets another
+                # destination block"). Until the daemon accepts interleaved
+                # K/V, the compact cache comes back in the daemon's arena
+                # and the connector copies it into s.dest (_adopt).
             except OSError as e:
                 self.results[s.req_id] = dict(status="failed", error=str(e))
                 continue
