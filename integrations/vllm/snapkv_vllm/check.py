@@ -87,12 +87,20 @@ class Hooks:
             check(False, "r3 was never aborted")
         if ev is not None and ev.preempted:
             n = len(byname.get("r1", []))
-            print(f"    r1 compacted {n} times (preempted at step {ev.preempted[1]}: the "
-                  "recompute captures and compacts again)")
+            print(f"    r1: {n} compaction(s) recorded; preempted at step {ev.preempted[1]} "
+                  "(its state reset; the recompute is compacted again when the pool has room "
+                  "for the output, see the events)")
         check(not sc.state or all(s["phase"] != "compacting" for s in sc.state.values()),
               "no compaction left in flight (scheduler)")
+        # the worker releases a finished request's cache when the next step
+        # tells it (scheduler_output.finished_req_ids); after the last request
+        # there is no next step: vLLM calls the connector's shutdown() at exit
+        left = len(w.caches) if w is not None else None
+        if w is not None:
+            w.shutdown()
         check(w is not None and not w.inflight and not w.caches,
-              "worker: nothing in flight, every compact cache released")
+              f"worker: nothing in flight, every compact cache released ({left} released by "
+              "shutdown(), the finished requests no later step announced)")
         check(bool(getattr(w, "pool_buffers", None)),
               "vLLM's KV cache is a registered memfd (get_mem_pool_context)")
         if compare:

@@ -358,7 +358,10 @@ class SnapKVConnector(KVConnectorBase_V1):
             t1 = time.time()
             self._adopt(cache, sub)
             res["copy_ms"] = (time.time() - t1) * 1e3
-            res["slots_match"] = self._verify(cache, sub)
+            v = self._verify(cache, sub)
+            res["slots_match"] = v is True
+            if v is not True:
+                res["error"] = v
             self.results[req_id] = res
             self.caches[req_id] = cache
 
@@ -387,7 +390,11 @@ class SnapKVConnector(KVConnectorBase_V1):
                 s = torch.arange(kept)
                 dst = k[torch.tensor(sub.dest)[s // bs], s % bs, h]
                 if not torch.equal(src, dst):
-                    return False
+                    bad = (src != dst).any(dim=-1).nonzero().flatten()
+                    pb = p[bad]
+                    return (f"layer {l} head {h}: {len(bad)} of {kept} rows differ, positions "
+                            f"{pb.min().item()}..{pb.max().item()} (L {sub.L}), slots "
+                            f"{bad.min().item()}..{bad.max().item()}")
         return True
 
     def capture(self, layer_name, query, attn_metadata):
