@@ -220,14 +220,24 @@ class SnapKVConnector(KVConnectorBase_V1):
                     STATS["events"].append((req_id, "skipped", "no free blocks for the output"))
                     continue
                 dest = self.pool.get_new_blocks(n_dest)
+                # the source blocks pinned (one more reference each) until the
+                # result is in: vLLM may otherwise copy-on-write the prompt's
+                # last partial block away from the request and hand the
+                # original to another request while the daemon reads it (seen:
+                # the last block's rows differed at the check); pinned, vLLM
+                # copies it for the request's decode and this one stays
+                src = list(self._kv_cache_manager.get_blocks(req_id).blocks[0])
+                self.pool.touch(src)
+                dest = dest + src  # freed together when the result is in
                 st.update(phase="compacting", dest=dest, submitted=time.time())
-                blocks = list(self._kv_cache_manager.get_block_ids(req_id)[0])
-                meta.submits.append(Submit(req_id, blocks, L, n_q, W, [b.block_id for b in dest]))
+                blocks = [b.block_id for b in src]
+                meta.submits.append(Submit(req_id, blocks, L, n_q, W,
+                                           [b.block_id for b in dest[:n_dest]]))
                 if req_id in STATS["requests"]:  # compacted before a preemption
                     n = sum(k.startswith(req_id + "#") for k in STATS["requests"]) + 1
                     STATS["requests"][f"{req_id}#{n}"] = STATS["requests"].pop(req_id)
                 STATS["requests"][req_id] = dict(L=L, W=W, n_q=n_q, blocks_before=-(-L // self.block_size),
-                                                 dest=len(dest), phase="compacting")
+                                                 dest=n_dest, pinned=len(src), phase="compacting")
         meta.settle = sorted(self.pending_settle)
         self.pending_settle.clear()
         return meta
@@ -278,7 +288,7 @@ class SnapKVConnector(KVConnectorBase_V1):
                     # not switched (see the module's docstring): the output
                     # blocks go back to the pool
                     self.pool.free_blocks(dest)
-                    rec["dest_freed"] = len(dest)
+                    rec["dest_freed"] = len(dest) - rec.get("pinned", 0)
         for req_id in out.finished_sending or ():
             self.delayed.discard(req_id)
             st = self.state.pop(req_id, None)
