@@ -16,9 +16,11 @@ Scheduler side (the engine core's process):
 Worker side (the model runner's process):
   - get_mem_pool_context: vLLM's KV cache allocated in a memfd the daemon
     maps (client.empty), so that the daemon reads and writes the pool itself;
-  - register_kv_caches: each layer's [blocks, H_kv, block_size, 2*D] view
-    (the CPU backend's LBHNC layout: K and V interleaved per token) as K and
-    V pools [blocks, block_size, H_kv, D] (strided views, no copy);
+  - register_kv_caches: each layer's [blocks, H_kv, block_size, 2*D] tensor
+    (the CPU backend's LBHNC layout, which its kernel views as
+    [blocks, H_kv, 2*block_size, D]: per block and head, block_size K rows
+    then block_size V rows) as K and V pools [blocks, block_size, H_kv, D]
+    (strided views, no copy);
   - the CPU attention backend's forward (patched: patches.py) copies the
     captured post-RoPE query rows by position into a registered staging
     tensor per request;
@@ -319,8 +321,12 @@ class SnapKVConnector(KVConnectorBase_V1):
         for i, (name, t) in enumerate(layers):
             nb, h, bs, d2 = t.shape
             d = d2 // 2
-            k = t[..., :d].permute(0, 2, 1, 3)  # [blocks, block_size, H_kv, D]
-            v = t[..., d:].permute(0, 2, 1, 3)
+            # CPUAttentionBackendImpl.forward reads it as
+            # view(nb, H, 2 * bs, D).chunk(2, dim=2): per block and head,
+            # block_size K rows, then block_size V rows
+            kv = t.view(nb, h, 2 * bs, d)
+            k = kv[:, :, :bs].permute(0, 2, 1, 3)  # [blocks, block_size, H_kv, D]
+            v = kv[:, :, bs:].permute(0, 2, 1, 3)
             self.layers.append((k, v))
             self.layer_index[name] = i
         self.h_kv, self.head_dim = self.layers[0][0].shape[2], self.layers[0][0].shape[3]
@@ -448,12 +454,13 @@ class SnapKVConnector(KVConnectorBase_V1):
                     gqa="group", min_window=self.min_window)
                 # out="writeback" (the daemon writing the kept slots into
                 # s.dest itself) is refused for this pool: in the CPU
-                # layout K and V interleave per token, and snapkvd's
+                # layout K and V of a block alternate per head, and snapkvd's
                 # destination-overlap check sees K's block b meet V's block
                 # b ("a destination block of layer 0 meets another
-                # destination block"). Until the daemon accepts interleaved
-                # K/V, the compact cache comes back in the daemon's arena
-                # and the connector copies it into s.dest (_adopt).
+                # destination block"): their extents overlap, their elements
+                # do not. Until the daemon accepts that, the compact cache
+                # comes back in the daemon's arena and the connector copies
+                # it into s.dest (_adopt).
             except OSError as e:
                 self.results[s.req_id] = dict(status="failed", error=str(e))
                 continue
