@@ -63,12 +63,13 @@ class Hooks:
                   f"{', copy ' + format(r['copy_ms'], '.0f') + ' ms' if 'copy_ms' in r else ''}"
                   f"{', ' + r['error'] if 'error' in r else ''}"
                   f"{', slots match' if r.get('slots_match') else ''}"
+                  f"{', last partial block: ' + str(r['tail_rows_changed']) + ' kept rows changed after submit (open)' if r.get('tail_rows_changed') else ''}"
                   f"{', held at finish' if r.get('held_at_finish') else ''})")
             if r.get("status") == "completed":
                 completed += 1
                 check(r.get("slots_match") is True,
                       f"{name}: the kept slots in vLLM's blocks "
-                      f"{'(equal to the pool rows at the kept positions)' if r.get('slots_match') else 'WRONG'}")
+                      f"{'(equal to the pool rows at the kept positions of its full blocks)' if r.get('slots_match') else 'WRONG'}")
             check(r.get("dest_freed") == r.get("dest"),
                   f"{name}: its {r.get('dest')} output blocks back in the pool ({r.get('dest_freed')})")
         check(completed >= 5, f"{completed} compactions completed through snapkvd (at least 5)")
