@@ -560,8 +560,7 @@ int snapkvd_paged_grow_blocks(const struct snapkvd_request_env *env, const struc
 			      uint32_t slots, const int32_t *tab, size_t n, int32_t **ret_table,
 			      char *err, size_t errlen)
 {
-	uint64_t want = ((uint64_t)slots + c->block_size - 1) / c->block_size;
-	uint64_t need = c->writeback && want > c->n_blocks ? want - c->n_blocks : 0;
+	uint64_t want, need;
 	struct spans s = {0};
 	int32_t *all;
 	int r;
@@ -571,8 +570,11 @@ int snapkvd_paged_grow_blocks(const struct snapkvd_request_env *env, const struc
 		snprintf(err, errlen, "out_block_table is for GROW of a writeback cache");
 		return -EINVAL;
 	}
-	if (!c->writeback)
+	/* an arena cache has no block size: nothing to place */
+	if (!c->writeback || !c->block_size)
 		return 0;
+	want = ((uint64_t)slots + c->block_size - 1) / c->block_size;
+	need = want > c->n_blocks ? want - c->n_blocks : 0;
 	if (n != need) {
 		snprintf(err, errlen,
 			 "GROW of a writeback cache to %u slots needs %llu new destination blocks "
