@@ -9,7 +9,7 @@ LIBSNAPKVD_OBJS := $(addprefix $(BUILD)/daemon/snapkvd-, server.o loop.o listene
 	session.o control.o ring.o dispatch.o slots.o device.o device-hostreg.o request.o kvpool.o params.o paged.o admission.o job.o group.o compactor.o runner.o runner-host.o \
 	runner-cuda.o buffer.o cache.o arena.o pool.o ledger.o admin.o policy.o \
 	pressure.o hooks.o metrics.o config.o value.o log.o clock.o http.o tally.o \
-	adminq.o bucket.o)
+	adminq.o bucket.o cacheinfo.o)
 OBJS += $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o
 $(LIBSNAPKVD_OBJS) $(BUILD)/daemon/snapkvd.o: | $(SKV_PB_H)
 # --version, --check-config's header and snapkvd_build_info: the top VERSION

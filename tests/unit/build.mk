@@ -11,7 +11,7 @@
 DAEMON_OBJECT_TESTS := cache loop request dispatch ring device buffer session group control \
 	value params tally config pool arena paged ledger http compactor slots job clock \
 	admission log listener pressure hooks metrics policy \
-	runner-host server bucket device-hostreg kvpool
+	runner-host server bucket device-hostreg kvpool cacheinfo
 DAEMON_OBJECT_BINS := $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%)
 OBJS += $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o)
 $(DAEMON_OBJECT_TESTS:%=$(BUILD)/tests/unit/daemon/test-%.o): | $(SKV_PB_H)
