@@ -1281,7 +1281,12 @@ static void gp_paged_out(struct skv_client *c, struct skv_cuda_dev *dev,
 		       skv_client_error(c));
 		if (r == 0) {
 			bad += gp_check(k, skv_cuda_arena_ptr(wmem), e->pl->kept, e);
-			EXPECT(skv_cache_grow(k, 4) == -EOPNOTSUPP, "GROW of a writeback cache");
+			/* GROW of a writeback cache past its blocks needs the
+			 * engine's new blocks (skv_cache_grow_blocks): refused
+			 * without them, the cache unchanged */
+			EXPECT(skv_cache_grow(k, (uint32_t)(ONB * OBS)) == -EINVAL &&
+				   strstr(skv_client_error(c), "new destination blocks"),
+			       "GROW of a writeback cache without blocks: %s", skv_client_error(c));
 			skv_cache_release(k);
 		}
 	}
