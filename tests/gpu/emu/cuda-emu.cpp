@@ -1015,21 +1015,54 @@ static void emu_no_overlap(const char *what, const void *d, size_t dspan, const 
 		abort();
 	}
 }
-cudaError_t CUDARTAPI cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind)
+/*
+ * A copy's kind against where its pointers live: device memory is what
+ * cudaMalloc, a VMM mapping or an opened IPC handle made, anything else is
+ * host memory. On a GPU a kind that does not match is undefined (a fault,
+ * or bytes from the wrong place); here it aborts naming the copy, as an
+ * overlap does. cudaMemcpyDefault (UVA) takes any pair.
+ */
+static void emu_copy_kind(const char *what, const void *d, const void *s, enum cudaMemcpyKind k)
+{
+	static const char *const names[] = {"HostToHost", "HostToDevice", "DeviceToHost",
+					    "DeviceToDevice"};
+
+	if (k == cudaMemcpyDefault)
+		return;
+	if ((unsigned)k > cudaMemcpyDeviceToDevice) {
+		fprintf(stderr, "emu: %s with an unknown kind %d\n", what, (int)k);
+		abort();
+	}
+	bool dd = emu::range_device((uintptr_t)d) >= 0, sd = emu::range_device((uintptr_t)s) >= 0;
+	bool want_dd = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice;
+	bool want_sd = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice;
+	if (dd != want_dd || sd != want_sd) {
+		fprintf(stderr,
+			"emu: %s as cudaMemcpy%s, but dst %p is %s memory and src %p is %s "
+			"memory\n",
+			what, names[k], d, dd ? "device" : "host", s, sd ? "device" : "host");
+		abort();
+	}
+}
+cudaError_t CUDARTAPI cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
 {
 	emu_no_overlap("cudaMemcpy", d, n, s, n);
+	if (n)
+		emu_copy_kind("cudaMemcpy", d, s, k);
 	memcpy(d, s, n);
 	return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind,
+cudaError_t CUDARTAPI cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
 				      cudaStream_t)
 {
 	emu_no_overlap("cudaMemcpyAsync", d, n, s, n);
+	if (n)
+		emu_copy_kind("cudaMemcpyAsync", d, s, k);
 	memcpy(d, s, n);
 	return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch,
-					size_t width, size_t height, enum cudaMemcpyKind,
+					size_t width, size_t height, enum cudaMemcpyKind k,
 					cudaStream_t)
 {
 	if (height > 1 && (dpitch < width || spitch < width))
@@ -1037,9 +1070,11 @@ cudaError_t CUDARTAPI cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, s
 	/* a failing copy on demand: the daemon's error path of a GPU GROW */
 	if (getenv("SKV_EMU_FAIL_COPY2D"))
 		return cudaErrorInvalidValue;
-	if (width && height)
+	if (width && height) {
 		emu_no_overlap("cudaMemcpy2DAsync", d, (height - 1) * dpitch + width, s,
 			       (height - 1) * spitch + width);
+		emu_copy_kind("cudaMemcpy2DAsync", d, s, k);
+	}
 	for (size_t y = 0; y < height; y++)
 		memcpy((char *)d + y * dpitch, (const char *)s + y * spitch, width);
 	return cudaSuccess;
