@@ -59,6 +59,8 @@ void snapkvd_config_defaults(struct snapkvd_config *c)
 	c->max_request_bytes = 256ull << 30;
 	c->max_session_pools = 16;
 	c->max_block_table = 1u << 22; /* 4M entries: a 4M-token page-size-1 prompt */
+	/* 16M ranges: 640 MiB at most while one writeback is checked */
+	c->max_writeback_ranges = 1u << 24;
 	/* admin answers (issue 20): a ledger page in slices of 32 caches, and
 	 * what one poller may ask (a full page is 512 caches) */
 	c->admin_slice_caches = 32;
@@ -243,6 +245,7 @@ static const struct key keys[] = {
     /* registered KV pools and block tables (snapkvd-kvpool.h) */
     UINT(max_session_pools, 1, 4096, RELOAD),
     UINT(max_block_table, 1, 1u << 28, RELOAD),
+    UINT(max_writeback_ranges, 1024, 1u << 30, RELOAD),
     /* admin answers: slices and rate limits (snapkvd-adminq.h) */
     UINT(admin_slice_caches, 1, 4096, RELOAD),
     UINT(admin_session_rate, 0, 1000000, RELOAD),

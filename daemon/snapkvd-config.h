@@ -125,6 +125,8 @@ struct snapkvd_config {
 	 * one block table (inline or in a registered buffer) */
 	unsigned max_session_pools;
 	unsigned max_block_table;
+	/* byte ranges a writeback's overlap check may hold (40 bytes each) */
+	unsigned max_writeback_ranges;
 	/* admin answers off the loop's critical path (snapkvd-adminq.h): caches
 	 * a ledger page builds per loop round, and the admin requests a second
 	 * (burst: at most kept) of one admin session, of one uid, of root and

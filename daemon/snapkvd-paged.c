@@ -33,14 +33,32 @@ struct span {
 	uint32_t layer;
 };
 
+/* limit: max_writeback_ranges, so that no request makes the daemon hold
+ * more than that many (40 bytes each, twice while growing) */
 struct spans {
 	struct span *v;
-	size_t n, cap;
+	size_t n, cap, limit;
 };
 
 static int spans_add(struct spans *s, const struct snapkvd_buffer *b, uint64_t off, uint64_t len,
 		     bool write, uint32_t layer)
 {
+	uint64_t dev = b->imp ? 0 : (uint64_t)b->dev, ino = b->imp ? 0 : (uint64_t)b->ino;
+	uint64_t start = b->imp ? (uint64_t)(uintptr_t)b->map + off : off;
+
+	/* a block right after the previous one of the same kind extends it
+	 * (a contiguous table is one range) */
+	if (s->n) {
+		struct span *p = &s->v[s->n - 1];
+
+		if (p->dev == dev && p->ino == ino && p->write == write && p->layer == layer &&
+		    p->end == start) {
+			p->end = start + len;
+			return 0;
+		}
+	}
+	if (s->n == s->limit)
+		return -E2BIG;
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? s->cap * 2 : 64;
 		struct span *v = realloc(s->v, cap * sizeof(*v));
@@ -51,10 +69,10 @@ static int spans_add(struct spans *s, const struct snapkvd_buffer *b, uint64_t o
 		s->cap = cap;
 	}
 	s->v[s->n++] = (struct span){
-	    .dev = b->imp ? 0 : (uint64_t)b->dev,
-	    .ino = b->imp ? 0 : (uint64_t)b->ino,
-	    .start = b->imp ? (uint64_t)(uintptr_t)b->map + off : off,
-	    .end = (b->imp ? (uint64_t)(uintptr_t)b->map + off : off) + len,
+	    .dev = dev,
+	    .ino = ino,
+	    .start = start,
+	    .end = start + len,
 	    .write = write,
 	    .layer = layer,
 	};
@@ -344,11 +362,23 @@ static int check_in_place(struct snapkvd_job *j, const Snapkv__V1__CompactReques
 	return 0;
 }
 
-/* Every byte the request reads and every byte it would write. */
-static int check_overlap(struct snapkvd_job *j, uint32_t h_store, enum skv_dtype odt,
-			 struct snapkvd_buffer **pools, char *err, size_t errlen)
+static void ranges_refused(const struct snapkvd_config *cfg, uint32_t layers, uint32_t n_table,
+			   char *err, size_t errlen)
 {
-	struct spans s = {0};
+	snprintf(err, errlen,
+		 "writeback: checking that no destination block meets another or an input "
+		 "takes more than %u byte ranges (max_writeback_ranges) for %u layers and "
+		 "%u destination blocks; use larger blocks, a contiguous table, or raise "
+		 "max_writeback_ranges",
+		 cfg->max_writeback_ranges, layers, n_table);
+}
+
+/* Every byte the request reads and every byte it would write. */
+static int check_overlap(const struct snapkvd_config *cfg, struct snapkvd_job *j, uint32_t h_store,
+			 enum skv_dtype odt, struct snapkvd_buffer **pools, char *err,
+			 size_t errlen)
+{
+	struct spans s = {.limit = cfg->max_writeback_ranges};
 	size_t es = skv_dtype_size(odt);
 	uint64_t blk = extent(j->wb_head_stride, j->wb_token_stride, h_store, j->out_block_size,
 			      j->shape.head_dim, es);
@@ -372,6 +402,8 @@ static int check_overlap(struct snapkvd_job *j, uint32_t h_store, enum skv_dtype
 	}
 	if (r == -EINVAL)
 		snprintf(err, errlen, "writeback: an input is outside its buffers");
+	if (r == -E2BIG)
+		ranges_refused(cfg, j->layers, j->n_out_table, err, errlen);
 	if (r == 0)
 		r = check_spans(&s, err, errlen);
 	free(s.v);
@@ -434,7 +466,7 @@ static int paged_writeback(const struct snapkvd_request_env *env, struct snapkvd
 		}
 	}
 	if (!r)
-		r = check_overlap(j, plan->h_store, odt, pools, err, errlen);
+		r = check_overlap(env->cfg, j, plan->h_store, odt, pools, err, errlen);
 	if (!r) {
 		j->wb_table = malloc(((size_t)j->n_out_table + 1) * sizeof(int32_t));
 		j->wb_pools = calloc((size_t)req->layers * 2, sizeof(uint64_t));
@@ -521,6 +553,7 @@ static int grow_spans(const struct snapkvd_request_env *env, const struct snapkv
 	uint64_t es = c->dtype_bytes;
 	uint64_t blk =
 	    extent(c->head_stride, c->token_stride, c->h_store, c->block_size, c->head_dim, es);
+	int r;
 
 	for (uint32_t l = 0; l < c->layers; l++)
 		for (unsigned t = 0; t < 2; t++) {
@@ -549,8 +582,11 @@ static int grow_spans(const struct snapkvd_request_env *env, const struct snapkv
 						 (unsigned long long)b->size);
 					return -EINVAL;
 				}
-				if (spans_add(s, b, at, blk, true, l) < 0)
-					return -ENOMEM;
+				r = spans_add(s, b, at, blk, true, l);
+				if (r == -E2BIG)
+					ranges_refused(env->cfg, c->layers, n_all, err, errlen);
+				if (r < 0)
+					return r;
 			}
 		}
 	return 0;
@@ -561,7 +597,7 @@ int snapkvd_paged_grow_blocks(const struct snapkvd_request_env *env, const struc
 			      char *err, size_t errlen)
 {
 	uint64_t want, need;
-	struct spans s = {0};
+	struct spans s = {.limit = env->cfg->max_writeback_ranges};
 	int32_t *all;
 	int r;
 

@@ -181,7 +181,8 @@ static void test_paged_fields(void)
 	refused(-EINVAL, "out_arena must be unset");
 	/* the arena: no destination of its own */
 	req.out_dest = SNAPKV__V1__OUT_DEST__OUT_DEST_ARENA;
-	refused(-EINVAL, "out_layer, out_block_table, out_in_place_blocks and max_decode are for out_dest WRITEBACK");
+	refused(-EINVAL, "out_layer, out_block_table, out_in_place_blocks and max_decode are for "
+			 "out_dest WRITEBACK");
 	req.out_dest = SNAPKV__V1__OUT_DEST__OUT_DEST_ARENA;
 	req.n_out_layer = 0;
 	req.n_out_block_table = 0;
@@ -244,6 +245,15 @@ static void test_writeback_refusals(void)
 	ok[1].buffer_id = 1;
 	ok[1].offset = (1536 + 512) * sizeof(float);
 	refused(-EINVAL, "layer 1 meets bytes the request reads of layer 1");
+	/* the overlap check's byte ranges, bounded: the contiguous table is one
+	 * range per pool (4 writes, at most 6 reads), a scattered one four */
+	cfg.max_writeback_ranges = 10;
+	CU_ASSERT_EQUAL(check(), 0);
+	fresh();
+	cfg.max_writeback_ranges = 10;
+	table[0] = 3, table[1] = 1, table[2] = 0, table[3] = 2;
+	refused(-E2BIG, "more than 10 byte ranges (max_writeback_ranges) for 2 layers and 4 "
+			"destination blocks");
 }
 
 static void test_writeback(void)
