@@ -114,6 +114,29 @@ static uint64_t extent(int64_t head_stride, int64_t token_stride, uint32_t heads
 	       es;
 }
 
+/*
+ * The bytes of one block of `heads` heads of `rows` rows: one range, or
+ * one per head where each head's rows end before the next head starts
+ * (HND blocks whose heads are spaced further apart than their rows: K and V
+ * interleaved per head in one pool, as vLLM's CPU layout has them), so
+ * that two pools interleaved that way do not read as overlapping.
+ */
+static int add_block(struct spans *s, const struct snapkvd_buffer *b, uint64_t at,
+		     int64_t head_stride, int64_t token_stride, uint32_t heads, uint32_t rows,
+		     uint32_t D, size_t es, bool write, uint32_t layer)
+{
+	uint64_t one = extent(0, token_stride, 1, rows, D, es);
+	int r = 0;
+
+	if (heads < 2 || head_stride <= 0 || one > (uint64_t)head_stride * es)
+		return spans_add(s, b, at, extent(head_stride, token_stride, heads, rows, D, es),
+				 write, layer);
+	for (uint32_t h = 0; h < heads && !r; h++)
+		r = spans_add(s, b, at + (uint64_t)h * (uint64_t)head_stride * es, one, write,
+			      layer);
+	return r;
+}
+
 /* Every byte range an input tensor t (heads x tokens) may be read from. */
 static int add_reads(struct spans *s, const struct snapkvd_job *j, const struct skv_tensor *t,
 		     uint32_t heads, uint32_t tokens, uint32_t layer)
@@ -380,8 +403,6 @@ static int check_overlap(const struct snapkvd_config *cfg, struct snapkvd_job *j
 {
 	struct spans s = {.limit = cfg->max_writeback_ranges};
 	size_t es = skv_dtype_size(odt);
-	uint64_t blk = extent(j->wb_head_stride, j->wb_token_stride, h_store, j->out_block_size,
-			      j->shape.head_dim, es);
 	int r = 0;
 
 	for (uint32_t l = 0; l < j->layers && !r; l++) {
@@ -394,10 +415,11 @@ static int check_overlap(const struct snapkvd_config *cfg, struct snapkvd_job *j
 			uint64_t base = t ? j->wb_v_off[l] : j->wb_k_off[l];
 
 			for (uint32_t i = j->in_place; i < j->n_out_table && !r; i++)
-				r = spans_add(&s, pools[2 * l + t],
+				r = add_block(&s, pools[2 * l + t],
 					      base + (uint64_t)j->out_table[i] *
 							 (uint64_t)j->wb_block_stride * es,
-					      blk, true, l);
+					      j->wb_head_stride, j->wb_token_stride, h_store,
+					      j->out_block_size, j->shape.head_dim, es, true, l);
 		}
 	}
 	if (r == -EINVAL)
@@ -582,7 +604,8 @@ static int grow_spans(const struct snapkvd_request_env *env, const struct snapkv
 						 (unsigned long long)b->size);
 					return -EINVAL;
 				}
-				r = spans_add(s, b, at, blk, true, l);
+				r = add_block(s, b, at, c->head_stride, c->token_stride, c->h_store,
+					      c->block_size, c->head_dim, es, true, l);
 				if (r == -E2BIG)
 					ranges_refused(env->cfg, c->layers, n_all, err, errlen);
 				if (r < 0)

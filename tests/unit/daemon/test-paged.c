@@ -245,6 +245,24 @@ static void test_writeback_refusals(void)
 	ok[1].buffer_id = 1;
 	ok[1].offset = (1536 + 512) * sizeof(float);
 	refused(-EINVAL, "layer 1 meets bytes the request reads of layer 1");
+	/* K and V interleaved per head in one pool (vLLM's CPU layout: a
+	 * block is head 0's K rows, head 0's V rows, head 1's K rows, ...):
+	 * their blocks' byte spans cross, their bytes do not */
+	for (int l = 0; l < LAYERS; l++) {
+		ok[l].head_stride = ov[l].head_stride = 2 * BS * D;
+		ok[l].block_stride = ov[l].block_stride = 2 * HS * BS * D;
+		ov[l].offset = ok[l].offset + BS * D * sizeof(float);
+	}
+	CU_ASSERT_EQUAL(check(), 0);
+	fresh();
+	for (int l = 0; l < LAYERS; l++) {
+		ok[l].head_stride = ov[l].head_stride = 2 * BS * D;
+		ok[l].block_stride = ov[l].block_stride = 2 * HS * BS * D;
+		ov[l].offset =
+		    ok[l].offset + (BS * D - 1) * sizeof(float); /* one float too close */
+	}
+	refused(-EINVAL, "writeback: a destination block of layer 0 meets another destination "
+			 "block");
 	/* the overlap check's byte ranges, bounded: the contiguous table is one
 	 * range per pool (4 writes, at most 6 reads), a scattered one four */
 	cfg.max_writeback_ranges = 10;
