@@ -134,50 +134,62 @@ static void test_waiter(void)
 {
 	struct snapkvd_device *d = emu_device();
 	struct snapkvd_device_wait w = {0}, w2 = {0};
-	static uint32_t flag, flag2;
+	struct skv_cuda_arena *a = NULL;
+	char err[256] = "";
+	uint64_t size = 0;
+	int fd = -1, dev = -1;
+	uint32_t *flags;
 
 	if (!d)
 		return;
+	/* the engine's flag words live in device memory, as a CUDA_FLAG's
+	 * buffer does (the emulator checks the copy reading them) */
+	CU_ASSERT_EQUAL_FATAL(
+	    snapkvd_device_arena_export(d, 0, &a, 1 << 20, 7, &fd, &size, &dev, err, sizeof(err)),
+	    0);
+	close(fd);
+	flags = (uint32_t *)snapkvd_device_arena_base(d, a);
 	snapkvd_device_wait_add(d, &w);
 	snapkvd_device_wait_add(d, &w2);
 	/* never signalled: released at the deadline with the value */
-	flag = 0;
-	snapkvd_device_wait_arm(d, &w, &flag, 5, snapkvd_now_ns() + 20 * 1000000ull);
+	flags[0] = 0;
+	snapkvd_device_wait_arm(d, &w, &flags[0], 5, snapkvd_now_ns() + 20 * 1000000ull);
 	/* reached in time (the engine's counter is past the value): left alone */
-	flag2 = 9;
-	snapkvd_device_wait_arm(d, &w2, &flag2, 3, snapkvd_now_ns() + 10 * 1000000ull);
-	for (int i = 0; i < 200 && __atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 5; i++)
+	flags[1] = 9;
+	snapkvd_device_wait_arm(d, &w2, &flags[1], 3, snapkvd_now_ns() + 10 * 1000000ull);
+	for (int i = 0; i < 200 && __atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) != 5; i++)
 		usleep(5000);
 	usleep(20000);
-	CU_ASSERT_EQUAL(__atomic_load_n(&flag, __ATOMIC_ACQUIRE), 5);
+	CU_ASSERT_EQUAL(__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE), 5);
 	CU_ASSERT_TRUE(snapkvd_device_wait_disarm(d, &w));
-	CU_ASSERT_EQUAL(flag2, 9);
+	CU_ASSERT_EQUAL(flags[1], 9);
 	CU_ASSERT_FALSE(snapkvd_device_wait_disarm(d, &w2));
 	CU_ASSERT_PTR_NULL(w.flag);
 	/* stopped (its job cancelled) long before its deadline: released at
 	 * the poke, without the deadline's warning */
 	static bool cancelled;
-	flag = 0;
+	flags[0] = 0;
 	cancelled = false;
 	w.stop = stop_when;
 	w.stop_arg = &cancelled;
-	snapkvd_device_wait_arm(d, &w, &flag, 7, snapkvd_now_ns() + 60000 * 1000000ull);
+	snapkvd_device_wait_arm(d, &w, &flags[0], 7, snapkvd_now_ns() + 60000 * 1000000ull);
 	__atomic_store_n(&cancelled, true, __ATOMIC_RELEASE);
 	snapkvd_device_wait_poke(d);
-	for (int i = 0; i < 12000 && __atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 7; i++)
+	for (int i = 0; i < 12000 && __atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) != 7; i++)
 		usleep(5000); /* a hang guard: the poke releases it at once */
-	CU_ASSERT_EQUAL(__atomic_load_n(&flag, __ATOMIC_ACQUIRE), 7);
+	CU_ASSERT_EQUAL(__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE), 7);
 	CU_ASSERT_TRUE(snapkvd_device_wait_disarm(d, &w));
 	CU_ASSERT_TRUE(w.stopped);
 	w.stop = NULL;
 	/* disarmed before its deadline: never fired */
-	flag = 0;
-	snapkvd_device_wait_arm(d, &w, &flag, 5, snapkvd_now_ns() + 60000 * 1000000ull);
+	flags[0] = 0;
+	snapkvd_device_wait_arm(d, &w, &flags[0], 5, snapkvd_now_ns() + 60000 * 1000000ull);
 	CU_ASSERT_FALSE(snapkvd_device_wait_disarm(d, &w));
-	CU_ASSERT_EQUAL(flag, 0);
+	CU_ASSERT_EQUAL(flags[0], 0);
 	snapkvd_device_wait_remove(d, &w);
 	snapkvd_device_wait_remove(d, &w2);
 	CU_ASSERT_PTR_NULL(d->waits);
+	snapkvd_device_arena_free(d, 0, a);
 	snapkvd_device_free(d); /* joins the waiter */
 }
 
